@@ -1,0 +1,53 @@
+"""Makespan: N runs of a 1-second agent on W worker slots, against the ideal N * 1 s / W.
+
+The agent is `sleep 1`; no gates. Workers are started before the clock
+starts; the makespan runs from submitting to the report being there, so the
+dispatch, every run's own overhead, the tail and the aggregation all count.
+
+    python bench/makespan.py [--runs 200] [--workers 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from support import private_fleet, show, submit, wait_for_report, write_matrix
+
+AGENT_S = 1.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=4)
+    args = parser.parse_args()
+    runs, workers = args.runs, args.workers
+    ideal = runs * AGENT_S / workers
+
+    with private_fleet() as fleet:
+        fleet.start_workers(workers)
+        matrix = write_matrix(fleet.folder, command=f"sleep {AGENT_S:g}", runs=runs)
+        started, wall = time.monotonic(), time.time()
+        exp_id = submit(fleet, matrix)
+        finish = wait_for_report(fleet.store, exp_id, timeout_s=ideal * 3 + 120)
+        results = fleet.store.runs(exp_id)
+
+    makespan = finish.report_at - started
+    first_start = min(r.started_at or wall for r in results)
+    last_end = max(r.ended_at or wall for r in results)
+    show(
+        f"makespan: {runs} runs of a {AGENT_S:g} s agent on {workers} slots",
+        {
+            "ideal (total agent time / slots)": f"{ideal:.2f} s",
+            "makespan (submit to report)": f"{makespan:.2f} s",
+            "first agent start to last agent end": f"{last_end - first_start:.2f} s",
+            "submit to first agent start": f"{first_start - wall:.2f} s",
+            "last agent end to report": f"{finish.report_at - started - (last_end - wall):.2f} s",
+            "ratio (makespan / ideal)": f"{makespan / ideal:.3f}  (target <= 1.05)",
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Overhead: N runs of a no-op agent with two gates, evalfleet against a plain shell loop.
+
+Each run, both ways: a fresh folder, the agent `echo ok > out.txt`, the gates
+`test -f out.txt` and `cat out.txt` (output must contain "ok"), every command
+through bash. The shell loop is `xargs -P W`; evalfleet runs them as Celery
+tasks on W local worker processes against a private Redis, with everything a
+run does besides (workspace, transcript, metrics, storing the result) and the
+report at the end. Workers are started before the clock starts (warm); the
+cold figure, `scheduler submit` in embedded mode from nothing, is shown too.
+
+    python bench/overhead.py [--runs 200] [--workers W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from support import (
+    SCHEDULER,
+    private_fleet,
+    require_bash,
+    show,
+    submit,
+    wait_for_report,
+    write_matrix,
+)
+
+AGENT = "echo ok > out.txt"
+GATES = (
+    '[{type: command_succeeds, command: "test -f out.txt"}, '
+    '{type: command_output_contains, command: "cat out.txt", substring: ok}]'
+)
+SHELL_RUN = (
+    'd=$(mktemp -d "$ROOT/run.XXXXXX") && cd "$d" '
+    f"&& bash -c {AGENT!r} && bash -c 'test -f out.txt' && bash -c 'cat out.txt' | grep -q ok "
+    '&& cd / && rm -rf "$d"'
+)
+
+
+def shell_loop(runs: int, workers: int) -> float:
+    with tempfile.TemporaryDirectory() as root:
+        started = time.perf_counter()
+        subprocess.run(
+            ["xargs", "-P", str(workers), "-I{}", "bash", "-c", SHELL_RUN],
+            input="\n".join(str(i) for i in range(runs)) + "\n",
+            text=True,
+            check=True,
+            env={**os.environ, "ROOT": root},
+        )
+        return time.perf_counter() - started
+
+
+def evalfleet_warm(runs: int, workers: int) -> tuple[float, float]:
+    """Seconds from submit to report, and the agent's mean time in a run."""
+    with private_fleet() as fleet:
+        fleet.start_workers(workers)
+        matrix = write_matrix(fleet.folder, command=AGENT, runs=runs, gates=GATES)
+        started = time.monotonic()
+        exp_id = submit(fleet, matrix)
+        finish = wait_for_report(fleet.store, exp_id, timeout_s=runs * 5 + 60)
+        results = fleet.store.runs(exp_id)
+        assert all(r.passed for r in results), "every run should pass both gates"
+        agent_s = sum(r.duration_seconds for r in results) / len(results)
+        return finish.report_at - started, agent_s
+
+
+def evalfleet_cold(runs: int, workers: int) -> float:
+    """`scheduler submit` in embedded mode: starts Redis and workers, runs, reports, stops."""
+    with tempfile.TemporaryDirectory() as folder:
+        matrix = write_matrix(Path(folder), command=AGENT, runs=runs, gates=GATES)
+        env = {k: v for k, v in os.environ.items() if k != "EVALFLEET_BROKER_URL"}
+        env["EVALFLEET_WORKDIR"] = str(Path(folder) / "runs")
+        started = time.perf_counter()
+        subprocess.run(
+            [SCHEDULER, "submit", str(matrix), "--workers", str(workers), "--format", "json"],
+            cwd=folder,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    require_bash()
+    runs, workers = args.runs, args.workers
+
+    shell_s = shell_loop(runs, workers)
+    warm_s, agent_s = evalfleet_warm(runs, workers)
+    cold_s = evalfleet_cold(runs, workers)
+    ratio = shell_s / warm_s  # = evalfleet throughput / shell throughput
+    show(
+        f"overhead: {runs} runs (no-op agent, two gates) on {workers} workers",
+        {
+            "shell loop (xargs -P)": f"{shell_s:.2f} s  {runs / shell_s:.1f} runs/s",
+            "evalfleet, warm workers": f"{warm_s:.2f} s  {runs / warm_s:.1f} runs/s",
+            "evalfleet, agent time per run (mean)": f"{agent_s * 1000:.0f} ms",
+            "evalfleet, cold `scheduler submit`": f"{cold_s:.2f} s  {runs / cold_s:.1f} runs/s",
+            "ratio (evalfleet / shell throughput)": f"{ratio:.2f}  (target >= 0.70)",
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""What the benchmarks share: a private fleet, matrices, submitting, waiting, measuring.
+
+Every benchmark runs against its own Redis (the embedded mode's redis-server,
+under a temporary folder) and its own local workers, so it neither disturbs
+nor is disturbed by anything else using the machine's Redis, and cleaning up
+is stopping what it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.loading import load_matrix
+from core.store import Store
+from scheduler.dispatch import start
+from scheduler.embedded import EmbeddedRedis, LocalWorkers
+from scheduler.plan import new_experiment_id, plan
+from worker.app import DEFAULT_QUEUE
+
+ROOT = Path(__file__).resolve().parent.parent
+# The scheduler's console script next to this interpreter (the project's venv).
+SCHEDULER = str(Path(sys.executable).parent / "scheduler")
+
+
+@dataclass
+class Fleet:
+    folder: Path
+    url: str
+    store: Store
+    workers: LocalWorkers | None = None
+
+    def start_workers(self, concurrency: int) -> LocalWorkers:
+        """Local workers on the default queue, returned once Celery says they are ready."""
+        self.workers = LocalWorkers(self.url, concurrency, [DEFAULT_QUEUE])
+        self.workers.start()
+        deadline = time.monotonic() + 60
+        while "ready." not in _read(self.workers.log_path):
+            if not self.workers.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"workers did not start: {_read(self.workers.log_path)[-2000:]}")
+            time.sleep(0.1)
+        return self.workers
+
+
+@contextlib.contextmanager
+def private_fleet() -> Iterator[Fleet]:
+    """A private Redis under a temporary folder (the working directory meanwhile, as the
+    embedded mode's state lives in ./.evalfleet); workers are started on demand."""
+    home = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="evalfleet-bench-") as tmp:
+        folder = Path(tmp)
+        os.environ["EVALFLEET_WORKDIR"] = str(folder / "runs")
+        redis_server = EmbeddedRedis(folder / ".evalfleet")
+        os.chdir(folder)
+        try:
+            fleet = Fleet(folder, redis_server.start(), Store.from_url(redis_server.url))
+            try:
+                yield fleet
+            finally:
+                if fleet.workers is not None:
+                    fleet.workers.stop()
+        finally:
+            redis_server.stop()
+            os.chdir(home)
+
+
+def write_matrix(
+    folder: Path,
+    *,
+    command: str,
+    runs: int,
+    tiers: int = 1,
+    scenarios: int = 1,
+    gates: str = "[]",
+    name: str = "bench",
+) -> Path:
+    path = folder / f"{name}.yaml"
+    tier_list = ", ".join(f"{{id: T{i}}}" for i in range(tiers))
+    scenario_list = "\n".join(
+        f"  - {{id: s{i}, prompt: go, evaluation: {{gates: {gates}}}}}" for i in range(scenarios)
+    )
+    path.write_text(
+        f"name: {name}\n"
+        f"runs_per_tier: {runs}\n"
+        f"agent: {{kind: command, command: {command!r}, timeout_s: 120}}\n"
+        f"tiers: [{tier_list}]\n"
+        f"scenarios:\n{scenario_list}\n"
+    )
+    return path
+
+
+def submit(fleet: Fleet, matrix_file: Path) -> str:
+    """What `scheduler submit --broker URL` does, in this process: plan, store, send."""
+    matrix = load_matrix(matrix_file)
+    exp_id = new_experiment_id(matrix)
+    start(fleet.store, fleet.url, matrix, exp_id, plan(matrix, exp_id))
+    return exp_id
+
+
+@dataclass(frozen=True)
+class Finish:
+    runs_done_at: float  # time.monotonic() when the last run's result was counted
+    report_at: float  # time.monotonic() when the report was there
+
+
+def wait_for_report(store: Store, exp_id: str, timeout_s: float, poll_s: float = 0.02) -> Finish:
+    deadline = time.monotonic() + timeout_s
+    done_at = None
+    while time.monotonic() < deadline:
+        info = store.info(exp_id)
+        if done_at is None and info.completed_runs >= info.total_runs:
+            done_at = time.monotonic()
+        if done_at is not None and store.report(exp_id) is not None:
+            return Finish(done_at, time.monotonic())
+        time.sleep(poll_s)
+    raise TimeoutError(f"experiment {exp_id} has no report after {timeout_s:.0f} s")
+
+
+class PeakMemory(threading.Thread):
+    """Samples the resident memory of a process group (a worker and its pool processes)."""
+
+    def __init__(self, group: int, interval_s: float = 0.2):
+        super().__init__(daemon=True)
+        self.group, self.interval_s = group, interval_s
+        self.peak_total_kb = 0
+        self.peak_process_kb = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            sizes = [_rss_kb(pid) for pid in _group_members(self.group)]
+            self.peak_total_kb = max(self.peak_total_kb, sum(sizes))
+            self.peak_process_kb = max(self.peak_process_kb, *sizes, 0)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def _group_members(group: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                # Fields after the command name (which may hold spaces): state, ppid, pgrp.
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == group:
+                    members.append(int(entry.name))
+    return members
+
+
+def _rss_kb(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def show(title: str, figures: dict[str, str]) -> None:
+    print(f"\n{title}")
+    width = max(len(k) for k in figures)
+    for key, value in figures.items():
+        print(f"  {key:<{width}}  {value}")
+
+
+def require_bash() -> None:
+    if shutil.which("bash") is None or shutil.which("xargs") is None:
+        sys.exit("these benchmarks need bash and xargs on PATH")

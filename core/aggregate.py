@@ -1,0 +1,207 @@
+"""RunResults -> ExperimentReport: statistics per tier and per tier x scenario,
+letter grades and the cross-tier comparison. Pure and deterministic: the same
+runs in any order give the same report, byte for byte.
+
+Infrastructure errors are counted (`errors`) and kept out of every statistic;
+timeouts and agent failures are real results and stay in (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+from core.analysis import analyse, context_by_call
+from core.config import Scoring
+from core.formulas import cost_delta, cost_of_pass, letter_grade, tier_uplift
+from core.ordering import ordered_ids
+from core.results import (
+    CrossTierResult,
+    ExperimentInfo,
+    ExperimentReport,
+    ProcessMetrics,
+    RunResult,
+    RunStatus,
+    Statistics,
+    TierReport,
+)
+from core.stats import statistics, variance
+
+INTERACTION_METRICS = (
+    "error_rate",
+    "retry_rate",
+    "first_try_success_rate",
+    "iteration_ratio",
+    "help_invocations",
+    "total_commands",
+)
+
+
+def aggregate(
+    info: ExperimentInfo,
+    runs: Sequence[RunResult],
+    *,
+    baseline: str,
+    scoring: Scoring,
+    tier_order: Sequence[str] | None = None,
+    scenario_order: Sequence[str] | None = None,
+) -> ExperimentReport:
+    """The experiment's report. Tiers and scenarios come in the given order (default:
+    the experiment's), followed by any others the runs name, sorted; listed ones
+    without runs still appear, with empty statistics and no grade."""
+    ordered = sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index, r.run_id))
+    tiers = ordered_ids(info.tiers if tier_order is None else tier_order, (r.tier for r in ordered))
+    scenarios = ordered_ids(
+        info.scenarios if scenario_order is None else scenario_order,
+        (r.scenario for r in ordered),
+    )
+    by_tier = {tier: [r for r in ordered if r.tier == tier] for tier in tiers}
+    baseline_runs = by_tier.get(baseline, [])
+    reports: dict[str, TierReport] = {}
+    for tier, tier_runs in by_tier.items():
+        compared = tier != baseline
+        reports[tier] = tier_report(
+            tier_runs,
+            scoring,
+            scenarios={
+                scenario: tier_report(
+                    [r for r in tier_runs if r.scenario == scenario],
+                    scoring,
+                    baseline=(baseline, [r for r in baseline_runs if r.scenario == scenario])
+                    if compared
+                    else None,
+                )
+                for scenario in scenarios
+            },
+            baseline=(baseline, baseline_runs) if compared else None,
+        )
+    valid = [r for r in ordered if not r.is_infra_error]
+    experiment = info.model_copy(
+        update={
+            "completed_runs": len(ordered),
+            "errors": len(ordered) - len(valid),
+            "passes": sum(1 for r in valid if r.passed),
+        }
+    )
+    return ExperimentReport(
+        experiment=experiment, tiers=reports, cross_tier=cross_tier(reports, baseline)
+    )
+
+
+def tier_report(
+    runs: Sequence[RunResult],
+    scoring: Scoring,
+    scenarios: dict[str, TierReport] | None = None,
+    baseline: tuple[str, Sequence[RunResult]] | None = None,
+) -> TierReport:
+    """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
+    baseline tier's id and its runs of the same scenarios, to test the group against."""
+    valid = [r for r in runs if not r.is_infra_error]
+    priced = [r for r in valid if r.cost_usd is not None]
+
+    composite = _stats(valid, lambda r: r.composite_score)
+    pass_rate = _stats(valid, lambda r: r.pass_rate)
+    cost = _stats(priced, lambda r: r.cost_usd)
+    has_layered = any(r.layered_composite is not None for r in valid)
+    return TierReport(
+        runs=len(runs),
+        errors=len(runs) - len(valid),
+        passes=sum(1 for r in valid if r.passed),
+        grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),
+        cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
+        cost_unknown_runs=len(valid) - len(priced),
+        approximate_exit_code_runs=sum(1 for r in valid if r.interaction.exit_codes_approximate),
+        pass_rate=pass_rate,
+        impl_rate=_stats(valid, lambda r: r.impl_rate),
+        cost_usd=cost,
+        judge_cost_usd=_stats(valid, lambda r: r.judge_cost_usd),
+        duration_seconds=_stats(valid, lambda r: r.duration_seconds),
+        composite_score=composite,
+        layered_composite=_stats(valid, lambda r: r.layered_composite) if has_layered else None,
+        # Recomputed from cost and pass rate, so a run stored without it still counts.
+        cost_of_pass_per_run=statistics(
+            [cost_of_pass(r.cost_usd, r.pass_rate) for r in priced if r.cost_usd is not None]
+        ),
+        input_tokens=_stats(valid, lambda r: r.input_tokens),
+        output_tokens=_stats(valid, lambda r: r.output_tokens),
+        base_context=_stats(valid, lambda r: r.base_context),
+        context_growth_avg=_stats(valid, lambda r: r.context_growth_avg),
+        interaction={
+            name: statistics([getattr(r.interaction, name) for r in valid])
+            for name in INTERACTION_METRICS
+        },
+        process=_process_stats(valid),
+        statuses=_statuses(runs),
+        context_by_call=context_by_call(valid),
+        analysis=analyse(valid, baseline),
+        scenarios=scenarios or {},
+    )
+
+
+def cross_tier(reports: dict[str, TierReport], baseline: str) -> CrossTierResult:
+    """Uplift of each tier's median composite over the baseline's, and the spread of
+    pass rate and cost medians across tiers (tiers without valid runs left out)."""
+    composites = {tier: r.composite_score.median for tier, r in reports.items()}
+    base = composites.get(baseline)
+    notes = []
+    if base is None:
+        notes.append(f"baseline tier {baseline!r} has no valid runs, so uplift is undefined")
+    elif base == 0:
+        notes.append(
+            f"baseline tier {baseline!r} has a median composite score of 0; "
+            "uplift relative to 0 is undefined"
+        )
+    uplift: dict[str, float | None] = {}
+    for tier, score in composites.items():
+        if tier == baseline:
+            continue
+        uplift[tier] = None if base is None or score is None else tier_uplift(score, base)
+    empty = [tier for tier, score in composites.items() if score is None and tier != baseline]
+    if empty and base is not None:
+        notes.append(f"tiers without valid runs have no uplift: {', '.join(empty)}")
+    pass_medians = _medians(r.pass_rate for r in reports.values())
+    cost_medians = _medians(r.cost_usd for r in reports.values())
+    return CrossTierResult(
+        baseline=baseline,
+        tier_uplift=uplift,
+        uplift_note="; ".join(notes) or None,
+        pass_rate_variance=variance(pass_medians) if pass_medians else None,
+        cost_variance=variance(cost_medians) if cost_medians else None,
+        cost_delta=cost_delta(cost_medians) if cost_medians else None,
+    )
+
+
+def _stats(runs: Sequence[RunResult], metric: Callable[[RunResult], float | None]) -> Statistics:
+    """Statistics of `metric` over the runs that have it."""
+    return statistics([value for value in map(metric, runs) if value is not None])
+
+
+def _tier_cost_of_pass(cost: Statistics, pass_rate: Statistics) -> float | None:
+    """mean(cost_usd) / mean(pass_rate). The cost mean is over the runs whose cost is
+    known, the pass rate over all valid runs: it is known for every one of them."""
+    if cost.mean is None or pass_rate.mean is None:
+        return None
+    return cost_of_pass(cost.mean, pass_rate.mean)
+
+
+def _process_stats(runs: Sequence[RunResult]) -> dict[str, Statistics]:
+    """Statistics of each process metric some run has."""
+    result = {}
+    for name in ProcessMetrics.model_fields:
+        values = [
+            value
+            for r in runs
+            if r.process is not None and (value := getattr(r.process, name)) is not None
+        ]
+        if values:
+            result[name] = statistics(values)
+    return result
+
+
+def _statuses(runs: Sequence[RunResult]) -> dict[str, int]:
+    counts = Counter(r.status for r in runs)
+    return {status.value: counts[status] for status in RunStatus if counts[status]}
+
+
+def _medians(groups: Iterable[Statistics]) -> list[float]:
+    return [s.median for s in groups if s.median is not None]

@@ -1,0 +1,549 @@
+"""matrix.yaml: the experiment a user describes, as strict pydantic models.
+
+Everything that can be checked without running anything is checked here, so a
+bad matrix is refused before a single run is enqueued. Relative paths resolve
+against the matrix file's folder (passed as validation context ``base_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+from jsonpath_ng.ext import parse as parse_jsonpath
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from core.assertions import JsonAssertion, parse_assertion
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# --- path and pattern types -------------------------------------------------------
+
+
+def _resolve(value: Path, info: ValidationInfo) -> Path:
+    base = (info.context or {}).get("base_dir")
+    path = value.expanduser()
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    return path.resolve() if base is not None else path
+
+
+def _existing(kind: Literal["file", "dir"]) -> Any:
+    def check(value: Path, info: ValidationInfo) -> Path:
+        path = _resolve(value, info)
+        if (info.context or {}).get("check_files", True):
+            exists = path.is_file() if kind == "file" else path.is_dir()
+            if not exists:
+                raise ValueError(f"{kind} not found: {path}")
+        return path
+
+    return AfterValidator(check)
+
+
+FilePath = Annotated[Path, _existing("file")]
+DirPath = Annotated[Path, _existing("dir")]
+
+
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return pattern
+
+
+Regex = Annotated[str, AfterValidator(_compiles)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
+
+
+def _jsonpath(expr: str) -> str:
+    try:
+        parse_jsonpath(expr)
+    except (JsonPathLexerError, JsonPathParserError, Exception) as exc:
+        raise ValueError(f"invalid JSONPath {expr!r}: {exc}") from None
+    return expr
+
+
+# --- agent --------------------------------------------------------------------------
+
+TranscriptFormat = Literal[
+    "events-jsonl", "claude-stream-json", "codex-exec-json", "opencode-json", "plain"
+]
+
+
+class AgentConfig(Strict):
+    """How one run's agent is started. Tiers override fields of the matrix default."""
+
+    kind: Literal["command", "openai"] = "command"
+    command: str | None = Field(
+        None, description="bash command run in the workspace (kind: command)"
+    )
+    transcript: TranscriptFormat = "events-jsonl"
+    model: str | None = Field(None, description="model under test: selects pricing")
+    timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
+    env: dict[str, str] = Field(default_factory=dict)
+    # The built-in `openai` agent loop.
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    system_prompt: str | None = None
+    system_prompt_file: FilePath | None = None
+    skills: list[FilePath] = Field(
+        default_factory=list, description="skill files added to the system prompt"
+    )
+    tools: list[Literal["bash"]] = Field(default_factory=lambda: ["bash"])  # type: ignore[arg-type]
+    max_turns: int = Field(20, ge=1, le=1000)
+    max_transcript_bytes: int = Field(2_000_000, ge=1024)
+    max_workspace_mb: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="stop the agent when its workspace grows past this many MB",
+    )
+    sandbox: Literal["none", "bwrap"] = Field(
+        "none", description="bwrap: no network, read-only system, only the workspace writable"
+    )
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> AgentConfig:
+        if self.kind == "command" and not self.command:
+            raise ValueError("agent kind 'command' needs `command` (the shell command to run)")
+        if self.kind == "openai" and not (self.base_url and self.model):
+            raise ValueError("agent kind 'openai' needs `base_url` and `model`")
+        if self.kind == "openai" and (self.sandbox != "none" or self.max_workspace_mb):
+            raise ValueError("`sandbox` and `max_workspace_mb` apply to agent kind 'command' only")
+        return self
+
+
+def _partial(model: type[BaseModel], name: str) -> type[BaseModel]:
+    """The same fields, all optional and unvalidated defaults: a tier's overrides."""
+    fields: dict[str, Any] = {
+        key: (Optional[field.annotation], Field(None, description=field.description))  # noqa: UP045
+        for key, field in model.model_fields.items()
+    }
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+AgentOverride = _partial(AgentConfig, "AgentOverride")
+
+
+# --- gates --------------------------------------------------------------------------
+
+
+class _Gate(Strict):
+    name: str | None = Field(None, description="label shown in reports (default: the gate type)")
+    timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+
+
+class CommandSucceeds(_Gate):
+    type: Literal["command_succeeds"]
+    command: str
+
+
+class CommandOutputContains(_Gate):
+    type: Literal["command_output_contains"]
+    command: str
+    substring: str
+
+
+class CommandOutputMatches(_Gate):
+    type: Literal["command_output_matches"]
+    command: str
+    pattern: Regex
+
+
+class CommandJsonPath(_Gate):
+    type: Literal["command_json_path"]
+    command: str
+    path: Annotated[str, AfterValidator(_jsonpath)]
+    assertion: str
+
+    @field_validator("assertion")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        parse_assertion(value)
+        return value
+
+    @property
+    def parsed_assertion(self) -> JsonAssertion:
+        return parse_assertion(self.assertion)
+
+
+class FileExists(_Gate):
+    type: Literal["file_exists"]
+    path: str
+
+
+class FileContains(_Gate):
+    type: Literal["file_contains"]
+    path: str
+    substring: str
+
+
+class FileMatches(_Gate):
+    type: Literal["file_matches"]
+    path: str
+    pattern: Regex
+
+
+class NoTranscriptErrors(_Gate):
+    type: Literal["no_transcript_errors"]
+
+
+class Script(_Gate):
+    type: Literal["script"]
+    command: str
+    description: str = ""
+
+
+Gate = Annotated[
+    CommandSucceeds
+    | CommandOutputContains
+    | CommandOutputMatches
+    | CommandJsonPath
+    | FileExists
+    | FileContains
+    | FileMatches
+    | NoTranscriptErrors
+    | Script,
+    Field(discriminator="type"),
+]
+
+
+# --- judge ----------------------------------------------------------------------------
+
+
+class Criterion(Strict):
+    id: Identifier
+    weight: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+    description: str
+
+
+class RubricOutput(Strict):
+    format: Literal["json"] = "json"
+    require_fields: list[str] = Field(
+        default_factory=lambda: ["scores", "weighted_score", "confidence", "issues", "highlights"]
+    )
+
+
+class Rubric(Strict):
+    """A rubric file (seed evaluation spec, Layer 3)."""
+
+    criteria: list[Criterion] = Field(min_length=1)
+    output: RubricOutput = Field(default_factory=RubricOutput)
+
+    @field_validator("criteria")
+    @classmethod
+    def _unique(cls, criteria: list[Criterion]) -> list[Criterion]:
+        _require_unique([c.id for c in criteria], "criterion id")
+        return criteria
+
+
+def _load_rubric(path: Path, info: ValidationInfo) -> Path:
+    if (info.context or {}).get("check_files", True):
+        load_rubric(path)
+    return path
+
+
+def load_rubric(path: Path) -> Rubric:
+    """Read and validate a rubric file; errors name the file."""
+    from core.loading import load_yaml_model  # loading imports this module
+
+    return load_yaml_model(path, Rubric)
+
+
+class ScenarioJudge(Strict):
+    enabled: bool | Literal["auto"] = Field(
+        True, description='"auto": on when the judge API key variable is set at submit time'
+    )
+    rubric: Annotated[FilePath, AfterValidator(_load_rubric)]
+    pass_threshold: Fraction = 0.7
+
+
+class JudgeConfig(Strict):
+    """Where the judge model is reached. The key itself is never in config or results."""
+
+    protocol: Literal["openai", "anthropic"] = "openai"
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    allow_self_judge: bool = Field(False, description="allow judging with the model under test")
+    timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    connect_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+    max_attempts: int = Field(3, ge=1, le=10)
+    max_transcript_chars: int = Field(24_000, ge=1000)
+    max_tokens: int = Field(1024, ge=64)
+
+
+class CompositeWeights(Strict):
+    """The seed's optional layered composite (gates / judge / interaction)."""
+
+    gate_weight: Weight = 0.5
+    judge_weight: Weight = 0.3
+    interaction_weight: Weight = 0.2
+
+    @model_validator(mode="after")
+    def _positive_sum(self) -> CompositeWeights:
+        if self.gate_weight + self.judge_weight + self.interaction_weight <= 0:
+            raise ValueError("composite weights must not all be 0")
+        return self
+
+
+class Evaluation(Strict):
+    gates: list[Gate] = Field(default_factory=list)
+    judge: ScenarioJudge | None = None
+    composite: CompositeWeights | None = None
+
+    @property
+    def judge_enabled(self) -> bool:
+        return self.judge is not None and self.judge.enabled is True
+
+
+# --- scenario -------------------------------------------------------------------------
+
+
+class Target(Strict):
+    command_pattern: Regex | None = Field(
+        None, description="regex naming target-tool commands; group 1 is the subcommand"
+    )
+    help_pattern: Regex = r"(^|\s)(--help|-h)(\s|$)"
+
+
+class ExpectedStep(Strict):
+    pattern: Regex
+    weight: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
+
+
+class ProcessConfig(Strict):
+    """Inputs of the seed's process metrics, matched against the run's commands."""
+
+    expected_steps: list[ExpectedStep] = Field(default_factory=list)
+    goal_patterns: list[Regex] = Field(default_factory=list)
+    change_patterns: list[Regex] = Field(
+        default_factory=list, description="commands that count as changes (change fail %)"
+    )
+
+
+class Scenario(Strict):
+    id: Identifier
+    description: str = ""
+    workspace: DirPath | None = Field(None, description="template folder copied into each run")
+    setup: list[str] = Field(default_factory=list)
+    setup_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False)
+    prompt: str | None = None
+    prompt_file: FilePath | None = None
+    target: Target = Field(default_factory=Target)
+    evaluation: Evaluation = Field(default_factory=Evaluation)
+    process: ProcessConfig | None = None
+    queue: str | None = None
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> Scenario:
+        if (self.prompt is None) == (self.prompt_file is None):
+            raise ValueError("give exactly one of `prompt` or `prompt_file`")
+        return self
+
+    def prompt_text(self) -> str:
+        if self.prompt is not None:
+            return self.prompt
+        assert self.prompt_file is not None
+        return self.prompt_file.read_text(encoding="utf-8")
+
+
+# --- tiers, scoring, pricing ----------------------------------------------------------
+
+
+class Tier(Strict):
+    id: Identifier
+    description: str = ""
+    files: dict[str, FilePath] = Field(
+        default_factory=dict, description="workspace path -> source file, copied into each run"
+    )
+    agent: AgentOverride | None = None  # type: ignore[valid-type]
+    queue: str | None = None
+
+    @field_validator("files")
+    @classmethod
+    def _inside_workspace(cls, files: dict[str, Path]) -> dict[str, Path]:
+        for dest in files:
+            parts = Path(dest).parts
+            if Path(dest).is_absolute() or ".." in parts or not parts:
+                raise ValueError(
+                    f"file destination {dest!r} must be a relative path inside the workspace"
+                )
+        return files
+
+
+DEFAULT_GRADES: dict[str, float] = {"A": 0.95, "B": 0.85, "C": 0.75, "D": 0.65, "F": 0.0}
+
+
+class Scoring(Strict):
+    pass_weight: Weight = 0.5
+    impl_weight: Weight = 0.5
+    grades: dict[str, Fraction] = Field(
+        default_factory=lambda: dict(DEFAULT_GRADES),
+        description="grade -> lowest composite median that earns it; one grade must start at 0",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Scoring:
+        if self.pass_weight + self.impl_weight <= 0:
+            raise ValueError("pass_weight + impl_weight must be > 0")
+        if not self.grades or min(self.grades.values()) != 0.0:
+            raise ValueError("grades need one grade with threshold 0 so every score gets a grade")
+        return self
+
+
+class ModelPrice(Strict):
+    """USD per 1M tokens."""
+
+    input: Weight
+    output: Weight
+    cache_read: Weight | None = Field(None, description="default: the input price")
+    cache_write: Weight | None = Field(None, description="default: the input price")
+
+
+# --- the matrix -----------------------------------------------------------------------
+
+
+class Matrix(Strict):
+    name: Identifier
+    description: str = ""
+    runs_per_tier: int = Field(10, ge=1, le=100_000)
+    baseline: str | None = Field(None, description="uplift baseline tier (default: the first)")
+    agent: AgentConfig
+    tiers: list[Tier] = Field(min_length=1)
+    scenarios: list[Scenario] = Field(min_length=1)
+    judge: JudgeConfig | None = None
+    scoring: Scoring = Field(default_factory=Scoring)
+    pricing: dict[str, ModelPrice] = Field(default_factory=dict)
+    max_attempts: int = Field(
+        3, ge=1, le=20, description="deliveries of one run before it is an infra error"
+    )
+    lease_s: float = Field(
+        60.0,
+        ge=1.0,
+        le=3600.0,
+        allow_inf_nan=False,
+        description="a running run's lease: when its worker stops renewing it for this long, "
+        "the run is sent again",
+    )
+    keep_workspaces: bool = False
+    queue: str | None = None
+    secret_env: list[str] = Field(
+        default_factory=list, description="environment variables whose values are redacted"
+    )
+    base_dir: Path | None = Field(
+        None,
+        description="folder relative paths resolve against; agents and gates get it as "
+        "$EVALFLEET_MATRIX_DIR (default: the matrix file's folder)",
+    )
+
+    @field_validator("base_dir")
+    @classmethod
+    def _default_base_dir(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        base = (info.context or {}).get("base_dir")
+        if value is None:
+            return Path(base).resolve() if base is not None else None
+        return _resolve(value, info)
+
+    @model_validator(mode="after")
+    def _resolve_auto_judge(self, info: ValidationInfo) -> Matrix:
+        # Resolved once, where the matrix is loaded: workers see a plain bool.
+        environ = (info.context or {}).get("environ", os.environ)
+        key_env = self.judge.api_key_env if self.judge is not None else None
+        for scenario in self.scenarios:
+            judge = scenario.evaluation.judge
+            if judge is not None and judge.enabled == "auto":
+                judge.enabled = bool(
+                    self.judge is not None and (not key_env or environ.get(key_env))
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Matrix:
+        _require_unique([t.id for t in self.tiers], "tier id")
+        _require_unique([s.id for s in self.scenarios], "scenario id")
+        if self.baseline is not None and self.baseline not in {t.id for t in self.tiers}:
+            raise ValueError(
+                f"baseline {self.baseline!r} is not a tier; tiers are {[t.id for t in self.tiers]}"
+            )
+        for tier in self.tiers:
+            self.agent_for(tier)  # raises with the tier named
+        for scenario in self.scenarios:
+            if scenario.evaluation.judge_enabled:
+                self._check_judge(scenario)
+        return self
+
+    def _check_judge(self, scenario: Scenario) -> None:
+        if self.judge is None:
+            raise ValueError(
+                f"scenario {scenario.id!r} enables the judge but the matrix has no "
+                "top-level `judge:` section"
+            )
+        if self.judge.allow_self_judge:
+            return
+        for tier in self.tiers:
+            model = self.agent_for(tier).model
+            if model is not None and model == self.judge.model:
+                raise ValueError(
+                    f"judge model {model!r} is the model under test in tier {tier.id!r}; "
+                    "use another judge model or set judge.allow_self_judge: true"
+                )
+
+    @property
+    def baseline_tier(self) -> str:
+        return self.baseline or self.tiers[0].id
+
+    def tier(self, tier_id: str) -> Tier:
+        return next(t for t in self.tiers if t.id == tier_id)
+
+    def scenario(self, scenario_id: str) -> Scenario:
+        return next(s for s in self.scenarios if s.id == scenario_id)
+
+    def agent_for(self, tier: Tier) -> AgentConfig:
+        """The matrix agent with the tier's overrides merged in (env merged key by key)."""
+        if tier.agent is None:
+            return self.agent
+        override = tier.agent.model_dump(exclude_none=True)
+        merged = self.agent.model_dump(exclude_none=True)
+        merged["env"] = {**self.agent.env, **override.pop("env", {})}
+        merged.update(override)
+        try:
+            return AgentConfig.model_validate(merged, context={"check_files": False})
+        except ValueError as exc:
+            raise ValueError(f"tier {tier.id!r}: agent after overrides is invalid: {exc}") from None
+
+    def total_runs(self) -> int:
+        return len(self.tiers) * len(self.scenarios) * self.runs_per_tier
+
+
+def _require_unique(values: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate {what} {value!r}; each must be unique")
+        seen.add(value)
+
+
+def matrix_json_schema() -> dict[str, Any]:
+    schema = Matrix.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "evalfleet matrix.yaml"
+    return schema

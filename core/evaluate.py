@@ -1,0 +1,286 @@
+"""From a finished agent process to a complete RunResult: the three layers and the metrics.
+
+Pure of Celery: the worker calls `evaluate_run` after the agent, and tests call
+it directly with a workspace, a transcript and a loopback judge.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from core import formulas
+from core.config import Matrix, ModelPrice, Scenario, load_rubric
+from core.gates import run_gates
+from core.interaction import interaction_metrics, target_commands
+from core.judge import judge_run
+from core.pricing import cost_usd, price_for
+from core.process_metrics import process_metrics
+from core.results import (
+    AgentOutcome,
+    GateResult,
+    JudgeResult,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    Transcript,
+)
+from core.tokens import token_metrics
+from core.transcripts import parse_transcript, render_transcript
+from core.workspace_changes import summarize_changes
+
+R = TypeVar("R", bound=BaseModel)
+
+Phase = Callable[[str], None]
+
+
+def evaluate_run(
+    spec: RunSpec,
+    matrix: Matrix,
+    workspace: Path,
+    outcome: AgentOutcome,
+    *,
+    events_text: str | None = None,
+    env: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] = os.environ,
+    on_phase: Phase = lambda phase: None,
+) -> RunResult:
+    tier = matrix.tier(spec.tier)
+    agent = matrix.agent_for(tier)
+    scenario = matrix.scenario(spec.scenario)
+    secrets = secret_values(matrix, environ)
+
+    transcript = parse_transcript(
+        agent.transcript, outcome.stdout, events_text, scenario.target.command_pattern
+    )
+    commands = target_commands(transcript, scenario.target)
+    interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)
+
+    on_phase("gates")
+    gates = run_gates(scenario.evaluation.gates, workspace, target_commands=commands, env=env)
+    gates = [redact_record(gate, secrets) for gate in gates]  # the judge's prompt shows them
+    judge = None
+    if scenario.evaluation.judge_enabled:
+        on_phase("judge")
+        judge = _judge(matrix, scenario, outcome, transcript, gates, workspace, environ, secrets)
+
+    model = agent.model or transcript.model
+    price = price_for(model, matrix.pricing)
+    result = RunResult(
+        experiment_id=spec.experiment_id,
+        run_id=spec.run_id,
+        tier=spec.tier,
+        scenario=spec.scenario,
+        run_index=spec.run_index,
+        status=_status(outcome, transcript),
+        model=model,
+        started_at=outcome.started_at,
+        ended_at=outcome.ended_at,
+        duration_seconds=max(outcome.ended_at - outcome.started_at, 0.0),
+        exit_code=outcome.exit_code,
+        interaction=interaction,
+        gates=gates,
+        gates_passed=sum(g.passed for g in gates),
+        gates_total=len(gates),
+        judge=judge,
+        transcript_format=transcript.format,
+        transcript_malformed_lines=transcript.malformed_lines
+        + transcript.events_file_malformed_lines,
+        transcript_truncated=outcome.output_truncated,
+        transcript_unfinished=not transcript.finished,
+    )
+    result = _with_tokens_and_cost(result, transcript, price, model)
+    result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets)
+    if scenario.process is not None:
+        result.process = process_metrics(transcript.commands, scenario.process)
+    result.tokens = token_metrics(transcript.components, price)
+    return result
+
+
+def _status(outcome: AgentOutcome, transcript: Transcript) -> RunStatus:
+    if outcome.timed_out:
+        return RunStatus.timeout
+    if not outcome.completed or transcript.agent_reported_error:
+        return RunStatus.agent_error
+    return RunStatus.completed
+
+
+def _judge(
+    matrix: Matrix,
+    scenario: Scenario,
+    outcome: AgentOutcome,
+    transcript: Transcript,
+    gates: Sequence[GateResult],
+    workspace: Path,
+    environ: Mapping[str, str],
+    secrets: Sequence[str],
+) -> JudgeResult:
+    config = matrix.judge
+    scenario_judge = scenario.evaluation.judge
+    assert config is not None and scenario_judge is not None  # validated at load
+    text = render_transcript(transcript, outcome.stdout, config.max_transcript_chars)
+    api_key = environ.get(config.api_key_env) if config.api_key_env else None
+    return judge_run(
+        config,
+        scenario_judge,
+        load_rubric(scenario_judge.rubric),
+        task_prompt=scenario.prompt_text(),
+        transcript_text=redact(text, secrets),
+        gates=gates,
+        changes_summary=redact(summarize_changes(workspace, scenario.workspace), secrets),
+        api_key=api_key,
+        price=price_for(config.model, matrix.pricing),
+    )
+
+
+def _with_tokens_and_cost(
+    result: RunResult, transcript: Transcript, price: ModelPrice | None, model: str | None
+) -> RunResult:
+    calls = formulas.with_cumulative_input(transcript.llm_calls)
+    # Agent CLIs that report their own totals know better than the summed calls
+    # (Claude's per-call output tokens are placeholders).
+    input_tokens = transcript.reported_input_tokens
+    if input_tokens is None:
+        input_tokens = sum(c.input_tokens for c in calls)
+    output_tokens = transcript.reported_output_tokens
+    if output_tokens is None:
+        output_tokens = sum(c.output_tokens for c in calls)
+    cache_read = sum(c.cache_read_tokens for c in calls)
+    cache_write = sum(c.cache_write_tokens for c in calls)
+    cost: float | None
+    unknown = None
+    if price is not None:
+        cost = cost_usd(input_tokens, output_tokens, price, cache_read, cache_write)
+    elif transcript.reported_cost_usd is not None:
+        cost = transcript.reported_cost_usd
+    elif not calls and input_tokens == 0 and output_tokens == 0:
+        cost = 0.0  # no LLM spend recorded: nothing to price
+    else:
+        cost = None
+        unknown = f"no price known for model {model!r}; add it under `pricing:`"
+    return result.model_copy(
+        update={
+            "llm_calls": calls,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_read_tokens": cache_read,
+            "cache_write_tokens": cache_write,
+            "base_context": formulas.base_context(calls),
+            "context_growth_avg": formulas.context_growth_avg(calls),
+            "cost_usd": cost,
+            "cost_unknown_reason": unknown,
+        }
+    )
+
+
+def _with_outcome(
+    result: RunResult,
+    matrix: Matrix,
+    scenario: Scenario,
+    outcome: AgentOutcome,
+    transcript: Transcript,
+    secrets: Sequence[str],
+) -> RunResult:
+    judge = result.judge
+    judge_score = judge.weighted_score if judge is not None else None
+    gates_ok = result.gates_passed == result.gates_total
+    passed = gates_ok and (judge is None or judge.passed)
+    pass_rate = formulas.pass_rate(passed)
+    impl_rate = formulas.impl_rate(judge_score, result.gates_passed, result.gates_total)
+    update: dict[str, object] = {
+        "passed": passed,
+        "pass_rate": pass_rate,
+        "impl_rate": impl_rate,
+        "composite_score": formulas.composite_score(
+            pass_rate, impl_rate, matrix.scoring.pass_weight, matrix.scoring.impl_weight
+        ),
+        "judge_cost_usd": judge.cost_usd if judge is not None else None,
+    }
+    if result.cost_usd is not None:
+        update["cost_of_pass"] = formulas.cost_of_pass(result.cost_usd, pass_rate)
+    if scenario.evaluation.composite is not None:
+        update["layered_composite"] = formulas.layered_composite(
+            result.gates_passed,
+            result.gates_total,
+            judge_score,
+            result.interaction,
+            scenario.evaluation.composite,
+        )
+    reasons = _fail_reasons(result, outcome, transcript, secrets)
+    if judge is not None and judge.error is not None:
+        # The judge never answered: no verdict exists, so this is not a result.
+        update["status"] = RunStatus.infra_error
+        reasons.insert(0, f"judge error: {judge.error}")
+    update["fail_reason"] = "; ".join(reasons) if reasons and not passed else None
+    return result.model_copy(update=update)
+
+
+def _fail_reasons(
+    result: RunResult, outcome: AgentOutcome, transcript: Transcript, secrets: Sequence[str]
+) -> list[str]:
+    reasons: list[str] = []
+    if outcome.timed_out:
+        reasons.append("agent timed out")
+    elif outcome.error:
+        reasons.append(f"agent could not run: {outcome.error}")
+    elif outcome.stopped:
+        reasons.append(f"agent stopped: {outcome.stopped}")
+    elif outcome.exit_code not in (0, None):
+        tail = redact(outcome.stderr.strip()[-300:], secrets)
+        reasons.append(
+            f"agent exited with code {outcome.exit_code}" + (f": {tail}" if tail else "")
+        )
+    if transcript.agent_reported_error:
+        reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
+    failed = [g.name or g.gate_type for g in result.gates if not g.passed]
+    if failed:
+        reasons.append(f"gates failed: {', '.join(failed)}")
+    judge = result.judge
+    if judge is not None and judge.error is None and not judge.passed:
+        reasons.append(f"judge score {judge.weighted_score:.2f} < {judge.pass_threshold:.2f}")
+    return reasons
+
+
+def secret_values(matrix: Matrix, environ: Mapping[str, str]) -> list[str]:
+    """Values of every environment variable the matrix names as secret."""
+    names = set(matrix.secret_env)
+    if matrix.judge is not None and matrix.judge.api_key_env:
+        names.add(matrix.judge.api_key_env)
+    for tier in matrix.tiers:
+        key_env = matrix.agent_for(tier).api_key_env
+        if key_env:
+            names.add(key_env)
+    # Short values would redact ordinary words; real keys are long.
+    return sorted({v for n in names if len(v := environ.get(n, "")) >= 6}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "[REDACTED]")
+    return text
+
+
+def redact_record(record: R, secrets: Sequence[str]) -> R:
+    """The record with the secrets taken out of every string in it, keys included.
+
+    Applied to gate results before the judge sees them and to the RunResult
+    before it leaves the worker: whatever field a command's output or an error
+    ends up in, no secret value is sent or stored.
+    """
+    if not secrets:
+        return record
+    return type(record).model_validate(_redact_json(record.model_dump(mode="json"), secrets))
+
+
+def _redact_json(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [_redact_json(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {redact(k, secrets): _redact_json(v, secrets) for k, v in value.items()}
+    return value

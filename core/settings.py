@@ -1,0 +1,53 @@
+"""Where the broker is: one answer for the CLI and for `celery -A worker.app`.
+
+Order: an explicit URL, then EVALFLEET_BROKER_URL, then the embedded Redis that
+`scheduler` started under ./.evalfleet (while it runs), else None, which the
+CLI takes as "embedded mode" and a bare Celery worker as the local default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+ENV_BROKER = "EVALFLEET_BROKER_URL"
+STATE_DIR = Path(".evalfleet")
+EMBEDDED_STATE = "redis.json"
+LOCAL_DEFAULT = "redis://127.0.0.1:6379/0"
+
+
+def configured_broker(explicit: str | None = None) -> str | None:
+    """The broker the user asked for, or None for embedded mode."""
+    url = explicit or os.environ.get(ENV_BROKER) or None
+    return with_tls_default(url) if url else None
+
+
+def with_tls_default(url: str) -> str:
+    """A rediss:// URL verifies the server's certificate unless it says otherwise.
+
+    Celery's Redis result backend refuses a rediss:// URL without an explicit
+    `ssl_cert_reqs`; the secure choice is the default here, so
+    `rediss://:password@host:6380/0` just works. Add `ssl_ca_certs=/path/ca.pem`
+    for a private CA, or `ssl_cert_reqs=none` to skip verification.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "rediss" or "ssl_cert_reqs" in dict(parse_qsl(parts.query)):
+        return url
+    query = f"{parts.query}&ssl_cert_reqs=required" if parts.query else "ssl_cert_reqs=required"
+    return urlunsplit(parts._replace(query=query))
+
+
+def running_embedded_broker(state_dir: Path = STATE_DIR) -> str | None:
+    """The URL of an embedded Redis started from this folder, if it is still alive."""
+    try:
+        state = json.loads((state_dir / EMBEDDED_STATE).read_text())
+        os.kill(int(state["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(state["url"])
+
+
+def worker_broker() -> str:
+    return configured_broker() or running_embedded_broker() or LOCAL_DEFAULT

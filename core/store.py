@@ -1,0 +1,302 @@
+"""The experiment records in Redis, under DESIGN.md's keys (no TTL on any of them).
+
+``experiments`` zset by created time; ``exp:{id}`` hash (info, matrix, counts,
+status); ``exp:{id}:runs`` run_id -> RunResult JSON; ``exp:{id}:specs`` run_id ->
+RunSpec JSON (what resume re-sends); ``exp:{id}:attempts`` run_id -> deliveries;
+``exp:{id}:leases`` run_id -> "EXPIRY HOLDER" of the runs in progress;
+``exp:{id}:report`` the ExperimentReport JSON.
+
+Lease expiries are on the Redis server's clock (TIME), so the workers' and the
+scheduler's clocks never have to agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from core.config import Matrix
+from core.results import ExperimentInfo, ExperimentReport, ExperimentStatus, RunResult, RunSpec
+
+DEFAULT_PREFIX = "evalfleet:"
+
+# Storing a run and counting it must be one step: a redelivered run that
+# finishes late must neither overwrite the first result nor be counted twice.
+# A delivery whose lease another delivery has taken over stores nothing (its
+# workspace may have been wiped under it); one whose lapsed lease was only
+# marked (expiry 0: sent again, not started) still may. The save ends the lease.
+_SAVE_RUN = """
+if ARGV[5] ~= '' then
+  local lease = redis.call('HGET', KEYS[3], ARGV[1])
+  if lease then
+    local expiry, holder = string.match(lease, '^(%S+) (%S+)$')
+    if holder ~= ARGV[5] and tonumber(expiry) > 0 then return 0 end
+    redis.call('HDEL', KEYS[3], ARGV[1])
+  end
+end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[2], 'done', 1)
+if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], 'passes', 1) end
+if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[2], 'errors', 1) end
+return 1
+"""
+
+# A run's lease: ARGV[4] = 'take' (whoever held it before), or, only while
+# still ours, 'renew' or 'release'.
+_LEASE = """
+if ARGV[4] ~= 'take' then
+  local lease = redis.call('HGET', KEYS[1], ARGV[1])
+  if not lease or string.match(lease, ' (%S+)$') ~= ARGV[2] then return 0 end
+  if ARGV[4] == 'release' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+end
+local now = redis.call('TIME')
+local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
+return 1
+"""
+
+# Expired leases of runs without a result are returned, once (concurrent sweepers
+# each get a different, possibly empty, share) and marked RESENT: the run is in
+# the queue again, which the lease of its next delivery replaces. Expired leases
+# of finished runs leave the table.
+_CLAIM_LOST = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local lost = {}
+local leases = redis.call('HGETALL', KEYS[1])
+for i = 1, #leases, 2 do
+  local run, expiry, holder = leases[i], string.match(leases[i + 1], '^(%S+) (%S+)$')
+  if tonumber(expiry) < now and holder ~= ARGV[1] then
+    if redis.call('HEXISTS', KEYS[2], run) == 1 then
+      redis.call('HDEL', KEYS[1], run)
+    else
+      redis.call('HSET', KEYS[1], run, '0 ' .. ARGV[1])
+      lost[#lost + 1] = run
+    end
+  end
+end
+return lost
+"""
+RESENT = "resent"
+
+
+class ExperimentNotFound(KeyError):
+    def __str__(self) -> str:
+        return f"no experiment {self.args[0]!r} in this store (see `scheduler list`)"
+
+
+class Store:
+    def __init__(self, client: redis.Redis, prefix: str | None = None):
+        # redis-py's response types are unions of every protocol's shapes; the
+        # client always decodes to str here, so treat replies as such.
+        self.redis: Any = client
+        self.prefix = (
+            prefix if prefix is not None else os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
+        )
+        self._save_run = client.register_script(_SAVE_RUN)
+        self._lease = client.register_script(_LEASE)
+        self._claim_lost = client.register_script(_CLAIM_LOST)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str | None = None) -> Store:
+        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+
+    def _key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    # --- experiments ---------------------------------------------------------------
+
+    def create_experiment(
+        self, info: ExperimentInfo, matrix: Matrix, specs: Sequence[RunSpec]
+    ) -> None:
+        key = self._key("exp", info.id)
+        pipe = self.redis.pipeline()
+        pipe.hset(
+            key,
+            mapping={
+                "info": info.model_dump_json(),
+                "matrix": matrix.model_dump_json(),
+                "status": info.status.value,
+                "total": len(specs),
+                "done": 0,
+                "passes": 0,
+                "errors": 0,
+            },
+        )
+        for chunk in _chunks(specs, 1000):
+            pipe.hset(
+                self._key("exp", info.id, "specs"),
+                mapping={s.run_id: s.model_dump_json() for s in chunk},
+            )
+        pipe.zadd(self._key("experiments"), {info.id: info.created_at})
+        pipe.execute()
+
+    def exists(self, exp_id: str) -> bool:
+        return bool(self.redis.exists(self._key("exp", exp_id)))
+
+    def info(self, exp_id: str) -> ExperimentInfo:
+        """The experiment's info with live status and counts."""
+        raw = self.redis.hgetall(self._key("exp", exp_id))
+        if not raw:
+            raise ExperimentNotFound(exp_id)
+        info = ExperimentInfo.model_validate_json(raw["info"])
+        return info.model_copy(
+            update={
+                "status": ExperimentStatus(raw["status"]),
+                "completed_runs": int(raw.get("done", 0)),
+                "passes": int(raw.get("passes", 0)),
+                "errors": int(raw.get("errors", 0)),
+                "finished_at": float(raw["finished_at"]) if raw.get("finished_at") else None,
+            }
+        )
+
+    def matrix(self, exp_id: str) -> Matrix:
+        raw = self.redis.hget(self._key("exp", exp_id), "matrix")
+        if raw is None:
+            raise ExperimentNotFound(exp_id)
+        # Paths were resolved and checked at submit; a worker on another machine
+        # reports a missing file when it uses it, per run.
+        return Matrix.model_validate(json.loads(raw), context={"check_files": False})
+
+    def set_status(
+        self, exp_id: str, status: ExperimentStatus, finished_at: float | None = None
+    ) -> None:
+        mapping: dict[str, Any] = {"status": status.value}
+        if finished_at is not None:
+            mapping["finished_at"] = finished_at
+        self.redis.hset(self._key("exp", exp_id), mapping=mapping)
+
+    def reopen(self, exp_id: str) -> None:
+        """Back to running for a resume; the next aggregation sets finished_at again."""
+        key = self._key("exp", exp_id)
+        self.redis.hset(key, "status", ExperimentStatus.running.value)
+        self.redis.hdel(key, "finished_at")
+
+    def status(self, exp_id: str) -> ExperimentStatus | None:
+        raw = self.redis.hget(self._key("exp", exp_id), "status")
+        return ExperimentStatus(raw) if raw else None
+
+    def list_experiments(self) -> list[ExperimentInfo]:
+        ids = self.redis.zrange(self._key("experiments"), 0, -1)
+        return [self.info(exp_id) for exp_id in ids if self.exists(exp_id)]
+
+    def latest(self) -> str | None:
+        ids = self.redis.zrange(self._key("experiments"), -1, -1)
+        return ids[0] if ids else None
+
+    def active_experiments(self, recent: int = 1000) -> list[str]:
+        """Experiments not yet aggregated (no finished_at), among the `recent` latest."""
+        ids = self.redis.zrange(self._key("experiments"), -recent, -1)
+        pipe = self.redis.pipeline()
+        for exp_id in ids:
+            pipe.hmget(self._key("exp", exp_id), "status", "finished_at")
+        states = pipe.execute()
+        return [
+            i for i, (status, finished) in zip(ids, states, strict=True) if status and not finished
+        ]
+
+    # --- runs ------------------------------------------------------------------------
+
+    def specs(self, exp_id: str) -> list[RunSpec]:
+        raw = self.redis.hvals(self._key("exp", exp_id, "specs"))
+        specs = [RunSpec.model_validate_json(v) for v in raw]
+        return sorted(specs, key=lambda s: (s.tier, s.scenario, s.run_index))
+
+    def pending_specs(self, exp_id: str) -> list[RunSpec]:
+        """Runs without a result and not in progress (in progress: a lease not yet expired)."""
+        skip = set(self.redis.hkeys(self._key("exp", exp_id, "runs"))) | self.live_leases(exp_id)
+        return [s for s in self.specs(exp_id) if s.run_id not in skip]
+
+    def save_run(self, result: RunResult, holder: str = "") -> bool:
+        """Store a final result; False (and nothing changed) when one is already stored,
+        or when `holder` no longer holds the run's lease (another delivery took it over)."""
+        stored = self._save_run(
+            keys=[
+                self._key("exp", result.experiment_id, "runs"),
+                self._key("exp", result.experiment_id),
+                self._key("exp", result.experiment_id, "leases"),
+            ],
+            args=[
+                result.run_id,
+                result.model_dump_json(),
+                "1" if result.passed else "0",
+                "1" if result.is_infra_error else "0",
+                holder,
+            ],
+        )
+        return bool(stored)
+
+    def run(self, exp_id: str, run_id: str) -> RunResult | None:
+        raw = self.redis.hget(self._key("exp", exp_id, "runs"), run_id)
+        return RunResult.model_validate_json(raw) if raw else None
+
+    def runs(self, exp_id: str) -> list[RunResult]:
+        raw = self.redis.hvals(self._key("exp", exp_id, "runs"))
+        runs = [RunResult.model_validate_json(v) for v in raw]
+        return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
+
+    def add_attempt(self, exp_id: str, run_id: str) -> int:
+        """Count one delivery of a run; returns the deliveries so far."""
+        return int(self.redis.hincrby(self._key("exp", exp_id, "attempts"), run_id, 1))
+
+    # --- leases: which runs are in progress, and which were lost -------------------------
+
+    def take_lease(self, exp_id: str, run_id: str, holder: str, seconds: float) -> None:
+        """The run is `holder`'s for `seconds`, whoever held it before."""
+        self._lease(
+            keys=[self._key("exp", exp_id, "leases")], args=[run_id, holder, seconds, "take"]
+        )
+
+    def renew_lease(self, exp_id: str, run_id: str, holder: str, seconds: float) -> bool:
+        """Extend `holder`'s lease; False when it is no longer theirs."""
+        key = self._key("exp", exp_id, "leases")
+        return bool(self._lease(keys=[key], args=[run_id, holder, seconds, "renew"]))
+
+    def give_back_lease(self, exp_id: str, run_id: str, holder: str) -> None:
+        """End `holder`'s lease without a result: the run's message went back to the queue."""
+        key = self._key("exp", exp_id, "leases")
+        self._lease(keys=[key], args=[run_id, holder, 0, "release"])
+
+    def leased_runs(self, exp_id: str) -> set[str]:
+        """Runs with a lease entry: in progress, lost, or sent again after being lost."""
+        return set(self.redis.hkeys(self._key("exp", exp_id, "leases")))
+
+    def live_leases(self, exp_id: str) -> set[str]:
+        """Runs whose lease has not expired: in progress somewhere."""
+        seconds, micros = self.redis.time()
+        now = seconds + micros / 1e6
+        leases = self.redis.hgetall(self._key("exp", exp_id, "leases"))
+        return {run for run, lease in leases.items() if float(lease.split(" ", 1)[0]) >= now}
+
+    def claim_lost_runs(self, exp_id: str) -> list[RunSpec]:
+        """Runs whose lease expired without a result, each handed to one caller only."""
+        run_ids = self._claim_lost(
+            keys=[self._key("exp", exp_id, "leases"), self._key("exp", exp_id, "runs")],
+            args=[RESENT],
+        )
+        if not run_ids:
+            return []
+        raw = self.redis.hmget(self._key("exp", exp_id, "specs"), run_ids)
+        return [RunSpec.model_validate_json(spec) for spec in raw if spec is not None]
+
+    def mark_lost(self, exp_id: str, run_id: str) -> None:
+        """Put a claimed run back as lost (its re-send failed): the next sweep claims it."""
+        self.redis.hset(self._key("exp", exp_id, "leases"), run_id, "0 lost")
+
+    # --- report --------------------------------------------------------------------------
+
+    def save_report(self, report: ExperimentReport) -> None:
+        self.redis.set(self._key("exp", report.experiment.id, "report"), report.model_dump_json())
+
+    def report(self, exp_id: str) -> ExperimentReport | None:
+        raw = self.redis.get(self._key("exp", exp_id, "report"))
+        return ExperimentReport.model_validate_json(raw) if raw else None
+
+
+def _chunks(items: Sequence[RunSpec], size: int) -> Iterable[Sequence[RunSpec]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,82 @@
+"""Agent transcripts: parse any supported format into one `Transcript`, render it for a judge.
+
+Formats (the `agent.transcript` values): events-jsonl, claude-stream-json,
+codex-exec-json, opencode-json, plain. One module per format.
+
+Precedence of the events file ($EVALFLEET_EVENTS), when present and not blank:
+- `events-jsonl` reads ONLY that file. Without it, stdout gets the plain regex
+  fallback (`structured=False`, `exit_codes_approximate=True`).
+- Every other format parses stdout first; then, kind by kind, what the events file
+  has wins: its tool_call events replace the commands (making them structured,
+  exact), its llm_call events the calls, its components and messages likewise.
+  Totals the CLI reported itself (cost, output total, duration, errors, finished)
+  always come from stdout.
+`cumulative_input` is set here, once, for whichever calls won.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import accumulate
+
+from core.results import LLMCallMetrics, Transcript
+from core.transcripts.claude import parse_claude
+from core.transcripts.codex import parse_codex
+from core.transcripts.events import parse_events
+from core.transcripts.opencode import parse_opencode
+from core.transcripts.plain import parse_plain
+from core.transcripts.render import render_transcript
+
+__all__ = ["FORMATS", "parse_transcript", "render_transcript"]
+
+_STDOUT_PARSERS: dict[str, Callable[[str], Transcript]] = {
+    "claude-stream-json": parse_claude,
+    "codex-exec-json": parse_codex,
+    "opencode-json": parse_opencode,
+}
+FORMATS = ("events-jsonl", *_STDOUT_PARSERS, "plain")
+
+
+def parse_transcript(
+    fmt: str,
+    output: str,
+    events_text: str | None = None,
+    command_pattern: str | None = None,
+) -> Transcript:
+    """Normalize an agent's stdout (and its events file, if it wrote one) into a Transcript."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
+    events = parse_events(events_text) if events_text and events_text.strip() else None
+    if fmt == "events-jsonl":
+        if events is not None:
+            transcript = events
+        else:
+            transcript = parse_plain(output, command_pattern).model_copy(update={"format": fmt})
+    else:
+        parse_stdout = _STDOUT_PARSERS.get(fmt)
+        transcript = parse_stdout(output) if parse_stdout else parse_plain(output, command_pattern)
+        if events is not None:
+            transcript = _overlay_events(transcript, events)
+    transcript.llm_calls = _with_cumulative_input(transcript.llm_calls)
+    return transcript
+
+
+def _overlay_events(stdout: Transcript, events: Transcript) -> Transcript:
+    update: dict[str, object] = {
+        "events_file_malformed_lines": events.events_file_malformed_lines,
+        "model": stdout.model or events.model,
+    }
+    if events.commands:
+        update |= {"commands": events.commands, "structured": True, "exit_codes_approximate": False}
+    for kind in ("llm_calls", "components", "messages"):
+        if getattr(events, kind):
+            update[kind] = getattr(events, kind)
+    return stdout.model_copy(update=update)
+
+
+def _with_cumulative_input(calls: list[LLMCallMetrics]) -> list[LLMCallMetrics]:
+    running = accumulate(call.input_tokens for call in calls)
+    return [
+        call.model_copy(update={"cumulative_input": total})
+        for call, total in zip(calls, running, strict=True)
+    ]

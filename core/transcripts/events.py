@@ -1,0 +1,114 @@
+"""events.jsonl: the runner's own transcript contract (DESIGN.md).
+
+    {"type":"llm_call","input_tokens":1200,"output_tokens":80,"latency_ms":900,"tool_calls":1,"model":"m"}
+    {"type":"tool_call","id":"c1","command":"my-tool create --title x"}
+    {"type":"tool_result","id":"c1","exit_code":0}
+    {"type":"component","component":"TOOL_SCHEMA","tokens":5400}
+    {"type":"message","role":"assistant","text":"Created the three notes."}
+
+`llm_call` may also carry `cache_read_tokens` / `cache_write_tokens` (kept apart from
+`input_tokens`, as in LLMCallMetrics). A `tool_result` may come before or after its
+`tool_call`; a missing `exit_code` means unknown. Component names are matched
+case-insensitively against ComponentType; an unknown name makes the line malformed.
+Unknown event types are ignored. Malformed lines (not JSON, no `type`, wrong field
+types) are counted in `events_file_malformed_lines` and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.results import CommandRecord, ComponentTokens, LLMCallMetrics, Transcript
+from core.transcripts.jsonlines import JsonObject, read_json_lines
+
+FORMAT = "events-jsonl"
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def parse_events(text: str) -> Transcript:
+    lines = read_json_lines(text)
+    malformed = lines.malformed
+    calls: list[LLMCallMetrics] = []
+    commands: list[CommandRecord] = []
+    components: list[ComponentTokens] = []
+    messages: list[str] = []
+    exit_codes: dict[str, int | None] = {}
+    for event in lines.objects:
+        kind = event.get("type")
+        try:
+            if kind == "llm_call":
+                calls.append(_llm_call(event))
+            elif kind == "tool_call":
+                commands.append(_tool_call(event))
+            elif kind == "tool_result":
+                exit_codes[_id(event)] = _exit_code(event)
+            elif kind == "component":
+                components.append(_component(event))
+            elif kind == "message":
+                messages.append(f"{_string(event, 'role', 'assistant')}: {_string(event, 'text')}")
+            elif not isinstance(kind, str):
+                raise _Malformed("no event type")
+        except ValueError:  # pydantic's ValidationError is a ValueError too
+            malformed += 1
+    for command in commands:
+        if command.id in exit_codes:
+            command.exit_code = exit_codes[command.id]
+    return Transcript(
+        format=FORMAT,
+        llm_calls=calls,
+        commands=commands,
+        components=components,
+        messages=messages,
+        model=next((call.model for call in calls if call.model), None),
+        events_file_malformed_lines=malformed,
+    )
+
+
+def _llm_call(event: JsonObject) -> LLMCallMetrics:
+    return LLMCallMetrics.model_validate(
+        {
+            "input_tokens": event.get("input_tokens"),
+            "output_tokens": event.get("output_tokens"),
+            "cache_read_tokens": event.get("cache_read_tokens", 0),
+            "cache_write_tokens": event.get("cache_write_tokens", 0),
+            "latency_ms": event.get("latency_ms"),
+            "tool_calls_made": event.get("tool_calls", 0),
+            "model": event.get("model"),
+        }
+    )
+
+
+def _tool_call(event: JsonObject) -> CommandRecord:
+    command = _string(event, "command")
+    return CommandRecord(command=command, id=_id(event) if "id" in event else None)
+
+
+def _exit_code(event: JsonObject) -> int | None:
+    code: Any = event.get("exit_code")
+    if code is None or (isinstance(code, int) and not isinstance(code, bool)):
+        return code
+    raise _Malformed("exit_code must be an integer or null")
+
+
+def _component(event: JsonObject) -> ComponentTokens:
+    name = event.get("component")
+    if isinstance(name, str):
+        name = name.upper()
+    return ComponentTokens.model_validate({"component": name, "tokens": event.get("tokens")})
+
+
+def _id(event: JsonObject) -> str:
+    value = event.get("id")
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return str(value)
+    raise _Malformed("id must be a string or integer")
+
+
+def _string(event: JsonObject, key: str, default: str | None = None) -> str:
+    value = event.get(key, default)
+    if not isinstance(value, str):
+        raise _Malformed(f"{key} must be a string")
+    return value

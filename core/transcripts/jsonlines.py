@@ -1,0 +1,96 @@
+"""Reading JSON-lines output the way agent CLIs really print it.
+
+Agent stdout is not clean JSON lines: stderr may be interleaved, a harness may
+prefix lines (`Stdout: {...}`), the last line may be cut off when the agent is
+killed, and `--output-format json` modes print one object or one array. Every
+parser reads its input through `read_json_lines`, so these rules live once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+
+@dataclass
+class JsonLines:
+    objects: list[JsonObject] = field(default_factory=list)
+    malformed: int = 0
+    other_lines: list[str] = field(default_factory=list)  # non-JSON lines, for the judge's view
+
+
+def read_json_lines(text: str) -> JsonLines:
+    """The JSON objects in `text`, in order; other non-blank lines are counted as malformed.
+
+    A whole document that parses (a pretty-printed object, or an array of messages)
+    is taken as is. Otherwise each line is parsed, retrying from its first `{` so a
+    prefix such as `Stdout: ` is tolerated; arrays on a line contribute their objects.
+    """
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            document = json.loads(stripped)
+        except ValueError:
+            pass
+        else:
+            result = JsonLines()
+            _collect(document, stripped, result)
+            return result
+    result = JsonLines()
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line:
+            _collect(_parse_line(line), line, result)
+    return result
+
+
+def _parse_line(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        start = line.find("{")
+        if start <= 0:
+            return None
+        try:
+            return json.loads(line[start:])
+        except ValueError:
+            return None
+
+
+def _collect(value: Any, line: str, result: JsonLines) -> None:
+    items = value if isinstance(value, list) else [value]
+    objects = [item for item in items if isinstance(item, dict)]
+    result.objects.extend(objects)
+    if not objects or len(objects) < len(items):
+        result.malformed += 1
+        result.other_lines.append(line)
+
+
+def as_object(value: Any) -> JsonObject:
+    """`value` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def count(mapping: Any, key: str) -> int:
+    """A non-negative token count from `mapping[key]`; anything else counts as 0."""
+    value = mapping.get(key) if isinstance(mapping, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return 0
+
+
+def number(mapping: Any, key: str) -> float | None:
+    """`mapping[key]` when it is a real number, else None."""
+    value = mapping.get(key) if isinstance(mapping, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def text(mapping: Any, key: str) -> str | None:
+    """`mapping[key]` when it is a string, else None."""
+    value = mapping.get(key) if isinstance(mapping, dict) else None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,560 @@
+"""`scheduler`: validate, submit, follow and report evalfleet experiments.
+
+With --broker URL (or EVALFLEET_BROKER_URL) every command talks to that shared
+Redis; without, to the embedded Redis of ./.evalfleet, started on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from core.config import Matrix, matrix_json_schema
+from core.loading import ConfigError, load_matrix
+from core.results import ExperimentInfo, ExperimentStatus
+from core.settings import STATE_DIR, configured_broker
+from core.store import ExperimentNotFound, Store
+from scheduler.plan import longest_run_s, new_experiment_id, plan
+from scheduler.render import (
+    COMPARE_FORMATS,
+    FORMATS,
+    SCENARIO_FORMATS,
+    render,
+    render_comparison,
+)
+
+err = Console(stderr=True, highlight=False)
+USAGE_ERROR = 2
+
+broker_option = click.option(
+    "--broker",
+    envvar="EVALFLEET_BROKER_URL",
+    default=None,
+    metavar="URL",
+    help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
+    "else the embedded Redis under ./.evalfleet.",
+)
+
+
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def main() -> None:
+    """Run AI-agent evaluation experiments over a Celery worker fleet.
+
+    \b
+    Examples:
+      scheduler validate examples/matrix.yaml
+      scheduler submit examples/matrix.yaml             # embedded: no servers needed
+      scheduler submit matrix.yaml --broker redis://host:6379/0 --wait
+      scheduler report EXP --format markdown
+    """
+
+
+def _load(path: str) -> Matrix:
+    try:
+        return load_matrix(path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]error:[/red] {problem}", soft_wrap=True)
+        err.print(
+            f"{len(exc.problems)} problem(s); nothing was started. "
+            "`scheduler schema` prints every accepted key."
+        )
+        sys.exit(USAGE_ERROR)
+
+
+@main.command()
+@click.argument("matrix_file", type=click.Path(dir_okay=False))
+def validate(matrix_file: str) -> None:
+    """Check a matrix file and summarize the plan (exit 2 on any problem).
+
+    Example: scheduler validate examples/matrix.yaml
+    """
+    matrix = _load(matrix_file)
+    click.echo(summary(matrix))
+
+
+def summary(matrix: Matrix) -> str:
+    lines = [
+        f"{matrix.name}: {len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
+        f"{matrix.runs_per_tier} runs = {matrix.total_runs()} runs",
+        f"baseline: {matrix.baseline_tier}",
+    ]
+    for tier in matrix.tiers:
+        agent = matrix.agent_for(tier)
+        target = agent.command if agent.kind == "command" else f"openai loop @ {agent.base_url}"
+        extra = f", files: {', '.join(tier.files)}" if tier.files else ""
+        lines.append(
+            f"  tier {tier.id}: {agent.kind} ({target}), model {agent.model or '-'}, "
+            f"timeout {agent.timeout_s:g} s{extra}"
+        )
+    for scenario in matrix.scenarios:
+        gates = ", ".join(g.name or g.type for g in scenario.evaluation.gates) or "none"
+        judge = scenario.evaluation.judge
+        judged = f"judge >= {judge.pass_threshold:g}" if judge and judge.enabled else "no judge"
+        lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
+    if matrix.judge is not None:
+        lines.append(
+            f"judge: {matrix.judge.protocol} {matrix.judge.model} @ {matrix.judge.base_url}"
+        )
+    return "\n".join(lines)
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of matrix.yaml (for editor completion).
+
+    Example: scheduler schema > matrix.schema.json
+    """
+    click.echo(json.dumps(matrix_json_schema(), indent=2))
+
+
+# --- the store: shared broker or embedded -----------------------------------------------
+
+
+@contextlib.contextmanager
+def open_store(broker: str | None, *, create: bool = False) -> Iterator[tuple[Store, str]]:
+    """The store on the configured broker, else the embedded one (started for the block)."""
+    url = configured_broker(broker)
+    if url is not None:
+        store = Store.from_url(url)
+        _ping(store, url)
+        yield store, url
+        return
+    from scheduler.embedded import EmbeddedError, EmbeddedRedis
+
+    if not create and not STATE_DIR.is_dir():
+        fail(
+            "no broker given and no embedded store in this folder (./.evalfleet); "
+            "pass --broker URL or run `scheduler submit` here first"
+        )
+    try:
+        with EmbeddedRedis() as embedded:
+            yield Store.from_url(embedded.url), embedded.url
+    except EmbeddedError as exc:
+        fail(str(exc), 1)
+
+
+def _ping(store: Store, url: str) -> None:
+    import redis
+
+    try:
+        store.redis.ping()
+    except redis.RedisError as exc:
+        fail(f"cannot reach the broker at {_safe(url)}: {exc}", 1)
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url
+
+
+def _experiment(store: Store, exp_id: str | None) -> str:
+    if exp_id is None:
+        latest = store.latest()
+        if latest is None:
+            fail("no experiments yet; start one with `scheduler submit matrix.yaml`")
+        return latest
+    if not store.exists(exp_id):
+        fail(str(ExperimentNotFound(exp_id)))
+    return exp_id
+
+
+# --- submit, follow ------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("matrix_file", type=click.Path(dir_okay=False))
+@broker_option
+@click.option(
+    "--wait", is_flag=True, help="With a shared broker: follow until the report is ready."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--keep-workspaces",
+    is_flag=True,
+    help="Keep each run's folder (under EVALFLEET_WORKDIR, default $TMPDIR/evalfleet) to inspect.",
+)
+def submit(
+    matrix_file: str,
+    broker: str | None,
+    wait: bool,
+    workers: int | None,
+    as_json: bool,
+    fmt: str,
+    keep_workspaces: bool,
+) -> None:
+    """Validate a matrix and run every (tier, scenario, run) of it.
+
+    \b
+    Embedded (no broker): starts a private Redis under ./.evalfleet and local
+    workers, shows progress, prints the report and stops what it started.
+    Shared broker: enqueues, prints the experiment id and returns (--wait follows).
+
+    \b
+    Examples:
+      scheduler submit examples/matrix.yaml --workers 4
+      scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
+    """
+    matrix = _load(matrix_file)
+    _check_visibility(matrix)
+    if keep_workspaces:
+        matrix.keep_workspaces = True
+    if as_json:
+        fmt = "json"
+    embedded = configured_broker(broker) is None
+    from scheduler.dispatch import start
+
+    with open_store(broker, create=True) as (store, url):
+        exp_id = new_experiment_id(matrix)
+        specs = plan(matrix, exp_id)
+        if not embedded:
+            start(store, url, matrix, exp_id, specs)
+            click.echo(exp_id)
+            if wait:
+                _follow_and_print(store, exp_id, fmt)
+            return
+        from scheduler.embedded import LocalWorkers
+
+        concurrency = workers or os.cpu_count() or 1
+        with LocalWorkers(url, concurrency, _queues(matrix)) as local:
+            start(store, url, matrix, exp_id, specs)
+            err.print(f"experiment {exp_id}: {len(specs)} runs on {concurrency} local workers")
+            try:
+                _follow_and_print(store, exp_id, fmt, local)
+            except KeyboardInterrupt:
+                err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")
+                sys.exit(130)
+
+
+def _queues(matrix: Matrix) -> list[str]:
+    from worker.app import DEFAULT_QUEUE
+
+    named = {matrix.queue} | {t.queue for t in matrix.tiers} | {s.queue for s in matrix.scenarios}
+    return [DEFAULT_QUEUE, *sorted(q for q in named if q and q != DEFAULT_QUEUE)]
+
+
+def _check_visibility(matrix: Matrix) -> None:
+    from worker.app import VISIBILITY_TIMEOUT_S
+
+    longest = longest_run_s(matrix, plan(matrix, "check"))
+    if longest >= VISIBILITY_TIMEOUT_S:
+        fail(
+            f"the longest run may take {longest:.0f} s, more than the broker's visibility timeout "
+            f"({VISIBILITY_TIMEOUT_S} s): Redis would hand it to a second worker. Lower "
+            "agent.timeout_s or raise EVALFLEET_VISIBILITY_TIMEOUT on workers and scheduler."
+        )
+
+
+def _follow_and_print(store: Store, exp_id: str, fmt: str, local: Any = None) -> None:
+    from scheduler.follow import WorkersDied, follow
+
+    try:
+        follow(store, exp_id, err, local)
+    except WorkersDied as exc:
+        fail(f"{exc}; the experiment can continue with `scheduler resume {exp_id}`", 1)
+    report = store.report(exp_id)
+    if report is None:
+        fail(f"experiment {exp_id} ended without a report", 1)
+    click.echo(render(report, fmt))
+
+
+# --- reading experiments ---------------------------------------------------------------------
+
+
+@main.command("list")
+@broker_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of experiment records.")
+def list_(broker: str | None, as_json: bool) -> None:
+    """List experiments, oldest first.
+
+    Example: scheduler list --json
+    """
+    with open_store(broker) as (store, _):
+        infos = store.list_experiments()
+    if as_json:
+        click.echo(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
+        return
+    if not infos:
+        click.echo("no experiments yet")
+    for info in infos:
+        click.echo(_status_line(info))
+
+
+def _status_line(info: ExperimentInfo) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
+    return (
+        f"{info.id}  {info.status.value:<9} {info.completed_runs}/{info.total_runs} runs  "
+        f"{info.passes} passed  {info.errors} errors  {when}"
+    )
+
+
+@main.command()
+@click.argument("experiment", required=False)
+@broker_option
+@click.option("--json", "as_json", is_flag=True)
+def status(experiment: str | None, broker: str | None, as_json: bool) -> None:
+    """Progress of an experiment (default: the latest).
+
+    Example: scheduler status notes-guidance-20261122-101500-ab12
+    """
+    with open_store(broker) as (store, _):
+        info = store.info(_experiment(store, experiment))
+    click.echo(info.model_dump_json(indent=2) if as_json else _status_line(info))
+
+
+@main.command()
+@click.argument("experiment", required=False)
+@broker_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--runs", is_flag=True, help="JSON: include every RunResult under `runs`.")
+@click.option(
+    "--scenario",
+    metavar="ID",
+    default=None,
+    help="Table, markdown, html: the view of one scenario, its tiers' interaction metrics "
+    "side by side (the guidance comparison).",
+)
+def report(
+    experiment: str | None, broker: str | None, fmt: str, runs: bool, scenario: str | None
+) -> None:
+    """Print an experiment's report (default: the latest).
+
+    \b
+    Examples:
+      scheduler report EXP --format markdown > report.md
+      scheduler report EXP --format html > report.html
+      scheduler report EXP --scenario create_notes
+      scheduler report EXP --format json --runs > runs.json
+    """
+    if scenario is not None and fmt not in SCENARIO_FORMATS:
+        fail(
+            f"--scenario is a view for --format {', '.join(SCENARIO_FORMATS)}; {fmt} carries "
+            "every scenario already"
+        )
+    with open_store(broker) as (store, _):
+        exp_id = _experiment(store, experiment)
+        result = store.report(exp_id)
+        if result is None:
+            fail(f"experiment {exp_id} has no report yet ({_status_line(store.info(exp_id))})", 1)
+        if runs:
+            result = result.model_copy(update={"runs": store.runs(exp_id)})
+    known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
+    if scenario is not None and scenario not in known:
+        fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
+    click.echo(render(result, fmt, scenario))
+
+
+@main.command()
+@click.argument("experiment_a")
+@click.argument("experiment_b")
+@broker_option
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="Significance level of each test.",
+)
+@click.option(
+    "--fail-on-regression",
+    is_flag=True,
+    help="Exit 1 when a tier of B is significantly worse than in A (a CI gate).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True
+)
+def compare(
+    experiment_a: str,
+    experiment_b: str,
+    broker: str | None,
+    alpha: float,
+    fail_on_regression: bool,
+    fmt: str,
+) -> None:
+    """Compare experiment B against A, per tier and per tier x scenario.
+
+    Deltas of pass rate and median composite score, Fisher's exact test on
+    passes and Mann-Whitney U on composite scores (two-sided, each at
+    --alpha, not corrected for multiple comparisons). A tier regressed when
+    either test finds it significantly worse.
+
+    \b
+    Examples:
+      scheduler compare EXP_BASELINE EXP_CANDIDATE --format markdown
+      scheduler compare EXP_A EXP_B --fail-on-regression --alpha 0.01   # CI gate
+    """
+    from core.comparison import compare_experiments
+
+    with open_store(broker) as (store, _):
+        ids = [_experiment(store, e) for e in (experiment_a, experiment_b)]
+        infos = [store.info(exp_id) for exp_id in ids]
+        runs = [store.runs(exp_id) for exp_id in ids]
+    for info in infos:
+        if info.status != ExperimentStatus.complete:
+            err.print(f"note: {_status_line(info)}: comparing the runs it has")
+    result = compare_experiments(infos[0], runs[0], infos[1], runs[1], alpha)
+    if not result.tiers:
+        fail(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
+    click.echo(render_comparison(result, fmt))
+    if result.regressions:
+        err.print(f"significantly worse in {ids[1]}: {', '.join(result.regressions)}")
+        if fail_on_regression:
+            sys.exit(1)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
+@click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def resume(experiment: str, broker: str | None, workers: int | None, wait: bool, fmt: str) -> None:
+    """Re-send only the runs without a final result, then aggregate.
+
+    Example: scheduler resume notes-guidance-20261122-101500-ab12
+    """
+    from scheduler.dispatch import connect, send
+
+    embedded = configured_broker(broker) is None
+    with open_store(broker) as (store, url):
+        exp_id = _experiment(store, experiment)
+        matrix = store.matrix(exp_id)
+        pending = store.pending_specs(exp_id)
+        store.reopen(exp_id)
+        err.print(f"experiment {exp_id}: re-sending {len(pending)} runs without a result")
+        if not embedded:
+            connect(url)
+            send(matrix, exp_id, pending)
+            if wait:
+                _follow_and_print(store, exp_id, fmt)
+            return
+        from scheduler.embedded import LocalWorkers
+
+        with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
+            connect(url)
+            send(matrix, exp_id, pending)
+            _follow_and_print(store, exp_id, fmt, local)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+def cancel(experiment: str, broker: str | None) -> None:
+    """Cancel an experiment: runs not yet started are recorded as cancelled.
+
+    Example: scheduler cancel notes-guidance-20261122-101500-ab12
+    """
+    with open_store(broker) as (store, _):
+        exp_id = _experiment(store, experiment)
+        store.set_status(exp_id, ExperimentStatus.cancelled)
+    click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
+
+
+@main.command()
+@broker_option
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Runs at once in this worker (default: the CPU count).",
+)
+@click.option(
+    "--queues",
+    "-Q",
+    default=None,
+    help="Comma-separated queues to take runs from (default: EVALFLEET_QUEUE or evalfleet).",
+)
+@click.option(
+    "--until-idle",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Exit 0 once no task has run and the queues have stayed empty this long "
+    "(for CI jobs that should end when the experiment is drained).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="On SIGTERM, running runs may finish this long; then they go back to the queue "
+    "for another worker (default: EVALFLEET_SHUTDOWN_GRACE or 30).",
+)
+@click.option(
+    "--hostname",
+    "-n",
+    default=None,
+    metavar="NAME",
+    help="Celery node name shown in Flower, e.g. ci-3@%h (default: celery@<host>).",
+)
+@click.option("--loglevel", default="INFO", show_default=True)
+def worker(
+    broker: str | None,
+    concurrency: int | None,
+    queues: str | None,
+    until_idle: float | None,
+    grace: float | None,
+    hostname: str | None,
+    loglevel: str,
+) -> None:
+    """Start a Celery worker for evalfleet runs on this machine.
+
+    \b
+    Examples:
+      scheduler worker --broker redis://:pw@broker:6379/0 --concurrency 4
+      scheduler worker --queues evalfleet,gpu
+      scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
+    """
+    from scheduler.embedded import worker_command
+    from worker.app import DEFAULT_QUEUE
+
+    url = configured_broker(broker)
+    if url is None:
+        from core.settings import running_embedded_broker
+
+        url = running_embedded_broker()
+    if url is None:
+        fail("no broker: pass --broker URL or set EVALFLEET_BROKER_URL")
+    command = worker_command(
+        concurrency or os.cpu_count() or 1, (queues or DEFAULT_QUEUE).split(","), hostname, loglevel
+    )
+    if until_idle is not None:
+        command += ["--until-idle", f"{until_idle:g}"]
+    if grace is not None:
+        command += ["--grace", f"{grace:g}"]
+    os.execvpe(command[0], command, {**os.environ, "EVALFLEET_BROKER_URL": url})
+
+
+if __name__ == "__main__":
+    main()

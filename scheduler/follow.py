@@ -1,0 +1,79 @@
+"""Following an experiment until its report exists, with a progress bar on stderr.
+
+The follower also sweeps the experiment every second (worker/recovery.py):
+runs whose worker died are sent again, and the experiment is aggregated once
+every run has a result, even when its chord never fires. A broker that goes
+away for a while (a Redis restart) is waited for, not fatal.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from core.results import ExperimentStatus
+from core.store import Store
+from worker.recovery import BROKER_DOWN, recover
+
+_POLL_S = 0.25
+_SWEEP_S = 1.0
+_DONE = (ExperimentStatus.complete, ExperimentStatus.cancelled)
+
+
+class Workers(Protocol):
+    log_path: object
+
+    def alive(self) -> bool: ...
+
+
+class WorkersDied(RuntimeError):
+    pass
+
+
+def follow(store: Store, exp_id: str, console: Console, workers: Workers | None = None) -> None:
+    """Block until the experiment is complete (or cancelled and aggregated)."""
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("passed {task.fields[passes]}  errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    info = store.info(exp_id)
+    with progress:
+        task = progress.add_task("runs", total=info.total_runs, passes=0, errors=0)
+        swept = time.monotonic()
+        unreachable = False
+        while True:
+            if workers is not None and not workers.alive():
+                raise WorkersDied(f"the local workers exited; see {workers.log_path}")
+            try:
+                info = store.info(exp_id)
+                progress.update(
+                    task, completed=info.completed_runs, passes=info.passes, errors=info.errors
+                )
+                if info.status in _DONE and store.report(exp_id) is not None:
+                    return
+                if time.monotonic() - swept >= _SWEEP_S:
+                    recover(store, exp_id)
+                    swept = time.monotonic()
+                unreachable = False
+            except BROKER_DOWN as exc:
+                if not unreachable:
+                    console.print(f"[yellow]broker unreachable ({exc}); waiting for it[/yellow]")
+                unreachable = True
+            time.sleep(_POLL_S)

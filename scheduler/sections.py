@@ -1,0 +1,444 @@
+"""What a report says, as titled tables of text: markdown, HTML and the terminal lay them out.
+
+One place decides which numbers a reader sees and how they are written, so
+every format says the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from core.analysis import BOOTSTRAP_RESAMPLES, PASS_K
+from core.comparison import ALPHA
+from core.results import (
+    Comparison,
+    ExperimentComparison,
+    ExperimentReport,
+    Interval,
+    Statistics,
+    TierReport,
+)
+
+ALL = "(all)"
+# Columns of per-call context growth in a table; the HTML chart shows every call.
+CONTEXT_CALLS_SHOWN = 10
+
+# The guidance-comparison view (evaluation seed): the interaction metrics a
+# guidance author compares between versions of their AGENTS.md.
+GUIDANCE_METRICS = (
+    ("error rate", "error_rate"),
+    ("help-seeking (--help per run)", "help_invocations"),
+    ("first-try success", "first_try_success_rate"),
+    ("retry rate", "retry_rate"),
+    ("iteration ratio", "iteration_ratio"),
+    ("commands per run", "total_commands"),
+)
+
+# The seed statistics shown per tier and tier x scenario.
+SEED_METRICS = (
+    "pass_rate",
+    "impl_rate",
+    "composite_score",
+    "layered_composite",
+    "cost_usd",
+    "judge_cost_usd",
+    "cost_of_pass_per_run",
+    "duration_seconds",
+    "input_tokens",
+    "output_tokens",
+    "base_context",
+    "context_growth_avg",
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    # The first `label_columns` columns name the row (tier, scenario, metric): left-aligned.
+    label_columns: int = 1
+
+
+# --- formatting ------------------------------------------------------------------------------
+
+
+def num(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}f}"
+
+
+def median_spread(stats: Statistics, digits: int = 3) -> str:
+    if stats.count == 0:
+        return "-"
+    if stats.count == 1:
+        return num(stats.median, digits)
+    return f"{num(stats.median, digits)} (±{num(stats.std_dev, digits)})"
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:+.1f}%"
+
+
+def p_value(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def with_interval(value: float | None, interval: Interval | None) -> str:
+    if value is None:
+        return "-"
+    if interval is None:
+        return num(value)
+    return f"{num(value)} [{num(interval.low)}, {num(interval.high)}]"
+
+
+def signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"
+
+
+def header(report: ExperimentReport) -> str:
+    e = report.experiment
+    return (
+        f"{e.name} ({e.id}): {e.status.value}, {e.completed_runs}/{e.total_runs} runs, "
+        f"{e.passes} passed, {e.errors} infrastructure errors"
+    )
+
+
+def cells(
+    report: ExperimentReport, scenario: str | None = None
+) -> Iterable[tuple[str, str, TierReport]]:
+    """(tier, scenario or ALL, report) for every tier, then its scenarios; with `scenario`,
+    only that scenario of each tier."""
+    for tier_id, tier in report.tiers.items():
+        if scenario is None:
+            yield tier_id, ALL, tier
+        for scenario_id, cell in tier.scenarios.items():
+            if scenario in (None, scenario_id):
+                yield tier_id, scenario_id, cell
+
+
+# --- the report's tables ---------------------------------------------------------------------
+
+SUMMARY_COLUMNS = [
+    "tier",
+    "scenario",
+    "runs",
+    "errors",
+    "passes",
+    "pass rate",
+    "impl rate",
+    "composite",
+    "grade",
+    "cost $ (median)",
+    "cost of pass $",
+    "duration s",
+    "uplift",
+]
+
+
+def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
+    uplift = report.cross_tier.tier_uplift
+    rows = []
+    for tier_id, scope, t in cells(report, scenario):
+        if scope != ALL:
+            up = ""
+        elif tier_id == report.cross_tier.baseline:
+            up = "baseline"
+        else:
+            up = pct(uplift.get(tier_id))
+        rows.append(
+            [
+                tier_id,
+                scope,
+                str(t.runs),
+                str(t.errors),
+                str(t.passes),
+                median_spread(t.pass_rate),
+                median_spread(t.impl_rate),
+                median_spread(t.composite_score),
+                t.grade or "-",
+                num(t.cost_usd.median, 4),
+                num(t.cost_of_pass, 4),
+                num(t.duration_seconds.median, 1),
+                up,
+            ]
+        )
+    return Table("Summary", SUMMARY_COLUMNS, rows, footer(report), label_columns=2)
+
+
+def footer(report: ExperimentReport) -> list[str]:
+    c = report.cross_tier
+    lines = [
+        f"baseline {c.baseline}; pass-rate variance {num(c.pass_rate_variance, 4)}; "
+        f"cost variance {num(c.cost_variance, 6)}; cost delta ${num(c.cost_delta, 4)}"
+    ]
+    if c.uplift_note:
+        lines.append(f"uplift: {c.uplift_note}")
+    approximate = sum(t.approximate_exit_code_runs for t in report.tiers.values())
+    if approximate:
+        lines.append(
+            f"exit codes are approximate for {approximate} runs (plain transcript fallback: "
+            "error rates may be off; write events.jsonl for exact ones)"
+        )
+    unknown = sum(t.cost_unknown_runs for t in report.tiers.values())
+    if unknown:
+        lines.append(
+            f"cost unknown for {unknown} runs (model without a price; add it under `pricing:`)"
+        )
+    return lines
+
+
+def significance(report: ExperimentReport, scenario: str | None = None) -> Table:
+    baseline = report.cross_tier.baseline
+    rows = []
+    for tier_id, scope, t in cells(report, scenario):
+        a = t.analysis
+        vs = a.vs_baseline
+        rows.append(
+            [
+                tier_id,
+                scope,
+                with_interval(t.pass_rate.mean, a.pass_rate_ci),
+                with_interval(t.composite_score.median, a.composite_median_ci),
+                *(_versus(vs) if vs is not None else ["baseline", "", "", "", "", ""]),
+            ]
+        )
+    return Table(
+        f"Confidence and significance against the baseline ({baseline})",
+        [
+            "tier",
+            "scenario",
+            "pass rate [95% CI]",
+            "median composite [95% CI]",
+            "Δ pass rate",
+            "Fisher p",
+            "Δ median composite",
+            "P(superior)",
+            "Mann-Whitney p",
+            "verdict",
+        ],
+        rows,
+        [
+            "pass rate intervals: Wilson score; median composite intervals: percentile "
+            f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, fixed seed)",
+            "Fisher's exact test (two-sided) on passes; Mann-Whitney U (two-sided) on composite "
+            "scores; P(superior): chance a run of the tier scores above a baseline run",
+            f"verdicts at alpha {ALPHA:g} per test, not corrected for multiple comparisons",
+        ],
+        label_columns=2,
+    )
+
+
+def _versus(c: Comparison) -> list[str]:
+    return [
+        signed(c.pass_rate_delta),
+        p_value(c.fisher_p),
+        signed(c.composite_median_delta),
+        num(c.prob_superior),
+        p_value(c.mann_whitney_p),
+        c.verdict.value,
+    ]
+
+
+def pass_at_k(report: ExperimentReport, scenario: str | None = None) -> Table:
+    ks = [
+        k for k in PASS_K if any(k in t.analysis.pass_at_k for _, _, t in cells(report, scenario))
+    ]
+    rows = [
+        [
+            tier_id,
+            scope,
+            *(num(t.analysis.pass_at_k.get(k)) for k in ks),
+            *(num(t.analysis.pass_hat_k.get(k)) for k in ks),
+            ", ".join(t.analysis.flaky_scenarios) or "-",
+        ]
+        for tier_id, scope, t in cells(report, scenario)
+    ]
+    return Table(
+        "pass@k and pass^k",
+        ["tier", "scenario", *(f"pass@{k}" for k in ks), *(f"pass^{k}" for k in ks), "flaky"],
+        rows,
+        [
+            "pass@k = 1 - C(n-c,k)/C(n,k): chance at least one of k runs passes; "
+            "pass^k = C(c,k)/C(n,k): chance all k pass; a tier averages its scenarios",
+            "flaky: scenarios where some runs passed and some failed",
+        ],
+        label_columns=2,
+    )
+
+
+def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
+    tier = report.tiers[tier_id]
+    rows = []
+    for scenario, cell in [(ALL, tier), *tier.scenarios.items()]:
+        for name in SEED_METRICS:
+            stats: Statistics | None = getattr(cell, name)
+            if stats is not None and stats.count:
+                rows.append([scenario, name, *_stat_cells(stats)])
+        for name, stats in cell.process.items():
+            rows.append([scenario, name, *_stat_cells(stats)])
+    return Table(
+        f"Seed metrics: {tier_id} (grade {tier.grade or '-'}, "
+        f"cost of pass ${num(tier.cost_of_pass, 4)})",
+        ["scenario", "metric", "median", "mean", "std_dev", "min", "max", "n"],
+        rows,
+        label_columns=2,
+    )
+
+
+def _stat_cells(s: Statistics) -> list[str]:
+    values = (s.median, s.mean, s.std_dev, s.min, s.max)
+    return [*(num(v, 4) for v in values), str(s.count)]
+
+
+def interaction(report: ExperimentReport, scenario: str | None = None) -> Table:
+    rows = [
+        [tier_id, scope, *(num(_mean(t.interaction.get(key))) for _, key in GUIDANCE_METRICS)]
+        for tier_id, scope, t in cells(report, scenario)
+    ]
+    return Table(
+        "Interaction metrics (mean per run)",
+        ["tier", "scenario", *(label for label, _ in GUIDANCE_METRICS)],
+        rows,
+        label_columns=2,
+    )
+
+
+def guidance(report: ExperimentReport, scenario: str) -> Table:
+    """One scenario, each tier side by side (the evaluation seed's guidance comparison)."""
+    tiers = {tier_id: t.scenarios.get(scenario) for tier_id, t in report.tiers.items()}
+    rows = [
+        ["pass rate", *(num(c.pass_rate.mean) if c else "-" for c in tiers.values())],
+        *(
+            [label, *(num(_mean(c.interaction.get(key))) if c else "-" for c in tiers.values())]
+            for label, key in GUIDANCE_METRICS
+        ),
+        ["runs", *(str(c.runs - c.errors) if c else "0" for c in tiers.values())],
+    ]
+    return Table(
+        f"Guidance comparison: {scenario}",
+        ["metric", *tiers],
+        rows,
+        [
+            "means over each tier's runs of this scenario; lower error rate and help-seeking, "
+            "higher first-try success mean the guidance works"
+        ],
+    )
+
+
+def _mean(stats: Statistics | None) -> float | None:
+    return None if stats is None else stats.mean
+
+
+def context_growth(report: ExperimentReport) -> Table:
+    calls = min(
+        CONTEXT_CALLS_SHOWN, max((len(t.context_by_call) for t in report.tiers.values()), default=0)
+    )
+    rows = [
+        [
+            tier_id,
+            num(t.base_context.median, 0),
+            num(t.context_growth_avg.median, 1),
+            *(
+                num(t.context_by_call[i].mean, 0) if i < len(t.context_by_call) else "-"
+                for i in range(calls)
+            ),
+        ]
+        for tier_id, t in report.tiers.items()
+    ]
+    return Table(
+        "Context growth per LLM call",
+        [
+            "tier",
+            "base context (median)",
+            "growth per call (median)",
+            *(f"call {i + 1}" for i in range(calls)),
+        ],
+        rows,
+        ["call i: mean input tokens of the i-th LLM call over the runs that made it"],
+    )
+
+
+def scenario_tables(report: ExperimentReport, scenario: str) -> list[Table]:
+    """The view of one scenario: its tiers side by side, then its rows of the report."""
+    return [
+        guidance(report, scenario),
+        summary(report, scenario),
+        significance(report, scenario),
+        pass_at_k(report, scenario),
+        interaction(report, scenario),
+    ]
+
+
+def report_tables(report: ExperimentReport) -> list[Table]:
+    """Every table of the full report, in reading order."""
+    scenarios = list(dict.fromkeys(s for t in report.tiers.values() for s in t.scenarios))
+    return [
+        summary(report),
+        significance(report),
+        pass_at_k(report),
+        interaction(report),
+        *(guidance(report, s) for s in scenarios),
+        context_growth(report),
+        *(seed_metrics(report, tier_id) for tier_id in report.tiers),
+    ]
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+
+def comparison(result: ExperimentComparison) -> Table:
+    rows = []
+    for tier_id, c in result.tiers.items():
+        rows.append([tier_id, ALL, *_compared(c)])
+        for scenario, cell in result.scenarios.get(tier_id, {}).items():
+            rows.append([tier_id, scenario, *_compared(cell)])
+    notes = [
+        f"B = {result.experiment.id}, A = {result.reference.id}; deltas are B - A; "
+        f"verdicts at alpha {result.alpha:g} per test (Fisher's exact on passes, "
+        "Mann-Whitney U on composite scores), not corrected for multiple comparisons",
+        "regressions (tiers significantly worse in B): "
+        + (", ".join(result.regressions) or "none"),
+    ]
+    if result.unmatched_tiers:
+        notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
+    return Table(
+        f"{result.experiment.name} ({result.experiment.id}) against "
+        f"{result.reference.name} ({result.reference.id})",
+        [
+            "tier",
+            "scenario",
+            "runs A/B",
+            "pass rate A → B",
+            "Δ pass rate",
+            "Fisher p",
+            "median composite A → B",
+            "Δ median composite",
+            "Mann-Whitney p",
+            "verdict",
+        ],
+        rows,
+        notes,
+        label_columns=2,
+    )
+
+
+def _compared(c: Comparison) -> list[str]:
+    return [
+        f"{c.reference_runs}/{c.runs}",
+        f"{num(c.reference_pass_rate)} → {num(c.pass_rate)}",
+        signed(c.pass_rate_delta),
+        p_value(c.fisher_p),
+        f"{num(c.reference_composite_median)} → {num(c.composite_median)}",
+        signed(c.composite_median_delta),
+        p_value(c.mann_whitney_p),
+        c.verdict.value,
+    ]

@@ -1,0 +1,153 @@
+"""Shared test infrastructure: a real Redis, real Celery workers, real subprocesses.
+
+Tests use their own Redis database (13 by default), a key prefix and a Celery
+queue unique to the session, and delete only their own keys: never FLUSHALL on
+a Redis others share. EVALFLEET_TEST_REDIS_URL picks another server; the value
+"embedded" starts a private redis-server for the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from core.shell import kill_group
+from scheduler.embedded import worker_command
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+# Test modules import this file as `tests.conftest` while pytest loads it as
+# `conftest`: both must agree on the session's names.
+SESSION = os.environ.setdefault("EVALFLEET_TEST_SESSION", uuid.uuid4().hex[:8])
+PREFIX = f"evalfleet-test-{SESSION}:"
+QUEUE = f"evalfleet-test-{SESSION}"
+# The console script of the environment running the tests, wherever it lives.
+SCHEDULER = str(Path(sys.executable).parent / "scheduler")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    wanted = os.environ.get("EVALFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+    if wanted != "embedded":
+        yield wanted
+        _delete_own_keys(wanted)
+        return
+    from scheduler.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(tmp_path_factory.mktemp("redis") / ".evalfleet") as server:
+        yield server.url
+
+
+def _delete_own_keys(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    for pattern in (f"{PREFIX}*", f"*{QUEUE}*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+
+
+@pytest.fixture(scope="session")
+def fleet_env(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment every evalfleet process of a test runs with."""
+    return {
+        **os.environ,
+        "EVALFLEET_BROKER_URL": redis_url,
+        "EVALFLEET_KEY_PREFIX": PREFIX,
+        "EVALFLEET_QUEUE": QUEUE,
+        "EVALFLEET_WORKDIR": str(tmp_path_factory.mktemp("runs")),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+@pytest.fixture
+def store(redis_url: str):  # type: ignore[no-untyped-def]
+    from core.store import Store
+
+    return Store.from_url(redis_url, prefix=PREFIX)
+
+
+class Worker:
+    """A real `celery worker` process on the test queue."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        log: Path,
+        concurrency: int = 2,
+        queues: str = QUEUE,
+        name: str | None = None,
+    ):
+        self.log = log
+        name = f"{name or 'w'}-{uuid.uuid4().hex[:6]}@%h"
+        # The CLI's own worker command; gossip and mingle only slow a test's start.
+        command = [
+            *worker_command(concurrency, queues.split(","), hostname=name),
+            "--without-gossip",
+            "--without-mingle",
+        ]
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                command,
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "ready." in self.log.read_text(errors="replace"):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"worker not ready: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=15)
+        kill_group(self.proc.pid)
+        self.proc.wait()
+
+
+@pytest.fixture
+def start_worker(fleet_env: dict[str, str], tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+    workers: list[Worker] = []
+
+    def start(extra_env: dict[str, str] | None = None, **kwargs: object) -> Worker:
+        env = {**fleet_env, **(extra_env or {})}
+        worker = Worker(env, tmp_path / f"worker{len(workers)}.log", **kwargs)  # type: ignore[arg-type]
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def run_cli(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """The `scheduler` console script, as a user runs it."""
+    return subprocess.run(
+        [SCHEDULER, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,141 @@
+"""Finished experiments written straight into a store, for report and compare tests.
+
+The experiment is planned from a real matrix file, its runs are stored as
+workers store them, and the report comes from the workers' own aggregation
+(worker.tasks.finish_experiment): only the agent runs are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from core import formulas
+from core.loading import load_matrix
+from core.results import (
+    InteractionMetrics,
+    LLMCallMetrics,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
+from core.store import Store
+from scheduler.plan import experiment_info, new_experiment_id, plan
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The runs of one tier x scenario: pass or fail each, and what they looked like."""
+
+    passed: tuple[bool, ...]
+    error_rate: float = 0.0
+    help_invocations: int = 0
+    first_try_success_rate: float = 1.0
+    context: tuple[int, ...] = (1000, 1500, 2000)  # input tokens of each LLM call
+
+
+def impl_rate(passed: bool, index: int) -> float:
+    """Distinct scores (no ties) so rank tests see an order: passes score higher."""
+    return (0.6 if passed else 0.1) + 0.01 * index
+
+
+def seed_experiment(
+    store: Store, folder: Path, cells: dict[tuple[str, str], Cell], name: str = "demo"
+) -> str:
+    """Store a finished experiment with these runs; returns its id."""
+    tiers = list(dict.fromkeys(t for t, _ in cells))
+    scenarios = list(dict.fromkeys(s for _, s in cells))
+    runs = {len(c.passed) for c in cells.values()}
+    assert len(runs) == 1, "every cell needs the same number of runs"
+    folder.mkdir(parents=True, exist_ok=True)
+    matrix_file = folder / f"{len(list(folder.iterdir()))}.yaml"
+    matrix_file.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "runs_per_tier": runs.pop(),
+                "agent": {"kind": "command", "command": "true", "model": "claude-sonnet-4"},
+                "tiers": [{"id": t} for t in tiers],
+                "scenarios": [{"id": s, "prompt": "go"} for s in scenarios],
+            }
+        )
+    )
+    matrix = load_matrix(matrix_file)
+    exp_id = new_experiment_id(matrix)
+    specs = plan(matrix, exp_id)
+    info = experiment_info(matrix, exp_id, len(specs), created_at=1_700_000_000.0)
+    store.create_experiment(info, matrix, specs)
+    for spec in specs:
+        store.save_run(_result(spec, cells[spec.tier, spec.scenario]))
+    from worker.tasks import finish_experiment
+
+    finish_experiment(store, exp_id)
+    return exp_id
+
+
+def _result(spec: RunSpec, cell: Cell) -> RunResult:
+    index = spec.run_index
+    passed = cell.passed[index]
+    pass_rate = formulas.pass_rate(passed)
+    impl = impl_rate(passed, index)
+    calls = formulas.with_cumulative_input(
+        [LLMCallMetrics(input_tokens=tokens, output_tokens=50) for tokens in cell.context]
+    )
+    return RunResult(
+        experiment_id=spec.experiment_id,
+        run_id=spec.run_id,
+        tier=spec.tier,
+        scenario=spec.scenario,
+        run_index=index,
+        status=RunStatus.completed,
+        passed=passed,
+        pass_rate=pass_rate,
+        impl_rate=impl,
+        composite_score=formulas.composite_score(pass_rate, impl, 0.5, 0.5),
+        cost_usd=0.01 + 0.001 * index,
+        duration_seconds=2.0,
+        started_at=1_700_000_000.0 + index,
+        ended_at=1_700_000_002.0 + index,
+        llm_calls=calls,
+        base_context=formulas.base_context(calls),
+        context_growth_avg=formulas.context_growth_avg(calls),
+        interaction=InteractionMetrics(
+            total_commands=4,
+            error_rate=cell.error_rate,
+            help_invocations=cell.help_invocations,
+            first_try_success_rate=cell.first_try_success_rate,
+            completed=True,
+        ),
+    )
+
+
+def command_matrix(
+    folder: Path,
+    command: str,
+    *,
+    runs: int = 1,
+    timeout_s: float = 60,
+    setup: list[str] | None = None,
+    gates: str = "[{type: file_exists, path: out.txt}]",
+    extra: str = "",
+) -> Path:
+    """matrix.yaml of one tier and one scenario whose agent is `command`.
+
+    `extra` is more top-level YAML (say `lease_s: 5`).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "matrix.yaml"
+    path.write_text(f"""
+name: t
+runs_per_tier: {runs}
+agent: {{kind: command, command: {json.dumps(command)}, timeout_s: {timeout_s}}}
+tiers: [{{id: T0}}]
+scenarios:
+  - id: s
+    prompt: go
+    setup: {json.dumps(setup or [])}
+    evaluation: {{gates: {gates}}}
+{extra}
+""")
+    return path

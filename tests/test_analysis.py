@@ -1,0 +1,163 @@
+"""core.analysis and core.comparison: what a report says beyond the seed statistics."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+from scipy import stats
+
+from core.aggregate import aggregate
+from core.analysis import MAX_CALLS_TRACKED, analyse, context_by_call
+from core.comparison import compare_experiments, compare_runs
+from core.config import Scoring
+from core.results import (
+    ExperimentInfo,
+    LLMCallMetrics,
+    RunResult,
+    RunStatus,
+    Verdict,
+)
+
+
+def _run(
+    tier: str,
+    scenario: str,
+    index: int,
+    *,
+    passed: bool,
+    composite: float | None = None,
+    status: RunStatus = RunStatus.completed,
+    calls: tuple[int, ...] = (),
+) -> RunResult:
+    return RunResult(
+        experiment_id="exp",
+        run_id=f"{tier}:{scenario}:{index}",
+        tier=tier,
+        scenario=scenario,
+        run_index=index,
+        status=status,
+        passed=passed,
+        pass_rate=1.0 if passed else 0.0,
+        composite_score=(0.8 if passed else 0.2) + index / 1000 if composite is None else composite,
+        llm_calls=[LLMCallMetrics(input_tokens=t, output_tokens=1) for t in calls],
+    )
+
+
+def _runs(tier: str, scenario: str, passes: int, total: int, **extra: object) -> list[RunResult]:
+    return [_run(tier, scenario, i, passed=i < passes, **extra) for i in range(total)]  # type: ignore[arg-type]
+
+
+def test_intervals_pass_at_k_and_flaky_scenarios_of_a_tier() -> None:
+    runs = _runs("T", "a", 3, 10) + _runs("T", "b", 10, 10) + _runs("T", "c", 0, 4)
+    infra = _run("T", "a", 99, passed=False, status=RunStatus.infra_error)
+    result = analyse([*runs, infra])
+    ci = stats.binomtest(13, 24).proportion_ci(method="wilson")
+    assert result.pass_rate_ci is not None
+    assert (result.pass_rate_ci.low, result.pass_rate_ci.high) == pytest.approx((ci.low, ci.high))
+    assert result.pass_rate_ci.method.startswith("Wilson")
+    # pass@k needs k runs of every scenario: c has only 4.
+    assert sorted(result.pass_at_k) == [1, 3]
+    assert result.pass_at_k[1] == pytest.approx((0.3 + 1.0 + 0.0) / 3)
+    assert result.pass_hat_k[3] == pytest.approx((1 / 120 + 1.0 + 0.0) / 3)
+    assert result.flaky_scenarios == ["a"]
+    assert result.vs_baseline is None
+    assert analyse([infra]).pass_rate_ci is None  # infrastructure errors are not results
+
+
+def test_bootstrap_interval_of_the_median_composite_is_deterministic() -> None:
+    runs = _runs("T", "a", 6, 20)
+    shuffled = random.Random(3).sample(runs, len(runs))
+    first = analyse(runs).composite_median_ci
+    assert first is not None and first == analyse(shuffled).composite_median_ci
+    median = statistics.median(r.composite_score for r in runs)
+    assert first.low < median < first.high
+
+
+def test_compare_runs_against_scipy_and_the_verdicts() -> None:
+    worse = compare_runs(_runs("B", "s", 2, 12), _runs("A", "s", 10, 12), "A")
+    assert worse.fisher_p == pytest.approx(stats.fisher_exact([[2, 10], [10, 2]]).pvalue)
+    composites = [r.composite_score for r in _runs("B", "s", 2, 12)]
+    reference = [r.composite_score for r in _runs("A", "s", 10, 12)]
+    mwu = stats.mannwhitneyu(composites, reference)
+    assert worse.mann_whitney_p == pytest.approx(mwu.pvalue)
+    assert worse.prob_superior == pytest.approx(mwu.statistic / 144)
+    assert worse.verdict is Verdict.worse and worse.pass_rate_delta == pytest.approx(-8 / 12)
+
+    assert (
+        compare_runs(_runs("A", "s", 10, 12), _runs("B", "s", 2, 12), "B").verdict is Verdict.better
+    )
+    same = compare_runs(_runs("A", "s", 5, 10), _runs("B", "s", 5, 10), "B")
+    assert same.verdict is Verdict.no_difference and same.fisher_p == 1.0
+    empty = compare_runs([], _runs("B", "s", 5, 10), "B")
+    assert empty.verdict is Verdict.not_enough_runs and empty.fisher_p is None
+
+
+def test_a_better_pass_rate_with_worse_scores_is_mixed() -> None:
+    # B passes more often, but its runs score lower than the reference's.
+    b = [_run("B", "s", i, passed=i < 6, composite=0.5 if i < 6 else 0.0) for i in range(20)]
+    a = [_run("A", "s", i, passed=False, composite=0.45) for i in range(20)]
+    result = compare_runs(b, a, "A")
+    assert result.fisher_p is not None and result.fisher_p < 0.05
+    assert result.mann_whitney_p is not None and result.mann_whitney_p < 0.05
+    assert result.prob_superior is not None and result.prob_superior < 0.5
+    assert result.verdict is Verdict.mixed
+
+
+def test_compare_experiments_pairs_tiers_and_scenarios_and_names_regressions() -> None:
+    def info(exp_id: str, tiers: list[str]) -> ExperimentInfo:
+        return ExperimentInfo(id=exp_id, name="n", created_at=0.0, tiers=tiers, scenarios=["s"])
+
+    a = _runs("T0", "s", 5, 10) + _runs("T1", "s", 9, 10) + _runs("T9", "s", 1, 10)
+    b = _runs("T0", "s", 5, 10) + _runs("T1", "s", 1, 10) + _runs("T2", "s", 1, 10)
+    result = compare_experiments(info("A", ["T0", "T1", "T9"]), a, info("B", ["T0", "T1", "T2"]), b)
+    assert list(result.tiers) == ["T0", "T1"]
+    assert result.unmatched_tiers == ["T2", "T9"]
+    assert result.regressions == ["T1"]
+    assert result.scenarios["T1"]["s"].verdict is Verdict.worse
+    assert result.tiers["T1"].reference == "A"
+
+
+def test_context_by_call_counts_the_runs_that_made_each_call() -> None:
+    runs = [
+        _run("T", "s", 0, passed=True, calls=(100, 300)),
+        _run("T", "s", 1, passed=True, calls=(200, 400, 900)),
+        _run("T", "s", 2, passed=True, status=RunStatus.infra_error, calls=(5,)),
+    ]
+    by_call = context_by_call(runs)
+    assert [(s.mean, s.count) for s in by_call] == [(150, 2), (350, 2), (900, 1)]
+    long = [_run("T", "s", 0, passed=True, calls=tuple(range(MAX_CALLS_TRACKED + 20)))]
+    assert len(context_by_call(long)) == MAX_CALLS_TRACKED
+
+
+def test_aggregate_tests_each_tier_and_scenario_against_the_baseline() -> None:
+    runs = (
+        _runs("T0", "a", 2, 10)
+        + _runs("T0", "b", 9, 10)
+        + _runs("T1", "a", 9, 10)
+        + _runs("T1", "b", 9, 10)
+    )
+    info = ExperimentInfo(
+        id="exp", name="n", created_at=0.0, tiers=["T0", "T1"], scenarios=["a", "b"]
+    )
+    report = aggregate(info, runs, baseline="T0", scoring=Scoring())
+    assert report.tiers["T0"].analysis.vs_baseline is None
+    assert report.tiers["T0"].scenarios["a"].analysis.vs_baseline is None
+    t1 = report.tiers["T1"]
+    assert t1.analysis.vs_baseline is not None
+    assert t1.analysis.vs_baseline.fisher_p == pytest.approx(
+        stats.fisher_exact([[18, 2], [11, 9]]).pvalue
+    )
+    a = t1.scenarios["a"].analysis.vs_baseline
+    b = t1.scenarios["b"].analysis.vs_baseline
+    assert (
+        a is not None and a.verdict is Verdict.better and (a.passes, a.reference_passes) == (9, 2)
+    )
+    assert b is not None and b.verdict is Verdict.no_difference
+    assert report.tiers["T0"].analysis.flaky_scenarios == ["a", "b"]
+    # Pure and deterministic: any order of the runs, the same report byte for byte.
+    shuffled = aggregate(
+        info, random.Random(5).sample(runs, len(runs)), baseline="T0", scoring=Scoring()
+    )
+    assert shuffled.model_dump_json() == report.model_dump_json()

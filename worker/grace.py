@@ -1,0 +1,120 @@
+"""Leaving cleanly on SIGTERM (a cancelled CI job, `docker stop`, a scale-down).
+
+Celery's warm shutdown already stops taking messages and waits for running
+tasks. This adds a bound: each running run gets `--grace` seconds to finish;
+when that runs out it is handed back. HandBack is raised inside the run, which
+unwinds through the same `finally` blocks as a soft time limit (the agent's
+process group is killed, the workspace removed), stores nothing, and makes the
+task reject its message with requeue: the run goes back to the head of its
+queue and another worker runs it. Its stored result, written once by whoever
+finishes it, is what counts.
+
+The grace period is kept in the pool processes, not the parent, because a
+CI runner or `kill` may deliver SIGTERM to the whole process group, to the
+parent alone, or both: a pool process running a run arms its own timer on the
+first SIGTERM it sees, and the parent forwards SIGTERM to those processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+from celery import bootsteps, signals
+from celery.worker import state
+
+DEFAULT_GRACE_S = float(os.environ.get("EVALFLEET_SHUTDOWN_GRACE", "30"))
+
+
+class HandBack(BaseException):
+    """Raised in a run whose worker is leaving and whose grace period is over.
+
+    A BaseException so that the run's own `except Exception`, which records
+    errors as results, lets it through: a handed-back run has no result.
+    """
+
+
+class _PoolProcess:
+    """This pool process's view: is a run in progress, is the worker leaving."""
+
+    grace_s = DEFAULT_GRACE_S  # set in the parent before the pool forks
+    in_pool = False
+    leaving = False
+    running = False
+
+
+def _arm() -> None:
+    # A zero interval would disarm the timer: hand back at once instead.
+    signal.setitimer(signal.ITIMER_REAL, max(_PoolProcess.grace_s, 0.001))
+
+
+def _on_term(signum: int, frame: FrameType | None) -> None:
+    if not _PoolProcess.leaving:
+        _PoolProcess.leaving = True
+        _arm()
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    if _PoolProcess.running:
+        raise HandBack(f"worker shutting down, {_PoolProcess.grace_s:g} s grace over: handed back")
+
+
+def _mark_pool_process(**_: Any) -> None:
+    _PoolProcess.in_pool = True
+
+
+@contextlib.contextmanager
+def graceful_run() -> Iterator[None]:
+    """Wrap one run: it may end in HandBack once the worker leaves. A no-op outside a pool.
+
+    The handlers live only while a run does: between runs billiard's own SIGTERM
+    handler ends an idle pool process at once, which is what leaving means there.
+    """
+    if not _PoolProcess.in_pool:
+        yield
+        return
+    previous_term = signal.signal(signal.SIGTERM, _on_term)
+    previous_alarm = signal.signal(signal.SIGALRM, _on_alarm)
+    _PoolProcess.running = True
+    if _PoolProcess.leaving:  # told to leave during an earlier run: this one gets the grace
+        _arm()
+    try:
+        yield
+    finally:
+        _PoolProcess.running = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_alarm)
+        signal.signal(signal.SIGTERM, previous_term)
+
+
+class Grace(bootsteps.StartStopStep):
+    """Worker bootstep behind `--grace SECONDS` (default EVALFLEET_SHUTDOWN_GRACE or 30)."""
+
+    label = "grace"
+
+    def __init__(self, worker: Any, grace: float | None = None, **kwargs: Any):
+        super().__init__(worker, **kwargs)
+        if grace is not None:
+            _PoolProcess.grace_s = grace
+        self.worker = worker
+        signals.worker_process_init.connect(_mark_pool_process, weak=False)
+        signals.worker_shutting_down.connect(self._forward, weak=False)
+
+    def _forward(self, **_: Any) -> None:
+        """In the parent's SIGTERM/SIGINT handler: tell the pool processes running a run.
+
+        Idle ones are left to exit with the pool (signalled, they would die and
+        log an error). A run sent to a pool process that has not yet reported
+        starting it has no pid here; then every pool process is told.
+        """
+        pids = {request.worker_pid for request in list(state.reserved_requests)}
+        if None in pids:
+            pool = getattr(self.worker, "pool", None)
+            pids = set(pool.info.get("processes", [])) if pool is not None else set()
+        for pid in pids - {None}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)

@@ -1,0 +1,74 @@
+"""A running run's lease: its proof of life in Redis, renewed while it runs.
+
+A delivery takes the run's lease when it starts and a heartbeat thread renews
+it every third of its duration (`lease_s` in the matrix). A worker that dies
+(SIGKILL, a torn-down CI runner, a lost connection) stops renewing; once the
+lease has expired, whoever follows the experiment sends the run again
+(worker/recovery.py).
+
+Taking a lease always succeeds: the newest delivery of a run wins. An older
+delivery that is somehow still alive stops renewing and, at its save, finds the
+run is no longer its own (Store.save_run), so it cannot count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+
+import redis
+
+from core.results import RunSpec
+from core.store import Store
+from worker.grace import HandBack
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    def __init__(self, store: Store, spec: RunSpec):
+        self.store = store
+        self.spec = spec
+        self.holder = uuid.uuid4().hex  # this delivery
+
+    def take(self, seconds: float) -> None:
+        self.store.take_lease(self.spec.experiment_id, self.spec.run_id, self.holder, seconds)
+
+    @contextlib.contextmanager
+    def held(self, seconds: float) -> Iterator[None]:
+        """Renew the taken lease for the block. The save that ends the run also ends it."""
+        exp_id, run_id = self.spec.experiment_id, self.spec.run_id
+        try:
+            with self._heartbeat(seconds):
+                yield
+        except HandBack:
+            # A leaving worker put the message back in the queue: the queue, not
+            # the lease, holds the run now (an expired lease would send it twice).
+            self.store.give_back_lease(exp_id, run_id, self.holder)
+            raise
+
+    @contextlib.contextmanager
+    def _heartbeat(self, seconds: float) -> Iterator[None]:
+        stop = threading.Event()
+        beat = threading.Thread(
+            target=self._renew, args=(stop, seconds), name="lease-heartbeat", daemon=True
+        )
+        beat.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beat.join()
+
+    def _renew(self, stop: threading.Event, seconds: float) -> None:
+        exp_id, run_id = self.spec.experiment_id, self.spec.run_id
+        while not stop.wait(seconds / 3):
+            try:
+                if not self.store.renew_lease(exp_id, run_id, self.holder, seconds):
+                    log.warning("run %s was taken over by a newer delivery", run_id)
+                    return
+            except redis.RedisError as exc:  # Redis away: keep trying; the lease may lapse
+                log.warning("cannot renew the lease of run %s: %s", run_id, exc)

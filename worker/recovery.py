@@ -1,0 +1,146 @@
+"""Finishing what the fleet lost: lost runs sent again, finished experiments aggregated.
+
+A sweep of one experiment (`recover`) does three things:
+
+- A run whose lease expired without a result is lost: its worker died (SIGKILL,
+  a torn-down CI runner, Redis restarted under it). The store hands each such
+  run to one sweeper only, which sends it again as a plain run task, outside
+  the chord. Idempotency (worker/run.py) makes a late original harmless.
+- A run a worker took from the queue but never started (it died, or lost
+  Redis, in between) has no lease to expire: its message waits in Redis's
+  unacknowledged set for the visibility timeout, hours. Once it has waited
+  longer than a lease, and its run has no lease and no result, the message is
+  put back in its queue, as the visibility timeout would do.
+- An experiment whose every run has a result but which is not aggregated yet
+  is aggregated here. Normally the chord body does that, but a chord waits for
+  every header task, and the header task of a lost run comes back only after
+  the broker's visibility timeout (answering with the stored result) or never.
+  Aggregation is idempotent, so the chord firing later changes nothing.
+
+Who sweeps: whoever follows an experiment (`scheduler submit`, `resume --wait`:
+scheduler/follow.py, every second) and every worker, for all unfinished
+experiments, every EVALFLEET_SWEEP_S seconds (default 10), in a thread of the
+worker's main process (the `Sweeper` bootstep).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from celery import bootsteps
+
+from core.results import RunSpec
+from core.store import Store
+from worker.run import REDIS_DOWN
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = float(os.environ.get("EVALFLEET_SWEEP_S", "10"))
+# Redis away, seen through redis-py or through kombu: wait for it, sweep later.
+BROKER_DOWN = REDIS_DOWN
+
+
+def recover(store: Store, exp_id: str) -> list[str]:
+    """One sweep of one experiment; returns the ids of the runs sent again."""
+    # Imported here: worker.app loads this module before the tasks exist.
+    from worker.tasks import finish_experiment
+
+    lost = store.claim_lost_runs(exp_id)
+    resent = [spec.run_id for spec in lost if _send_again(store, spec)]
+    resent += _requeue_never_started(store, exp_id, store.matrix(exp_id).lease_s)
+    info = store.info(exp_id)
+    if info.finished_at is None and info.completed_runs >= info.total_runs:
+        finish_experiment(store, exp_id)
+    return resent
+
+
+def _send_again(store: Store, spec: RunSpec) -> bool:
+    from scheduler.dispatch import run_signature  # the one place a run's task options live
+
+    try:
+        run_signature(store.matrix(spec.experiment_id), spec).apply_async()
+    except Exception as exc:  # the broker went away between the claim and the send
+        log.warning("could not send lost run %s again (%s); next sweep retries", spec.run_id, exc)
+        store.mark_lost(spec.experiment_id, spec.run_id)
+        return False
+    log.warning("run %s lost its worker (its lease expired): sent again", spec.run_id)
+    return True
+
+
+def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[str]:
+    """Messages of this experiment's runs taken from the queue more than a lease ago
+    by a worker that never started them: back to their queue."""
+    from worker.app import app
+
+    with app.pool.acquire(block=True) as conn:  # a pooled connection: sweeps are frequent
+        channel = conn.default_channel
+        client = channel.client
+        # kombu's Redis transport records when each message was handed out.
+        tags = client.zrangebyscore(channel.unacked_index_key, 0, time.time() - lease_s)
+        if not tags:
+            return []
+        leased = store.leased_runs(exp_id)
+        requeued = []
+        for tag, raw in zip(tags, client.hmget(channel.unacked_key, tags), strict=True):
+            spec = _run_spec(raw)
+            if spec is None or spec.experiment_id != exp_id or spec.run_id in leased:
+                continue
+            if store.run(exp_id, spec.run_id) is None:
+                channel.qos.restore_by_tag(tag, client)  # a transaction: once, whoever races
+                log.warning("run %s was taken but never started: back in its queue", spec.run_id)
+                requeued.append(spec.run_id)
+    return requeued
+
+
+def _run_spec(raw: bytes | None) -> RunSpec | None:
+    """The RunSpec of an unacknowledged `evalfleet.run` message (JSON only), else None."""
+    try:
+        message = json.loads(raw or b"null")[0]
+        if message["headers"]["task"] != "evalfleet.run" or message["content-type"] != (
+            "application/json"
+        ):
+            return None
+        args = json.loads(base64.b64decode(message["body"]))[0]
+        return RunSpec.model_validate(args[0])
+    except (ValueError, KeyError, IndexError, TypeError):  # not a run message of ours
+        return None
+
+
+def recover_all(store: Store) -> None:
+    for exp_id in store.active_experiments():
+        try:
+            recover(store, exp_id)
+        except BROKER_DOWN:
+            raise
+        except Exception:  # one broken experiment must not stop the others' recovery
+            log.exception("recovery of experiment %s failed", exp_id)
+
+
+class Sweeper(bootsteps.StartStopStep):
+    """Worker bootstep: `recover_all` every SWEEP_INTERVAL_S in a daemon thread."""
+
+    label = "sweeper"
+
+    def __init__(self, worker: Any, **kwargs: Any):
+        super().__init__(worker, **kwargs)
+        self.stop_event = threading.Event()
+
+    def start(self, worker: Any) -> None:
+        store = Store.from_url(str(worker.app.conf.broker_url))
+        threading.Thread(target=self._loop, args=(store,), name="sweeper", daemon=True).start()
+
+    def stop(self, worker: Any) -> None:
+        self.stop_event.set()
+
+    def _loop(self, store: Store) -> None:
+        while not self.stop_event.wait(SWEEP_INTERVAL_S):
+            try:
+                recover_all(store)
+            except BROKER_DOWN as exc:
+                log.warning("recovery sweep skipped, Redis unreachable: %s", exc)

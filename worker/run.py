@@ -1,0 +1,198 @@
+"""One run, start to finish, as a worker executes it. Never raises.
+
+Idempotent by run_id: a stored final result is returned, not re-run, so a
+redelivered message (worker killed, runner cancelled) cannot count twice.
+Deliveries are counted in Redis and capped. While a delivery runs it holds the
+run's lease (worker/lease.py), so a run whose worker died is sent again
+within minutes (worker/recovery.py). Secrets are taken out of the result
+before it is stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import string
+import time
+import traceback
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+from kombu.exceptions import OperationalError
+
+from core.config import Matrix
+from core.evaluate import evaluate_run, redact, redact_record, secret_values
+from core.results import AgentOutcome, ExperimentStatus, RunResult, RunSpec, RunStatus
+from core.store import Store
+from worker.agents.command import run_command_agent
+from worker.agents.openai_agent import run_openai_agent
+from worker.lease import Lease
+from worker.workspace import RunDir, SetupError, prepare, run_setup
+
+Phase = Callable[[str], None]
+
+# Redis away (a restart), seen through redis-py or through kombu: its calls are
+# tried again for about 30 s.
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, OperationalError)
+_RETRY_WAITS_S = (1, 2, 4, 8, 15)
+T = TypeVar("T")
+
+
+def execute(spec: RunSpec, store: Store, on_phase: Phase = lambda phase: None) -> RunResult:
+    """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
+    result is recorded; the run's message or its lease brings it back."""
+    stored = _patiently(lambda: store.run(spec.experiment_id, spec.run_id))
+    if stored is not None:
+        return stored
+    started = time.time()
+    attempts = _patiently(lambda: store.add_attempt(spec.experiment_id, spec.run_id))
+    lease = Lease(store, spec)
+    secrets: list[str] = []
+    try:
+        matrix = _matrix(store, spec.experiment_id)
+        secrets = secret_values(matrix, os.environ)
+        # Patient here too: a run that neither holds a lease nor keeps its
+        # message (a reject cannot requeue while Redis is away) would be lost.
+        _patiently(lambda: lease.take(matrix.lease_s))
+        with lease.held(matrix.lease_s):
+            result = _attempt(spec, matrix, store, attempts, started, on_phase)
+    except REDIS_DOWN:
+        raise
+    except SoftTimeLimitExceeded:
+        result = error_result(
+            spec, "run exceeded its time limit (setup + agent + gates + judge)", attempts, started
+        )
+    except Exception as exc:  # the chord must fire whatever happens: record, don't raise
+        result = error_result(spec, f"internal error: {exc!r}", attempts, started)
+        result.fail_reason = f"{result.fail_reason}\n{traceback.format_exc(limit=5)}"
+    result = redact_record(result, secrets)
+    # A finished run's work is worth keeping through a Redis restart.
+    _patiently(lambda: store.save_run(result, holder=lease.holder))
+    # A late duplicate loses the HSETNX race; report what is actually stored.
+    return store.run(spec.experiment_id, spec.run_id) or result
+
+
+@functools.lru_cache(maxsize=32)
+def _matrix(store: Store, experiment_id: str) -> Matrix:
+    """A submitted matrix never changes: validate it once per worker process, not per run."""
+    return _patiently(lambda: store.matrix(experiment_id))
+
+
+def _patiently(call: Callable[[], T]) -> T:
+    """A Redis call, tried again while Redis is away for up to about 30 s."""
+    for wait_s in _RETRY_WAITS_S:
+        try:
+            return call()
+        except REDIS_DOWN:
+            time.sleep(wait_s)
+    return call()
+
+
+def _attempt(
+    spec: RunSpec, matrix: Matrix, store: Store, attempts: int, started: float, on_phase: Phase
+) -> RunResult:
+    if _patiently(lambda: store.status(spec.experiment_id)) == ExperimentStatus.cancelled:
+        return error_result(spec, "experiment cancelled before this run started", attempts, started)
+    if attempts > matrix.max_attempts:
+        return error_result(
+            spec,
+            f"gave up after {attempts - 1} deliveries: each ended without a result "
+            "(the run killed its worker or the worker was lost)",
+            attempts,
+            started,
+        )
+    return _run(spec, matrix, on_phase, started).model_copy(update={"attempts": attempts})
+
+
+def _run(spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float) -> RunResult:
+    tier = matrix.tier(spec.tier)
+    scenario = matrix.scenario(spec.scenario)
+    prompt = scenario.prompt_text()
+    on_phase("setup")
+    try:
+        run_dir = prepare(spec.run_id, tier, scenario, prompt)
+    except SetupError as exc:
+        return error_result(spec, str(exc), 1, started)
+    try:
+        env = agent_env(spec, matrix, run_dir, prompt)
+        try:
+            run_setup(run_dir, scenario, env)
+            on_phase("agent")
+            outcome = _run_agent(matrix, spec, run_dir, prompt, env)
+        except SetupError as exc:  # setup commands, or the agent's sandbox
+            return error_result(spec, str(exc), 1, started)
+        secrets = secret_values(matrix, os.environ)
+        outcome = outcome.model_copy(
+            update={
+                "stdout": redact(outcome.stdout, secrets),
+                "stderr": redact(outcome.stderr, secrets),
+            }
+        )
+        result = evaluate_run(
+            spec,
+            matrix,
+            run_dir.workspace,
+            outcome,
+            events_text=run_dir.events_text(),
+            env=env,
+            on_phase=on_phase,
+        )
+        result.worker = socket.gethostname()
+        return result
+    finally:
+        if not matrix.keep_workspaces:
+            run_dir.remove()
+
+
+def _run_agent(
+    matrix: Matrix, spec: RunSpec, run_dir: RunDir, prompt: str, env: dict[str, str]
+) -> AgentOutcome:
+    agent = matrix.agent_for(matrix.tier(spec.tier))
+    if agent.kind == "openai":
+        api_key = os.environ.get(agent.api_key_env) if agent.api_key_env else None
+        return run_openai_agent(agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key)
+    return run_command_agent(agent, run_dir, env)
+
+
+def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:
+    """DESIGN.md's agent environment: the worker's, minus the broker URL, plus the run's."""
+    agent = matrix.agent_for(matrix.tier(spec.tier))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALFLEET_")}
+    env.update(
+        {
+            "EVALFLEET_MATRIX_DIR": str(matrix.base_dir or ""),
+            "PROMPT": prompt,
+            "PROMPT_FILE": str(run_dir.prompt_file),
+            "EVALFLEET_RUN_ID": spec.run_id,
+            "EVALFLEET_TIER": spec.tier,
+            "EVALFLEET_SCENARIO": spec.scenario,
+            "EVALFLEET_RUN_INDEX": str(spec.run_index),
+            "EVALFLEET_EVENTS": str(run_dir.events_file),
+            "EVALFLEET_MODEL": agent.model or "",
+        }
+    )
+    # Tier env may build on the worker's: PATH: "${EVALFLEET_MATRIX_DIR}/bin:${PATH}".
+    env.update({k: string.Template(v).safe_substitute(env) for k, v in agent.env.items()})
+    return env
+
+
+def error_result(spec: RunSpec, reason: str, attempts: int, started: float) -> RunResult:
+    """An infrastructure error: counted in `errors`, kept out of the statistics."""
+    now = time.time()
+    return RunResult(
+        experiment_id=spec.experiment_id,
+        run_id=spec.run_id,
+        tier=spec.tier,
+        scenario=spec.scenario,
+        run_index=spec.run_index,
+        status=RunStatus.infra_error,
+        fail_reason=reason,
+        attempts=attempts,
+        worker=socket.gethostname(),
+        started_at=started,
+        ended_at=now,
+        duration_seconds=now - started,
+    )

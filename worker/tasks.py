@@ -1,0 +1,106 @@
+"""Celery tasks: a thin shell over worker.run and core.aggregate.
+
+`evalfleet.run` is a chord header task: it must never raise (a failed header
+kills the chord), so every outcome, a soft time limit included, becomes a
+stored RunResult and the task returns a small summary. The exceptions are a
+run handed back by a leaving worker (worker/grace.py) and a run that Redis left
+(a restart longer than worker/run.py waits): the message is rejected with
+requeue, which neither fails nor counts toward the chord.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from functools import cache
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Reject
+
+from core.aggregate import aggregate
+from core.results import ExperimentStatus, RunResult, RunSpec
+from core.store import Store
+from worker.app import app
+from worker.grace import HandBack, graceful_run
+from worker.run import REDIS_DOWN, execute
+
+
+@cache
+def store() -> Store:
+    return Store.from_url(str(app.conf.broker_url))
+
+
+def summary(result: RunResult) -> dict[str, Any]:
+    # Shown as the task's result in Flower: enough to find the experiment.
+    return {
+        "experiment_id": result.experiment_id,
+        "run_id": result.run_id,
+        "status": result.status.value,
+        "passed": result.passed,
+        "attempts": result.attempts,
+    }
+
+
+@app.task(bind=True, name="evalfleet.run")
+def run(self: Task, spec: dict[str, Any]) -> dict[str, Any]:
+    run_spec = RunSpec.model_validate(spec)
+
+    def on_phase(phase: str) -> None:
+        # A `task-<phase>` event: Flower shows it as the run's state (SETUP,
+        # AGENT, GATES, JUDGE). Not update_state: that would leave a result key
+        # per run in Redis, which run tasks avoid (they ignore their result).
+        # Best effort: a run must not fail because Redis blinked while it
+        # reported its phase to Flower.
+        with contextlib.suppress(*REDIS_DOWN):
+            self.send_event(
+                f"task-{phase}", experiment_id=run_spec.experiment_id, run_id=run_spec.run_id
+            )
+
+    try:
+        with graceful_run():
+            result = execute(run_spec, store(), on_phase)
+    except HandBack as exc:
+        raise Reject(str(exc), requeue=True) from None
+    except REDIS_DOWN as exc:
+        # Not the run's fault and not acknowledged: the message goes back to the
+        # queue (or, Redis still away, the broker redelivers it); the lease, if
+        # taken, expires and the run is sent again sooner.
+        raise Reject(f"Redis unreachable: {exc}", requeue=True) from None
+    return summary(result)
+
+
+@app.task(name="evalfleet.aggregate")
+def aggregate_experiment(_results: list[Any] | None, experiment_id: str) -> dict[str, Any]:
+    """Chord body (worker/recovery.py calls finish_experiment too, for lost runs' experiments)."""
+    return finish_experiment(store(), experiment_id)
+
+
+def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
+    """The report from every stored RunResult, once each run has one.
+
+    Idempotent: same runs, same report. Until the last result is in there is
+    nothing to do: a chord can fire early (a superseded delivery answered for a
+    run another delivery holds), and the recovery sweep finishes it later.
+    """
+    matrix = db.matrix(experiment_id)
+    info = db.info(experiment_id)
+    if info.completed_runs < info.total_runs:
+        return {"experiment_id": experiment_id, "status": "waiting for runs"}
+    if info.status != ExperimentStatus.cancelled:
+        info = info.model_copy(update={"status": ExperimentStatus.complete})
+    runs = db.runs(experiment_id)
+    # The first aggregation fixes finished_at, so re-running it changes nothing.
+    finished = info.finished_at or max((r.ended_at or 0.0 for r in runs), default=time.time())
+    info = info.model_copy(update={"finished_at": finished})
+    report = aggregate(
+        info,
+        runs,
+        baseline=matrix.baseline_tier,
+        scoring=matrix.scoring,
+        tier_order=[t.id for t in matrix.tiers],
+        scenario_order=[s.id for s in matrix.scenarios],
+    )
+    db.save_report(report)
+    db.set_status(experiment_id, info.status, finished_at=finished)
+    return {"experiment_id": experiment_id, "status": info.status.value}
