@@ -79,7 +79,11 @@ def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
     assert run.status == RunStatus.completed
     assert run.gates_total == 5 and len(run.llm_calls) >= 2
     assert run.llm_calls[-1].cumulative_input == sum(c.input_tokens for c in run.llm_calls)
-    assert run.interaction.source == "events" and run.interaction.total_commands >= 4
+    assert run.interaction.source == "events"
+    # The stand-in agent makes one LLM call per command plus a closing one; its
+    # command count varies with the (random) experiment id, this relation does not.
+    for each in store.runs(exp_id):
+        assert len(each.llm_calls) == each.interaction.total_commands + 1 >= 3, each.run_id
     assert run.cost_usd is not None and run.cost_usd > 0
 
     # Reading it back: report with every run, list, status.
