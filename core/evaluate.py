@@ -48,11 +48,15 @@ def evaluate_run(
     env: Mapping[str, str] | None = None,
     environ: Mapping[str, str] = os.environ,
     on_phase: Phase = lambda phase: None,
+    secrets: list[str] | None = None,
 ) -> RunResult:
+    """`secrets`: the values to redact, when the caller has them already
+    (default: secret_values(matrix, environ))."""
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
     scenario = matrix.scenario(spec.scenario)
-    secrets = secret_values(matrix, environ)
+    if secrets is None:
+        secrets = secret_values(matrix, environ)
 
     transcript = parse_transcript(
         agent.transcript, outcome.stdout, events_text, scenario.target.command_pattern

@@ -16,16 +16,15 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 DEFAULT_MAX_BYTES = 1_000_000
 WATCH_INTERVAL_S = 0.5
 _KILL_GRACE_S = 2.0
+_EXIT_POLL_S = 0.05
 
 # Asked while the command runs: a reason to stop it, or None to let it go on.
 Watch = Callable[[], str | None]
@@ -81,18 +80,25 @@ class HeadTail:
         return head + tail
 
 
-class _BoundedReader(threading.Thread):
-    """Drains a pipe into a HeadTail, so the writer never blocks on a full pipe."""
+class _Output:
+    """The command's stdout and stderr, drained as they come (so the command never
+    blocks on a full pipe) into HeadTails."""
 
-    def __init__(self, pipe: IO[bytes], limit: int):
-        super().__init__(daemon=True)
-        self.pipe = pipe
-        self.kept = HeadTail(limit)
+    def __init__(self, proc: subprocess.Popen[bytes], limit: int):
+        assert proc.stdout is not None and proc.stderr is not None
+        self.stdout, self.stderr = HeadTail(limit), HeadTail(limit)
+        self.open = {proc.stdout.fileno(): self.stdout, proc.stderr.fileno(): self.stderr}
 
-    def run(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while chunk := self.pipe.read1(65536):  # type: ignore[attr-defined]
-                self.kept.add(chunk)
+    def read(self, fd: int) -> None:
+        """One read from a ready pipe; at its end the pipe is no longer open."""
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if chunk:
+            self.open[fd].add(chunk)
+        else:
+            del self.open[fd]
 
 
 def run_shell(
@@ -122,77 +128,82 @@ def run_shell(
         )
     except OSError as exc:
         return ShellResult(None, "", "", False, time.monotonic() - start, error=str(exc))
-    readers = [_BoundedReader(p, max_output_bytes) for p in (proc.stdout, proc.stderr) if p]
-    for reader in readers:
-        reader.start()
+    output = _Output(proc, max_output_bytes)
     timed_out, stopped = False, None
-    try:
-        timed_out, stopped = _wait(proc, timeout_s, watch)
-    finally:
-        # Kill the group whether or not the leader exited (and on a Celery soft
-        # time limit raised mid-wait): a background child left behind would
-        # keep the pipes open and outlive the run.
-        kill_group(proc.pid)
-        proc.wait()
-    for reader in readers:
-        reader.join(timeout=_KILL_GRACE_S)
-    out, err = readers[0].kept, readers[1].kept
+    with proc.stdout, proc.stderr:  # type: ignore[union-attr]
+        try:
+            timed_out, stopped = _supervise(proc, output, timeout_s, watch)
+        finally:
+            # Kill the group whether or not the leader exited (and on a Celery soft
+            # time limit raised mid-wait): a background child left behind would
+            # keep the pipes open and outlive the run.
+            kill_group(proc.pid)
+            proc.wait()
+        _drain(output, time.monotonic() + _KILL_GRACE_S)
     return ShellResult(
         exit_code=None if timed_out or stopped else proc.returncode,
-        stdout=out.text(),
-        stderr=err.text(),
+        stdout=output.stdout.text(),
+        stderr=output.stderr.text(),
         timed_out=timed_out,
         duration_s=time.monotonic() - start,
-        truncated=out.truncated or err.truncated,
+        truncated=output.stdout.truncated or output.stderr.truncated,
         stopped=stopped,
     )
 
 
-def _wait(
-    proc: subprocess.Popen[bytes], timeout_s: float, watch: Watch | None
+def _supervise(
+    proc: subprocess.Popen[bytes], output: _Output, timeout_s: float, watch: Watch | None
 ) -> tuple[bool, str | None]:
-    """Until the command exits: (timed out, why `watch` stopped it)."""
-    deadline = time.monotonic() + timeout_s
-    with _exit_waiter(proc) as exited:
-        while (left := deadline - time.monotonic()) > 0:
-            if exited(left if watch is None else min(left, WATCH_INTERVAL_S)):
-                return False, None
-            if watch is not None and (reason := watch()):
-                return False, reason
-    return True, None
+    """Read the output until the command exits: (timed out, why `watch` stopped it).
 
-
-@contextlib.contextmanager
-def _exit_waiter(proc: subprocess.Popen[bytes]) -> Iterator[Callable[[float], bool]]:
-    """A wait(timeout) -> exited? that the kernel wakes at the exit.
-
-    Popen.wait(timeout) polls with sleeps of up to 50 ms, which a run pays on
-    every command; a pidfd becomes readable the moment the process exits.
+    One thread waits on both pipes and on the exit at once: a pidfd becomes
+    readable the moment the process exits (Linux >= 5.3); elsewhere the exit is
+    polled every _EXIT_POLL_S.
     """
+    now = time.monotonic()
+    deadline, next_watch = now + timeout_s, now + WATCH_INTERVAL_S
+    poller = select.poll()
+    for fd in output.open:
+        poller.register(fd, select.POLLIN)
+    pidfd = _pidfd(proc.pid)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
     try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # not Linux >= 5.3: fall back to polling
-
-        def polled(timeout: float) -> bool:
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-
-        yield polled
-        return
-
-    def woken(timeout: float) -> bool:
-        if not select.select([pidfd], [], [], timeout)[0]:
-            return False
-        proc.wait()
-        return True
-
-    try:
-        yield woken
+        while (now := time.monotonic()) < deadline:
+            wake = min(deadline, next_watch) if watch is not None else deadline
+            if pidfd is None:
+                wake = min(wake, now + _EXIT_POLL_S)
+            for fd, _ in poller.poll(max(wake - now, 0) * 1000):
+                if fd in output.open:
+                    output.read(fd)
+                    if fd not in output.open:
+                        poller.unregister(fd)
+            if proc.poll() is not None:
+                return False, None
+            if watch is not None and time.monotonic() >= next_watch:
+                if reason := watch():
+                    return False, reason
+                next_watch = time.monotonic() + WATCH_INTERVAL_S
+        return True, None
     finally:
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _drain(output: _Output, deadline: float) -> None:
+    """What the killed group left in the pipes; bounded, since a process that
+    escaped the group could hold a pipe open forever."""
+    while output.open and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select(list(output.open), [], [], left)
+        for fd in ready:
+            output.read(fd)
 
 
 def kill_group(pgid: int) -> None:

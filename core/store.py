@@ -4,7 +4,8 @@
 status); ``exp:{id}:runs`` run_id -> RunResult JSON; ``exp:{id}:specs`` run_id ->
 RunSpec JSON (what resume re-sends); ``exp:{id}:attempts`` run_id -> deliveries;
 ``exp:{id}:leases`` run_id -> "EXPIRY HOLDER" of the runs in progress;
-``exp:{id}:report`` the ExperimentReport JSON.
+``exp:{id}:unaccounted`` run_id -> when a sweep first found the run nowhere
+(worker/recovery.py); ``exp:{id}:report`` the ExperimentReport JSON.
 
 Lease expiries are on the Redis server's clock (TIME), so the workers' and the
 scheduler's clocks never have to agree.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -45,6 +47,14 @@ if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[2], 'errors', 1) end
 return 1
 """
 
+# Taking a lease: ARGV[1] run, ARGV[2] holder, ARGV[3] seconds, in the hash named
+# by the script's lease key.
+_TAKE = """
+local now = redis.call('TIME')
+local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[3])
+redis.call('HSET', {leases}, ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
+"""
+
 # A run's lease: ARGV[4] = 'take' (whoever held it before), or, only while
 # still ours, 'renew' or 'release'.
 _LEASE = """
@@ -53,10 +63,19 @@ if ARGV[4] ~= 'take' then
   if not lease or string.match(lease, ' (%S+)$') ~= ARGV[2] then return 0 end
   if ARGV[4] == 'release' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
 end
-local now = redis.call('TIME')
-local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
+{take}
 return 1
+"""
+
+# A delivery's first step, in one round trip: the stored result if the run has
+# one (then nothing else happens), else count the delivery, take the lease
+# (ARGV[2] holder, ARGV[3] seconds) and return {'', attempts, experiment status}.
+_BEGIN_DELIVERY = """
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if stored then return {{stored}} end
+local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+{take}
+return {{'', attempts, redis.call('HGET', KEYS[4], 'status') or ''}}
 """
 
 # Expired leases of runs without a result are returned, once (concurrent sweepers
@@ -83,6 +102,40 @@ return lost
 """
 RESENT = "resent"
 
+# ARGV[2..] are the runs a sweep found nowhere (no result, lease, or message).
+# Runs it no longer reports leave the table; those it has reported for ARGV[1]
+# seconds or longer are returned once (whichever sweeper comes first) and leave it.
+_TRACK_UNACCOUNTED = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local current = {}
+for i = 2, #ARGV do current[ARGV[i]] = true end
+local seen = redis.call('HGETALL', KEYS[1])
+for i = 1, #seen, 2 do
+  if not current[seen[i]] then redis.call('HDEL', KEYS[1], seen[i]) end
+end
+local overdue = {}
+for i = 2, #ARGV do
+  local since = redis.call('HGET', KEYS[1], ARGV[i])
+  if not since then
+    redis.call('HSET', KEYS[1], ARGV[i], string.format('%.3f', now))
+  elseif now - tonumber(since) >= tonumber(ARGV[1]) then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    overdue[#overdue + 1] = ARGV[i]
+  end
+end
+return overdue
+"""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a delivery of a run finds when it starts (Store.begin_delivery)."""
+
+    stored: RunResult | None = None  # the run's result, when it has one already
+    attempts: int = 0  # deliveries so far, this one included
+    status: ExperimentStatus = ExperimentStatus.running
+
 
 class ExperimentNotFound(KeyError):
     def __str__(self) -> str:
@@ -98,8 +151,12 @@ class Store:
             prefix if prefix is not None else os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
         )
         self._save_run = client.register_script(_SAVE_RUN)
-        self._lease = client.register_script(_LEASE)
+        self._lease = client.register_script(_LEASE.format(take=_TAKE.format(leases="KEYS[1]")))
+        self._begin_delivery = client.register_script(
+            _BEGIN_DELIVERY.format(take=_TAKE.format(leases="KEYS[3]"))
+        )
         self._claim_lost = client.register_script(_CLAIM_LOST)
+        self._track_unaccounted = client.register_script(_TRACK_UNACCOUNTED)
 
     @classmethod
     def from_url(cls, url: str, prefix: str | None = None) -> Store:
@@ -174,7 +231,15 @@ class Store:
         """Back to running for a resume; the next aggregation sets finished_at again."""
         key = self._key("exp", exp_id)
         self.redis.hset(key, "status", ExperimentStatus.running.value)
-        self.redis.hdel(key, "finished_at")
+        self.redis.hdel(key, "finished_at", "sent")
+
+    def mark_sent(self, exp_id: str) -> None:
+        """Every run of the experiment is on the broker: from now on, one that is
+        nowhere was lost (worker/recovery.py)."""
+        self.redis.hset(self._key("exp", exp_id), "sent", 1)
+
+    def all_sent(self, exp_id: str) -> bool:
+        return bool(self.redis.hexists(self._key("exp", exp_id), "sent"))
 
     def status(self, exp_id: str) -> ExperimentStatus | None:
         raw = self.redis.hget(self._key("exp", exp_id), "status")
@@ -239,9 +304,21 @@ class Store:
         runs = [RunResult.model_validate_json(v) for v in raw]
         return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
 
-    def add_attempt(self, exp_id: str, run_id: str) -> int:
-        """Count one delivery of a run; returns the deliveries so far."""
-        return int(self.redis.hincrby(self._key("exp", exp_id, "attempts"), run_id, 1))
+    def begin_delivery(self, exp_id: str, run_id: str, holder: str, lease_s: float) -> Delivery:
+        """A delivery of a run starts: its stored result, if it has one; else the
+        delivery is counted and `holder` takes the run's lease for `lease_s`."""
+        reply = self._begin_delivery(
+            keys=[
+                self._key("exp", exp_id, "runs"),
+                self._key("exp", exp_id, "attempts"),
+                self._key("exp", exp_id, "leases"),
+                self._key("exp", exp_id),
+            ],
+            args=[run_id, holder, lease_s],
+        )
+        if reply[0]:
+            return Delivery(stored=RunResult.model_validate_json(reply[0]))
+        return Delivery(attempts=int(reply[1]), status=ExperimentStatus(reply[2] or "running"))
 
     # --- leases: which runs are in progress, and which were lost -------------------------
 
@@ -278,6 +355,27 @@ class Store:
             keys=[self._key("exp", exp_id, "leases"), self._key("exp", exp_id, "runs")],
             args=[RESENT],
         )
+        return self._specs(exp_id, run_ids)
+
+    def unfinished_runs(self, exp_id: str) -> set[str]:
+        """Run ids without a stored result."""
+        pipe = self.redis.pipeline()
+        pipe.hkeys(self._key("exp", exp_id, "specs"))
+        pipe.hkeys(self._key("exp", exp_id, "runs"))
+        specs, done = pipe.execute()
+        return set(specs) - set(done)
+
+    def claim_unaccounted(
+        self, exp_id: str, run_ids: Iterable[str], seconds: float
+    ) -> list[RunSpec]:
+        """Runs a sweep found nowhere (`run_ids`) that every sweep for `seconds` or
+        longer has found nowhere, each handed to one caller only."""
+        overdue = self._track_unaccounted(
+            keys=[self._key("exp", exp_id, "unaccounted")], args=[seconds, *sorted(run_ids)]
+        )
+        return self._specs(exp_id, overdue)
+
+    def _specs(self, exp_id: str, run_ids: Sequence[str]) -> list[RunSpec]:
         if not run_ids:
             return []
         raw = self.redis.hmget(self._key("exp", exp_id, "specs"), run_ids)

@@ -454,7 +454,7 @@ def resume(experiment: str, broker: str | None, workers: int | None, wait: bool,
         err.print(f"experiment {exp_id}: re-sending {len(pending)} runs without a result")
         if not embedded:
             connect(url)
-            send(matrix, exp_id, pending)
+            send(store, matrix, exp_id, pending)
             if wait:
                 _follow_and_print(store, exp_id, fmt)
             return
@@ -462,7 +462,7 @@ def resume(experiment: str, broker: str | None, workers: int | None, wait: bool,
 
         with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
             connect(url)
-            send(matrix, exp_id, pending)
+            send(store, matrix, exp_id, pending)
             _follow_and_print(store, exp_id, fmt, local)
 
 

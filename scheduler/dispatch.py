@@ -47,10 +47,11 @@ def start(
     """Record a new experiment and send its runs: what `scheduler submit` does."""
     store.create_experiment(experiment_info(matrix, experiment_id, len(specs)), matrix, specs)
     connect(broker_url)
-    send(matrix, experiment_id, specs)
+    send(store, matrix, experiment_id, specs)
 
 
-def send(matrix: Matrix, experiment_id: str, specs: list[RunSpec]) -> None:
+def send(store: Store, matrix: Matrix, experiment_id: str, specs: list[RunSpec]) -> None:
+    """Send `specs` as one chord whose body aggregates the experiment."""
     body = aggregate_experiment.signature(
         kwargs={"experiment_id": experiment_id},
         # Its real argument, every run's summary, is too long to show in Flower.
@@ -58,6 +59,7 @@ def send(matrix: Matrix, experiment_id: str, specs: list[RunSpec]) -> None:
     )
     if not specs:
         body.apply_async(args=(None,))
+        store.mark_sent(experiment_id)
         return
     group_id = uuid()
     body.freeze(group_id=group_id)
@@ -80,6 +82,7 @@ def send(matrix: Matrix, experiment_id: str, specs: list[RunSpec]) -> None:
                 retry=False,
                 **run_options(matrix, spec),
             )
+    store.mark_sent(experiment_id)
 
 
 def run_signature(matrix: Matrix, spec: RunSpec) -> Signature:

@@ -126,3 +126,39 @@ def test_a_lease_records_its_holder_and_expiry(store: Store, seconds: float) -> 
     server_now = seconds_now + micros / 1e6
     assert holder == "h"
     assert float(expiry) == pytest.approx(server_now + seconds, abs=0.5)
+
+
+def test_a_delivery_begins_by_counting_itself_and_taking_the_lease(store: Store) -> None:
+    spec, other, _ = _experiment(store)
+    exp = spec.experiment_id
+    first = store.begin_delivery(exp, spec.run_id, "d1", 60)
+    assert (first.stored, first.attempts, first.status) == (None, 1, ExperimentStatus.running)
+    assert store.live_leases(exp) == {spec.run_id}
+    store.set_status(exp, ExperimentStatus.cancelled)
+    second = store.begin_delivery(exp, spec.run_id, "d2", 60)  # a redelivery takes over
+    assert (second.attempts, second.status) == (2, ExperimentStatus.cancelled)
+    assert not store.save_run(_result(spec), holder="d1")
+
+    assert store.save_run(_result(spec), holder="d2")
+    late = store.begin_delivery(exp, spec.run_id, "d3", 60)
+    assert late.stored == _result(spec)  # nothing counted, no lease taken
+    assert store.redis.hget(f"{store.prefix}exp:{exp}:attempts", spec.run_id) == "2"
+    assert store.live_leases(exp) == set()
+    assert store.begin_delivery(exp, other.run_id, "d4", 60).attempts == 1
+
+
+def test_runs_found_nowhere_for_long_enough_are_claimed_once(store: Store) -> None:
+    a, b, c = _experiment(store)
+    exp = a.experiment_id
+    assert store.claim_unaccounted(exp, {a.run_id, b.run_id}, 2) == []  # first seen
+    time.sleep(1.2)
+    assert store.claim_unaccounted(exp, {a.run_id, b.run_id, c.run_id}, 2) == []
+    time.sleep(1.0)
+    # b turned up (queued, leased or done): no longer tracked. a is overdue, c not yet.
+    assert store.claim_unaccounted(exp, {a.run_id, c.run_id}, 2) == [a]
+    assert store.claim_unaccounted(exp, {a.run_id, c.run_id}, 2) == []  # claimed once
+    time.sleep(1.2)
+    assert store.claim_unaccounted(exp, {b.run_id, c.run_id}, 2) == [c]
+    # a is no longer reported (sent again) and b is tracked anew.
+    assert store.redis.hkeys(f"{store.prefix}exp:{exp}:unaccounted") == [b.run_id]
+    assert store.unfinished_runs(exp) == {a.run_id, b.run_id, c.run_id}

@@ -1,7 +1,8 @@
 """A running run's lease: its proof of life in Redis, renewed while it runs.
 
-A delivery takes the run's lease when it starts and a heartbeat thread renews
-it every third of its duration (`lease_s` in the matrix). A worker that dies
+A delivery takes the run's lease when it starts (Store.begin_delivery) and a
+heartbeat thread renews it every third of its duration (`lease_s` in the
+matrix). A worker that dies
 (SIGKILL, a torn-down CI runner, a lost connection) stops renewing; once the
 lease has expired, whoever follows the experiment sends the run again
 (worker/recovery.py).
@@ -33,9 +34,6 @@ class Lease:
         self.store = store
         self.spec = spec
         self.holder = uuid.uuid4().hex  # this delivery
-
-    def take(self, seconds: float) -> None:
-        self.store.take_lease(self.spec.experiment_id, self.spec.run_id, self.holder, seconds)
 
     @contextlib.contextmanager
     def held(self, seconds: float) -> Iterator[None]:

@@ -11,6 +11,13 @@ A sweep of one experiment (`recover`) does three things:
   unacknowledged set for the visibility timeout, hours. Once it has waited
   longer than a lease, and its run has no lease and no result, the message is
   put back in its queue, as the visibility timeout would do.
+- A run that is nowhere (no result, no live lease, no message in its queue or
+  among the unacknowledged) was lost by the broker's client: kombu pops a
+  message from the queue and then records it as unacknowledged, and Redis
+  going away in between loses it. Once every sweep for a lease has found the
+  run nowhere, one sweeper sends it again. Looking for it means reading the
+  queues, so a sweep does that only when the experiment's missing runs
+  outnumber everything that could hold them.
 - An experiment whose every run has a result but which is not aggregated yet
   is aggregated here. Normally the chord body does that, but a chord waits for
   every header task, and the header task of a lost run comes back only after
@@ -35,7 +42,8 @@ from typing import Any
 
 from celery import bootsteps
 
-from core.results import RunSpec
+from core.config import Matrix
+from core.results import ExperimentInfo, RunSpec
 from core.store import Store
 from worker.run import REDIS_DOWN
 
@@ -51,16 +59,20 @@ def recover(store: Store, exp_id: str) -> list[str]:
     # Imported here: worker.app loads this module before the tasks exist.
     from worker.tasks import finish_experiment
 
+    lease_s = store.matrix(exp_id).lease_s
     lost = store.claim_lost_runs(exp_id)
-    resent = [spec.run_id for spec in lost if _send_again(store, spec)]
-    resent += _requeue_never_started(store, exp_id, store.matrix(exp_id).lease_s)
+    resent = [spec.run_id for spec in lost if _send_again(store, spec, "its lease expired")]
+    resent += _requeue_never_started(store, exp_id, lease_s)
     info = store.info(exp_id)
+    if store.all_sent(exp_id):
+        vanished = store.claim_unaccounted(exp_id, _unaccounted(store, info), lease_s)
+        resent += [s.run_id for s in vanished if _send_again(store, s, "its message vanished")]
     if info.finished_at is None and info.completed_runs >= info.total_runs:
         finish_experiment(store, exp_id)
     return resent
 
 
-def _send_again(store: Store, spec: RunSpec) -> bool:
+def _send_again(store: Store, spec: RunSpec, why: str) -> bool:
     from scheduler.dispatch import run_signature  # the one place a run's task options live
 
     try:
@@ -69,7 +81,7 @@ def _send_again(store: Store, spec: RunSpec) -> bool:
         log.warning("could not send lost run %s again (%s); next sweep retries", spec.run_id, exc)
         store.mark_lost(spec.experiment_id, spec.run_id)
         return False
-    log.warning("run %s lost its worker (its lease expired): sent again", spec.run_id)
+    log.warning("run %s was lost (%s): sent again", spec.run_id, why)
     return True
 
 
@@ -88,7 +100,7 @@ def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[st
         leased = store.leased_runs(exp_id)
         requeued = []
         for tag, raw in zip(tags, client.hmget(channel.unacked_key, tags), strict=True):
-            spec = _run_spec(raw)
+            spec = _run_spec(_unacked_message(raw))
             if spec is None or spec.experiment_id != exp_id or spec.run_id in leased:
                 continue
             if store.run(exp_id, spec.run_id) is None:
@@ -98,10 +110,61 @@ def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[st
     return requeued
 
 
-def _run_spec(raw: bytes | None) -> RunSpec | None:
-    """The RunSpec of an unacknowledged `evalfleet.run` message (JSON only), else None."""
+def _unaccounted(store: Store, info: ExperimentInfo) -> set[str]:
+    """Runs without a result, a live lease, or a message in a queue or unacknowledged."""
+    from worker.app import app
+
+    missing = info.total_runs - info.completed_runs
+    if not missing:
+        return set()
+    live = store.live_leases(info.id)
+    queues = _queues(store.matrix(info.id), app.conf.task_default_queue)
+    with app.pool.acquire(block=True) as conn:
+        channel = conn.default_channel
+        client = channel.client
+        pipe = client.pipeline()
+        for queue in queues:
+            pipe.llen(queue)
+        pipe.hlen(channel.unacked_key)
+        if missing <= len(live) + sum(pipe.execute()):
+            return set()  # they may all be somewhere: not worth reading the queues
+        pipe = client.pipeline()
+        for queue in queues:
+            pipe.lrange(queue, 0, -1)
+        pipe.hvals(channel.unacked_key)
+        *queued, unacked = pipe.execute()
+    messages = [_message(raw) for raws in queued for raw in raws]
+    messages += [_unacked_message(raw) for raw in unacked]
+    present = {
+        spec.run_id
+        for spec in map(_run_spec, messages)
+        if spec is not None and spec.experiment_id == info.id
+    }
+    return store.unfinished_runs(info.id) - live - present
+
+
+def _queues(matrix: Matrix, default: str) -> set[str]:
+    """Every queue the matrix's runs can be sent to."""
+    named = [matrix.queue, *(t.queue for t in matrix.tiers), *(s.queue for s in matrix.scenarios)]
+    return {default} | {queue for queue in named if queue}
+
+
+def _message(raw: bytes) -> Any:
     try:
-        message = json.loads(raw or b"null")[0]
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _unacked_message(raw: bytes | None) -> Any:
+    """kombu keeps an unacknowledged message as [message, exchange, routing key]."""
+    entry = _message(raw or b"null")
+    return entry[0] if isinstance(entry, list) and entry else None
+
+
+def _run_spec(message: Any) -> RunSpec | None:
+    """The RunSpec of an `evalfleet.run` message (JSON only), else None."""
+    try:
         if message["headers"]["task"] != "evalfleet.run" or message["content-type"] != (
             "application/json"
         ):

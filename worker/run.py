@@ -26,7 +26,7 @@ from kombu.exceptions import OperationalError
 from core.config import Matrix
 from core.evaluate import evaluate_run, redact, redact_record, secret_values
 from core.results import AgentOutcome, ExperimentStatus, RunResult, RunSpec, RunStatus
-from core.store import Store
+from core.store import Delivery, Store
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.lease import Lease
@@ -44,33 +44,36 @@ T = TypeVar("T")
 def execute(spec: RunSpec, store: Store, on_phase: Phase = lambda phase: None) -> RunResult:
     """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
     result is recorded; the run's message or its lease brings it back."""
-    stored = _patiently(lambda: store.run(spec.experiment_id, spec.run_id))
-    if stored is not None:
-        return stored
     started = time.time()
-    attempts = _patiently(lambda: store.add_attempt(spec.experiment_id, spec.run_id))
+    matrix = _matrix(store, spec.experiment_id)
     lease = Lease(store, spec)
-    secrets: list[str] = []
+    # Patient here too: a run that neither holds a lease nor keeps its message
+    # (a reject cannot requeue while Redis is away) would be lost.
+    delivery = _patiently(
+        lambda: store.begin_delivery(spec.experiment_id, spec.run_id, lease.holder, matrix.lease_s)
+    )
+    if delivery.stored is not None:
+        return delivery.stored
+    secrets = secret_values(matrix, os.environ)
     try:
-        matrix = _matrix(store, spec.experiment_id)
-        secrets = secret_values(matrix, os.environ)
-        # Patient here too: a run that neither holds a lease nor keeps its
-        # message (a reject cannot requeue while Redis is away) would be lost.
-        _patiently(lambda: lease.take(matrix.lease_s))
         with lease.held(matrix.lease_s):
-            result = _attempt(spec, matrix, store, attempts, started, on_phase)
+            result = _attempt(spec, matrix, delivery, started, secrets, on_phase)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
         result = error_result(
-            spec, "run exceeded its time limit (setup + agent + gates + judge)", attempts, started
+            spec,
+            "run exceeded its time limit (setup + agent + gates + judge)",
+            delivery.attempts,
+            started,
         )
     except Exception as exc:  # the chord must fire whatever happens: record, don't raise
-        result = error_result(spec, f"internal error: {exc!r}", attempts, started)
+        result = error_result(spec, f"internal error: {exc!r}", delivery.attempts, started)
         result.fail_reason = f"{result.fail_reason}\n{traceback.format_exc(limit=5)}"
     result = redact_record(result, secrets)
     # A finished run's work is worth keeping through a Redis restart.
-    _patiently(lambda: store.save_run(result, holder=lease.holder))
+    if _patiently(lambda: store.save_run(result, holder=lease.holder)):
+        return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
 
@@ -92,9 +95,15 @@ def _patiently(call: Callable[[], T]) -> T:
 
 
 def _attempt(
-    spec: RunSpec, matrix: Matrix, store: Store, attempts: int, started: float, on_phase: Phase
+    spec: RunSpec,
+    matrix: Matrix,
+    delivery: Delivery,
+    started: float,
+    secrets: list[str],
+    on_phase: Phase,
 ) -> RunResult:
-    if _patiently(lambda: store.status(spec.experiment_id)) == ExperimentStatus.cancelled:
+    attempts = delivery.attempts
+    if delivery.status == ExperimentStatus.cancelled:
         return error_result(spec, "experiment cancelled before this run started", attempts, started)
     if attempts > matrix.max_attempts:
         return error_result(
@@ -104,10 +113,13 @@ def _attempt(
             attempts,
             started,
         )
-    return _run(spec, matrix, on_phase, started).model_copy(update={"attempts": attempts})
+    result = _run(spec, matrix, on_phase, started, secrets)
+    return result.model_copy(update={"attempts": attempts})
 
 
-def _run(spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float) -> RunResult:
+def _run(
+    spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float, secrets: list[str]
+) -> RunResult:
     tier = matrix.tier(spec.tier)
     scenario = matrix.scenario(spec.scenario)
     prompt = scenario.prompt_text()
@@ -124,7 +136,6 @@ def _run(spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float) -> RunR
             outcome = _run_agent(matrix, spec, run_dir, prompt, env)
         except SetupError as exc:  # setup commands, or the agent's sandbox
             return error_result(spec, str(exc), 1, started)
-        secrets = secret_values(matrix, os.environ)
         outcome = outcome.model_copy(
             update={
                 "stdout": redact(outcome.stdout, secrets),
@@ -139,6 +150,7 @@ def _run(spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float) -> RunR
             events_text=run_dir.events_text(),
             env=env,
             on_phase=on_phase,
+            secrets=secrets,
         )
         result.worker = socket.gethostname()
         return result
