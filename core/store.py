@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -135,6 +135,12 @@ class Delivery:
     stored: RunResult | None = None  # the run's result, when it has one already
     attempts: int = 0  # deliveries so far, this one included
     status: ExperimentStatus = ExperimentStatus.running
+
+
+@dataclass
+class Leases:
+    live: set[str] = field(default_factory=set)  # in progress somewhere
+    lapsed: set[str] = field(default_factory=set)  # expired: lost, or sent again
 
 
 class ExperimentNotFound(KeyError):
@@ -338,16 +344,18 @@ class Store:
         key = self._key("exp", exp_id, "leases")
         self._lease(keys=[key], args=[run_id, holder, 0, "release"])
 
-    def leased_runs(self, exp_id: str) -> set[str]:
-        """Runs with a lease entry: in progress, lost, or sent again after being lost."""
-        return set(self.redis.hkeys(self._key("exp", exp_id, "leases")))
+    def leases(self, exp_id: str) -> Leases:
+        """The runs with a lease entry, by whether it is live (the Redis server's clock)."""
+        seconds, micros = self.redis.time()
+        now = seconds + micros / 1e6
+        leases = Leases()
+        for run, lease in self.redis.hgetall(self._key("exp", exp_id, "leases")).items():
+            (leases.live if float(lease.split(" ", 1)[0]) >= now else leases.lapsed).add(run)
+        return leases
 
     def live_leases(self, exp_id: str) -> set[str]:
         """Runs whose lease has not expired: in progress somewhere."""
-        seconds, micros = self.redis.time()
-        now = seconds + micros / 1e6
-        leases = self.redis.hgetall(self._key("exp", exp_id, "leases"))
-        return {run for run, lease in leases.items() if float(lease.split(" ", 1)[0]) >= now}
+        return self.leases(exp_id).live
 
     def claim_lost_runs(self, exp_id: str) -> list[RunSpec]:
         """Runs whose lease expired without a result, each handed to one caller only."""

@@ -191,11 +191,18 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
     broker = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
     vanished = broker.rpop(queue)  # the next message a worker would have taken
     assert vanished is not None and broker.llen(queue) == 2
+    other = json.loads(broker.lindex(queue, 0))
     lost_at = time.monotonic()
 
     queues = f"{queue},{fleet_env['EVALFLEET_QUEUE']}"
     worker = Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queues)
     try:
+        wait_for("the other runs", lambda: store.info(exp_id).completed_runs == 2, timeout=60)
+        # A stale unacknowledged copy of a finished run's message, as a restart can
+        # leave: it must not hide the vanished run.
+        tag = uuid.uuid4().hex
+        broker.hset("unacked", tag, json.dumps([other, queue, queue]))
+        broker.zadd("unacked_index", {tag: time.time() - 3600})
         wait_for("the report", lambda: store.report(exp_id) is not None, timeout=90)
         recovered_in = time.monotonic() - lost_at
         time.sleep(2 * LEASE_S)  # sweeps go on: the run must not be sent a second time
@@ -207,6 +214,7 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
     assert sorted(line.split()[0] for line in started(log)) == sorted(r.run_id for r in runs)
     assert (tmp_path / "w.log").read_text().count("(its message vanished): sent again") == 1
     assert not store.redis.exists(f"{PREFIX}exp:{exp_id}:unaccounted")
+    assert not broker.hexists("unacked", tag) and broker.zscore("unacked_index", tag) is None
 
 
 def _pid_in_group(line: str, pgid: int) -> bool:

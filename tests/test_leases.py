@@ -57,7 +57,8 @@ def test_an_expired_lease_without_a_result_is_claimed_once(store: Store) -> None
     assert store.claim_lost_runs(exp) == [lost]
     assert store.claim_lost_runs(exp) == []  # a second sweeper gets nothing
     # The finished run's lease is gone; the lost run is marked as sent again.
-    assert store.leased_runs(exp) == {lost.run_id, alive.run_id}
+    leases = store.leases(exp)
+    assert (leases.live, leases.lapsed) == ({alive.run_id}, {lost.run_id})
     assert store.redis.hget(f"{store.prefix}exp:{exp}:leases", lost.run_id) == "0 resent"
     # Resume leaves the live run alone; the lost one was claimed for re-sending.
     assert {s.run_id for s in store.pending_specs(exp)} == {lost.run_id}

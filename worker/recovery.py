@@ -87,7 +87,8 @@ def _send_again(store: Store, spec: RunSpec, why: str) -> bool:
 
 def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[str]:
     """Messages of this experiment's runs taken from the queue more than a lease ago
-    by a worker that never started them: back to their queue."""
+    by a worker that never started them: back to their queue. Such messages of runs
+    that have a result, or whose lease lapsed (step 1 sent them again), are dropped."""
     from worker.app import app
 
     with app.pool.acquire(block=True) as conn:  # a pooled connection: sweeps are frequent
@@ -97,13 +98,18 @@ def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[st
         tags = client.zrangebyscore(channel.unacked_index_key, 0, time.time() - lease_s)
         if not tags:
             return []
-        leased = store.leased_runs(exp_id)
+        leases = store.leases(exp_id)
         requeued = []
         for tag, raw in zip(tags, client.hmget(channel.unacked_key, tags), strict=True):
             spec = _run_spec(_unacked_message(raw))
-            if spec is None or spec.experiment_id != exp_id or spec.run_id in leased:
+            if spec is None or spec.experiment_id != exp_id or spec.run_id in leases.live:
                 continue
-            if store.run(exp_id, spec.run_id) is None:
+            if spec.run_id in leases.lapsed or store.run(exp_id, spec.run_id) is not None:
+                # Stale: left here, it would hide a lost run from `_unaccounted`.
+                client.pipeline().zrem(channel.unacked_index_key, tag).hdel(
+                    channel.unacked_key, tag
+                ).execute()
+            else:
                 channel.qos.restore_by_tag(tag, client)  # a transaction: once, whoever races
                 log.warning("run %s was taken but never started: back in its queue", spec.run_id)
                 requeued.append(spec.run_id)
@@ -117,7 +123,7 @@ def _unaccounted(store: Store, info: ExperimentInfo) -> set[str]:
     missing = info.total_runs - info.completed_runs
     if not missing:
         return set()
-    live = store.live_leases(info.id)
+    live = store.leases(info.id).live
     queues = _queues(store.matrix(info.id), app.conf.task_default_queue)
     with app.pool.acquire(block=True) as conn:
         channel = conn.default_channel
