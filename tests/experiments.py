@@ -1,4 +1,5 @@
-"""Finished experiments written straight into a store, for report and compare tests.
+"""Finished experiments written straight into a store, for report and compare tests,
+and single RunResults for the aggregation and analysis tests.
 
 The experiment is planned from a real matrix file, its runs are stored as
 workers store them, and the report comes from the workers' own aggregation
@@ -22,6 +23,40 @@ from core.results import (
 )
 from core.store import Store
 from scheduler.plan import experiment_info, new_experiment_id, plan
+
+
+def make_run(
+    tier: str = "T0",
+    scenario: str = "s1",
+    index: int = 0,
+    *,
+    passed: bool = True,
+    impl: float = 1.0,
+    composite: float | None = None,
+    cost: float | None = 0.5,
+    status: RunStatus = RunStatus.completed,
+    **extra: object,
+) -> RunResult:
+    """A finished run as a worker stores it; the composite by the seed's formula
+    with equal weights unless given."""
+    pass_rate = formulas.pass_rate(passed)
+    if composite is None:
+        composite = formulas.composite_score(pass_rate, impl, 0.5, 0.5)
+    return RunResult(
+        experiment_id="exp",
+        run_id=f"{tier}:{scenario}:{index}",
+        tier=tier,
+        scenario=scenario,
+        run_index=index,
+        status=status,
+        passed=passed,
+        pass_rate=pass_rate,
+        impl_rate=impl,
+        composite_score=composite,
+        cost_usd=cost,
+        duration_seconds=10.0 + index,
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from core import formulas
 from core.aggregate import aggregate
 from core.config import Scoring
 from core.results import (
@@ -19,37 +18,9 @@ from core.results import (
     RunResult,
     RunStatus,
 )
+from tests.experiments import make_run
 
 SCORING = Scoring()
-
-
-def _run(
-    tier: str = "T0",
-    scenario: str = "s1",
-    index: int = 0,
-    *,
-    passed: bool = True,
-    impl: float = 1.0,
-    cost: float | None = 0.5,
-    status: RunStatus = RunStatus.completed,
-    **extra: object,
-) -> RunResult:
-    pass_rate = formulas.pass_rate(passed)
-    return RunResult(
-        experiment_id="exp",
-        run_id=f"{tier}-{scenario}-{index}",
-        tier=tier,
-        scenario=scenario,
-        run_index=index,
-        status=status,
-        passed=passed,
-        pass_rate=pass_rate,
-        impl_rate=impl,
-        composite_score=formulas.composite_score(pass_rate, impl, 0.5, 0.5),
-        cost_usd=cost,
-        duration_seconds=10.0 + index,
-        **extra,
-    )
 
 
 def _info(tiers: list[str], scenarios: list[str] | None = None) -> ExperimentInfo:
@@ -72,7 +43,7 @@ def _report(runs: list[RunResult], tiers: list[str]) -> ExperimentReport:
 
 def test_seed_example_2_through_aggregation() -> None:
     outcomes = [True, True, False, True, True, True, False, True, True, True]
-    runs = [_run(index=i, passed=p, impl=0.9 if p else 0.2) for i, p in enumerate(outcomes)]
+    runs = [make_run(index=i, passed=p, impl=0.9 if p else 0.2) for i, p in enumerate(outcomes)]
     tier = _report(runs, ["T0"]).tiers["T0"]
     assert tier.pass_rate.median == 1.0
     assert tier.pass_rate.mean == pytest.approx(0.8)
@@ -90,7 +61,7 @@ def test_seed_example_3_cross_tier() -> None:
     # composite = (1 + impl) / 2 gives medians 0.70, 0.80, 0.85, 0.90.
     medians = {"T0": 0.70, "T1": 0.80, "T2": 0.85, "T3": 0.90}
     runs = [
-        _run(tier, index=i, impl=2 * median - 1, cost=median)
+        make_run(tier, index=i, impl=2 * median - 1, cost=median)
         for tier, median in medians.items()
         for i in range(3)
     ]
@@ -108,7 +79,7 @@ def test_seed_example_3_cross_tier() -> None:
 
 
 def test_pass_rate_variance_across_tier_medians() -> None:
-    runs = [_run("T0", index=0, passed=False, impl=0.0), _run("T1", index=0)]
+    runs = [make_run("T0", index=0, passed=False, impl=0.0), make_run("T1", index=0)]
     assert _report(runs, ["T0", "T1"]).cross_tier.pass_rate_variance == pytest.approx(0.25)
 
 
@@ -130,7 +101,7 @@ def test_no_runs() -> None:
 
 
 def test_one_run() -> None:
-    tier = _report([_run(impl=0.85)], ["T0"]).tiers["T0"]
+    tier = _report([make_run(impl=0.85)], ["T0"]).tiers["T0"]
     assert tier.composite_score.median == pytest.approx(0.925)
     assert tier.composite_score.std_dev == 0.0
     assert tier.grade == "B"
@@ -139,7 +110,7 @@ def test_one_run() -> None:
 
 
 def test_all_failing_tier_has_infinite_cost_of_pass_that_survives_json() -> None:
-    runs = [_run(index=i, passed=False, impl=0.1, cost=0.2) for i in range(3)]
+    runs = [make_run(index=i, passed=False, impl=0.1, cost=0.2) for i in range(3)]
     report = _report(runs, ["T0"])
     tier = report.tiers["T0"]
     assert tier.cost_of_pass == math.inf
@@ -153,7 +124,7 @@ def test_all_failing_tier_has_infinite_cost_of_pass_that_survives_json() -> None
 
 
 def test_mixed_per_run_cost_of_pass() -> None:
-    runs = [_run(index=0, cost=0.2), _run(index=1, cost=0.4, passed=False, impl=0.0)]
+    runs = [make_run(index=0, cost=0.2), make_run(index=1, cost=0.4, passed=False, impl=0.0)]
     tier = _report(runs, ["T0"]).tiers["T0"]
     assert tier.cost_of_pass == pytest.approx(0.3 / 0.5)
     per_run = tier.cost_of_pass_per_run
@@ -161,14 +132,14 @@ def test_mixed_per_run_cost_of_pass() -> None:
 
 
 def test_baseline_with_zero_composite_gives_no_uplift_and_says_why() -> None:
-    runs = [_run("T0", passed=False, impl=0.0), _run("T1", impl=0.5)]
+    runs = [make_run("T0", passed=False, impl=0.0), make_run("T1", impl=0.5)]
     cross = _report(runs, ["T0", "T1"]).cross_tier
     assert cross.tier_uplift == {"T1": None}
     assert cross.uplift_note is not None and "median composite score of 0" in cross.uplift_note
 
 
 def test_tier_without_valid_runs_has_no_grade_and_no_uplift() -> None:
-    runs = [_run("T0"), _run("T1", status=RunStatus.infra_error)]
+    runs = [make_run("T0"), make_run("T1", status=RunStatus.infra_error)]
     report = _report(runs, ["T0", "T1"])
     assert report.tiers["T1"].grade is None
     assert report.tiers["T1"].composite_score.count == 0
@@ -178,15 +149,15 @@ def test_tier_without_valid_runs_has_no_grade_and_no_uplift() -> None:
 
 def test_nan_metric_is_rejected() -> None:
     with pytest.raises(ValueError):
-        _report([_run(impl=0.5).model_copy(update={"impl_rate": math.nan})], ["T0"])
+        _report([make_run(impl=0.5).model_copy(update={"impl_rate": math.nan})], ["T0"])
 
 
 def test_infra_errors_are_counted_but_kept_out_of_statistics() -> None:
     runs = [
-        _run(index=0, passed=False, impl=0.0),
-        _run(index=1, passed=False, impl=0.0, status=RunStatus.timeout),
-        _run(index=2, status=RunStatus.infra_error),
-        _run(index=3, status=RunStatus.infra_error),
+        make_run(index=0, passed=False, impl=0.0),
+        make_run(index=1, passed=False, impl=0.0, status=RunStatus.timeout),
+        make_run(index=2, status=RunStatus.infra_error),
+        make_run(index=3, status=RunStatus.infra_error),
     ]
     report = _report(runs, ["T0"])
     tier = report.tiers["T0"]
@@ -200,7 +171,10 @@ def test_infra_errors_are_counted_but_kept_out_of_statistics() -> None:
 
 
 def test_unknown_cost_is_counted_not_priced_at_zero() -> None:
-    runs = [_run(index=0, cost=0.4), _run(index=1, cost=None, cost_unknown_reason="no price")]
+    runs = [
+        make_run(index=0, cost=0.4),
+        make_run(index=1, cost=None, cost_unknown_reason="no price"),
+    ]
     tier = _report(runs, ["T0"]).tiers["T0"]
     assert tier.cost_unknown_runs == 1
     assert tier.cost_usd.count == 1 and tier.cost_usd.mean == 0.4
@@ -208,7 +182,7 @@ def test_unknown_cost_is_counted_not_priced_at_zero() -> None:
 
 
 def test_no_known_cost_leaves_cost_of_pass_unknown() -> None:
-    report = _report([_run(cost=None), _run("T1", cost=None)], ["T0", "T1"])
+    report = _report([make_run(cost=None), make_run("T1", cost=None)], ["T0", "T1"])
     assert report.tiers["T0"].cost_of_pass is None
     assert report.cross_tier.cost_variance is None
     assert report.cross_tier.cost_delta is None
@@ -216,7 +190,7 @@ def test_no_known_cost_leaves_cost_of_pass_unknown() -> None:
 
 def test_custom_grade_scale() -> None:
     scoring = Scoring(grades={"good": 0.9, "meh": 0.5, "bad": 0.0})
-    runs = [_run(impl=0.4)]  # composite 0.7
+    runs = [make_run(impl=0.4)]  # composite 0.7
     report = aggregate(_info(["T0"]), runs, baseline="T0", scoring=scoring)
     assert report.tiers["T0"].grade == "meh"
     assert report.tiers["T0"].scenarios["s1"].grade == "meh"
@@ -227,9 +201,9 @@ def test_custom_grade_scale() -> None:
 
 def test_tier_by_scenario_breakdown() -> None:
     runs = [
-        _run(scenario="s1", index=0),
-        _run(scenario="s1", index=1),
-        _run(scenario="s2", index=0, passed=False, impl=0.0),
+        make_run(scenario="s1", index=0),
+        make_run(scenario="s1", index=1),
+        make_run(scenario="s2", index=0, passed=False, impl=0.0),
     ]
     report = aggregate(_info(["T0"], ["s1", "s2"]), runs, baseline="T0", scoring=SCORING)
     tier = report.tiers["T0"]
@@ -242,7 +216,12 @@ def test_tier_by_scenario_breakdown() -> None:
 
 
 def test_orders_put_unlisted_tiers_and_scenarios_last_sorted() -> None:
-    runs = [_run("T9"), _run("T0"), _run("T5", scenario="zz"), _run("T0", scenario="aa")]
+    runs = [
+        make_run("T9"),
+        make_run("T0"),
+        make_run("T5", scenario="zz"),
+        make_run("T0", scenario="aa"),
+    ]
     report = aggregate(
         _info(["T0"]),
         runs,
@@ -257,16 +236,16 @@ def test_orders_put_unlisted_tiers_and_scenarios_last_sorted() -> None:
 
 
 def test_layered_composite_only_when_runs_have_one() -> None:
-    plain = _report([_run()], ["T0"]).tiers["T0"]
+    plain = _report([make_run()], ["T0"]).tiers["T0"]
     assert plain.layered_composite is None
-    layered = _report([_run(layered_composite=0.6), _run(index=1)], ["T0"]).tiers["T0"]
+    layered = _report([make_run(layered_composite=0.6), make_run(index=1)], ["T0"]).tiers["T0"]
     assert layered.layered_composite is not None
     assert (layered.layered_composite.count, layered.layered_composite.median) == (1, 0.6)
 
 
 def test_interaction_process_token_and_judge_statistics() -> None:
     runs = [
-        _run(
+        make_run(
             index=i,
             interaction=InteractionMetrics(
                 total_commands=4 + i, error_rate=0.25 * i, first_try_success_rate=0.5
@@ -302,7 +281,7 @@ def _varied_runs() -> list[RunResult]:
     rng = random.Random(7)
     statuses = [RunStatus.completed, RunStatus.timeout, RunStatus.infra_error]
     return [
-        _run(
+        make_run(
             tier,
             scenario,
             i,
@@ -328,7 +307,7 @@ def test_same_runs_in_any_order_give_identical_json() -> None:
 
 
 def test_report_json_round_trip() -> None:
-    runs = [*_varied_runs(), _run("T3", passed=False, impl=0.0)]
+    runs = [*_varied_runs(), make_run("T3", passed=False, impl=0.0)]
     report = aggregate(
         _info(["T0", "T1", "T2", "T3"], ["s1", "s2"]), runs, baseline="T0", scoring=SCORING
     )
@@ -340,7 +319,7 @@ def test_report_json_round_trip() -> None:
 
 def test_aggregate_leaves_other_experiment_fields_alone() -> None:
     info = _info(["T0"]).model_copy(update={"finished_at": 5.0, "total_runs": 99})
-    report = aggregate(info, [_run()], baseline="T0", scoring=SCORING)
+    report = aggregate(info, [make_run()], baseline="T0", scoring=SCORING)
     assert report.experiment.finished_at == 5.0
     assert report.experiment.total_runs == 99
     assert report.experiment.completed_runs == 1

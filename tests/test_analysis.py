@@ -19,6 +19,7 @@ from core.results import (
     RunStatus,
     Verdict,
 )
+from tests.experiments import make_run
 
 
 def _run(
@@ -31,16 +32,14 @@ def _run(
     status: RunStatus = RunStatus.completed,
     calls: tuple[int, ...] = (),
 ) -> RunResult:
-    return RunResult(
-        experiment_id="exp",
-        run_id=f"{tier}:{scenario}:{index}",
-        tier=tier,
-        scenario=scenario,
-        run_index=index,
-        status=status,
+    """Composites spread a little by index, so medians and ranks are unambiguous."""
+    return make_run(
+        tier,
+        scenario,
+        index,
         passed=passed,
-        pass_rate=1.0 if passed else 0.0,
-        composite_score=(0.8 if passed else 0.2) + index / 1000 if composite is None else composite,
+        composite=(0.8 if passed else 0.2) + index / 1000 if composite is None else composite,
+        status=status,
         llm_calls=[LLMCallMetrics(input_tokens=t, output_tokens=1) for t in calls],
     )
 

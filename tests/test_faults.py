@@ -135,20 +135,40 @@ with Connection(sys.argv[1]) as conn:
 """
 
 
-def test_a_run_taken_but_never_started_goes_back_to_its_queue(
-    fleet_env: dict[str, str], store: Store, tmp_path: Path
-) -> None:
+def _queued_experiment(
+    fleet_env: dict[str, str], tmp_path: Path, queue_suffix: str, runs: int
+) -> tuple[str, str, Path]:
+    """An experiment on a queue of its own, submitted with no worker to take it:
+    (experiment id, queue, the log each started agent writes its run id to)."""
     log = tmp_path / "started.log"
-    queue = f"{fleet_env['EVALFLEET_QUEUE']}-taken"  # nothing else is in it
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-{queue_suffix}"  # nothing else is in it
     matrix = write_matrix(
         tmp_path / "m",
         f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt',
-        runs=2,
+        runs=runs,
         extra=f"queue: {queue}",
     )
-    submitted = run_cli("submit", str(matrix), env=fleet_env)  # no worker yet
+    submitted = run_cli("submit", str(matrix), env=fleet_env)
     assert submitted.returncode == 0, submitted.stderr
-    exp_id = submitted.stdout.strip()
+    return submitted.stdout.strip(), queue, log
+
+
+def _sweeping_worker(fleet_env: dict[str, str], tmp_path: Path, queue: str) -> Worker:
+    """A worker on the runs' queue and the aggregate's, sweeping every second."""
+    queues = f"{queue},{fleet_env['EVALFLEET_QUEUE']}"
+    return Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queues)
+
+
+def _each_ran_once(store: Store, exp_id: str, log: Path, runs: int) -> None:
+    results = store.runs(exp_id)
+    assert len(results) == runs and all(r.passed and r.attempts == 1 for r in results)
+    assert sorted(line.split()[0] for line in started(log)) == sorted(r.run_id for r in results)
+
+
+def test_a_run_taken_but_never_started_goes_back_to_its_queue(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    exp_id, queue, log = _queued_experiment(fleet_env, tmp_path, "taken", runs=2)
     thief = subprocess.Popen(
         [sys.executable, "-c", THIEF, fleet_env["EVALFLEET_BROKER_URL"], queue],
         stdout=subprocess.PIPE,
@@ -159,16 +179,13 @@ def test_a_run_taken_but_never_started_goes_back_to_its_queue(
     thief.wait()
     taken_at = time.monotonic()
 
-    queues = f"{queue},{fleet_env['EVALFLEET_QUEUE']}"  # the runs', and the aggregate's
-    worker = Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queues)
+    worker = _sweeping_worker(fleet_env, tmp_path, queue)
     try:
         wait_for("the report", lambda: store.report(exp_id) is not None, timeout=90)
     finally:
         worker.stop()
     assert time.monotonic() - taken_at < LEASE_S + 1 + 30
-    runs = store.runs(exp_id)
-    assert len(runs) == 2 and all(r.passed and r.attempts == 1 for r in runs)
-    assert sorted(line.split()[0] for line in started(log)) == sorted(r.run_id for r in runs)
+    _each_ran_once(store, exp_id, log, runs=2)
     assert "was taken but never started: back in its queue" in (tmp_path / "w.log").read_text()
 
 
@@ -177,25 +194,14 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
 ) -> None:
     """kombu pops a message, then records it as unacknowledged: Redis going away in
     between loses it. A run that is nowhere for a lease is sent again, once."""
-    log = tmp_path / "started.log"
-    queue = f"{fleet_env['EVALFLEET_QUEUE']}-vanished"  # nothing else is in it
-    matrix = write_matrix(
-        tmp_path / "m",
-        f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt',
-        runs=3,
-        extra=f"queue: {queue}",
-    )
-    submitted = run_cli("submit", str(matrix), env=fleet_env)  # no worker yet
-    assert submitted.returncode == 0, submitted.stderr
-    exp_id = submitted.stdout.strip()
+    exp_id, queue, log = _queued_experiment(fleet_env, tmp_path, "vanished", runs=3)
     broker = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
     vanished = broker.rpop(queue)  # the next message a worker would have taken
     assert vanished is not None and broker.llen(queue) == 2
     other = json.loads(broker.lindex(queue, 0))
     lost_at = time.monotonic()
 
-    queues = f"{queue},{fleet_env['EVALFLEET_QUEUE']}"
-    worker = Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queues)
+    worker = _sweeping_worker(fleet_env, tmp_path, queue)
     try:
         wait_for("the other runs", lambda: store.info(exp_id).completed_runs == 2, timeout=60)
         # A stale unacknowledged copy of a finished run's message, as a restart can
@@ -209,9 +215,7 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
     finally:
         worker.stop()
     assert recovered_in < LEASE_S + 30
-    runs = store.runs(exp_id)
-    assert len(runs) == 3 and all(r.passed and r.attempts == 1 for r in runs)
-    assert sorted(line.split()[0] for line in started(log)) == sorted(r.run_id for r in runs)
+    _each_ran_once(store, exp_id, log, runs=3)
     assert (tmp_path / "w.log").read_text().count("(its message vanished): sent again") == 1
     assert not store.redis.exists(f"{PREFIX}exp:{exp_id}:unaccounted")
     assert not broker.hexists("unacked", tag) and broker.zscore("unacked_index", tag) is None
