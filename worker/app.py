@@ -13,6 +13,7 @@ import click
 from celery import Celery
 
 from core.settings import worker_broker
+from worker import kombu_guard
 from worker.grace import Grace
 from worker.idle import UntilIdle
 from worker.recovery import Sweeper
@@ -23,6 +24,7 @@ VISIBILITY_TIMEOUT_S = int(os.environ.get("EVALFLEET_VISIBILITY_TIMEOUT", 6 * 36
 # Runs without a `queue:` of their own, and the aggregate task, go here.
 DEFAULT_QUEUE = os.environ.get("EVALFLEET_QUEUE", "evalfleet")
 
+kombu_guard.install()
 _broker = worker_broker()
 app = Celery("evalfleet", broker=_broker, backend=_broker, include=["worker.tasks"])
 app.conf.update(
