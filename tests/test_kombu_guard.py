@@ -1,34 +1,58 @@
-"""worker/kombu_guard.py, against the real Redis: a worker whose broker connection
-was closed under it keeps running, and the messages it held stay in Redis."""
+"""worker/kombu_guard.py, against the real Redis: a channel used after its broker
+connection was closed under it fails with a connection error, which Celery
+survives, not an AttributeError, which stops the worker; what it held stays."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
+import pytest
 from kombu import Connection
 
 import worker.app  # noqa: F401  (installs the guard, as every worker and scheduler does)
 from tests.conftest import QUEUE
 
 
-def test_restoring_unacked_messages_on_a_detached_connection_leaves_them_in_redis(
-    redis_url: str,
-) -> None:
+@pytest.fixture
+def held(redis_url: str) -> Iterator[tuple[Connection, str, str]]:
+    """A connection holding one message unacknowledged, as a worker holds a run."""
     queue = f"{QUEUE}-guard-{uuid.uuid4().hex[:6]}"
     with Connection(redis_url) as conn:
         channel = conn.default_channel
         channel.queue_declare(queue)
         channel.basic_publish(channel.prepare_message('{"run": 1}'), "", queue)
-        message = channel.basic_get(queue, no_ack=False)  # held, as a worker holds a run
+        message = channel.basic_get(queue, no_ack=False)
         assert message is not None
-        tag = message.delivery_tag
         client = channel.client
-        assert client.hexists(channel.unacked_key, tag)
-
-        conn.transport.client = None  # what Celery's close on a lost connection leaves
-        channel.qos.restore_unacked()  # unguarded: AttributeError, and the worker exits
-        # Neither restored nor dropped: the sweep's to put back.
-        assert client.hexists(channel.unacked_key, tag) and client.llen(queue) == 0
-        client.hdel(channel.unacked_key, tag)
-        client.zrem(channel.unacked_index_key, tag)
+        yield conn, queue, message.delivery_tag
+        client.hdel(channel.unacked_key, message.delivery_tag)
+        client.zrem(channel.unacked_index_key, message.delivery_tag)
         client.delete(queue)
+
+
+@pytest.mark.parametrize("detached", ["transport", "channel"])
+def test_a_channel_whose_connection_is_gone_raises_a_connection_error_and_keeps_messages(
+    held: tuple[Connection, str, str], detached: str
+) -> None:
+    conn, queue, tag = held
+    channel = conn.default_channel
+    client = channel.client
+    assert client.hexists(channel.unacked_key, tag)
+    # What Celery's close after a lost connection leaves behind, in its two shapes:
+    # the channel's pools dropped, and the transport or the channel detached.
+    channel._disconnect_pools()
+    transport = channel.connection
+    if detached == "transport":
+        conn.transport.client = None
+    else:
+        channel.connection = None
+    try:
+        with pytest.raises(conn.connection_errors):
+            channel.qos.restore_unacked()  # giving the message back, as the close does
+        with pytest.raises(conn.connection_errors):
+            channel.basic_ack(tag)  # a run that finished meanwhile
+    finally:
+        transport.client, channel.connection = conn, transport
+    # Neither restored nor acknowledged: the sweep's to put back or drop.
+    assert client.hexists(channel.unacked_key, tag) and client.llen(queue) == 0

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 from celery import Task
+from celery.events import EventDispatcher
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
@@ -29,6 +30,14 @@ from worker.run import REDIS_DOWN, execute
 @cache
 def store() -> Store:
     return Store.from_url(str(app.conf.broker_url))
+
+
+@cache
+def phase_events(hostname: str) -> EventDispatcher:
+    """This process's dispatcher for phase events, sent as its worker's (Flower
+    files events by hostname). Task.send_event builds a dispatcher and takes a
+    producer from the pool for every event, and a run sends three or four."""
+    return app.events.Dispatcher(app.connection_for_write(), hostname=hostname, enabled=True)
 
 
 def summary(result: RunResult) -> dict[str, Any]:
@@ -53,8 +62,13 @@ def run(self: Task, spec: dict[str, Any]) -> dict[str, Any]:
         # Best effort: a run must not fail because Redis blinked while it
         # reported its phase to Flower.
         with contextlib.suppress(*REDIS_DOWN):
-            self.send_event(
-                f"task-{phase}", experiment_id=run_spec.experiment_id, run_id=run_spec.run_id
+            phase_events(self.request.hostname).send(
+                f"task-{phase}",
+                uuid=self.request.id,
+                retry=True,
+                retry_policy=app.conf.task_publish_retry_policy,
+                experiment_id=run_spec.experiment_id,
+                run_id=run_spec.run_id,
             )
 
     try:
