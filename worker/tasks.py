@@ -10,13 +10,11 @@ requeue, which neither fails nor counts toward the chord.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from functools import cache
 from typing import Any
 
 from celery import Task
-from celery.events import EventDispatcher
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
@@ -24,20 +22,13 @@ from core.results import ExperimentStatus, RunResult, RunSpec
 from core.store import Store
 from worker.app import app
 from worker.grace import HandBack, graceful_run
+from worker.phases import phase_events
 from worker.run import REDIS_DOWN, execute
 
 
 @cache
 def store() -> Store:
     return Store.from_url(str(app.conf.broker_url))
-
-
-@cache
-def phase_events(hostname: str) -> EventDispatcher:
-    """This process's dispatcher for phase events, sent as its worker's (Flower
-    files events by hostname). Task.send_event builds a dispatcher and takes a
-    producer from the pool for every event, and a run sends three or four."""
-    return app.events.Dispatcher(app.connection_for_write(), hostname=hostname, enabled=True)
 
 
 def summary(result: RunResult) -> dict[str, Any]:
@@ -56,20 +47,9 @@ def run(self: Task, spec: dict[str, Any]) -> dict[str, Any]:
     run_spec = RunSpec.model_validate(spec)
 
     def on_phase(phase: str) -> None:
-        # A `task-<phase>` event: Flower shows it as the run's state (SETUP,
-        # AGENT, GATES, JUDGE). Not update_state: that would leave a result key
-        # per run in Redis, which run tasks avoid (they ignore their result).
-        # Best effort: a run must not fail because Redis blinked while it
-        # reported its phase to Flower.
-        with contextlib.suppress(*REDIS_DOWN):
-            phase_events(self.request.hostname).send(
-                f"task-{phase}",
-                uuid=self.request.id,
-                retry=True,
-                retry_policy=app.conf.task_publish_retry_policy,
-                experiment_id=run_spec.experiment_id,
-                run_id=run_spec.run_id,
-            )
+        phase_events(self.request.hostname).send(
+            self.request.id, phase, experiment_id=run_spec.experiment_id, run_id=run_spec.run_id
+        )
 
     try:
         with graceful_run():

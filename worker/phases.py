@@ -1,0 +1,52 @@
+"""A run's phase as Flower shows it: `task-<phase>` events, sent off the run's path.
+
+Flower shows the latest event of a task as its state (AGENT, GATES, JUDGE).
+Not `update_state`: that would leave a result key per run in Redis, which run
+tasks avoid (they ignore their result). Each event is a Redis PUBLISH that
+keeps a run waiting about half a millisecond on a busy machine, so a run hands
+its events to one sender thread per process and goes on; they keep their
+order. Best effort: an event that cannot be sent (Redis away) is dropped, never
+the run's problem. Flower ranks SUCCESS above these states, so one that
+arrives after the task's end does not hide it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from functools import cache
+from queue import SimpleQueue
+from typing import Any
+
+from worker.app import app
+
+log = logging.getLogger(__name__)
+
+
+class PhaseEvents:
+    """The sender of one worker process; events go out as its worker's hostname,
+    which is how Flower files them."""
+
+    def __init__(self, hostname: str):
+        self.hostname = hostname
+        self.pending: SimpleQueue[dict[str, Any]] = SimpleQueue()
+        threading.Thread(target=self._send_all, name="phase-events", daemon=True).start()
+
+    def send(self, task_id: str, phase: str, **fields: Any) -> None:
+        self.pending.put({"type": f"task-{phase}", "uuid": task_id, **fields})
+
+    def _send_all(self) -> None:
+        dispatcher = app.events.Dispatcher(
+            app.connection_for_write(), hostname=self.hostname, enabled=True
+        )
+        while True:
+            event = self.pending.get()
+            try:
+                dispatcher.send(event.pop("type"), retry=False, **event)
+            except Exception as exc:  # a phase shown late or not at all
+                log.debug("phase event not sent: %s", exc)
+
+
+@cache
+def phase_events(hostname: str) -> PhaseEvents:
+    return PhaseEvents(hostname)
