@@ -31,7 +31,7 @@ from core.results import (
 )
 from core.tokens import token_metrics
 from core.transcripts import parse_transcript, render_transcript
-from core.workspace_changes import summarize_changes
+from core.workspace_changes import Snapshot, summarize_changes
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -49,9 +49,11 @@ def evaluate_run(
     environ: Mapping[str, str] = os.environ,
     on_phase: Phase = lambda phase: None,
     secrets: list[str] | None = None,
+    prepared: Snapshot | None = None,
 ) -> RunResult:
     """`secrets`: the values to redact, when the caller has them already
-    (default: secret_values(matrix, environ))."""
+    (default: secret_values(matrix, environ)). `prepared`: the workspace as the
+    agent found it, for the judge's summary of what the agent changed."""
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
     scenario = matrix.scenario(spec.scenario)
@@ -70,7 +72,8 @@ def evaluate_run(
     judge = None
     if scenario.evaluation.judge_enabled:
         on_phase("judge")
-        judge = _judge(matrix, scenario, outcome, transcript, gates, workspace, environ, secrets)
+        changes = summarize_changes(workspace, prepared)
+        judge = _judge(matrix, scenario, outcome, transcript, gates, changes, environ, secrets)
 
     model = agent.model or transcript.model
     price = price_for(model, matrix.pricing)
@@ -119,7 +122,7 @@ def _judge(
     outcome: AgentOutcome,
     transcript: Transcript,
     gates: Sequence[GateResult],
-    workspace: Path,
+    changes: str,
     environ: Mapping[str, str],
     secrets: Sequence[str],
 ) -> JudgeResult:
@@ -135,7 +138,7 @@ def _judge(
         task_prompt=scenario.prompt_text(),
         transcript_text=redact(text, secrets),
         gates=gates,
-        changes_summary=redact(summarize_changes(workspace, scenario.workspace), secrets),
+        changes_summary=redact(changes, secrets),
         api_key=api_key,
         price=price_for(config.model, matrix.pricing),
     )

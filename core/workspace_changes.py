@@ -1,8 +1,11 @@
 """What the agent changed in its workspace, as a short text for the judge prompt.
 
-Files are compared with the scenario's template folder by size, then content
-hash; without a template every file is listed. ``.git`` folders are skipped and
-symlinks are compared by target, never followed.
+The workspace is fingerprinted once it is ready for the agent (template copy,
+tier files, setup commands: `snapshot`) and compared with what is there after
+the agent (`summarize_changes`), so what the run prepared is not reported as
+the agent's work. A file's fingerprint is its content hash, or for a file over
+HASH_LIMIT bytes its size and modification time. ``.git`` folders are skipped
+and symlinks are compared by target, never followed.
 """
 
 from __future__ import annotations
@@ -12,34 +15,37 @@ import os
 from pathlib import Path
 
 MAX_LINE_CHARS = 200
+HASH_LIMIT = 1 << 20
+
+# Relative path -> (size, fingerprint); a symlink's fingerprint is its target.
+Snapshot = dict[str, tuple[int, str]]
 
 
-def summarize_changes(workspace: Path, template: Path | None, max_files: int = 50) -> str:
+def snapshot(root: Path) -> Snapshot:
+    """Every file and symlink under `root` with its size and fingerprint."""
+    return {path: _fingerprint(root / path) for path in _scan(root)}
+
+
+def summarize_changes(workspace: Path, before: Snapshot | None, max_files: int = 50) -> str:
     """At most ``max_files`` lines of added/modified/deleted files, then a count of the rest."""
-    files = _scan(workspace)
-    if template is None or not template.is_dir():
-        header = f"{len(files)} files in the workspace (no template to compare with)"
-        if template is not None:
-            header += f"; template folder {template} not found"
-        lines = [f"  {path} ({_size(workspace / path)} bytes)" for path in sorted(files)]
+    after = snapshot(workspace)
+    if before is None:
+        header = f"{len(after)} files in the workspace (nothing to compare with)"
+        lines = [f"  {path} ({size} bytes)" for path, (size, _) in sorted(after.items())]
         return _bounded(header, lines, max_files)
 
-    before = _scan(template)
-    added = sorted(files - before)
-    deleted = sorted(before - files)
-    modified = sorted(p for p in files & before if _differs(workspace / p, template / p))
+    added = sorted(after.keys() - before.keys())
+    deleted = sorted(before.keys() - after.keys())
+    modified = sorted(p for p in after.keys() & before.keys() if after[p] != before[p])
     if not (added or deleted or modified):
-        return "no changes relative to the template"
+        return "no changes since the workspace was prepared"
     header = (
-        f"changes relative to the template: {len(added)} added, "
+        f"changes since the workspace was prepared: {len(added)} added, "
         f"{len(modified)} modified, {len(deleted)} deleted"
     )
     lines = (
-        [f"  added: {p} ({_size(workspace / p)} bytes)" for p in added]
-        + [
-            f"  modified: {p} ({_size(template / p)} -> {_size(workspace / p)} bytes)"
-            for p in modified
-        ]
+        [f"  added: {p} ({after[p][0]} bytes)" for p in added]
+        + [f"  modified: {p} ({before[p][0]} -> {after[p][0]} bytes)" for p in modified]
         + [f"  deleted: {p}" for p in deleted]
     )
     return _bounded(header, lines, max_files)
@@ -57,28 +63,16 @@ def _scan(root: Path) -> set[str]:
     return found
 
 
-def _size(path: Path) -> int:
+def _fingerprint(path: Path) -> tuple[int, str]:
     try:
-        return path.lstat().st_size
-    except OSError:
-        return 0
-
-
-def _differs(a: Path, b: Path) -> bool:
-    try:
-        if a.is_symlink() or b.is_symlink():
-            return not (a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b))
-        return a.stat().st_size != b.stat().st_size or _digest(a) != _digest(b)
-    except OSError:
-        return True
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 16), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        info = path.lstat()
+        if path.is_symlink():
+            return info.st_size, "-> " + os.readlink(path)
+        if info.st_size > HASH_LIMIT:
+            return info.st_size, f"mtime {info.st_mtime_ns}"
+        return info.st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:  # gone meanwhile, or unreadable: differs from anything
+        return 0, "unreadable"
 
 
 def _bounded(header: str, lines: list[str], max_files: int) -> str:

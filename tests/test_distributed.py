@@ -365,3 +365,44 @@ scenarios:
     )
     assert report["tiers"]["T0"]["passes"] == 1
     assert "sk-stub-key" not in json.dumps(report) + run.model_dump_json()
+
+
+def test_the_judge_is_told_what_the_agent_changed_not_what_the_run_prepared(
+    fleet_env: dict[str, str],
+    start_worker,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    from tests.llm_stub import LLMStub, reply
+
+    answer = {"scores": {"quality": 0.8}, "weighted_score": 0.8, "confidence": 0.9,
+              "issues": [], "highlights": []}  # fmt: skip
+    (tmp_path / "template").mkdir()
+    (tmp_path / "template" / "notes.md").write_text("old notes")
+    (tmp_path / "AGENTS.md").write_text("guidance")
+    (tmp_path / "rubric.yaml").write_text("criteria: [{id: quality, weight: 1, description: q}]\n")
+    start_worker(extra_env={"TEST_JUDGE_KEY": "sk-test-judge-key"}, concurrency=1)
+    with LLMStub([reply(content=json.dumps(answer))]) as stub:
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: changes
+runs_per_tier: 1
+agent: {{kind: command, command: "echo new > notes.md; echo made > out.txt", timeout_s: 30}}
+tiers: [{{id: T1, files: {{AGENTS.md: AGENTS.md}}}}]
+judge: {{base_url: "{stub.base_url}", model: judge-model, max_attempts: 1,
+         api_key_env: TEST_JUDGE_KEY}}
+scenarios:
+  - id: s
+    prompt: go
+    workspace: template
+    setup: ["mkdir deps && echo x > deps/lib.js"]
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      judge: {{rubric: rubric.yaml}}
+""")
+        _, report = submit_and_wait(matrix, fleet_env)
+        prompt = json.dumps(stub.requests[0].body)
+
+    assert report["tiers"]["T1"]["passes"] == 1
+    assert "changes since the workspace was prepared: 1 added, 1 modified, 0 deleted" in prompt
+    assert "added: out.txt" in prompt and "modified: notes.md" in prompt
+    assert "AGENTS.md (" not in prompt and "deps/lib.js" not in prompt  # the run's, not the agent's

@@ -83,7 +83,9 @@ def judge(
                 message="$: len 1 fails len >= 3",
             )
         ],
-        changes_summary="changes relative to the template: 1 added\n  added: .my-tool/store.json",
+        changes_summary=(
+            "changes since the workspace was prepared: 1 added\n  added: .my-tool/store.json"
+        ),
         api_key=api_key,
         price=ModelPrice(input=0.15, output=0.6),
         sleep=(sleeps if sleeps is not None else []).append,

@@ -1,27 +1,31 @@
-"""The changes summary the judge reads."""
+"""The changes summary the judge reads: what the agent did to the prepared workspace."""
 
 from __future__ import annotations
 
-import shutil
+import os
 from pathlib import Path
 
-from core.workspace_changes import summarize_changes
+from core import workspace_changes
+from core.workspace_changes import snapshot, summarize_changes
 
 
-def make_template(root: Path) -> Path:
-    template = root / "template"
-    (template / "docs").mkdir(parents=True)
-    (template / "README.md").write_text("hello")
-    (template / "docs" / "keep.md").write_text("same")
-    (template / "docs" / "old.md").write_text("bye")
-    (template / "data.txt").write_text("abc")
-    return template
+def prepared(root: Path) -> Path:
+    """A workspace as the run prepares it: template files, a tier file, setup output."""
+    workspace = root / "ws"
+    (workspace / "docs").mkdir(parents=True)
+    (workspace / "README.md").write_text("hello")
+    (workspace / "docs" / "keep.md").write_text("same")
+    (workspace / "docs" / "old.md").write_text("bye")
+    (workspace / "data.txt").write_text("abc")
+    (workspace / "AGENTS.md").write_text("guidance")  # a tier file
+    (workspace / "node_modules").mkdir()  # what a setup command left
+    (workspace / "node_modules" / "dep.js").write_text("x")
+    return workspace
 
 
-def test_added_modified_deleted(tmp_path: Path) -> None:
-    template = make_template(tmp_path)
-    workspace = tmp_path / "ws"
-    shutil.copytree(template, workspace)
+def test_only_what_the_agent_did_is_reported(tmp_path: Path) -> None:
+    workspace = prepared(tmp_path)
+    before = snapshot(workspace)
     (workspace / "docs" / "old.md").unlink()
     (workspace / "data.txt").write_text("xyz")  # same size, other content
     (workspace / "README.md").write_text("hello world")
@@ -31,10 +35,8 @@ def test_added_modified_deleted(tmp_path: Path) -> None:
     (workspace / ".git" / "objects" / "ab").write_text("blob")
     (workspace / "link").symlink_to("/etc")
 
-    summary = summarize_changes(workspace, template)
-
-    assert summary.splitlines() == [
-        "changes relative to the template: 2 added, 2 modified, 1 deleted",
+    assert summarize_changes(workspace, before).splitlines() == [
+        "changes since the workspace was prepared: 2 added, 2 modified, 1 deleted",
         "  added: .my-tool/store.json (2 bytes)",
         f"  added: link ({len('/etc')} bytes)",
         "  modified: README.md (5 -> 11 bytes)",
@@ -43,36 +45,41 @@ def test_added_modified_deleted(tmp_path: Path) -> None:
     ]
 
 
-def test_unchanged_workspace(tmp_path: Path) -> None:
-    template = make_template(tmp_path)
-    workspace = tmp_path / "ws"
-    shutil.copytree(template, workspace)
+def test_a_workspace_the_agent_left_alone(tmp_path: Path) -> None:
+    workspace = prepared(tmp_path)
+    before = snapshot(workspace)
     (workspace / ".git").mkdir()
     (workspace / ".git" / "HEAD").write_text("ref")
-    assert summarize_changes(workspace, template) == "no changes relative to the template"
+    (workspace / "data.txt").write_text("abc")  # rewritten, the same
+    assert summarize_changes(workspace, before) == "no changes since the workspace was prepared"
 
 
-def test_without_template_every_file_is_listed(tmp_path: Path) -> None:
+def test_large_files_are_compared_by_size_and_time(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(workspace_changes, "HASH_LIMIT", 4)
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"0123456789")
+    before = snapshot(tmp_path)
+    big.write_bytes(b"9876543210")
+    os.utime(big, ns=(1, 1))  # another time
+    assert "modified: big.bin (10 -> 10 bytes)" in summarize_changes(tmp_path, before)
+
+
+def test_without_a_snapshot_every_file_is_listed(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("1234")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.txt").write_text("")
     assert summarize_changes(tmp_path, None).splitlines() == [
-        "2 files in the workspace (no template to compare with)",
+        "2 files in the workspace (nothing to compare with)",
         "  a.txt (4 bytes)",
         "  sub/b.txt (0 bytes)",
     ]
-    missing = summarize_changes(tmp_path, tmp_path / "nope")
-    assert "template folder" in missing.splitlines()[0] and "not found" in missing
 
 
 def test_summary_is_bounded(tmp_path: Path) -> None:
-    template = tmp_path / "template"
-    template.mkdir()
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    before = snapshot(tmp_path)
     for i in range(60):
-        (workspace / f"f{i:02d}.txt").write_text("x")
-    lines = summarize_changes(workspace, template, max_files=10).splitlines()
-    assert lines[0] == "changes relative to the template: 60 added, 0 modified, 0 deleted"
+        (tmp_path / f"f{i:02d}.txt").write_text("x")
+    lines = summarize_changes(tmp_path, before, max_files=10).splitlines()
+    assert lines[0] == "changes since the workspace was prepared: 60 added, 0 modified, 0 deleted"
     assert len(lines) == 12
     assert lines[-1] == "  ... and 50 more"

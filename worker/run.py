@@ -27,6 +27,7 @@ from core.config import Matrix
 from core.evaluate import evaluate_run, redact, redact_record, secret_values
 from core.results import AgentOutcome, ExperimentStatus, RunResult, RunSpec, RunStatus
 from core.store import Delivery, Store
+from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.lease import Lease
@@ -132,6 +133,8 @@ def _run(
         env = agent_env(spec, matrix, run_dir, prompt)
         try:
             run_setup(run_dir, scenario, env)
+            # What the judge is told the agent changed is measured from here.
+            prepared = snapshot(run_dir.workspace) if scenario.evaluation.judge_enabled else None
             on_phase("agent")
             outcome = _run_agent(matrix, spec, run_dir, prompt, env)
         except SetupError as exc:  # setup commands, or the agent's sandbox
@@ -151,6 +154,7 @@ def _run(
             env=env,
             on_phase=on_phase,
             secrets=secrets,
+            prepared=prepared,
         )
         result.worker = socket.gethostname()
         return result
