@@ -206,6 +206,24 @@ def _drain(output: _Output, deadline: float) -> None:
             output.read(fd)
 
 
+def kill_groups_by_env(name: str, value: str) -> int:
+    """SIGKILL every process group with a process whose environment has name=value
+    (Linux /proc; elsewhere nothing is found). Returns how many groups."""
+    entry = f"{name}={value}".encode()
+    groups = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if entry in (proc / "environ").read_bytes().split(b"\0"):
+                groups.add(int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]))
+        except (OSError, ValueError, IndexError):  # exited meanwhile, or not ours to read
+            continue
+    for pgid in groups:
+        kill_group(pgid)
+    return len(groups)
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL a whole process group; quietly done if it is already gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

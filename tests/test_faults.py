@@ -222,6 +222,14 @@ def _pid_in_group(line: str, pgid: int) -> bool:
         return False
 
 
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its (dead) parent's reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _unacked_runs(store: Store, exp_id: str) -> list[str]:
     """Unacknowledged messages of this experiment's runs (kombu's `unacked` hash)."""
     return [raw for raw in store.redis.hvals("unacked") if exp_id in base64.b64decode(
@@ -235,9 +243,10 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     kills = tmp_path / "kills"
-    # $PPID of the agent's bash is the Celery pool process running the run.
+    # $PPID of the agent's bash is the Celery pool process running the run; $$ is
+    # the bash itself, which would sleep on for 60 s with nobody left to stop it.
     command = (
-        f'if [ "$EVALFLEET_RUN_INDEX" = 0 ]; then echo x >> {kills}; kill -9 $PPID; sleep 5; fi; '
+        f'if [ "$EVALFLEET_RUN_INDEX" = 0 ]; then echo $$ >> {kills}; kill -9 $PPID; sleep 60; fi; '
         "touch out.txt"
     )
     # Redelivery here is Celery's (the message is requeued when the pool process
@@ -253,7 +262,11 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     assert killer.status == RunStatus.infra_error
     assert killer.attempts == 3
     assert "gave up after 2 deliveries" in (killer.fail_reason or "")
-    assert kills.read_text().count("x") == 2  # ran twice, then the cap recorded it
+    agents = [int(pid) for pid in kills.read_text().split()]
+    assert len(agents) == 2  # ran twice, then the cap recorded it
+    # Each redelivery stopped the agent its predecessor left running.
+    wait_for("the left agents to be reaped", lambda: not any(_alive(pid) for pid in agents), 10)
+    assert "stopped what an earlier delivery left running" in worker.log.read_text()
     assert report["experiment"]["status"] == "complete"  # the chord still fired
     assert report["tiers"]["T0"]["errors"] == 1 and report["tiers"]["T0"]["passes"] == 2
     assert worker.proc.poll() is None  # the worker itself survived

@@ -11,6 +11,7 @@ before it is stored.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 import string
@@ -26,6 +27,7 @@ from kombu.exceptions import OperationalError
 from core.config import Matrix
 from core.evaluate import evaluate_run, redact, redact_record, secret_values
 from core.results import AgentOutcome, ExperimentStatus, RunResult, RunSpec, RunStatus
+from core.shell import kill_groups_by_env
 from core.store import Delivery, Store
 from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
@@ -34,6 +36,7 @@ from worker.lease import Lease
 from worker.workspace import RunDir, SetupError, prepare, run_setup
 
 Phase = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 # Redis away (a restart), seen through redis-py or through kombu: its calls are
 # tried again for about 30 s.
@@ -104,6 +107,10 @@ def _attempt(
     on_phase: Phase,
 ) -> RunResult:
     attempts = delivery.attempts
+    # An earlier delivery whose pool process was killed left its agent (or setup,
+    # or gate) running on this machine, with nothing left to stop it: stop it.
+    if attempts > 1 and kill_groups_by_env("EVALFLEET_RUN_ID", spec.run_id):
+        log.warning("run %s: stopped what an earlier delivery left running", spec.run_id)
     if delivery.status == ExperimentStatus.cancelled:
         return error_result(spec, "experiment cancelled before this run started", attempts, started)
     if attempts > matrix.max_attempts:
