@@ -36,7 +36,7 @@ SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    wanted = os.environ.get("EVALFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+    wanted = os.environ.get("EVALFLEET_TEST_REDIS_URL") or _machine_redis()
     if wanted != "embedded":
         yield wanted
         _delete_own_keys(wanted)
@@ -45,6 +45,17 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with EmbeddedRedis(tmp_path_factory.mktemp("redis") / ".evalfleet") as server:
         yield server.url
+
+
+def _machine_redis() -> str:
+    """The machine's Redis (database 13) when one answers; else the embedded one, so
+    `python -m pytest -q` works as the README says on a machine without Redis."""
+    url = "redis://127.0.0.1:6379/13"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.RedisError:
+        return "embedded"
+    return url
 
 
 def _delete_own_keys(url: str) -> None:
