@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -148,6 +149,14 @@ def start_worker(fleet_env: dict[str, str], tmp_path: Path) -> Iterator:  # type
     yield start
     for worker in workers:
         worker.stop()
+
+
+def start_cli(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, **popen: Any
+) -> subprocess.Popen[str]:
+    """The `scheduler` console script started in the background, output piped."""
+    options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
+    return subprocess.Popen([SCHEDULER, *args], env=env, cwd=cwd, text=True, **options)
 
 
 def run_cli(

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from scheduler.embedded import EmbeddedRedis, redis_server_binary
-from tests.conftest import EXAMPLES, SCHEDULER, run_cli
+from tests.conftest import EXAMPLES, run_cli, start_cli
 from tests.test_distributed import alive
 
 pytestmark = pytest.mark.integration
@@ -77,14 +77,7 @@ agent: {command: "sleep 60", timeout_s: 120}
 tiers: [{id: T0}]
 scenarios: [{id: s, prompt: wait}]
 """)
-    proc = subprocess.Popen(
-        [SCHEDULER, "submit", str(matrix), "--workers", "1"],
-        cwd=tmp_path,
-        env=embedded_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("submit", str(matrix), "--workers", "1", env=embedded_env, cwd=tmp_path)
     state = tmp_path / ".evalfleet" / "redis.json"
     worker_log = tmp_path / ".evalfleet" / "worker.log"
     deadline = time.monotonic() + 60

@@ -25,7 +25,7 @@ import redis
 
 from core.results import ExperimentInfo, ExperimentStatus, RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, ROOT, SCHEDULER, Worker, run_cli
+from tests.conftest import PREFIX, Worker, run_cli, start_cli
 from tests.experiments import command_matrix
 
 pytestmark = pytest.mark.integration
@@ -340,14 +340,7 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     matrix = write_matrix(tmp_path, "sleep 2; touch out.txt", runs=8)
     workers = [Worker(env, tmp_path / f"w{i}.log", name=f"w{i}") for i in range(2)]
     store = Store.from_url(own_redis.url, prefix=PREFIX)
-    follower = subprocess.Popen(
-        [SCHEDULER, "submit", str(matrix), "--wait", "--json"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    follower = start_cli("submit", str(matrix), "--wait", "--json", env=env)
     try:
         wait_for("two results", lambda: _results(store) >= 2, timeout=60)
         own_redis.restart(down_s=2)  # with runs in progress and runs still queued
@@ -446,15 +439,10 @@ def test_embedded_stack_killed_mid_experiment_resumes_from_its_aof(
     matrix = write_matrix(tmp_path / "m", command, runs=6)
     home = tmp_path / "home"
     home.mkdir()
-    scheduler = SCHEDULER
-    cli = subprocess.Popen(
-        [scheduler, "submit", str(matrix), "--workers", "2"],
-        env=env,
-        cwd=home,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    cli = start_cli(
+        "submit", str(matrix), "--workers", "2", env=env, cwd=home,
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
     state = home / ".evalfleet" / "redis.json"
     try:
         wait_for("the embedded Redis", state.exists, timeout=30)
