@@ -1,7 +1,7 @@
 """The experiment records in Redis, under DESIGN.md's keys (no TTL on any of them).
 
 ``experiments`` zset by created time; ``exp:{id}`` hash (info, matrix, counts,
-status); ``exp:{id}:runs`` run_id -> RunResult JSON; ``exp:{id}:specs`` run_id ->
+status, and once every run is on the broker ``sent``: their default queue); ``exp:{id}:runs`` run_id -> RunResult JSON; ``exp:{id}:specs`` run_id ->
 RunSpec JSON (what resume re-sends); ``exp:{id}:attempts`` run_id -> deliveries;
 ``exp:{id}:leases`` run_id -> "EXPIRY HOLDER" of the runs in progress;
 ``exp:{id}:unaccounted`` run_id -> when a sweep first found the run nowhere
@@ -239,13 +239,16 @@ class Store:
         self.redis.hset(key, "status", ExperimentStatus.running.value)
         self.redis.hdel(key, "finished_at", "sent")
 
-    def mark_sent(self, exp_id: str) -> None:
-        """Every run of the experiment is on the broker: from now on, one that is
-        nowhere was lost (worker/recovery.py)."""
-        self.redis.hset(self._key("exp", exp_id), "sent", 1)
+    def mark_sent(self, exp_id: str, default_queue: str) -> None:
+        """Every run of the experiment is on the broker, those without a queue of
+        their own in `default_queue`: from now on, one that is nowhere was lost
+        (worker/recovery.py)."""
+        self.redis.hset(self._key("exp", exp_id), "sent", default_queue)
 
-    def all_sent(self, exp_id: str) -> bool:
-        return bool(self.redis.hexists(self._key("exp", exp_id), "sent"))
+    def sent_to(self, exp_id: str) -> str | None:
+        """The default queue the experiment's runs were sent to; None while sending."""
+        queue = self.redis.hget(self._key("exp", exp_id), "sent")
+        return str(queue) if queue else None
 
     def status(self, exp_id: str) -> ExperimentStatus | None:
         raw = self.redis.hget(self._key("exp", exp_id), "status")

@@ -59,7 +59,7 @@ def send(store: Store, matrix: Matrix, experiment_id: str, specs: list[RunSpec])
     )
     if not specs:
         body.apply_async(args=(None,))
-        store.mark_sent(experiment_id)
+        store.mark_sent(experiment_id, app.conf.task_default_queue)
         return
     group_id = uuid()
     body.freeze(group_id=group_id)
@@ -82,7 +82,7 @@ def send(store: Store, matrix: Matrix, experiment_id: str, specs: list[RunSpec])
                 retry=False,
                 **run_options(matrix, spec),
             )
-    store.mark_sent(experiment_id)
+    store.mark_sent(experiment_id, app.conf.task_default_queue)
 
 
 def run_signature(matrix: Matrix, spec: RunSpec) -> Signature:

@@ -129,25 +129,23 @@ with Connection(sys.argv[1]) as conn:
 def _queued_experiment(
     fleet_env: dict[str, str], tmp_path: Path, queue_suffix: str, runs: int
 ) -> tuple[str, str, Path]:
-    """An experiment on a queue of its own, submitted with no worker to take it:
-    (experiment id, queue, the log each started agent writes its run id to)."""
+    """An experiment sent to a default queue of its own (the submitter's
+    EVALFLEET_QUEUE), with no worker to take it yet: (experiment id, queue, the log
+    each started agent writes its run id to)."""
     log = tmp_path / "started.log"
     queue = f"{fleet_env['EVALFLEET_QUEUE']}-{queue_suffix}"  # nothing else is in it
     matrix = write_matrix(
-        tmp_path / "m",
-        f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt',
-        runs=runs,
-        extra=f"queue: {queue}",
+        tmp_path / "m", f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt', runs=runs
     )
-    submitted = run_cli("submit", str(matrix), env=fleet_env)
+    submitted = run_cli("submit", str(matrix), env={**fleet_env, "EVALFLEET_QUEUE": queue})
     assert submitted.returncode == 0, submitted.stderr
     return submitted.stdout.strip(), queue, log
 
 
 def _sweeping_worker(fleet_env: dict[str, str], tmp_path: Path, queue: str) -> Worker:
-    """A worker on the runs' queue and the aggregate's, sweeping every second."""
-    queues = f"{queue},{fleet_env['EVALFLEET_QUEUE']}"
-    return Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queues)
+    """A worker that takes the experiment's queue, sweeping every second. Its own
+    default queue is another: what it sends again must go where the submitter sent."""
+    return Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queue)
 
 
 def _each_ran_once(store: Store, exp_id: str, log: Path, runs: int) -> None:

@@ -64,8 +64,11 @@ def recover(store: Store, exp_id: str) -> list[str]:
     resent = [spec.run_id for spec in lost if _send_again(store, spec, "its lease expired")]
     resent += _requeue_never_started(store, exp_id, lease_s)
     info = store.info(exp_id)
-    if store.all_sent(exp_id):
-        vanished = store.claim_unaccounted(exp_id, _unaccounted(store, info), lease_s)
+    # Looked for only once every run was sent, where the sender sent them (a
+    # sweeping worker's own default queue may be another).
+    if (default_queue := store.sent_to(exp_id)) is not None:
+        unaccounted = _unaccounted(store, info, default_queue)
+        vanished = store.claim_unaccounted(exp_id, unaccounted, lease_s)
         resent += [s.run_id for s in vanished if _send_again(store, s, "its message vanished")]
     if info.finished_at is None and info.completed_runs >= info.total_runs:
         finish_experiment(store, exp_id)
@@ -75,8 +78,10 @@ def recover(store: Store, exp_id: str) -> list[str]:
 def _send_again(store: Store, spec: RunSpec, why: str) -> bool:
     from scheduler.dispatch import run_signature  # the one place a run's task options live
 
+    # Back where it was sent first, not to this sweeper's own default queue.
+    queue = spec.queue or store.sent_to(spec.experiment_id)
     try:
-        run_signature(store.matrix(spec.experiment_id), spec).apply_async()
+        run_signature(store.matrix(spec.experiment_id), spec).apply_async(queue=queue)
     except Exception as exc:  # the broker went away between the claim and the send
         log.warning("could not send lost run %s again (%s); next sweep retries", spec.run_id, exc)
         store.mark_lost(spec.experiment_id, spec.run_id)
@@ -116,7 +121,7 @@ def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[st
     return requeued
 
 
-def _unaccounted(store: Store, info: ExperimentInfo) -> set[str]:
+def _unaccounted(store: Store, info: ExperimentInfo, default_queue: str) -> set[str]:
     """Runs without a result, a live lease, or a message in a queue or unacknowledged."""
     from worker.app import app
 
@@ -124,7 +129,7 @@ def _unaccounted(store: Store, info: ExperimentInfo) -> set[str]:
     if not missing:
         return set()
     live = store.leases(info.id).live
-    queues = _queues(store.matrix(info.id), app.conf.task_default_queue)
+    queues = _queues(store.matrix(info.id), default_queue)
     with app.pool.acquire(block=True) as conn:
         channel = conn.default_channel
         client = channel.client
