@@ -1,8 +1,9 @@
 """The experiment records in Redis, under DESIGN.md's keys (no TTL on any of them).
 
 ``experiments`` zset by created time; ``exp:{id}`` hash (info, matrix, counts,
-status, and once every run is on the broker ``sent``: their default queue); ``exp:{id}:runs`` run_id -> RunResult JSON; ``exp:{id}:specs`` run_id ->
-RunSpec JSON (what resume re-sends); ``exp:{id}:attempts`` run_id -> deliveries;
+status, and once every run is on the broker ``sent``: their default queue);
+``exp:{id}:runs`` run_id -> RunResult JSON; ``exp:{id}:specs`` run_id -> RunSpec
+JSON (what resume re-sends); ``exp:{id}:attempts`` run_id -> deliveries;
 ``exp:{id}:leases`` run_id -> "EXPIRY HOLDER" of the runs in progress;
 ``exp:{id}:unaccounted`` run_id -> when a sweep first found the run nowhere
 (worker/recovery.py); ``exp:{id}:report`` the ExperimentReport JSON.
