@@ -192,7 +192,7 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
 
     worker = _sweeping_worker(fleet_env, tmp_path, queue)
     try:
-        wait_for("the other runs", lambda: store.info(exp_id).completed_runs == 2, timeout=60)
+        wait_for("the other runs", lambda: store.info(exp_id).completed_runs >= 2, timeout=60)
         # A stale unacknowledged copy of a finished run's message, as a restart can
         # leave: it must not hide the vanished run.
         tag = uuid.uuid4().hex
