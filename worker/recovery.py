@@ -59,29 +59,35 @@ def recover(store: Store, exp_id: str) -> list[str]:
     # Imported here: worker.app loads this module before the tasks exist.
     from worker.tasks import finish_experiment
 
-    lease_s = store.matrix(exp_id).lease_s
-    lost = store.claim_lost_runs(exp_id)
-    resent = [spec.run_id for spec in lost if _send_again(store, spec, "its lease expired")]
-    resent += _requeue_never_started(store, exp_id, lease_s)
+    # One read of what every step needs: the matrix is parsed and validated on each.
+    matrix = store.matrix(exp_id)
+    default_queue = store.sent_to(exp_id)  # None until every run was sent
+
+    def send_again(specs: list[RunSpec], why: str) -> list[str]:
+        return [s.run_id for s in specs if _send_again(store, matrix, s, default_queue, why)]
+
+    resent = send_again(store.claim_lost_runs(exp_id), "its lease expired")
+    resent += _requeue_never_started(store, exp_id, matrix.lease_s)
     info = store.info(exp_id)
     # Looked for only once every run was sent, where the sender sent them (a
     # sweeping worker's own default queue may be another).
-    if (default_queue := store.sent_to(exp_id)) is not None:
-        unaccounted = _unaccounted(store, info, default_queue)
-        vanished = store.claim_unaccounted(exp_id, unaccounted, lease_s)
-        resent += [s.run_id for s in vanished if _send_again(store, s, "its message vanished")]
+    if default_queue is not None:
+        unaccounted = _unaccounted(store, info, _queues(matrix, default_queue))
+        vanished = store.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
+        resent += send_again(vanished, "its message vanished")
     if info.finished_at is None and info.completed_runs >= info.total_runs:
         finish_experiment(store, exp_id)
     return resent
 
 
-def _send_again(store: Store, spec: RunSpec, why: str) -> bool:
+def _send_again(
+    store: Store, matrix: Matrix, spec: RunSpec, default_queue: str | None, why: str
+) -> bool:
     from scheduler.dispatch import run_signature  # the one place a run's task options live
 
-    # Back where it was sent first, not to this sweeper's own default queue.
-    queue = spec.queue or store.sent_to(spec.experiment_id)
     try:
-        run_signature(store.matrix(spec.experiment_id), spec).apply_async(queue=queue)
+        # Back where it was sent first, not to this sweeper's own default queue.
+        run_signature(matrix, spec).apply_async(queue=spec.queue or default_queue)
     except Exception as exc:  # the broker went away between the claim and the send
         log.warning("could not send lost run %s again (%s); next sweep retries", spec.run_id, exc)
         store.mark_lost(spec.experiment_id, spec.run_id)
@@ -121,15 +127,14 @@ def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[st
     return requeued
 
 
-def _unaccounted(store: Store, info: ExperimentInfo, default_queue: str) -> set[str]:
-    """Runs without a result, a live lease, or a message in a queue or unacknowledged."""
+def _unaccounted(store: Store, info: ExperimentInfo, queues: set[str]) -> set[str]:
+    """Runs without a result, a live lease, or a message in `queues` or unacknowledged."""
     from worker.app import app
 
     missing = info.total_runs - info.completed_runs
     if not missing:
         return set()
     live = store.leases(info.id).live
-    queues = _queues(store.matrix(info.id), default_queue)
     with app.pool.acquire(block=True) as conn:
         channel = conn.default_channel
         client = channel.client
