@@ -2,8 +2,9 @@
 letter grades and the cross-tier comparison. Pure and deterministic: the same
 runs in any order give the same report, byte for byte.
 
-Infrastructure errors are counted (`errors`) and kept out of every statistic;
-timeouts and agent failures are real results and stay in (DESIGN.md).
+Infrastructure errors (`errors`) and cancelled runs (`cancelled`) are counted
+apart and kept out of every statistic; timeouts and agent failures are real
+results and stay in (DESIGN.md, README "Outcomes").
 """
 
 from __future__ import annotations
@@ -75,11 +76,12 @@ def aggregate(
             },
             baseline=(baseline, baseline_runs) if compared else None,
         )
-    valid = [r for r in ordered if not r.is_infra_error]
+    valid = [r for r in ordered if r.counted]
     experiment = info.model_copy(
         update={
             "completed_runs": len(ordered),
-            "errors": len(ordered) - len(valid),
+            "errors": sum(1 for r in ordered if r.is_infra_error),
+            "cancelled": sum(1 for r in ordered if r.status is RunStatus.cancelled),
             "passes": sum(1 for r in valid if r.passed),
         }
     )
@@ -96,7 +98,7 @@ def tier_report(
 ) -> TierReport:
     """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
     baseline tier's id and its runs of the same scenarios, to test the group against."""
-    valid = [r for r in runs if not r.is_infra_error]
+    valid = [r for r in runs if r.counted]
     priced = [r for r in valid if r.cost_usd is not None]
 
     composite = _stats(valid, lambda r: r.composite_score)
@@ -105,7 +107,9 @@ def tier_report(
     has_layered = any(r.layered_composite is not None for r in valid)
     return TierReport(
         runs=len(runs),
-        errors=len(runs) - len(valid),
+        errors=sum(1 for r in runs if r.is_infra_error),
+        cancelled=sum(1 for r in runs if r.status is RunStatus.cancelled),
+        counted=len(valid),
         passes=sum(1 for r in valid if r.passed),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),
         cost_of_pass=_tier_cost_of_pass(cost, pass_rate),

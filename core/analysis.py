@@ -43,7 +43,7 @@ def analyse(
 ) -> TierAnalysis:
     """Intervals, pass@k, flakiness of `runs`; with a baseline (tier id, its runs, same
     scenarios), the test against it. Infrastructure errors are left out."""
-    valid = [r for r in runs if not r.is_infra_error]
+    valid = [r for r in runs if r.counted]
     vs_baseline = None if baseline is None else compare_runs(valid, baseline[1], baseline[0], alpha)
     if not valid:
         return TierAnalysis(vs_baseline=vs_baseline)
@@ -80,7 +80,7 @@ def _outcomes_by_scenario(runs: Sequence[RunResult]) -> dict[str, tuple[int, int
 def context_by_call(runs: Sequence[RunResult]) -> list[Statistics]:
     """Statistics of the input tokens of the first, second, ... LLM call, over the runs
     that made that many calls (count says how many did)."""
-    valid = [r for r in runs if not r.is_infra_error]
+    valid = [r for r in runs if r.counted]
     longest = min(MAX_CALLS_TRACKED, max((len(r.llm_calls) for r in valid), default=0))
     return [
         statistics([r.llm_calls[i].input_tokens for r in valid if len(r.llm_calls) > i])

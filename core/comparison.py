@@ -38,8 +38,8 @@ def compare_runs(
     """`runs` against `reference_runs`; infrastructure errors are left out of both."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be within (0, 1), got {alpha}")
-    valid = [r for r in runs if not r.is_infra_error]
-    base = [r for r in reference_runs if not r.is_infra_error]
+    valid = [r for r in runs if r.counted]
+    base = [r for r in reference_runs if r.counted]
     passes = sum(1 for r in valid if r.passed)
     base_passes = sum(1 for r in base if r.passed)
     counts = Comparison(

@@ -18,14 +18,28 @@ class Record(BaseModel):
 
 
 class RunStatus(StrEnum):
-    completed = "completed"  # the agent exited by itself (any exit code)
+    """A run's outcome: one closed set, each with one meaning (README, "Outcomes").
+
+    Only `completed` runs can pass. completed, agent_error and timeout are the
+    agent's own results and enter the statistics; infra_error and cancelled do
+    not, and are counted apart under their own names.
+    """
+
+    completed = "completed"  # the agent finished by itself with exit code 0
+    agent_error = "agent_error"  # it ran and failed: non-zero exit, its own error, a limit hit
     timeout = "timeout"  # killed at the agent timeout: a real, failed result
-    agent_error = "agent_error"  # the agent could not run or crashed: a real, failed result
-    infra_error = "infra_error"  # our fault (setup, judge unreachable, attempt cap): not a result
+    infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
+    # the judge unreachable, the attempt cap
+    cancelled = "cancelled"  # the experiment was cancelled before this run started
 
     @property
     def is_infra(self) -> bool:
         return self is RunStatus.infra_error
+
+    @property
+    def counted(self) -> bool:
+        """In the statistics: a result the agent earned."""
+        return self in (RunStatus.completed, RunStatus.agent_error, RunStatus.timeout)
 
 
 class ComponentType(StrEnum):
@@ -287,6 +301,11 @@ class RunResult(Record):
     def is_infra_error(self) -> bool:
         return self.status.is_infra
 
+    @property
+    def counted(self) -> bool:
+        """In the statistics (RunStatus.counted)."""
+        return self.status.counted
+
 
 # --- reports --------------------------------------------------------------------------------
 
@@ -371,6 +390,10 @@ class TierReport(Record):
 
     runs: int = Field(description="runs with a result, infrastructure errors included")
     errors: int = Field(description="infrastructure errors, kept out of the statistics")
+    cancelled: int = Field(0, description="runs cancelled before they started, kept out")
+    counted: int = Field(
+        0, description="runs in the statistics: completed, agent_error and timeout"
+    )
     passes: int = 0
     grade: str | None = None
     cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")
@@ -421,8 +444,9 @@ class ExperimentInfo(Record):
     name: str
     status: ExperimentStatus = ExperimentStatus.pending
     total_runs: int = 0
-    completed_runs: int = 0
-    errors: int = 0
+    completed_runs: int = Field(0, description="runs with a stored result, of any status")
+    errors: int = Field(0, description="infrastructure errors")
+    cancelled: int = Field(0, description="runs cancelled before they started")
     passes: int = 0
     created_at: float
     finished_at: float | None = None

@@ -23,7 +23,14 @@ from typing import Any
 import redis
 
 from core.config import Matrix
-from core.results import ExperimentInfo, ExperimentReport, ExperimentStatus, RunResult, RunSpec
+from core.results import (
+    ExperimentInfo,
+    ExperimentReport,
+    ExperimentStatus,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
 
 DEFAULT_PREFIX = "evalfleet:"
 
@@ -32,6 +39,7 @@ DEFAULT_PREFIX = "evalfleet:"
 # A delivery whose lease another delivery has taken over stores nothing (its
 # workspace may have been wiped under it); one whose lapsed lease was only
 # marked (expiry 0: sent again, not started) still may. The save ends the lease.
+# ARGV: run id, result JSON, '1' when passed, the counter its status adds to ('' for none).
 _SAVE_RUN = """
 if ARGV[5] ~= '' then
   local lease = redis.call('HGET', KEYS[3], ARGV[1])
@@ -44,7 +52,7 @@ end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('HINCRBY', KEYS[2], 'done', 1)
 if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], 'passes', 1) end
-if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[2], 'errors', 1) end
+if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], 1) end
 return 1
 """
 
@@ -214,6 +222,7 @@ class Store:
                 "completed_runs": int(raw.get("done", 0)),
                 "passes": int(raw.get("passes", 0)),
                 "errors": int(raw.get("errors", 0)),
+                "cancelled": int(raw.get("cancelled", 0)),
                 "finished_at": float(raw["finished_at"]) if raw.get("finished_at") else None,
             }
         )
@@ -299,7 +308,12 @@ class Store:
                 result.run_id,
                 result.model_dump_json(),
                 "1" if result.passed else "0",
-                "1" if result.is_infra_error else "0",
+                # The counter this outcome adds to, besides `done`.
+                "errors"
+                if result.is_infra_error
+                else "cancelled"
+                if result.status is RunStatus.cancelled
+                else "",
                 holder,
             ],
         )

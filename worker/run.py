@@ -112,7 +112,13 @@ def _attempt(
     if attempts > 1 and kill_groups_by_env("EVALFLEET_RUN_ID", spec.run_id):
         log.warning("run %s: stopped what an earlier delivery left running", spec.run_id)
     if delivery.status == ExperimentStatus.cancelled:
-        return error_result(spec, "experiment cancelled before this run started", attempts, started)
+        return error_result(
+            spec,
+            "experiment cancelled before this run started",
+            attempts,
+            started,
+            RunStatus.cancelled,
+        )
     if attempts > matrix.max_attempts:
         return error_result(
             spec,
@@ -202,8 +208,15 @@ def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> di
     return env
 
 
-def error_result(spec: RunSpec, reason: str, attempts: int, started: float) -> RunResult:
-    """An infrastructure error: counted in `errors`, kept out of the statistics."""
+def error_result(
+    spec: RunSpec,
+    reason: str,
+    attempts: int,
+    started: float,
+    status: RunStatus = RunStatus.infra_error,
+) -> RunResult:
+    """A run without an agent result (an infrastructure error, or cancelled): counted
+    under its own name, kept out of the statistics."""
     now = time.time()
     return RunResult(
         experiment_id=spec.experiment_id,
@@ -211,7 +224,7 @@ def error_result(spec: RunSpec, reason: str, attempts: int, started: float) -> R
         tier=spec.tier,
         scenario=spec.scenario,
         run_index=spec.run_index,
-        status=RunStatus.infra_error,
+        status=status,
         fail_reason=reason,
         attempts=attempts,
         worker=socket.gethostname(),
