@@ -65,15 +65,20 @@ def evaluate_run(
     )
     commands = target_commands(transcript, scenario.target)
     interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)
+    not_started = _not_started(outcome, transcript, secrets)
 
-    on_phase("gates")
-    gates = run_gates(scenario.evaluation.gates, workspace, target_commands=commands, env=env)
-    gates = [redact_record(gate, secrets) for gate in gates]  # the judge's prompt shows them
+    # An agent that never ran has nothing to check or judge: its run is an
+    # infrastructure error, and gates that happen to pass must not look like its work.
+    gates: list[GateResult] = []
     judge = None
-    if scenario.evaluation.judge_enabled:
-        on_phase("judge")
-        changes = summarize_changes(workspace, prepared)
-        judge = _judge(matrix, scenario, outcome, transcript, gates, changes, environ, secrets)
+    if not_started is None:
+        on_phase("gates")
+        gates = run_gates(scenario.evaluation.gates, workspace, target_commands=commands, env=env)
+        gates = [redact_record(gate, secrets) for gate in gates]  # the judge's prompt shows them
+        if scenario.evaluation.judge_enabled:
+            on_phase("judge")
+            changes = summarize_changes(workspace, prepared)
+            judge = _judge(matrix, scenario, outcome, transcript, gates, changes, environ, secrets)
 
     model = agent.model or transcript.model
     price = price_for(model, matrix.pricing)
@@ -102,6 +107,10 @@ def evaluate_run(
     )
     result = _with_tokens_and_cost(result, transcript, price, model)
     result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets)
+    if not_started is not None:
+        result = result.model_copy(
+            update={"status": RunStatus.infra_error, "fail_reason": not_started}
+        )
     if scenario.process is not None:
         result.process = process_metrics(transcript.commands, scenario.process)
     result.tokens = token_metrics(transcript.components, price)
@@ -114,6 +123,26 @@ def _status(outcome: AgentOutcome, transcript: Transcript) -> RunStatus:
     if not outcome.completed or transcript.agent_reported_error:
         return RunStatus.agent_error
     return RunStatus.completed
+
+
+# bash's own exit codes for a command it found but could not execute (126) and
+# for one it could not find (127).
+CANNOT_START_EXIT_CODES = (126, 127)
+
+
+def _not_started(
+    outcome: AgentOutcome, transcript: Transcript, secrets: Sequence[str]
+) -> str | None:
+    """Why the agent never ran, when it did not: it could not be started at all, or
+    the shell could not find or execute its command (exit 126/127 with nothing done:
+    no LLM call, no command). None for an agent that ran, however badly."""
+    if outcome.error is not None:
+        return f"agent could not run: {redact(outcome.error, secrets)}"
+    did_something = transcript.llm_calls or transcript.commands
+    if outcome.exit_code in CANNOT_START_EXIT_CODES and not did_something:
+        tail = redact(outcome.stderr.strip()[-300:], secrets)
+        return f"agent could not start (exit {outcome.exit_code})" + (f": {tail}" if tail else "")
+    return None
 
 
 def _judge(
@@ -195,7 +224,8 @@ def _with_outcome(
     judge = result.judge
     judge_score = judge.weighted_score if judge is not None else None
     gates_ok = result.gates_passed == result.gates_total
-    passed = gates_ok and (judge is None or judge.passed)
+    # Only an agent that finished by itself can pass, whatever its gates say.
+    passed = result.status is RunStatus.completed and gates_ok and (judge is None or judge.passed)
     pass_rate = formulas.pass_rate(passed)
     impl_rate = formulas.impl_rate(judge_score, result.gates_passed, result.gates_total)
     update: dict[str, object] = {

@@ -182,6 +182,10 @@ def _json_from(stdout: str) -> Any:
 
 
 def _no_transcript_errors(commands: Sequence[CommandRecord]) -> _Verdict:
+    if not commands:
+        # "No errors" among no commands is vacuous: it would give credit to an
+        # agent that did nothing (README, "Gates that check nothing").
+        return _Verdict(False, "no target commands in the transcript: nothing to check")
     failed = [c for c in commands if c.exit_code not in (None, 0)]
     if not failed:
         return _Verdict(True, f"no failed target commands ({len(commands)} checked)")

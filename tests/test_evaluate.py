@@ -113,11 +113,14 @@ def evaluate(
     tmp_path: Path,
     workspace: tuple[Path, dict[str, str]],
     base_url: str,
-    exit_code: int = 0,
+    exit_code: int | None = 0,
     composite: str = "",
+    gates: str = GATES,
+    agent_events: list = AGENT_EVENTS,  # type: ignore[type-arg]
+    **outcome: object,
 ):  # type: ignore[no-untyped-def]
     (tmp_path / "rubric.yaml").write_text(RUBRIC)
-    (tmp_path / "matrix.yaml").write_text(matrix_text(base_url, GATES, composite))
+    (tmp_path / "matrix.yaml").write_text(matrix_text(base_url, gates, composite))
     matrix = load_matrix(tmp_path / "matrix.yaml")
     spec = RunSpec(
         experiment_id="e", run_id="e:T0:notes:0", tier="T0", scenario="notes", run_index=0
@@ -128,8 +131,9 @@ def evaluate(
         stdout="working...\nCreated two notes.\n",
         started_at=now - 12.5,
         ended_at=now,
+        **outcome,
     )
-    lines = [e if isinstance(e, str) else json.dumps(e) for e in AGENT_EVENTS]
+    lines = [e if isinstance(e, str) else json.dumps(e) for e in agent_events]
     ws, env = workspace
     phases: list[str] = []
     result = evaluate_run(
@@ -243,3 +247,83 @@ def test_layered_composite_and_agent_failure(tmp_path: Path, workspace) -> None:
     assert "agent exited with code 1" in (result.fail_reason or "")
     first_try = result.interaction.first_try_success_rate
     assert result.layered_composite == pytest.approx(0.5 * 0.5 + 0.3 * 1.0 + 0.2 * first_try)
+
+
+PASSING_GATES = """
+        - {type: file_exists, path: ".my-tool/store.json"}"""
+GOOD_ANSWER = {
+    "scores": {"correctness": 1.0, "efficiency": 1.0},
+    "weighted_score": 1.0,
+    "confidence": 1.0,
+    "issues": [],
+    "highlights": [],
+}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status", "reason"),
+    [
+        ({"exit_code": None, "timed_out": True}, RunStatus.timeout, "agent timed out"),
+        ({"exit_code": 1}, RunStatus.agent_error, "agent exited with code 1"),
+        ({"exit_code": 0, "stopped": "workspace over 1 MB"}, RunStatus.agent_error, "stopped"),
+    ],
+)
+def test_an_agent_that_did_not_finish_never_passes(
+    tmp_path: Path,
+    workspace,  # type: ignore[no-untyped-def]
+    outcome: dict[str, object],
+    status: RunStatus,
+    reason: str,
+) -> None:
+    """Its gates pass and the judge likes its work: still not a pass."""
+    with LLMStub([reply(content=json.dumps(GOOD_ANSWER))] * 2) as stub:
+        result, _ = evaluate(tmp_path, workspace, stub.base_url, gates=PASSING_GATES, **outcome)
+    assert result.gates_passed == result.gates_total == 1
+    assert result.judge is not None and result.judge.passed
+    assert result.status == status and not result.passed
+    assert result.pass_rate == 0.0
+    assert reason in (result.fail_reason or "")
+
+
+def test_the_same_run_finished_by_itself_passes(tmp_path: Path, workspace) -> None:  # type: ignore[no-untyped-def]
+    with LLMStub([reply(content=json.dumps(GOOD_ANSWER))]) as stub:
+        result, _ = evaluate(tmp_path, workspace, stub.base_url, gates=PASSING_GATES)
+    assert result.status == RunStatus.completed and result.passed
+
+
+@pytest.mark.parametrize("exit_code", [126, 127])
+def test_an_agent_that_could_not_start_is_an_infrastructure_error(
+    tmp_path: Path,
+    workspace,  # type: ignore[no-untyped-def]
+    exit_code: int,
+) -> None:
+    """bash could not find or execute the agent: no gate runs, no judge is paid for."""
+    stderr = "bash: line 1: ./agnet.sh: No such file or directory\n"
+    with LLMStub([reply(content=json.dumps(GOOD_ANSWER))]) as stub:
+        result, phases = evaluate(
+            tmp_path,
+            workspace,
+            stub.base_url,
+            exit_code=exit_code,
+            gates=PASSING_GATES,
+            agent_events=[],
+            stderr=stderr,
+        )
+        assert stub.requests == []
+    assert result.status == RunStatus.infra_error and not result.passed
+    assert result.fail_reason == (
+        f"agent could not start (exit {exit_code}): bash: line 1: ./agnet.sh: "
+        "No such file or directory"
+    )
+    assert result.gates == [] and result.judge is None and phases == []
+
+
+def test_exit_127_after_real_work_is_the_agents_own_failure(
+    tmp_path: Path,
+    workspace,  # type: ignore[no-untyped-def]
+) -> None:
+    """An agent that ran commands and then ended on a missing one did run."""
+    with LLMStub([reply(content=json.dumps(GOOD_ANSWER))]) as stub:
+        result, _ = evaluate(tmp_path, workspace, stub.base_url, exit_code=127, gates=PASSING_GATES)
+    assert result.status == RunStatus.agent_error and not result.passed
+    assert result.gates_total == 1

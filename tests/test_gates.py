@@ -260,6 +260,14 @@ def test_no_transcript_errors(tmp_path: Path) -> None:
     assert bad.message.endswith("; and 2 more")
 
 
+def test_no_transcript_errors_among_no_commands_is_not_a_pass(tmp_path: Path) -> None:
+    """Vacuous: it would credit an agent that did nothing."""
+    gate = GATE.validate_python({"type": "no_transcript_errors"})
+    [result] = run_gates([gate], tmp_path, target_commands=[])
+    assert not result.passed
+    assert result.message == "no target commands in the transcript: nothing to check"
+
+
 def test_script_keeps_the_json_it_prints(tmp_path: Path) -> None:
     whole = run_one(
         tmp_path,
