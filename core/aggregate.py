@@ -25,6 +25,7 @@ from core.results import (
     RunStatus,
     Statistics,
     TierReport,
+    error_key,
 )
 from core.stats import statistics, variance
 
@@ -86,8 +87,17 @@ def aggregate(
         }
     )
     return ExperimentReport(
-        experiment=experiment, tiers=reports, cross_tier=cross_tier(reports, baseline)
+        experiment=experiment,
+        tiers=reports,
+        cross_tier=cross_tier(reports, baseline),
+        error_reasons=error_reasons(ordered),
     )
+
+
+def error_reasons(runs: Iterable[RunResult]) -> dict[str, int]:
+    """Infrastructure errors by reason, most common first (ties by reason)."""
+    counts = Counter(error_key(r.fail_reason) for r in runs if r.is_infra_error)
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def tier_report(

@@ -444,6 +444,13 @@ class Matrix(Strict):
         description="a running run's lease: when its worker stops renewing it for this long, "
         "the run is sent again",
     )
+    fail_fast: int = Field(
+        3,
+        ge=0,
+        le=1000,
+        description="stop sending a tier's runs when its first this-many results are all the "
+        "same infrastructure error (the agent cannot start, setup fails); 0: never",
+    )
     keep_workspaces: bool = False
     queue: str | None = None
     secret_env: list[str] = Field(

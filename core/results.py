@@ -42,6 +42,17 @@ class RunStatus(StrEnum):
         return self in (RunStatus.completed, RunStatus.agent_error, RunStatus.timeout)
 
 
+# How a run that fail-fast kept from starting says so, after its tier's error.
+NOT_RUN_NOTE = " (not run: its tier was stopped after its first runs all failed this way)"
+
+
+def error_key(fail_reason: str | None) -> str:
+    """An infrastructure error's reason as runs share it: its first line, without
+    the fail-fast note, so the runs it stopped count with the ones that stopped it."""
+    first = (fail_reason or "unknown").splitlines()[0] if fail_reason else "unknown"
+    return first.removesuffix(NOT_RUN_NOTE)[:300]
+
+
 class ComponentType(StrEnum):
     """The seed's ten token components (metrics formulas, token tracking)."""
 
@@ -459,6 +470,10 @@ class ExperimentReport(Record):
     experiment: ExperimentInfo
     tiers: dict[str, TierReport] = Field(default_factory=dict)
     cross_tier: CrossTierResult
+    error_reasons: dict[str, int] = Field(
+        default_factory=dict,
+        description="infrastructure errors by reason (error_key), most common first",
+    )
     runs: list[RunResult] | None = Field(None, description="every RunResult, with --runs")
 
 

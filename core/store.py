@@ -6,7 +6,11 @@ status, and once every run is on the broker ``sent``: their default queue);
 JSON (what resume re-sends); ``exp:{id}:attempts`` run_id -> deliveries;
 ``exp:{id}:leases`` run_id -> "EXPIRY HOLDER" of the runs in progress;
 ``exp:{id}:unaccounted`` run_id -> when a sweep first found the run nowhere
-(worker/recovery.py); ``exp:{id}:report`` the ExperimentReport JSON.
+(worker/recovery.py); ``exp:{id}:health`` the first results of each tier, for
+fail-fast (TIER + newline: the tier has a result of its own; TIER + newline +
+REASON: how many of its runs ended with that infrastructure error);
+``exp:{id}:halted`` tier -> the infrastructure error that stopped its runs;
+``exp:{id}:report`` the ExperimentReport JSON.
 
 Lease expiries are on the Redis server's clock (TIME), so the workers' and the
 scheduler's clocks never have to agree.
@@ -78,13 +82,44 @@ return 1
 
 # A delivery's first step, in one round trip: the stored result if the run has
 # one (then nothing else happens), else count the delivery, take the lease
-# (ARGV[2] holder, ARGV[3] seconds) and return {'', attempts, experiment status}.
+# (ARGV[2] holder, ARGV[3] seconds) and return {'', attempts, experiment status,
+# why the run's tier (ARGV[4]) was stopped, if it was}.
 _BEGIN_DELIVERY = """
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if stored then return {{stored}} end
 local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 {take}
-return {{'', attempts, redis.call('HGET', KEYS[4], 'status') or ''}}
+return {{'', attempts, redis.call('HGET', KEYS[4], 'status') or '',
+         redis.call('HGET', KEYS[5], ARGV[4]) or ''}}
+"""
+
+# Fail-fast (ARGV[1] tier, ARGV[2] the infrastructure error of a finished run, ''
+# for a result of the agent's own, ARGV[3] threshold): a tier whose first
+# results are ARGV[3] times the same infrastructure error, and nothing else yet,
+# is stopped. Returns the reason when this call stopped it.
+_NOTE_HEALTH = """
+local healthy = ARGV[1] .. '\\n'
+if ARGV[2] == '' then redis.call('HSET', KEYS[1], healthy, 1) return false end
+if redis.call('HEXISTS', KEYS[1], healthy) == 1 then return false end
+local seen = redis.call('HINCRBY', KEYS[1], healthy .. ARGV[2], 1)
+local threshold = tonumber(ARGV[3])
+if threshold > 0 and seen >= threshold and redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 1
+then return ARGV[2] end
+return false
+"""
+
+# Resume of a cancelled experiment: ARGV are runs recorded as cancelled; each
+# loses its result and its delivery count, and the counters go back down.
+_UNCANCEL = """
+local n = 0
+for i = 1, #ARGV do
+  if redis.call('HDEL', KEYS[1], ARGV[i]) == 1 then n = n + 1 end
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+redis.call('HINCRBY', KEYS[3], 'done', -n)
+redis.call('HINCRBY', KEYS[3], 'cancelled', -n)
+redis.call('HDEL', KEYS[3], 'finished_at', 'sent')
+return n
 """
 
 # Expired leases of runs without a result are returned, once (concurrent sweepers
@@ -144,6 +179,7 @@ class Delivery:
     stored: RunResult | None = None  # the run's result, when it has one already
     attempts: int = 0  # deliveries so far, this one included
     status: ExperimentStatus = ExperimentStatus.running
+    halted: str | None = None  # why fail-fast stopped the run's tier
 
 
 @dataclass
@@ -171,6 +207,8 @@ class Store:
             _BEGIN_DELIVERY.format(take=_TAKE.format(leases="KEYS[3]"))
         )
         self._claim_lost = client.register_script(_CLAIM_LOST)
+        self._note_health = client.register_script(_NOTE_HEALTH)
+        self._uncancel = client.register_script(_UNCANCEL)
         self._track_unaccounted = client.register_script(_TRACK_UNACCOUNTED)
 
     @classmethod
@@ -328,7 +366,9 @@ class Store:
         runs = [RunResult.model_validate_json(v) for v in raw]
         return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
 
-    def begin_delivery(self, exp_id: str, run_id: str, holder: str, lease_s: float) -> Delivery:
+    def begin_delivery(
+        self, exp_id: str, run_id: str, holder: str, lease_s: float, tier: str = ""
+    ) -> Delivery:
         """A delivery of a run starts: its stored result, if it has one; else the
         delivery is counted and `holder` takes the run's lease for `lease_s`."""
         reply = self._begin_delivery(
@@ -337,12 +377,46 @@ class Store:
                 self._key("exp", exp_id, "attempts"),
                 self._key("exp", exp_id, "leases"),
                 self._key("exp", exp_id),
+                self._key("exp", exp_id, "halted"),
             ],
-            args=[run_id, holder, lease_s],
+            args=[run_id, holder, lease_s, tier],
         )
         if reply[0]:
             return Delivery(stored=RunResult.model_validate_json(reply[0]))
-        return Delivery(attempts=int(reply[1]), status=ExperimentStatus(reply[2] or "running"))
+        return Delivery(
+            attempts=int(reply[1]),
+            status=ExperimentStatus(reply[2] or "running"),
+            halted=reply[3] or None,
+        )
+
+    def note_health(self, exp_id: str, tier: str, infra_error: str | None, threshold: int) -> bool:
+        """Count a finished run toward its tier's fail-fast check (`infra_error`: the
+        run's infrastructure error, None for a result of the agent's own). True when
+        this run stopped the tier."""
+        stopped = self._note_health(
+            keys=[self._key("exp", exp_id, "health"), self._key("exp", exp_id, "halted")],
+            args=[tier, infra_error or "", threshold],
+        )
+        return bool(stopped)
+
+    def halted_tiers(self, exp_id: str) -> dict[str, str]:
+        """Tiers fail-fast stopped, with the infrastructure error that stopped each."""
+        return dict(self.redis.hgetall(self._key("exp", exp_id, "halted")))
+
+    def uncancel(self, exp_id: str) -> list[RunSpec]:
+        """The runs recorded as cancelled, made pending again (result and delivery count
+        removed) for a resume; returns their specs."""
+        cancelled = [r.run_id for r in self.runs(exp_id) if r.status is RunStatus.cancelled]
+        if cancelled:
+            self._uncancel(
+                keys=[
+                    self._key("exp", exp_id, "runs"),
+                    self._key("exp", exp_id, "attempts"),
+                    self._key("exp", exp_id),
+                ],
+                args=cancelled,
+            )
+        return self._specs(exp_id, cancelled)
 
     # --- leases: which runs are in progress, and which were lost -------------------------
 

@@ -32,7 +32,11 @@ from scheduler.render import (
 )
 
 err = Console(stderr=True, highlight=False)
+# Exit codes: 1 an operational failure (broker unreachable, workers died) or, for
+# `compare --fail-on-regression`, a regression; 2 bad input, nothing started;
+# 3 the experiment ran but some runs were infrastructure errors; 130 interrupted.
 USAGE_ERROR = 2
+INFRA_ERRORS = 3
 
 broker_option = click.option(
     "--broker",
@@ -105,11 +109,29 @@ def summary(matrix: Matrix) -> str:
         judge = scenario.evaluation.judge
         judged = f"judge >= {judge.pass_threshold:g}" if judge and judge.enabled else "no judge"
         lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
-    if matrix.judge is not None:
-        lines.append(
-            f"judge: {matrix.judge.protocol} {matrix.judge.model} @ {matrix.judge.base_url}"
-        )
+    lines.append(_judge_line(matrix))
     return "\n".join(lines)
+
+
+def _judge_line(matrix: Matrix) -> str:
+    """Which judge the runs will get, and why, said once."""
+    judged = [s.id for s in matrix.scenarios if s.evaluation.judge_enabled]
+    judge = matrix.judge
+    if judged and judge is not None:
+        return (
+            f"judge: {judge.protocol} {judge.model} @ {judge.base_url}, "
+            f"for {len(judged)} of {len(matrix.scenarios)} scenarios"
+        )
+    asked = [s.id for s in matrix.scenarios if s.evaluation.judge is not None]
+    if judge is None or not asked:
+        return "judge: none (no scenario asks for one)"
+    key = judge.api_key_env
+    if key and not os.environ.get(key):
+        return (
+            f"judge: off: {key} is not set, so scenarios with `judge: {{enabled: auto}}` "
+            "run without one (set it to judge them)"
+        )
+    return "judge: off: every scenario's judge is disabled"
 
 
 @main.command()
@@ -234,7 +256,8 @@ def submit(
         specs = plan(matrix, exp_id)
         if not embedded:
             start(store, url, matrix, exp_id, specs)
-            click.echo(exp_id)
+            # Machine-readable output is one JSON document on stdout: the id goes aside.
+            click.echo(exp_id, err=fmt == "json")
             if wait:
                 _follow_and_print(store, exp_id, fmt)
             return
@@ -251,11 +274,14 @@ def submit(
                 sys.exit(130)
 
 
-def _queues(matrix: Matrix) -> list[str]:
+def _queues(matrix: Matrix, default: str | None = None) -> list[str]:
+    """Every queue the matrix's runs go to; `default` for the runs without one of
+    their own (the workers' default queue unless given)."""
     from worker.app import DEFAULT_QUEUE
 
+    default = default or DEFAULT_QUEUE
     named = {matrix.queue} | {t.queue for t in matrix.tiers} | {s.queue for s in matrix.scenarios}
-    return [DEFAULT_QUEUE, *sorted(q for q in named if q and q != DEFAULT_QUEUE)]
+    return [default, *sorted(q for q in named if q and q != default)]
 
 
 def _check_visibility(matrix: Matrix) -> None:
@@ -281,6 +307,16 @@ def _follow_and_print(store: Store, exp_id: str, fmt: str, local: Any = None) ->
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)
     click.echo(render(report, fmt))
+    errors = report.experiment.errors
+    if errors:
+        reason, count = next(iter(report.error_reasons.items()))
+        err.print(
+            f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
+            f"of the statistics; most common ({count}): {reason}",
+            soft_wrap=True,
+            markup=False,
+        )
+        sys.exit(INFRA_ERRORS)
 
 
 # --- reading experiments ---------------------------------------------------------------------
@@ -307,9 +343,13 @@ def list_(broker: str | None, as_json: bool) -> None:
 
 def _status_line(info: ExperimentInfo) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
+    state = info.status.value
+    if info.status == ExperimentStatus.complete and info.errors:
+        state = f"complete with {info.errors} infrastructure errors"
+    ran = info.completed_runs - info.cancelled
     return (
-        f"{info.id}  {info.status.value:<9} {info.completed_runs}/{info.total_runs} runs  "
-        f"{info.passes} passed  {info.errors} errors  {when}"
+        f"{info.id}  {state:<9} {ran}/{info.total_runs} runs ran  {info.passes} passed  "
+        f"{info.errors} infrastructure errors  {info.cancelled} cancelled  {when}"
     )
 
 
@@ -322,9 +362,34 @@ def status(experiment: str | None, broker: str | None, as_json: bool) -> None:
 
     Example: scheduler status notes-guidance-20261122-101500-ab12
     """
-    with open_store(broker) as (store, _):
-        info = store.info(_experiment(store, experiment))
+    with open_store(broker) as (store, url):
+        exp_id = _experiment(store, experiment)
+        info = store.info(exp_id)
+        idle = None
+        if configured_broker(broker) is not None and info.status in (
+            ExperimentStatus.pending,
+            ExperimentStatus.running,
+        ):
+            queues = _queues(store.matrix(exp_id), store.sent_to(exp_id))
+            idle = _queues_without_workers(url, queues)
     click.echo(info.model_dump_json(indent=2) if as_json else _status_line(info))
+    if idle:
+        err.print(
+            f"no worker is taking runs from queue {', '.join(idle)}: start one with "
+            f"`scheduler worker --broker URL --queues {','.join(idle)}`",
+            markup=False,
+        )
+
+
+def _queues_without_workers(url: str, queues: list[str]) -> list[str]:
+    """The queues no live worker consumes (Celery's inspect: the workers answer)."""
+    from scheduler.dispatch import connect
+    from worker.app import app
+
+    connect(url)
+    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+    consumed = {q["name"] for worker_queues in replies.values() for q in worker_queues}
+    return [q for q in queues if q not in consumed]
 
 
 @main.command()
@@ -439,9 +504,13 @@ def compare(
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def resume(experiment: str, broker: str | None, workers: int | None, wait: bool, fmt: str) -> None:
-    """Re-send only the runs without a final result, then aggregate.
+    """Re-send the runs that have no result (and, of a cancelled experiment, those
+    cancelled before they started), then aggregate.
 
-    Example: scheduler resume notes-guidance-20261122-101500-ab12
+    \b
+    Examples:
+      scheduler resume notes-guidance-20261122-101500-ab12
+      scheduler resume EXP --broker redis://host:6379/0 --wait
     """
     from scheduler.dispatch import connect, send
 
@@ -449,9 +518,19 @@ def resume(experiment: str, broker: str | None, workers: int | None, wait: bool,
     with open_store(broker) as (store, url):
         exp_id = _experiment(store, experiment)
         matrix = store.matrix(exp_id)
+        info = store.info(exp_id)
+        # Cancelled runs first: once they lose their results they are pending too.
+        cancelled = store.uncancel(exp_id) if info.status == ExperimentStatus.cancelled else []
         pending = store.pending_specs(exp_id)
+        if not pending:
+            err.print(f"experiment {exp_id}: every run has a result; nothing to resume")
+            return
         store.reopen(exp_id)
-        err.print(f"experiment {exp_id}: re-sending {len(pending)} runs without a result")
+        err.print(
+            f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
+            f"before they started, {len(pending) - len(cancelled)} without a result",
+            soft_wrap=True,
+        )
         if not embedded:
             connect(url)
             send(store, matrix, exp_id, pending)

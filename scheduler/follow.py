@@ -12,6 +12,7 @@ import time
 from typing import Protocol
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -54,6 +55,7 @@ def follow(store: Store, exp_id: str, console: Console, workers: Workers | None 
         transient=False,
     )
     info = store.info(exp_id)
+    announced: set[str] = set()
     with progress:
         task = progress.add_task("runs", total=info.total_runs, passes=0, errors=0)
         swept = time.monotonic()
@@ -66,6 +68,7 @@ def follow(store: Store, exp_id: str, console: Console, workers: Workers | None 
                 progress.update(
                     task, completed=info.completed_runs, passes=info.passes, errors=info.errors
                 )
+                _announce_halts(store, exp_id, console, announced)
                 if info.status in _DONE and store.report(exp_id) is not None:
                     return
                 if time.monotonic() - swept >= _SWEEP_S:
@@ -77,3 +80,23 @@ def follow(store: Store, exp_id: str, console: Console, workers: Workers | None 
                     console.print(f"[yellow]broker unreachable ({exc}); waiting for it[/yellow]")
                 unreachable = True
             time.sleep(_POLL_S)
+
+
+def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[str]) -> None:
+    """Say at once, and once, that fail-fast stopped a tier: its set-up is broken."""
+    halted = {t: r for t, r in store.halted_tiers(exp_id).items() if t not in announced}
+    if not halted:
+        return
+    matrix = store.matrix(exp_id)
+    for tier, reason in halted.items():
+        agent = matrix.agent_for(matrix.tier(tier))
+        command = agent.command if agent.kind == "command" else f"openai loop @ {agent.base_url}"
+        console.print(
+            f"[red]tier {tier} stopped:[/red] its first {matrix.fail_fast} runs all ended with "
+            f"the same infrastructure error, so its other runs are not run.\n"
+            f"  error: {escape(reason)}\n  agent: {escape(command or '')}",
+            highlight=False,
+            markup=True,
+            soft_wrap=True,
+        )
+        announced.add(tier)

@@ -21,11 +21,15 @@ from tests.experiments import command_matrix
 pytestmark = pytest.mark.integration
 
 
-def submit_and_wait(matrix: Path, env: dict[str, str], *extra: str) -> tuple[str, dict]:  # type: ignore[type-arg]
+def submit_and_wait(
+    matrix: Path, env: dict[str, str], *extra: str, code: int = 0
+) -> tuple[str, dict]:  # type: ignore[type-arg]
+    """`submit --wait --json`: the report is all of stdout; `code` the exit expected
+    (3 when some runs were infrastructure errors)."""
     result = run_cli("submit", str(matrix), "--wait", "--json", *extra, env=env)
-    assert result.returncode == 0, result.stderr
-    exp_id, _, report = result.stdout.partition("\n")
-    return exp_id.strip(), json.loads(report)
+    assert result.returncode == code, result.stderr
+    report = json.loads(result.stdout)
+    return report["experiment"]["id"], report
 
 
 def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
@@ -172,7 +176,7 @@ def test_crashing_agent_and_failing_setup_are_recorded_and_the_chord_completes(
     assert report["experiment"]["status"] == "complete"
 
     exp_setup, report = submit_and_wait(
-        _matrix(tmp_path / "b", "touch out.txt", setup="exit 7", runs=2), fleet_env
+        _matrix(tmp_path / "b", "touch out.txt", setup="exit 7", runs=2), fleet_env, code=3
     )
     runs = store.runs(exp_setup)
     assert [r.status for r in runs] == [RunStatus.infra_error] * 2
@@ -280,8 +284,10 @@ def test_cancel_records_unstarted_runs_as_cancelled(
         time.sleep(0.2)
     report = store.report(exp_id)
     assert report is not None and report.experiment.status.value == "cancelled"
-    assert report.tiers["T0"].errors == 5
-    assert all("cancelled" in (r.fail_reason or "") for r in store.runs(exp_id))
+    tier = report.tiers["T0"]
+    assert (tier.cancelled, tier.errors, tier.counted) == (5, 0, 0)
+    assert report.experiment.cancelled == 5 and report.experiment.errors == 0
+    assert all(r.status == RunStatus.cancelled for r in store.runs(exp_id))
 
 
 def test_unknown_experiment_and_unreachable_broker_are_clear_errors(

@@ -252,9 +252,9 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     matrix = write_matrix(tmp_path, command, runs=3, lease_s=60, extra="max_attempts: 2")
     worker = start_worker(concurrency=2)
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
-    assert result.returncode == 0, result.stderr
-    exp_id, _, report_json = result.stdout.partition("\n")
-    report = json.loads(report_json)
+    assert result.returncode == 3, result.stderr  # the killer run is an infrastructure error
+    report = json.loads(result.stdout)
+    exp_id = report["experiment"]["id"]
 
     killer = next(r for r in store.runs(exp_id.strip()) if r.run_index == 0)
     assert killer.status == RunStatus.infra_error
@@ -352,9 +352,8 @@ def test_redis_restarted_mid_experiment_loses_nothing(
             worker.stop()
     assert follower.returncode == 0, err
     assert "broker unreachable" in err  # the follower waited for it
-    exp_id, _, report_json = out.partition("\n")
-    report = json.loads(report_json)
-    runs = store.runs(exp_id.strip())
+    report = json.loads(out)
+    runs = store.runs(report["experiment"]["id"])
     assert len(runs) == 8 and len({r.run_id for r in runs}) == 8
     assert all(r.passed for r in runs), [r.fail_reason for r in runs]
     assert report["experiment"]["completed_runs"] == report["experiment"]["total_runs"] == 8

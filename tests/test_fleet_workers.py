@@ -167,7 +167,7 @@ scenarios:
         fleet.append(_labelled_worker(fleet_env, tmp_path, "gpu", "-c", "1", "--queues", gpu))
         done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
         assert done.returncode == 0, done.stderr
-    exp_id = done.stdout.partition("\n")[0].strip()
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
 
     ran = [line.split() for line in _lines(log)]
     assert len(ran) == 8
@@ -255,7 +255,7 @@ def test_a_tls_broker_with_a_password_serves_submit_and_workers(
         matrix = command_matrix(tmp_path, "touch out.txt", runs=2)
         done = run_cli("submit", str(matrix), "--wait", "--json", env=env)
         assert done.returncode == 0, done.stderr
-        report = json.loads(done.stdout.partition("\n")[2])
+        report = json.loads(done.stdout)
         assert report["experiment"]["status"] == "complete"
         assert report["experiment"]["completed_runs"] == 2
 

@@ -26,7 +26,15 @@ from kombu.exceptions import OperationalError
 
 from core.config import Matrix
 from core.evaluate import evaluate_run, redact, redact_record, secret_values
-from core.results import AgentOutcome, ExperimentStatus, RunResult, RunSpec, RunStatus
+from core.results import (
+    NOT_RUN_NOTE,
+    AgentOutcome,
+    ExperimentStatus,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    error_key,
+)
 from core.shell import kill_groups_by_env
 from core.store import Delivery, Store
 from core.workspace_changes import snapshot
@@ -54,7 +62,9 @@ def execute(spec: RunSpec, store: Store, on_phase: Phase = lambda phase: None) -
     # Patient here too: a run that neither holds a lease nor keeps its message
     # (a reject cannot requeue while Redis is away) would be lost.
     delivery = _patiently(
-        lambda: store.begin_delivery(spec.experiment_id, spec.run_id, lease.holder, matrix.lease_s)
+        lambda: store.begin_delivery(
+            spec.experiment_id, spec.run_id, lease.holder, matrix.lease_s, tier=spec.tier
+        )
     )
     if delivery.stored is not None:
         return delivery.stored
@@ -77,9 +87,25 @@ def execute(spec: RunSpec, store: Store, on_phase: Phase = lambda phase: None) -
     result = redact_record(result, secrets)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
+        _note_health(store, matrix, result)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
+
+
+def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
+    """Fail-fast: the first results of a tier tell whether its set-up works."""
+    not_run = (result.fail_reason or "").endswith(NOT_RUN_NOTE)
+    if result.status is RunStatus.cancelled or not_run:
+        return
+    error = error_key(result.fail_reason) if result.is_infra_error else None
+    try:
+        stopped = store.note_health(result.experiment_id, result.tier, error, matrix.fail_fast)
+    except redis.RedisError as exc:  # the result is stored; this is only bookkeeping
+        log.warning("run %s: fail-fast bookkeeping skipped: %s", result.run_id, exc)
+        return
+    if stopped:
+        log.error("tier %s stopped: its first runs all failed with: %s", result.tier, error)
 
 
 @functools.lru_cache(maxsize=32)
@@ -119,6 +145,8 @@ def _attempt(
             started,
             RunStatus.cancelled,
         )
+    if delivery.halted is not None:
+        return error_result(spec, delivery.halted + NOT_RUN_NOTE, attempts, started)
     if attempts > matrix.max_attempts:
         return error_result(
             spec,
