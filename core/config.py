@@ -524,6 +524,10 @@ class Matrix(Strict):
     def scenario(self, scenario_id: str) -> Scenario:
         return next(s for s in self.scenarios if s.id == scenario_id)
 
+    def queue_for(self, tier: Tier, scenario: Scenario) -> str | None:
+        """The queue a tier x scenario's runs go to; None: the workers' default."""
+        return tier.queue or scenario.queue or self.queue
+
     def agent_for(self, tier: Tier) -> AgentConfig:
         """The matrix agent with the tier's overrides merged in (env merged key by key)."""
         if tier.agent is None:

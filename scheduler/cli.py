@@ -274,14 +274,17 @@ def submit(
                 sys.exit(130)
 
 
-def _queues(matrix: Matrix, default: str | None = None) -> list[str]:
-    """Every queue the matrix's runs go to; `default` for the runs without one of
-    their own (the workers' default queue unless given)."""
+def _queues(matrix: Matrix) -> list[str]:
     from worker.app import DEFAULT_QUEUE
 
-    default = default or DEFAULT_QUEUE
     named = {matrix.queue} | {t.queue for t in matrix.tiers} | {s.queue for s in matrix.scenarios}
-    return [default, *sorted(q for q in named if q and q != default)]
+    return [DEFAULT_QUEUE, *sorted(q for q in named if q and q != DEFAULT_QUEUE)]
+
+
+def _run_queues(matrix: Matrix, default: str) -> list[str]:
+    """The queues the matrix's runs are in; `default` for those without one of their own."""
+    queues = {matrix.queue_for(t, s) or default for t in matrix.tiers for s in matrix.scenarios}
+    return sorted(queues)
 
 
 def _check_visibility(matrix: Matrix) -> None:
@@ -370,14 +373,17 @@ def status(experiment: str | None, broker: str | None, as_json: bool) -> None:
             ExperimentStatus.pending,
             ExperimentStatus.running,
         ):
-            queues = _queues(store.matrix(exp_id), store.sent_to(exp_id))
-            idle = _queues_without_workers(url, queues)
+            from worker.app import DEFAULT_QUEUE
+
+            default = store.sent_to(exp_id) or DEFAULT_QUEUE
+            idle = _queues_without_workers(url, _run_queues(store.matrix(exp_id), default))
     click.echo(info.model_dump_json(indent=2) if as_json else _status_line(info))
     if idle:
         err.print(
             f"no worker is taking runs from queue {', '.join(idle)}: start one with "
             f"`scheduler worker --broker URL --queues {','.join(idle)}`",
             markup=False,
+            soft_wrap=True,
         )
 
 

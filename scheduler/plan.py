@@ -45,7 +45,7 @@ def plan(matrix: Matrix, experiment_id: str) -> list[RunSpec]:
             tier=tier.id,
             scenario=scenario.id,
             run_index=index,
-            queue=tier.queue or scenario.queue or matrix.queue,
+            queue=matrix.queue_for(tier, scenario),
         )
         for tier in matrix.tiers
         for scenario in matrix.scenarios

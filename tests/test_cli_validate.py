@@ -52,6 +52,28 @@ def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
     assert "gpt-4o-mini" in result.stdout
 
 
+def test_validate_says_once_which_judge_runs_and_why() -> None:
+    """The example's judge is `enabled: auto`: on with OPENAI_API_KEY, off without."""
+    import os
+
+    without = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    off = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=without)
+    assert off.returncode == 0, off.stderr
+    judge_lines = [line for line in off.stdout.splitlines() if line.startswith("judge:")]
+    assert judge_lines == [
+        "judge: off: OPENAI_API_KEY is not set, so scenarios with `judge: {enabled: auto}` "
+        "run without one (set it to judge them)"
+    ]
+    assert "gpt-4o-mini" not in off.stdout
+    on = run_cli(
+        "validate", str(EXAMPLES / "matrix.yaml"), env={**without, "OPENAI_API_KEY": "sk-test-key"}
+    )
+    assert "judge: openai gpt-4o-mini @ https://api.openai.com/v1, for 1 of 2 scenarios" in (
+        on.stdout
+    )
+    assert "judge >= " in on.stdout
+
+
 def test_validate_accepts_the_example() -> None:
     result = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=None)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stderr

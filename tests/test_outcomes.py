@@ -204,3 +204,27 @@ def test_a_resume_with_nothing_to_send_changes_nothing(
     assert resumed.returncode == 0 and "nothing to resume" in resumed.stderr
     time.sleep(1)
     assert store.info(exp_id) == before
+
+
+def test_status_says_when_no_worker_takes_the_experiments_runs(
+    fleet_env: dict[str, str],
+    start_worker,
+    store: Store,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """ "running 0/2" alone reads as slow progress; the runs' queue has no consumer."""
+    from tests.conftest import QUEUE
+
+    idle_queue = f"{QUEUE}-idle"
+    matrix = command_matrix(tmp_path, "touch out.txt", runs=2, extra=f"queue: {idle_queue}")
+    submitted = run_cli("submit", str(matrix), env=fleet_env)
+    exp_id = submitted.stdout.strip()
+    status = run_cli("status", exp_id, env=fleet_env)
+    assert status.returncode == 0
+    assert "0/2 runs ran" in status.stdout
+    assert f"no worker is taking runs from queue {idle_queue}" in status.stderr
+
+    start_worker(concurrency=1, queues=idle_queue)
+    wait_until(lambda: store.report(exp_id), "the report once a worker takes the runs")
+    done = run_cli("status", exp_id, env=fleet_env)
+    assert "complete" in done.stdout and "no worker" not in done.stderr
