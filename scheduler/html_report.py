@@ -23,7 +23,8 @@ svg .whisker { stroke: #222; stroke-width: 1.5; }
 svg text { font-size: 11px; fill: #333; } svg .axis-label { font-size: 12px; }
 table { border-collapse: collapse; margin: .5rem 0; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ddd; padding: .25rem .5rem; text-align: right; white-space: nowrap; }
-th { background: #f4f4f4; } .label { text-align: left; }
+th { background: #f4f4f4; white-space: normal; vertical-align: bottom; }
+.label { text-align: left; }
 ul.notes { color: #555; font-size: .85rem; }
 """
 
