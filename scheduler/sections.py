@@ -357,14 +357,14 @@ def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
     return Table(
         f"Seed metrics: {tier_id} (grade {tier.grade or '-'}, "
         f"cost of pass ${num(tier.cost_of_pass, 4)})",
-        ["scenario", "metric", "median", "mean", "std_dev", "min", "max", "n"],
+        ["scenario", "metric", "median", "mean", "mode", "std_dev", "min", "max", "n"],
         rows,
         label_columns=2,
     )
 
 
 def _stat_cells(s: Statistics) -> list[str]:
-    values = (s.median, s.mean, s.std_dev, s.min, s.max)
+    values = (s.median, s.mean, s.mode, s.std_dev, s.min, s.max)
     return [*(num(v, 4) for v in values), str(s.count)]
 
 
