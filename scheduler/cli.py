@@ -26,6 +26,7 @@ from scheduler.plan import longest_run_s, new_experiment_id, plan
 from scheduler.render import (
     COMPARE_FORMATS,
     FORMATS,
+    NONFINITE,
     SCENARIO_FORMATS,
     render,
     render_comparison,
@@ -45,6 +46,17 @@ broker_option = click.option(
     metavar="URL",
     help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
     "else the embedded Redis under ./.evalfleet.",
+)
+
+
+json_nonfinite_option = click.option(
+    "--json-nonfinite",
+    "nonfinite",
+    type=click.Choice(NONFINITE),
+    default="string",
+    show_default=True,
+    help='JSON: write Infinity and NaN as the strings "Infinity"/"NaN", or as null '
+    "(for jq, pandas and other readers of strict JSON numbers).",
 )
 
 
@@ -410,17 +422,28 @@ def _queues_without_workers(url: str, queues: list[str]) -> list[str]:
     help="Table, markdown, html: the view of one scenario, its tiers' interaction metrics "
     "side by side (the guidance comparison).",
 )
+@json_nonfinite_option
 def report(
-    experiment: str | None, broker: str | None, fmt: str, runs: bool, scenario: str | None
+    experiment: str | None,
+    broker: str | None,
+    fmt: str,
+    runs: bool,
+    scenario: str | None,
+    nonfinite: str,
 ) -> None:
     """Print an experiment's report (default: the latest).
+
+    The table fits the terminal (COLUMNS when set, else 120 columns when stdout
+    is not a terminal). Pass rate is passes / runs counted (completed,
+    agent_error, timeout) with its Wilson 95% interval; infrastructure errors
+    and cancelled runs are counted apart.
 
     \b
     Examples:
       scheduler report EXP --format markdown > report.md
       scheduler report EXP --format html > report.html
       scheduler report EXP --scenario create_notes
-      scheduler report EXP --format json --runs > runs.json
+      scheduler report EXP --format json --runs --json-nonfinite null | jq .tiers
     """
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         fail(
@@ -437,7 +460,7 @@ def report(
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
-    click.echo(render(result, fmt, scenario))
+    click.echo(render(result, fmt, scenario, nonfinite=nonfinite))
 
 
 @main.command()
@@ -459,6 +482,7 @@ def report(
 @click.option(
     "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True
 )
+@json_nonfinite_option
 def compare(
     experiment_a: str,
     experiment_b: str,
@@ -466,6 +490,7 @@ def compare(
     alpha: float,
     fail_on_regression: bool,
     fmt: str,
+    nonfinite: str,
 ) -> None:
     """Compare experiment B against A, per tier and per tier x scenario.
 
@@ -491,7 +516,7 @@ def compare(
     result = compare_experiments(infos[0], runs[0], infos[1], runs[1], alpha)
     if not result.tiers:
         fail(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
-    click.echo(render_comparison(result, fmt))
+    click.echo(render_comparison(result, fmt, nonfinite=nonfinite))
     if result.regressions:
         err.print(f"significantly worse in {ids[1]}: {', '.join(result.regressions)}")
         if fail_on_regression:

@@ -10,7 +10,7 @@ from html import escape
 
 from core.results import ExperimentReport, Interval, TierReport
 from scheduler.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
-from scheduler.sections import Table, header, report_tables, scenario_tables
+from scheduler.sections import Table, header, pass_share, report_tables, scenario_tables
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem;
@@ -23,7 +23,8 @@ svg .whisker { stroke: #222; stroke-width: 1.5; }
 svg text { font-size: 11px; fill: #333; } svg .axis-label { font-size: 12px; }
 table { border-collapse: collapse; margin: .5rem 0; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ddd; padding: .25rem .5rem; text-align: right; white-space: nowrap; }
-th { background: #f4f4f4; } .label { text-align: left; }
+th { background: #f4f4f4; white-space: normal; vertical-align: bottom; }
+.label { text-align: left; }
 ul.notes { color: #555; font-size: .85rem; }
 """
 
@@ -52,7 +53,12 @@ def _groups(report: ExperimentReport, scenario: str | None) -> dict[str, TierRep
 
 def _charts(groups: dict[str, TierReport]) -> str:
     pass_rate = [
-        Bar(t, r.pass_rate.mean, *_bounds(r.analysis.pass_rate_ci)) for t, r in groups.items()
+        Bar(
+            t,
+            r.passes / r.counted if r.counted else None,
+            *_bounds(pass_share(r.passes, r.counted)),
+        )
+        for t, r in groups.items()
     ]
     composite = [
         Bar(t, r.composite_score.median, *_bounds(r.analysis.composite_median_ci))
@@ -67,7 +73,11 @@ def _charts(groups: dict[str, TierReport]) -> str:
     return "".join(
         [
             bar_chart(
-                "pass-rate", "Pass rate per tier (95% Wilson interval)", pass_rate, "pass rate", 1.0
+                "pass-rate",
+                "Pass rate per tier: passes / runs counted (95% Wilson interval)",
+                pass_rate,
+                "pass rate",
+                1.0,
             ),
             bar_chart(
                 "composite",

@@ -9,7 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import re
+import shutil
 
+from pydantic import BaseModel
+from pydantic_core import to_json
+from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 
@@ -23,45 +27,75 @@ FORMATS = ("table", "markdown", "json", "csv", "html")
 COMPARE_FORMATS = ("table", "markdown", "json", "csv")
 # Formats that can show the view of one scenario; json and csv always carry all of them.
 SCENARIO_FORMATS = ("table", "markdown", "html")
+# How JSON writes Infinity and NaN: DESIGN's strings "Infinity"/"NaN" (the
+# models' own serialization), or null for jq, pandas and the like.
+NONFINITE = ("string", "null")
+# Table width when stdout is not a terminal (a file, a CI log) and COLUMNS is unset.
+DEFAULT_WIDTH = 120
 # `<` opening an HTML tag in markdown (a user's text), not `<0.001`.
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
-def render(report: ExperimentReport, fmt: str, scenario: str | None = None) -> str:
-    """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view."""
+def terminal_width() -> int:
+    """COLUMNS when set, else the width of the terminal stdout is, else DEFAULT_WIDTH."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+
+
+def render(
+    report: ExperimentReport,
+    fmt: str,
+    scenario: str | None = None,
+    *,
+    width: int | None = None,
+    nonfinite: str = "string",
+) -> str:
+    """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
+    `width`: of the table format (default: terminal_width()); `nonfinite`: of json."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
-        return report.model_dump_json(indent=2)
+        return to_json_text(report, nonfinite)
     if fmt == "csv":
         return _csv(report)
     if fmt == "html":
         return html_report(report, scenario)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
-    if fmt == "markdown":
-        tables = (
-            sections.report_tables(report)
-            if scenario is None
-            else sections.scenario_tables(report, scenario)
-        )
-        return _markdown(title, tables)
-    # The terminal gets the summary (with --scenario: the scenario's view first).
-    if scenario is None:
-        return _terminal(title, [sections.summary(report)])
-    return _terminal(
-        title, [sections.guidance(report, scenario), sections.summary(report, scenario)]
+    tables = (
+        sections.report_tables(report)
+        if scenario is None
+        else sections.scenario_tables(report, scenario)
     )
+    if fmt == "markdown":
+        return _markdown(title, tables)
+    return _terminal(title, tables, width)
 
 
-def render_comparison(result: ExperimentComparison, fmt: str) -> str:
+def render_comparison(
+    result: ExperimentComparison,
+    fmt: str,
+    *,
+    width: int | None = None,
+    nonfinite: str = "string",
+) -> str:
     if fmt == "json":
-        return result.model_dump_json(indent=2)
+        return to_json_text(result, nonfinite)
     table = sections.comparison(result)
     if fmt == "csv":
         return _csv_table(table)
+    title = sections.comparison_title(result)
     if fmt == "markdown":
-        return _markdown(table.title, [table])
-    return _terminal(table.title, [table])
+        return _markdown(title, [table])
+    return _terminal(title, [table], width)
+
+
+def to_json_text(model: BaseModel, nonfinite: str = "string") -> str:
+    """One JSON document; Infinity and NaN as the strings DESIGN documents, or as null."""
+    if nonfinite not in NONFINITE:
+        raise ValueError(f"nonfinite is one of {', '.join(NONFINITE)}, not {nonfinite!r}")
+    if nonfinite == "string":
+        return model.model_dump_json(indent=2)
+    # The models' config says "strings"; their plain values can be written another way.
+    return to_json(model.model_dump(), indent=2, inf_nan_mode="null").decode()
 
 
 # --- layouts ---------------------------------------------------------------------------------
@@ -90,19 +124,70 @@ def _md(text: str) -> str:
     return _TAG_START.sub("&lt;", text)
 
 
-def _terminal(title: str, tables: list[Table]) -> str:
-    console = Console(record=True, width=160, file=io.StringIO())
+def _terminal(title: str, tables: list[Table], width: int | None) -> str:
+    """Compact tables no wider than `width`. A table that does not fit leaves out its
+    `narrow_drop` columns (and says so); if it still does not, its other columns go on
+    in a second block below, the row labels repeated, rather than being cut."""
+    console = Console(record=True, width=width or terminal_width(), file=io.StringIO())
     console.print(title, highlight=False, markup=False)
     for table in tables:
-        rich = RichTable(title=table.title, title_justify="left")
-        for i, column in enumerate(table.columns):
-            rich.add_column(column, justify="left" if i < table.label_columns else "right")
-        for row in table.rows:
-            rich.add_row(*row)
-        console.print(rich)
-        for note in table.notes:
-            console.print(note, highlight=False, markup=False)
+        value_columns = list(range(table.label_columns, len(table.columns)))
+        dropped: list[str] = []
+        for column in table.narrow_drop:
+            if _width(console, table, value_columns) <= console.width:
+                break
+            dropped.append(column)
+            value_columns.remove(table.columns.index(column))
+        for block, columns in enumerate(_blocks(console, table, value_columns)):
+            console.print()
+            console.print(_rich_table(table, columns, continued=block > 0))
+        notes = list(table.notes)
+        if dropped:
+            notes.append(
+                f"left out at {console.width} columns: {', '.join(dropped)} "
+                "(a wider terminal, COLUMNS=200 or --format markdown shows them)"
+            )
+        for note in notes:
+            console.print(f"- {note}", highlight=False, markup=False)
     return console.export_text()
+
+
+def _blocks(console: Console, table: Table, value_columns: list[int]) -> list[list[int]]:
+    """The value columns in runs that fit the console beside the label columns (one
+    column at least, which then wraps)."""
+    blocks: list[list[int]] = [[]]
+    for column in value_columns:
+        if blocks[-1] and _width(console, table, blocks[-1] + [column]) > console.width:
+            blocks.append([])
+        blocks[-1].append(column)
+    return blocks
+
+
+def _width(console: Console, table: Table, value_columns: list[int]) -> int:
+    """The width the table takes unwrapped with these value columns."""
+    unbounded = console.options.update_width(10 * console.width + 1000)
+    return console.measure(_rich_table(table, value_columns), options=unbounded).maximum
+
+
+def _rich_table(table: Table, value_columns: list[int], continued: bool = False) -> RichTable:
+    rich = RichTable(
+        title=table.title + (" (continued)" if continued else ""),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
+    for i in range(table.label_columns):
+        rich.add_column(table.columns[i], no_wrap=True)
+    for i in value_columns:
+        heading = table.columns[i]
+        # As wide as its widest value: the heading wraps, down to its longest word.
+        widest = max([*map(len, heading.split()), *(len(row[i]) for row in table.rows)])
+        rich.add_column(heading, justify="right", max_width=widest)
+    for row in table.rows:
+        rich.add_row(*row[: table.label_columns], *(row[i] for i in value_columns))
+    return rich
 
 
 def _csv_table(table: Table) -> str:
@@ -129,6 +214,8 @@ def _csv(report: ExperimentReport) -> str:
         + [f"pass_at_{k}" for k in PASS_K]
         + [f"pass_hat_{k}" for k in PASS_K]
         + ["flaky_scenarios"]
+        # Added after the first release's columns, so positions stay where they were.
+        + ["counted", "cancelled", "pass_share", "pass_share_ci_low", "pass_share_ci_high"]
     )
     for tier_id, scope, cell in sections.cells(report):
         a = cell.analysis
@@ -142,6 +229,12 @@ def _csv(report: ExperimentReport) -> str:
         values += [None, None, None] if vs is None else [vs.fisher_p, vs.mann_whitney_p, vs.verdict]
         values += [a.pass_at_k.get(k) for k in PASS_K] + [a.pass_hat_k.get(k) for k in PASS_K]
         values.append(";".join(a.flaky_scenarios))
+        share = sections.pass_share(cell.passes, cell.counted)
+        values += [cell.counted, cell.cancelled]
+        if share is None:
+            values += [None, None, None]
+        else:
+            values += [cell.passes / cell.counted, share.low, share.high]
         writer.writerow(
             [
                 tier_id,

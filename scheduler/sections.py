@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from core.analysis import BOOTSTRAP_RESAMPLES, PASS_K
+from core.analysis import BOOTSTRAP_RESAMPLES, CONFIDENCE, PASS_K
 from core.comparison import ALPHA
 from core.results import (
     Comparison,
@@ -20,8 +20,14 @@ from core.results import (
     Statistics,
     TierReport,
 )
+from core.significance import wilson_interval
 
 ALL = "(all)"
+# The headline pass rate, named by what it is wherever it is a column.
+PASS_RATE = f"pass rate (passes/counted) [{CONFIDENCE:.0%} CI]"
+# A composite score is a weighted mean of values in [0, 1]: a median at this value
+# says nothing about the runs below it.
+COMPOSITE_MAX = 1.0
 # Columns of per-call context growth in a table; the HTML chart shows every call.
 CONTEXT_CALLS_SHOWN = 10
 
@@ -61,6 +67,8 @@ class Table:
     notes: list[str] = field(default_factory=list)
     # The first `label_columns` columns name the row (tier, scenario, metric): left-aligned.
     label_columns: int = 1
+    # Columns a narrow terminal leaves out, first to go first; the others wrap.
+    narrow_drop: tuple[str, ...] = ()
 
 
 # --- formatting ------------------------------------------------------------------------------
@@ -104,11 +112,27 @@ def signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.3f}"
 
 
+def pass_share(passes: int, counted: int) -> Interval | None:
+    """The Wilson interval of passes / counted runs, None without counted runs; the share
+    itself is `passes / counted` (analysis.pass_rate_ci is the same interval)."""
+    if counted == 0:
+        return None
+    low, high = wilson_interval(passes, counted, CONFIDENCE)
+    return Interval(low=low, high=high, confidence=CONFIDENCE, method="Wilson score")
+
+
+def pass_rate(passes: int, counted: int) -> str:
+    """The headline pass rate: passes / counted with its Wilson interval."""
+    return with_interval(passes / counted if counted else None, pass_share(passes, counted))
+
+
 def header(report: ExperimentReport) -> str:
     e = report.experiment
+    counted = e.completed_runs - e.errors - e.cancelled
     return (
         f"{e.name} ({e.id}): {e.status.value}, {e.completed_runs}/{e.total_runs} runs, "
-        f"{e.passes} passed, {e.errors} infrastructure errors"
+        f"{counted} counted, {e.passes} passed, {e.errors} infrastructure errors, "
+        f"{e.cancelled} cancelled"
     )
 
 
@@ -130,18 +154,26 @@ def cells(
 SUMMARY_COLUMNS = [
     "tier",
     "scenario",
-    "runs",
-    "errors",
+    "runs counted",
+    "infra errors",
+    "cancelled",
     "passes",
-    "pass rate",
-    "impl rate",
-    "composite",
-    "grade",
+    PASS_RATE,
+    "composite median / mean",
+    "grade (median composite)",
+    "uplift (median composite)",
+    "impl rate median (±std)",
     "cost $ (median)",
     "cost of pass $",
-    "duration s",
-    "uplift",
+    "duration s (median)",
 ]
+# Detail a narrow terminal can do without; the counts and headline figures stay.
+SUMMARY_NARROW_DROP = (
+    "duration s (median)",
+    "cost of pass $",
+    "impl rate median (±std)",
+    "cost $ (median)",
+)
 
 
 def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
@@ -158,27 +190,64 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
             [
                 tier_id,
                 scope,
-                str(t.runs),
+                str(t.counted),
                 str(t.errors),
+                str(t.cancelled),
                 str(t.passes),
-                median_spread(t.pass_rate),
-                median_spread(t.impl_rate),
-                median_spread(t.composite_score),
+                pass_rate(t.passes, t.counted),
+                f"{num(t.composite_score.median)} / {num(t.composite_score.mean)}",
                 t.grade or "-",
+                up,
+                median_spread(t.impl_rate),
                 num(t.cost_usd.median, 4),
                 num(t.cost_of_pass, 4),
                 num(t.duration_seconds.median, 1),
-                up,
             ]
         )
-    return Table("Summary", SUMMARY_COLUMNS, rows, footer(report), label_columns=2)
+    return Table(
+        "Summary",
+        SUMMARY_COLUMNS,
+        rows,
+        definitions() + hidden_failures(report, scenario) + footer(report),
+        label_columns=2,
+        narrow_drop=SUMMARY_NARROW_DROP,
+    )
+
+
+def definitions() -> list[str]:
+    """What the headline figures are computed from (README, "Reading a report")."""
+    return [
+        f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
+        "runs counted = completed + agent_error + timeout; infrastructure errors and "
+        "cancelled runs are counted apart and kept out of every figure",
+        "grade: from the median composite score; uplift = (the tier's median composite - "
+        "the baseline's) / the baseline's",
+    ]
+
+
+def hidden_failures(report: ExperimentReport, scenario: str | None = None) -> list[str]:
+    """A note for each row whose median composite is the best possible although some runs
+    failed: its grade and uplift cannot tell it from a tier where every run passed."""
+    notes = []
+    for tier_id, scope, t in cells(report, scenario):
+        median = t.composite_score.median
+        if median is None or median < COMPOSITE_MAX - 1e-9 or t.passes >= t.counted:
+            continue
+        where = tier_id if scope == ALL else f"{tier_id} / {scope}"
+        notes.append(
+            f"{where}: the median composite is {num(median)} (grade {t.grade or '-'}) although "
+            f"{t.counted - t.passes} of {t.counted} counted runs failed; the mean composite is "
+            f"{num(t.composite_score.mean)} and the pass rate {num(t.passes / t.counted)}"
+        )
+    return notes
 
 
 def footer(report: ExperimentReport) -> list[str]:
     c = report.cross_tier
     lines = [
-        f"baseline {c.baseline}; pass-rate variance {num(c.pass_rate_variance, 4)}; "
-        f"cost variance {num(c.cost_variance, 6)}; cost delta ${num(c.cost_delta, 4)}"
+        f"baseline {c.baseline}; variance of the tiers' median pass_rate "
+        f"{num(c.pass_rate_variance, 4)}; of their median cost {num(c.cost_variance, 6)}; "
+        f"cost delta ${num(c.cost_delta, 4)}"
     ]
     if c.uplift_note:
         lines.append(f"uplift: {c.uplift_note}")
@@ -206,7 +275,7 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
             [
                 tier_id,
                 scope,
-                with_interval(t.pass_rate.mean, a.pass_rate_ci),
+                pass_rate(t.passes, t.counted),
                 with_interval(t.composite_score.median, a.composite_median_ci),
                 *(_versus(vs) if vs is not None else ["baseline", "", "", "", "", ""]),
             ]
@@ -216,7 +285,7 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
         [
             "tier",
             "scenario",
-            "pass rate [95% CI]",
+            PASS_RATE,
             "median composite [95% CI]",
             "Δ pass rate",
             "Fisher p",
@@ -288,14 +357,14 @@ def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
     return Table(
         f"Seed metrics: {tier_id} (grade {tier.grade or '-'}, "
         f"cost of pass ${num(tier.cost_of_pass, 4)})",
-        ["scenario", "metric", "median", "mean", "std_dev", "min", "max", "n"],
+        ["scenario", "metric", "median", "mean", "mode", "std_dev", "min", "max", "n"],
         rows,
         label_columns=2,
     )
 
 
 def _stat_cells(s: Statistics) -> list[str]:
-    values = (s.median, s.mean, s.std_dev, s.min, s.max)
+    values = (s.median, s.mean, s.mode, s.std_dev, s.min, s.max)
     return [*(num(v, 4) for v in values), str(s.count)]
 
 
@@ -316,12 +385,15 @@ def guidance(report: ExperimentReport, scenario: str) -> Table:
     """One scenario, each tier side by side (the evaluation seed's guidance comparison)."""
     tiers = {tier_id: t.scenarios.get(scenario) for tier_id, t in report.tiers.items()}
     rows = [
-        ["pass rate", *(num(c.pass_rate.mean) if c else "-" for c in tiers.values())],
+        [
+            "pass rate (passes/counted)",
+            *(num(c.passes / c.counted) if c and c.counted else "-" for c in tiers.values()),
+        ],
         *(
             [label, *(num(_mean(c.interaction.get(key))) if c else "-" for c in tiers.values())]
             for label, key in GUIDANCE_METRICS
         ),
-        ["runs", *(str(c.runs - c.errors) if c else "0" for c in tiers.values())],
+        ["runs counted", *(str(c.counted) if c else "0" for c in tiers.values())],
     ]
     return Table(
         f"Guidance comparison: {scenario}",
@@ -395,6 +467,13 @@ def report_tables(report: ExperimentReport) -> list[Table]:
 # --- compare ---------------------------------------------------------------------------------
 
 
+def comparison_title(result: ExperimentComparison) -> str:
+    return (
+        f"{result.experiment.name} ({result.experiment.id}) against "
+        f"{result.reference.name} ({result.reference.id})"
+    )
+
+
 def comparison(result: ExperimentComparison) -> Table:
     rows = []
     for tier_id, c in result.tiers.items():
@@ -403,6 +482,7 @@ def comparison(result: ExperimentComparison) -> Table:
             rows.append([tier_id, scenario, *_compared(cell)])
     notes = [
         f"B = {result.experiment.id}, A = {result.reference.id}; deltas are B - A; "
+        f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
         f"verdicts at alpha {result.alpha:g} per test (Fisher's exact on passes, "
         "Mann-Whitney U on composite scores), not corrected for multiple comparisons",
         "regressions (tiers significantly worse in B): "
@@ -411,13 +491,13 @@ def comparison(result: ExperimentComparison) -> Table:
     if result.unmatched_tiers:
         notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
     return Table(
-        f"{result.experiment.name} ({result.experiment.id}) against "
-        f"{result.reference.name} ({result.reference.id})",
+        "B against A, per tier and tier x scenario",
         [
             "tier",
             "scenario",
-            "runs A/B",
-            "pass rate A → B",
+            "runs counted A/B",
+            f"A {PASS_RATE}",
+            f"B {PASS_RATE}",
             "Δ pass rate",
             "Fisher p",
             "median composite A → B",
@@ -428,13 +508,15 @@ def comparison(result: ExperimentComparison) -> Table:
         rows,
         notes,
         label_columns=2,
+        narrow_drop=("Mann-Whitney p", "Fisher p", "median composite A → B"),
     )
 
 
 def _compared(c: Comparison) -> list[str]:
     return [
         f"{c.reference_runs}/{c.runs}",
-        f"{num(c.reference_pass_rate)} → {num(c.pass_rate)}",
+        pass_rate(c.reference_passes, c.reference_runs),
+        pass_rate(c.passes, c.runs),
         signed(c.pass_rate_delta),
         p_value(c.fisher_p),
         f"{num(c.reference_composite_median)} → {num(c.composite_median)}",

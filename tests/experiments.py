@@ -9,7 +9,7 @@ workers store them, and the report comes from the workers' own aggregation
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core import formulas
@@ -68,6 +68,10 @@ class Cell:
     help_invocations: int = 0
     first_try_success_rate: float = 1.0
     context: tuple[int, ...] = (1000, 1500, 2000)  # input tokens of each LLM call
+    # Run index -> a status other than completed (such a run never passes).
+    statuses: dict[int, RunStatus] = field(default_factory=dict)
+    # The impl rate of passing runs (1.0: composite 1.0); None: distinct scores.
+    pass_impl: float | None = None
 
 
 def impl_rate(passed: bool, index: int) -> float:
@@ -111,9 +115,10 @@ def seed_experiment(
 
 def _result(spec: RunSpec, cell: Cell) -> RunResult:
     index = spec.run_index
-    passed = cell.passed[index]
+    status = cell.statuses.get(index, RunStatus.completed)
+    passed = cell.passed[index] and status is RunStatus.completed
     pass_rate = formulas.pass_rate(passed)
-    impl = impl_rate(passed, index)
+    impl = cell.pass_impl if passed and cell.pass_impl is not None else impl_rate(passed, index)
     calls = formulas.with_cumulative_input(
         [LLMCallMetrics(input_tokens=tokens, output_tokens=50) for tokens in cell.context]
     )
@@ -123,7 +128,7 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         tier=spec.tier,
         scenario=spec.scenario,
         run_index=index,
-        status=RunStatus.completed,
+        status=status,
         passed=passed,
         pass_rate=pass_rate,
         impl_rate=impl,

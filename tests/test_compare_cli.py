@@ -81,7 +81,9 @@ def test_the_same_outcomes_pass_the_gate(
         env=fleet_env,
     )
     assert result.returncode == 0, result.stderr
-    assert "| T1 | (all) | 10/10 | 0.900 → 0.900 | +0.000 | 1.000 |" in result.stdout
+    wilson = stats.binomtest(9, 10).proportion_ci(method="wilson")
+    nine = f"0.900 [{wilson.low:.3f}, {wilson.high:.3f}]"
+    assert f"| T1 | (all) | 10/10 | {nine} | {nine} | +0.000 | 1.000 |" in result.stdout
     assert "regressions (tiers significantly worse in B): none" in result.stdout
 
 

@@ -66,3 +66,13 @@ def test_bar_heights_follow_the_values_and_the_axis_has_round_ticks() -> None:
     assert chart.count('class="error-bar"') == 1  # b has no interval
     lines = line_chart("l", "t", [], "x", "y")
     assert "no data" in lines
+
+
+def test_narrow_tables_fit_and_cut_nothing() -> None:
+    runs = [_run(t, i, i < p) for t, p in (("T0", 3), ("T1", 7)) for i in range(10)]
+    report = _report(runs, name="narrow")
+    for width in (40, 60, 90):
+        text = render(report, "table", width=width)
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert "…" not in text
+        assert "0.700 [0.397, 0.892]" in text  # T1: 7 of 10

@@ -140,7 +140,12 @@ def test_markdown_has_every_section_and_the_guidance_comparison(
     assert f"| T1 | (all) | 0.900 [{wilson.low:.3f}, {wilson.high:.3f}] |" in markdown
     assert "| +0.800 | <0.001 |" in markdown  # Fisher's p of 18/20 against 2/20
     seed_t1 = markdown.split("## Seed metrics: T1")[1]
-    assert "| (all) | pass_rate | 1.0000 | 0.9000 | 0.3000 | 0.0000 | 1.0000 | 20 |" in seed_t1
+    # The seed's Statistics under their own names: median, mean, mode, std_dev, min, max.
+    assert "| metric | median | mean | mode | std_dev | min | max | n |" in seed_t1
+    assert (
+        "| (all) | pass_rate | 1.0000 | 0.9000 | 1.0000 | 0.3000 | 0.0000 | 1.0000 | 20 |"
+        in seed_t1
+    )
     assert "| s1 | context_growth_avg |" in seed_t1
     context = markdown.split("## Context growth per LLM call")[1].split("##")[0]
     assert "| T1 | 1000 | 200.0 | 1000 | 1200 | 1400 | 1600 |" in context
