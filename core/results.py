@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Record(BaseModel):
@@ -405,6 +405,14 @@ class TierReport(Record):
     counted: int = Field(
         0, description="runs in the statistics: completed, agent_error and timeout"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counted_of_older_reports(cls, data: Any) -> Any:
+        # Reports stored before `counted` existed knew only infrastructure errors.
+        if isinstance(data, dict) and "counted" not in data and "runs" in data:
+            data = {**data, "counted": data["runs"] - data.get("errors", 0)}
+        return data
     passes: int = 0
     grade: str | None = None
     cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")

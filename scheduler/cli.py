@@ -233,6 +233,7 @@ def _experiment(store: Store, exp_id: str | None) -> str:
     is_flag=True,
     help="Keep each run's folder (under EVALFLEET_WORKDIR, default $TMPDIR/evalfleet) to inspect.",
 )
+@json_nonfinite_option
 def submit(
     matrix_file: str,
     broker: str | None,
@@ -241,6 +242,7 @@ def submit(
     as_json: bool,
     fmt: str,
     keep_workspaces: bool,
+    nonfinite: str,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
 
@@ -271,7 +273,7 @@ def submit(
             # Machine-readable output is one JSON document on stdout: the id goes aside.
             click.echo(exp_id, err=fmt == "json")
             if wait:
-                _follow_and_print(store, exp_id, fmt)
+                _follow_and_print(store, exp_id, fmt, nonfinite)
             return
         from scheduler.embedded import LocalWorkers
 
@@ -280,7 +282,7 @@ def submit(
             start(store, url, matrix, exp_id, specs)
             err.print(f"experiment {exp_id}: {len(specs)} runs on {concurrency} local workers")
             try:
-                _follow_and_print(store, exp_id, fmt, local)
+                _follow_and_print(store, exp_id, fmt, nonfinite, local)
             except KeyboardInterrupt:
                 err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")
                 sys.exit(130)
@@ -311,7 +313,9 @@ def _check_visibility(matrix: Matrix) -> None:
         )
 
 
-def _follow_and_print(store: Store, exp_id: str, fmt: str, local: Any = None) -> None:
+def _follow_and_print(
+    store: Store, exp_id: str, fmt: str, nonfinite: str, local: Any = None
+) -> None:
     from scheduler.follow import WorkersDied, follow
 
     try:
@@ -321,7 +325,7 @@ def _follow_and_print(store: Store, exp_id: str, fmt: str, local: Any = None) ->
     report = store.report(exp_id)
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)
-    click.echo(render(report, fmt))
+    click.echo(render(report, fmt, nonfinite=nonfinite))
     errors = report.experiment.errors
     if errors:
         reason, count = next(iter(report.error_reasons.items()))
@@ -534,7 +538,15 @@ def compare(
 )
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-def resume(experiment: str, broker: str | None, workers: int | None, wait: bool, fmt: str) -> None:
+@json_nonfinite_option
+def resume(
+    experiment: str,
+    broker: str | None,
+    workers: int | None,
+    wait: bool,
+    fmt: str,
+    nonfinite: str,
+) -> None:
     """Re-send the runs that have no result (and, of a cancelled experiment, those
     cancelled before they started), then aggregate.
 
@@ -566,14 +578,14 @@ def resume(experiment: str, broker: str | None, workers: int | None, wait: bool,
             connect(url)
             send(store, matrix, exp_id, pending)
             if wait:
-                _follow_and_print(store, exp_id, fmt)
+                _follow_and_print(store, exp_id, fmt, nonfinite)
             return
         from scheduler.embedded import LocalWorkers
 
         with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
             connect(url)
             send(store, matrix, exp_id, pending)
-            _follow_and_print(store, exp_id, fmt, local)
+            _follow_and_print(store, exp_id, fmt, nonfinite, local)
 
 
 @main.command()

@@ -23,6 +23,8 @@ from core.results import (
 from core.significance import wilson_interval
 
 ALL = "(all)"
+# Distinct infrastructure errors named under the summary; the JSON has them all.
+MAX_ERROR_REASONS = 3
 # The headline pass rate, named by what it is wherever it is a column.
 PASS_RATE = f"pass rate (passes/counted) [{CONFIDENCE:.0%} CI]"
 # A composite score is a weighted mean of values in [0, 1]: a median at this value
@@ -262,6 +264,11 @@ def footer(report: ExperimentReport) -> list[str]:
         lines.append(
             f"cost unknown for {unknown} runs (model without a price; add it under `pricing:`)"
         )
+    for reason, count in list(report.error_reasons.items())[:MAX_ERROR_REASONS]:
+        lines.append(f"infrastructure error ({count} runs): {reason}")
+    more = len(report.error_reasons) - MAX_ERROR_REASONS
+    if more > 0:
+        lines.append(f"and {more} other infrastructure errors: `report --format json --runs`")
     return lines
 
 

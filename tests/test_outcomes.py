@@ -29,7 +29,11 @@ FAILS_AFTER_WORK = "touch out.txt; echo 'gave up' >&2; exit 1"
 
 def submit(matrix: Path, env: dict[str, str], *extra: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
     result = run_cli("submit", str(matrix), "--wait", "--json", *extra, env=env)
-    return result.returncode, json.loads(result.stdout), result.stderr
+    return result.returncode, json.loads(result.stdout, parse_constant=_refuse), result.stderr
+
+
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"not strict JSON: bare {constant}")
 
 
 @pytest.mark.parametrize(
@@ -50,8 +54,10 @@ def test_an_agent_that_did_not_finish_never_passes_even_when_its_gates_do(
 ) -> None:
     start_worker(concurrency=2)
     matrix = command_matrix(tmp_path, command, runs=2, timeout_s=2)
-    code, report, stderr = submit(matrix, fleet_env)
+    code, report, stderr = submit(matrix, fleet_env, "--json-nonfinite", "null")
     assert code == 0, stderr  # a real, failed result: not an infrastructure error
+    # No pass: an infinite cost of a pass, written as null for strict JSON readers.
+    assert report["tiers"]["T0"]["cost_of_pass"] is None
     exp_id = report["experiment"]["id"]
 
     runs = store.runs(exp_id)
@@ -117,6 +123,9 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
         f"8 of 8 runs were infrastructure errors, kept out of the statistics; most common (8): "
         f"{reason}"
     )
+    # The reports name it too.
+    markdown = _report(report["experiment"]["id"], "markdown", fleet_env)
+    assert f"infrastructure error (8 runs): {reason}" in markdown
     # The experiment's status line says it too.
     listed = run_cli("status", report["experiment"]["id"], env=fleet_env)
     assert "complete with 8 infrastructure errors" in listed.stdout
