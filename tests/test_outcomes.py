@@ -70,9 +70,8 @@ def test_an_agent_that_did_not_finish_never_passes_even_when_its_gates_do(
     assert tier["pass_rate"]["max"] == 0.0
 
     # Every format says 0 passes.
-    with_runs = json.loads(
-        run_cli("report", exp_id, "--format", "json", "--runs", env=fleet_env).stdout
-    )
+    with_runs = json.loads(_report(exp_id, "json", fleet_env, "--runs"))
+    assert with_runs["tiers"]["T0"]["cost_of_pass"] == "Infinity"  # DESIGN's default
     assert [(r["status"], r["passed"]) for r in with_runs["runs"]] == [(status.value, False)] * 2
     rows = list(csv.DictReader(io.StringIO(_report(exp_id, "csv", fleet_env))))
     assert {(row["scenario"], row["passes"]) for row in rows} == {("", "0"), ("s", "0")}
