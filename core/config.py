@@ -458,8 +458,8 @@ class Matrix(Strict):
     )
     base_dir: Path | None = Field(
         None,
-        description="folder relative paths resolve against; agents and gates get it as "
-        "$EVALFLEET_MATRIX_DIR (default: the matrix file's folder)",
+        description="the folder agents, setup commands and gates get as $EVALFLEET_MATRIX_DIR "
+        "(default: the matrix file's folder, which relative paths always resolve against)",
     )
 
     @field_validator("base_dir")
