@@ -135,8 +135,13 @@ def _judge_line(matrix: Matrix) -> str:
             f"for {len(judged)} of {len(matrix.scenarios)} scenarios"
         )
     asked = [s.id for s in matrix.scenarios if s.evaluation.judge is not None]
-    if judge is None or not asked:
+    if not asked:
         return "judge: none (no scenario asks for one)"
+    if judge is None:
+        return (
+            "judge: off: scenarios ask for one with `enabled: auto` but the matrix has no "
+            "top-level `judge:` section"
+        )
     key = judge.api_key_env
     if key and not os.environ.get(key):
         return (

@@ -74,6 +74,17 @@ def test_validate_says_once_which_judge_runs_and_why() -> None:
     assert "judge >= " in on.stdout
 
 
+def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Path) -> None:
+    text = GOOD.replace("judge: {rubric: rubric.yaml", "judge: {enabled: auto, rubric: rubric.yaml")
+    text = text.replace("judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}\n", "")
+    result = run_cli("validate", str(write(tmp_path, text)), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "judge: off: scenarios ask for one with `enabled: auto` but the matrix has no "
+        "top-level `judge:` section"
+    )
+
+
 def test_validate_accepts_the_example() -> None:
     result = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=None)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stderr
