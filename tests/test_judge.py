@@ -275,7 +275,8 @@ def test_500_forever_is_bounded(protocol: str, scenario: ScenarioJudge, rubric: 
         result = judge(stub, protocol, scenario, rubric, sleeps=sleeps, max_attempts=3)
     assert len(stub.requests) == 3 and result.attempts == 3
     assert result.error == 'HTTP 500 after 3 attempts: {"error": "boom"}'
-    assert sleeps == [1.0, 2.0]  # exponential backoff
+    # exponential back-off, with up to 25 % jitter
+    assert len(sleeps) == 2 and 1.0 <= sleeps[0] <= 1.25 and 2.0 <= sleeps[1] <= 2.5
     assert not result.passed and result.response is None
     assert result.cost_usd == 0
 

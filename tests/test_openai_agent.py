@@ -206,7 +206,7 @@ def test_api_key_stays_out_of_the_workspace_and_every_record(tmp_path: Path) -> 
     assert sent_back.startswith("key=unset\n")  # the variable is not passed to the tool
     written = (tmp_path / "events.jsonl").read_text() + outcome.stdout + outcome.stderr
     assert API_KEY not in written
-    assert "[redacted]" in outcome.stdout
+    assert "[REDACTED]" in outcome.stdout
 
 
 def test_without_a_key_no_authorization_header_and_no_tools_schema(tmp_path: Path) -> None:
