@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from core.assertions import JsonAssertion, parse_assertion
+from core.llm_http import MAX_WAIT_S
 
 
 class Strict(BaseModel):
@@ -287,8 +288,24 @@ class JudgeConfig(Strict):
     timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
     connect_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
     max_attempts: int = Field(3, ge=1, le=10)
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="the whole judge call, every request and wait, ends by this "
+        "(default: max_attempts x (connect_timeout_s + timeout_s) + the waits between them)",
+    )
     max_transcript_chars: int = Field(24_000, ge=1000)
     max_tokens: int = Field(1024, ge=64)
+
+    @property
+    def deadline(self) -> float:
+        """deadline_s, else enough for max_attempts requests that each use their whole
+        timeouts, with the longest waits between them."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        tries = self.max_attempts * (self.connect_timeout_s + self.timeout_s)
+        return tries + (self.max_attempts - 1) * MAX_WAIT_S
 
 
 class CompositeWeights(Strict):

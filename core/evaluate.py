@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
 
 from core import formulas
 from core.config import Matrix, ModelPrice, Scenario, load_rubric
@@ -20,6 +17,7 @@ from core.interaction import interaction_metrics, target_commands
 from core.judge import judge_run
 from core.pricing import cost_usd, price_for
 from core.process_metrics import process_metrics
+from core.redact import redact, redact_record, secret_values
 from core.results import (
     AgentOutcome,
     GateResult,
@@ -32,8 +30,6 @@ from core.results import (
 from core.tokens import token_metrics
 from core.transcripts import parse_transcript, render_transcript
 from core.workspace_changes import Snapshot, summarize_changes
-
-R = TypeVar("R", bound=BaseModel)
 
 Phase = Callable[[str], None]
 
@@ -280,44 +276,3 @@ def _fail_reasons(
     if judge is not None and judge.error is None and not judge.passed:
         reasons.append(f"judge score {judge.weighted_score:.2f} < {judge.pass_threshold:.2f}")
     return reasons
-
-
-def secret_values(matrix: Matrix, environ: Mapping[str, str]) -> list[str]:
-    """Values of every environment variable the matrix names as secret."""
-    names = set(matrix.secret_env)
-    if matrix.judge is not None and matrix.judge.api_key_env:
-        names.add(matrix.judge.api_key_env)
-    for tier in matrix.tiers:
-        key_env = matrix.agent_for(tier).api_key_env
-        if key_env:
-            names.add(key_env)
-    # Short values would redact ordinary words; real keys are long.
-    return sorted({v for n in names if len(v := environ.get(n, "")) >= 6}, key=len, reverse=True)
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "[REDACTED]")
-    return text
-
-
-def redact_record(record: R, secrets: Sequence[str]) -> R:
-    """The record with the secrets taken out of every string in it, keys included.
-
-    Applied to gate results before the judge sees them and to the RunResult
-    before it leaves the worker: whatever field a command's output or an error
-    ends up in, no secret value is sent or stored.
-    """
-    if not secrets:
-        return record
-    return type(record).model_validate(_redact_json(record.model_dump(mode="json"), secrets))
-
-
-def _redact_json(value: Any, secrets: Sequence[str]) -> Any:
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, list):
-        return [_redact_json(item, secrets) for item in value]
-    if isinstance(value, dict):
-        return {redact(k, secrets): _redact_json(v, secrets) for k, v in value.items()}
-    return value

@@ -5,14 +5,13 @@ Two protocols: ``openai`` (POST {base_url}/chat/completions) and ``anthropic``
 can be had, the JudgeResult carries ``error`` and the caller marks the run an
 infrastructure error.
 
-Retry policy (``config.max_attempts`` = N):
-- up to N answers are asked for; an answer that is not valid is asked for
-  again with a reminder of the exact format and what was wrong;
-- each of those requests is tried up to N times on 429, 5xx, timeouts and
-  connection errors, waiting ``Retry-After`` when the server sends one, else
-  1, 2, 4, ... s (always capped at ``MAX_WAIT_S``). Other HTTP errors (401,
-  404, ...) are not retried.
-So at most N*N requests are made; ``JudgeResult.attempts`` counts them.
+Retry policy (``config.max_attempts`` = N): up to N answers are asked for; an
+answer that is not valid is asked for again with a reminder of the exact
+format and what was wrong. Each of those requests is made through the shared
+LLM client (core/llm_http.py): tried up to N times on 429, 5xx, timeouts and
+connection errors, reading at most its size cap. So at most N*N requests are
+made (``JudgeResult.attempts`` counts them), and all of them within one
+deadline, ``config.deadline``, from the start of the call.
 
 Answer validation: every rubric criterion needs a score in [0, 1]; scores for
 ids not in the rubric are tolerated, kept in the response and ignored by the
@@ -25,31 +24,24 @@ every error message, and nothing here logs it.
 
 from __future__ import annotations
 
-import email.utils
-import functools
 import json
 import logging
 import math
 import re
-import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import certifi
-import httpx
 from pydantic import ValidationError
 
 from core.config import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
+from core.llm_http import Deadline, LLMError, LLMHttp, LLMReply, UnusableURL, excerpt
+from core.redact import redact
 from core.results import GateResult, JudgeResponse, JudgeResult
 
 log = logging.getLogger(__name__)
 
-MAX_WAIT_S = 60.0
-FIRST_BACKOFF_S = 1.0
 ANTHROPIC_VERSION = "2023-06-01"
-MAX_ERROR_BODY_CHARS = 200
 
 SYSTEM_PROMPT = (
     "You are a strict, impartial evaluator of an AI agent's work on a command-line task. "
@@ -93,7 +85,7 @@ def judge_run(
         # The epsilon keeps 0.7 from failing a 0.7 threshold as 0.69999999.
         passed=weighted is not None and weighted >= scenario.pass_threshold - 1e-9,
         attempts=session.requests,
-        error=None if error is None else _redact(error, api_key),
+        error=None if error is None else redact(error, [api_key]),
         input_tokens=session.input_tokens,
         output_tokens=session.output_tokens,
         cost_usd=cost,
@@ -126,7 +118,7 @@ def _ask_until_valid(
                     {"role": "assistant", "content": text or "(empty answer)"},
                     {"role": "user", "content": _reminder(problem, rubric)},
                 ]
-    except _GaveUp as exc:
+    except LLMError as exc:
         return None, str(exc)
     return None, f"malformed answer after {max_answers} attempts: {problem}"
 
@@ -253,96 +245,50 @@ def _json_object(text: str) -> dict[str, Any]:
 # --- HTTP -------------------------------------------------------------------------------------
 
 
-class _GaveUp(Exception):
-    """A request failed for good; the message is the JudgeResult error."""
-
-
-@dataclass(frozen=True)
-class _Retryable:
-    """A failed try worth repeating, and how long to wait first."""
-
-    reason: str
-    detail: str
-    wait_s: float
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Building a context loads the CA bundle (~40 ms of CPU); one per process
-    # instead of one per judge call.
-    return ssl.create_default_context(cafile=certifi.where())
-
-
 class _Session:
-    """One judge call: an HTTP client, the retry policy and the running totals."""
+    """One judge call: its deadline, the shared LLM HTTP client and the running totals."""
 
     def __init__(self, config: JudgeConfig, api_key: str | None, sleep: Callable[[float], None]):
         self.config = config
         self.api_key = api_key
-        self.sleep = sleep
-        self.requests = 0
+        self.deadline = Deadline.after(config.deadline)
         self.input_tokens = 0
         self.output_tokens = 0
         self.latency_ms: float | None = None
-        timeout = httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s)
-        self.client = httpx.Client(timeout=timeout, verify=_tls_context())
+        self.http = LLMHttp(
+            attempts=config.max_attempts,
+            timeout_s=config.timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            sleep=sleep,
+        )
 
     def __enter__(self) -> _Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.client.close()
+        self.http.__exit__()
+
+    @property
+    def requests(self) -> int:
+        return self.http.tries
 
     def ask(self, messages: list[dict[str, str]]) -> tuple[str | None, str]:
-        """(answer text, "") or (None, why the 2xx response was unusable)."""
+        """(answer text, "") or (None, why the 2xx response was unusable); LLMError when
+        no 2xx response came."""
         url, payload, headers = self._request(messages)
-        tries = self.config.max_attempts
-        for attempt in range(1, tries + 1):
-            self.requests += 1
-            started = time.monotonic()
-            outcome = self._post(url, payload, headers, attempt)
-            if isinstance(outcome, httpx.Response):
-                elapsed = (time.monotonic() - started) * 1000
-                self.latency_ms = (self.latency_ms or 0.0) + elapsed
-                return self._read(outcome)
-            failed = outcome
-            if attempt < tries:
-                log.warning(
-                    "judge request failed (%s); retry in %.1f s",
-                    _redact(failed.reason, self.api_key),
-                    failed.wait_s,
-                )
-                self.sleep(failed.wait_s)
-        detail = f": {failed.detail}" if failed.detail else ""
-        raise _GaveUp(f"{failed.reason} after {tries} attempts{detail}")
-
-    def _post(
-        self, url: str, payload: dict[str, Any], headers: dict[str, str], attempt: int
-    ) -> httpx.Response | _Retryable:
-        """The 2xx response, or what went wrong in a way worth retrying."""
-        backoff = min(FIRST_BACKOFF_S * 2 ** (attempt - 1), MAX_WAIT_S)
         try:
-            response = self.client.post(url, json=payload, headers=headers)
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-            raise _GaveUp(f"judge base_url {self.config.base_url!r} is not usable: {exc}") from None
-        except httpx.ConnectTimeout:
-            limit = self.config.connect_timeout_s
-            return _Retryable("connect timeout", f"no connection within {limit:g} s", backoff)
-        except httpx.TimeoutException as exc:
-            kind = {httpx.ReadTimeout: "read", httpx.WriteTimeout: "write"}.get(type(exc), "pool")
-            limit = self.config.timeout_s
-            return _Retryable(f"{kind} timeout", f"no answer within {limit:g} s", backoff)
-        except httpx.TransportError as exc:
-            return _Retryable("connection failed", str(exc) or type(exc).__name__, backoff)
-        if response.is_success:
-            return response
-        body = _excerpt(response.text)
-        if response.status_code == 429 or response.status_code >= 500:
-            wait = _retry_after(response.headers.get("retry-after"))
-            return _Retryable(
-                f"HTTP {response.status_code}", body, backoff if wait is None else wait
+            reply = self.http.post(
+                url, payload, deadline=self.deadline, headers=headers, on_retry=self._retrying
             )
-        raise _GaveUp(f"HTTP {response.status_code}: {body}")
+        except UnusableURL as exc:
+            base_url = self.config.base_url
+            raise LLMError(f"judge base_url {base_url!r} is not usable: {exc}") from None
+        self.latency_ms = (self.latency_ms or 0.0) + reply.latency_ms
+        return self._read(reply)
+
+    def _retrying(self, problem: str, wait_s: float) -> None:
+        problem = redact(problem, [self.api_key])
+        log.warning("judge request failed (%s); retry in %.1f s", problem, wait_s)
 
     def _request(
         self, messages: list[dict[str, str]]
@@ -367,11 +313,11 @@ class _Session:
         }
         return f"{base}/chat/completions", payload, headers
 
-    def _read(self, response: httpx.Response) -> tuple[str | None, str]:
+    def _read(self, response: LLMReply) -> tuple[str | None, str]:
         try:
             body = response.json()
         except ValueError:
-            return None, f"response body is not JSON: {_excerpt(response.text)!r}"
+            return None, f"response body is not JSON: {excerpt(response.text)!r}"
         anthropic = self.config.protocol == "anthropic"
         usage = body.get("usage") if isinstance(body, dict) else None
         if isinstance(usage, dict):
@@ -385,32 +331,10 @@ class _Session:
             else:
                 text = body["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError, AttributeError):
-            return None, f"response has no answer text: {_excerpt(response.text)!r}"
+            return None, f"response has no answer text: {excerpt(response.text)!r}"
         return str(text), ""
 
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds (a number or an HTTP date), capped at MAX_WAIT_S."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return min(max(seconds, 0.0), MAX_WAIT_S)
-
-
-def _excerpt(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_ERROR_BODY_CHARS else text[:MAX_ERROR_BODY_CHARS] + "..."
-
-
-def _redact(text: str, api_key: str | None) -> str:
-    return text.replace(api_key, "[redacted]") if api_key else text

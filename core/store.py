@@ -194,7 +194,8 @@ class ExperimentNotFound(KeyError):
 
 
 class Store:
-    def __init__(self, client: redis.Redis, prefix: str | None = None):
+    def __init__(self, client: redis.Redis, prefix: str | None = None, url: str | None = None):
+        self.url = url  # the broker's URL, password included: redacted from every result
         # redis-py's response types are unions of every protocol's shapes; the
         # client always decodes to str here, so treat replies as such.
         self.redis: Any = client
@@ -213,7 +214,7 @@ class Store:
 
     @classmethod
     def from_url(cls, url: str, prefix: str | None = None) -> Store:
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+        return cls(redis.Redis.from_url(url, decode_responses=True), prefix, url)
 
     def _key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)

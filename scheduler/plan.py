@@ -61,11 +61,8 @@ def run_budget_s(matrix: Matrix, spec: RunSpec) -> float:
     gates = sum(g.timeout_s for g in scenario.evaluation.gates)
     judge = 0.0
     if scenario.evaluation.judge_enabled and matrix.judge is not None:
-        # Up to max_attempts answers, each up to max_attempts HTTP tries, each
-        # waiting its timeouts plus a Retry-After capped at 60 s (core/judge.py).
-        judge = matrix.judge.max_attempts**2 * (
-            matrix.judge.timeout_s + matrix.judge.connect_timeout_s + 60.0
-        )
+        # Every request and wait of the judge call is within its deadline.
+        judge = matrix.judge.deadline
     return agent.timeout_s + setup + gates + judge + _MARGIN_S
 
 

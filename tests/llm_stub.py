@@ -21,7 +21,9 @@ prints ``LISTENING http://127.0.0.1:PORT/v1`` once serving. ``steps.json`` is a
 list of steps, or ``{"steps": [...], "repeat_last": true}``; a step is
 ``{"reply": {"content": ..., "tool_calls": [...], "prompt_tokens": N,
 "completion_tokens": N}}``, ``{"status": 429, "headers": {...}, "body": ...}``,
-``{"malformed": "text"}``, each with an optional ``"delay_s"``.
+``{"malformed": "text"}``, ``{"dribble": 2.0}`` (a reply's headers, then one
+byte of its body every 2 s) or ``{"endless": true}`` (headers, then a body that
+never ends), each with an optional ``"delay_s"``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ class Step:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None  # JSON-encoded when not a str; a str is sent as is
     delay_s: float = 0.0
+    # How the body is sent: at once; one byte every `interval_s` after the
+    # headers ("dribble"); or as bytes that never end ("endless").
+    stream: Literal["whole", "dribble", "endless"] = "whole"
+    interval_s: float = 2.0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Step:
@@ -75,6 +81,10 @@ class Step:
             return reply(tool_calls=[_tool_call(c) for c in calls], delay_s=delay, **spec)
         if "malformed" in data:
             return malformed(str(data["malformed"]), delay_s=delay)
+        if "dribble" in data:
+            return dribble(interval_s=float(data["dribble"]))
+        if "endless" in data:
+            return endless()
         return status(int(data["status"]), data.get("headers"), data.get("body"), delay)
 
 
@@ -114,6 +124,19 @@ def slow(seconds: float, step: Step | None = None) -> Step:
     """``step`` (default: a plain reply) after ``seconds``; long enough = never answers."""
     base = step or reply(content="late")
     return Step(base.reply, base.status, base.headers, base.body, seconds)
+
+
+def dribble(step: Step | None = None, interval_s: float = 2.0) -> Step:
+    """``step`` (default: a plain reply) with its headers at once, then its body one byte
+    every ``interval_s``: each read is quick, the whole never arrives in time."""
+    base = step or reply(content="late")
+    return Step(base.reply, base.status, base.headers, base.body, stream="dribble",
+                interval_s=interval_s)  # fmt: skip
+
+
+def endless() -> Step:
+    """A 200 whose body never ends (no Content-Length), sent as fast as the client reads."""
+    return Step(status=200, body="", stream="endless")
 
 
 @dataclass(frozen=True)
@@ -292,12 +315,16 @@ def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
             render = _RENDERERS.get(self.path)
             if step.reply is not None and render is None:
                 self._send(404, {}, {"error": {"message": f"no endpoint {self.path}"}})
+            elif step.stream == "endless":
+                self._send_endless()
             elif step.reply is not None and render is not None:
-                self._send(200, {}, render(step.reply, stub._call_ids))
+                self._send(200, {}, render(step.reply, stub._call_ids), step)
             else:
-                self._send(step.status, step.headers, step.body)
+                self._send(step.status, step.headers, step.body, step)
 
-        def _send(self, code: int, headers: dict[str, str], body: Any) -> None:
+        def _send(
+            self, code: int, headers: dict[str, str], body: Any, step: Step | None = None
+        ) -> None:
             data = (body if isinstance(body, str) else json.dumps(body)).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -305,7 +332,24 @@ def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
             for name, value in headers.items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            if step is None or step.stream != "dribble":
+                self.wfile.write(data)
+                return
+            for byte in data:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                if stub._stopping.wait(step.interval_s):
+                    return
+
+        def _send_endless(self) -> None:
+            # HTTP/1.0 without Content-Length: the body lasts until the connection does.
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"choices": [{"message": {"content": "')
+            chunk = b"x" * 65536
+            while not stub._stopping.is_set():
+                self.wfile.write(chunk)
 
     return Handler
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import email.utils
 import json
+import resource
 import socket
 import time
 from pathlib import Path
@@ -12,8 +14,9 @@ import pytest
 
 from core.config import JudgeConfig, ModelPrice, Rubric, ScenarioJudge, load_rubric
 from core.judge import clip_middle, judge_run
+from core.llm_http import MAX_RESPONSE_BYTES
 from core.results import GateResult, JudgeResult
-from tests.llm_stub import LLMStub, Step, malformed, reply, slow, status
+from tests.llm_stub import LLMStub, Step, dribble, endless, malformed, reply, slow, status
 
 KEY = "sk-test-0123456789abcdef"
 PROTOCOLS = ["openai", "anthropic"]
@@ -275,7 +278,8 @@ def test_500_forever_is_bounded(protocol: str, scenario: ScenarioJudge, rubric: 
         result = judge(stub, protocol, scenario, rubric, sleeps=sleeps, max_attempts=3)
     assert len(stub.requests) == 3 and result.attempts == 3
     assert result.error == 'HTTP 500 after 3 attempts: {"error": "boom"}'
-    assert sleeps == [1.0, 2.0]  # exponential backoff
+    # exponential back-off, with up to 25 % jitter
+    assert len(sleeps) == 2 and 1.0 <= sleeps[0] <= 1.25 and 2.0 <= sleeps[1] <= 2.5
     assert not result.passed and result.response is None
     assert result.cost_usd == 0
 
@@ -288,6 +292,67 @@ def test_too_slow_is_a_read_timeout(protocol: str, scenario: ScenarioJudge, rubr
     assert result.error == "read timeout after 2 attempts: no answer within 0.5 s"
     assert len(stub.requests) == 2
     assert time.monotonic() - started < 4
+
+
+def test_429_with_retry_after_as_an_http_date(scenario: ScenarioJudge, rubric: Rubric) -> None:
+    sleeps: list[float] = []
+    when = email.utils.formatdate(time.time() + 5, usegmt=True)
+    with LLMStub([status(429, headers={"Retry-After": when}), reply(content=answer())]) as stub:
+        result = judge(stub, "openai", scenario, rubric, sleeps=sleeps)
+    assert result.error is None and result.attempts == 2
+    assert len(sleeps) == 1 and 3.0 < sleeps[0] <= 5.0  # until that date (to the second)
+
+
+# --- one deadline and a size cap per judge call ---------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_dribbled_answer_ends_at_the_call_deadline(
+    protocol: str, scenario: ScenarioJudge, rubric: Rubric
+) -> None:
+    # Each byte comes well within the 5 s read timeout; only the deadline stops it.
+    with LLMStub([dribble(reply(content=answer()), interval_s=2.0)]) as stub:
+        started = time.monotonic()
+        result = judge(stub, protocol, scenario, rubric, deadline_s=3)
+        elapsed = time.monotonic() - started
+    assert result.error is not None
+    assert result.error.startswith(
+        "no complete response within the 3 s deadline: the body was still arriving"
+    )
+    assert result.attempts == 1 and result.response is None
+    assert 3 <= elapsed < 4.5
+
+
+def test_headers_that_never_come_end_at_the_call_deadline(
+    scenario: ScenarioJudge, rubric: Rubric
+) -> None:
+    with LLMStub([slow(30)]) as stub:
+        started = time.monotonic()
+        result = judge(stub, "openai", scenario, rubric, timeout_s=20, deadline_s=1.5)
+        elapsed = time.monotonic() - started
+    assert result.error == "no complete response within the 1.5 s deadline: no response headers yet"
+    assert elapsed < 3
+
+
+def test_an_endless_answer_is_cut_at_the_size_cap(scenario: ScenarioJudge, rubric: Rubric) -> None:
+    peak_before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with LLMStub([endless()]) as stub:
+        started = time.monotonic()
+        result = judge(stub, "openai", scenario, rubric, deadline_s=60)
+        elapsed = time.monotonic() - started
+    assert result.error == (
+        f"response body over the {MAX_RESPONSE_BYTES}-byte limit: reading stopped there"
+    )
+    assert result.attempts == 1  # a body too big is not asked for again
+    assert elapsed < 30  # the cap stopped it, not the deadline
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before_kb) / 1024
+    assert grown_mb < 4 * MAX_RESPONSE_BYTES / 2**20
+
+
+def test_the_default_deadline_covers_every_try_and_wait() -> None:
+    config = JudgeConfig(timeout_s=60, connect_timeout_s=10, max_attempts=3)
+    assert config.deadline == 3 * 70 + 2 * 60
+    assert JudgeConfig(deadline_s=45).deadline == 45
 
 
 def test_client_errors_are_not_retried(scenario: ScenarioJudge, rubric: Rubric) -> None:

@@ -4,7 +4,8 @@ One scenario per fault (the server answers by the task text in the judge's
 prompt): a 429 storm, 500s, malformed bodies, malformed answers, a server that
 never answers, and one healthy scenario. Every faulty run ends as a recorded
 infrastructure error with its reason after bounded retries, and the
-experiment completes.
+experiment completes. Likewise a judge that dribbles its answer or sends one
+without end, and a model under test that does the latter.
 """
 
 from __future__ import annotations
@@ -15,10 +16,21 @@ from pathlib import Path
 
 import pytest
 
+from core.llm_http import MAX_RESPONSE_BYTES
 from core.results import RunStatus
 from core.store import Store
 from tests.conftest import run_cli
-from tests.llm_stub import LLMStub, RecordedRequest, Step, malformed, reply, slow, status
+from tests.llm_stub import (
+    LLMStub,
+    RecordedRequest,
+    Step,
+    dribble,
+    endless,
+    malformed,
+    reply,
+    slow,
+    status,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +103,69 @@ scenarios:
     assert report["experiment"]["status"] == "complete"
     assert report["tiers"]["T0"]["errors"] == 5 and report["tiers"]["T0"]["passes"] == 1
     assert elapsed < 90  # bounded: no fault holds a run for long
+
+
+STREAMS: dict[str, Step] = {
+    "dribbling": dribble(reply(content=json.dumps(GOOD)), interval_s=2.0),
+    "endless": endless(),
+    "answered": reply(content=json.dumps({**GOOD, "scores": {"quality": 0.2}})),
+}
+
+
+def test_a_dribbling_or_endless_llm_is_stopped_and_recorded_well_before_the_soft_limit(
+    fleet_env: dict[str, str],
+    start_worker,
+    store: Store,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    (tmp_path / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
+    )
+    scenarios = "\n".join(
+        f"  - {{id: {name}, prompt: 'task:{name}', evaluation: {{judge: {{rubric: rubric.yaml}}}}}}"
+        for name in STREAMS
+    )
+
+    def by_scenario(request: RecordedRequest) -> Step:
+        prompt = json.dumps(request.body)
+        return next(step for name, step in STREAMS.items() if f"task:{name}" in prompt)
+
+    with LLMStub([by_scenario]) as judge, LLMStub([endless()]) as model:
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: llm-streams
+runs_per_tier: 1
+agent: {{kind: command, command: "echo did it", timeout_s: 30}}
+tiers:
+  - {{id: T0}}
+  - {{id: LLM, agent: {{kind: openai, base_url: "{model.base_url}", model: m, timeout_s: 30}}}}
+judge: {{base_url: "{judge.base_url}", model: judge-model, api_key_env: null,
+         timeout_s: 10, max_attempts: 2, deadline_s: 4}}
+scenarios:
+{scenarios}
+""")
+        start_worker(concurrency=3)
+        result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
+    assert result.returncode == 0, result.stderr
+    exp_id = result.stdout.split("\n", 1)[0].strip()
+    runs = {(r.tier, r.scenario): r for r in store.runs(exp_id)}
+
+    deadline = "judge error: no complete response within the 4 s deadline: the body was still"
+    cap = f"judge error: response body over the {MAX_RESPONSE_BYTES}-byte limit"
+    for tier in ("T0", "LLM"):
+        dribbled, flooded = runs[(tier, "dribbling")], runs[(tier, "endless")]
+        assert dribbled.status == flooded.status == RunStatus.infra_error
+        assert (dribbled.fail_reason or "").startswith(deadline), dribbled.fail_reason
+        assert (flooded.fail_reason or "").startswith(cap), flooded.fail_reason
+        # The judge's deadline ended it, not the Celery soft limit (30 s agent + 4 s judge + ...).
+        assert dribbled.duration_seconds < 4 + 10
+    answered = runs[("T0", "answered")]
+    assert answered.status == RunStatus.completed and answered.judge is not None
+    assert answered.judge.weighted_score == pytest.approx(0.2)
+    # The model under test flooding its answer is the agent's failure, with the reason.
+    flooded_agent = runs[("LLM", "answered")]
+    assert flooded_agent.status == RunStatus.agent_error
+    assert (flooded_agent.fail_reason or "").startswith(
+        f"agent could not run: LLM call to {model.base_url}/chat/completions failed: "
+        f"response body over the {MAX_RESPONSE_BYTES}-byte limit"
+    ), flooded_agent.fail_reason

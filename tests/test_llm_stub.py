@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.llm_stub import LLMStub, malformed, reply, slow, status
+from tests.llm_stub import LLMStub, dribble, endless, malformed, reply, slow, status
 
 STUB_SCRIPT = Path(__file__).with_name("llm_stub.py")
 
@@ -107,6 +108,32 @@ def test_slow_step_times_the_client_out_and_close_does_not_hang() -> None:
     waiter.join(timeout=5)
     assert time.monotonic() - started < 3
     assert not waiter.is_alive() and errors  # dropped unanswered, not answered late
+
+
+def test_dribble_sends_headers_then_one_byte_per_interval() -> None:
+    with LLMStub([dribble(reply(content="ping"), interval_s=0.2)]) as stub:
+        started = time.monotonic()
+        with httpx.stream("POST", f"{stub.base_url}/chat/completions", json={}) as response:
+            headers_after = time.monotonic() - started
+            chunks = list(itertools.islice(response.iter_raw(), 5))
+            five_after = time.monotonic() - started
+    assert response.status_code == 200 and headers_after < 0.5
+    assert [len(c) for c in chunks] == [1] * 5  # byte by byte...
+    assert five_after >= 0.8  # ...one every interval (the first comes with the headers)
+
+
+def test_endless_body_never_ends() -> None:
+    with (
+        LLMStub([endless()]) as stub,
+        httpx.stream("POST", f"{stub.base_url}/chat/completions", json={}) as response,
+    ):
+        assert "content-length" not in response.headers
+        received = 0
+        for chunk in response.iter_raw():
+            received += len(chunk)
+            if received > 20_000_000:
+                break
+    assert received > 20_000_000
 
 
 def test_script_mode_serves_and_records(tmp_path: Path) -> None:

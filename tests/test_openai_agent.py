@@ -10,9 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from core.config import AgentConfig
+from core.llm_http import MAX_RESPONSE_BYTES
 from core.results import AgentOutcome, ComponentType
 from core.transcripts import parse_transcript
-from tests.llm_stub import LLMStub, RecordedRequest, malformed, reply, slow, status
+from tests.llm_stub import (
+    LLMStub,
+    RecordedRequest,
+    dribble,
+    endless,
+    malformed,
+    reply,
+    slow,
+    status,
+)
 from worker.agents.openai_agent import BASH_TOOL, run_openai_agent
 
 API_KEY = "sk-test-0123456789abcdef"
@@ -206,7 +216,7 @@ def test_api_key_stays_out_of_the_workspace_and_every_record(tmp_path: Path) -> 
     assert sent_back.startswith("key=unset\n")  # the variable is not passed to the tool
     written = (tmp_path / "events.jsonl").read_text() + outcome.stdout + outcome.stderr
     assert API_KEY not in written
-    assert "[redacted]" in outcome.stdout
+    assert "[REDACTED]" in outcome.stdout
 
 
 def test_without_a_key_no_authorization_header_and_no_tools_schema(tmp_path: Path) -> None:
@@ -257,6 +267,36 @@ def test_deadline_during_a_slow_llm_call_times_out(tmp_path: Path) -> None:
     assert elapsed < 3
     assert of_type(events, "llm_call") == []
     assert "deadline" in outcome.stderr
+
+
+def test_a_dribbled_llm_response_ends_at_the_agent_deadline(tmp_path: Path) -> None:
+    with LLMStub([dribble(reply(content="done"), interval_s=2.0)]) as stub:
+        start = time.monotonic()
+        outcome, events, _ = run(make_agent(stub.base_url, tmp_path, timeout_s=3), tmp_path)
+        elapsed = time.monotonic() - start
+
+    assert outcome.timed_out and outcome.exit_code is None
+    assert elapsed < 4.5
+    assert (
+        "agent timeout: 3s deadline reached during an LLM call (no complete response within "
+        "the 3 s deadline: the body was still arriving"
+    ) in outcome.stderr
+    assert of_type(events, "llm_call") == []
+
+
+def test_an_endless_llm_response_is_cut_at_the_size_cap(tmp_path: Path) -> None:
+    with LLMStub([endless()]) as stub:
+        start = time.monotonic()
+        outcome, _, _ = run(make_agent(stub.base_url, tmp_path), tmp_path)
+        elapsed = time.monotonic() - start
+        requests = len(stub.requests)
+
+    assert outcome.exit_code == 1 and not outcome.timed_out
+    assert outcome.error == (
+        f"LLM call to {stub.base_url}/chat/completions failed: response body over the "
+        f"{MAX_RESPONSE_BYTES}-byte limit: reading stopped there"
+    )
+    assert requests == 1 and elapsed < 20
 
 
 def test_deadline_during_a_command_kills_it_and_starts_no_new_call(tmp_path: Path) -> None:

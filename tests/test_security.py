@@ -28,7 +28,7 @@ from kombu import Connection, Exchange, Queue
 from core.config import Matrix, Scenario, Tier
 from core.results import ExperimentInfo, ExperimentStatus, RunSpec, RunStatus
 from core.store import Store
-from tests.conftest import QUEUE, Worker, run_cli
+from tests.conftest import PREFIX, QUEUE, Worker, run_cli
 from tests.llm_stub import LLMStub, RecordedRequest, Step, reply
 from worker.sandbox import sandbox_argv
 from worker.workspace import RunDir, SetupError, prepare
@@ -194,6 +194,89 @@ scenarios:
     assert leaks == []
     assert not any(s in text for text in outputs for s in secrets)
     assert not any(s in (tmp_path / "worker.log").read_text() for s in secrets)
+
+
+# An unsandboxed agent hunting for the broker's password: every ancestor's
+# environment, and what the gate's parent (the pool process) was started with.
+BROKER_HUNT = """
+pid=$PPID; found=""
+while [ -n "$pid" ] && [ "$pid" -gt 1 ]; do
+  echo "read the environment of pid $pid"
+  found="$found$(tr '\\0' '\\n' < /proc/$pid/environ 2>/dev/null | grep -i -e broker -e redis)"
+  pid=$(awk '/^PPid:/{{print $2}}' /proc/$pid/status)
+done
+printf '%s\\n' "$found" > {found}
+echo "found: $found"; echo "found: $found" >&2
+exit 1
+"""
+
+
+@pytest.mark.integration
+def test_the_broker_password_reaches_no_agent_result_report_or_judge(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.test_faults import RedisServer
+
+    password = f"brokerpw-{uuid.uuid4().hex}"
+    broker = RedisServer(tmp_path / "redis", password=password)
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": broker.url}
+    found = tmp_path / "found.txt"
+    gate_found = tmp_path / "gate-found.txt"
+    hunt = BROKER_HUNT.format(found=found)
+    gate = f"tr '\\0' '\\n' < /proc/$PPID/environ | grep -i broker | tee {gate_found}; exit 1"
+
+    def echoing_judge(request: RecordedRequest) -> Step:  # a judge that repeats what it saw
+        seen = [line for line in request.raw.decode().split("\\n") if "redis" in line.lower()]
+        answer = {"scores": {"quality": 0.1}, "weighted_score": 0.1, "confidence": 0.5,
+                  "issues": seen[:5], "highlights": []}  # fmt: skip
+        return reply(content=json.dumps(answer))
+
+    (tmp_path / "rubric.yaml").write_text("criteria: [{id: quality, weight: 1, description: q}]\n")
+    outputs: list[str] = []
+    try:
+        with LLMStub([echoing_judge]) as stub:
+            matrix = tmp_path / "matrix.yaml"
+            matrix.write_text(f"""
+name: broker-secret
+runs_per_tier: 1
+agent: {{kind: command, command: {json.dumps(hunt)}, timeout_s: 30}}
+tiers: [{{id: T0}}]
+judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null, max_attempts: 1}}
+scenarios:
+  - id: s
+    prompt: go
+    evaluation:
+      gates: [{{type: command_succeeds, command: {json.dumps(gate)}}}]
+      judge: {{rubric: rubric.yaml}}
+""")
+            worker = Worker(env, tmp_path / "worker.log")
+            try:
+                submitted = run_cli("submit", str(matrix), "--wait", "--json", env=env)
+                assert submitted.returncode == 0, submitted.stderr
+                exp_id = submitted.stdout.split("\n", 1)[0].strip()
+                outputs += [submitted.stdout, submitted.stderr]
+                for fmt in ("json", "markdown", "csv", "html"):
+                    shown = run_cli("report", exp_id, "--format", fmt, "--runs", env=env)
+                    assert shown.returncode == 0, shown.stderr
+                    outputs += [shown.stdout, shown.stderr]
+            finally:
+                worker.stop()
+        store = Store.from_url(broker.url, prefix=PREFIX)
+        stored = [run.model_dump_json() for run in store.runs(exp_id)]
+        every_value = _every_value(redis.Redis.from_url(broker.url, decode_responses=True))
+    finally:
+        broker.stop()
+
+    # The agent did walk its ancestors (the pool process, the worker, and up)...
+    prompt = stub.requests[0].raw.decode()
+    assert prompt.count("read the environment of pid") >= 2
+    # ... and found nothing: the worker's own environment no longer holds the URL.
+    assert password not in found.read_text() and password not in gate_found.read_text()
+    # Nothing stored, rendered or sent to the judge holds it either.
+    assert stored and not any(password in text for text in stored)
+    assert not any(password in text for text in outputs)
+    assert not any(password in r.raw.decode() for r in stub.requests)
+    assert not any(password in value for _, value in every_value)
 
 
 def _every_value(client: redis.Redis) -> list[tuple[str, str]]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 
 import click
-from celery import Celery
+from celery import Celery, signals
 
-from core.settings import worker_broker
-from worker import kombu_guard
+from core.settings import ENV_BROKER, worker_broker
+from worker import environ, kombu_guard
 from worker.grace import Grace
 from worker.idle import UntilIdle
 from worker.recovery import Sweeper
@@ -50,6 +50,14 @@ app.conf.update(
     task_default_queue=DEFAULT_QUEUE,
     worker_hijack_root_logger=False,
 )
+
+
+@signals.worker_init.connect
+def _forget_the_broker_url(**_: object) -> None:
+    """A worker has read its broker URL: its agents must not find it (worker/environ.py).
+    Before the pool forks, so its processes never hold it either."""
+    environ.forget(ENV_BROKER)
+
 
 # `celery -A worker.app worker --until-idle 120 --grace 60` (and `scheduler worker`).
 app.user_options["worker"].add(

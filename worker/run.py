@@ -25,7 +25,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
 from core.config import Matrix
-from core.evaluate import evaluate_run, redact, redact_record, secret_values
+from core.evaluate import evaluate_run
+from core.redact import redact, redact_record, secret_values
 from core.results import (
     NOT_RUN_NOTE,
     AgentOutcome,
@@ -68,7 +69,7 @@ def execute(spec: RunSpec, store: Store, on_phase: Phase = lambda phase: None) -
     )
     if delivery.stored is not None:
         return delivery.stored
-    secrets = secret_values(matrix, os.environ)
+    secrets = secret_values(matrix, os.environ, store.url)
     try:
         with lease.held(matrix.lease_s):
             result = _attempt(spec, matrix, delivery, started, secrets, on_phase)

@@ -10,9 +10,12 @@ How a run ends (the `AgentOutcome`):
 - `max_turns` LLM calls made and the last still asked for tools (those tools are
   run, then the loop stops): exit code 1 and a note on stderr;
 - the `timeout_s` deadline passes: `timed_out`, exit code None. No call or command
-  starts past it; HTTP and command timeouts are bounded by the time left;
-- HTTP or protocol errors (429/5xx and transport errors retried twice, honouring
-  Retry-After): `error` set, exit code 1.
+  starts past it; an LLM call has it as its deadline (connect, headers and body,
+  however slowly they arrive) and a command is killed at it;
+- HTTP or protocol errors: `error` set, exit code 1. The LLM calls go through
+  core/llm_http.py: 429/5xx and transport errors are retried twice (Retry-After
+  honoured, else back-off with jitter), and a response body past its size cap
+  is an error naming the cap.
 
 events.jsonl gets the DESIGN.md events: `llm_call` per response (tokens exactly
 from `usage`, plus `cumulative_input`), `message` per assistant text,
@@ -28,17 +31,18 @@ bash tool's environment and redacted from everything written.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
-
 from core.config import AgentConfig
+from core.llm_http import Deadline, DeadlineExceeded, LLMError, LLMHttp, LLMReply
+from core.redact import redact as redact_secrets
 from core.results import AgentOutcome, ComponentType
 from core.shell import HeadTail, ShellResult, run_shell
 
@@ -60,10 +64,11 @@ BASH_TOOL: dict[str, Any] = {
 
 TOOL_OUTPUT_BYTES = 16_000  # what the model sees of one command's output, both streams
 _HTTP_ATTEMPTS = 3
-_MAX_RETRY_WAIT_S = 10.0
 _CUT_MARKER_RESERVE = 64
 _UNKNOWN_TOOL_EXIT = 127
 _BAD_ARGUMENTS_EXIT = 2
+
+Redact = Callable[[str], str]
 
 
 def estimate_tokens(text: str) -> int:
@@ -84,13 +89,13 @@ def run_openai_agent(
 ) -> AgentOutcome:
     """Run the loop in `workspace`, writing `events_path`; never raises for the run's failures."""
     started_at = time.time()
-    redact = _Redactor(api_key)
+    redact = functools.partial(redact_secrets, secrets=[api_key])
     log = HeadTail(agent.max_transcript_bytes - _CUT_MARKER_RESERVE)
     with (
         events_path.open("w", encoding="utf-8") as events_file,
-        httpx.Client(headers=_headers(api_key)) as client,
+        LLMHttp(attempts=_HTTP_ATTEMPTS, headers=_headers(api_key)) as http,
     ):
-        loop = _Loop(agent, workspace, env, client, _Events(events_file, redact), log, redact)
+        loop = _Loop(agent, workspace, env, http, _Events(events_file, redact), log, redact)
         end = loop.run(prompt)
     return AgentOutcome(
         exit_code=end.exit_code,
@@ -125,7 +130,7 @@ class _Reply:
 
 
 class _DeadlineReached(Exception):
-    pass
+    """The agent's deadline passed; the message, if any, says where."""
 
 
 class _ApiError(Exception):
@@ -138,16 +143,16 @@ class _Loop:
         agent: AgentConfig,
         workspace: Path,
         env: Mapping[str, str],
-        client: httpx.Client,
+        http: LLMHttp,
         events: _Events,
         log: HeadTail,
-        redact: _Redactor,
+        redact: Redact,
     ):
-        self.agent, self.workspace, self.client = agent, workspace, client
+        self.agent, self.workspace, self.http = agent, workspace, http
         self.events, self.log, self.redact = events, log, redact
         # The loop's own credential is not the workspace's business.
         self.shell_env = {k: v for k, v in env.items() if k != agent.api_key_env}
-        self.deadline = time.monotonic() + agent.timeout_s
+        self.deadline = Deadline.after(agent.timeout_s)
         self.url = f"{(agent.base_url or '').rstrip('/')}/chat/completions"
         self.tools = [BASH_TOOL] if "bash" in agent.tools else []
         self.cumulative_input = 0
@@ -166,8 +171,9 @@ class _Loop:
                     return _End(exit_code=0)
                 for call in reply.tool_calls:
                     messages.append(self._run_tool(call))
-        except _DeadlineReached:
-            self.notes.append(f"agent timeout: {self.agent.timeout_s:g}s deadline reached")
+        except _DeadlineReached as exc:
+            where = f" during an LLM call ({exc})" if str(exc) else ""
+            self.notes.append(f"agent timeout: {self.agent.timeout_s:g}s deadline reached{where}")
             return _End(exit_code=None, timed_out=True)
         except _ApiError as exc:
             return self._fail(str(exc))
@@ -211,41 +217,26 @@ class _Loop:
         body: dict[str, Any] = {"model": self.agent.model, "messages": messages}
         if self.tools:
             body["tools"] = self.tools
-        response, latency_ms = self._post(body)
+        response = self._post(body)
         try:
             payload = response.json()
-            return self._record(payload, latency_ms, turn)
+            return self._record(payload, response.latency_ms, turn)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             excerpt = response.text[:300]
             raise _ApiError(f"protocol error: unexpected response ({exc!r}): {excerpt}") from None
 
-    def _post(self, body: dict[str, Any]) -> tuple[httpx.Response, float]:
-        """POST with retries; returns the successful response and its wall-clock latency."""
-        attempt = 1
-        while True:
-            timeout_s = self._remaining()
-            start = time.monotonic()
-            try:
-                response = self.client.post(self.url, json=body, timeout=timeout_s)
-            except httpx.TimeoutException:
-                raise _DeadlineReached from None  # every HTTP timeout is the time left
-            except httpx.TransportError as exc:
-                problem, retry_after = f"{type(exc).__name__}: {exc}", None
-            else:
-                if response.status_code == 200:
-                    return response, (time.monotonic() - start) * 1000
-                problem = f"HTTP {response.status_code} from {self.url}: {response.text[:300]}"
-                if response.status_code != 429 and response.status_code < 500:
-                    raise _ApiError(problem)
-                retry_after = response.headers.get("retry-after")
-            if attempt == _HTTP_ATTEMPTS:
-                raise _ApiError(f"{problem} (after {attempt} attempts)")
-            wait = _backoff(attempt, retry_after)
-            if wait >= self._remaining():
-                raise _ApiError(f"{problem} (no time left to retry before the deadline)")
-            self.notes.append(f"retrying in {wait:.1f}s after {problem}")
-            time.sleep(wait)
-            attempt += 1
+    def _post(self, body: dict[str, Any]) -> LLMReply:
+        """The successful response, within the agent's deadline."""
+        self._remaining()  # no call starts past the deadline
+        try:
+            return self.http.post(self.url, body, deadline=self.deadline, on_retry=self._retrying)
+        except DeadlineExceeded as exc:
+            raise _DeadlineReached(str(exc)) from None
+        except LLMError as exc:
+            raise _ApiError(f"LLM call to {self.url} failed: {exc}") from None
+
+    def _retrying(self, problem: str, wait_s: float) -> None:
+        self.notes.append(f"retrying in {wait_s:.1f}s after {problem}")
 
     def _record(self, payload: dict[str, Any], latency_ms: float, turn: int) -> _Reply:
         """Parse one chat completion and write its llm_call and message events."""
@@ -332,7 +323,7 @@ class _Loop:
 
     def _remaining(self) -> float:
         """Seconds left before the deadline; past it, the run ends as timed out."""
-        left = self.deadline - time.monotonic()
+        left = self.deadline.left()
         if left <= 0:
             raise _DeadlineReached
         return left
@@ -369,32 +360,14 @@ def _shell_output(result: ShellResult) -> str:
     return "\n".join([*parts, status])
 
 
-def _backoff(attempt: int, retry_after: str | None) -> float:
-    """Seconds before the next attempt: the server's Retry-After when numeric, else 0.5, 1, ..."""
-    if retry_after is not None:
-        try:
-            return min(max(float(retry_after), 0.0), _MAX_RETRY_WAIT_S)
-        except ValueError:
-            pass  # an HTTP date: fall back to our own backoff
-    return min(0.5 * 2 ** (attempt - 1), _MAX_RETRY_WAIT_S)
-
-
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-class _Redactor:
-    def __init__(self, secret: str | None):
-        self.secret = secret
-
-    def __call__(self, text: str) -> str:
-        return text.replace(self.secret, "[redacted]") if self.secret else text
 
 
 class _Events:
     """events.jsonl, one flushed line per event so a killed worker still leaves them."""
 
-    def __init__(self, file: IO[str], redact: _Redactor):
+    def __init__(self, file: IO[str], redact: Redact):
         self.file, self.redact = file, redact
 
     def write(self, **event: Any) -> None:
