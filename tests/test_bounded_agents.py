@@ -57,7 +57,7 @@ scenarios:
     started = time.monotonic()
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=240)
     assert result.returncode == 0, result.stderr
-    exp_id = result.stdout.split("\n", 1)[0].strip()
+    exp_id = json.loads(result.stdout)["experiment"]["id"]
     runs = {r.tier: r for r in store.runs(exp_id)}
 
     assert runs["hang"].status == RunStatus.timeout

@@ -171,7 +171,7 @@ scenarios:
         try:
             submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
             assert submitted.returncode == 0, submitted.stderr
-            exp_id = submitted.stdout.split("\n", 1)[0].strip()
+            exp_id = json.loads(submitted.stdout)["experiment"]["id"]
             outputs = [submitted.stdout, submitted.stderr]
             for fmt in ("json", "markdown", "csv", "html"):
                 shown = run_cli("report", exp_id, "--format", fmt, "--runs", env=fleet_env)
@@ -253,7 +253,7 @@ scenarios:
             try:
                 submitted = run_cli("submit", str(matrix), "--wait", "--json", env=env)
                 assert submitted.returncode == 0, submitted.stderr
-                exp_id = submitted.stdout.split("\n", 1)[0].strip()
+                exp_id = json.loads(submitted.stdout)["experiment"]["id"]
                 outputs += [submitted.stdout, submitted.stderr]
                 for fmt in ("json", "markdown", "csv", "html"):
                     shown = run_cli("report", exp_id, "--format", fmt, "--runs", env=env)
@@ -428,7 +428,7 @@ scenarios:
     start_worker(concurrency=2)
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert result.returncode == 0, result.stderr
-    runs = {r.tier: r for r in store.runs(result.stdout.split("\n", 1)[0].strip())}
+    runs = {r.tier: r for r in store.runs(json.loads(result.stdout)["experiment"]["id"])}
 
     jailed = runs["jailed"]
     assert jailed.passed, [g.message for g in jailed.gates]
