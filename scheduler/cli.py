@@ -20,7 +20,7 @@ from rich.console import Console
 from core.config import Matrix, matrix_json_schema
 from core.loading import ConfigError, load_matrix
 from core.results import ExperimentInfo, ExperimentStatus
-from core.settings import STATE_DIR, configured_broker
+from core.settings import STATE_DIR, BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
 from scheduler.plan import longest_run_s, new_experiment_id, plan
 from scheduler.render import (
@@ -34,19 +34,30 @@ from scheduler.render import (
 err = Console(stderr=True, highlight=False)
 USAGE_ERROR = 2
 
+
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    sys.exit(code)
+
+
+def _checked_broker(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Every command takes the broker here, from --broker or the environment.
+    try:
+        configured_broker(value)
+    except BrokerURLError as exc:
+        fail(str(exc))
+    return value
+
+
 broker_option = click.option(
     "--broker",
     envvar="EVALFLEET_BROKER_URL",
     default=None,
     metavar="URL",
+    callback=_checked_broker,
     help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
     "else the embedded Redis under ./.evalfleet.",
 )
-
-
-def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", soft_wrap=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -4,6 +4,7 @@ never a traceback, and never a run wrongly turned into an infrastructure error."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,41 @@ scenarios:
         assert run.status == RunStatus.completed, run.fail_reason
         assert run.passed and run.transcript_malformed_lines == 1
         assert [call.input_tokens for call in run.llm_calls] == [10]
+
+
+COMMANDS = [
+    ["submit", "matrix.yaml"],
+    ["status"],
+    ["list"],
+    ["report"],
+    ["compare", "A", "B"],
+    ["resume", "A"],
+    ["cancel", "A"],
+    ["worker"],
+]
+
+
+@pytest.mark.parametrize(
+    ("given_as", "url", "problem"),
+    [
+        ("--broker", "http://:s3cret-pw@127.0.0.1:6379/9", "it starts with http://"),
+        ("environment", "127.0.0.1:6379/9", "it has no scheme"),
+        ("environment", "redis://:s3cret-pw@127.0.0.1:port/9", "(Port could not be cast"),
+        ("--broker", "redis://127.0.0.1:6379/db9", "(the database after the host must be a num"),
+    ],
+)
+def test_a_malformed_broker_url_is_one_clear_line_and_exit_2_for_every_command(
+    tmp_path: Path, given_as: str, url: str, problem: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALFLEET_")}
+    for command in COMMANDS:
+        if given_as == "--broker":
+            result = run_cli(*command, "--broker", url, env=env, cwd=tmp_path, timeout=60)
+        else:
+            result = run_cli(*command, env={**env, "EVALFLEET_BROKER_URL": url}, cwd=tmp_path)
+        assert result.returncode == 2, (command, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: the broker URL"), (command, lines)
+        assert problem in lines[0] and "redis://" in lines[0], lines[0]
+        assert "s3cret-pw" not in result.stderr + result.stdout
+        assert not (tmp_path / ".evalfleet").exists()  # nothing embedded was started
