@@ -527,7 +527,8 @@ def cancel(experiment: str, broker: str | None) -> None:
     "-n",
     default=None,
     metavar="NAME",
-    help="Celery node name shown in Flower, e.g. ci-3@%h (default: celery@<host>).",
+    help="Celery node name shown in Flower, e.g. ci-3@%h (default: evalfleet-<pid>@<host>, "
+    "unique among the workers of one machine).",
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 def worker(
@@ -557,8 +558,13 @@ def worker(
         url = running_embedded_broker()
     if url is None:
         fail("no broker: pass --broker URL or set EVALFLEET_BROKER_URL")
+    # Celery's default, celery@HOST, is the same for every worker of a machine:
+    # Flower then shows one. The pid stays the worker's own across the exec below.
     command = worker_command(
-        concurrency or os.cpu_count() or 1, (queues or DEFAULT_QUEUE).split(","), hostname, loglevel
+        concurrency or os.cpu_count() or 1,
+        (queues or DEFAULT_QUEUE).split(","),
+        hostname or f"evalfleet-{os.getpid()}@%h",
+        loglevel,
     )
     if until_idle is not None:
         command += ["--until-idle", f"{until_idle:g}"]
