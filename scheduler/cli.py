@@ -22,7 +22,7 @@ from core.loading import ConfigError, load_matrix
 from core.results import ExperimentInfo, ExperimentStatus
 from core.settings import STATE_DIR, BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
-from scheduler.plan import longest_run_s, new_experiment_id, plan
+from scheduler.plan import PlanTooLarge, check_size, longest_run_s, new_experiment_id
 from scheduler.render import (
     COMPARE_FORMATS,
     FORMATS,
@@ -94,6 +94,7 @@ def validate(matrix_file: str) -> None:
     Example: scheduler validate examples/matrix.yaml
     """
     matrix = _load(matrix_file)
+    _check_size(matrix)
     click.echo(summary(matrix))
 
 
@@ -232,6 +233,7 @@ def submit(
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
     """
     matrix = _load(matrix_file)
+    _check_size(matrix)
     _check_visibility(matrix)
     if keep_workspaces:
         matrix.keep_workspaces = True
@@ -242,9 +244,8 @@ def submit(
 
     with open_store(broker, create=True) as (store, url):
         exp_id = new_experiment_id(matrix)
-        specs = plan(matrix, exp_id)
         if not embedded:
-            start(store, url, matrix, exp_id, specs)
+            start(store, url, matrix, exp_id)
             click.echo(exp_id)
             if wait:
                 _follow_and_print(store, exp_id, fmt)
@@ -253,8 +254,8 @@ def submit(
 
         concurrency = workers or os.cpu_count() or 1
         with LocalWorkers(url, concurrency, _queues(matrix)) as local:
-            start(store, url, matrix, exp_id, specs)
-            err.print(f"experiment {exp_id}: {len(specs)} runs on {concurrency} local workers")
+            total = start(store, url, matrix, exp_id)
+            err.print(f"experiment {exp_id}: {total} runs on {concurrency} local workers")
             try:
                 _follow_and_print(store, exp_id, fmt, local)
             except KeyboardInterrupt:
@@ -269,10 +270,17 @@ def _queues(matrix: Matrix) -> list[str]:
     return [DEFAULT_QUEUE, *sorted(q for q in named if q and q != DEFAULT_QUEUE)]
 
 
+def _check_size(matrix: Matrix) -> None:
+    try:
+        check_size(matrix)
+    except PlanTooLarge as exc:
+        fail(f"{exc}; nothing was started")
+
+
 def _check_visibility(matrix: Matrix) -> None:
     from worker.app import VISIBILITY_TIMEOUT_S
 
-    longest = longest_run_s(matrix, plan(matrix, "check"))
+    longest = longest_run_s(matrix)
     if longest >= VISIBILITY_TIMEOUT_S:
         fail(
             f"the longest run may take {longest:.0f} s, more than the broker's visibility timeout "
@@ -465,7 +473,7 @@ def resume(experiment: str, broker: str | None, workers: int | None, wait: bool,
         err.print(f"experiment {exp_id}: re-sending {len(pending)} runs without a result")
         if not embedded:
             connect(url)
-            send(store, matrix, exp_id, pending)
+            send(store, matrix, exp_id, pending, len(pending))
             if wait:
                 _follow_and_print(store, exp_id, fmt)
             return
@@ -473,7 +481,7 @@ def resume(experiment: str, broker: str | None, workers: int | None, wait: bool,
 
         with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
             connect(url)
-            send(store, matrix, exp_id, pending)
+            send(store, matrix, exp_id, pending, len(pending))
             _follow_and_print(store, exp_id, fmt, local)
 
 

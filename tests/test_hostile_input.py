@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import run_cli
+from tests.conftest import PREFIX, QUEUE, SCHEDULER, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -107,3 +108,94 @@ def test_a_malformed_broker_url_is_one_clear_line_and_exit_2_for_every_command(
         assert problem in lines[0] and "redis://" in lines[0], lines[0]
         assert "s3cret-pw" not in result.stderr + result.stdout
         assert not (tmp_path / ".evalfleet").exists()  # nothing embedded was started
+
+
+MATRIX = """\
+name: big
+runs_per_tier: {runs}
+agent: {{kind: command, command: "true", timeout_s: 60}}
+description: "{padding}"
+tiers: [{tiers}]
+scenarios: [{scenarios}]
+"""
+
+
+def matrix_text(tiers: int = 1, scenarios: int = 1, runs: int = 1, padding: int = 0) -> str:
+    return MATRIX.format(
+        runs=runs,
+        padding="x" * padding,
+        tiers=", ".join(f"{{id: T{i}}}" for i in range(tiers)),
+        scenarios=", ".join(f"{{id: s{i}, prompt: go}}" for i in range(scenarios)),
+    )
+
+
+def test_matrix_files_above_the_size_limit_are_refused_without_being_read_whole(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store
+) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text(matrix_text(padding=1_500_000))  # valid, but 1.5 MB
+    queued = store.redis.llen(QUEUE)
+    for command in (["validate", "/dev/zero"], ["validate", str(big)], ["submit", str(big)]):
+        result = run_cli(*command, env=fleet_env, timeout=60)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert f"{command[1]}: larger than 1,000,000 bytes" in result.stderr, result.stderr
+        assert "EVALFLEET_MAX_CONFIG_BYTES" in result.stderr
+    assert store.redis.llen(QUEUE) == queued
+    raised = {**fleet_env, "EVALFLEET_MAX_CONFIG_BYTES": "2000000"}
+    allowed = run_cli("validate", str(big), env=raised)
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_plan_above_the_run_limit_is_refused_before_anything_is_stored_or_sent(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store
+) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(matrix_text(tiers=20, scenarios=10, runs=100_000))  # 20,000,000 runs
+    experiments = store.redis.zcard(f"{PREFIX}experiments")
+    queued = store.redis.llen(QUEUE)
+    for command in ("validate", "submit"):
+        result = run_cli(command, str(matrix), env=fleet_env, timeout=60)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert "= 20,000,000 runs, more than one experiment may have (200,000" in result.stderr
+        assert "EVALFLEET_MAX_RUNS" in result.stderr
+    assert store.redis.zcard(f"{PREFIX}experiments") == experiments
+    assert store.redis.llen(QUEUE) == queued
+
+
+def _submit_peak_kb(matrix: Path, env: dict[str, str]) -> tuple[str, int]:
+    """`scheduler submit`'s experiment id and peak resident memory (KB)."""
+    proc = subprocess.Popen([SCHEDULER, "submit", str(matrix)], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    out = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)  # wait4: the child's peak memory too
+    assert os.waitstatus_to_exitcode(status) == 0
+    return out.strip(), usage.ru_maxrss
+
+
+def test_submit_streams_runs_to_the_broker_in_bounded_memory(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store
+) -> None:
+    # A queue no worker reads; the experiments are removed afterwards, so no
+    # later sweep finds their runs.
+    queue = f"{QUEUE}-bulk"
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    peaks, ids = {}, []
+    try:
+        for runs in (500, 30_000):
+            (tmp_path / str(runs)).mkdir()
+            matrix = tmp_path / str(runs) / "matrix.yaml"
+            matrix.write_text(matrix_text(tiers=2, scenarios=2, runs=runs // 4))
+            exp_id, peaks[runs] = _submit_peak_kb(matrix, env)
+            ids.append(exp_id)
+            assert store.redis.llen(queue) == runs
+            assert store.redis.hlen(f"{PREFIX}exp:{exp_id}:specs") == runs
+            store.redis.delete(queue)
+        # Holding every run at once cost about 1.6 KB a run (48 MB here) before.
+        assert peaks[30_000] - peaks[500] < 15_000, peaks
+    finally:
+        store.redis.delete(queue)
+        for exp_id in ids:
+            store.redis.zrem(f"{PREFIX}experiments", exp_id)
+            store.redis.delete(*store.redis.keys(f"{PREFIX}exp:{exp_id}*"))
