@@ -34,6 +34,12 @@ from core.results import (
 
 DEFAULT_PREFIX = "evalfleet:"
 
+
+def key_prefix() -> str:
+    """The prefix of our keys and of Celery's result keys (EVALFLEET_KEY_PREFIX), so
+    fleets or test sessions sharing one Redis database keep apart what they write."""
+    return os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
+
 # Storing a run and counting it must be one step: a redelivered run that
 # finishes late must neither overwrite the first result nor be counted twice.
 # A delivery whose lease another delivery has taken over stores nothing (its
@@ -162,9 +168,7 @@ class Store:
         # redis-py's response types are unions of every protocol's shapes; the
         # client always decodes to str here, so treat replies as such.
         self.redis: Any = client
-        self.prefix = (
-            prefix if prefix is not None else os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
-        )
+        self.prefix = prefix if prefix is not None else key_prefix()
         self._save_run = client.register_script(_SAVE_RUN)
         self._lease = client.register_script(_LEASE.format(take=_TAKE.format(leases="KEYS[1]")))
         self._begin_delivery = client.register_script(
