@@ -61,6 +61,8 @@ def load_yaml_model(path: Path, model: type[M], base_dir: Path | None = None) ->
 
 def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     try:
+        if path.is_fifo() or path.is_socket():  # opening one would wait for a writer
+            raise ConfigError([ConfigProblem(file=str(path), message="a pipe, not a file")])
         # At most one byte past the limit: /dev/zero or a huge file is refused
         # without being read whole.
         with path.open("rb") as file:

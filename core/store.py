@@ -40,6 +40,7 @@ def key_prefix() -> str:
     fleets or test sessions sharing one Redis database keep apart what they write."""
     return os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
 
+
 # Storing a run and counting it must be one step: a redelivered run that
 # finishes late must neither overwrite the first result nor be counted twice.
 # A delivery whose lease another delivery has taken over stores nothing (its

@@ -142,6 +142,9 @@ def test_matrix_files_above_the_size_limit_are_refused_without_being_read_whole(
         assert f"{command[1]}: larger than 1,000,000 bytes" in result.stderr, result.stderr
         assert "EVALFLEET_MAX_CONFIG_BYTES" in result.stderr
     assert store.redis.llen(QUEUE) == queued
+    os.mkfifo(tmp_path / "pipe.yaml")
+    piped = run_cli("validate", str(tmp_path / "pipe.yaml"), env=fleet_env, timeout=60)
+    assert piped.returncode == 2 and "pipe.yaml: a pipe, not a file" in piped.stderr
     raised = {**fleet_env, "EVALFLEET_MAX_CONFIG_BYTES": "2000000"}
     allowed = run_cli("validate", str(big), env=raised)
     assert allowed.returncode == 0, allowed.stderr
