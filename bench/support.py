@@ -23,7 +23,7 @@ from core.loading import load_matrix
 from core.store import Store
 from scheduler.dispatch import start
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
-from scheduler.plan import new_experiment_id, plan
+from scheduler.plan import new_experiment_id
 from worker.app import DEFAULT_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +101,7 @@ def submit(fleet: Fleet, matrix_file: Path) -> str:
     """What `scheduler submit --broker URL` does, in this process: plan, store, send."""
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
-    start(fleet.store, fleet.url, matrix, exp_id, plan(matrix, exp_id))
+    start(fleet.store, fleet.url, matrix, exp_id)
     return exp_id
 
 

@@ -445,6 +445,12 @@ class Matrix(Strict):
     runs_per_tier: int = Field(10, ge=1, le=100_000)
     baseline: str | None = Field(None, description="uplift baseline tier (default: the first)")
     agent: AgentConfig
+    # Before `tiers`: their validator reads it.
+    allow_outside_files: bool = Field(
+        False,
+        description="let tier files come from outside the matrix file's folder (they are "
+        "copied into every workspace, so the agent and the judge may see them)",
+    )
     tiers: list[Tier] = Field(min_length=1)
     scenarios: list[Scenario] = Field(min_length=1)
     judge: JudgeConfig | None = None
@@ -478,6 +484,30 @@ class Matrix(Strict):
         description="the folder agents, setup commands and gates get as $EVALFLEET_MATRIX_DIR "
         "(default: the matrix file's folder, which relative paths always resolve against)",
     )
+
+    @field_validator("tiers")
+    @classmethod
+    def _files_inside_matrix_folder(cls, tiers: list[Tier], info: ValidationInfo) -> list[Tier]:
+        # A source such as ../../etc/hostname or ~/.ssh/config would be handed to
+        # every agent. Checked where the matrix file is read; a stored matrix has
+        # absolute paths and no folder to check against.
+        base = (info.context or {}).get("base_dir")
+        if base is None or info.data.get("allow_outside_files"):
+            return tiers
+        folder = Path(base).resolve()
+        outside = [
+            f"tiers[{index}].files.{dest}: {source} is outside the matrix folder {folder}"
+            for index, tier in enumerate(tiers)
+            for dest, source in tier.files.items()
+            if not source.is_relative_to(folder)
+        ]
+        if outside:
+            raise ValueError(
+                "; ".join(outside) + ". Tier files are copied into every run's workspace, "
+                "where the agent (and the judge) can read them: move the file into the matrix "
+                "folder, or set `allow_outside_files: true` at the top level to allow it"
+            )
+        return tiers
 
     @field_validator("base_dir")
     @classmethod

@@ -150,7 +150,8 @@ def _json_path(gate: CommandJsonPath, out: ShellResult) -> _Verdict:
         return _Verdict(False, _with_exit("stdout is empty, expected JSON", out, False))
     try:
         document = json.loads(out.stdout)
-    except ValueError as exc:  # JSONDecodeError, or a number too long to convert
+    # JSONDecodeError, a number too long to convert, or nesting too deep to decode.
+    except (ValueError, RecursionError) as exc:
         cut = f" (output over {MAX_OUTPUT_BYTES} bytes was cut)" if out.truncated else ""
         head = out.stdout.strip()[:80]
         return _Verdict(
@@ -173,7 +174,7 @@ def _json_from(stdout: str) -> Any:
     for candidate in (stdout, lines[-1] if lines else ""):
         try:
             return json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
     return None
 

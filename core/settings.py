@@ -3,6 +3,8 @@
 Order: an explicit URL, then EVALFLEET_BROKER_URL, then the embedded Redis that
 `scheduler` started under ./.evalfleet (while it runs), else None, which the
 CLI takes as "embedded mode" and a bare Celery worker as the local default.
+A configured URL is checked here, once, so a malformed one is a clear error
+wherever it is used.
 """
 
 from __future__ import annotations
@@ -12,16 +14,47 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import redis
+
 ENV_BROKER = "EVALFLEET_BROKER_URL"
 STATE_DIR = Path(".evalfleet")
 EMBEDDED_STATE = "redis.json"
 LOCAL_DEFAULT = "redis://127.0.0.1:6379/0"
+# The schemes both Celery's broker (kombu) and redis-py read. redis-py's unix://
+# is not one: kombu knows no such transport.
+SCHEMES = ("redis", "rediss")
+
+
+class BrokerURLError(ValueError):
+    """A broker URL that Celery and redis-py cannot use; the message names the fix."""
 
 
 def configured_broker(explicit: str | None = None) -> str | None:
     """The broker the user asked for, or None for embedded mode."""
     url = explicit or os.environ.get(ENV_BROKER) or None
-    return with_tls_default(url) if url else None
+    return with_tls_default(checked_broker_url(url)) if url else None
+
+
+def checked_broker_url(url: str) -> str:
+    """`url` if it is a Redis URL we can use; else BrokerURLError. The message never
+    repeats the URL, which may hold a password."""
+    where = f"the broker URL (--broker or {ENV_BROKER})"
+    example = "e.g. redis://:PASSWORD@host:6379/0, or rediss:// for TLS"
+    scheme, separator, _ = url.partition("://")
+    if not separator or scheme not in SCHEMES:
+        found = f"it starts with {scheme}://" if separator else "it has no scheme"
+        schemes = " or ".join(f"{s}://" for s in SCHEMES)
+        raise BrokerURLError(f"{where} must start with {schemes} ({found}); {example}")
+    try:
+        redis.connection.parse_url(url)
+    except ValueError as exc:
+        raise BrokerURLError(f"{where} is malformed ({exc}); {example}") from None
+    database = urlsplit(url).path.strip("/")
+    if database and not database.isdigit():
+        raise BrokerURLError(
+            f"{where} is malformed (the database after the host must be a number); {example}"
+        )
+    return url
 
 
 def with_tls_default(url: str) -> str:

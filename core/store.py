@@ -38,6 +38,13 @@ from core.results import (
 
 DEFAULT_PREFIX = "evalfleet:"
 
+
+def key_prefix() -> str:
+    """The prefix of our keys and of Celery's result keys (EVALFLEET_KEY_PREFIX), so
+    fleets or test sessions sharing one Redis database keep apart what they write."""
+    return os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
+
+
 # Storing a run and counting it must be one step: a redelivered run that
 # finishes late must neither overwrite the first result nor be counted twice.
 # A delivery whose lease another delivery has taken over stores nothing (its
@@ -199,9 +206,7 @@ class Store:
         # redis-py's response types are unions of every protocol's shapes; the
         # client always decodes to str here, so treat replies as such.
         self.redis: Any = client
-        self.prefix = (
-            prefix if prefix is not None else os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
-        )
+        self.prefix = prefix if prefix is not None else key_prefix()
         self._save_run = client.register_script(_SAVE_RUN)
         self._lease = client.register_script(_LEASE.format(take=_TAKE.format(leases="KEYS[1]")))
         self._begin_delivery = client.register_script(
@@ -222,8 +227,10 @@ class Store:
     # --- experiments ---------------------------------------------------------------
 
     def create_experiment(
-        self, info: ExperimentInfo, matrix: Matrix, specs: Sequence[RunSpec]
+        self, info: ExperimentInfo, matrix: Matrix, specs: Sequence[RunSpec] = ()
     ) -> None:
+        """The experiment's record, with `specs`; a submit streams them in batches
+        instead (add_specs)."""
         key = self._key("exp", info.id)
         pipe = self.redis.pipeline()
         pipe.hset(
@@ -232,19 +239,23 @@ class Store:
                 "info": info.model_dump_json(),
                 "matrix": matrix.model_dump_json(),
                 "status": info.status.value,
-                "total": len(specs),
+                "total": info.total_runs,
                 "done": 0,
                 "passes": 0,
                 "errors": 0,
             },
         )
-        for chunk in _chunks(specs, 1000):
-            pipe.hset(
-                self._key("exp", info.id, "specs"),
-                mapping={s.run_id: s.model_dump_json() for s in chunk},
-            )
         pipe.zadd(self._key("experiments"), {info.id: info.created_at})
         pipe.execute()
+        self.add_specs(info.id, specs)
+
+    def add_specs(self, exp_id: str, specs: Sequence[RunSpec]) -> None:
+        """Record runs of the experiment (what resume and recovery send again)."""
+        if specs:
+            self.redis.hset(
+                self._key("exp", exp_id, "specs"),
+                mapping={s.run_id: s.model_dump_json() for s in specs},
+            )
 
     def exists(self, exp_id: str) -> bool:
         return bool(self.redis.exists(self._key("exp", exp_id)))
@@ -494,8 +505,3 @@ class Store:
     def report(self, exp_id: str) -> ExperimentReport | None:
         raw = self.redis.get(self._key("exp", exp_id, "report"))
         return ExperimentReport.model_validate_json(raw) if raw else None
-
-
-def _chunks(items: Sequence[RunSpec], size: int) -> Iterable[Sequence[RunSpec]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

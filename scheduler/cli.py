@@ -20,9 +20,9 @@ from rich.console import Console
 from core.config import Matrix, matrix_json_schema
 from core.loading import ConfigError, load_matrix
 from core.results import ExperimentInfo, ExperimentStatus
-from core.settings import STATE_DIR, configured_broker
+from core.settings import STATE_DIR, BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
-from scheduler.plan import longest_run_s, new_experiment_id, plan
+from scheduler.plan import PlanTooLarge, check_size, longest_run_s, new_experiment_id
 from scheduler.render import (
     COMPARE_FORMATS,
     FORMATS,
@@ -39,11 +39,27 @@ err = Console(stderr=True, highlight=False)
 USAGE_ERROR = 2
 INFRA_ERRORS = 3
 
+
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    sys.exit(code)
+
+
+def _checked_broker(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Every command takes the broker here, from --broker or the environment.
+    try:
+        configured_broker(value)
+    except BrokerURLError as exc:
+        fail(str(exc))
+    return value
+
+
 broker_option = click.option(
     "--broker",
     envvar="EVALFLEET_BROKER_URL",
     default=None,
     metavar="URL",
+    callback=_checked_broker,
     help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
     "else the embedded Redis under ./.evalfleet.",
 )
@@ -59,10 +75,6 @@ json_nonfinite_option = click.option(
     "(for jq, pandas and other readers of strict JSON numbers).",
 )
 
-
-def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", soft_wrap=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -99,6 +111,7 @@ def validate(matrix_file: str) -> None:
     Example: scheduler validate examples/matrix.yaml
     """
     matrix = _load(matrix_file)
+    _check_size(matrix)
     click.echo(summary(matrix))
 
 
@@ -262,6 +275,7 @@ def submit(
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
     """
     matrix = _load(matrix_file)
+    _check_size(matrix)
     _check_visibility(matrix)
     if keep_workspaces:
         matrix.keep_workspaces = True
@@ -272,9 +286,8 @@ def submit(
 
     with open_store(broker, create=True) as (store, url):
         exp_id = new_experiment_id(matrix)
-        specs = plan(matrix, exp_id)
         if not embedded:
-            start(store, url, matrix, exp_id, specs)
+            start(store, url, matrix, exp_id)
             # Machine-readable output is one JSON document on stdout: the id goes aside.
             click.echo(exp_id, err=fmt == "json")
             if wait:
@@ -284,8 +297,8 @@ def submit(
 
         concurrency = workers or os.cpu_count() or 1
         with LocalWorkers(url, concurrency, _queues(matrix)) as local:
-            start(store, url, matrix, exp_id, specs)
-            err.print(f"experiment {exp_id}: {len(specs)} runs on {concurrency} local workers")
+            total = start(store, url, matrix, exp_id)
+            err.print(f"experiment {exp_id}: {total} runs on {concurrency} local workers")
             try:
                 _follow_and_print(store, exp_id, fmt, nonfinite, local)
             except KeyboardInterrupt:
@@ -306,10 +319,17 @@ def _run_queues(matrix: Matrix, default: str) -> list[str]:
     return sorted(queues)
 
 
+def _check_size(matrix: Matrix) -> None:
+    try:
+        check_size(matrix)
+    except PlanTooLarge as exc:
+        fail(f"{exc}; nothing was started")
+
+
 def _check_visibility(matrix: Matrix) -> None:
     from worker.app import VISIBILITY_TIMEOUT_S
 
-    longest = longest_run_s(matrix, plan(matrix, "check"))
+    longest = longest_run_s(matrix)
     if longest >= VISIBILITY_TIMEOUT_S:
         fail(
             f"the longest run may take {longest:.0f} s, more than the broker's visibility timeout "
@@ -581,7 +601,7 @@ def resume(
         )
         if not embedded:
             connect(url)
-            send(store, matrix, exp_id, pending)
+            send(store, matrix, exp_id, pending, len(pending))
             if wait:
                 _follow_and_print(store, exp_id, fmt, nonfinite)
             return
@@ -589,7 +609,7 @@ def resume(
 
         with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
             connect(url)
-            send(store, matrix, exp_id, pending)
+            send(store, matrix, exp_id, pending, len(pending))
             _follow_and_print(store, exp_id, fmt, nonfinite, local)
 
 
@@ -643,7 +663,8 @@ def cancel(experiment: str, broker: str | None) -> None:
     "-n",
     default=None,
     metavar="NAME",
-    help="Celery node name shown in Flower, e.g. ci-3@%h (default: celery@<host>).",
+    help="Celery node name shown in Flower, e.g. ci-3@%h (default: evalfleet-<pid>@<host>, "
+    "unique among the workers of one machine).",
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 def worker(
@@ -673,8 +694,13 @@ def worker(
         url = running_embedded_broker()
     if url is None:
         fail("no broker: pass --broker URL or set EVALFLEET_BROKER_URL")
+    # Celery's default, celery@HOST, is the same for every worker of a machine:
+    # Flower then shows one. The pid stays the worker's own across the exec below.
     command = worker_command(
-        concurrency or os.cpu_count() or 1, (queues or DEFAULT_QUEUE).split(","), hostname, loglevel
+        concurrency or os.cpu_count() or 1,
+        (queues or DEFAULT_QUEUE).split(","),
+        hostname or f"evalfleet-{os.getpid()}@%h",
+        loglevel,
     )
     if until_idle is not None:
         command += ["--until-idle", f"{until_idle:g}"]

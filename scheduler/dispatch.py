@@ -18,6 +18,8 @@ Redis result backend, without the per-task costs that make that call take
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from typing import Any
 
 from celery import Signature
@@ -26,7 +28,7 @@ from celery.utils import uuid
 from core.config import Matrix
 from core.results import RunSpec
 from core.store import Store
-from scheduler.plan import experiment_info, run_budget_s
+from scheduler.plan import experiment_info, plan, run_budget_s
 from worker.app import app
 from worker.tasks import aggregate_experiment, run
 
@@ -41,47 +43,73 @@ def connect(broker_url: str) -> None:
     app.conf.result_backend = broker_url
 
 
-def start(
-    store: Store, broker_url: str, matrix: Matrix, experiment_id: str, specs: list[RunSpec]
-) -> None:
-    """Record a new experiment and send its runs: what `scheduler submit` does."""
-    store.create_experiment(experiment_info(matrix, experiment_id, len(specs)), matrix, specs)
+def start(store: Store, broker_url: str, matrix: Matrix, experiment_id: str) -> int:
+    """Record a new experiment and send its runs: what `scheduler submit` does.
+    Returns how many runs were sent."""
+    total = matrix.total_runs()
+    store.create_experiment(experiment_info(matrix, experiment_id, total), matrix)
     connect(broker_url)
-    send(store, matrix, experiment_id, specs)
+    send(store, matrix, experiment_id, plan(matrix, experiment_id), total, record=True)
+    return total
 
 
-def send(store: Store, matrix: Matrix, experiment_id: str, specs: list[RunSpec]) -> None:
-    """Send `specs` as one chord whose body aggregates the experiment."""
+def send(
+    store: Store,
+    matrix: Matrix,
+    experiment_id: str,
+    specs: Iterable[RunSpec],
+    count: int,
+    *,
+    record: bool = False,
+) -> None:
+    """Send the `count` runs of `specs` as one chord whose body aggregates the
+    experiment; with `record`, each batch's specs are stored before it is sent.
+
+    `specs` is consumed one batch at a time, so memory does not grow with the
+    experiment."""
     body = aggregate_experiment.signature(
         kwargs={"experiment_id": experiment_id},
         # Its real argument, every run's summary, is too long to show in Flower.
-        options={"ignore_result": True, "argsrepr": f"(<{len(specs)} run summaries>,)"},
+        options={"ignore_result": True, "argsrepr": f"(<{count} run summaries>,)"},
     )
-    if not specs:
+    if not count:
         body.apply_async(args=(None,))
         store.mark_sent(experiment_id, app.conf.task_default_queue)
         return
     group_id = uuid()
     body.freeze(group_id=group_id)
-    app.backend.set_chord_size(group_id, len(specs))
+    app.backend.set_chord_size(group_id, count)
+    # Options are the same for every run of a tier x scenario: built once per cell.
+    cell_options: dict[tuple[str, str], dict[str, Any]] = {}
+    runs = iter(specs)
+    index = 0
     with app.producer_or_acquire() as producer, producer.batch(max_size=BATCH_SIZE):
-        for queue in {spec.queue or app.conf.task_default_queue for spec in specs}:
-            producer.maybe_declare(app.amqp.queues[queue])
-        for index, spec in enumerate(specs):
-            # run.apply_async rather than run_signature(...).apply_async: the same
-            # message without building and cloning a signature per run.
-            run.apply_async(
-                (spec.model_dump(mode="json"),),
-                producer=producer,
-                group_id=group_id,
-                group_index=index,
-                chord=body,
-                # Queues were declared above; a pipelined message is only sent
-                # at the flush, so retrying its buffering would retry nothing.
-                declare=[],
-                retry=False,
-                **run_options(matrix, spec),
-            )
+        for queue in {
+            matrix.queue_for(t, s) for t in matrix.tiers for s in matrix.scenarios
+        }:
+            producer.maybe_declare(app.amqp.queues[queue or app.conf.task_default_queue])
+        while batch := list(itertools.islice(runs, BATCH_SIZE)):
+            if record:
+                store.add_specs(experiment_id, batch)
+            for spec in batch:
+                cell = (spec.tier, spec.scenario)
+                if cell not in cell_options:
+                    cell_options[cell] = run_options(matrix, spec)
+                # run.apply_async rather than run_signature(...).apply_async: the same
+                # message without building and cloning a signature per run.
+                run.apply_async(
+                    (spec.model_dump(mode="json"),),
+                    producer=producer,
+                    group_id=group_id,
+                    group_index=index,
+                    chord=body,
+                    # Queues were declared above; a pipelined message is only sent
+                    # at the flush, so retrying its buffering would retry nothing.
+                    declare=[],
+                    retry=False,
+                    **{**cell_options[cell], "argsrepr": spec.run_id},
+                )
+                index += 1
     store.mark_sent(experiment_id, app.conf.task_default_queue)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import time
+from collections.abc import Iterator
 
 from core.config import Matrix
 from core.results import ExperimentInfo, ExperimentStatus, RunSpec
@@ -12,6 +14,14 @@ from core.results import ExperimentInfo, ExperimentStatus, RunSpec
 # Time a run may take beyond its agent, setup and gates: workspace copy,
 # transcript parsing, storing. Generous: exceeding it kills the run.
 _MARGIN_S = 120.0
+# The most runs one experiment may have. Submitting streams runs to the broker in
+# bounded memory, but each queued run costs the broker about 2 KB until it runs.
+ENV_MAX_RUNS = "EVALFLEET_MAX_RUNS"
+MAX_RUNS = int(os.environ.get(ENV_MAX_RUNS, 200_000))
+
+
+class PlanTooLarge(ValueError):
+    pass
 
 
 def new_experiment_id(matrix: Matrix, now: float | None = None) -> str:
@@ -36,27 +46,49 @@ def experiment_info(
     )
 
 
-def plan(matrix: Matrix, experiment_id: str) -> list[RunSpec]:
-    """Every run of the experiment, with ids that depend only on their coordinates."""
-    return [
-        RunSpec(
-            experiment_id=experiment_id,
-            run_id=f"{experiment_id}:{tier.id}:{scenario.id}:{index}",
-            tier=tier.id,
-            scenario=scenario.id,
-            run_index=index,
-            queue=matrix.queue_for(tier, scenario),
+def plan(matrix: Matrix, experiment_id: str) -> Iterator[RunSpec]:
+    """Every run of the experiment, one at a time (100,000 runs never sit in memory
+    at once), with ids that depend only on their coordinates."""
+    for tier in matrix.tiers:
+        for scenario in matrix.scenarios:
+            queue = matrix.queue_for(tier, scenario)
+            for index in range(matrix.runs_per_tier):
+                yield RunSpec(
+                    experiment_id=experiment_id,
+                    run_id=f"{experiment_id}:{tier.id}:{scenario.id}:{index}",
+                    tier=tier.id,
+                    scenario=scenario.id,
+                    run_index=index,
+                    queue=queue,
+                )
+
+
+def check_size(matrix: Matrix) -> None:
+    """Refuse a plan above MAX_RUNS (PlanTooLarge), before anything is stored or sent."""
+    if matrix.total_runs() > MAX_RUNS:
+        raise PlanTooLarge(
+            f"{len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
+            f"{matrix.runs_per_tier} runs = {matrix.total_runs():,} runs, more than one "
+            f"experiment may have ({MAX_RUNS:,}, {ENV_MAX_RUNS}): lower runs_per_tier or "
+            "split the matrix"
         )
-        for tier in matrix.tiers
-        for scenario in matrix.scenarios
-        for index in range(matrix.runs_per_tier)
-    ]
 
 
 def run_budget_s(matrix: Matrix, spec: RunSpec) -> float:
     """The longest a run may legitimately take: its soft time limit."""
-    agent = matrix.agent_for(matrix.tier(spec.tier))
-    scenario = matrix.scenario(spec.scenario)
+    return _budget_s(matrix, spec.tier, spec.scenario)
+
+
+def longest_run_s(matrix: Matrix) -> float:
+    return max(
+        (_budget_s(matrix, t.id, s.id) for t in matrix.tiers for s in matrix.scenarios),
+        default=0.0,
+    )
+
+
+def _budget_s(matrix: Matrix, tier_id: str, scenario_id: str) -> float:
+    agent = matrix.agent_for(matrix.tier(tier_id))
+    scenario = matrix.scenario(scenario_id)
     setup = scenario.setup_timeout_s * len(scenario.setup)
     gates = sum(g.timeout_s for g in scenario.evaluation.gates)
     judge = 0.0
@@ -64,8 +96,3 @@ def run_budget_s(matrix: Matrix, spec: RunSpec) -> float:
         # Every request and wait of the judge call is within its deadline.
         judge = matrix.judge.deadline
     return agent.timeout_s + setup + gates + judge + _MARGIN_S
-
-
-def longest_run_s(matrix: Matrix, specs: list[RunSpec]) -> float:
-    keys = {(s.tier, s.scenario): s for s in specs}
-    return max((run_budget_s(matrix, s) for s in keys.values()), default=0.0)

@@ -4,6 +4,12 @@ Tests use their own Redis database (13 by default), a key prefix and a Celery
 queue unique to the session, and delete only their own keys: never FLUSHALL on
 a Redis others share. EVALFLEET_TEST_REDIS_URL picks another server; the value
 "embedded" starts a private redis-server for the session.
+
+What a session writes: our keys and Celery's result keys under PREFIX (this
+process and every evalfleet process it starts use it), its queues' keys (named
+after QUEUE), and members naming its workers (their node names carry SESSION)
+in kombu's binding sets, which other sessions share. The session's end
+deletes exactly those, and fails if any key naming the session is left.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ EXAMPLES = ROOT / "examples"
 SESSION = os.environ.setdefault("EVALFLEET_TEST_SESSION", uuid.uuid4().hex[:8])
 PREFIX = f"evalfleet-test-{SESSION}:"
 QUEUE = f"evalfleet-test-{SESSION}"
+# Before anything imports worker.app: Celery's result keys of this process too.
+os.environ["EVALFLEET_KEY_PREFIX"] = PREFIX
 # The console script of the environment running the tests, wherever it lives.
 SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 
@@ -59,12 +67,43 @@ def _machine_redis() -> str:
     return url
 
 
+# kombu's table of binding sets that expire (shared by every Celery app on the
+# database): an exchange whose binding sets are all gone leaves it, as kombu's
+# own sweep would do later. Atomic, so a worker binding meanwhile keeps its entry.
+_SWEEP_BINDING_DEADLINES = """
+for _, exchange in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if redis.call('EXISTS', '_kombu.binding.' .. exchange,
+                '_kombu.binding_permanent.' .. exchange) == 0 then
+    redis.call('ZREM', KEYS[1], exchange)
+  end
+end
+"""
+
+
 def _delete_own_keys(url: str) -> None:
     client = redis.Redis.from_url(url)
     for pattern in (f"{PREFIX}*", f"*{QUEUE}*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         for start in range(0, len(keys), 500):
             client.delete(*keys[start : start + 500])
+    # Shared binding sets (celery.pidbox, celeryev): the members of this session's
+    # workers (a worker killed with SIGKILL never removes its own).
+    for key in client.scan_iter(match="_kombu.binding*", count=1000):
+        if client.type(key) == b"set":
+            own = [m for m in client.smembers(key) if SESSION.encode() in m]
+            if own:
+                client.srem(key, *own)
+    client.eval(_SWEEP_BINDING_DEADLINES, 1, "_kombu.binding_deadlines")
+    left = [key for key in client.scan_iter(match=f"*{SESSION}*", count=1000)]
+    left += [
+        f"{key!r} member {member!r}"
+        for key in client.scan_iter(match="_kombu.binding*", count=1000)
+        if client.type(key) == b"set"
+        for member in client.smembers(key)
+        if SESSION.encode() in member
+    ]
+    if left:
+        raise AssertionError(f"the test session left keys in {url}: {left[:20]}")
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +138,7 @@ class Worker:
         name: str | None = None,
     ):
         self.log = log
-        name = f"{name or 'w'}-{uuid.uuid4().hex[:6]}@%h"
+        name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
         # The CLI's own worker command; gossip and mingle only slow a test's start.
         command = [
             *worker_command(concurrency, queues.split(","), hostname=name),

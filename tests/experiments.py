@@ -102,7 +102,7 @@ def seed_experiment(
     )
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
-    specs = plan(matrix, exp_id)
+    specs = list(plan(matrix, exp_id))
     info = experiment_info(matrix, exp_id, len(specs), created_at=1_700_000_000.0)
     store.create_experiment(info, matrix, specs)
     for spec in specs:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from core.shell import kill_group
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SESSION
 
 BIN = Path(sys.executable).parent
 T = TypeVar("T")
@@ -124,7 +124,7 @@ def services() -> Iterator[list[Service]]:
 
 def cli_worker(env: dict[str, str], log: Path, *args: str, name: str = "fleet") -> Service:
     """`scheduler worker ...` as a CI job runs it, ready to take runs."""
-    hostname = f"{name}-{uuid.uuid4().hex[:6]}@%h"
+    hostname = f"{name}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
     worker = Service(["scheduler", "worker", "--hostname", hostname, *args], env, log)
     worker.wait_for("ready.")
     return worker

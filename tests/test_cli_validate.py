@@ -157,3 +157,30 @@ def test_schema_is_json_schema_of_the_matrix() -> None:
     for gate in ("command_json_path", "no_transcript_errors", "script", "file_matches"):
         assert gate in gate_types
     assert schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["../../../../../../../../etc/hostname", "/etc/hostname", "inside/link-to-hostname"],
+    ids=["dot-dot", "absolute", "symlink"],
+)
+def test_tier_files_outside_the_matrix_folder_are_refused_unless_allowed(
+    tmp_path: Path, source: str
+) -> None:
+    (tmp_path / "inside").mkdir()
+    (tmp_path / "inside" / "link-to-hostname").symlink_to("/etc/hostname")
+    path = write(tmp_path, GOOD.replace("AGENTS.md: guide.md", f"AGENTS.md: {source}"))
+    refused = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    assert refused.returncode == 2, refused.stdout
+    assert "Traceback" not in refused.stderr
+    for fragment in (
+        str(path),
+        "tiers[1].files.AGENTS.md: /etc/hostname is outside the matrix folder",
+        "allow_outside_files: true",
+    ):
+        assert fragment in refused.stderr, refused.stderr
+
+    path.write_text(f"allow_outside_files: true\n{path.read_text()}")
+    allowed = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    assert allowed.returncode == 0, allowed.stderr
+    assert "tier T1: " in allowed.stdout and "files: AGENTS.md" in allowed.stdout

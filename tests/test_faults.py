@@ -375,7 +375,7 @@ def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
     matrix = load_matrix(write_matrix(tmp_path, "sleep 2; touch out.txt", runs=1, lease_s=2))
     store = Store.from_url(own_redis.url, prefix=PREFIX)
     exp_id = f"left-{uuid.uuid4().hex[:6]}"
-    spec = plan(matrix, exp_id)[0]
+    spec = next(plan(matrix, exp_id))
     info = ExperimentInfo(id=exp_id, name="left", status=ExperimentStatus.running,
                           total_runs=1, created_at=time.time())  # fmt: skip
     store.create_experiment(info, matrix, [spec])

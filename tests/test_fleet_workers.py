@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -266,3 +267,33 @@ def test_a_tls_broker_with_a_password_serves_submit_and_workers(
         assert refused.returncode == 1
         assert "cannot reach the broker" in refused.stderr and "certificate" in refused.stderr
         assert password not in refused.stderr
+
+
+def test_two_workers_on_one_machine_get_distinct_node_names_by_default(
+    fleet_env: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
+    from celery import Celery
+
+    with services() as fleet:
+        for index in range(2):  # no --hostname: the default must tell them apart
+            worker = Service(
+                ["scheduler", "worker", "--concurrency", "1", "--queues", QUEUE],
+                fleet_env,
+                tmp_path / f"worker{index}.log",
+            )
+            fleet.append(worker)
+            worker.wait_for("ready.")
+        host = socket.gethostname()
+        names = {f"evalfleet-{worker.pid}@{host}" for worker in fleet}
+        assert len(names) == 2
+        # Celery's own broadcast, as Flower sees the fleet (other sessions' workers
+        # may answer too on a shared Redis).
+        control = Celery(broker=redis_url, set_as_current=False).control
+
+        def both_answer() -> bool:
+            replies = control.ping(timeout=2.0)
+            return names <= {name for reply in replies for name in reply}
+
+        wait_until(both_answer, "both workers answering a ping under their own names")
+        for worker in fleet:
+            assert "DuplicateNodenameWarning" not in worker.output()

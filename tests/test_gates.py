@@ -361,6 +361,17 @@ def test_unconvertible_json_number_is_a_clear_failure(tmp_path: Path) -> None:
     assert result.message.startswith("stdout is not JSON: Exceeds the limit")
 
 
+def test_json_nested_too_deeply_to_decode_is_a_failed_gate(tmp_path: Path) -> None:
+    (tmp_path / "deep.json").write_text("[" * 1000 + "]" * 1000)
+    result = run_one(
+        tmp_path, type="command_json_path", command="cat deep.json", path="$", assertion="exists"
+    )
+    assert not result.passed
+    assert result.message.startswith("stdout is not JSON: maximum recursion depth exceeded")
+    script = run_one(tmp_path, type="script", command="cat deep.json")
+    assert script.passed and script.details is None
+
+
 def test_unrunnable_command_is_a_failed_gate(tmp_path: Path) -> None:
     result = run_one(tmp_path / "gone", type="command_succeeds", command="true")
     assert not result.passed

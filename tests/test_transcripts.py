@@ -422,6 +422,39 @@ def test_truncated_last_line_keeps_everything_before_it(fmt: str, name: str) -> 
     assert len(truncated.commands) == len(whole.commands)
 
 
+DEEP_LINES = ["[" * 1000, "[" * 1000 + "]" * 1000, '{"a":' * 1000 + "1" + "}" * 1000]
+
+
+@pytest.mark.parametrize("deep", DEEP_LINES, ids=["open", "closed", "objects"])
+@pytest.mark.parametrize(
+    ("fmt", "name"),
+    [
+        ("claude-stream-json", "claude-stream-json-2.jsonl"),
+        ("codex-exec-json", "codex-exec-json-1.jsonl"),
+        ("opencode-json", "opencode-json-2.jsonl"),
+        ("events-jsonl", "events-all-types.jsonl"),
+    ],
+)
+def test_a_deeply_nested_line_is_one_malformed_line(fmt: str, name: str, deep: str) -> None:
+    """JSON nested past the decoder's recursion limit raises RecursionError, not
+    ValueError: it must count as one malformed line, the rest parsed as before."""
+    lines = fixture(name).splitlines()
+    damaged = "\n".join([*lines[:2], deep, *lines[2:]])
+    field = "events_file_malformed_lines" if fmt == "events-jsonl" else "malformed_lines"
+    if fmt == "events-jsonl":
+        whole = parse_transcript(fmt, "", events_text=fixture(name))
+        parsed = parse_transcript(fmt, "", events_text=damaged)
+        alone = parse_transcript(fmt, "", events_text=deep)
+    else:
+        texts = (fixture(name), damaged, deep)
+        whole, parsed, alone = (parse_transcript(fmt, text) for text in texts)
+        assert deep[:20] in render_transcript(parsed, damaged, 10_000_000)
+    assert getattr(parsed, field) == getattr(whole, field) + 1
+    assert commands(parsed) == commands(whole)
+    assert parsed.llm_calls == whole.llm_calls
+    assert getattr(alone, field) == 1
+
+
 # --- rendering -------------------------------------------------------------------------------
 
 

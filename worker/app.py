@@ -13,6 +13,7 @@ import click
 from celery import Celery, signals
 
 from core.settings import ENV_BROKER, worker_broker
+from core.store import key_prefix
 from worker import environ, kombu_guard
 from worker.grace import Grace
 from worker.idle import UntilIdle
@@ -46,7 +47,13 @@ app.conf.update(
     task_send_sent_event=False,
     worker_send_task_events=True,
     broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
-    result_backend_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+    # Celery's result keys (celery-task-meta-*, the chord's celery-taskset-meta-*)
+    # under our prefix too. kombu's own keys (queues, unacked, bindings) keep
+    # their names: worker/recovery.py and Flower read them as kombu lays them out.
+    result_backend_transport_options={
+        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "global_keyprefix": key_prefix(),
+    },
     task_default_queue=DEFAULT_QUEUE,
     worker_hijack_root_logger=False,
 )

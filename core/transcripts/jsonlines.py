@@ -4,6 +4,10 @@ Agent stdout is not clean JSON lines: stderr may be interleaved, a harness may
 prefix lines (`Stdout: {...}`), the last line may be cut off when the agent is
 killed, and `--output-format json` modes print one object or one array. Every
 parser reads its input through `read_json_lines`, so these rules live once.
+
+A line nested deeper than Python's JSON decoder recurses (about 1,000 `[`)
+raises RecursionError, not ValueError: it is a malformed line like any other,
+so one hostile line cannot turn the run into an infrastructure error.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JsonObject = dict[str, Any]
+# What json.loads raises on text it cannot read: bad JSON, or JSON nested too deeply.
+_UNREADABLE = (ValueError, RecursionError)
 
 
 @dataclass
@@ -33,7 +39,7 @@ def read_json_lines(text: str) -> JsonLines:
     if stripped[:1] in ("{", "["):
         try:
             document = json.loads(stripped)
-        except ValueError:
+        except _UNREADABLE:
             pass
         else:
             result = JsonLines()
@@ -50,13 +56,13 @@ def read_json_lines(text: str) -> JsonLines:
 def _parse_line(line: str) -> Any:
     try:
         return json.loads(line)
-    except ValueError:
+    except _UNREADABLE:
         start = line.find("{")
         if start <= 0:
             return None
         try:
             return json.loads(line[start:])
-        except ValueError:
+        except _UNREADABLE:
             return None
 
 
