@@ -173,7 +173,7 @@ def test_a_run_taken_but_never_started_goes_back_to_its_queue(
         wait_for("the report", lambda: store.report(exp_id) is not None, timeout=90)
     finally:
         worker.stop()
-    assert time.monotonic() - taken_at < LEASE_S + 1 + 30
+    assert time.monotonic() - taken_at < LEASE_S + 1 + 60  # not hours; generous under load
     _each_ran_once(store, exp_id, log, runs=2)
     assert "was taken but never started: back in its queue" in (tmp_path / "w.log").read_text()
 
@@ -203,7 +203,9 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
         time.sleep(2 * LEASE_S)  # sweeps go on: the run must not be sent a second time
     finally:
         worker.stop()
-    assert recovered_in < LEASE_S + 30
+    # Within sweeps of a lease, not the broker's visibility timeout (hours); generous
+    # for a loaded machine.
+    assert recovered_in < LEASE_S + 60
     _each_ran_once(store, exp_id, log, runs=3)
     assert (tmp_path / "w.log").read_text().count("(its message vanished): sent again") == 1
     assert not store.redis.exists(f"{PREFIX}exp:{exp_id}:unaccounted")
@@ -407,11 +409,18 @@ def _where_runs_are(store: Store) -> str:
             "keys": sorted(keys),
             "leases": store.redis.hgetall(f"{PREFIX}exp:{exp_id}:leases"),
             "unaccounted": store.redis.hgetall(f"{PREFIX}exp:{exp_id}:unaccounted"),
-            "queues": {k: store.redis.llen(k) for k in store.redis.keys("*")
-                       if store.redis.type(k) == "list"},
-            "unacked": {tag: [json.loads(raw)[0]["headers"].get("argsrepr"),
-                              store.redis.zscore("unacked_index", tag)]
-                        for tag, raw in store.redis.hgetall("unacked").items()},
+            "queues": {
+                k: store.redis.llen(k)
+                for k in store.redis.keys("*")
+                if store.redis.type(k) == "list"
+            },
+            "unacked": {
+                tag: [
+                    json.loads(raw)[0]["headers"].get("argsrepr"),
+                    store.redis.zscore("unacked_index", tag),
+                ]
+                for tag, raw in store.redis.hgetall("unacked").items()
+            },
             "now": time.time(),
         },
         indent=1,
