@@ -208,7 +208,8 @@ def _drain(output: _Output, deadline: float) -> None:
 
 def kill_groups_by_env(name: str, value: str) -> int:
     """SIGKILL every process group with a process whose environment has name=value
-    (Linux /proc; elsewhere nothing is found). Returns how many groups."""
+    (Linux /proc; elsewhere nothing is found), never the caller's own group.
+    Returns how many groups."""
     entry = f"{name}={value}".encode()
     groups = set()
     for proc in Path("/proc").iterdir():
@@ -219,6 +220,7 @@ def kill_groups_by_env(name: str, value: str) -> int:
                 groups.add(int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]))
         except (OSError, ValueError, IndexError):  # exited meanwhile, or not ours to read
             continue
+    groups.discard(os.getpgrp())
     for pgid in groups:
         kill_group(pgid)
     return len(groups)
