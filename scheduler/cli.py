@@ -439,21 +439,24 @@ def compare(
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def resume(experiment: str, broker: str | None, workers: int | None, wait: bool, fmt: str) -> None:
-    """Re-send only the runs without a final result, then aggregate.
+    """Re-send only the runs that have no result and are neither running nor queued, then aggregate.
 
     Example: scheduler resume notes-guidance-20261122-101500-ab12
     """
     from scheduler.dispatch import connect, send
+    from worker.recovery import to_resend
 
     embedded = configured_broker(broker) is None
     with open_store(broker) as (store, url):
         exp_id = _experiment(store, experiment)
         matrix = store.matrix(exp_id)
-        pending = store.pending_specs(exp_id)
+        connect(url)
+        pending = to_resend(store, exp_id)
         store.reopen(exp_id)
-        err.print(f"experiment {exp_id}: re-sending {len(pending)} runs without a result")
+        err.print(
+            f"experiment {exp_id}: re-sending {len(pending)} runs with no result, lease or message"
+        )
         if not embedded:
-            connect(url)
             send(store, matrix, exp_id, pending)
             if wait:
                 _follow_and_print(store, exp_id, fmt)
@@ -461,7 +464,6 @@ def resume(experiment: str, broker: str | None, workers: int | None, wait: bool,
         from scheduler.embedded import LocalWorkers
 
         with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
-            connect(url)
             send(store, matrix, exp_id, pending)
             _follow_and_print(store, exp_id, fmt, local)
 
