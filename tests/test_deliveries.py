@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,12 +166,15 @@ def test_a_worker_frozen_past_its_lease_resumes_beside_its_replacement_and_corru
                        "the frozen runs to be sent again and started", timeout=60)  # fmt: skip
         finally:
             os.killpg(frozen.proc.pid, signal.SIGCONT)
+        resumed_at = time.time()
         wait_until(lambda: store.report(exp_id), "the report", timeout=120)
 
     assert_each_run_earned(store, exp_id, runs=4)
     for i in on_frozen:  # the live delivery's result, not the frozen one's
-        assert overlapped(log, i), deliveries(log, i)
         assert store.run(exp_id, f"{exp_id}:T0:s:{i}").attempts == 2  # type: ignore[union-attr]
+        # The frozen delivery went on while its replacement's agent was still at work.
+        assert max(d.get("end", 0.0) for d in deliveries(log, i).values()) > resumed_at
+    assert "was taken over by a newer delivery" in frozen.log.read_text()
     wait_until(lambda: not any((tmp_path / "runs").iterdir()), "every folder removed", 30)
 
 
