@@ -207,21 +207,27 @@ def _drain(output: _Output, deadline: float) -> None:
 
 
 def kill_groups_by_env(name: str, value: str) -> int:
-    """SIGKILL every process group with a process whose environment has name=value
-    (Linux /proc; elsewhere nothing is found). Returns how many groups."""
+    """SIGKILL every process whose environment has name=value, and its process group
+    (Linux /proc; elsewhere nothing is found), never the caller or its own group.
+    Returns how many processes were found."""
     entry = f"{name}={value}".encode()
-    groups = set()
+    found: dict[int, int] = {}  # pid -> its process group
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             if entry in (proc / "environ").read_bytes().split(b"\0"):
-                groups.add(int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]))
+                stat = (proc / "stat").read_text()
+                found[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[2])
         except (OSError, ValueError, IndexError):  # exited meanwhile, or not ours to read
             continue
-    for pgid in groups:
+    for pgid in set(found.values()) - {os.getpgrp()}:
         kill_group(pgid)
-    return len(groups)
+    # The process too: one may have been between groups (setsid) when it was read.
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(found)
 
 
 def kill_group(pgid: int) -> None:

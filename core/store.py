@@ -47,9 +47,9 @@ def key_prefix() -> str:
 
 # Storing a run and counting it must be one step: a redelivered run that
 # finishes late must neither overwrite the first result nor be counted twice.
-# A delivery whose lease another delivery has taken over stores nothing (its
-# workspace may have been wiped under it); one whose lapsed lease was only
-# marked (expiry 0: sent again, not started) still may. The save ends the lease.
+# A delivery whose lease another delivery has taken over stores nothing: only
+# the newest delivery's result counts. One whose lapsed lease was only marked
+# (expiry 0: sent again, not started) still may. The save ends the lease.
 # ARGV: run id, result JSON, '1' when passed, the counter its status adds to ('' for none).
 _SAVE_RUN = """
 if ARGV[5] ~= '' then

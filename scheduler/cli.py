@@ -313,12 +313,6 @@ def _queues(matrix: Matrix) -> list[str]:
     return [DEFAULT_QUEUE, *sorted(q for q in named if q and q != DEFAULT_QUEUE)]
 
 
-def _run_queues(matrix: Matrix, default: str) -> list[str]:
-    """The queues the matrix's runs are in; `default` for those without one of their own."""
-    queues = {matrix.queue_for(t, s) or default for t in matrix.tiers for s in matrix.scenarios}
-    return sorted(queues)
-
-
 def _check_size(matrix: Matrix) -> None:
     try:
         check_size(matrix)
@@ -417,7 +411,9 @@ def status(experiment: str | None, broker: str | None, as_json: bool) -> None:
             from worker.app import DEFAULT_QUEUE
 
             default = store.sent_to(exp_id) or DEFAULT_QUEUE
-            idle = _queues_without_workers(url, _run_queues(store.matrix(exp_id), default))
+            from worker.recovery import run_queues
+
+            idle = _queues_without_workers(url, sorted(run_queues(store.matrix(exp_id), default)))
     click.echo(info.model_dump_json(indent=2) if as_json else _status_line(info))
     if idle:
         err.print(
@@ -572,8 +568,8 @@ def resume(
     fmt: str,
     nonfinite: str,
 ) -> None:
-    """Re-send the runs that have no result (and, of a cancelled experiment, those
-    cancelled before they started), then aggregate.
+    """Re-send the runs that have no result and are neither running nor queued (and,
+    of a cancelled experiment, those cancelled before they started), then aggregate.
 
     \b
     Examples:
@@ -581,26 +577,28 @@ def resume(
       scheduler resume EXP --broker redis://host:6379/0 --wait
     """
     from scheduler.dispatch import connect, send
+    from worker.recovery import to_resend
 
     embedded = configured_broker(broker) is None
     with open_store(broker) as (store, url):
         exp_id = _experiment(store, experiment)
         matrix = store.matrix(exp_id)
         info = store.info(exp_id)
+        connect(url)
         # Cancelled runs first: once they lose their results they are pending too.
         cancelled = store.uncancel(exp_id) if info.status == ExperimentStatus.cancelled else []
-        pending = store.pending_specs(exp_id)
+        pending = to_resend(store, exp_id)
         if not pending:
-            err.print(f"experiment {exp_id}: every run has a result; nothing to resume")
+            err.print(f"experiment {exp_id}: no run to re-send; nothing to resume")
             return
         store.reopen(exp_id)
         err.print(
             f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
-            f"before they started, {len(pending) - len(cancelled)} without a result",
+            f"before they started, {len(pending) - len(cancelled)} with no result, lease or "
+            "message",
             soft_wrap=True,
         )
         if not embedded:
-            connect(url)
             send(store, matrix, exp_id, pending, len(pending))
             if wait:
                 _follow_and_print(store, exp_id, fmt, nonfinite)
@@ -608,7 +606,6 @@ def resume(
         from scheduler.embedded import LocalWorkers
 
         with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
-            connect(url)
             send(store, matrix, exp_id, pending, len(pending))
             _follow_and_print(store, exp_id, fmt, nonfinite, local)
 

@@ -266,7 +266,7 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     assert len(agents) == 2  # ran twice, then the cap recorded it
     # Each redelivery stopped the agent its predecessor left running.
     wait_for("the left agents to be reaped", lambda: not any(_alive(pid) for pid in agents), 10)
-    assert "stopped what an earlier delivery left running" in worker.log.read_text()
+    assert "stopped what dead delivery" in worker.log.read_text()
     assert report["experiment"]["status"] == "complete"  # the chord still fired
     assert report["tiers"]["T0"]["errors"] == 1 and report["tiers"]["T0"]["passes"] == 2
     assert worker.proc.poll() is None  # the worker itself survived

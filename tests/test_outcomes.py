@@ -180,7 +180,7 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
 
     resumed = run_cli("resume", exp_id, "--wait", "--format", "json", env=fleet_env)
     assert resumed.returncode == 0, resumed.stderr
-    assert "re-sending 4 runs: 4 cancelled before they started, 0 without a result" in (
+    assert "re-sending 4 runs: 4 cancelled before they started, 0 with no result" in (
         resumed.stderr
     )
     report = json.loads(resumed.stdout)

@@ -72,7 +72,7 @@ def recover(store: Store, exp_id: str) -> list[str]:
     # Looked for only once every run was sent, where the sender sent them (a
     # sweeping worker's own default queue may be another).
     if default_queue is not None:
-        unaccounted = _unaccounted(store, info, _queues(matrix, default_queue))
+        unaccounted = _unaccounted(store, info, run_queues(matrix, default_queue))
         vanished = store.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
         resent += send_again(vanished, "its message vanished")
     if info.finished_at is None and info.completed_runs >= info.total_runs:
@@ -137,32 +137,53 @@ def _unaccounted(store: Store, info: ExperimentInfo, queues: set[str]) -> set[st
     live = store.leases(info.id).live
     with app.pool.acquire(block=True) as conn:
         channel = conn.default_channel
-        client = channel.client
-        pipe = client.pipeline()
+        pipe = channel.client.pipeline()
         for queue in queues:
             pipe.llen(queue)
         pipe.hlen(channel.unacked_key)
         if missing <= len(live) + sum(pipe.execute()):
             return set()  # they may all be somewhere: not worth reading the queues
-        pipe = client.pipeline()
+    return store.unfinished_runs(info.id) - live - on_the_broker(info.id, queues)
+
+
+def on_the_broker(exp_id: str, queues: set[str]) -> set[str]:
+    """The experiment's runs with a message waiting in `queues` or taken by a worker
+    and not yet acknowledged (kombu's Redis transport keeps those in a hash)."""
+    from worker.app import app
+
+    with app.pool.acquire(block=True) as conn:
+        channel = conn.default_channel
+        pipe = channel.client.pipeline()
         for queue in queues:
             pipe.lrange(queue, 0, -1)
         pipe.hvals(channel.unacked_key)
         *queued, unacked = pipe.execute()
     messages = [_message(raw) for raws in queued for raw in raws]
     messages += [_unacked_message(raw) for raw in unacked]
-    present = {
+    return {
         spec.run_id
         for spec in map(_run_spec, messages)
-        if spec is not None and spec.experiment_id == info.id
+        if spec is not None and spec.experiment_id == exp_id
     }
-    return store.unfinished_runs(info.id) - live - present
 
 
-def _queues(matrix: Matrix, default: str) -> set[str]:
-    """Every queue the matrix's runs can be sent to."""
-    named = [matrix.queue, *(t.queue for t in matrix.tiers), *(s.queue for s in matrix.scenarios)]
-    return {default} | {queue for queue in named if queue}
+def to_resend(store: Store, exp_id: str) -> list[RunSpec]:
+    """What `scheduler resume` sends: runs without a result that are neither in
+    progress (a live lease) nor on their way (a message queued, or taken and not
+    yet acknowledged). Sending those too would run them twice at once. A message
+    whose worker died is the sweep's to put back or drop (`recover`)."""
+    from worker.app import app
+
+    matrix = store.matrix(exp_id)
+    # Where they went; a submit stopped mid-send recorded nothing: where resume sends.
+    queues = run_queues(matrix, store.sent_to(exp_id) or app.conf.task_default_queue)
+    waiting = on_the_broker(exp_id, queues)
+    return [spec for spec in store.pending_specs(exp_id) if spec.run_id not in waiting]
+
+
+def run_queues(matrix: Matrix, default: str) -> set[str]:
+    """The queues the matrix's runs are sent to; `default` for those without one of their own."""
+    return {matrix.queue_for(t, s) or default for t in matrix.tiers for s in matrix.scenarios}
 
 
 def _message(raw: bytes) -> Any:

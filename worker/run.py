@@ -42,7 +42,7 @@ from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.lease import Lease
-from worker.workspace import RunDir, SetupError, prepare, run_setup
+from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
 
 Phase = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -134,10 +134,11 @@ def _attempt(
     on_phase: Phase,
 ) -> RunResult:
     attempts = delivery.attempts
-    # An earlier delivery whose pool process was killed left its agent (or setup,
-    # or gate) running on this machine, with nothing left to stop it: stop it.
-    if attempts > 1 and kill_groups_by_env("EVALFLEET_RUN_ID", spec.run_id):
-        log.warning("run %s: stopped what an earlier delivery left running", spec.run_id)
+    # A delivery whose pool process was killed (this run's, or another's) left its
+    # agent, setup or gate running on this machine with nothing left to stop it.
+    # Only dead ones: a live delivery of this run, superseded or not, is its own.
+    for dead in clear_dead_deliveries():
+        log.warning("run %s: stopped what dead delivery %s left running", spec.run_id, dead)
     if delivery.status == ExperimentStatus.cancelled:
         return error_result(
             spec,
@@ -201,8 +202,12 @@ def _run(
         result.worker = socket.gethostname()
         return result
     finally:
+        # Nothing the delivery started outlives it: not even a process that left
+        # the agent's process group (setsid), as long as it kept its environment.
+        kill_groups_by_env(MARKER, run_dir.marker)
         if not matrix.keep_workspaces:
             run_dir.remove()
+        run_dir.release()
 
 
 def _run_agent(
@@ -225,6 +230,7 @@ def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> di
             "PROMPT": prompt,
             "PROMPT_FILE": str(run_dir.prompt_file),
             "EVALFLEET_RUN_ID": spec.run_id,
+            MARKER: run_dir.marker,
             "EVALFLEET_TIER": spec.tier,
             "EVALFLEET_SCENARIO": spec.scenario,
             "EVALFLEET_RUN_INDEX": str(spec.run_index),

@@ -1,8 +1,21 @@
-"""A run's private folder: the workspace the agent works in, plus its prompt and events.
+"""A delivery's private folder: the workspace the agent works in, plus its prompt and events.
 
-Layout: ``<root>/<run>/workspace`` (template copy + tier files, the agent's cwd),
-``<root>/<run>/prompt.txt`` and ``<root>/<run>/events.jsonl`` beside it, so the
-files evalfleet hands the agent are not part of what the gates and judge inspect.
+Layout: ``<root>/<delivery>/workspace`` (template copy + tier files, the agent's
+cwd), ``<root>/<delivery>/prompt.txt`` and ``<root>/<delivery>/events.jsonl``
+beside it, so the files evalfleet hands the agent are not part of what the
+gates and judge inspect.
+
+Every delivery of a run has a folder of its own: two deliveries of one run can
+overlap on one machine (a pool process killed while the run's lapsed lease sends
+it again, a worker frozen past its lease, a resume), and neither may prepare,
+judge or delete the other's workspace. The folder is named by the run id,
+percent-encoded (so `a_b:c` and `a:b_c` stay apart), plus a random token. Beside
+it, ``<delivery>.lock`` is locked (flock) by the process running the delivery
+for as long as it runs; the kernel drops the lock when that process dies, however
+it dies. A lock that nobody holds is therefore a dead delivery's:
+`clear_dead_deliveries` stops what it left running and deletes its folder. A
+finished delivery deletes its lock file, so a folder kept on purpose
+(`keep_workspaces`) is never taken for a dead one's.
 
 Nothing here reads or writes outside the run's folder: a template's symlinks
 are copied as links (never followed), tier files are refused when their
@@ -12,16 +25,23 @@ folder directly under the work root.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-import re
 import shutil
 import tempfile
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from core.config import Scenario, Tier
-from core.shell import Watch, run_shell
+from core.shell import Watch, kill_groups_by_env, run_shell
+
+# In the environment of everything a delivery starts (agent, setup, gates), with
+# the delivery's folder name: what it left running is found by it.
+MARKER = "EVALFLEET_DELIVERY"
 
 
 class SetupError(Exception):
@@ -35,6 +55,15 @@ def work_root() -> Path:
 @dataclass(frozen=True)
 class RunDir:
     root: Path
+    lock: int | None = field(default=None, compare=False)  # the held lock's descriptor
+
+    @property
+    def marker(self) -> str:
+        return self.root.name
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root.with_name(f"{self.root.name}.lock")
 
     @property
     def workspace(self) -> Path:
@@ -63,13 +92,38 @@ class RunDir:
         elif self.root.resolve().parent == work_root().resolve():
             shutil.rmtree(self.root, ignore_errors=True)
 
+    def release(self) -> None:
+        """The delivery is over: its lock file goes, then its lock."""
+        with contextlib.suppress(FileNotFoundError):
+            self.lock_file.unlink()
+        if self.lock is not None:
+            os.close(self.lock)
+
+
+def folder_name(run_id: str) -> str:
+    """A new delivery's folder: distinct runs never share a name (percent-encoding
+    is one-to-one and leaves no `+`), nor do two deliveries of one run (48 random
+    bits; two that drew the same would wait for each other's lock, not share)."""
+    return f"{quote(run_id, safe='')}+{uuid.uuid4().hex[:12]}"
+
 
 def prepare(run_id: str, tier: Tier, scenario: Scenario, prompt: str) -> RunDir:
-    """Make a fresh run folder: template copy, tier files, prompt. Raises SetupError."""
+    """Make this delivery's folder, locked until `release`: template copy, tier
+    files, prompt. Raises SetupError."""
     base = work_root()
     base.mkdir(parents=True, exist_ok=True)
-    run_dir = RunDir(base / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id))
-    run_dir.remove()  # a redelivered run starts from scratch
+    root = base / folder_name(run_id)
+    run_dir = RunDir(root, lock=_lock(RunDir(root).lock_file))
+    try:
+        _fill(run_dir, tier, scenario, prompt)
+    except BaseException:
+        run_dir.remove()
+        run_dir.release()
+        raise
+    return run_dir
+
+
+def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
     try:
         run_dir.root.mkdir()
         if scenario.workspace is not None:
@@ -83,7 +137,53 @@ def prepare(run_id: str, tier: Tier, scenario: Scenario, prompt: str) -> RunDir:
         run_dir.prompt_file.write_text(prompt, encoding="utf-8")
     except OSError as exc:
         raise SetupError(f"preparing the workspace failed: {exc}") from exc
-    return run_dir
+
+
+def _lock(lock_file: Path) -> int:
+    """Lock `lock_file` (created if need be) for this process; returns the descriptor."""
+    while True:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # A delivery clearing dead ones may have locked the fresh file first, taken
+        # it for a dead one's and deleted it: only a file still in place counts.
+        if _in_place(fd, lock_file):
+            return fd
+        os.close(fd)
+
+
+def _in_place(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def clear_dead_deliveries() -> list[str]:
+    """Deliveries on this machine whose process died (a SIGKILLed pool process, a
+    killed worker) without cleaning up: every process group carrying their marker
+    is killed and their folder deleted. Live deliveries, even frozen or superseded
+    ones, hold their lock and are left alone. Returns the dead deliveries' names."""
+    base = work_root()
+    cleared = []
+    for lock_file in base.glob("*.lock") if base.is_dir() else ():
+        try:
+            fd = os.open(lock_file, os.O_RDWR)
+        except FileNotFoundError:  # finished meanwhile
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _in_place(fd, lock_file):  # another delivery cleared it meanwhile
+                continue
+            dead = RunDir(lock_file.with_suffix(""))
+            kill_groups_by_env(MARKER, dead.marker)
+            dead.remove()
+            dead.release()
+            cleared.append(dead.marker)
+        except BlockingIOError:  # alive
+            continue
+        finally:
+            os.close(fd)
+    return cleared
 
 
 def _inside(workspace: Path, dest: str) -> Path:
