@@ -227,7 +227,7 @@ def test_a_process_that_left_the_agents_group_does_not_outlive_the_run(
     assert result.returncode == 0, result.stderr
     escaped = int(pid_file.read_text())
     wait_until(lambda: not alive(escaped), "the escaped process to be gone", timeout=10)
-    runs = store.runs(result.stdout.partition("\n")[0].strip())
+    runs = store.runs(json.loads(result.stdout)["experiment"]["id"])
     assert len(runs) == 1 and runs[0].passed
 
 

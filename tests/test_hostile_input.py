@@ -58,8 +58,8 @@ scenarios:
     start_worker(concurrency=2)
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert result.returncode == 0, result.stderr
-    exp_id = result.stdout.partition("\n")[0].strip()
-    report = json.loads(result.stdout.partition("\n")[2])
+    report = json.loads(result.stdout)
+    exp_id = report["experiment"]["id"]
     assert {tier: report["tiers"][tier]["errors"] for tier in ("claude", "events")} == {
         "claude": 0,
         "events": 0,
