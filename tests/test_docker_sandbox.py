@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 import redis
+import yaml
 from pydantic import ValidationError
 
 from core.config import AgentConfig
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import run_cli
+from tests.conftest import EXAMPLES, run_cli
 from tests.engine import engine_missing
 from worker.docker_sandbox import (
     LABEL_HOST,
@@ -268,3 +269,30 @@ def test_the_container_env_is_the_run_contract_the_allow_list_and_env_over_the_i
         "EVALFLEET_EVENTS": "/evalfleet/events.jsonl",
         "PATH": "/tools:/usr/local/bin:/usr/bin",  # the image's PATH, not the worker's
     }
+
+
+def test_the_docker_example_is_the_example_with_only_the_sandbox_added() -> None:
+    plain = yaml.safe_load((EXAMPLES / "matrix.yaml").read_text())
+    boxed = yaml.safe_load((EXAMPLES / "matrix-docker.yaml").read_text())
+    assert boxed["agent"].pop("sandbox") == "docker"
+    assert boxed["agent"].pop("docker")["image"] == "evalfleet-example-agent"
+    assert boxed == plain
+
+
+@pytest.mark.integration
+@pytest.mark.docker
+@pytest.mark.usefixtures("engine")
+def test_the_docker_example_runs_after_building_its_image_as_the_readme_says(
+    fleet_env: dict[str, str],
+    start_worker,
+    store: Store,  # type: ignore[no-untyped-def]
+) -> None:
+    _docker("build", "--quiet", "--tag", "evalfleet-example-agent", str(EXAMPLES / "docker"))
+    start_worker(concurrency=2)
+    exp_id, _ = _submit(EXAMPLES / "matrix-docker.yaml", fleet_env, store)
+    info = store.info(exp_id)
+    assert (info.completed_runs, info.errors) == (30, 0)
+    runs = store.runs(exp_id)
+    assert {run.status for run in runs} <= {RunStatus.completed, RunStatus.agent_error}
+    assert all(run.gates_total for run in runs) and any(run.passed for run in runs)
+    assert _left_behind(exp_id) == []
