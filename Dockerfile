@@ -28,11 +28,16 @@ RUN set -eux; \
     if [ -n "${AGENT_NPM_PACKAGES}" ]; then npm install --global ${AGENT_NPM_PACKAGES}; fi
 
 WORKDIR /opt/evalfleet
+# Dependencies first, in a layer of their own: a change to evalfleet's code
+# rebuilds in seconds instead of reinstalling Celery and the rest.
 COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt ${AGENT_PIP_PACKAGES} \
+    && rm /tmp/requirements.txt
 COPY core core
 COPY worker worker
 COPY scheduler scheduler
-RUN pip install . ${AGENT_PIP_PACKAGES}
+RUN pip install --no-deps .
 
 # Agents run as an unprivileged user. /data holds Flower's state (a volume
 # takes this ownership on first use); /experiment is where the matrix folder

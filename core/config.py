@@ -89,6 +89,36 @@ TranscriptFormat = Literal[
 ]
 
 
+class DockerSandbox(Strict):
+    """`sandbox: docker`: the container a command agent (and by default its command
+    gates) runs in, one per run (worker/docker_sandbox.py)."""
+
+    image: str | None = Field(
+        None, description="image the agent runs in; it needs bash (built or pulled beforehand)"
+    )
+    build: FilePath | None = Field(
+        None,
+        description="a Dockerfile (its folder is the build context) each worker builds before "
+        "its first run; instead of `image`",
+    )
+    network: Literal["none", "bridge"] = Field(
+        "none", description="none: no network at all; bridge: Docker's default network"
+    )
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="worker environment variables passed into the container (no others are)",
+    )
+    cpus: float = Field(1.0, gt=0, allow_inf_nan=False, description="CPU cores the run may use")
+    memory_mb: int = Field(2048, ge=64, description="memory limit: past it the kernel kills")
+    pids: int = Field(512, ge=16, description="process limit (a fork bomb stops here)")
+
+    @model_validator(mode="after")
+    def _one_image(self) -> DockerSandbox:
+        if (self.image is None) == (self.build is None):
+            raise ValueError("`docker` needs exactly one of `image` or `build` (a Dockerfile)")
+        return self
+
+
 class AgentConfig(Strict):
     """How one run's agent is started. Tiers override fields of the matrix default."""
 
@@ -117,9 +147,12 @@ class AgentConfig(Strict):
         allow_inf_nan=False,
         description="stop the agent when its workspace grows past this many MB",
     )
-    sandbox: Literal["none", "bwrap"] = Field(
-        "none", description="bwrap: no network, read-only system, only the workspace writable"
+    sandbox: Literal["none", "bwrap", "docker"] = Field(
+        "none",
+        description="bwrap: no network, read-only system, only the workspace writable; "
+        "docker: a container of its own per run (`docker:`)",
     )
+    docker: DockerSandbox | None = Field(None, description="the container, for `sandbox: docker`")
 
     @model_validator(mode="after")
     def _kind_needs(self) -> AgentConfig:
@@ -129,6 +162,8 @@ class AgentConfig(Strict):
             raise ValueError("agent kind 'openai' needs `base_url` and `model`")
         if self.kind == "openai" and (self.sandbox != "none" or self.max_workspace_mb):
             raise ValueError("`sandbox` and `max_workspace_mb` apply to agent kind 'command' only")
+        if self.sandbox == "docker" and self.docker is None:
+            raise ValueError("`sandbox: docker` needs a `docker:` section with `image` or `build`")
         return self
 
 
@@ -152,26 +187,31 @@ class _Gate(Strict):
     timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
 
 
-class CommandSucceeds(_Gate):
+class _CommandGate(_Gate):
+    command: str
+    where: Literal["container", "host"] = Field(
+        "container",
+        description="with `sandbox: docker`: run the command in the agent's container (the "
+        "tools it had) or on the worker",
+    )
+
+
+class CommandSucceeds(_CommandGate):
     type: Literal["command_succeeds"]
-    command: str
 
 
-class CommandOutputContains(_Gate):
+class CommandOutputContains(_CommandGate):
     type: Literal["command_output_contains"]
-    command: str
     substring: str
 
 
-class CommandOutputMatches(_Gate):
+class CommandOutputMatches(_CommandGate):
     type: Literal["command_output_matches"]
-    command: str
     pattern: Regex
 
 
-class CommandJsonPath(_Gate):
+class CommandJsonPath(_CommandGate):
     type: Literal["command_json_path"]
-    command: str
     path: Annotated[str, AfterValidator(_jsonpath)]
     assertion: str
 
@@ -207,9 +247,8 @@ class NoTranscriptErrors(_Gate):
     type: Literal["no_transcript_errors"]
 
 
-class Script(_Gate):
+class Script(_CommandGate):
     type: Literal["script"]
-    command: str
     description: str = ""
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core import formulas
 from core.config import Matrix, ModelPrice, Scenario, load_rubric
-from core.gates import run_gates
+from core.gates import Enclosure, run_gates
 from core.interaction import interaction_metrics, target_commands
 from core.judge import judge_run
 from core.pricing import cost_usd, price_for
@@ -46,10 +46,12 @@ def evaluate_run(
     on_phase: Phase = lambda phase: None,
     secrets: list[str] | None = None,
     prepared: Snapshot | None = None,
+    enclosure: Enclosure | None = None,
 ) -> RunResult:
     """`secrets`: the values to redact, when the caller has them already
     (default: secret_values(matrix, environ)). `prepared`: the workspace as the
-    agent found it, for the judge's summary of what the agent changed."""
+    agent found it, for the judge's summary of what the agent changed.
+    `enclosure`: where command gates run (the agent's container)."""
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
     scenario = matrix.scenario(spec.scenario)
@@ -69,7 +71,13 @@ def evaluate_run(
     judge = None
     if not_started is None:
         on_phase("gates")
-        gates = run_gates(scenario.evaluation.gates, workspace, target_commands=commands, env=env)
+        gates = run_gates(
+            scenario.evaluation.gates,
+            workspace,
+            target_commands=commands,
+            env=env,
+            enclosure=enclosure,
+        )
         gates = [redact_record(gate, secrets) for gate in gates]  # the judge's prompt shows them
         if scenario.evaluation.judge_enabled:
             on_phase("judge")

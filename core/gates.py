@@ -6,7 +6,9 @@ outside the workspace) is a failed GateResult whose message says why.
 
 Commands run through core.shell: ``bash -c COMMAND`` in the workspace, in their
 own process group, killed whole at the gate's ``timeout_s``. ``env`` is the complete
-environment of gate commands (default: this process's environment).
+environment of gate commands (default: this process's environment). Given an
+``Enclosure`` (the agent's container, `sandbox: docker`), command gates run in it
+unless they say ``where: host``; file gates read the same workspace either way.
 
 ``command_json_path``: stdout is parsed as JSON and the JSONPath applied
 (jsonpath_ng.ext). The assertion sees ``found`` = at least one match and as
@@ -46,15 +48,25 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_LISTED_FAILURES = 5
 
 
+@dataclass(frozen=True)
+class Enclosure:
+    """Where command gates run instead of on this machine: the argv that goes before
+    `bash -c COMMAND` and the environment of that argv's process."""
+
+    argv_prefix: Sequence[str]
+    env: Mapping[str, str]
+
+
 def run_gates(
     gates: Sequence[Gate],
     workspace: Path,
     *,
     target_commands: Sequence[CommandRecord],
     env: Mapping[str, str] | None = None,
+    enclosure: Enclosure | None = None,
 ) -> list[GateResult]:
     """Evaluate every gate in order; one GateResult each."""
-    return [_run_gate(gate, workspace, target_commands, env) for gate in gates]
+    return [_run_gate(gate, workspace, target_commands, env, enclosure) for gate in gates]
 
 
 @dataclass(frozen=True)
@@ -69,10 +81,11 @@ def _run_gate(
     workspace: Path,
     target_commands: Sequence[CommandRecord],
     env: Mapping[str, str] | None,
+    enclosure: Enclosure | None,
 ) -> GateResult:
     started = time.monotonic()
     try:
-        verdict = _evaluate(gate, workspace, target_commands, env)
+        verdict = _evaluate(gate, workspace, target_commands, env, enclosure)
     except Exception as exc:  # a gate must never take the run down with it
         verdict = _Verdict(False, f"gate could not be evaluated: {type(exc).__name__}: {exc}")
     return GateResult(
@@ -90,18 +103,24 @@ def _evaluate(
     workspace: Path,
     target_commands: Sequence[CommandRecord],
     env: Mapping[str, str] | None,
+    enclosure: Enclosure | None,
 ) -> _Verdict:
     if isinstance(gate, NoTranscriptErrors):
         return _no_transcript_errors(target_commands)
     if isinstance(gate, FileExists | FileContains | FileMatches):
         return _file_gate(gate, workspace)
 
+    if enclosure is not None and gate.where == "container":
+        env, prefix = enclosure.env, enclosure.argv_prefix
+    else:
+        prefix = ()
     out = run_shell(
         gate.command,
         workspace,
         timeout_s=gate.timeout_s,
         env=env,
         max_output_bytes=MAX_OUTPUT_BYTES,
+        argv_prefix=prefix,
     )
     if out.error is not None:
         return _Verdict(False, f"could not run command: {out.error}")

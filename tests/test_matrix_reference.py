@@ -27,6 +27,7 @@ from core.config import (
     AgentOverride,
     CompositeWeights,
     Criterion,
+    DockerSandbox,
     Evaluation,
     ExpectedStep,
     Gate,
@@ -277,6 +278,7 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     RubricOutput: "### Rubric files",
     Scoring: "## scoring",
     ModelPrice: "## pricing",
+    DockerSandbox: "### agent.docker",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {
@@ -319,6 +321,9 @@ def _named(key: str, text: str) -> bool:
 def test_every_key_of_every_model_is_documented() -> None:
     gate_keys = set.intersection(*(set(g.model_fields) for g in _gate_classes()))
     assert gate_keys == {"type", "name", "timeout_s"}
+    # Keys every command gate has besides its `command`, documented once under Gates.
+    command_gates = [g for g in _gate_classes() if "command" in g.model_fields]
+    gate_keys |= set.intersection(*(set(g.model_fields) for g in command_gates)) - {"command"}
     assert AgentOverride.model_fields.keys() == AgentConfig.model_fields.keys()
     missing = []
     for model in {*_models(Matrix), *_models(Rubric)}:

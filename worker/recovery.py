@@ -27,7 +27,9 @@ A sweep of one experiment (`recover`) does three things:
 Who sweeps: whoever follows an experiment (`scheduler submit`, `resume --wait`:
 scheduler/follow.py, every second) and every worker, for all unfinished
 experiments, every EVALFLEET_SWEEP_S seconds (default 10), in a thread of the
-worker's main process (the `Sweeper` bootstep).
+worker's main process (the `Sweeper` bootstep). The workers' sweeps, the first at
+start, also remove `sandbox: docker` containers whose worker process died
+(worker/docker_sandbox.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from celery import bootsteps
 from core.config import Matrix
 from core.results import ExperimentInfo, RunSpec
 from core.store import Store
+from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
 
 log = logging.getLogger(__name__)
@@ -239,7 +242,9 @@ class Sweeper(bootsteps.StartStopStep):
         self.stop_event.set()
 
     def _loop(self, store: Store) -> None:
+        sweep_orphans()
         while not self.stop_event.wait(SWEEP_INTERVAL_S):
+            sweep_orphans()
             try:
                 recover_all(store)
             except BROKER_DOWN as exc:

@@ -10,6 +10,7 @@ before it is stored.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -41,6 +42,7 @@ from core.store import Delivery, Store
 from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
+from worker.docker_sandbox import Container, agent_container
 from worker.lease import Lease
 from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
 
@@ -172,14 +174,18 @@ def _run(
         run_dir = prepare(spec.run_id, tier, scenario, prompt)
     except SetupError as exc:
         return error_result(spec, str(exc), 1, started)
+    # `sandbox: docker`: the run's container lives through the agent and the gates.
+    containers = contextlib.ExitStack()
     try:
         env = agent_env(spec, matrix, run_dir, prompt)
         try:
             run_setup(run_dir, scenario, env)
             # What the judge is told the agent changed is measured from here.
             prepared = snapshot(run_dir.workspace) if scenario.evaluation.judge_enabled else None
+            agent = matrix.agent_for(tier)
+            container = containers.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
-            outcome = _run_agent(matrix, spec, run_dir, prompt, env)
+            outcome = _run_agent(matrix, spec, run_dir, prompt, env, container)
         except SetupError as exc:  # setup commands, or the agent's sandbox
             return error_result(spec, str(exc), 1, started)
         outcome = outcome.model_copy(
@@ -198,10 +204,12 @@ def _run(
             on_phase=on_phase,
             secrets=secrets,
             prepared=prepared,
+            enclosure=container.enclosure() if container is not None else None,
         )
         result.worker = socket.gethostname()
         return result
     finally:
+        containers.close()
         # Nothing the delivery started outlives it: not even a process that left
         # the agent's process group (setsid), as long as it kept its environment.
         kill_groups_by_env(MARKER, run_dir.marker)
@@ -211,13 +219,18 @@ def _run(
 
 
 def _run_agent(
-    matrix: Matrix, spec: RunSpec, run_dir: RunDir, prompt: str, env: dict[str, str]
+    matrix: Matrix,
+    spec: RunSpec,
+    run_dir: RunDir,
+    prompt: str,
+    env: dict[str, str],
+    container: Container | None,
 ) -> AgentOutcome:
     agent = matrix.agent_for(matrix.tier(spec.tier))
     if agent.kind == "openai":
         api_key = os.environ.get(agent.api_key_env) if agent.api_key_env else None
         return run_openai_agent(agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key)
-    return run_command_agent(agent, run_dir, env)
+    return run_command_agent(agent, run_dir, env, container)
 
 
 def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:
