@@ -85,7 +85,13 @@ def _jsonpath(expr: str) -> str:
 # --- agent --------------------------------------------------------------------------
 
 TranscriptFormat = Literal[
-    "events-jsonl", "claude-stream-json", "codex-exec-json", "opencode-json", "plain"
+    "events-jsonl",
+    "claude-stream-json",
+    "codex-exec-json",
+    "opencode-json",
+    "gemini-json",
+    "gemini-stream-json",
+    "plain",
 ]
 
 

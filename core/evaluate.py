@@ -29,6 +29,7 @@ from core.results import (
 )
 from core.tokens import token_metrics
 from core.transcripts import parse_transcript, render_transcript
+from core.transcripts.outage import outage_of
 from core.workspace_changes import Snapshot, summarize_changes
 
 Phase = Callable[[str], None]
@@ -62,9 +63,13 @@ def evaluate_run(
     commands = target_commands(transcript, scenario.target)
     interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)
     not_started = _not_started(outcome, transcript, secrets)
+    outage = transcript.outage or outage_of(outcome.error)
+    if outage is not None:
+        not_started = f"model provider outage: {redact(outage, secrets)}"
 
-    # An agent that never ran has nothing to check or judge: its run is an
-    # infrastructure error, and gates that happen to pass must not look like its work.
+    # An agent that never ran (or whose model provider was away) has nothing to
+    # check or judge: its run is an infrastructure error, and gates that happen
+    # to pass must not look like its work.
     gates: list[GateResult] = []
     judge = None
     if not_started is None:
@@ -100,12 +105,18 @@ def evaluate_run(
         + transcript.events_file_malformed_lines,
         transcript_truncated=outcome.output_truncated,
         transcript_unfinished=not transcript.finished,
+        transcript_unrecognised=not transcript.recognised,
     )
     result = _with_tokens_and_cost(result, transcript, price, model)
     result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets)
     if not_started is not None:
         result = result.model_copy(
-            update={"status": RunStatus.infra_error, "fail_reason": not_started}
+            update={
+                "status": RunStatus.infra_error,
+                "fail_reason": not_started,
+                "outage": outage is not None,
+                "retry_after_s": transcript.retry_after_s if outage is not None else None,
+            }
         )
     if scenario.process is not None:
         result.process = process_metrics(transcript.commands, scenario.process)
@@ -116,7 +127,7 @@ def evaluate_run(
 def _status(outcome: AgentOutcome, transcript: Transcript) -> RunStatus:
     if outcome.timed_out:
         return RunStatus.timeout
-    if not outcome.completed or transcript.agent_reported_error:
+    if not outcome.completed or transcript.agent_reported_error or not transcript.recognised:
         return RunStatus.agent_error
     return RunStatus.completed
 
@@ -266,6 +277,11 @@ def _fail_reasons(
         tail = redact(outcome.stderr.strip()[-300:], secrets)
         reasons.append(
             f"agent exited with code {outcome.exit_code}" + (f": {tail}" if tail else "")
+        )
+    if not transcript.recognised:
+        reasons.append(
+            f"transcript not recognised: no line of the agent's output is {transcript.format} "
+            "(check `agent.transcript`)"
         )
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")

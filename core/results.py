@@ -112,9 +112,23 @@ class Transcript(Record):
     reported_cache_write_tokens: int | None = None
     reported_cost_usd: float | None = None
     reported_duration_ms: float | None = None
+    reported_llm_calls: int | None = Field(
+        None, description="LLM calls the CLI counted, when its usage comes only as aggregates"
+    )
     model: str | None = None
     agent_reported_error: str | None = None
     finished: bool = Field(True, description="False when the output ends before its final event")
+    recognised: bool = Field(
+        True, description="False when not one line of the output is in the parser's format"
+    )
+    outage: str | None = Field(
+        None,
+        description="the provider's message when the agent's model provider refused or failed "
+        "(rate limit, overload, quota, authentication): not the agent's doing",
+    )
+    retry_after_s: float | None = Field(
+        None, description="how long the provider said to wait before trying again"
+    )
     structured: bool = Field(True, description="False for the plain regex fallback")
     exit_codes_approximate: bool = False
     malformed_lines: int = 0
@@ -267,6 +281,12 @@ class RunResult(Record):
     fail_reason: str | None = None
     attempts: int = 1
     worker: str | None = None
+    outage: bool = Field(
+        False, description="an infrastructure error because the model provider failed: retried"
+    )
+    retry_after_s: float | None = Field(
+        None, description="the wait the provider asked for before the next attempt"
+    )
 
     # outcome and the seed's per-run metrics
     passed: bool = False
@@ -307,6 +327,9 @@ class RunResult(Record):
     transcript_malformed_lines: int = 0
     transcript_truncated: bool = False
     transcript_unfinished: bool = False
+    transcript_unrecognised: bool = Field(
+        False, description="not one line of the agent's output was in its transcript format"
+    )
 
     @property
     def is_infra_error(self) -> bool:
@@ -413,6 +436,7 @@ class TierReport(Record):
         if isinstance(data, dict) and "counted" not in data and "runs" in data:
             data = {**data, "counted": data["runs"] - data.get("errors", 0)}
         return data
+
     passes: int = 0
     grade: str | None = None
     cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")
