@@ -192,8 +192,12 @@ def _with_tokens_and_cost(
     output_tokens = transcript.reported_output_tokens
     if output_tokens is None:
         output_tokens = sum(c.output_tokens for c in calls)
-    cache_read = sum(c.cache_read_tokens for c in calls)
-    cache_write = sum(c.cache_write_tokens for c in calls)
+    cache_read = transcript.reported_cache_read_tokens
+    if cache_read is None:
+        cache_read = sum(c.cache_read_tokens for c in calls)
+    cache_write = transcript.reported_cache_write_tokens
+    if cache_write is None:
+        cache_write = sum(c.cache_write_tokens for c in calls)
     cost: float | None
     unknown = None
     if price is not None:

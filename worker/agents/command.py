@@ -3,11 +3,13 @@
 Bounded like every command (core.shell: its process group killed at the
 timeout, output capped) and, per the agent's config, in its workspace size
 (`max_workspace_mb`, checked while it runs and once after) and sandboxed
-(`sandbox: bwrap`, worker/sandbox.py).
+(`sandbox: bwrap`, worker/sandbox.py). A preset's CLI missing from the agent's
+PATH is said as such, before anything runs.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping
 
@@ -21,9 +23,17 @@ from worker.workspace import RunDir, size_limit
 def run_command_agent(agent: AgentConfig, run_dir: RunDir, env: Mapping[str, str]) -> AgentOutcome:
     """Raises SetupError when the sandbox cannot be set up on this worker."""
     assert agent.command is not None  # the config refuses a command agent without one
+    started = time.time()
+    if agent.cli is not None and shutil.which(agent.cli, path=env.get("PATH")) is None:
+        # An infrastructure error (core/evaluate.py): the worker lacks the CLI.
+        return AgentOutcome(
+            error=f"agent CLI not found: {agent.cli} (preset {agent.preset}; not on the "
+            "worker's PATH)",
+            started_at=started,
+            ended_at=time.time(),
+        )
     argv_prefix = sandbox_argv(agent.sandbox, run_dir)
     over_limit = size_limit(run_dir.workspace, agent.max_workspace_mb)
-    started = time.time()
     result = run_shell(
         agent.command,
         run_dir.workspace,
