@@ -287,6 +287,10 @@ class RunResult(Record):
     retry_after_s: float | None = Field(
         None, description="the wait the provider asked for before the next attempt"
     )
+    outages: list[str] = Field(
+        default_factory=list,
+        description="the provider outages of this run's deliveries, each retried but the last",
+    )
 
     # outcome and the seed's per-run metrics
     passed: bool = False

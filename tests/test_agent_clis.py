@@ -189,3 +189,61 @@ scenarios: [{id: s, prompt: go}]
         )
         assert agents["own"].command == "my-claude-wrapper"
         assert agents["own"].transcript == "claude-stream-json"
+
+
+def test_a_provider_outage_is_retried_and_never_scored(
+    fleet_env: dict[str, str],
+    start_worker,
+    store: Store,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """The CLI's first two invocations meet a 429 (Codex's turn.failed, "retry after
+    1s"): those deliveries store nothing and are sent again after the stated second;
+    every run ends with one result of its own, none of them an outage."""
+    state = tmp_path / "invocations"
+    matrix = preset_matrix(
+        tmp_path,
+        f"""  - id: codex
+    agent: {{preset: codex, model: gpt-test,
+             env: {{STANDIN_OUTAGES: "2", STANDIN_STATE: "{state}"}}}}""",
+        runs=3,
+    )
+    start_worker(concurrency=2)
+    code, report, stderr = submit(matrix, fleet_env)
+    assert code == 0, stderr
+    runs = store.runs(report["experiment"]["id"])
+    assert len(runs) == 3 and all(r.status == RunStatus.completed and r.passed for r in runs)
+    assert len(state.read_text().split()) == 5  # 3 runs, 2 of the deliveries again
+    assert sum(r.attempts for r in runs) == 5
+    retried = [r for r in runs if r.attempts > 1]
+    assert sum(len(r.outages) for r in retried) == 2
+    assert all("429 Too Many Requests" in o for r in retried for o in r.outages)
+    tier = report["tiers"]["codex"]
+    assert (tier["runs"], tier["counted"], tier["passes"], tier["errors"]) == (3, 3, 3, 0)
+
+
+def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
+    fleet_env: dict[str, str],
+    start_worker,
+    store: Store,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    state = tmp_path / "invocations"
+    matrix = preset_matrix(
+        tmp_path,
+        f"""  - id: gemini
+    agent: {{preset: gemini-cli, env: {{STANDIN_OUTAGES: "99", STANDIN_STATE: "{state}"}}}}""",
+        runs=1,
+        extra="max_attempts: 2",
+    )
+    start_worker(concurrency=1)
+    code, report, stderr = submit(matrix, fleet_env)
+    assert code == 3, stderr
+    [run] = store.runs(report["experiment"]["id"])
+    assert run.status == RunStatus.infra_error and run.outage and run.attempts == 2
+    quota = "You exceeded your current quota. Please retry in 1s."
+    assert run.fail_reason is not None and quota in run.fail_reason
+    assert run.fail_reason.startswith("model provider outage: ")
+    assert len(run.outages) == 2 and run.gates == []
+    assert len(state.read_text().split()) == 2
+    assert report["tiers"]["gemini"]["counted"] == 0
