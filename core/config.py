@@ -437,6 +437,32 @@ class Evaluation(Strict):
         return self.judge is not None and self.judge.enabled is True
 
 
+# --- per-run limits -------------------------------------------------------------------
+
+
+class Limits(Strict):
+    """What one run may spend (core/limits.py). A tier's and a scenario's combine: the
+    lower of each figure applies."""
+
+    max_cost_usd: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="USD of LLM spend (priced as reported)"
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, description="tokens of all LLM calls: input, output and cache reads/writes"
+    )
+    max_llm_calls: int | None = Field(None, ge=1, description="LLM calls")
+
+    def combined(self, other: Limits | None) -> Limits:
+        if other is None:
+            return self
+        lower = {
+            key: min(v for v in (getattr(self, key), getattr(other, key)) if v is not None)
+            for key in Limits.model_fields
+            if getattr(self, key) is not None or getattr(other, key) is not None
+        }
+        return Limits.model_validate(lower)
+
+
 # --- scenario -------------------------------------------------------------------------
 
 
@@ -474,6 +500,7 @@ class Scenario(Strict):
     evaluation: Evaluation = Field(default_factory=Evaluation)
     process: ProcessConfig | None = None
     queue: str | None = None
+    limits: Limits | None = Field(None, description="what each run may spend")
 
     @model_validator(mode="after")
     def _one_prompt(self) -> Scenario:
@@ -499,6 +526,7 @@ class Tier(Strict):
     )
     agent: AgentOverride | None = None  # type: ignore[valid-type]
     queue: str | None = None
+    limits: Limits | None = Field(None, description="what each run may spend")
 
     @field_validator("files")
     @classmethod
@@ -675,6 +703,10 @@ class Matrix(Strict):
 
     def scenario(self, scenario_id: str) -> Scenario:
         return next(s for s in self.scenarios if s.id == scenario_id)
+
+    def limits_for(self, tier: Tier, scenario: Scenario) -> Limits:
+        """The run's limits: the lower of the tier's and the scenario's, figure by figure."""
+        return (tier.limits or Limits()).combined(scenario.limits)
 
     def queue_for(self, tier: Tier, scenario: Scenario) -> str | None:
         """The queue a tier x scenario's runs go to; None: the workers' default."""

@@ -15,7 +15,8 @@ from core.config import Matrix, ModelPrice, Scenario, load_rubric
 from core.gates import run_gates
 from core.interaction import interaction_metrics, target_commands
 from core.judge import judge_run
-from core.pricing import cost_usd, price_for
+from core.limits import crossed, spend_of
+from core.pricing import price_for
 from core.process_metrics import process_metrics
 from core.redact import redact, redact_record, secret_values
 from core.results import (
@@ -62,6 +63,9 @@ def evaluate_run(
     )
     commands = target_commands(transcript, scenario.target)
     interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)
+    model = agent.model or transcript.model
+    price = price_for(model, matrix.pricing)
+    limit = outcome.limit or crossed(matrix.limits_for(tier, scenario), spend_of(transcript, price))
     not_started = _not_started(outcome, transcript, secrets)
     outage = transcript.outage or outage_of(outcome.error)
     if outage is not None:
@@ -81,15 +85,14 @@ def evaluate_run(
             changes = summarize_changes(workspace, prepared)
             judge = _judge(matrix, scenario, outcome, transcript, gates, changes, environ, secrets)
 
-    model = agent.model or transcript.model
-    price = price_for(model, matrix.pricing)
     result = RunResult(
         experiment_id=spec.experiment_id,
         run_id=spec.run_id,
         tier=spec.tier,
         scenario=spec.scenario,
         run_index=spec.run_index,
-        status=_status(outcome, transcript),
+        status=_status(outcome, transcript, limit),
+        limit=limit,
         model=model,
         started_at=outcome.started_at,
         ended_at=outcome.ended_at,
@@ -124,9 +127,11 @@ def evaluate_run(
     return result
 
 
-def _status(outcome: AgentOutcome, transcript: Transcript) -> RunStatus:
+def _status(outcome: AgentOutcome, transcript: Transcript, limit: str | None) -> RunStatus:
     if outcome.timed_out:
         return RunStatus.timeout
+    if limit is not None:
+        return RunStatus.limit
     if not outcome.completed or transcript.agent_reported_error or not transcript.recognised:
         return RunStatus.agent_error
     return RunStatus.completed
@@ -184,41 +189,20 @@ def _with_tokens_and_cost(
     result: RunResult, transcript: Transcript, price: ModelPrice | None, model: str | None
 ) -> RunResult:
     calls = formulas.with_cumulative_input(transcript.llm_calls)
-    # Agent CLIs that report their own totals know better than the summed calls
-    # (Claude's per-call output tokens are placeholders).
-    input_tokens = transcript.reported_input_tokens
-    if input_tokens is None:
-        input_tokens = sum(c.input_tokens for c in calls)
-    output_tokens = transcript.reported_output_tokens
-    if output_tokens is None:
-        output_tokens = sum(c.output_tokens for c in calls)
-    cache_read = transcript.reported_cache_read_tokens
-    if cache_read is None:
-        cache_read = sum(c.cache_read_tokens for c in calls)
-    cache_write = transcript.reported_cache_write_tokens
-    if cache_write is None:
-        cache_write = sum(c.cache_write_tokens for c in calls)
-    cost: float | None
+    spend = spend_of(transcript, price)
     unknown = None
-    if price is not None:
-        cost = cost_usd(input_tokens, output_tokens, price, cache_read, cache_write)
-    elif transcript.reported_cost_usd is not None:
-        cost = transcript.reported_cost_usd
-    elif not calls and input_tokens == 0 and output_tokens == 0:
-        cost = 0.0  # no LLM spend recorded: nothing to price
-    else:
-        cost = None
+    if spend.cost_usd is None:
         unknown = f"no price known for model {model!r}; add it under `pricing:`"
     return result.model_copy(
         update={
             "llm_calls": calls,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "cache_read_tokens": cache_read,
-            "cache_write_tokens": cache_write,
+            "input_tokens": spend.input_tokens,
+            "output_tokens": spend.output_tokens,
+            "cache_read_tokens": spend.cache_read_tokens,
+            "cache_write_tokens": spend.cache_write_tokens,
             "base_context": formulas.base_context(calls),
             "context_growth_avg": formulas.context_growth_avg(calls),
-            "cost_usd": cost,
+            "cost_usd": spend.cost_usd,
             "cost_unknown_reason": unknown,
         }
     )
@@ -287,6 +271,8 @@ def _fail_reasons(
             f"transcript not recognised: no line of the agent's output is {transcript.format} "
             "(check `agent.transcript`)"
         )
+    if result.limit is not None and outcome.limit is None:  # crossed, but not watched
+        reasons.append(result.limit)
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
     failed = [g.name or g.gate_type for g in result.gates if not g.passed]

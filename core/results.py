@@ -20,14 +20,15 @@ class Record(BaseModel):
 class RunStatus(StrEnum):
     """A run's outcome: one closed set, each with one meaning (README, "Outcomes").
 
-    Only `completed` runs can pass. completed, agent_error and timeout are the
-    agent's own results and enter the statistics; infra_error and cancelled do
+    Only `completed` runs can pass. completed, agent_error, timeout and limit are
+    the agent's own results and enter the statistics; infra_error and cancelled do
     not, and are counted apart under their own names.
     """
 
     completed = "completed"  # the agent finished by itself with exit code 0
     agent_error = "agent_error"  # it ran and failed: non-zero exit, its own error, a limit hit
     timeout = "timeout"  # killed at the agent timeout: a real, failed result
+    limit = "limit"  # it spent past a `limits:` figure (stopped there when watched)
     infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
     # the judge unreachable, the attempt cap
     cancelled = "cancelled"  # the experiment was cancelled before this run started
@@ -39,7 +40,12 @@ class RunStatus(StrEnum):
     @property
     def counted(self) -> bool:
         """In the statistics: a result the agent earned."""
-        return self in (RunStatus.completed, RunStatus.agent_error, RunStatus.timeout)
+        return self in (
+            RunStatus.completed,
+            RunStatus.agent_error,
+            RunStatus.timeout,
+            RunStatus.limit,
+        )
 
 
 # How a run that fail-fast kept from starting says so, after its tier's error.
@@ -142,8 +148,10 @@ class AgentOutcome(Record):
     timed_out: bool = False
     error: str | None = Field(None, description="the agent could not be started or crashed")
     stopped: str | None = Field(
-        None, description="why evalfleet stopped the agent early (its workspace size limit)"
+        None,
+        description="why evalfleet stopped the agent early (its workspace size, a spend limit)",
     )
+    limit: str | None = Field(None, description="the spend limit that stopped it, and the figure")
     stdout: str = ""
     stderr: str = ""
     output_truncated: bool = False
@@ -281,6 +289,9 @@ class RunResult(Record):
     fail_reason: str | None = None
     attempts: int = 1
     worker: str | None = None
+    limit: str | None = Field(
+        None, description="the `limits:` figure the run went past, and its own figure"
+    )
     outage: bool = Field(
         False, description="an infrastructure error because the model provider failed: retried"
     )

@@ -481,7 +481,7 @@ def report(
 
     The table fits the terminal (COLUMNS when set, else 120 columns when stdout
     is not a terminal). Pass rate is passes / runs counted (completed,
-    agent_error, timeout) with its Wilson 95% interval; infrastructure errors
+    agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
     and cancelled runs are counted apart.
 
     \b

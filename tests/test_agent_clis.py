@@ -247,3 +247,36 @@ def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
     assert len(run.outages) == 2 and run.gates == []
     assert len(state.read_text().split()) == 2
     assert report["tiers"]["gemini"]["counted"] == 0
+
+
+def test_a_streaming_cli_is_stopped_within_one_llm_call_of_its_cost_limit(
+    fleet_env: dict[str, str],
+    start_worker,
+    store: Store,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """claude-stream-json-2 replayed a line every 0.2 s, priced so that its running cost
+    is $0.0085, $0.0230, $0.0260, $0.0284, ... after calls 1, 2, 3, 4, ...: a limit of
+    $0.025 is crossed by call 3, and the CLI is stopped there, not at its 8th call."""
+    matrix = preset_matrix(
+        tmp_path,
+        """  - id: capped
+    agent:
+      model: haiku-test
+      env: {STANDIN_REPLAY: claude-stream-json-2.jsonl, STANDIN_LINE_DELAY_S: "0.2"}
+    limits: {max_cost_usd: 0.025, max_tokens: 10000000}""",
+        runs=1,
+        extra="  haiku-test: {input: 1.0, output: 5.0, cache_read: 0.1, cache_write: 1.25}",
+    )
+    start_worker(concurrency=1)
+    code, report, stderr = submit(matrix, fleet_env)
+    assert code == 0, stderr  # a real, failed result
+    [run] = store.runs(report["experiment"]["id"])
+    assert run.status == RunStatus.limit and not run.passed
+    assert run.limit is not None
+    assert run.limit.startswith("limit max_cost_usd 0.025 crossed: $0.0259604 after 3 LLM calls")
+    assert f"agent stopped: {run.limit}" in (run.fail_reason or "")
+    assert 3 <= len(run.llm_calls) <= 4  # within one call of the crossing
+    assert run.cost_usd is not None and 0.025 < run.cost_usd < 0.0284
+    tier = report["tiers"]["capped"]
+    assert (tier["counted"], tier["passes"], tier["statuses"]) == (1, 0, {"limit": 1})

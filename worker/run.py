@@ -31,6 +31,7 @@ from kombu.exceptions import OperationalError
 
 from core.config import Matrix
 from core.evaluate import evaluate_run
+from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.results import (
     NOT_RUN_NOTE,
@@ -252,11 +253,16 @@ def _run(
 def _run_agent(
     matrix: Matrix, spec: RunSpec, run_dir: RunDir, prompt: str, env: dict[str, str]
 ) -> AgentOutcome:
-    agent = matrix.agent_for(matrix.tier(spec.tier))
+    tier = matrix.tier(spec.tier)
+    agent = matrix.agent_for(tier)
+    limits = matrix.limits_for(tier, matrix.scenario(spec.scenario))
+    price = price_for(agent.model, matrix.pricing)
     if agent.kind == "openai":
         api_key = os.environ.get(agent.api_key_env) if agent.api_key_env else None
-        return run_openai_agent(agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key)
-    return run_command_agent(agent, run_dir, env)
+        return run_openai_agent(
+            agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key, limits, price
+        )
+    return run_command_agent(agent, run_dir, env, limits, price)
 
 
 def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:

@@ -4,7 +4,9 @@ Bounded like every command (core.shell: its process group killed at the
 timeout, output capped) and, per the agent's config, in its workspace size
 (`max_workspace_mb`, checked while it runs and once after) and sandboxed
 (`sandbox: bwrap`, worker/sandbox.py). A preset's CLI missing from the agent's
-PATH is said as such, before anything runs.
+PATH is said as such, before anything runs. A streaming CLI's spend is watched
+against the run's `limits` as its stdout arrives, and the agent stopped at the
+line that crosses one.
 """
 
 from __future__ import annotations
@@ -13,15 +15,56 @@ import shutil
 import time
 from collections.abc import Mapping
 
-from core.config import AgentConfig
+from core.config import AgentConfig, Limits, ModelPrice
+from core.limits import crossed, spend_of
 from core.results import AgentOutcome
 from core.shell import run_shell
+from core.transcripts import parse_transcript
 from worker.sandbox import sandbox_argv
 from worker.workspace import RunDir, size_limit
 
+# Agent CLIs whose stdout is a stream of events while they run: spend can be watched.
+STREAMING_FORMATS = {"claude-stream-json", "codex-exec-json", "opencode-json", "gemini-stream-json"}
 
-def run_command_agent(agent: AgentConfig, run_dir: RunDir, env: Mapping[str, str]) -> AgentOutcome:
-    """Raises SetupError when the sandbox cannot be set up on this worker."""
+
+class SpendWatch:
+    """A streaming CLI's stdout parsed as it arrives: the spend limit it crossed.
+
+    Each chunk that completes a line is parsed with everything before it (the parsers
+    read whole transcripts), unless the last parse was so recent that parsing again
+    would take over a fifth of the time: a flood is checked less often, never
+    unbounded. Beyond `max_bytes` nothing more is kept or checked here; the
+    evaluation of the finished run still checks the limits.
+    """
+
+    def __init__(self, fmt: str, limits: Limits, price: ModelPrice | None, max_bytes: int):
+        self.fmt, self.limits, self.price, self.max_bytes = fmt, limits, price, max_bytes
+        self.text = bytearray()
+        self.reason: str | None = None
+        self.next_parse = 0.0
+
+    def __call__(self, chunk: bytes) -> str | None:
+        if len(self.text) >= self.max_bytes:
+            return None
+        self.text += chunk
+        now = time.monotonic()
+        if b"\n" not in chunk or now < self.next_parse:
+            return None
+        transcript = parse_transcript(self.fmt, self.text.decode("utf-8", "replace"))
+        self.reason = crossed(self.limits, spend_of(transcript, self.price))
+        self.next_parse = now + 4 * (time.monotonic() - now)
+        return self.reason
+
+
+def run_command_agent(
+    agent: AgentConfig,
+    run_dir: RunDir,
+    env: Mapping[str, str],
+    limits: Limits | None = None,
+    price: ModelPrice | None = None,
+) -> AgentOutcome:
+    """Raises SetupError when the sandbox cannot be set up on this worker. `limits`:
+    watched while the agent runs when its transcript streams (`price` prices it)."""
     assert agent.command is not None  # the config refuses a command agent without one
     started = time.time()
     if agent.cli is not None and shutil.which(agent.cli, path=env.get("PATH")) is None:
@@ -34,6 +77,9 @@ def run_command_agent(agent: AgentConfig, run_dir: RunDir, env: Mapping[str, str
         )
     argv_prefix = sandbox_argv(agent.sandbox, run_dir)
     over_limit = size_limit(run_dir.workspace, agent.max_workspace_mb)
+    spend = None
+    if limits is not None and limits != Limits() and agent.transcript in STREAMING_FORMATS:
+        spend = SpendWatch(agent.transcript, limits, price, agent.max_transcript_bytes)
     result = run_shell(
         agent.command,
         run_dir.workspace,
@@ -42,6 +88,7 @@ def run_command_agent(agent: AgentConfig, run_dir: RunDir, env: Mapping[str, str
         max_output_bytes=agent.max_transcript_bytes,
         argv_prefix=argv_prefix,
         watch=over_limit,
+        on_stdout=spend,
     )
     # A burst between two checks, or just before the exit, still counts.
     stopped = result.stopped or (over_limit() if over_limit is not None else None)
@@ -50,6 +97,7 @@ def run_command_agent(agent: AgentConfig, run_dir: RunDir, env: Mapping[str, str
         timed_out=result.timed_out,
         error=result.error,
         stopped=stopped,
+        limit=spend.reason if spend is not None and stopped == spend.reason else None,
         stdout=result.stdout,
         stderr=result.stderr,
         output_truncated=result.truncated,
