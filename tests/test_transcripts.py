@@ -791,3 +791,22 @@ def test_every_fixture_is_listed_in_sources() -> None:
     sources = fixture("SOURCES.md")
     for path in FIXTURES.iterdir():
         assert path.name == "SOURCES.md" or path.name in sources, path.name
+
+
+@pytest.mark.parametrize(
+    ("message", "outage"),
+    [
+        ("API Error: 529 Overloaded", True),
+        ("unexpected status 502 Bad Gateway", True),
+        ("HTTP 401 Unauthorized", True),
+        ("LLM call to http://x/chat/completions failed: HTTP 429: slow down", True),
+        ("Missing environment variable: `OPENAI_API_KEY`. Create an API key", True),
+        ("the file has 500 lines; refusing to read it", False),
+        ("Error: Exit code 1", False),
+        ("API Error: 400 prompt is too long", False),
+    ],
+)
+def test_what_counts_as_a_provider_outage(message: str, outage: bool) -> None:
+    from core.transcripts.outage import outage_of
+
+    assert (outage_of(message) is not None) == outage

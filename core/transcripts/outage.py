@@ -16,11 +16,13 @@ from __future__ import annotations
 import re
 import time
 
+# An HTTP status counts only where it is said to be one ("API Error: 429", "status:
+# 503", "HTTP 401"): "500 lines" in an agent's own error is no outage.
 _OUTAGE = re.compile(
-    r"(?i)\b(?:429|401|403|500|502|503|504|529)\b"
+    r"(?i)(?:api error|status|http|code|error)\W{0,3}(?:429|401|403|500|502|503|504|529)\b"
     r"|rate[ _-]?limit|too many requests|overloaded|quota|resource[ _]exhausted"
-    r"|usage limit|capacity|unavailable|authenticat|unauthori[sz]ed|invalid[ _]api[ _]key"
-    r"|api[ _]key (?:not|is missing|missing)|missing environment variable:? `?\w*API_KEY"
+    r"|usage limit|over capacity|service unavailable|authenticat|unauthori[sz]ed"
+    r"|invalid[ _]api[ _]key|missing environment variable:? `?\w*API_KEY"
 )
 _WAIT = re.compile(
     r"(?i)(?:retry(?:[ -]after)?|try again|resets?)\s*(?:in|after|:)?\s*"
