@@ -93,6 +93,7 @@ TranscriptFormat = Literal[
     "gemini-json",
     "gemini-stream-json",
     "plain",
+    "auto",
 ]
 
 

@@ -267,8 +267,9 @@ def _fail_reasons(
             f"agent exited with code {outcome.exit_code}" + (f": {tail}" if tail else "")
         )
     if not transcript.recognised:
+        expected = "in a CLI format" if transcript.format == "auto" else transcript.format
         reasons.append(
-            f"transcript not recognised: no line of the agent's output is {transcript.format} "
+            f"transcript not recognised: no line of the agent's output is {expected} "
             "(check `agent.transcript`)"
         )
     if result.limit is not None and outcome.limit is None:  # crossed, but not watched

@@ -810,3 +810,15 @@ def test_what_counts_as_a_provider_outage(message: str, outage: bool) -> None:
     from core.transcripts.outage import outage_of
 
     assert (outage_of(message) is not None) == outage
+
+
+def test_auto_recognises_every_sample_and_records_its_choice() -> None:
+    for fmt, names in ALL_SAMPLES.items():
+        for name in names:
+            chosen = parse_transcript("auto", fixture(name))
+            assert chosen == parse(fmt, name), name  # the same as naming the format
+    nothing = parse_transcript("auto", "just words\n")
+    assert nothing.format == "auto" and not nothing.recognised
+    # An events file stands in for stdout that no parser knows.
+    events = parse_transcript("auto", "words\n", events_text=fixture("events-all-types.jsonl"))
+    assert events.recognised and events.llm_calls

@@ -68,6 +68,15 @@ def parse_gemini_json(output: str) -> Transcript:
     return transcript
 
 
+def gemini_format(output: str) -> str | None:
+    """Which of Gemini's two formats `output` is in, if either (for `transcript: auto`;
+    each parser reads the other's output too, so recognising cannot tell them apart)."""
+    objects = read_json_lines(output).objects
+    if any(_is_json_result(o) for o in objects):
+        return JSON_FORMAT
+    return STREAM_FORMAT if _Stream().recognises(objects) else None
+
+
 def _is_json_result(obj: JsonObject) -> bool:
     return "type" not in obj and ("stats" in obj or "response" in obj or "error" in obj)
 
@@ -101,9 +110,17 @@ class _Stream:
     result: JsonObject | None = None
     assistant_text: str = ""
 
+    def recognises(self, events: list[JsonObject]) -> bool:
+        return any(self._ours(event) for event in events)
+
+    @staticmethod
+    def _ours(event: JsonObject) -> bool:
+        kind = event.get("type")
+        return isinstance(kind, str) and _STREAM_TYPES.get(kind) in event and "subtype" not in event
+
     def read(self, event: JsonObject, index: int) -> None:
         kind = event.get("type")
-        if not isinstance(kind, str) or _STREAM_TYPES.get(kind) not in event or "subtype" in event:
+        if not self._ours(event):
             return
         self.recognised = True
         if kind == "init":

@@ -24,7 +24,13 @@ from worker.sandbox import sandbox_argv
 from worker.workspace import RunDir, size_limit
 
 # Agent CLIs whose stdout is a stream of events while they run: spend can be watched.
-STREAMING_FORMATS = {"claude-stream-json", "codex-exec-json", "opencode-json", "gemini-stream-json"}
+STREAMING_FORMATS = {
+    "claude-stream-json",
+    "codex-exec-json",
+    "opencode-json",
+    "gemini-stream-json",
+    "auto",
+}
 
 
 class SpendWatch:
