@@ -85,6 +85,8 @@ class _Stream:
         if isinstance(event.get("msg"), dict) and "type" not in event:
             self._legacy(event["msg"])
             return
+        if not isinstance(kind, str):
+            return
         if kind in _ITEM_EVENTS or (kind == "error" and set(event) == {"type", "message"}):
             self.recognised = True
         if kind == "thread.started":
@@ -111,7 +113,7 @@ class _Stream:
 
     def _item(self, item: JsonObject) -> None:
         kind = item.get("type", item.get("item_type"))  # `item_type`: right after PR #4525
-        if kind in _TOOL_ITEMS:
+        if isinstance(kind, str) and kind in _TOOL_ITEMS:
             self.tools_this_turn += 1
         if kind in ("agent_message", "assistant_message") and text(item, "text"):
             self.messages.append(f"assistant: {item['text']}")

@@ -54,7 +54,8 @@ class _Stream:
     recognised: bool = False
 
     def read(self, event: JsonObject, index: int) -> None:
-        if event.get("type") in _EVENTS and ("part" in event or "error" in event):
+        kind = event.get("type")
+        if isinstance(kind, str) and kind in _EVENTS and ("part" in event or "error" in event):
             self.recognised = True
         timestamp = number(event, "timestamp")
         if timestamp is not None:
