@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
@@ -85,7 +86,14 @@ def _jsonpath(expr: str) -> str:
 # --- agent --------------------------------------------------------------------------
 
 TranscriptFormat = Literal[
-    "events-jsonl", "claude-stream-json", "codex-exec-json", "opencode-json", "plain"
+    "events-jsonl",
+    "claude-stream-json",
+    "codex-exec-json",
+    "opencode-json",
+    "gemini-json",
+    "gemini-stream-json",
+    "plain",
+    "auto",
 ]
 
 
@@ -119,9 +127,83 @@ class DockerSandbox(Strict):
         return self
 
 
+@dataclass(frozen=True)
+class AgentPreset:
+    """What `agent: {preset: NAME}` fills in for a real agent CLI (README, "Agent CLIs").
+
+    The command runs the CLI non-interactively with JSON output, gives it the prompt on
+    stdin from $PROMPT_FILE (opencode, which takes it only as an argument: "$PROMPT",
+    one quoted word the shell never re-reads; `$(cat ...)` would drop trailing newlines),
+    adds the model flag only when `model:` is set, and passes `permission_flags`, what
+    an unattended run needs to edit files and run commands without asking.
+    """
+
+    cli: str  # the executable, looked for on PATH
+    command: str  # with {permissions} where permission_flags go
+    transcript: str
+    permission_flags: str
+    api_key_env: str | None  # the provider key the CLI reads: redacted from results
+
+
+PRESETS: dict[str, AgentPreset] = {
+    "claude-code": AgentPreset(
+        cli="claude",
+        command="claude -p --output-format stream-json --verbose {permissions}"
+        ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} < "$PROMPT_FILE"',
+        transcript="claude-stream-json",
+        permission_flags="--dangerously-skip-permissions",
+        api_key_env="ANTHROPIC_API_KEY",
+    ),
+    "codex": AgentPreset(
+        cli="codex",
+        command="codex exec --json --skip-git-repo-check {permissions}"
+        ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} - < "$PROMPT_FILE"',
+        transcript="codex-exec-json",
+        permission_flags="--full-auto",
+        api_key_env="OPENAI_API_KEY",
+    ),
+    "gemini-cli": AgentPreset(
+        cli="gemini",
+        command="gemini --output-format stream-json {permissions}"
+        ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} < "$PROMPT_FILE"',
+        transcript="gemini-stream-json",
+        permission_flags="--yolo",
+        api_key_env="GEMINI_API_KEY",
+    ),
+    "opencode": AgentPreset(
+        cli="opencode",
+        command="opencode run --format json {permissions}"
+        ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} "$PROMPT"',
+        transcript="opencode-json",
+        permission_flags="",
+        api_key_env=None,
+    ),
+}
+PresetName = Literal["claude-code", "codex", "gemini-cli", "opencode"]
+
+
+def _preset_fields(preset: AgentPreset, permission_flags: str | None) -> dict[str, Any]:
+    flags = preset.permission_flags if permission_flags is None else permission_flags
+    return {
+        "command": preset.command.replace(" {permissions}", f" {flags}" if flags else ""),
+        "transcript": preset.transcript,
+        "api_key_env": preset.api_key_env,
+    }
+
+
 class AgentConfig(Strict):
     """How one run's agent is started. Tiers override fields of the matrix default."""
 
+    preset: PresetName | None = Field(
+        None,
+        description="a real agent CLI: fills `command`, `transcript` and `api_key_env` "
+        "(each can still be given)",
+    )
+    permission_flags: str | None = Field(
+        None,
+        description="with a preset: the CLI's flags for unattended runs (default: the "
+        "preset's; '' for none)",
+    )
     kind: Literal["command", "openai"] = "command"
     command: str | None = Field(
         None, description="bash command run in the workspace (kind: command)"
@@ -154,8 +236,32 @@ class AgentConfig(Strict):
     )
     docker: DockerSandbox | None = Field(None, description="the container, for `sandbox: docker`")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("preset"), str):
+            preset = PRESETS.get(data["preset"])
+            if preset is not None:
+                return {**_preset_fields(preset, data.get("permission_flags")), **data}
+        return data
+
+    def preset_filled(self) -> set[str]:
+        """The fields that hold exactly what the preset filled in: a tier that changes
+        the preset or its permission flags gets them filled anew."""
+        if self.preset is None:
+            return set()
+        filled = _preset_fields(PRESETS[self.preset], self.permission_flags)
+        return {key for key, value in filled.items() if getattr(self, key) == value}
+
+    @property
+    def cli(self) -> str | None:
+        """The executable a preset runs, which workers must have on PATH."""
+        return PRESETS[self.preset].cli if self.preset is not None else None
+
     @model_validator(mode="after")
     def _kind_needs(self) -> AgentConfig:
+        if self.preset is not None and self.kind != "command":
+            raise ValueError(f"`preset: {self.preset}` runs a CLI: it needs kind 'command'")
         if self.kind == "command" and not self.command:
             raise ValueError("agent kind 'command' needs `command` (the shell command to run)")
         if self.kind == "openai" and not (self.base_url and self.model):
@@ -371,6 +477,32 @@ class Evaluation(Strict):
         return self.judge is not None and self.judge.enabled is True
 
 
+# --- per-run limits -------------------------------------------------------------------
+
+
+class Limits(Strict):
+    """What one run may spend (core/limits.py). A tier's and a scenario's combine: the
+    lower of each figure applies."""
+
+    max_cost_usd: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="USD of LLM spend (priced as reported)"
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, description="tokens of all LLM calls: input, output and cache reads/writes"
+    )
+    max_llm_calls: int | None = Field(None, ge=1, description="LLM calls")
+
+    def combined(self, other: Limits | None) -> Limits:
+        if other is None:
+            return self
+        lower = {
+            key: min(v for v in (getattr(self, key), getattr(other, key)) if v is not None)
+            for key in Limits.model_fields
+            if getattr(self, key) is not None or getattr(other, key) is not None
+        }
+        return Limits.model_validate(lower)
+
+
 # --- scenario -------------------------------------------------------------------------
 
 
@@ -408,6 +540,7 @@ class Scenario(Strict):
     evaluation: Evaluation = Field(default_factory=Evaluation)
     process: ProcessConfig | None = None
     queue: str | None = None
+    limits: Limits | None = Field(None, description="what each run may spend")
 
     @model_validator(mode="after")
     def _one_prompt(self) -> Scenario:
@@ -433,6 +566,7 @@ class Tier(Strict):
     )
     agent: AgentOverride | None = None  # type: ignore[valid-type]
     queue: str | None = None
+    limits: Limits | None = Field(None, description="what each run may spend")
 
     @field_validator("files")
     @classmethod
@@ -610,6 +744,10 @@ class Matrix(Strict):
     def scenario(self, scenario_id: str) -> Scenario:
         return next(s for s in self.scenarios if s.id == scenario_id)
 
+    def limits_for(self, tier: Tier, scenario: Scenario) -> Limits:
+        """The run's limits: the lower of the tier's and the scenario's, figure by figure."""
+        return (tier.limits or Limits()).combined(scenario.limits)
+
     def queue_for(self, tier: Tier, scenario: Scenario) -> str | None:
         """The queue a tier x scenario's runs go to; None: the workers' default."""
         return tier.queue or scenario.queue or self.queue
@@ -619,7 +757,11 @@ class Matrix(Strict):
         if tier.agent is None:
             return self.agent
         override = tier.agent.model_dump(exclude_none=True)
-        merged = self.agent.model_dump(exclude_none=True)
+        inherited = self.agent.preset_filled()
+        if override.get("preset", self.agent.preset) != self.agent.preset:
+            # Another CLI: nothing of the matrix agent's CLI command line carries over.
+            inherited |= {"command", "transcript", "api_key_env", "permission_flags"}
+        merged = self.agent.model_dump(exclude_none=True, exclude=inherited)
         merged["env"] = {**self.agent.env, **override.pop("env", {})}
         merged.update(override)
         try:

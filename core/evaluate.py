@@ -15,7 +15,8 @@ from core.config import Matrix, ModelPrice, Scenario, load_rubric
 from core.gates import Enclosure, run_gates
 from core.interaction import interaction_metrics, target_commands
 from core.judge import judge_run
-from core.pricing import cost_usd, price_for
+from core.limits import crossed, spend_of
+from core.pricing import price_for
 from core.process_metrics import process_metrics
 from core.redact import redact, redact_record, secret_values
 from core.results import (
@@ -29,6 +30,7 @@ from core.results import (
 )
 from core.tokens import token_metrics
 from core.transcripts import parse_transcript, render_transcript
+from core.transcripts.outage import outage_of
 from core.workspace_changes import Snapshot, summarize_changes
 
 Phase = Callable[[str], None]
@@ -63,10 +65,17 @@ def evaluate_run(
     )
     commands = target_commands(transcript, scenario.target)
     interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)
+    model = agent.model or transcript.model
+    price = price_for(model, matrix.pricing)
+    limit = outcome.limit or crossed(matrix.limits_for(tier, scenario), spend_of(transcript, price))
     not_started = _not_started(outcome, transcript, secrets)
+    outage = transcript.outage or outage_of(outcome.error)
+    if outage is not None:
+        not_started = f"model provider outage: {redact(outage, secrets)}"
 
-    # An agent that never ran has nothing to check or judge: its run is an
-    # infrastructure error, and gates that happen to pass must not look like its work.
+    # An agent that never ran (or whose model provider was away) has nothing to
+    # check or judge: its run is an infrastructure error, and gates that happen
+    # to pass must not look like its work.
     gates: list[GateResult] = []
     judge = None
     if not_started is None:
@@ -84,15 +93,14 @@ def evaluate_run(
             changes = summarize_changes(workspace, prepared)
             judge = _judge(matrix, scenario, outcome, transcript, gates, changes, environ, secrets)
 
-    model = agent.model or transcript.model
-    price = price_for(model, matrix.pricing)
     result = RunResult(
         experiment_id=spec.experiment_id,
         run_id=spec.run_id,
         tier=spec.tier,
         scenario=spec.scenario,
         run_index=spec.run_index,
-        status=_status(outcome, transcript),
+        status=_status(outcome, transcript, limit),
+        limit=limit,
         model=model,
         started_at=outcome.started_at,
         ended_at=outcome.ended_at,
@@ -108,12 +116,18 @@ def evaluate_run(
         + transcript.events_file_malformed_lines,
         transcript_truncated=outcome.output_truncated,
         transcript_unfinished=not transcript.finished,
+        transcript_unrecognised=not transcript.recognised,
     )
     result = _with_tokens_and_cost(result, transcript, price, model)
     result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets)
     if not_started is not None:
         result = result.model_copy(
-            update={"status": RunStatus.infra_error, "fail_reason": not_started}
+            update={
+                "status": RunStatus.infra_error,
+                "fail_reason": not_started,
+                "outage": outage is not None,
+                "retry_after_s": transcript.retry_after_s if outage is not None else None,
+            }
         )
     if scenario.process is not None:
         result.process = process_metrics(transcript.commands, scenario.process)
@@ -121,10 +135,12 @@ def evaluate_run(
     return result
 
 
-def _status(outcome: AgentOutcome, transcript: Transcript) -> RunStatus:
+def _status(outcome: AgentOutcome, transcript: Transcript, limit: str | None) -> RunStatus:
     if outcome.timed_out:
         return RunStatus.timeout
-    if not outcome.completed or transcript.agent_reported_error:
+    if limit is not None:
+        return RunStatus.limit
+    if not outcome.completed or transcript.agent_reported_error or not transcript.recognised:
         return RunStatus.agent_error
     return RunStatus.completed
 
@@ -181,37 +197,20 @@ def _with_tokens_and_cost(
     result: RunResult, transcript: Transcript, price: ModelPrice | None, model: str | None
 ) -> RunResult:
     calls = formulas.with_cumulative_input(transcript.llm_calls)
-    # Agent CLIs that report their own totals know better than the summed calls
-    # (Claude's per-call output tokens are placeholders).
-    input_tokens = transcript.reported_input_tokens
-    if input_tokens is None:
-        input_tokens = sum(c.input_tokens for c in calls)
-    output_tokens = transcript.reported_output_tokens
-    if output_tokens is None:
-        output_tokens = sum(c.output_tokens for c in calls)
-    cache_read = sum(c.cache_read_tokens for c in calls)
-    cache_write = sum(c.cache_write_tokens for c in calls)
-    cost: float | None
+    spend = spend_of(transcript, price)
     unknown = None
-    if price is not None:
-        cost = cost_usd(input_tokens, output_tokens, price, cache_read, cache_write)
-    elif transcript.reported_cost_usd is not None:
-        cost = transcript.reported_cost_usd
-    elif not calls and input_tokens == 0 and output_tokens == 0:
-        cost = 0.0  # no LLM spend recorded: nothing to price
-    else:
-        cost = None
+    if spend.cost_usd is None:
         unknown = f"no price known for model {model!r}; add it under `pricing:`"
     return result.model_copy(
         update={
             "llm_calls": calls,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "cache_read_tokens": cache_read,
-            "cache_write_tokens": cache_write,
+            "input_tokens": spend.input_tokens,
+            "output_tokens": spend.output_tokens,
+            "cache_read_tokens": spend.cache_read_tokens,
+            "cache_write_tokens": spend.cache_write_tokens,
             "base_context": formulas.base_context(calls),
             "context_growth_avg": formulas.context_growth_avg(calls),
-            "cost_usd": cost,
+            "cost_usd": spend.cost_usd,
             "cost_unknown_reason": unknown,
         }
     )
@@ -275,6 +274,14 @@ def _fail_reasons(
         reasons.append(
             f"agent exited with code {outcome.exit_code}" + (f": {tail}" if tail else "")
         )
+    if not transcript.recognised:
+        expected = "in a CLI format" if transcript.format == "auto" else transcript.format
+        reasons.append(
+            f"transcript not recognised: no line of the agent's output is {expected} "
+            "(check `agent.transcript`)"
+        )
+    if result.limit is not None and outcome.limit is None:  # crossed, but not watched
+        reasons.append(result.limit)
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
     failed = [g.name or g.gate_type for g in result.gates if not g.passed]

@@ -337,4 +337,3 @@ class _Session:
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and value > 0 else 0
-

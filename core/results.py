@@ -20,14 +20,15 @@ class Record(BaseModel):
 class RunStatus(StrEnum):
     """A run's outcome: one closed set, each with one meaning (README, "Outcomes").
 
-    Only `completed` runs can pass. completed, agent_error and timeout are the
-    agent's own results and enter the statistics; infra_error and cancelled do
+    Only `completed` runs can pass. completed, agent_error, timeout and limit are
+    the agent's own results and enter the statistics; infra_error and cancelled do
     not, and are counted apart under their own names.
     """
 
     completed = "completed"  # the agent finished by itself with exit code 0
     agent_error = "agent_error"  # it ran and failed: non-zero exit, its own error, a limit hit
     timeout = "timeout"  # killed at the agent timeout: a real, failed result
+    limit = "limit"  # it spent past a `limits:` figure (stopped there when watched)
     infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
     # the judge unreachable, the attempt cap
     cancelled = "cancelled"  # the experiment was cancelled before this run started
@@ -39,7 +40,12 @@ class RunStatus(StrEnum):
     @property
     def counted(self) -> bool:
         """In the statistics: a result the agent earned."""
-        return self in (RunStatus.completed, RunStatus.agent_error, RunStatus.timeout)
+        return self in (
+            RunStatus.completed,
+            RunStatus.agent_error,
+            RunStatus.timeout,
+            RunStatus.limit,
+        )
 
 
 # How a run that fail-fast kept from starting says so, after its tier's error.
@@ -112,9 +118,23 @@ class Transcript(Record):
     reported_cache_write_tokens: int | None = None
     reported_cost_usd: float | None = None
     reported_duration_ms: float | None = None
+    reported_llm_calls: int | None = Field(
+        None, description="LLM calls the CLI counted, when its usage comes only as aggregates"
+    )
     model: str | None = None
     agent_reported_error: str | None = None
     finished: bool = Field(True, description="False when the output ends before its final event")
+    recognised: bool = Field(
+        True, description="False when not one line of the output is in the parser's format"
+    )
+    outage: str | None = Field(
+        None,
+        description="the provider's message when the agent's model provider refused or failed "
+        "(rate limit, overload, quota, authentication): not the agent's doing",
+    )
+    retry_after_s: float | None = Field(
+        None, description="how long the provider said to wait before trying again"
+    )
     structured: bool = Field(True, description="False for the plain regex fallback")
     exit_codes_approximate: bool = False
     malformed_lines: int = 0
@@ -128,8 +148,10 @@ class AgentOutcome(Record):
     timed_out: bool = False
     error: str | None = Field(None, description="the agent could not be started or crashed")
     stopped: str | None = Field(
-        None, description="why evalfleet stopped the agent early (its workspace size limit)"
+        None,
+        description="why evalfleet stopped the agent early (its workspace size, a spend limit)",
     )
+    limit: str | None = Field(None, description="the spend limit that stopped it, and the figure")
     stdout: str = ""
     stderr: str = ""
     output_truncated: bool = False
@@ -267,6 +289,19 @@ class RunResult(Record):
     fail_reason: str | None = None
     attempts: int = 1
     worker: str | None = None
+    limit: str | None = Field(
+        None, description="the `limits:` figure the run went past, and its own figure"
+    )
+    outage: bool = Field(
+        False, description="an infrastructure error because the model provider failed: retried"
+    )
+    retry_after_s: float | None = Field(
+        None, description="the wait the provider asked for before the next attempt"
+    )
+    outages: list[str] = Field(
+        default_factory=list,
+        description="the provider outages of this run's deliveries, each retried but the last",
+    )
 
     # outcome and the seed's per-run metrics
     passed: bool = False
@@ -307,6 +342,9 @@ class RunResult(Record):
     transcript_malformed_lines: int = 0
     transcript_truncated: bool = False
     transcript_unfinished: bool = False
+    transcript_unrecognised: bool = Field(
+        False, description="not one line of the agent's output was in its transcript format"
+    )
 
     @property
     def is_infra_error(self) -> bool:
@@ -413,6 +451,7 @@ class TierReport(Record):
         if isinstance(data, dict) and "counted" not in data and "runs" in data:
             data = {**data, "counted": data["runs"] - data.get("errors", 0)}
         return data
+
     passes: int = 0
     grade: str | None = None
     cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")

@@ -6,7 +6,8 @@ group dies, children that ignore SIGTERM included; output is read continuously
 and only its head and tail are kept, so an agent that floods stdout costs
 neither memory nor disk. An optional `watch` is asked every WATCH_INTERVAL_S
 while the command runs; a reason from it stops the group (a workspace that
-grows past its limit).
+grows past its limit). An optional `on_stdout` sees each chunk of stdout as it
+arrives and may stop the group the same way (a spend limit crossed).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ _EXIT_POLL_S = 0.05
 
 # Asked while the command runs: a reason to stop it, or None to let it go on.
 Watch = Callable[[], str | None]
+# Given each chunk of stdout as it is read: likewise a reason to stop, or None.
+StdoutWatch = Callable[[bytes], str | None]
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class _Output:
         self.stdout, self.stderr = HeadTail(limit), HeadTail(limit)
         self.open = {proc.stdout.fileno(): self.stdout, proc.stderr.fileno(): self.stderr}
 
-    def read(self, fd: int) -> None:
+    def read(self, fd: int) -> bytes:
         """One read from a ready pipe; at its end the pipe is no longer open."""
         try:
             chunk = os.read(fd, 65536)
@@ -99,6 +102,7 @@ class _Output:
             self.open[fd].add(chunk)
         else:
             del self.open[fd]
+        return chunk
 
 
 def run_shell(
@@ -110,6 +114,7 @@ def run_shell(
     max_output_bytes: int = DEFAULT_MAX_BYTES,
     argv_prefix: Sequence[str] = (),
     watch: Watch | None = None,
+    on_stdout: StdoutWatch | None = None,
 ) -> ShellResult:
     """Run `command` with bash in `cwd`; never raises for the command's own failures.
 
@@ -132,7 +137,7 @@ def run_shell(
     timed_out, stopped = False, None
     with proc.stdout, proc.stderr:  # type: ignore[union-attr]
         try:
-            timed_out, stopped = _supervise(proc, output, timeout_s, watch)
+            timed_out, stopped = _supervise(proc, output, timeout_s, watch, on_stdout)
         finally:
             # Kill the group whether or not the leader exited (and on a Celery soft
             # time limit raised mid-wait): a background child left behind would
@@ -152,7 +157,11 @@ def run_shell(
 
 
 def _supervise(
-    proc: subprocess.Popen[bytes], output: _Output, timeout_s: float, watch: Watch | None
+    proc: subprocess.Popen[bytes],
+    output: _Output,
+    timeout_s: float,
+    watch: Watch | None,
+    on_stdout: StdoutWatch | None,
 ) -> tuple[bool, str | None]:
     """Read the output until the command exits: (timed out, why `watch` stopped it).
 
@@ -165,6 +174,7 @@ def _supervise(
     poller = select.poll()
     for fd in output.open:
         poller.register(fd, select.POLLIN)
+    stdout_fd = proc.stdout.fileno() if proc.stdout is not None else -1
     pidfd = _pidfd(proc.pid)
     if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
@@ -175,9 +185,12 @@ def _supervise(
                 wake = min(wake, now + _EXIT_POLL_S)
             for fd, _ in poller.poll(max(wake - now, 0) * 1000):
                 if fd in output.open:
-                    output.read(fd)
+                    chunk = output.read(fd)
                     if fd not in output.open:
                         poller.unregister(fd)
+                    watch_stdout = on_stdout if fd == stdout_fd and chunk else None
+                    if watch_stdout is not None and (reason := watch_stdout(chunk)):
+                        return False, reason
             if proc.poll() is not None:
                 return False, None
             if watch is not None and time.monotonic() >= next_watch:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -113,6 +114,22 @@ def validate(matrix_file: str) -> None:
     matrix = _load(matrix_file)
     _check_size(matrix)
     click.echo(summary(matrix))
+    for cli, tiers in _missing_clis(matrix).items():
+        click.echo(
+            f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "
+            "PATH; the workers that run them need it",
+            err=True,
+        )
+
+
+def _missing_clis(matrix: Matrix) -> dict[str, list[str]]:
+    """The presets' CLIs that are not on PATH here, with the tiers that use them."""
+    missing: dict[str, list[str]] = {}
+    for tier in matrix.tiers:
+        cli = matrix.agent_for(tier).cli
+        if cli is not None and shutil.which(cli) is None:
+            missing.setdefault(cli, []).append(tier.id)
+    return missing
 
 
 def summary(matrix: Matrix) -> str:
@@ -460,7 +477,7 @@ def report(
 
     The table fits the terminal (COLUMNS when set, else 120 columns when stdout
     is not a terminal). Pass rate is passes / runs counted (completed,
-    agent_error, timeout) with its Wilson 95% interval; infrastructure errors
+    agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
     and cancelled runs are counted apart.
 
     \b

@@ -220,7 +220,7 @@ def definitions() -> list[str]:
     """What the headline figures are computed from (README, "Reading a report")."""
     return [
         f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
-        "runs counted = completed + agent_error + timeout; infrastructure errors and "
+        "runs counted = completed + agent_error + timeout + limit; infrastructure errors and "
         "cancelled runs are counted apart and kept out of every figure",
         "grade: from the median composite score; uplift = (the tier's median composite - "
         "the baseline's) / the baseline's",

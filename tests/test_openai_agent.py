@@ -436,3 +436,34 @@ def test_response_without_choices_is_a_protocol_error(tmp_path: Path) -> None:
 
     assert outcome.error is not None and outcome.error.startswith("protocol error")
     assert of_type(events, "llm_call") == []
+
+
+def test_spend_limits_stop_the_loop_between_calls(tmp_path: Path) -> None:
+    """Each call costs $0.0012 (1000 in at $1/M, 100 out at $2/M): past max_cost_usd
+    0.003 after the third, so no fourth is made; max_llm_calls 2 allows two."""
+    from core.config import Limits, ModelPrice
+
+    step = reply(tool_calls=[bash("true")], prompt_tokens=1000, completion_tokens=100)
+    price = ModelPrice(input=1.0, output=2.0)
+    for limits, calls, said in [
+        (Limits(max_cost_usd=0.003), 3, "limit max_cost_usd 0.003 crossed: $0.0036 after 3"),
+        (Limits(max_llm_calls=2), 2, "limit max_llm_calls 2 reached: 2 LLM calls"),
+    ]:
+        with LLMStub([step]) as stub:
+            agent = make_agent(stub.base_url, tmp_path, max_turns=50)
+            workspace = tmp_path / "ws"
+            workspace.mkdir(exist_ok=True)
+            outcome = run_openai_agent(
+                agent,
+                "go",
+                workspace,
+                tmp_path / "events.jsonl",
+                dict(os.environ),
+                None,
+                limits,
+                price,
+            )
+            assert len(stub.requests) == calls
+        assert outcome.limit is not None and outcome.limit.startswith(said)
+        assert outcome.stopped == outcome.limit and not outcome.completed
+        assert outcome.exit_code is None and outcome.error is None

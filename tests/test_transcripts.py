@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.results import ComponentType, Transcript
-from core.transcripts import parse_transcript, render_transcript
+from core.transcripts import FORMATS, parse_transcript, render_transcript
 from core.transcripts.codex import unwrap_shell
 from core.transcripts.jsonlines import read_json_lines
 from core.transcripts.render import bound_text
@@ -397,9 +397,7 @@ def test_reader_skips_blank_lines_counts_noise_and_tolerates_prefixes() -> None:
     assert lines.other_lines == ["warning: x", '{"e":']
 
 
-@pytest.mark.parametrize(
-    "fmt", ["events-jsonl", "claude-stream-json", "codex-exec-json", "opencode-json", "plain"]
-)
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("output", ["", "garbage\n\x00\n{", "[1, 2]", "null"])
 def test_every_format_survives_garbage(fmt: str, output: str) -> None:
     transcript = parse_transcript(fmt, output, events_text=output, command_pattern="x")
@@ -498,3 +496,329 @@ def test_render_is_bounded_with_head_tail_and_cut_marker() -> None:
     assert full.startswith(head) and full.endswith(tail)
     assert len(head) + int(marker.group(1)) + len(tail) == len(full)
     assert bound_text("short", 2000) == "short"
+
+
+# --- the fixes of issue 11: real output of every CLI variant ---------------------------------
+
+
+def _claude_call_lines(usages: list[dict[str, int]]) -> str:
+    """One API call printed as several lines with disagreeing usage, as Claude Code 2.x
+    does (a thinking block's line first, then the text line with the cache counts)."""
+    lines = []
+    for number, usage in enumerate(usages):
+        thinking = {"type": "thinking", "thinking": "..."}
+        block = thinking if number == 0 else {"type": "text", "text": "ok"}
+        message = {"id": "msg_1", "model": "claude-sonnet-4", "content": [block], "usage": usage}
+        lines.append(json.dumps({"type": "assistant", "message": message}))
+    return "\n".join(lines)
+
+
+def test_claude_lines_of_one_call_keep_the_max_of_each_usage_field() -> None:
+    stream = _claude_call_lines(
+        [
+            {"input_tokens": 3, "cache_creation_input_tokens": 9642, "output_tokens": 8},
+            {
+                "input_tokens": 3,
+                "cache_creation_input_tokens": 14392,
+                "cache_read_input_tokens": 17254,
+                "output_tokens": 2,
+            },
+        ]
+    )
+    [call] = parse_transcript("claude-stream-json", stream).llm_calls
+    assert (call.input_tokens, call.cache_write_tokens, call.cache_read_tokens) == (3, 14392, 17254)
+    assert call.output_tokens == 8
+
+
+def test_claude_background_bash_without_notification_has_an_unknown_exit() -> None:
+    lines = [
+        line
+        for line in fixture("claude-stream-json-2.jsonl").splitlines()
+        if '"subtype":"task_notification"' not in line
+    ]
+    transcript = parse_transcript("claude-stream-json", "\n".join(lines))
+    # The background one returned at once; the subagent's own Bash finished in the stream.
+    assert commands(transcript) == [
+        ("sleep 15; echo bash-done", None),
+        ("sleep 20; echo agent-done", 0),
+    ]
+
+
+def test_codex_legacy_protocol_commands_and_completion() -> None:
+    transcript = parse("codex-exec-json", "codex-legacy-json-1.jsonl")
+    assert transcript.recognised and transcript.finished
+    assert commands(transcript) == [("ls -1", 0)]
+    assert transcript.commands[0].id == "call_I1o1QnQDtlLjGMg4Vd9HXJLd"
+    assert transcript.llm_calls == [] and transcript.agent_reported_error is None
+
+
+def test_codex_legacy_missing_api_key_is_reported_as_an_outage() -> None:
+    transcript = parse("codex-exec-json", "codex-legacy-json-2.jsonl")
+    assert transcript.recognised
+    assert transcript.agent_reported_error is not None
+    assert transcript.agent_reported_error.startswith(
+        "Missing environment variable: `OPENAI_API_KEY`"
+    )
+    assert transcript.outage == transcript.agent_reported_error
+    assert transcript.malformed_lines == 0  # the config and prompt lines are JSON, just not events
+
+
+def test_codex_legacy_token_counts() -> None:
+    transcript = parse("codex-exec-json", "codex-legacy-json-3.jsonl")
+    assert token_sums(transcript) == (47, 0, 1627, 384)
+    first = {"input_tokens": 100, "output_tokens": 5}
+    events = [
+        {"type": "task_started"},
+        {"type": "token_count", "info": None},
+        {"type": "token_count", "info": {"total_token_usage": first, "last_token_usage": first}},
+        # a rate-limit update repeats the figures: not a new call
+        {"type": "token_count", "info": {"total_token_usage": first, "last_token_usage": first}},
+        # no last usage: the growth of the total
+        {
+            "type": "token_count",
+            "info": {"total_token_usage": {"input_tokens": 250, "output_tokens": 9}},
+        },
+        {"type": "task_complete"},
+    ]
+    text = "\n".join(json.dumps({"id": "1", "msg": event}) for event in events)
+    calls = parse_transcript("codex-exec-json", text).llm_calls
+    assert [(c.input_tokens, c.output_tokens) for c in calls] == [(100, 5), (150, 4)]
+
+
+def _codex_run(thread: str | None, input_tokens: int) -> list[str]:
+    started = {"type": "thread.started", **({"thread_id": thread} if thread else {})}
+    usage = {"input_tokens": input_tokens, "output_tokens": 1}
+    return [
+        json.dumps(started),
+        '{"type":"turn.started"}',
+        json.dumps({"type": "turn.completed", "usage": usage}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("runs", "inputs"),
+    [
+        # exec, then exec resume of the same thread: the total goes on
+        ([("t1", 1000), ("t1", 2100)], [1000, 1100]),
+        # another thread starts from zero, though its total is larger
+        ([("t1", 1000), ("t2", 1200)], [1000, 1200]),
+        # a thread that names no id cannot be a resumed one
+        ([(None, 1000), (None, 1200)], [1000, 1200]),
+        # a total that went down restarted
+        ([("t1", 1000), ("t1", 400)], [1000, 400]),
+    ],
+)
+def test_codex_running_totals_restart_at_thread_boundaries(
+    runs: list[tuple[str | None, int]], inputs: list[int]
+) -> None:
+    text = "\n".join(line for thread, total in runs for line in _codex_run(thread, total))
+    calls = parse_transcript("codex-exec-json", text).llm_calls
+    assert [call.input_tokens for call in calls] == inputs
+
+
+def test_gemini_json_one_aggregate_call_per_model() -> None:
+    transcript = parse("gemini-json", "gemini-json-1.json")
+    calls = {call.model: call for call in transcript.llm_calls}
+    pro, flash = calls["gemini-2.5-pro"], calls["gemini-2.5-flash"]
+    assert (pro.input_tokens, pro.cache_read_tokens, pro.output_tokens) == (3676, 21263, 174)
+    assert (flash.input_tokens, flash.cache_read_tokens, flash.output_tokens) == (8993, 0, 40)
+    assert pro.input_tokens + pro.cache_read_tokens + pro.output_tokens == 25113  # its `total`
+    assert flash.input_tokens + flash.output_tokens == 9033
+    assert transcript.reported_llm_calls == 3
+    assert transcript.messages == ["assistant: The capital of France is Paris."]
+    assert transcript.recognised and transcript.finished
+    assert transcript.agent_reported_error is None and transcript.reported_cost_usd is None
+
+
+def test_gemini_stream_json() -> None:
+    transcript = parse("gemini-stream-json", "gemini-stream-json-1.jsonl")
+    [call] = transcript.llm_calls
+    assert (call.input_tokens, call.output_tokens, call.cache_read_tokens) == (50, 200, 0)
+    assert transcript.reported_duration_ms == 3000
+    assert commands(transcript) == [("ls -la", None)]  # Gemini prints no exit code
+    assert transcript.messages == ["assistant: Here are the files..."]
+    assert transcript.model == "gemini-2.0-flash-exp"
+    assert transcript.recognised and transcript.finished
+
+
+def test_gemini_stream_after_warning_lines_with_exit_codes_and_cache() -> None:
+    events = [
+        {"type": "init", "session_id": "s", "model": "gemini-2.5-pro"},
+        {
+            "type": "tool_use",
+            "tool_name": "run_shell_command",
+            "tool_id": "a",
+            "parameters": {"command": "false"},
+        },
+        {
+            "type": "tool_result",
+            "tool_id": "a",
+            "status": "success",
+            "output": "Command: false\nExit Code: 1",
+        },
+        {
+            "type": "tool_use",
+            "tool_name": "run_shell_command",
+            "tool_id": "b",
+            "parameters": {"command": "nope"},
+        },
+        {
+            "type": "tool_result",
+            "tool_id": "b",
+            "status": "error",
+            "error": {"type": "x", "message": "denied"},
+        },
+        {"type": "message", "role": "assistant", "content": "Do", "delta": True},
+        {"type": "message", "role": "assistant", "content": "ne", "delta": True},
+        {
+            "type": "result",
+            "status": "success",
+            "stats": {"input_tokens": 900, "cached": 600, "input": 300, "output_tokens": 20},
+        },
+    ]
+    noise = "Loaded cached credentials.\n[WARN] Skipping unreadable directory\n"
+    stream = noise + "\n".join(map(json.dumps, events))
+    transcript = parse_transcript("gemini-stream-json", stream)
+    assert commands(transcript) == [("false", 1), ("nope", 1)]
+    assert token_sums(transcript) == (300, 0, 600, 20)
+    assert transcript.messages == ["assistant: Done"]
+    assert transcript.malformed_lines == 2
+
+
+def test_gemini_quota_error_is_an_outage_with_its_wait() -> None:
+    quota = {
+        "response": "",
+        "error": {
+            "type": "Error",
+            "message": "[API Error: You exceeded your current quota. Please retry in 27.5s.] "
+            "RESOURCE_EXHAUSTED",
+            "code": 429,
+        },
+    }
+    transcript = parse_transcript("gemini-json", json.dumps(quota))
+    assert transcript.outage is not None and "quota" in transcript.outage
+    assert transcript.retry_after_s == 27.5
+    error = {"type": "x", "message": "429 Too Many Requests"}
+    failed = json.dumps({"type": "result", "status": "error", "error": error, "stats": {}})
+    assert parse_transcript("gemini-stream-json", failed).outage == "429 Too Many Requests"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "line", "wait"),
+    [
+        (
+            "claude-stream-json",
+            '{"type":"result","subtype":"success","is_error":true,"api_error_status":429,'
+            '"result":"API Error: 429 {\\"type\\":\\"rate_limit_error\\"}"}',
+            None,
+        ),
+        (
+            "claude-stream-json",
+            '{"type":"result","subtype":"success","is_error":true,'
+            '"result":"Claude AI usage limit reached|4102444800"}',
+            "epoch",
+        ),
+        (
+            "codex-exec-json",
+            '{"type":"turn.started"}\n{"type":"turn.failed","error":{"message":'
+            '"unexpected status 503 Service Unavailable; retry after 30 seconds"}}',
+            30.0,
+        ),
+        (
+            "opencode-json",
+            '{"type":"error","error":{"name":"APIError","data":'
+            '{"message":"Overloaded","statusCode":529}}}',
+            None,
+        ),
+    ],
+)
+def test_provider_outages_are_set_apart(fmt: str, line: str, wait: object) -> None:
+    transcript = parse_transcript(fmt, line)
+    assert transcript.outage is not None and transcript.outage == transcript.agent_reported_error
+    if wait == "epoch":
+        assert transcript.retry_after_s is not None and transcript.retry_after_s > 3600
+    else:
+        assert transcript.retry_after_s == wait
+
+
+def test_an_agents_own_error_is_not_an_outage() -> None:
+    assert parse("claude-stream-json", "claude-json-2.json").outage is None  # a 400
+    assert parse("codex-exec-json", "codex-exec-json-failed.jsonl").outage is None
+
+
+ALL_SAMPLES = {
+    "claude-stream-json": [
+        "claude-stream-json-1.jsonl",
+        "claude-stream-json-2.jsonl",
+        "claude-stream-json-3.jsonl",
+        "claude-json-1.json",
+        "claude-json-2.json",
+        "claude-stream-json-errors.jsonl",
+    ],
+    "codex-exec-json": [
+        "codex-exec-json-1.jsonl",
+        "codex-exec-json-2.jsonl",
+        "codex-exec-json-3.jsonl",
+        "codex-exec-json-failed.jsonl",
+        "codex-legacy-json-1.jsonl",
+        "codex-legacy-json-2.jsonl",
+        "codex-legacy-json-3.jsonl",
+    ],
+    "opencode-json": [
+        "opencode-json-1.jsonl",
+        "opencode-json-2.jsonl",
+        "opencode-json-3.jsonl",
+        "opencode-json-error-status.jsonl",
+    ],
+    "gemini-json": ["gemini-json-1.json"],
+    "gemini-stream-json": ["gemini-stream-json-1.jsonl"],
+}
+
+
+@pytest.mark.parametrize("fmt", list(ALL_SAMPLES))
+def test_each_parser_recognises_its_own_samples_and_no_other(fmt: str) -> None:
+    """A transcript read with the wrong parser says so instead of passing for an
+    empty session: Gemini's stream read as Claude's was `finished` with 0 calls."""
+    for other, names in ALL_SAMPLES.items():
+        for name in names:
+            recognised = parse_transcript(fmt, fixture(name)).recognised
+            gemini_pair = {fmt, other} == {"gemini-json", "gemini-stream-json"}
+            assert recognised == (other == fmt or gemini_pair), (fmt, name)
+    assert not parse_transcript(fmt, "plain words\n").recognised
+
+
+def test_every_fixture_is_listed_in_sources() -> None:
+    sources = fixture("SOURCES.md")
+    for path in FIXTURES.iterdir():
+        assert path.name == "SOURCES.md" or path.name in sources, path.name
+
+
+@pytest.mark.parametrize(
+    ("message", "outage"),
+    [
+        ("API Error: 529 Overloaded", True),
+        ("unexpected status 502 Bad Gateway", True),
+        ("HTTP 401 Unauthorized", True),
+        ("LLM call to http://x/chat/completions failed: HTTP 429: slow down", True),
+        ("Missing environment variable: `OPENAI_API_KEY`. Create an API key", True),
+        ("the file has 500 lines; refusing to read it", False),
+        ("Error: Exit code 1", False),
+        ("API Error: 400 prompt is too long", False),
+    ],
+)
+def test_what_counts_as_a_provider_outage(message: str, outage: bool) -> None:
+    from core.transcripts.outage import outage_of
+
+    assert (outage_of(message) is not None) == outage
+
+
+def test_auto_recognises_every_sample_and_records_its_choice() -> None:
+    for fmt, names in ALL_SAMPLES.items():
+        for name in names:
+            chosen = parse_transcript("auto", fixture(name))
+            assert chosen == parse(fmt, name), name  # the same as naming the format
+    nothing = parse_transcript("auto", "just words\n")
+    assert nothing.format == "auto" and not nothing.recognised
+    # An events file stands in for stdout that no parser knows.
+    events = parse_transcript("auto", "words\n", events_text=fixture("events-all-types.jsonl"))
+    assert events.recognised and events.llm_calls

@@ -2,6 +2,11 @@
 
 Idempotent by run_id: a stored final result is returned, not re-run, so a
 redelivered message (worker killed, runner cancelled) cannot count twice.
+A run whose model provider failed (rate limit, overload, quota, authentication:
+an `outage`) stores nothing while deliveries remain: `RetryLater` says when to
+send it again (the wait the provider stated, else a doubling back-off), and the
+next delivery's result lists the outages before it. The last allowed delivery
+stores its outage as the infrastructure error it is.
 Deliveries are counted in Redis and capped. While a delivery runs it holds the
 run's lease (worker/lease.py), so a run whose worker died is sent again
 within minutes (worker/recovery.py). Secrets are taken out of the result
@@ -27,6 +32,7 @@ from kombu.exceptions import OperationalError
 
 from core.config import Matrix
 from core.evaluate import evaluate_run
+from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.results import (
     NOT_RUN_NOTE,
@@ -53,12 +59,32 @@ log = logging.getLogger(__name__)
 # tried again for about 30 s.
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, OperationalError)
 _RETRY_WAITS_S = (1, 2, 4, 8, 15)
+# After a provider outage: the first wait when the provider stated none (doubled per
+# delivery), and the longest wait honoured (a "resets tomorrow" is not waited for).
+OUTAGE_BACKOFF_S = float(os.environ.get("EVALFLEET_OUTAGE_BACKOFF_S", "30"))
+MAX_OUTAGE_WAIT_S = 900.0
 T = TypeVar("T")
 
 
-def execute(spec: RunSpec, store: Store, on_phase: Phase = lambda phase: None) -> RunResult:
+class RetryLater(Exception):
+    """The run met a provider outage and has deliveries left: send it again in `wait_s`."""
+
+    def __init__(self, wait_s: float, outages: list[str]):
+        super().__init__(f"retry in {wait_s:g} s after: {outages[-1]}")
+        self.wait_s = wait_s
+        self.outages = outages
+
+
+def execute(
+    spec: RunSpec,
+    store: Store,
+    on_phase: Phase = lambda phase: None,
+    outages: list[str] | None = None,
+) -> RunResult:
     """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
-    result is recorded; the run's message or its lease brings it back."""
+    result is recorded; the run's message or its lease brings it back. Raises
+    RetryLater after a provider outage while deliveries remain. `outages`: the
+    earlier deliveries' outages, kept on the result."""
     started = time.time()
     matrix = _matrix(store, spec.experiment_id)
     lease = Lease(store, spec)
@@ -88,12 +114,31 @@ def execute(spec: RunSpec, store: Store, on_phase: Phase = lambda phase: None) -
         result = error_result(spec, f"internal error: {exc!r}", delivery.attempts, started)
         result.fail_reason = f"{result.fail_reason}\n{traceback.format_exc(limit=5)}"
     result = redact_record(result, secrets)
+    seen = [*(outages or []), result.fail_reason or "outage"] if result.outage else outages
+    result = result.model_copy(update={"outages": seen or []})
+    if result.outage and delivery.attempts < matrix.max_attempts:
+        wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
+        # The lease covers the wait, so no sweep sends the run again meanwhile.
+        _patiently(
+            lambda: store.take_lease(
+                spec.experiment_id, spec.run_id, lease.holder, wait_s + matrix.lease_s
+            )
+        )
+        log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
+        raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
         _note_health(store, matrix, result)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
+
+
+def outage_wait_s(stated_s: float | None, attempts: int) -> float:
+    """The wait before the next delivery: what the provider stated, else a back-off
+    doubling per delivery; never more than MAX_OUTAGE_WAIT_S."""
+    wait_s = stated_s if stated_s is not None else OUTAGE_BACKOFF_S * 2 ** (attempts - 1)
+    return min(max(wait_s, 0.0), MAX_OUTAGE_WAIT_S)
 
 
 def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
@@ -226,11 +271,16 @@ def _run_agent(
     env: dict[str, str],
     container: Container | None,
 ) -> AgentOutcome:
-    agent = matrix.agent_for(matrix.tier(spec.tier))
+    tier = matrix.tier(spec.tier)
+    agent = matrix.agent_for(tier)
+    limits = matrix.limits_for(tier, matrix.scenario(spec.scenario))
+    price = price_for(agent.model, matrix.pricing)
     if agent.kind == "openai":
         api_key = os.environ.get(agent.api_key_env) if agent.api_key_env else None
-        return run_openai_agent(agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key)
-    return run_command_agent(agent, run_dir, env, container)
+        return run_openai_agent(
+            agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key, limits, price
+        )
+    return run_command_agent(agent, run_dir, env, container, limits, price)
 
 
 def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:

@@ -5,7 +5,8 @@ kills the chord), so every outcome, a soft time limit included, becomes a
 stored RunResult and the task returns a small summary. The exceptions are a
 run handed back by a leaving worker (worker/grace.py) and a run that Redis left
 (a restart longer than worker/run.py waits): the message is rejected with
-requeue, which neither fails nor counts toward the chord.
+requeue, which neither fails nor counts toward the chord. A run whose model
+provider failed is retried (`self.retry`) after the wait worker/run.py names.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from core.store import Store
 from worker.app import app
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
-from worker.run import REDIS_DOWN, execute
+from worker.run import REDIS_DOWN, RetryLater, execute
 
 
 @cache
@@ -42,8 +43,9 @@ def summary(result: RunResult) -> dict[str, Any]:
     }
 
 
-@app.task(bind=True, name="evalfleet.run")
-def run(self: Task, spec: dict[str, Any]) -> dict[str, Any]:
+# max_retries=None: the matrix's max_attempts caps a run's deliveries (worker/run.py).
+@app.task(bind=True, name="evalfleet.run", max_retries=None)
+def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> dict[str, Any]:
     run_spec = RunSpec.model_validate(spec)
 
     def on_phase(phase: str) -> None:
@@ -53,7 +55,13 @@ def run(self: Task, spec: dict[str, Any]) -> dict[str, Any]:
 
     try:
         with graceful_run():
-            result = execute(run_spec, store(), on_phase)
+            result = execute(run_spec, store(), on_phase, outages)
+    except RetryLater as exc:
+        # The same task again later (a chord header may retry): the chord still
+        # waits for this run's one result.
+        raise self.retry(
+            args=(spec,), kwargs={"outages": exc.outages}, countdown=exc.wait_s
+        ) from None
     except HandBack as exc:
         raise Reject(str(exc), requeue=True) from None
     except REDIS_DOWN as exc:

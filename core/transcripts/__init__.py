@@ -1,7 +1,10 @@
 """Agent transcripts: parse any supported format into one `Transcript`, render it for a judge.
 
 Formats (the `agent.transcript` values): events-jsonl, claude-stream-json,
-codex-exec-json, opencode-json, plain. One module per format.
+codex-exec-json, opencode-json, gemini-json, gemini-stream-json, plain, and
+`auto`: the first CLI format whose parser recognises the output (the run's
+`transcript_format` says which); output none recognises is unrecognised. One
+module per agent CLI.
 
 Precedence of the events file ($EVALFLEET_EVENTS), when present and not blank:
 - `events-jsonl` reads ONLY that file. Without it, stdout gets the plain regex
@@ -12,6 +15,12 @@ Precedence of the events file ($EVALFLEET_EVENTS), when present and not blank:
   Totals the CLI reported itself (cost, output total, duration, errors, finished)
   always come from stdout.
 `cumulative_input` is set here, once, for whichever calls won.
+
+A CLI format whose parser recognised no line of stdout, and no events file to
+stand in, is `recognised=False`: the run says so rather than score an empty
+session. An error the CLI reported that is the model provider's outage (rate
+limit, overload, quota, authentication) is set apart as `outage` here, once for
+every format (core/transcripts/outage.py).
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ from core.results import LLMCallMetrics, Transcript
 from core.transcripts.claude import parse_claude
 from core.transcripts.codex import parse_codex
 from core.transcripts.events import parse_events
+from core.transcripts.gemini import gemini_format, parse_gemini_json, parse_gemini_stream
 from core.transcripts.opencode import parse_opencode
+from core.transcripts.outage import outage_of, stated_wait_s
 from core.transcripts.plain import parse_plain
 from core.transcripts.render import render_transcript
 
@@ -33,8 +44,12 @@ _STDOUT_PARSERS: dict[str, Callable[[str], Transcript]] = {
     "claude-stream-json": parse_claude,
     "codex-exec-json": parse_codex,
     "opencode-json": parse_opencode,
+    "gemini-json": parse_gemini_json,
+    "gemini-stream-json": parse_gemini_stream,
 }
-FORMATS = ("events-jsonl", *_STDOUT_PARSERS, "plain")
+FORMATS = ("events-jsonl", *_STDOUT_PARSERS, "plain", "auto")
+# Tried in this order by `auto`, then Gemini's two formats (gemini_format).
+_AUTO_ORDER = ("claude-stream-json", "codex-exec-json", "opencode-json")
 
 
 def parse_transcript(
@@ -53,12 +68,25 @@ def parse_transcript(
         else:
             transcript = parse_plain(output, command_pattern).model_copy(update={"format": fmt})
     else:
+        if fmt == "auto":
+            fmt = _detect(output)
         parse_stdout = _STDOUT_PARSERS.get(fmt)
         transcript = parse_stdout(output) if parse_stdout else parse_plain(output, command_pattern)
+        if fmt == "auto":
+            transcript = transcript.model_copy(update={"format": fmt, "recognised": False})
         if events is not None:
             transcript = _overlay_events(transcript, events)
     transcript.llm_calls = _with_cumulative_input(transcript.llm_calls)
+    if (outage := outage_of(transcript.agent_reported_error)) is not None:
+        transcript.outage = outage
+        transcript.retry_after_s = stated_wait_s(outage)
     return transcript
+
+
+def _detect(output: str) -> str:
+    """The first CLI format whose parser recognises `output`; "auto" when none does."""
+    found = next((f for f in _AUTO_ORDER if _STDOUT_PARSERS[f](output).recognised), None)
+    return found or gemini_format(output) or "auto"
 
 
 def _overlay_events(stdout: Transcript, events: Transcript) -> Transcript:
@@ -71,6 +99,7 @@ def _overlay_events(stdout: Transcript, events: Transcript) -> Transcript:
     for kind in ("llm_calls", "components", "messages"):
         if getattr(events, kind):
             update[kind] = getattr(events, kind)
+            update["recognised"] = True  # the events file tells what stdout did not
     return stdout.model_copy(update=update)
 
 

@@ -3,7 +3,9 @@
 The traps, and how they are handled (fixtures SOURCES.md, section 1):
 - One API call is one distinct `message.id` (then `request_id`, then `uuid`) over the
   WHOLE stream: 2.x prints each content block as its own, non-adjacent line with a
-  copied `usage`. Copies that disagree keep the max `output_tokens`.
+  copied `usage`. Copies that disagree (2.x: a thinking block's line first, then the
+  text/tool_use lines with the cache counts filled in) keep the max of EACH usage field,
+  so no cache-read or cache-write token of the call is lost.
 - `input_tokens`, `cache_creation_input_tokens` and `cache_read_input_tokens` are
   disjoint: they map to input_tokens, cache_write_tokens and cache_read_tokens.
 - Per-line `output_tokens` is a placeholder (the message_start value). The calls keep
@@ -15,10 +17,14 @@ The traps, and how they are handled (fixtures SOURCES.md, section 1):
 - A `<synthetic>` assistant line is an API error, not a call.
 - Bash `tool_use` pairs with the later `tool_result` of the same id. No numeric exit
   code exists: `is_error` false/absent -> 0; true -> N from a leading "Exit code N",
-  else 1. A background Bash's real exit comes in `system/task_notification`
-  ("... completed (exit code N)") and overrides its immediate result.
+  else 1. A background Bash (`run_in_background`) returns at once, so its immediate
+  result says nothing: its exit comes only from `system/task_notification` ("...
+  completed (exit code N)"), and stays unknown when the stream has none.
 - No `result` line: the process was killed or crashed (`finished=False`); cost and
   duration stay unknown.
+- A stream with no `system`/`result` line with a `subtype` and no `assistant`/`user`
+  line with a `message` is not Claude Code output: `recognised=False`.
+- Checked against Claude Code 2.1.3, 2.1.7 and 2.1.284 captures (fixtures SOURCES.md).
 - `--output-format json` prints only the result object (or an array of all
   messages). With no assistant lines, the result's session usage becomes one
   aggregate call, as Codex runs have.
@@ -44,19 +50,30 @@ _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (\d+)")
 _BACKGROUND_EXIT = re.compile(r"\(exit code (\d+)\)")
 
 
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
 @dataclass
 class _Call:
-    usage: JsonObject
     model: str | None
-    output_tokens: int
+    usage: dict[str, int] = field(default_factory=dict)
     tool_use_ids: set[str] = field(default_factory=set)
+
+    def merge(self, usage: JsonObject) -> None:
+        for key in _USAGE_KEYS:
+            self.usage[key] = max(self.usage.get(key, 0), count(usage, key))
 
     def metrics(self) -> LLMCallMetrics:
         return LLMCallMetrics(
-            input_tokens=count(self.usage, "input_tokens"),
-            output_tokens=self.output_tokens,
-            cache_read_tokens=count(self.usage, "cache_read_input_tokens"),
-            cache_write_tokens=count(self.usage, "cache_creation_input_tokens"),
+            input_tokens=self.usage.get("input_tokens", 0),
+            output_tokens=self.usage.get("output_tokens", 0),
+            cache_read_tokens=self.usage.get("cache_read_input_tokens", 0),
+            cache_write_tokens=self.usage.get("cache_creation_input_tokens", 0),
             tool_calls_made=len(self.tool_use_ids),
             model=self.model,
         )
@@ -67,7 +84,9 @@ class _Stream:
     calls: dict[str, _Call] = field(default_factory=dict)
     commands: dict[str, CommandRecord] = field(default_factory=dict)
     exit_codes: dict[str, int] = field(default_factory=dict)
+    background: set[str] = field(default_factory=set)
     background_exit_codes: dict[str, int] = field(default_factory=dict)
+    recognised: bool = False
     messages: list[str] = field(default_factory=list)
     model: str | None = None
     api_error: str | None = None
@@ -75,6 +94,10 @@ class _Stream:
 
     def read(self, line: JsonObject, index: int) -> None:
         kind, subtype = line.get("type"), line.get("subtype")
+        if (kind in ("system", "result") and "subtype" in line) or (
+            kind in ("assistant", "user") and isinstance(line.get("message"), dict)
+        ):
+            self.recognised = True  # Gemini prints `result` lines too, without a subtype
         if kind == "assistant":
             self._assistant(line, index)
         elif kind == "user":
@@ -94,11 +117,10 @@ class _Stream:
             self.api_error = _error_text(line) or _content_text(message.get("content"))
             return
         key = text(message, "id") or text(line, "request_id") or text(line, "uuid") or f"#{index}"
-        usage = as_object(message.get("usage"))
         call = self.calls.get(key)
         if call is None:
-            call = self.calls[key] = _Call(usage, text(message, "model"), 0)
-        call.output_tokens = max(call.output_tokens, count(usage, "output_tokens"))
+            call = self.calls[key] = _Call(text(message, "model"))
+        call.merge(as_object(message.get("usage")))
         role = "assistant" if line.get("parent_tool_use_id") is None else "subagent"
         for block in _blocks(message.get("content")):
             if block.get("type") == "text" and text(block, "text"):
@@ -108,6 +130,8 @@ class _Stream:
                 command = text(block.get("input"), "command")
                 if block.get("name") == "Bash" and command is not None:
                     self.commands.setdefault(tool_id, CommandRecord(command=command, id=tool_id))
+                    if as_object(block.get("input")).get("run_in_background") is True:
+                        self.background.add(tool_id)
 
     def _user(self, line: JsonObject) -> None:
         for block in _blocks(as_object(line.get("message")).get("content")):
@@ -130,9 +154,8 @@ class _Stream:
 
     def transcript(self, malformed: int) -> Transcript:
         for tool_id, command in self.commands.items():
-            command.exit_code = self.background_exit_codes.get(
-                tool_id, self.exit_codes.get(tool_id)
-            )
+            exits = self.background_exit_codes if tool_id in self.background else self.exit_codes
+            command.exit_code = exits.get(tool_id)
         calls = [call.metrics() for call in self.calls.values()]
         model = self.model or next((call.model for call in calls if call.model), None)
         transcript = Transcript(
@@ -143,6 +166,7 @@ class _Stream:
             model=model,
             agent_reported_error=self.api_error,
             finished=self.result is not None,
+            recognised=self.recognised,
             malformed_lines=malformed,
         )
         if self.result is not None:
@@ -166,7 +190,8 @@ def _apply_result(transcript: Transcript, result: JsonObject) -> None:
         transcript.reported_cache_read_tokens = count(usage, "cache_read_input_tokens")
         transcript.reported_cache_write_tokens = count(usage, "cache_creation_input_tokens")
         if not transcript.llm_calls and any(count(usage, key) for key in usage):
-            aggregate = _Call(usage, transcript.model, count(usage, "output_tokens"))
+            aggregate = _Call(transcript.model)
+            aggregate.merge(usage)
             transcript.llm_calls = [aggregate.metrics()]
     cost = number(result, "total_cost_usd")
     transcript.reported_cost_usd = cost if cost is not None else number(result, "cost_usd")

@@ -1,9 +1,16 @@
-"""OpenAI Codex CLI: `codex exec --json` (the thread/turn/item protocol, 0.4x onwards).
+"""OpenAI Codex CLI: `codex exec --json`, both protocols it has printed.
 
-The traps, and how they are handled (fixtures SOURCES.md, section 2):
-- `turn.completed.usage` is the THREAD's running total (it includes earlier
-  `exec resume` runs): each turn's usage is the difference from the last total seen
-  for the same `thread_id`. A total smaller than the last one (a reset) is taken whole.
+Checked against codex-cli 0.46.0 and 0.157.1 captures and the docs/exec.md sample
+(thread/turn/item protocol), and against pre-0.44 captures (`{"id", "msg"}` protocol);
+fixtures SOURCES.md, section 2.
+
+The thread/turn/item protocol (0.44 onwards), and its traps:
+- `turn.completed.usage` is the THREAD's running total: each turn's usage is the
+  difference from the last total of the same thread. Where that total starts again
+  is decided at the boundaries, not only by a number going down: a `thread.started`
+  of another thread, or one that names no thread, starts from zero; the same thread
+  started again is an `exec resume` (its total goes on from the earlier run's, as
+  0.157 prints); and a total smaller in any field than the last one is a reset too.
 - Exec JSON has no per-call usage, so each turn becomes one aggregate LLM call.
 - `cached_input_tokens` (and `cache_write_input_tokens`, when present) are subsets of
   `input_tokens`: the call stores input_tokens = input - cached - cache_write, so a
@@ -17,6 +24,17 @@ The traps, and how they are handled (fixtures SOURCES.md, section 2):
 - `turn.failed` is the run's error. A top-level `error` ("Reconnecting... n/5") is
   transient: it only counts when no `turn.completed` follows it.
 - The stream is finished when every started turn ended (completed or failed).
+
+The `{"id": ..., "msg": {"type": ...}}` protocol (before openai/codex PR #4525):
+- `exec_command_begin{call_id, command: argv}` pairs with `exec_command_end{call_id,
+  exit_code}`; `agent_message{message}` is the assistant's text.
+- `token_count` is one model response: its flat usage (early builds), or
+  `info.last_token_usage` (later builds, which repeat the event with an unchanged
+  `info.total_token_usage` on rate-limit updates: a repeat is not a new call).
+- `error{message}` ends the task (a missing API key arrives this way);
+  `task_complete` ends it normally.
+
+A stream with no event of either protocol is not Codex output: `recognised=False`.
 """
 
 from __future__ import annotations
@@ -34,10 +52,25 @@ _SHELLS = {"bash", "sh", "zsh", "dash"}
 _TOOL_ITEMS = {"command_execution", "mcp_tool_call", "file_change", "web_search"}
 
 
+_ITEM_EVENTS = {
+    "thread.started",
+    "turn.started",
+    "turn.completed",
+    "turn.failed",
+    "item.started",
+    "item.updated",
+    "item.completed",
+}
+
+
 @dataclass
 class _Stream:
-    thread_id: str | None = None
-    last_totals: dict[str | None, dict[str, int]] = field(default_factory=dict)
+    thread: object = None  # the current thread's key in last_totals
+    last_totals: dict[object, dict[str, int]] = field(default_factory=dict)
+    recognised: bool = False
+    model: str | None = None
+    pending: dict[str, str] = field(default_factory=dict)  # legacy call_id -> command
+    last_legacy_total: dict[str, int] | None = None
     calls: list[LLMCallMetrics] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
@@ -49,8 +82,16 @@ class _Stream:
 
     def read(self, event: JsonObject) -> None:
         kind = event.get("type")
+        if isinstance(event.get("msg"), dict) and "type" not in event:
+            self._legacy(event["msg"])
+            return
+        if not isinstance(kind, str):
+            return
+        if kind in _ITEM_EVENTS or (kind == "error" and set(event) == {"type", "message"}):
+            self.recognised = True
         if kind == "thread.started":
-            self.thread_id = text(event, "thread_id")
+            # A thread that names no id cannot be a resumed one: it starts from zero.
+            self.thread = text(event, "thread_id") or object()
         elif kind == "turn.started":
             self.turn_open, self.tools_this_turn = True, 0
         elif kind == "item.completed" and isinstance(event.get("item"), dict):
@@ -72,7 +113,7 @@ class _Stream:
 
     def _item(self, item: JsonObject) -> None:
         kind = item.get("type", item.get("item_type"))  # `item_type`: right after PR #4525
-        if kind in _TOOL_ITEMS:
+        if isinstance(kind, str) and kind in _TOOL_ITEMS:
             self.tools_this_turn += 1
         if kind in ("agent_message", "assistant_message") and text(item, "text"):
             self.messages.append(f"assistant: {item['text']}")
@@ -84,21 +125,63 @@ class _Stream:
             )
 
     def _turn_call(self, usage: JsonObject) -> LLMCallMetrics:
-        totals = {key: count(usage, key) for key in _USAGE_KEYS}
-        last = self.last_totals.get(self.thread_id)
-        self.last_totals[self.thread_id] = totals
-        if last is not None and all(totals[key] >= last[key] for key in _USAGE_KEYS):
-            delta = {key: totals[key] - last[key] for key in _USAGE_KEYS}
+        totals = _totals(usage)
+        last = self.last_totals.get(self.thread)
+        self.last_totals[self.thread] = totals
+        return _call(_since(totals, last), self.tools_this_turn)
+
+    def _legacy(self, msg: JsonObject) -> None:
+        kind = msg.get("type")
+        if not isinstance(kind, str):
+            return
+        self.recognised = True
+        if kind == "session_configured":
+            self.model = self.model or text(msg, "model")
+        elif kind == "task_started":
+            self.turn_open, self.tools_this_turn = True, 0
+        elif kind == "task_complete":
+            self._end_turn()
+        elif kind == "agent_message" and text(msg, "message"):
+            self.messages.append(f"assistant: {msg['message']}")
+        elif kind == "exec_command_begin":
+            self.tools_this_turn += 1
+            self.pending[text(msg, "call_id") or ""] = _argv_command(msg.get("command"))
+        elif kind == "exec_command_end":
+            call_id = text(msg, "call_id") or ""
+            command = self.pending.pop(call_id, None) or _argv_command(msg.get("command"))
+            code = msg.get("exit_code")
+            exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            self.commands.append(
+                CommandRecord(command=unwrap_shell(command), exit_code=exit_code, id=call_id)
+            )
+        elif kind == "token_count":
+            self._legacy_tokens(msg)
+        elif kind == "error":
+            self.failure = text(msg, "message") or "error"
+            self._end_turn()
+        elif kind == "stream_error":
+            self.transient_error = text(msg, "message") or "stream error"
+
+    def _legacy_tokens(self, msg: JsonObject) -> None:
+        info = msg.get("info")
+        if not isinstance(info, dict):
+            if "input_tokens" in msg or "output_tokens" in msg:
+                self.calls.append(_call(_totals(msg), self.tools_this_turn))
+            return
+        total = info.get("total_token_usage")
+        totals = _totals(total) if isinstance(total, dict) else None
+        if totals is not None and totals == self.last_legacy_total:
+            return  # the same figures again (a rate-limit update), not a new response
+        last = info.get("last_token_usage")
+        if isinstance(last, dict):
+            usage = _totals(last)
+        elif totals is not None:
+            usage = _since(totals, self.last_legacy_total)
         else:
-            delta = totals
-        cached, written = delta["cached_input_tokens"], delta["cache_write_input_tokens"]
-        return LLMCallMetrics(
-            input_tokens=max(delta["input_tokens"] - cached - written, 0),
-            output_tokens=delta["output_tokens"],
-            cache_read_tokens=cached,
-            cache_write_tokens=written,
-            tool_calls_made=self.tools_this_turn,
-        )
+            return
+        self.last_legacy_total = totals
+        self.calls.append(_call(usage, self.tools_this_turn))
+        self.tools_this_turn = 0
 
     def transcript(self, malformed: int) -> Transcript:
         return Transcript(
@@ -106,8 +189,10 @@ class _Stream:
             llm_calls=self.calls,
             commands=self.commands,
             messages=self.messages,
+            model=self.model,
             agent_reported_error=self.failure or self.transient_error,
             finished=self.turns_ended > 0 and not self.turn_open,
+            recognised=self.recognised,
             malformed_lines=malformed,
         )
 
@@ -118,6 +203,34 @@ def parse_codex(output: str) -> Transcript:
     for event in lines.objects:
         stream.read(event)
     return stream.transcript(lines.malformed)
+
+
+def _totals(usage: JsonObject) -> dict[str, int]:
+    return {key: count(usage, key) for key in _USAGE_KEYS}
+
+
+def _since(totals: dict[str, int], last: dict[str, int] | None) -> dict[str, int]:
+    """A running total's growth since `last`; a total smaller in any field restarted."""
+    if last is None or any(totals[key] < last[key] for key in _USAGE_KEYS):
+        return totals
+    return {key: totals[key] - last[key] for key in _USAGE_KEYS}
+
+
+def _call(usage: dict[str, int], tools: int) -> LLMCallMetrics:
+    cached, written = usage["cached_input_tokens"], usage["cache_write_input_tokens"]
+    return LLMCallMetrics(
+        input_tokens=max(usage["input_tokens"] - cached - written, 0),
+        output_tokens=usage["output_tokens"],
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        tool_calls_made=tools,
+    )
+
+
+def _argv_command(command: object) -> str:
+    if isinstance(command, list):
+        return shlex.join(str(arg) for arg in command)
+    return command if isinstance(command, str) else ""
 
 
 def unwrap_shell(command: str) -> str:

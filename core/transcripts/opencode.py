@@ -12,6 +12,8 @@ The traps, and how they are handled (fixtures SOURCES.md, section 3):
   refused) counts as failed: the metadata exit when given, else 1. `invalid` and
   other tools are not commands.
 - `error` lines (no `part`) are the agent's error: opencode exits 0 after them.
+- A stream with no such event (a `part`, or an `error` line) is not OpenCode output:
+  `recognised=False`. Checked against opencode of Dec 2025, Feb 2026 and 1.18.29.
 - There is no final event: the run finished when the last `step_finish` has a
   reason other than "tool-calls" (older builds omit the reason: taken as finished).
 """
@@ -31,6 +33,7 @@ from core.transcripts.jsonlines import (
 )
 
 FORMAT = "opencode-json"
+_EVENTS = {"step_start", "step_finish", "text", "reasoning", "tool_use", "error"}
 
 
 @dataclass
@@ -48,8 +51,12 @@ class _Stream:
     error: str | None = None
     first_timestamp: float | None = None
     last_timestamp: float | None = None
+    recognised: bool = False
 
     def read(self, event: JsonObject, index: int) -> None:
+        kind = event.get("type")
+        if isinstance(kind, str) and kind in _EVENTS and ("part" in event or "error" in event):
+            self.recognised = True
         timestamp = number(event, "timestamp")
         if timestamp is not None:
             if self.first_timestamp is None:
@@ -125,6 +132,7 @@ class _Stream:
             reported_duration_ms=duration,
             agent_reported_error=self.error,
             finished=self.steps_finished > 0 and self.last_reason != "tool-calls",
+            recognised=self.recognised,
             malformed_lines=malformed,
         )
 

@@ -9,10 +9,16 @@ and only the lines that are not JSON (interleaved stderr, warnings) are kept as
 from __future__ import annotations
 
 from core.results import CommandRecord, Transcript
-from core.transcripts import claude, codex, opencode
+from core.transcripts import claude, codex, gemini, opencode
 from core.transcripts.jsonlines import read_json_lines
 
-_JSON_STREAM_FORMATS = {claude.FORMAT, codex.FORMAT, opencode.FORMAT}
+_JSON_STREAM_FORMATS = {
+    claude.FORMAT,
+    codex.FORMAT,
+    opencode.FORMAT,
+    gemini.JSON_FORMAT,
+    gemini.STREAM_FORMAT,
+}
 _CUT_MARKER = "\n\n[... {} characters cut ...]\n\n"
 
 

@@ -12,6 +12,9 @@ How a run ends (the `AgentOutcome`):
 - the `timeout_s` deadline passes: `timed_out`, exit code None. No call or command
   starts past it; an LLM call has it as its deadline (connect, headers and body,
   however slowly they arrive) and a command is killed at it;
+- a spend limit (`limits:`) crossed by the calls so far, or one more call would pass
+  `max_llm_calls`: checked before every call, so the loop stops within one call of
+  the limit; exit code None, `stopped` and `limit` say which and at what figure;
 - HTTP or protocol errors: `error` set, exit code 1. The LLM calls go through
   core/llm_http.py: 429/5xx and transport errors are retried twice (Retry-After
   honoured, else back-off with jitter), and a response body past its size cap
@@ -40,10 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from core.config import AgentConfig
+from core.config import AgentConfig, Limits, ModelPrice
+from core.limits import crossed, spend_of
 from core.llm_http import Deadline, DeadlineExceeded, LLMError, LLMHttp, LLMReply
 from core.redact import redact as redact_secrets
-from core.results import AgentOutcome, ComponentType
+from core.results import AgentOutcome, ComponentType, LLMCallMetrics, Transcript
 from core.shell import HeadTail, ShellResult, run_shell
 
 BASH_TOOL: dict[str, Any] = {
@@ -86,8 +90,11 @@ def run_openai_agent(
     events_path: Path,
     env: Mapping[str, str],
     api_key: str | None,
+    limits: Limits | None = None,
+    price: ModelPrice | None = None,
 ) -> AgentOutcome:
-    """Run the loop in `workspace`, writing `events_path`; never raises for the run's failures."""
+    """Run the loop in `workspace`, writing `events_path`; never raises for the run's failures.
+    `limits` are checked between LLM calls (`price` prices them)."""
     started_at = time.time()
     redact = functools.partial(redact_secrets, secrets=[api_key])
     log = HeadTail(agent.max_transcript_bytes - _CUT_MARKER_RESERVE)
@@ -95,12 +102,15 @@ def run_openai_agent(
         events_path.open("w", encoding="utf-8") as events_file,
         LLMHttp(attempts=_HTTP_ATTEMPTS, headers=_headers(api_key)) as http,
     ):
-        loop = _Loop(agent, workspace, env, http, _Events(events_file, redact), log, redact)
+        events = _Events(events_file, redact)
+        loop = _Loop(agent, workspace, env, http, events, log, redact, limits or Limits(), price)
         end = loop.run(prompt)
     return AgentOutcome(
         exit_code=end.exit_code,
         timed_out=end.timed_out,
         error=redact(end.error) if end.error else None,
+        stopped=end.limit,
+        limit=end.limit,
         stdout=log.text(),
         stderr=redact("".join(f"{note}\n" for note in loop.notes)),
         output_truncated=log.truncated,
@@ -114,6 +124,7 @@ class _End:
     exit_code: int | None
     timed_out: bool = False
     error: str | None = None
+    limit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,8 @@ class _Loop:
         events: _Events,
         log: HeadTail,
         redact: Redact,
+        limits: Limits,
+        price: ModelPrice | None,
     ):
         self.agent, self.workspace, self.http = agent, workspace, http
         self.events, self.log, self.redact = events, log, redact
@@ -157,6 +170,8 @@ class _Loop:
         self.tools = [BASH_TOOL] if "bash" in agent.tools else []
         self.cumulative_input = 0
         self.notes: list[str] = []
+        self.limits, self.price = limits, price
+        self.calls: list[LLMCallMetrics] = []
 
     def run(self, prompt: str) -> _End:
         try:
@@ -165,6 +180,9 @@ class _Loop:
             return self._fail(f"cannot read a system prompt or skill file: {exc}")
         try:
             for turn in range(1, self.agent.max_turns + 1):
+                if (limit := self._limit_before_call()) is not None:
+                    self.notes.append(f"stopped: {limit}")
+                    return _End(exit_code=None, limit=limit)
                 reply = self._call(messages, turn)
                 messages.append(reply.message)
                 if not reply.tool_calls:
@@ -181,6 +199,16 @@ class _Loop:
             f"stopped: max_turns={self.agent.max_turns} LLM calls made without a final answer"
         )
         return _End(exit_code=1)
+
+    def _limit_before_call(self) -> str | None:
+        """A limit the calls so far crossed, or one more call would (max_llm_calls)."""
+        spent = spend_of(Transcript(format="events-jsonl", llm_calls=self.calls), self.price)
+        if (limit := crossed(self.limits, spent)) is not None:
+            return limit
+        most = self.limits.max_llm_calls
+        if most is not None and len(self.calls) >= most:
+            return f"limit max_llm_calls {most} reached: {len(self.calls)} LLM calls"
+        return None
 
     def _fail(self, error: str) -> _End:
         self.notes.append(f"error: {error}")
@@ -257,6 +285,7 @@ class _Loop:
         input_tokens = int(usage.get("prompt_tokens") or 0)
         output_tokens = int(usage.get("completion_tokens") or 0)
         self.cumulative_input += input_tokens
+        self.calls.append(LLMCallMetrics(input_tokens=input_tokens, output_tokens=output_tokens))
         self.events.write(
             type="llm_call",
             input_tokens=input_tokens,
