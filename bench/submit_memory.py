@@ -19,7 +19,7 @@ import time
 
 from support import SCHEDULER, private_fleet, show, write_matrix
 
-from worker.app import DEFAULT_QUEUE
+from worker.sending import DEFAULT_QUEUE
 
 
 def main() -> None:

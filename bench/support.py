@@ -24,7 +24,8 @@ from core.store import Store
 from scheduler.dispatch import start
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from scheduler.plan import new_experiment_id
-from worker.app import DEFAULT_QUEUE
+from worker.celery_app import create_app
+from worker.sending import DEFAULT_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 # The scheduler's console script next to this interpreter (the project's venv).
@@ -101,7 +102,7 @@ def submit(fleet: Fleet, matrix_file: Path) -> str:
     """What `scheduler submit --broker URL` does, in this process: plan, store, send."""
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
-    start(fleet.store, fleet.url, matrix, exp_id)
+    start(create_app(fleet.url), fleet.store, matrix, exp_id)
     return exp_id
 
 

@@ -28,6 +28,7 @@ from pydantic import (
 
 from core.assertions import JsonAssertion, parse_assertion
 from core.llm_http import MAX_WAIT_S
+from core.yaml_loading import load_yaml_model
 
 
 class Strict(BaseModel):
@@ -409,8 +410,6 @@ def _load_rubric(path: Path, info: ValidationInfo) -> Path:
 
 def load_rubric(path: Path) -> Rubric:
     """Read and validate a rubric file; errors name the file."""
-    from core.loading import load_yaml_model  # loading imports this module
-
     return load_yaml_model(path, Rubric)
 
 

@@ -1,25 +1,18 @@
-"""Where the broker is: one answer for the CLI and for `celery -A worker.app`.
+"""The broker the user configured: an explicit URL, else EVALFLEET_BROKER_URL, else None.
 
-Order: an explicit URL, then EVALFLEET_BROKER_URL, then the embedded Redis that
-`scheduler` started under ./.evalfleet (while it runs), else None, which the
-CLI takes as "embedded mode" and a bare Celery worker as the local default.
-A configured URL is checked here, once, so a malformed one is a clear error
-wherever it is used.
+None is "embedded mode" to the CLI; a bare Celery worker looks further
+(worker/broker.py). A configured URL is checked here, once, so a malformed one
+is a clear error wherever it is used.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import redis
 
 ENV_BROKER = "EVALFLEET_BROKER_URL"
-STATE_DIR = Path(".evalfleet")
-EMBEDDED_STATE = "redis.json"
-LOCAL_DEFAULT = "redis://127.0.0.1:6379/0"
 # The schemes both Celery's broker (kombu) and redis-py read. redis-py's unix://
 # is not one: kombu knows no such transport.
 SCHEMES = ("redis", "rediss")
@@ -70,17 +63,3 @@ def with_tls_default(url: str) -> str:
         return url
     query = f"{parts.query}&ssl_cert_reqs=required" if parts.query else "ssl_cert_reqs=required"
     return urlunsplit(parts._replace(query=query))
-
-
-def running_embedded_broker(state_dir: Path = STATE_DIR) -> str | None:
-    """The URL of an embedded Redis started from this folder, if it is still alive."""
-    try:
-        state = json.loads((state_dir / EMBEDDED_STATE).read_text())
-        os.kill(int(state["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return str(state["url"])
-
-
-def worker_broker() -> str:
-    return configured_broker() or running_embedded_broker() or LOCAL_DEFAULT

@@ -12,18 +12,23 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import urlsplit
 
 import click
+import redis
 from rich.console import Console
 
+from core.comparison import compare_experiments
 from core.config import Matrix, matrix_json_schema
-from core.loading import ConfigError, load_matrix
+from core.loading import load_matrix
 from core.results import ExperimentInfo, ExperimentStatus
-from core.settings import STATE_DIR, BrokerURLError, configured_broker
+from core.settings import BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
-from scheduler.plan import PlanTooLarge, check_size, longest_run_s, new_experiment_id
+from core.yaml_loading import ConfigError
+from scheduler.embedded import EmbeddedError, EmbeddedRedis, LocalWorkers, worker_command
+from scheduler.plan import PlanTooLarge, check_size, new_experiment_id
 from scheduler.render import (
     COMPARE_FORMATS,
     FORMATS,
@@ -32,6 +37,11 @@ from scheduler.render import (
     render,
     render_comparison,
 )
+from worker.broker import STATE_DIR, running_embedded_broker
+from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S, longest_run_s, run_queues
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 err = Console(stderr=True, highlight=False)
 # Exit codes: 1 an operational failure (broker unreachable, workers died) or, for
@@ -202,8 +212,6 @@ def open_store(broker: str | None, *, create: bool = False) -> Iterator[tuple[St
         _ping(store, url)
         yield store, url
         return
-    from scheduler.embedded import EmbeddedError, EmbeddedRedis
-
     if not create and not STATE_DIR.is_dir():
         fail(
             "no broker given and no embedded store in this folder (./.evalfleet); "
@@ -217,8 +225,6 @@ def open_store(broker: str | None, *, create: bool = False) -> Iterator[tuple[St
 
 
 def _ping(store: Store, url: str) -> None:
-    import redis
-
     try:
         store.redis.ping()
     except redis.RedisError as exc:
@@ -227,12 +233,19 @@ def _ping(store: Store, url: str) -> None:
 
 def _safe(url: str) -> str:
     """The URL without its password, for messages."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     if parts.password:
         return url.replace(f":{parts.password}@", ":***@")
     return url
+
+
+def _app(url: str) -> Celery:
+    """The Celery app on `url`, for the commands that talk to workers. Imported here, not
+    at the top: Celery and the tasks take a third of a second that `scheduler --help`
+    and `validate` should not pay."""
+    from worker.celery_app import create_app
+
+    return create_app(url)
 
 
 def _experiment(store: Store, exp_id: str | None) -> str:
@@ -298,36 +311,57 @@ def submit(
         matrix.keep_workspaces = True
     if as_json:
         fmt = "json"
-    embedded = configured_broker(broker) is None
-    from scheduler.dispatch import start
+    from scheduler.dispatch import start  # imports Celery (see _app)
 
     with open_store(broker, create=True) as (store, url):
         exp_id = new_experiment_id(matrix)
-        if not embedded:
-            start(store, url, matrix, exp_id)
-            # Machine-readable output is one JSON document on stdout: the id goes aside.
-            click.echo(exp_id, err=fmt == "json")
-            if wait:
-                _follow_and_print(store, exp_id, fmt, nonfinite)
-            return
-        from scheduler.embedded import LocalWorkers
 
-        concurrency = workers or os.cpu_count() or 1
-        with LocalWorkers(url, concurrency, _queues(matrix)) as local:
-            total = start(store, url, matrix, exp_id)
-            err.print(f"experiment {exp_id}: {total} runs on {concurrency} local workers")
-            try:
-                _follow_and_print(store, exp_id, fmt, nonfinite, local)
-            except KeyboardInterrupt:
-                err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")
-                sys.exit(130)
+        def send_runs(app: Celery, local_workers: int | None) -> None:
+            total = start(app, store, matrix, exp_id)
+            if local_workers is None:
+                # Machine-readable output is one JSON document on stdout: the id goes aside.
+                click.echo(exp_id, err=fmt == "json")
+            else:
+                err.print(f"experiment {exp_id}: {total} runs on {local_workers} local workers")
+
+        app = _app(url)
+        _drive(app, broker, store, matrix, exp_id, send_runs, workers, wait, fmt, nonfinite)
 
 
-def _queues(matrix: Matrix) -> list[str]:
-    from worker.app import DEFAULT_QUEUE
+def _drive(
+    app: Celery,
+    broker: str | None,
+    store: Store,
+    matrix: Matrix,
+    exp_id: str,
+    send_runs: Callable[[Celery, int | None], None],
+    workers: int | None,
+    wait: bool,
+    fmt: str,
+    nonfinite: str,
+) -> None:
+    """What `submit` and `resume` share once they know what to send. With a shared
+    broker: send, then follow only with --wait. Embedded: start local workers, send
+    (`send_runs` is told how many workers), follow to the report, stop them."""
+    if configured_broker(broker) is not None:
+        send_runs(app, None)
+        if wait:
+            _follow_and_print(app, store, exp_id, fmt, nonfinite)
+        return
+    concurrency = workers or os.cpu_count() or 1
+    with LocalWorkers(app.conf.broker_url, concurrency, _queues(app, matrix)) as local:
+        send_runs(app, concurrency)
+        try:
+            _follow_and_print(app, store, exp_id, fmt, nonfinite, local)
+        except KeyboardInterrupt:
+            err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")
+            sys.exit(130)
 
-    named = {matrix.queue} | {t.queue for t in matrix.tiers} | {s.queue for s in matrix.scenarios}
-    return [DEFAULT_QUEUE, *sorted(q for q in named if q and q != DEFAULT_QUEUE)]
+
+def _queues(app: Celery, matrix: Matrix) -> list[str]:
+    """What local workers consume: the default queue first, then every queue the matrix names."""
+    default = app.conf.task_default_queue
+    return [default, *sorted(run_queues(matrix, default) - {default})]
 
 
 def _check_size(matrix: Matrix) -> None:
@@ -338,8 +372,6 @@ def _check_size(matrix: Matrix) -> None:
 
 
 def _check_visibility(matrix: Matrix) -> None:
-    from worker.app import VISIBILITY_TIMEOUT_S
-
     longest = longest_run_s(matrix)
     if longest >= VISIBILITY_TIMEOUT_S:
         fail(
@@ -350,12 +382,12 @@ def _check_visibility(matrix: Matrix) -> None:
 
 
 def _follow_and_print(
-    store: Store, exp_id: str, fmt: str, nonfinite: str, local: Any = None
+    app: Celery, store: Store, exp_id: str, fmt: str, nonfinite: str, local: Any = None
 ) -> None:
-    from scheduler.follow import WorkersDied, follow
+    from scheduler.follow import WorkersDied, follow  # imports Celery (see _app)
 
     try:
-        follow(store, exp_id, err, local)
+        follow(app, store, exp_id, err, local)
     except WorkersDied as exc:
         fail(f"{exc}; the experiment can continue with `scheduler resume {exp_id}`", 1)
     report = store.report(exp_id)
@@ -425,12 +457,10 @@ def status(experiment: str | None, broker: str | None, as_json: bool) -> None:
             ExperimentStatus.pending,
             ExperimentStatus.running,
         ):
-            from worker.app import DEFAULT_QUEUE
-
-            default = store.sent_to(exp_id) or DEFAULT_QUEUE
-            from worker.recovery import run_queues
-
-            idle = _queues_without_workers(url, sorted(run_queues(store.matrix(exp_id), default)))
+            app = _app(url)
+            default = store.sent_to(exp_id) or app.conf.task_default_queue
+            queues = sorted(run_queues(store.matrix(exp_id), default))
+            idle = _queues_without_workers(app, queues)
     click.echo(info.model_dump_json(indent=2) if as_json else _status_line(info))
     if idle:
         err.print(
@@ -441,12 +471,8 @@ def status(experiment: str | None, broker: str | None, as_json: bool) -> None:
         )
 
 
-def _queues_without_workers(url: str, queues: list[str]) -> list[str]:
+def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
     """The queues no live worker consumes (Celery's inspect: the workers answer)."""
-    from scheduler.dispatch import connect
-    from worker.app import app
-
-    connect(url)
     replies = app.control.inspect(timeout=1.0).active_queues() or {}
     consumed = {q["name"] for worker_queues in replies.values() for q in worker_queues}
     return [q for q in queues if q not in consumed]
@@ -546,8 +572,6 @@ def compare(
       scheduler compare EXP_BASELINE EXP_CANDIDATE --format markdown
       scheduler compare EXP_A EXP_B --fail-on-regression --alpha 0.01   # CI gate
     """
-    from core.comparison import compare_experiments
-
     with open_store(broker) as (store, _):
         ids = [_experiment(store, e) for e in (experiment_a, experiment_b)]
         infos = [store.info(exp_id) for exp_id in ids]
@@ -593,18 +617,18 @@ def resume(
       scheduler resume notes-guidance-20261122-101500-ab12
       scheduler resume EXP --broker redis://host:6379/0 --wait
     """
-    from scheduler.dispatch import connect, send
+    # Both import Celery (see _app).
+    from scheduler.dispatch import send
     from worker.recovery import to_resend
 
-    embedded = configured_broker(broker) is None
     with open_store(broker) as (store, url):
         exp_id = _experiment(store, experiment)
         matrix = store.matrix(exp_id)
         info = store.info(exp_id)
-        connect(url)
+        app = _app(url)
         # Cancelled runs first: once they lose their results they are pending too.
         cancelled = store.uncancel(exp_id) if info.status == ExperimentStatus.cancelled else []
-        pending = to_resend(store, exp_id)
+        pending = to_resend(app, store, exp_id)
         if not pending:
             err.print(f"experiment {exp_id}: no run to re-send; nothing to resume")
             return
@@ -615,16 +639,11 @@ def resume(
             "message",
             soft_wrap=True,
         )
-        if not embedded:
-            send(store, matrix, exp_id, pending, len(pending))
-            if wait:
-                _follow_and_print(store, exp_id, fmt, nonfinite)
-            return
-        from scheduler.embedded import LocalWorkers
 
-        with LocalWorkers(url, workers or os.cpu_count() or 1, _queues(matrix)) as local:
-            send(store, matrix, exp_id, pending, len(pending))
-            _follow_and_print(store, exp_id, fmt, nonfinite, local)
+        def send_runs(app: Celery, _local_workers: int | None) -> None:
+            send(app, store, matrix, exp_id, pending, len(pending))
+
+        _drive(app, broker, store, matrix, exp_id, send_runs, workers, wait, fmt, nonfinite)
 
 
 @main.command()
@@ -698,14 +717,7 @@ def worker(
       scheduler worker --queues evalfleet,gpu
       scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
     """
-    from scheduler.embedded import worker_command
-    from worker.app import DEFAULT_QUEUE
-
-    url = configured_broker(broker)
-    if url is None:
-        from core.settings import running_embedded_broker
-
-        url = running_embedded_broker()
+    url = configured_broker(broker) or running_embedded_broker()
     if url is None:
         fail("no broker: pass --broker URL or set EVALFLEET_BROKER_URL")
     # Celery's default, celery@HOST, is the same for every worker of a machine:

@@ -22,38 +22,31 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from celery import Signature
+from celery import Celery
 from celery.utils import uuid
 
 from core.config import Matrix
 from core.results import RunSpec
 from core.store import Store
-from scheduler.plan import experiment_info, plan, run_budget_s
-from worker.app import app
-from worker.tasks import aggregate_experiment, run
+from scheduler.plan import experiment_info, plan
+from worker.sending import AGGREGATE_TASK, RUN_TASK, run_options, run_queues
 
 # Messages per Redis pipeline: large enough to amortize the round trip, small
 # enough that workers start on the first runs while the rest are being sent.
 BATCH_SIZE = 500
 
 
-def connect(broker_url: str) -> None:
-    """Point the Celery app (and so the tasks' store) at this broker."""
-    app.conf.broker_url = broker_url
-    app.conf.result_backend = broker_url
-
-
-def start(store: Store, broker_url: str, matrix: Matrix, experiment_id: str) -> int:
+def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str) -> int:
     """Record a new experiment and send its runs: what `scheduler submit` does.
     Returns how many runs were sent."""
     total = matrix.total_runs()
     store.create_experiment(experiment_info(matrix, experiment_id, total), matrix)
-    connect(broker_url)
-    send(store, matrix, experiment_id, plan(matrix, experiment_id), total, record=True)
+    send(app, store, matrix, experiment_id, plan(matrix, experiment_id), total, record=True)
     return total
 
 
 def send(
+    app: Celery,
     store: Store,
     matrix: Matrix,
     experiment_id: str,
@@ -67,7 +60,8 @@ def send(
 
     `specs` is consumed one batch at a time, so memory does not grow with the
     experiment."""
-    body = aggregate_experiment.signature(
+    body = app.signature(
+        AGGREGATE_TASK,
         kwargs={"experiment_id": experiment_id},
         # Its real argument, every run's summary, is too long to show in Flower.
         options={"ignore_result": True, "argsrepr": f"(<{count} run summaries>,)"},
@@ -81,13 +75,12 @@ def send(
     app.backend.set_chord_size(group_id, count)
     # Options are the same for every run of a tier x scenario: built once per cell.
     cell_options: dict[tuple[str, str], dict[str, Any]] = {}
+    run = app.tasks[RUN_TASK]
     runs = iter(specs)
     index = 0
     with app.producer_or_acquire() as producer, producer.batch(max_size=BATCH_SIZE):
-        for queue in {
-            matrix.queue_for(t, s) for t in matrix.tiers for s in matrix.scenarios
-        }:
-            producer.maybe_declare(app.amqp.queues[queue or app.conf.task_default_queue])
+        for queue in run_queues(matrix, app.conf.task_default_queue):
+            producer.maybe_declare(app.amqp.queues[queue])
         while batch := list(itertools.islice(runs, BATCH_SIZE)):
             if record:
                 store.add_specs(experiment_id, batch)
@@ -111,24 +104,3 @@ def send(
                 )
                 index += 1
     store.mark_sent(experiment_id, app.conf.task_default_queue)
-
-
-def run_signature(matrix: Matrix, spec: RunSpec) -> Signature:
-    """A run's task on its own, as a lost run is sent again (worker/recovery.py)."""
-    return run.si(spec.model_dump(mode="json")).set(**run_options(matrix, spec))
-
-
-def run_options(matrix: Matrix, spec: RunSpec) -> dict[str, Any]:
-    """A run's task options, whether it is sent in the chord or on its own."""
-    budget = run_budget_s(matrix, spec)
-    options: dict[str, Any] = {
-        "soft_time_limit": budget,
-        "time_limit": budget + 60,
-        "ignore_result": True,
-        # Flower shows the run id instead of the whole spec.
-        "argsrepr": spec.run_id,
-        "kwargsrepr": "{}",
-    }
-    if spec.queue:
-        options["queue"] = spec.queue
-    return options

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import redis
 
-from core.settings import EMBEDDED_STATE, STATE_DIR, running_embedded_broker
 from core.shell import kill_group
+from worker.broker import EMBEDDED_STATE, STATE_DIR, running_embedded_broker
 
 _START_TIMEOUT_S = 20.0
 

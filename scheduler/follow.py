@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from celery import Celery
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -41,8 +42,11 @@ class WorkersDied(RuntimeError):
     pass
 
 
-def follow(store: Store, exp_id: str, console: Console, workers: Workers | None = None) -> None:
-    """Block until the experiment is complete (or cancelled and aggregated)."""
+def follow(
+    app: Celery, store: Store, exp_id: str, console: Console, workers: Workers | None = None
+) -> None:
+    """Block until the experiment is complete (or cancelled and aggregated), sweeping it
+    for lost runs on the way (worker/recovery.py)."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -72,7 +76,7 @@ def follow(store: Store, exp_id: str, console: Console, workers: Workers | None 
                 if info.status in _DONE and store.report(exp_id) is not None:
                     return
                 if time.monotonic() - swept >= _SWEEP_S:
-                    recover(store, exp_id)
+                    recover(app, store, exp_id)
                     swept = time.monotonic()
                 unreachable = False
             except BROKER_DOWN as exc:

@@ -1,4 +1,6 @@
-"""From a validated Matrix to the runs to send: ids, queues and time budgets."""
+"""From a validated Matrix to the runs to send: the experiment's record and its runs' ids.
+
+Their task options and time budgets are the worker's (worker/sending.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,6 @@ from collections.abc import Iterator
 from core.config import Matrix
 from core.results import ExperimentInfo, ExperimentStatus, RunSpec
 
-# Time a run may take beyond its agent, setup and gates: workspace copy,
-# transcript parsing, storing. Generous: exceeding it kills the run.
-_MARGIN_S = 120.0
 # The most runs one experiment may have. Submitting streams runs to the broker in
 # bounded memory, but each queued run costs the broker about 2 KB until it runs.
 ENV_MAX_RUNS = "EVALFLEET_MAX_RUNS"
@@ -72,27 +71,3 @@ def check_size(matrix: Matrix) -> None:
             f"experiment may have ({MAX_RUNS:,}, {ENV_MAX_RUNS}): lower runs_per_tier or "
             "split the matrix"
         )
-
-
-def run_budget_s(matrix: Matrix, spec: RunSpec) -> float:
-    """The longest a run may legitimately take: its soft time limit."""
-    return _budget_s(matrix, spec.tier, spec.scenario)
-
-
-def longest_run_s(matrix: Matrix) -> float:
-    return max(
-        (_budget_s(matrix, t.id, s.id) for t in matrix.tiers for s in matrix.scenarios),
-        default=0.0,
-    )
-
-
-def _budget_s(matrix: Matrix, tier_id: str, scenario_id: str) -> float:
-    agent = matrix.agent_for(matrix.tier(tier_id))
-    scenario = matrix.scenario(scenario_id)
-    setup = scenario.setup_timeout_s * len(scenario.setup)
-    gates = sum(g.timeout_s for g in scenario.evaluation.gates)
-    judge = 0.0
-    if scenario.evaluation.judge_enabled and matrix.judge is not None:
-        # Every request and wait of the judge call is within its deadline.
-        judge = matrix.judge.deadline
-    return agent.timeout_s + setup + gates + judge + _MARGIN_S

@@ -17,6 +17,8 @@ from core.results import RunStatus
 from core.store import Store
 from tests.conftest import EXAMPLES, PREFIX, run_cli
 from tests.experiments import command_matrix
+from worker.celery_app import create_app
+from worker.sending import AGGREGATE_TASK, RUN_TASK
 
 pytestmark = pytest.mark.integration
 
@@ -99,12 +101,9 @@ def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
     status = run_cli("status", exp_id, env=fleet_env)
     assert "complete" in status.stdout and "30/30" in status.stdout
     # The chord body again (a redelivery): the same report, byte for byte.
-    from scheduler.dispatch import connect
-    from worker.tasks import aggregate_experiment
-
     before = r.get(f"{PREFIX}exp:{exp_id}:report")
-    connect(fleet_env["EVALFLEET_BROKER_URL"])
-    again = aggregate_experiment.apply_async(
+    again = create_app(fleet_env["EVALFLEET_BROKER_URL"]).send_task(
+        AGGREGATE_TASK,
         args=(None,), kwargs={"experiment_id": exp_id}, queue=fleet_env["EVALFLEET_QUEUE"]
     )
     assert again.get(timeout=60)["status"] == "complete"
@@ -215,12 +214,9 @@ def test_a_redelivered_run_returns_its_stored_result(
     first = store.runs(exp_id)[0]
 
     # Send the very same run again, as a broker redelivery would.
-    from scheduler.dispatch import connect
-    from worker.tasks import run
-
-    connect(fleet_env["EVALFLEET_BROKER_URL"])
     spec = store.specs(exp_id)[0]
-    summary = run.apply_async(
+    summary = create_app(fleet_env["EVALFLEET_BROKER_URL"]).send_task(
+        RUN_TASK,
         args=(spec.model_dump(mode="json"),), queue=fleet_env["EVALFLEET_QUEUE"]
     )
     assert summary.get(timeout=30)["run_id"] == first.run_id

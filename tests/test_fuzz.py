@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from core.config import AgentConfig, Matrix, Rubric, load_rubric
 from core.judge import AnswerError, parse_answer
-from core.loading import ConfigError, load_matrix
+from core.loading import load_matrix
 from core.results import JudgeResponse, Transcript
 from core.transcripts import FORMATS, parse_transcript
+from core.yaml_loading import ConfigError
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

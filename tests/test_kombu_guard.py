@@ -10,8 +10,10 @@ from collections.abc import Iterator
 import pytest
 from kombu import Connection
 
-import worker.app  # noqa: F401  (installs the guard, as every worker and scheduler does)
 from tests.conftest import QUEUE
+from worker import kombu_guard
+
+kombu_guard.install()  # as create_app does for every worker and scheduler
 
 
 @pytest.fixture

@@ -30,7 +30,9 @@ from core.results import ExperimentInfo, ExperimentStatus, RunSpec, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, Worker, run_cli
 from tests.llm_stub import LLMStub, RecordedRequest, Step, reply
+from worker.celery_app import create_app
 from worker.sandbox import sandbox_argv
+from worker.sending import RUN_TASK
 from worker.workspace import RunDir, SetupError, prepare
 
 # --- pickle -------------------------------------------------------------------------------
@@ -88,11 +90,10 @@ def test_a_pickle_message_on_the_broker_is_refused_and_never_unpickled(
             headers=_task_headers(task_id),
         )
     # A JSON run sent after it: once it is done, the worker has dealt with the pickle.
-    from scheduler.dispatch import connect
-    from worker.tasks import run
-
-    connect(fleet_env["EVALFLEET_BROKER_URL"])
-    run.apply_async(args=(control.model_dump(mode="json"),), queue=QUEUE, ignore_result=True)
+    app = create_app(fleet_env["EVALFLEET_BROKER_URL"])
+    app.send_task(
+        RUN_TASK, args=(control.model_dump(mode="json"),), queue=QUEUE, ignore_result=True
+    )
     deadline = time.monotonic() + 60
     while store.run(control.experiment_id, control.run_id) is None:
         assert time.monotonic() < deadline, "the control run never finished"

@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from celery import bootsteps, signals
+import click
+from celery import Celery, bootsteps, signals
 from celery.worker import state
 
 DEFAULT_GRACE_S = float(os.environ.get("EVALFLEET_SHUTDOWN_GRACE", "30"))
@@ -89,6 +90,21 @@ def graceful_run() -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_alarm)
         signal.signal(signal.SIGTERM, previous_term)
+
+
+def register(app: Celery) -> None:
+    """`celery -A worker.app worker --grace 60` (and `scheduler worker`)."""
+    app.user_options["worker"].add(
+        click.Option(
+            ["--grace"],
+            type=click.FloatRange(min=0),
+            default=None,
+            metavar="SECONDS",
+            help="On SIGTERM, let running runs finish this long, then hand them back to the "
+            "queue (default: EVALFLEET_SHUTDOWN_GRACE or 30).",
+        )
+    )
+    app.steps["worker"].add(Grace)
 
 
 class Grace(bootsteps.StartStopStep):

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import click
 from celery import Celery, bootsteps
 from celery.platforms import EX_OK
 from celery.worker import state
@@ -21,6 +22,20 @@ from kombu import Connection
 from kombu.exceptions import ChannelError
 
 logger = logging.getLogger(__name__)
+
+
+def register(app: Celery) -> None:
+    """`celery -A worker.app worker --until-idle 120` (and `scheduler worker`)."""
+    app.user_options["worker"].add(
+        click.Option(
+            ["--until-idle"],
+            type=click.FloatRange(min=0),
+            default=None,
+            metavar="SECONDS",
+            help="Exit 0 once no task has run and the queues have stayed empty this long.",
+        )
+    )
+    app.steps["worker"].add(UntilIdle)
 
 
 class UntilIdle(bootsteps.StartStopStep):

@@ -18,7 +18,7 @@ from functools import cache
 from queue import SimpleQueue
 from typing import Any
 
-from worker.app import app
+from celery import Celery
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,8 @@ class PhaseEvents:
     """The sender of one worker process; events go out as its worker's hostname,
     which is how Flower files them."""
 
-    def __init__(self, hostname: str):
+    def __init__(self, app: Celery, hostname: str):
+        self.app = app
         self.hostname = hostname
         self.pending: SimpleQueue[dict[str, Any]] = SimpleQueue()
         threading.Thread(target=self._send_all, name="phase-events", daemon=True).start()
@@ -36,8 +37,8 @@ class PhaseEvents:
         self.pending.put({"type": f"task-{phase}", "uuid": task_id, **fields})
 
     def _send_all(self) -> None:
-        dispatcher = app.events.Dispatcher(
-            app.connection_for_write(), hostname=self.hostname, enabled=True
+        dispatcher = self.app.events.Dispatcher(
+            self.app.connection_for_write(), hostname=self.hostname, enabled=True
         )
         while True:
             event = self.pending.get()
@@ -48,5 +49,5 @@ class PhaseEvents:
 
 
 @cache
-def phase_events(hostname: str) -> PhaseEvents:
-    return PhaseEvents(hostname)
+def phase_events(app: Celery, hostname: str) -> PhaseEvents:
+    return PhaseEvents(app, hostname)

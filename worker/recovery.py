@@ -34,21 +34,23 @@ start, also remove `sandbox: docker` containers whose worker process died
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import os
 import threading
 import time
 from typing import Any
 
-from celery import bootsteps
+from celery import Celery, bootsteps
+from pydantic import ValidationError
 
+from core import keys
 from core.config import Matrix
 from core.results import ExperimentInfo, RunSpec
 from core.store import Store
 from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
+from worker.sending import RUN_TASK, run_queues, run_signature
+from worker.tasks import finish_experiment
 
 log = logging.getLogger(__name__)
 
@@ -57,25 +59,24 @@ SWEEP_INTERVAL_S = float(os.environ.get("EVALFLEET_SWEEP_S", "10"))
 BROKER_DOWN = REDIS_DOWN
 
 
-def recover(store: Store, exp_id: str) -> list[str]:
+def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
     """One sweep of one experiment; returns the ids of the runs sent again."""
-    # Imported here: worker.app loads this module before the tasks exist.
-    from worker.tasks import finish_experiment
-
     # One read of what every step needs: the matrix is parsed and validated on each.
     matrix = store.matrix(exp_id)
     default_queue = store.sent_to(exp_id)  # None until every run was sent
 
     def send_again(specs: list[RunSpec], why: str) -> list[str]:
-        return [s.run_id for s in specs if _send_again(store, matrix, s, default_queue, why)]
+        return [
+            s.run_id for s in specs if _send_again(app, store, matrix, s, default_queue, why)
+        ]
 
     resent = send_again(store.claim_lost_runs(exp_id), "its lease expired")
-    resent += _requeue_never_started(store, exp_id, matrix.lease_s)
+    resent += _requeue_never_started(app, store, exp_id, matrix.lease_s)
     info = store.info(exp_id)
     # Looked for only once every run was sent, where the sender sent them (a
     # sweeping worker's own default queue may be another).
     if default_queue is not None:
-        unaccounted = _unaccounted(store, info, run_queues(matrix, default_queue))
+        unaccounted = _unaccounted(app, store, info, run_queues(matrix, default_queue))
         vanished = store.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
         resent += send_again(vanished, "its message vanished")
     if info.finished_at is None and info.completed_runs >= info.total_runs:
@@ -84,13 +85,11 @@ def recover(store: Store, exp_id: str) -> list[str]:
 
 
 def _send_again(
-    store: Store, matrix: Matrix, spec: RunSpec, default_queue: str | None, why: str
+    app: Celery, store: Store, matrix: Matrix, spec: RunSpec, default_queue: str | None, why: str
 ) -> bool:
-    from scheduler.dispatch import run_signature  # the one place a run's task options live
-
     try:
         # Back where it was sent first, not to this sweeper's own default queue.
-        run_signature(matrix, spec).apply_async(queue=spec.queue or default_queue)
+        run_signature(app, matrix, spec).apply_async(queue=spec.queue or default_queue)
     except Exception as exc:  # the broker went away between the claim and the send
         log.warning("could not send lost run %s again (%s); next sweep retries", spec.run_id, exc)
         store.mark_lost(spec.experiment_id, spec.run_id)
@@ -99,30 +98,26 @@ def _send_again(
     return True
 
 
-def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[str]:
+def _requeue_never_started(app: Celery, store: Store, exp_id: str, lease_s: float) -> list[str]:
     """Messages of this experiment's runs taken from the queue more than a lease ago
     by a worker that never started them: back to their queue. Such messages of runs
     that have a result, or whose lease lapsed (step 1 sent them again), are dropped."""
-    from worker.app import app
-
     with app.pool.acquire(block=True) as conn:  # a pooled connection: sweeps are frequent
         channel = conn.default_channel
         client = channel.client
         # kombu's Redis transport records when each message was handed out.
-        tags = client.zrangebyscore(channel.unacked_index_key, 0, time.time() - lease_s)
+        tags = client.zrangebyscore(keys.UNACKED_INDEX, 0, time.time() - lease_s)
         if not tags:
             return []
         leases = store.leases(exp_id)
         requeued = []
-        for tag, raw in zip(tags, client.hmget(channel.unacked_key, tags), strict=True):
-            spec = _run_spec(_unacked_message(raw))
+        for tag, raw in zip(tags, client.hmget(keys.UNACKED, tags), strict=True):
+            spec = _run_spec(keys.unacked_message(raw))
             if spec is None or spec.experiment_id != exp_id or spec.run_id in leases.live:
                 continue
             if spec.run_id in leases.lapsed or store.run(exp_id, spec.run_id) is not None:
                 # Stale: left here, it would hide a lost run from `_unaccounted`.
-                client.pipeline().zrem(channel.unacked_index_key, tag).hdel(
-                    channel.unacked_key, tag
-                ).execute()
+                client.pipeline().zrem(keys.UNACKED_INDEX, tag).hdel(keys.UNACKED, tag).execute()
             else:
                 channel.qos.restore_by_tag(tag, client)  # a transaction: once, whoever races
                 log.warning("run %s was taken but never started: back in its queue", spec.run_id)
@@ -130,10 +125,8 @@ def _requeue_never_started(store: Store, exp_id: str, lease_s: float) -> list[st
     return requeued
 
 
-def _unaccounted(store: Store, info: ExperimentInfo, queues: set[str]) -> set[str]:
+def _unaccounted(app: Celery, store: Store, info: ExperimentInfo, queues: set[str]) -> set[str]:
     """Runs without a result, a live lease, or a message in `queues` or unacknowledged."""
-    from worker.app import app
-
     missing = info.total_runs - info.completed_runs
     if not missing:
         return set()
@@ -142,27 +135,25 @@ def _unaccounted(store: Store, info: ExperimentInfo, queues: set[str]) -> set[st
         channel = conn.default_channel
         pipe = channel.client.pipeline()
         for queue in queues:
-            pipe.llen(queue)
-        pipe.hlen(channel.unacked_key)
+            pipe.llen(keys.queue_key(queue))
+        pipe.hlen(keys.UNACKED)
         if missing <= len(live) + sum(pipe.execute()):
             return set()  # they may all be somewhere: not worth reading the queues
-    return store.unfinished_runs(info.id) - live - on_the_broker(info.id, queues)
+    return store.unfinished_runs(info.id) - live - on_the_broker(app, info.id, queues)
 
 
-def on_the_broker(exp_id: str, queues: set[str]) -> set[str]:
+def on_the_broker(app: Celery, exp_id: str, queues: set[str]) -> set[str]:
     """The experiment's runs with a message waiting in `queues` or taken by a worker
     and not yet acknowledged (kombu's Redis transport keeps those in a hash)."""
-    from worker.app import app
-
     with app.pool.acquire(block=True) as conn:
         channel = conn.default_channel
         pipe = channel.client.pipeline()
         for queue in queues:
-            pipe.lrange(queue, 0, -1)
-        pipe.hvals(channel.unacked_key)
+            pipe.lrange(keys.queue_key(queue), 0, -1)
+        pipe.hvals(keys.UNACKED)
         *queued, unacked = pipe.execute()
-    messages = [_message(raw) for raws in queued for raw in raws]
-    messages += [_unacked_message(raw) for raw in unacked]
+    messages = [keys.message(raw) for raws in queued for raw in raws]
+    messages += [keys.unacked_message(raw) for raw in unacked]
     return {
         spec.run_id
         for spec in map(_run_spec, messages)
@@ -170,59 +161,40 @@ def on_the_broker(exp_id: str, queues: set[str]) -> set[str]:
     }
 
 
-def to_resend(store: Store, exp_id: str) -> list[RunSpec]:
+def to_resend(app: Celery, store: Store, exp_id: str) -> list[RunSpec]:
     """What `scheduler resume` sends: runs without a result that are neither in
     progress (a live lease) nor on their way (a message queued, or taken and not
     yet acknowledged). Sending those too would run them twice at once. A message
     whose worker died is the sweep's to put back or drop (`recover`)."""
-    from worker.app import app
-
     matrix = store.matrix(exp_id)
     # Where they went; a submit stopped mid-send recorded nothing: where resume sends.
     queues = run_queues(matrix, store.sent_to(exp_id) or app.conf.task_default_queue)
-    waiting = on_the_broker(exp_id, queues)
+    waiting = on_the_broker(app, exp_id, queues)
     return [spec for spec in store.pending_specs(exp_id) if spec.run_id not in waiting]
-
-
-def run_queues(matrix: Matrix, default: str) -> set[str]:
-    """The queues the matrix's runs are sent to; `default` for those without one of their own."""
-    return {matrix.queue_for(t, s) or default for t in matrix.tiers for s in matrix.scenarios}
-
-
-def _message(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-def _unacked_message(raw: bytes | None) -> Any:
-    """kombu keeps an unacknowledged message as [message, exchange, routing key]."""
-    entry = _message(raw or b"null")
-    return entry[0] if isinstance(entry, list) and entry else None
 
 
 def _run_spec(message: Any) -> RunSpec | None:
     """The RunSpec of an `evalfleet.run` message (JSON only), else None."""
+    args = keys.task_args(message, RUN_TASK)
     try:
-        if message["headers"]["task"] != "evalfleet.run" or message["content-type"] != (
-            "application/json"
-        ):
-            return None
-        args = json.loads(base64.b64decode(message["body"]))[0]
-        return RunSpec.model_validate(args[0])
-    except (ValueError, KeyError, IndexError, TypeError):  # not a run message of ours
+        return RunSpec.model_validate(args[0]) if args else None
+    except ValidationError:
         return None
 
 
-def recover_all(store: Store) -> None:
+def recover_all(app: Celery, store: Store) -> None:
     for exp_id in store.active_experiments():
         try:
-            recover(store, exp_id)
+            recover(app, store, exp_id)
         except BROKER_DOWN:
             raise
         except Exception:  # one broken experiment must not stop the others' recovery
             log.exception("recovery of experiment %s failed", exp_id)
+
+
+def register(app: Celery) -> None:
+    """Every worker also re-sends lost runs and finishes their experiments."""
+    app.steps["worker"].add(Sweeper)
 
 
 class Sweeper(bootsteps.StartStopStep):
@@ -236,16 +208,18 @@ class Sweeper(bootsteps.StartStopStep):
 
     def start(self, worker: Any) -> None:
         store = Store.from_url(str(worker.app.conf.broker_url))
-        threading.Thread(target=self._loop, args=(store,), name="sweeper", daemon=True).start()
+        threading.Thread(
+            target=self._loop, args=(worker.app, store), name="sweeper", daemon=True
+        ).start()
 
     def stop(self, worker: Any) -> None:
         self.stop_event.set()
 
-    def _loop(self, store: Store) -> None:
+    def _loop(self, app: Celery, store: Store) -> None:
         sweep_orphans()
         while not self.stop_event.wait(SWEEP_INTERVAL_S):
             sweep_orphans()
             try:
-                recover_all(store)
+                recover_all(app, store)
             except BROKER_DOWN as exc:
                 log.warning("recovery sweep skipped, Redis unreachable: %s", exc)

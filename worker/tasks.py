@@ -15,21 +15,26 @@ import time
 from functools import cache
 from typing import Any
 
-from celery import Task
+from celery import Celery, Task, shared_task
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
 from core.results import ExperimentStatus, RunResult, RunSpec
 from core.store import Store
-from worker.app import app
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.run import REDIS_DOWN, RetryLater, execute
+from worker.sending import AGGREGATE_TASK, RUN_TASK
+
+
+def store(app: Celery) -> Store:
+    """The store on the app's broker; one per broker and process, like its connection pool."""
+    return _store_at(str(app.conf.broker_url))
 
 
 @cache
-def store() -> Store:
-    return Store.from_url(str(app.conf.broker_url))
+def _store_at(url: str) -> Store:
+    return Store.from_url(url)
 
 
 def summary(result: RunResult) -> dict[str, Any]:
@@ -44,18 +49,18 @@ def summary(result: RunResult) -> dict[str, Any]:
 
 
 # max_retries=None: the matrix's max_attempts caps a run's deliveries (worker/run.py).
-@app.task(bind=True, name="evalfleet.run", max_retries=None)
+@shared_task(bind=True, name=RUN_TASK, max_retries=None)
 def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> dict[str, Any]:
     run_spec = RunSpec.model_validate(spec)
 
     def on_phase(phase: str) -> None:
-        phase_events(self.request.hostname).send(
+        phase_events(self.app, self.request.hostname).send(
             self.request.id, phase, experiment_id=run_spec.experiment_id, run_id=run_spec.run_id
         )
 
     try:
         with graceful_run():
-            result = execute(run_spec, store(), on_phase, outages)
+            result = execute(run_spec, store(self.app), on_phase, outages)
     except RetryLater as exc:
         # The same task again later (a chord header may retry): the chord still
         # waits for this run's one result.
@@ -72,10 +77,12 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
     return summary(result)
 
 
-@app.task(name="evalfleet.aggregate")
-def aggregate_experiment(_results: list[Any] | None, experiment_id: str) -> dict[str, Any]:
+@shared_task(bind=True, name=AGGREGATE_TASK)
+def aggregate_experiment(
+    self: Task, _results: list[Any] | None, experiment_id: str
+) -> dict[str, Any]:
     """Chord body (worker/recovery.py calls finish_experiment too, for lost runs' experiments)."""
-    return finish_experiment(store(), experiment_id)
+    return finish_experiment(store(self.app), experiment_id)
 
 
 def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:

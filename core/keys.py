@@ -1,0 +1,116 @@
+"""Every Redis key evalfleet reads or writes, ours and kombu's, named once (as rq's keys.py).
+
+Ours, under the prefix (no TTL on any of them):
+
+- ``experiments`` zset: experiment id by created time;
+- ``exp:{id}`` hash: info, matrix, counts (done, passes, errors, cancelled),
+  status, finished_at, and once every run is on the broker ``sent``: their
+  default queue;
+- ``exp:{id}:runs`` run id -> RunResult JSON; ``exp:{id}:specs`` run id ->
+  RunSpec JSON (what resume and recovery send again); ``exp:{id}:attempts``
+  run id -> deliveries so far;
+- ``exp:{id}:leases`` run id -> "EXPIRY HOLDER" of the runs in progress
+  (core/leases.py);
+- ``exp:{id}:unaccounted`` run id -> when a sweep first found the run nowhere
+  (worker/recovery.py);
+- ``exp:{id}:health`` the first results of each tier, for fail-fast (TIER +
+  newline: the tier has a result of its own; TIER + newline + REASON: how many
+  of its runs ended with that infrastructure error); ``exp:{id}:halted`` tier ->
+  the infrastructure error that stopped its runs;
+- ``exp:{id}:report`` the ExperimentReport JSON.
+
+Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
+prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the
+recovery sweep and Flower read them as kombu's Redis transport lays them out,
+described at the end of this module with the helpers that decode its messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PREFIX = "evalfleet:"
+
+
+def key_prefix() -> str:
+    """The prefix of our keys and of Celery's result keys (EVALFLEET_KEY_PREFIX), so
+    fleets or test sessions sharing one Redis database keep apart what they write."""
+    return os.environ.get("EVALFLEET_KEY_PREFIX", DEFAULT_PREFIX)
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str
+
+    def experiments(self) -> str:
+        return f"{self.prefix}experiments"
+
+    def experiment(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}"
+
+    def runs(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:runs"
+
+    def specs(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:specs"
+
+    def attempts(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:attempts"
+
+    def leases(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:leases"
+
+    def unaccounted(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:unaccounted"
+
+    def health(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:health"
+
+    def halted(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:halted"
+
+    def report(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:report"
+
+
+# --- kombu's Redis transport (5.x), unprefixed -----------------------------------------
+# A queue is a list under the queue's own name, of JSON messages whose `body` is
+# base64 of the task's JSON [args, kwargs, embed]. A message handed to a worker
+# and not yet acknowledged moves to UNACKED (delivery tag -> JSON [message,
+# exchange, routing key]) and UNACKED_INDEX (delivery tag scored by when it was
+# handed out); Redis gives it back after the visibility timeout.
+UNACKED = "unacked"
+UNACKED_INDEX = "unacked_index"
+
+
+def queue_key(queue: str) -> str:
+    return queue
+
+
+def message(raw: bytes | str | None) -> Any:
+    """A queued message (None when it is not JSON)."""
+    try:
+        return json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def unacked_message(raw: bytes | str | None) -> Any:
+    """The message of an UNACKED entry, [message, exchange, routing key]."""
+    entry = message(raw)
+    return entry[0] if isinstance(entry, list) and entry else None
+
+
+def task_args(msg: Any, task: str) -> list[Any] | None:
+    """The positional arguments of a JSON message of Celery task `task`, else None."""
+    try:
+        if msg["headers"]["task"] != task or msg["content-type"] != "application/json":
+            return None
+        args = json.loads(base64.b64decode(msg["body"]))[0]
+    except (ValueError, KeyError, IndexError, TypeError):  # not a task message of ours
+        return None
+    return args if isinstance(args, list) else None

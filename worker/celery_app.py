@@ -1,0 +1,72 @@
+"""The Celery app, built from explicit settings: `create_app(broker_url)`.
+
+The settings are DESIGN.md's: JSON only, late acks with redelivery on worker
+loss, one message prefetched per process, and a visibility timeout longer than
+any run so Redis does not hand a live run to a second worker.
+
+Nothing here is global: the scheduler builds the app for the broker it was
+given, `celery -A worker.app` builds it for this machine's (worker/app.py).
+Tasks are `shared_task`s and bootsteps are added by the modules that own them,
+so no worker module imports an app.
+"""
+
+from __future__ import annotations
+
+from celery import Celery, signals
+
+from core.settings import ENV_BROKER
+from core.store import key_prefix
+from worker import environ, grace, idle, kombu_guard, recovery
+from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S
+
+
+def create_app(
+    broker_url: str,
+    *,
+    default_queue: str = DEFAULT_QUEUE,
+    visibility_timeout_s: int = VISIBILITY_TIMEOUT_S,
+) -> Celery:
+    """The app on `broker_url` (also its result backend), with evalfleet's tasks and
+    worker options (`--until-idle`, `--grace`, the recovery sweep)."""
+    kombu_guard.install()
+    app = Celery("evalfleet", broker=broker_url, backend=broker_url, include=["worker.tasks"])
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        task_track_started=True,
+        result_extended=True,
+        result_expires=7 * 24 * 3600,
+        # Workers send received/started/phase/succeeded events for Flower. No
+        # "sent" events: on a 10,000-run submit they cost the scheduler ~1.5 s and
+        # only add the queued backlog, which `scheduler status` shows anyway.
+        task_send_sent_event=False,
+        worker_send_task_events=True,
+        broker_transport_options={"visibility_timeout": visibility_timeout_s},
+        # Celery's result keys (celery-task-meta-*, the chord's celery-taskset-meta-*)
+        # under our prefix too. kombu's own keys (queues, unacked, bindings) keep
+        # their names: worker/recovery.py and Flower read them as kombu lays them out.
+        result_backend_transport_options={
+            "visibility_timeout": visibility_timeout_s,
+            "global_keyprefix": key_prefix(),
+        },
+        task_default_queue=default_queue,
+        worker_hijack_root_logger=False,
+    )
+    idle.register(app)
+    grace.register(app)
+    recovery.register(app)
+    return app
+
+
+@signals.worker_init.connect
+def _forget_the_broker_url(**_: object) -> None:
+    """A worker has read its broker URL: its agents must not find it (worker/environ.py).
+    Before the pool forks, so its processes never hold it either."""
+    environ.forget(ENV_BROKER)

@@ -1,0 +1,82 @@
+"""How a run is sent: its task options, time budget and queue.
+
+One place for both senders: the scheduler's chord (scheduler/dispatch.py) and
+the recovery sweep that sends a lost run again on its own (worker/recovery.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from core.config import Matrix
+from core.results import RunSpec
+
+if TYPE_CHECKING:  # the CLI reads budgets and queues without importing Celery
+    from celery import Celery, Signature
+
+# Runs without a `queue:` of their own, and the aggregate task, go here.
+DEFAULT_QUEUE = os.environ.get("EVALFLEET_QUEUE", "evalfleet")
+# Redis redelivers an unacked message after this many seconds; `scheduler
+# submit` refuses a matrix whose longest run could outlast it.
+VISIBILITY_TIMEOUT_S = int(os.environ.get("EVALFLEET_VISIBILITY_TIMEOUT", 6 * 3600))
+RUN_TASK = "evalfleet.run"
+AGGREGATE_TASK = "evalfleet.aggregate"
+# Time a run may take beyond its agent, setup and gates: workspace copy,
+# transcript parsing, storing. Generous: exceeding it kills the run.
+_MARGIN_S = 120.0
+
+
+def run_signature(app: Celery, matrix: Matrix, spec: RunSpec) -> Signature:
+    """A run's task on its own, as a lost run is sent again."""
+    return app.signature(
+        RUN_TASK,
+        args=(spec.model_dump(mode="json"),),
+        options=run_options(matrix, spec),
+        immutable=True,
+    )
+
+
+def run_options(matrix: Matrix, spec: RunSpec) -> dict[str, Any]:
+    """A run's task options, whether it is sent in the chord or on its own."""
+    budget = run_budget_s(matrix, spec)
+    options: dict[str, Any] = {
+        "soft_time_limit": budget,
+        "time_limit": budget + 60,
+        "ignore_result": True,
+        # Flower shows the run id instead of the whole spec.
+        "argsrepr": spec.run_id,
+        "kwargsrepr": "{}",
+    }
+    if spec.queue:
+        options["queue"] = spec.queue
+    return options
+
+
+def run_queues(matrix: Matrix, default: str) -> set[str]:
+    """The queues the matrix's runs are sent to; `default` for those without one of their own."""
+    return {matrix.queue_for(t, s) or default for t in matrix.tiers for s in matrix.scenarios}
+
+
+def run_budget_s(matrix: Matrix, spec: RunSpec) -> float:
+    """The longest a run may legitimately take: its soft time limit."""
+    return _budget_s(matrix, spec.tier, spec.scenario)
+
+
+def longest_run_s(matrix: Matrix) -> float:
+    return max(
+        (_budget_s(matrix, t.id, s.id) for t in matrix.tiers for s in matrix.scenarios),
+        default=0.0,
+    )
+
+
+def _budget_s(matrix: Matrix, tier_id: str, scenario_id: str) -> float:
+    agent = matrix.agent_for(matrix.tier(tier_id))
+    scenario = matrix.scenario(scenario_id)
+    setup = scenario.setup_timeout_s * len(scenario.setup)
+    gates = sum(g.timeout_s for g in scenario.evaluation.gates)
+    judge = 0.0
+    if scenario.evaluation.judge_enabled and matrix.judge is not None:
+        # Every request and wait of the judge call is within its deadline.
+        judge = matrix.judge.deadline
+    return agent.timeout_s + setup + gates + judge + _MARGIN_S
