@@ -85,7 +85,7 @@ def main() -> None:
         sampler.stop()
         run_s = finish.runs_done_at - started
         grown = int(fleet.store.redis.info("memory")["used_memory"]) - memory_before
-        ours = keys_bytes(fleet.store, f"{fleet.store.prefix}exp:{exp_id}*")
+        ours = keys_bytes(fleet.store, f"{fleet.store.keys.experiment(exp_id)}*")
         celery_keys = len(fleet.store.redis.keys("celery-task-meta-*"))
         celery = keys_bytes(fleet.store, "celery-task-meta-*")
         chord_s = finish.report_at - finish.runs_done_at

@@ -26,7 +26,8 @@ import httpx
 import pytest
 import yaml
 
-from core.store import DEFAULT_PREFIX, Store
+from core.keys import DEFAULT_PREFIX
+from core.store import Store
 from tests.conftest import EXAMPLES, ROOT, SESSION
 from tests.engine import compose_missing
 from tests.fleet import free_port, wait_until

@@ -8,7 +8,6 @@ DESIGN.md's keys.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from core.results import RunStatus
 from core.store import Store
 from tests.conftest import EXAMPLES, PREFIX, run_cli
 from tests.experiments import command_matrix
+from tests.fleet import wait_until
 from worker.celery_app import create_app
 from worker.sending import AGGREGATE_TASK, RUN_TASK
 
@@ -275,11 +275,8 @@ def test_cancel_records_unstarted_runs_as_cancelled(
     cancelled = run_cli("cancel", exp_id, env=fleet_env)
     assert cancelled.returncode == 0 and exp_id in cancelled.stdout
     start_worker(concurrency=2)
-    deadline = time.monotonic() + 60
-    while store.report(exp_id) is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    report = store.report(exp_id)
-    assert report is not None and report.experiment.status.value == "cancelled"
+    report = wait_until(lambda: store.report(exp_id), "the report")
+    assert report.experiment.status.value == "cancelled"
     tier = report.tiers["T0"]
     assert (tier.cancelled, tier.errors, tier.counted) == (5, 0, 0)
     assert report.experiment.cancelled == 5 and report.experiment.errors == 0

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import redis
 
 from scheduler.embedded import EmbeddedRedis, redis_server_binary
 from tests.conftest import EXAMPLES, run_cli, start_cli
+from tests.fleet import wait_until
 from tests.test_distributed import alive
 
 pytestmark = pytest.mark.integration
@@ -80,10 +80,8 @@ scenarios: [{id: s, prompt: wait}]
     proc = start_cli("submit", str(matrix), "--workers", "1", env=embedded_env, cwd=tmp_path)
     state = tmp_path / ".evalfleet" / "redis.json"
     worker_log = tmp_path / ".evalfleet" / "worker.log"
-    deadline = time.monotonic() + 60
     # Interrupt once a run is under way.
-    while "evalfleet.run" not in _read(worker_log) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: "evalfleet.run" in _read(worker_log), "a run under way")
     redis_pid = json.loads(state.read_text())["pid"]
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from core.results import ExperimentInfo, ExperimentStatus, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, Worker, run_cli, start_cli
 from tests.experiments import command_matrix
+from tests.fleet import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,14 +38,6 @@ def write_matrix(
     folder: Path, command: str, *, runs: int, lease_s: float = LEASE_S, extra: str = ""
 ) -> Path:
     return command_matrix(folder, command, runs=runs, extra=f"lease_s: {lease_s}\n{extra}")
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def started(log: Path) -> list[str]:
@@ -73,14 +66,14 @@ def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
         assert submitted.returncode == 0, submitted.stderr
         exp_id = submitted.stdout.strip()
         # Two processes each: every run is in progress, two of them on the doomed worker.
-        wait_for("every run to start", lambda: len(started(log)) == 4)
+        wait_until(lambda: len(started(log)) == 4, "every run to start", timeout=120)
         on_doomed = [line for line in started(log) if _pid_in_group(line, doomed.proc.pid)]
         assert on_doomed, started(log)
 
         os.killpg(doomed.proc.pid, signal.SIGKILL)  # the whole worker: a CI runner torn down
         kill_agents(on_doomed)
         killed_at = time.monotonic()
-        wait_for("the report", lambda: store.report(exp_id) is not None, timeout=90)
+        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
         recovered_in = time.monotonic() - killed_at
     finally:
         doomed.stop()
@@ -106,7 +99,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
     before = store.redis.get(f"{PREFIX}exp:{exp_id}:report")
     sweeper = Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "b2.log", name="b2")
     try:
-        wait_for("the stale messages dropped", lambda: not _unacked_runs(store, exp_id), 30)
+        wait_until(lambda: not _unacked_runs(store, exp_id), "the stale messages dropped", 30)
     finally:
         sweeper.stop()
     assert store.info(exp_id).completed_runs == 4
@@ -170,7 +163,7 @@ def test_a_run_taken_but_never_started_goes_back_to_its_queue(
 
     worker = _sweeping_worker(fleet_env, tmp_path, queue)
     try:
-        wait_for("the report", lambda: store.report(exp_id) is not None, timeout=90)
+        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
     finally:
         worker.stop()
     assert time.monotonic() - taken_at < LEASE_S + 1 + 60  # not hours; generous under load
@@ -192,13 +185,13 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
 
     worker = _sweeping_worker(fleet_env, tmp_path, queue)
     try:
-        wait_for("the other runs", lambda: store.info(exp_id).completed_runs >= 2, timeout=60)
+        wait_until(lambda: store.info(exp_id).completed_runs >= 2, "the other runs", timeout=60)
         # A stale unacknowledged copy of a finished run's message, as a restart can
         # leave: it must not hide the vanished run.
         tag = uuid.uuid4().hex
         broker.hset("unacked", tag, json.dumps([other, queue, queue]))
         broker.zadd("unacked_index", {tag: time.time() - 3600})
-        wait_for("the report", lambda: store.report(exp_id) is not None, timeout=90)
+        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
         recovered_in = time.monotonic() - lost_at
         time.sleep(2 * LEASE_S)  # sweeps go on: the run must not be sent a second time
     finally:
@@ -265,7 +258,7 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     agents = [int(pid) for pid in kills.read_text().split()]
     assert len(agents) == 2  # ran twice, then the cap recorded it
     # Each redelivery stopped the agent its predecessor left running.
-    wait_for("the left agents to be reaped", lambda: not any(_alive(pid) for pid in agents), 10)
+    wait_until(lambda: not any(_alive(pid) for pid in agents), "the left agents to be reaped", 10)
     assert "stopped what dead delivery" in worker.log.read_text()
     assert report["experiment"]["status"] == "complete"  # the chord still fired
     assert report["tiers"]["T0"]["errors"] == 1 and report["tiers"]["T0"]["passes"] == 2
@@ -306,7 +299,7 @@ class RedisServer:
             start_new_session=True,
         )
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        wait_for("redis-server to answer", lambda: _pings(client), timeout=20)
+        wait_until(lambda: _pings(client), "redis-server to answer", timeout=20)
         self.proc = proc
 
     def stop(self) -> None:
@@ -342,7 +335,7 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     store = Store.from_url(own_redis.url, prefix=PREFIX)
     follower = start_cli("submit", str(matrix), "--wait", "--json", env=env)
     try:
-        wait_for("two results", lambda: _results(store) >= 2, timeout=60)
+        wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
         own_redis.restart(down_s=2)  # with runs in progress and runs still queued
         try:
             out, err = follower.communicate(timeout=120)
@@ -394,7 +387,7 @@ def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
         worker.run.execute(spec, store, on_phase)
 
     assert store.run(exp_id, spec.run_id) is None and store.info(exp_id).completed_runs == 0
-    wait_for("the lease to expire", lambda: not store.live_leases(exp_id), timeout=10)
+    wait_until(lambda: not store.leases.live(exp_id), "the lease to expire", timeout=10)
     assert store.claim_lost_runs(exp_id) == [spec]  # the sweep sends it again
 
 
@@ -451,9 +444,9 @@ def test_embedded_stack_killed_mid_experiment_resumes_from_its_aof(
     )  # fmt: skip
     state = home / ".evalfleet" / "redis.json"
     try:
-        wait_for("the embedded Redis", state.exists, timeout=30)
+        wait_until(state.exists, "the embedded Redis", timeout=30)
         store = Store.from_url(json.loads(state.read_text())["url"], prefix=PREFIX)
-        wait_for("two results", lambda: _results(store) >= 2, timeout=60)
+        wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
         time.sleep(1.5)  # AOF `everysec`: let the results reach the disk
         exp_id = store.latest()
         assert exp_id is not None

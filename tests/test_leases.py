@@ -46,20 +46,20 @@ def _result(spec: RunSpec) -> RunResult:
 def test_an_expired_lease_without_a_result_is_claimed_once(store: Store) -> None:
     lost, alive, finished = _experiment(store)
     exp = lost.experiment_id
-    store.take_lease(exp, lost.run_id, "dead-worker", 1)
-    store.take_lease(exp, alive.run_id, "live-worker", 60)
-    store.take_lease(exp, finished.run_id, "finished-worker", 1)
+    store.leases.take(exp, lost.run_id, "dead-worker", 1)
+    store.leases.take(exp, alive.run_id, "live-worker", 60)
+    store.leases.take(exp, finished.run_id, "finished-worker", 1)
     store.save_run(_result(finished))  # no holder: the lease stays, expires, is dropped
-    assert store.live_leases(exp) >= {lost.run_id, alive.run_id}
+    assert store.leases.live(exp) >= {lost.run_id, alive.run_id}
     time.sleep(1.2)
 
-    assert store.live_leases(exp) == {alive.run_id}
+    assert store.leases.live(exp) == {alive.run_id}
     assert store.claim_lost_runs(exp) == [lost]
     assert store.claim_lost_runs(exp) == []  # a second sweeper gets nothing
     # The finished run's lease is gone; the lost run is marked as sent again.
-    leases = store.leases(exp)
+    leases = store.leases.state(exp)
     assert (leases.live, leases.lapsed) == ({alive.run_id}, {lost.run_id})
-    assert store.redis.hget(f"{store.prefix}exp:{exp}:leases", lost.run_id) == "0 resent"
+    assert store.redis.hget(store.keys.leases(exp), lost.run_id) == "0 resent"
     # Resume leaves the live run alone; the lost one was claimed for re-sending.
     assert {s.run_id for s in store.pending_specs(exp)} == {lost.run_id}
 
@@ -67,17 +67,17 @@ def test_an_expired_lease_without_a_result_is_claimed_once(store: Store) -> None
 def test_the_newest_delivery_owns_the_run_and_an_older_one_cannot_save(store: Store) -> None:
     spec, *_ = _experiment(store)
     exp = spec.experiment_id
-    store.take_lease(exp, spec.run_id, "first", 60)
-    store.take_lease(exp, spec.run_id, "second", 60)  # a redelivery takes over
+    store.leases.take(exp, spec.run_id, "first", 60)
+    store.leases.take(exp, spec.run_id, "second", 60)  # a redelivery takes over
 
-    assert not store.renew_lease(exp, spec.run_id, "first", 60)
+    assert not store.leases.renew(exp, spec.run_id, "first", 60)
     assert not store.save_run(_result(spec), holder="first")
     assert store.run(exp, spec.run_id) is None and store.info(exp).completed_runs == 0
 
-    assert store.renew_lease(exp, spec.run_id, "second", 60)
+    assert store.leases.renew(exp, spec.run_id, "second", 60)
     assert store.save_run(_result(spec), holder="second")
     assert store.info(exp).completed_runs == 1
-    assert store.live_leases(exp) == set()  # the save ended the lease
+    assert store.leases.live(exp) == set()  # the save ended the lease
     assert not store.save_run(_result(spec), holder="second")  # and counts once
     assert store.info(exp).completed_runs == 1
 
@@ -85,7 +85,7 @@ def test_the_newest_delivery_owns_the_run_and_an_older_one_cannot_save(store: St
 def test_a_lease_swept_while_its_holder_was_away_still_lets_it_save(store: Store) -> None:
     spec, *_ = _experiment(store)
     exp = spec.experiment_id
-    store.take_lease(exp, spec.run_id, "slow", 1)
+    store.leases.take(exp, spec.run_id, "slow", 1)
     time.sleep(1.2)
     assert store.claim_lost_runs(exp) == [spec]
     # The re-sent delivery has not started: the slow holder's result is valid.
@@ -96,14 +96,14 @@ def test_a_lease_swept_while_its_holder_was_away_still_lets_it_save(store: Store
 def test_giving_a_lease_back_and_marking_a_run_lost(store: Store) -> None:
     spec, other, _ = _experiment(store)
     exp = spec.experiment_id
-    store.take_lease(exp, spec.run_id, "leaving", 60)
-    store.give_back_lease(exp, spec.run_id, "someone-else")
-    assert store.live_leases(exp) == {spec.run_id}
-    store.give_back_lease(exp, spec.run_id, "leaving")
-    assert store.live_leases(exp) == set()
+    store.leases.take(exp, spec.run_id, "leaving", 60)
+    store.leases.release(exp, spec.run_id, "someone-else")
+    assert store.leases.live(exp) == {spec.run_id}
+    store.leases.release(exp, spec.run_id, "leaving")
+    assert store.leases.live(exp) == set()
     assert store.claim_lost_runs(exp) == []  # given back: queued, not lost
 
-    store.mark_lost(exp, other.run_id)
+    store.leases.mark_lost(exp, other.run_id)
     assert store.claim_lost_runs(exp) == [other]
 
 
@@ -120,8 +120,8 @@ def test_active_experiments_are_those_not_aggregated(store: Store) -> None:
 @pytest.mark.parametrize("seconds", [0.5, 5.0])
 def test_a_lease_records_its_holder_and_expiry(store: Store, seconds: float) -> None:
     spec, *_ = _experiment(store)
-    store.take_lease(spec.experiment_id, spec.run_id, "h", seconds)
-    raw = store.redis.hget(f"{store.prefix}exp:{spec.experiment_id}:leases", spec.run_id)
+    store.leases.take(spec.experiment_id, spec.run_id, "h", seconds)
+    raw = store.redis.hget(store.keys.leases(spec.experiment_id), spec.run_id)
     expiry, holder = raw.split(" ")
     seconds_now, micros = store.redis.time()
     server_now = seconds_now + micros / 1e6
@@ -134,7 +134,7 @@ def test_a_delivery_begins_by_counting_itself_and_taking_the_lease(store: Store)
     exp = spec.experiment_id
     first = store.begin_delivery(exp, spec.run_id, "d1", 60)
     assert (first.stored, first.attempts, first.status) == (None, 1, ExperimentStatus.running)
-    assert store.live_leases(exp) == {spec.run_id}
+    assert store.leases.live(exp) == {spec.run_id}
     store.set_status(exp, ExperimentStatus.cancelled)
     second = store.begin_delivery(exp, spec.run_id, "d2", 60)  # a redelivery takes over
     assert (second.attempts, second.status) == (2, ExperimentStatus.cancelled)
@@ -143,8 +143,8 @@ def test_a_delivery_begins_by_counting_itself_and_taking_the_lease(store: Store)
     assert store.save_run(_result(spec), holder="d2")
     late = store.begin_delivery(exp, spec.run_id, "d3", 60)
     assert late.stored == _result(spec)  # nothing counted, no lease taken
-    assert store.redis.hget(f"{store.prefix}exp:{exp}:attempts", spec.run_id) == "2"
-    assert store.live_leases(exp) == set()
+    assert store.redis.hget(store.keys.attempts(exp), spec.run_id) == "2"
+    assert store.leases.live(exp) == set()
     assert store.begin_delivery(exp, other.run_id, "d4", 60).attempts == 1
 
 
@@ -161,5 +161,5 @@ def test_runs_found_nowhere_for_long_enough_are_claimed_once(store: Store) -> No
     time.sleep(1.2)
     assert store.claim_unaccounted(exp, {b.run_id, c.run_id}, 2) == [c]
     # a is no longer reported (sent again) and b is tracked anew.
-    assert store.redis.hkeys(f"{store.prefix}exp:{exp}:unaccounted") == [b.run_id]
+    assert store.redis.hkeys(store.keys.unaccounted(exp)) == [b.run_id]
     assert store.unfinished_runs(exp) == {a.run_id, b.run_id, c.run_id}

@@ -29,6 +29,7 @@ from core.config import Matrix, Scenario, Tier
 from core.results import ExperimentInfo, ExperimentStatus, RunSpec, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, Worker, run_cli
+from tests.fleet import wait_until
 from tests.llm_stub import LLMStub, RecordedRequest, Step, reply
 from worker.celery_app import create_app
 from worker.sandbox import sandbox_argv
@@ -94,15 +95,11 @@ def test_a_pickle_message_on_the_broker_is_refused_and_never_unpickled(
     app.send_task(
         RUN_TASK, args=(control.model_dump(mode="json"),), queue=QUEUE, ignore_result=True
     )
-    deadline = time.monotonic() + 60
-    while store.run(control.experiment_id, control.run_id) is None:
-        assert time.monotonic() < deadline, "the control run never finished"
-        time.sleep(0.2)
+    wait_until(lambda: store.run(control.experiment_id, control.run_id), "the control run")
 
     assert not canary.exists()  # never unpickled
     assert store.run(pickled.experiment_id, pickled.run_id) is None  # never run
-    assert store.redis.hget(f"{store.prefix}exp:{pickled.experiment_id}:attempts",
-                            pickled.run_id) is None  # fmt: skip
+    assert store.redis.hget(store.keys.attempts(pickled.experiment_id), pickled.run_id) is None
     log = worker.log.read_text()
     assert "Refusing to deserialize untrusted content of type pickle" in log
     assert worker.proc.poll() is None

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from celery import Celery, signals
 
+from core.keys import key_prefix
 from core.settings import ENV_BROKER
-from core.store import key_prefix
 from worker import environ, grace, idle, kombu_guard, recovery
 from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S
 

@@ -1,16 +1,5 @@
-"""A running run's lease: its proof of life in Redis, renewed while it runs.
-
-A delivery takes the run's lease when it starts (Store.begin_delivery) and a
-heartbeat thread renews it every third of its duration (`lease_s` in the
-matrix). A worker that dies
-(SIGKILL, a torn-down CI runner, a lost connection) stops renewing; once the
-lease has expired, whoever follows the experiment sends the run again
-(worker/recovery.py).
-
-Taking a lease always succeeds: the newest delivery of a run wins. An older
-delivery that is somehow still alive stops renewing and, at its save, finds the
-run is no longer its own (Store.save_run), so it cannot count.
-"""
+"""The heartbeat of a running run's lease (core/leases.py): renewed every third of
+`lease_s` while the run runs, given back when a leaving worker hands the run back."""
 
 from __future__ import annotations
 
@@ -45,7 +34,7 @@ class Lease:
         except HandBack:
             # A leaving worker put the message back in the queue: the queue, not
             # the lease, holds the run now (an expired lease would send it twice).
-            self.store.give_back_lease(exp_id, run_id, self.holder)
+            self.store.leases.release(exp_id, run_id, self.holder)
             raise
 
     @contextlib.contextmanager
@@ -65,7 +54,7 @@ class Lease:
         exp_id, run_id = self.spec.experiment_id, self.spec.run_id
         while not stop.wait(seconds / 3):
             try:
-                if not self.store.renew_lease(exp_id, run_id, self.holder, seconds):
+                if not self.store.leases.renew(exp_id, run_id, self.holder, seconds):
                     log.warning("run %s was taken over by a newer delivery", run_id)
                     return
             except redis.RedisError as exc:  # Redis away: keep trying; the lease may lapse

@@ -92,7 +92,7 @@ def _send_again(
         run_signature(app, matrix, spec).apply_async(queue=spec.queue or default_queue)
     except Exception as exc:  # the broker went away between the claim and the send
         log.warning("could not send lost run %s again (%s); next sweep retries", spec.run_id, exc)
-        store.mark_lost(spec.experiment_id, spec.run_id)
+        store.leases.mark_lost(spec.experiment_id, spec.run_id)
         return False
     log.warning("run %s was lost (%s): sent again", spec.run_id, why)
     return True
@@ -109,7 +109,7 @@ def _requeue_never_started(app: Celery, store: Store, exp_id: str, lease_s: floa
         tags = client.zrangebyscore(keys.UNACKED_INDEX, 0, time.time() - lease_s)
         if not tags:
             return []
-        leases = store.leases(exp_id)
+        leases = store.leases.state(exp_id)
         requeued = []
         for tag, raw in zip(tags, client.hmget(keys.UNACKED, tags), strict=True):
             spec = _run_spec(keys.unacked_message(raw))
@@ -130,7 +130,7 @@ def _unaccounted(app: Celery, store: Store, info: ExperimentInfo, queues: set[st
     missing = info.total_runs - info.completed_runs
     if not missing:
         return set()
-    live = store.leases(info.id).live
+    live = store.leases.live(info.id)
     with app.pool.acquire(block=True) as conn:
         channel = conn.default_channel
         pipe = channel.client.pipeline()

@@ -120,7 +120,7 @@ def execute(
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
         # The lease covers the wait, so no sweep sends the run again meanwhile.
         _patiently(
-            lambda: store.take_lease(
+            lambda: store.leases.take(
                 spec.experiment_id, spec.run_id, lease.holder, wait_s + matrix.lease_s
             )
         )

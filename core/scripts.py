@@ -1,0 +1,165 @@
+"""Every Lua script evalfleet runs in Redis, each one atomic step of the store (rq's scripts.py).
+
+Each is headed by what its KEYS and ARGV are (key names: core/keys.py) and
+returns a named outcome rather than a number to decode. Times come from the
+Redis server's clock (TIME), so the workers' and the scheduler's clocks never
+have to agree. A lease is stored as "EXPIRY HOLDER" (core/leases.py); expiry 0
+marks a lapsed lease whose run was sent again (holder "resent") or must be
+(holder "lost").
+"""
+
+# Storing a run and counting it is one step: a redelivered run that finishes
+# late must neither overwrite the first result nor be counted twice. A delivery
+# whose lease another delivery has taken over stores nothing: only the newest
+# delivery's result counts. One whose lapsed lease was only marked (expiry 0)
+# still may. The save ends the lease.
+# KEYS[1] runs, KEYS[2] experiment, KEYS[3] leases.
+# ARGV[1] run id, ARGV[2] RunResult JSON, ARGV[3] '1' when passed, ARGV[4] the
+# counter its status adds to besides `done` ('' for none), ARGV[5] the saving
+# delivery's lease holder ('' to save whoever holds it).
+SAVE_RUN = """
+if ARGV[5] ~= '' then
+  local lease = redis.call('HGET', KEYS[3], ARGV[1])
+  if lease then
+    local expiry, holder = string.match(lease, '^(%S+) (%S+)$')
+    if holder ~= ARGV[5] and tonumber(expiry) > 0 then return 'taken over' end
+    redis.call('HDEL', KEYS[3], ARGV[1])
+  end
+end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 'already stored' end
+redis.call('HINCRBY', KEYS[2], 'done', 1)
+if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], 'passes', 1) end
+if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], 1) end
+return 'saved'
+"""
+
+# A delivery's first step, in one round trip: the stored result if the run has
+# one (then nothing else happens), else the delivery is counted and takes the
+# run's lease, whoever held it before.
+# KEYS[1] runs, KEYS[2] attempts, KEYS[3] leases, KEYS[4] experiment, KEYS[5] halted.
+# ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier.
+# Returns {'stored', RunResult JSON} or {'started', attempts, experiment status,
+# why fail-fast stopped the tier or ''}.
+BEGIN_DELIVERY = """
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if stored then return {'stored', stored} end
+local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+local now = redis.call('TIME')
+local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
+return {'started', attempts, redis.call('HGET', KEYS[4], 'status') or '',
+        redis.call('HGET', KEYS[5], ARGV[4]) or ''}
+"""
+
+# KEYS[1] leases. ARGV[1] run id, ARGV[2] holder, ARGV[3] seconds.
+# The run is the holder's for ARGV[3] seconds, whoever held it before.
+TAKE_LEASE = """
+local now = redis.call('TIME')
+local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
+return 'taken'
+"""
+
+# KEYS[1] leases. ARGV[1] run id, ARGV[2] holder, ARGV[3] seconds.
+# Extends the lease only while it is still the holder's.
+RENEW_LEASE = """
+local lease = redis.call('HGET', KEYS[1], ARGV[1])
+if not lease or string.match(lease, ' (%S+)$') ~= ARGV[2] then return 'not held' end
+local now = redis.call('TIME')
+local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
+return 'renewed'
+"""
+
+# KEYS[1] leases. ARGV[1] run id, ARGV[2] holder.
+# Ends the lease without a result, only while it is still the holder's.
+RELEASE_LEASE = """
+local lease = redis.call('HGET', KEYS[1], ARGV[1])
+if not lease or string.match(lease, ' (%S+)$') ~= ARGV[2] then return 'not held' end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 'released'
+"""
+
+# Expired leases of runs without a result are returned, once (concurrent sweepers
+# each get a different, possibly empty, share) and marked as sent again: the run
+# is in the queue again, which the lease of its next delivery replaces. Expired
+# leases of finished runs leave the table.
+# KEYS[1] leases, KEYS[2] runs. ARGV[1] the holder that marks a run sent again.
+# Returns the run ids claimed.
+CLAIM_EXPIRED_LEASES = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local lost = {}
+local leases = redis.call('HGETALL', KEYS[1])
+for i = 1, #leases, 2 do
+  local run, expiry, holder = leases[i], string.match(leases[i + 1], '^(%S+) (%S+)$')
+  if tonumber(expiry) < now and holder ~= ARGV[1] then
+    if redis.call('HEXISTS', KEYS[2], run) == 1 then
+      redis.call('HDEL', KEYS[1], run)
+    else
+      redis.call('HSET', KEYS[1], run, '0 ' .. ARGV[1])
+      lost[#lost + 1] = run
+    end
+  end
+end
+return lost
+"""
+
+# Fail-fast: a tier whose first results are ARGV[3] times the same
+# infrastructure error, and nothing else yet, is stopped.
+# KEYS[1] health, KEYS[2] halted. ARGV[1] tier, ARGV[2] the infrastructure error
+# of a finished run ('' for a result of the agent's own), ARGV[3] threshold (0: off).
+# Returns 'stopped' when this call stopped the tier, else 'counted'.
+NOTE_HEALTH = """
+local healthy = ARGV[1] .. '\\n'
+if ARGV[2] == '' then redis.call('HSET', KEYS[1], healthy, 1) return 'counted' end
+if redis.call('HEXISTS', KEYS[1], healthy) == 1 then return 'counted' end
+local seen = redis.call('HINCRBY', KEYS[1], healthy .. ARGV[2], 1)
+local threshold = tonumber(ARGV[3])
+if threshold > 0 and seen >= threshold and redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 1
+then return 'stopped' end
+return 'counted'
+"""
+
+# Resume of a cancelled experiment: each run recorded as cancelled loses its
+# result and its delivery count, and the counters go back down.
+# KEYS[1] runs, KEYS[2] attempts, KEYS[3] experiment. ARGV: the cancelled run ids.
+# Returns how many results were removed.
+UNCANCEL = """
+local n = 0
+for i = 1, #ARGV do
+  if redis.call('HDEL', KEYS[1], ARGV[i]) == 1 then n = n + 1 end
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+redis.call('HINCRBY', KEYS[3], 'done', -n)
+redis.call('HINCRBY', KEYS[3], 'cancelled', -n)
+redis.call('HDEL', KEYS[3], 'finished_at', 'sent')
+return n
+"""
+
+# Runs a sweep found nowhere (no result, lease, or message): those it no longer
+# reports leave the table; those it has reported for ARGV[1] seconds or longer
+# are returned once (whichever sweeper comes first) and leave it.
+# KEYS[1] unaccounted. ARGV[1] seconds, ARGV[2..] the run ids found nowhere now.
+# Returns the run ids overdue.
+TRACK_UNACCOUNTED = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local current = {}
+for i = 2, #ARGV do current[ARGV[i]] = true end
+local seen = redis.call('HGETALL', KEYS[1])
+for i = 1, #seen, 2 do
+  if not current[seen[i]] then redis.call('HDEL', KEYS[1], seen[i]) end
+end
+local overdue = {}
+for i = 2, #ARGV do
+  local since = redis.call('HGET', KEYS[1], ARGV[i])
+  if not since then
+    redis.call('HSET', KEYS[1], ARGV[i], string.format('%.3f', now))
+  elseif now - tonumber(since) >= tonumber(ARGV[1]) then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    overdue[#overdue + 1] = ARGV[i]
+  end
+end
+return overdue
+"""
