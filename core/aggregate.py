@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from core.analysis import analyse, context_by_call
 from core.config import Scoring
 from core.formulas import cost_delta, cost_of_pass, letter_grade, tier_uplift
+from core.metrics import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.ordering import ordered_ids
 from core.results import (
     CrossTierResult,
@@ -28,15 +29,6 @@ from core.results import (
     error_key,
 )
 from core.stats import statistics, variance
-
-INTERACTION_METRICS = (
-    "error_rate",
-    "retry_rate",
-    "first_try_success_rate",
-    "iteration_ratio",
-    "help_invocations",
-    "total_commands",
-)
 
 
 def aggregate(
@@ -109,12 +101,10 @@ def tier_report(
     """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
     baseline tier's id and its runs of the same scenarios, to test the group against."""
     valid = [r for r in runs if r.counted]
-    priced = [r for r in valid if r.cost_usd is not None]
-
-    composite = _stats(valid, lambda r: r.composite_score)
-    pass_rate = _stats(valid, lambda r: r.pass_rate)
-    cost = _stats(priced, lambda r: r.cost_usd)
-    has_layered = any(r.layered_composite is not None for r in valid)
+    seed = {
+        m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None
+    }
+    composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
     return TierReport(
         runs=len(runs),
         errors=sum(1 for r in runs if r.is_infra_error),
@@ -123,27 +113,10 @@ def tier_report(
         passes=sum(1 for r in valid if r.passed),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),
         cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
-        cost_unknown_runs=len(valid) - len(priced),
+        cost_unknown_runs=sum(1 for r in valid if r.cost_usd is None),
         approximate_exit_code_runs=sum(1 for r in valid if r.interaction.exit_codes_approximate),
-        pass_rate=pass_rate,
-        impl_rate=_stats(valid, lambda r: r.impl_rate),
-        cost_usd=cost,
-        judge_cost_usd=_stats(valid, lambda r: r.judge_cost_usd),
-        duration_seconds=_stats(valid, lambda r: r.duration_seconds),
-        composite_score=composite,
-        layered_composite=_stats(valid, lambda r: r.layered_composite) if has_layered else None,
-        # Recomputed from cost and pass rate, so a run stored without it still counts.
-        cost_of_pass_per_run=statistics(
-            [cost_of_pass(r.cost_usd, r.pass_rate) for r in priced if r.cost_usd is not None]
-        ),
-        input_tokens=_stats(valid, lambda r: r.input_tokens),
-        output_tokens=_stats(valid, lambda r: r.output_tokens),
-        base_context=_stats(valid, lambda r: r.base_context),
-        context_growth_avg=_stats(valid, lambda r: r.context_growth_avg),
-        interaction={
-            name: statistics([getattr(r.interaction, name) for r in valid])
-            for name in INTERACTION_METRICS
-        },
+        **seed,
+        interaction={m.name: _stats(valid, m.of_run) for m in INTERACTION_METRICS},
         process=_process_stats(valid),
         statuses=_statuses(runs),
         context_by_call=context_by_call(valid),
@@ -188,6 +161,13 @@ def cross_tier(reports: dict[str, TierReport], baseline: str) -> CrossTierResult
 def _stats(runs: Sequence[RunResult], metric: Callable[[RunResult], float | None]) -> Statistics:
     """Statistics of `metric` over the runs that have it."""
     return statistics([value for value in map(metric, runs) if value is not None])
+
+
+def _metric_stats(runs: Sequence[RunResult], metric: Metric) -> Statistics | None:
+    """None for an optional metric no run has; else its Statistics, empty or not."""
+    if metric.optional and all(metric.of_run(r) is None for r in runs):
+        return None
+    return _stats(runs, metric.of_run)
 
 
 def _tier_cost_of_pass(cost: Statistics, pass_rate: Statistics) -> float | None:

@@ -196,7 +196,7 @@ def _judge(
 def _with_tokens_and_cost(
     result: RunResult, transcript: Transcript, price: ModelPrice | None, model: str | None
 ) -> RunResult:
-    calls = formulas.with_cumulative_input(transcript.llm_calls)
+    calls = transcript.llm_calls  # with cumulative_input: parse_transcript set it
     spend = spend_of(transcript, price)
     unknown = None
     if spend.cost_usd is None:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
+from core.metrics import RUN_METRICS
 from core.results import ExperimentComparison, ExperimentReport, Statistics
 from scheduler import sections
 from scheduler.html_report import html_report
@@ -198,7 +199,7 @@ def _csv_table(table: Table) -> str:
     return out.getvalue()
 
 
-_CSV_STATS = ("pass_rate", "impl_rate", "composite_score", "cost_usd", "duration_seconds")
+_CSV_METRICS = [m.name for m in RUN_METRICS if m.in_csv]
 
 
 def _csv(report: ExperimentReport) -> str:
@@ -207,7 +208,7 @@ def _csv(report: ExperimentReport) -> str:
     writer = csv.writer(out)
     writer.writerow(
         ["tier", "scenario", "runs", "errors", "passes", "grade", "cost_of_pass"]
-        + [f"{m}_{s}" for m in _CSV_STATS for s in ("median", "mean", "std_dev", "min", "max")]
+        + [f"{m}_{s}" for m in _CSV_METRICS for s in ("median", "mean", "std_dev", "min", "max")]
         + ["pass_rate_ci_low", "pass_rate_ci_high"]
         + ["composite_median_ci_low", "composite_median_ci_high"]
         + ["vs_baseline_fisher_p", "vs_baseline_mann_whitney_p", "vs_baseline_verdict"]
@@ -221,7 +222,7 @@ def _csv(report: ExperimentReport) -> str:
         a = cell.analysis
         vs = a.vs_baseline
         values: list[object] = []
-        for metric in _CSV_STATS:
+        for metric in _CSV_METRICS:
             st: Statistics = getattr(cell, metric)
             values += [st.median, st.mean, st.std_dev, st.min, st.max]
         for interval in (a.pass_rate_ci, a.composite_median_ci):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from core.analysis import BOOTSTRAP_RESAMPLES, CONFIDENCE, PASS_K
 from core.comparison import ALPHA
+from core.metrics import INTERACTION_METRICS, RUN_METRICS
 from core.results import (
     Comparison,
     ExperimentComparison,
@@ -32,33 +33,6 @@ PASS_RATE = f"pass rate (passes/counted) [{CONFIDENCE:.0%} CI]"
 COMPOSITE_MAX = 1.0
 # Columns of per-call context growth in a table; the HTML chart shows every call.
 CONTEXT_CALLS_SHOWN = 10
-
-# The guidance-comparison view (evaluation seed): the interaction metrics a
-# guidance author compares between versions of their AGENTS.md.
-GUIDANCE_METRICS = (
-    ("error rate", "error_rate"),
-    ("help-seeking (--help per run)", "help_invocations"),
-    ("first-try success", "first_try_success_rate"),
-    ("retry rate", "retry_rate"),
-    ("iteration ratio", "iteration_ratio"),
-    ("commands per run", "total_commands"),
-)
-
-# The seed statistics shown per tier and tier x scenario.
-SEED_METRICS = (
-    "pass_rate",
-    "impl_rate",
-    "composite_score",
-    "layered_composite",
-    "cost_usd",
-    "judge_cost_usd",
-    "cost_of_pass_per_run",
-    "duration_seconds",
-    "input_tokens",
-    "output_tokens",
-    "base_context",
-    "context_growth_avg",
-)
 
 
 @dataclass(frozen=True)
@@ -355,10 +329,10 @@ def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
     tier = report.tiers[tier_id]
     rows = []
     for scenario, cell in [(ALL, tier), *tier.scenarios.items()]:
-        for name in SEED_METRICS:
-            stats: Statistics | None = getattr(cell, name)
+        for metric in RUN_METRICS:
+            stats: Statistics | None = getattr(cell, metric.name)
             if stats is not None and stats.count:
-                rows.append([scenario, name, *_stat_cells(stats)])
+                rows.append([scenario, metric.label, *_stat_cells(stats)])
         for name, stats in cell.process.items():
             rows.append([scenario, name, *_stat_cells(stats)])
     return Table(
@@ -377,12 +351,12 @@ def _stat_cells(s: Statistics) -> list[str]:
 
 def interaction(report: ExperimentReport, scenario: str | None = None) -> Table:
     rows = [
-        [tier_id, scope, *(num(_mean(t.interaction.get(key))) for _, key in GUIDANCE_METRICS)]
+        [tier_id, scope, *(num(_mean(t.interaction.get(m.name))) for m in INTERACTION_METRICS)]
         for tier_id, scope, t in cells(report, scenario)
     ]
     return Table(
         "Interaction metrics (mean per run)",
-        ["tier", "scenario", *(label for label, _ in GUIDANCE_METRICS)],
+        ["tier", "scenario", *(m.label for m in INTERACTION_METRICS)],
         rows,
         label_columns=2,
     )
@@ -397,8 +371,11 @@ def guidance(report: ExperimentReport, scenario: str) -> Table:
             *(num(c.passes / c.counted) if c and c.counted else "-" for c in tiers.values()),
         ],
         *(
-            [label, *(num(_mean(c.interaction.get(key))) if c else "-" for c in tiers.values())]
-            for label, key in GUIDANCE_METRICS
+            [
+                m.label,
+                *(num(_mean(c.interaction.get(m.name))) if c else "-" for c in tiers.values()),
+            ]
+            for m in INTERACTION_METRICS
         ),
         ["runs counted", *(str(c.counted) if c else "0" for c in tiers.values())],
     ]

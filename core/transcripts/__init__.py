@@ -26,9 +26,9 @@ every format (core/transcripts/outage.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import accumulate
 
-from core.results import LLMCallMetrics, Transcript
+from core.formulas import with_cumulative_input
+from core.results import Transcript
 from core.transcripts.claude import parse_claude
 from core.transcripts.codex import parse_codex
 from core.transcripts.events import parse_events
@@ -76,7 +76,7 @@ def parse_transcript(
             transcript = transcript.model_copy(update={"format": fmt, "recognised": False})
         if events is not None:
             transcript = _overlay_events(transcript, events)
-    transcript.llm_calls = _with_cumulative_input(transcript.llm_calls)
+    transcript.llm_calls = with_cumulative_input(transcript.llm_calls)
     if (outage := outage_of(transcript.agent_reported_error)) is not None:
         transcript.outage = outage
         transcript.retry_after_s = stated_wait_s(outage)
@@ -102,10 +102,3 @@ def _overlay_events(stdout: Transcript, events: Transcript) -> Transcript:
             update["recognised"] = True  # the events file tells what stdout did not
     return stdout.model_copy(update=update)
 
-
-def _with_cumulative_input(calls: list[LLMCallMetrics]) -> list[LLMCallMetrics]:
-    running = accumulate(call.input_tokens for call in calls)
-    return [
-        call.model_copy(update={"cumulative_input": total})
-        for call, total in zip(calls, running, strict=True)
-    ]
