@@ -29,7 +29,7 @@ from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
 from scheduler.embedded import EmbeddedError, EmbeddedRedis, LocalWorkers, worker_command
 from scheduler.plan import PlanTooLarge, check_size, new_experiment_id
-from scheduler.render import (
+from scheduler.report.render import (
     COMPARE_FORMATS,
     FORMATS,
     NONFINITE,

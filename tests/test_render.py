@@ -7,8 +7,8 @@ import re
 from core.aggregate import aggregate
 from core.config import Scoring
 from core.results import ExperimentInfo, ExperimentReport, RunResult, RunStatus
-from scheduler.charts import Bar, bar_chart, line_chart
-from scheduler.render import render
+from scheduler.report.charts import Bar, bar_chart, line_chart
+from scheduler.report.render import render
 
 HOSTILE = 'x <script>alert("1")</script> | & y'
 

@@ -7,7 +7,7 @@ import pytest
 from core.aggregate import aggregate
 from core.config import Scoring
 from core.results import ExperimentInfo, InteractionMetrics, RunResult, RunStatus
-from scheduler.render import render
+from scheduler.report.render import render
 
 
 def run(index: int, *, approximate: bool, cost: float | None) -> RunResult:

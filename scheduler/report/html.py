@@ -9,8 +9,8 @@ from __future__ import annotations
 from html import escape
 
 from core.results import ExperimentReport, Interval, TierReport
-from scheduler.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
-from scheduler.sections import Table, header, pass_share, report_tables, scenario_tables
+from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
+from scheduler.report.sections import Table, header, pass_share, report_tables, scenario_tables
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem;

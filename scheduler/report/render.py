@@ -1,6 +1,6 @@
 """ExperimentReport -> what people read: a terminal table, markdown, HTML, CSV or JSON.
 
-The tables themselves (which numbers, how written) come from scheduler/sections.py;
+The tables themselves (which numbers, how written) come from sections.py;
 here they are laid out per format.
 """
 
@@ -20,9 +20,9 @@ from rich.table import Table as RichTable
 from core.analysis import PASS_K
 from core.metrics import RUN_METRICS
 from core.results import ExperimentComparison, ExperimentReport, Statistics
-from scheduler import sections
-from scheduler.html_report import html_report
-from scheduler.sections import Table
+from scheduler.report import sections
+from scheduler.report.html import html_report
+from scheduler.report.sections import Table
 
 FORMATS = ("table", "markdown", "json", "csv", "html")
 COMPARE_FORMATS = ("table", "markdown", "json", "csv")
