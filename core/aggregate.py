@@ -17,17 +17,14 @@ from core.config import Scoring
 from core.formulas import cost_delta, cost_of_pass, letter_grade, tier_uplift
 from core.metrics import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.ordering import ordered_ids
-from core.results import (
+from core.report_models import (
     CrossTierResult,
     ExperimentInfo,
     ExperimentReport,
-    ProcessMetrics,
-    RunResult,
-    RunStatus,
     Statistics,
     TierReport,
-    error_key,
 )
+from core.results import ProcessMetrics, RunResult, RunStatus, error_key
 from core.stats import statistics, variance
 
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from statistics import fmean
 
 from core.comparison import ALPHA, compare_runs
-from core.results import Interval, RunResult, Statistics, TierAnalysis
+from core.report_models import Interval, Statistics, TierAnalysis
+from core.results import RunResult
 from core.significance import (
     bootstrap_median_interval,
     pass_at_k,

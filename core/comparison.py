@@ -16,13 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.ordering import ordered_ids
-from core.results import (
-    Comparison,
-    ExperimentComparison,
-    ExperimentInfo,
-    RunResult,
-    Verdict,
-)
+from core.report_models import Comparison, ExperimentComparison, ExperimentInfo, Verdict
+from core.results import RunResult
 from core.significance import fisher_exact, mann_whitney_u
 from core.stats import statistics
 

@@ -19,16 +19,9 @@ from core.limits import crossed, spend_of
 from core.pricing import price_for
 from core.process_metrics import process_metrics
 from core.redact import redact, redact_record, secret_values
-from core.results import (
-    AgentOutcome,
-    GateResult,
-    JudgeResult,
-    RunResult,
-    RunSpec,
-    RunStatus,
-    Transcript,
-)
+from core.results import GateResult, JudgeResult, RunResult, RunSpec, RunStatus
 from core.tokens import token_metrics
+from core.transcript_models import AgentOutcome, Transcript
 from core.transcripts import parse_transcript, render_transcript
 from core.transcripts.outage import outage_of
 from core.workspace_changes import Snapshot, summarize_changes

@@ -12,7 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 from core.config import DEFAULT_GRADES, CompositeWeights
-from core.results import InteractionMetrics, LLMCallMetrics
+from core.results import InteractionMetrics
+from core.transcript_models import LLMCallMetrics
 
 # Scores are ratios and weighted sums of floats: 0.85 may arrive as 0.8499999999999999,
 # and a report showing 0.85 beside grade C would be wrong.

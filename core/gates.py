@@ -40,8 +40,9 @@ from core.config import (
     NoTranscriptErrors,
     Script,
 )
-from core.results import CommandRecord, GateResult
+from core.results import GateResult
 from core.shell import ShellResult, run_shell
+from core.transcript_models import CommandRecord
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream: room for a large `list --format json`
 MAX_FILE_BYTES = 16 * 1024 * 1024

@@ -27,7 +27,8 @@ import re
 from collections.abc import Iterable
 
 from core.config import Target
-from core.results import CommandRecord, InteractionMetrics, SubcommandStats, Transcript
+from core.results import InteractionMetrics, SubcommandStats
+from core.transcript_models import CommandRecord, Transcript
 
 
 def target_commands(transcript: Transcript, target: Target) -> list[CommandRecord]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from core.config import Limits, ModelPrice
 from core.pricing import cost_usd
-from core.results import Transcript
+from core.transcript_models import Transcript
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from core.config import ExpectedStep, ProcessConfig
 from core.formulas import fraction_of
-from core.results import CommandRecord, ProcessMetrics
+from core.results import ProcessMetrics
+from core.transcript_models import CommandRecord
 
 
 def r_prog(achieved: float, expected: float) -> float:

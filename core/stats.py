@@ -18,7 +18,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from core.results import Statistics
+from core.report_models import Statistics
 
 
 def statistics(values: Sequence[float]) -> Statistics:

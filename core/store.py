@@ -17,14 +17,8 @@ from core import scripts
 from core.config import Matrix
 from core.keys import Keys, key_prefix
 from core.leases import Leases
-from core.results import (
-    ExperimentInfo,
-    ExperimentReport,
-    ExperimentStatus,
-    RunResult,
-    RunSpec,
-    RunStatus,
-)
+from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
+from core.results import RunResult, RunSpec, RunStatus
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from collections.abc import Iterable
 
 from core.config import ModelPrice
 from core.pricing import cost_usd
-from core.results import ComponentTokens, ComponentType, TokenMetrics
+from core.results import TokenMetrics
+from core.transcript_models import ComponentTokens, ComponentType
 
 SKILL_COMPONENTS = frozenset({ComponentType.SKILL_PROMPT, ComponentType.DOMAIN_EXPERTISE})
 

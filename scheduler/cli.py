@@ -23,7 +23,7 @@ from rich.console import Console
 from core.comparison import compare_experiments
 from core.config import Matrix, matrix_json_schema
 from core.loading import load_matrix
-from core.results import ExperimentInfo, ExperimentStatus
+from core.report_models import ExperimentInfo, ExperimentStatus
 from core.settings import BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError

@@ -23,7 +23,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from core.results import ExperimentStatus
+from core.report_models import ExperimentStatus
 from core.store import Store
 from worker.recovery import BROKER_DOWN, recover
 

@@ -11,7 +11,8 @@ import time
 from collections.abc import Iterator
 
 from core.config import Matrix
-from core.results import ExperimentInfo, ExperimentStatus, RunSpec
+from core.report_models import ExperimentInfo, ExperimentStatus
+from core.results import RunSpec
 
 # The most runs one experiment may have. Submitting streams runs to the broker in
 # bounded memory, but each queued run costs the broker about 2 KB until it runs.

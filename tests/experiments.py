@@ -14,14 +14,9 @@ from pathlib import Path
 
 from core import formulas
 from core.loading import load_matrix
-from core.results import (
-    InteractionMetrics,
-    LLMCallMetrics,
-    RunResult,
-    RunSpec,
-    RunStatus,
-)
+from core.results import InteractionMetrics, RunResult, RunSpec, RunStatus
 from core.store import Store
+from core.transcript_models import LLMCallMetrics
 from scheduler.plan import experiment_info, new_experiment_id, plan
 
 

@@ -10,14 +10,8 @@ import pytest
 
 from core.aggregate import aggregate
 from core.config import Scoring
-from core.results import (
-    ExperimentInfo,
-    ExperimentReport,
-    InteractionMetrics,
-    ProcessMetrics,
-    RunResult,
-    RunStatus,
-)
+from core.report_models import ExperimentInfo, ExperimentReport
+from core.results import InteractionMetrics, ProcessMetrics, RunResult, RunStatus
 from tests.experiments import make_run
 
 SCORING = Scoring()

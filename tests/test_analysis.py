@@ -12,13 +12,9 @@ from core.aggregate import aggregate
 from core.analysis import MAX_CALLS_TRACKED, analyse, context_by_call
 from core.comparison import compare_experiments, compare_runs
 from core.config import Scoring
-from core.results import (
-    ExperimentInfo,
-    LLMCallMetrics,
-    RunResult,
-    RunStatus,
-    Verdict,
-)
+from core.report_models import ExperimentInfo, Verdict
+from core.results import RunResult, RunStatus
+from core.transcript_models import LLMCallMetrics
 from tests.experiments import make_run
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from core.evaluate import evaluate_run
 from core.loading import load_matrix
-from core.results import AgentOutcome, RunSpec, RunStatus
+from core.results import RunSpec, RunStatus
+from core.transcript_models import AgentOutcome
 from tests.conftest import EXAMPLES
 from tests.llm_stub import LLMStub, reply
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.results import ExperimentInfo, ExperimentStatus, RunStatus
+from core.report_models import ExperimentInfo, ExperimentStatus
+from core.results import RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, Worker, run_cli, start_cli
 from tests.experiments import command_matrix

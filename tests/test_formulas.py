@@ -9,7 +9,8 @@ import pytest
 from core import formulas
 from core.config import DEFAULT_GRADES, CompositeWeights, ModelPrice
 from core.pricing import BUILTIN_PRICES, cost_usd, price_for
-from core.results import InteractionMetrics, LLMCallMetrics
+from core.results import InteractionMetrics
+from core.transcript_models import LLMCallMetrics
 
 # --- seed example 1 ----------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from core.config import AgentConfig, Matrix, Rubric, load_rubric
 from core.judge import AnswerError, parse_answer
 from core.loading import load_matrix
-from core.results import JudgeResponse, Transcript
+from core.results import JudgeResponse
+from core.transcript_models import Transcript
 from core.transcripts import FORMATS, parse_transcript
 from core.yaml_loading import ConfigError
 

@@ -14,8 +14,9 @@ from pydantic import TypeAdapter
 
 from core.config import Gate
 from core.gates import MAX_OUTPUT_BYTES, run_gates
-from core.results import CommandRecord, GateResult
+from core.results import GateResult
 from core.shell import run_shell
+from core.transcript_models import CommandRecord
 
 MYTOOL_DIR = Path(__file__).parent.parent / "examples" / "bin"  # the example's real CLI
 GATE = TypeAdapter(Gate)

@@ -8,7 +8,8 @@ import pytest
 
 from core.config import Target
 from core.interaction import interaction_metrics, target_commands
-from core.results import CommandRecord, SubcommandStats, Transcript
+from core.results import SubcommandStats
+from core.transcript_models import CommandRecord, Transcript
 from core.transcripts import parse_transcript
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from core.config import Matrix
-from core.results import ExperimentInfo, ExperimentStatus, RunResult, RunSpec, RunStatus
+from core.report_models import ExperimentInfo, ExperimentStatus
+from core.results import RunResult, RunSpec, RunStatus
 from core.store import Store
 
 MATRIX = Matrix.model_validate(

@@ -47,7 +47,8 @@ from core.config import (
 )
 from core.gates import run_gates
 from core.loading import load_matrix
-from core.results import CommandRecord, RunSpec
+from core.results import RunSpec
+from core.transcript_models import CommandRecord
 from worker.run import agent_env
 from worker.workspace import RunDir
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from core.config import AgentConfig
 from core.llm_http import MAX_RESPONSE_BYTES
-from core.results import AgentOutcome, ComponentType
+from core.transcript_models import AgentOutcome, ComponentType
 from core.transcripts import parse_transcript
 from tests.llm_stub import (
     LLMStub,

@@ -13,8 +13,9 @@ from core.process_metrics import (
     strategic_drift,
     strategic_drift_binary,
 )
-from core.results import CommandRecord, ComponentTokens, ComponentType, ProcessMetrics
+from core.results import ProcessMetrics
 from core.tokens import token_metrics
+from core.transcript_models import CommandRecord, ComponentTokens, ComponentType
 
 
 def _commands(*pairs: tuple[str, int | None]) -> list[CommandRecord]:

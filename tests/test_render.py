@@ -6,7 +6,8 @@ import re
 
 from core.aggregate import aggregate
 from core.config import Scoring
-from core.results import ExperimentInfo, ExperimentReport, RunResult, RunStatus
+from core.report_models import ExperimentInfo, ExperimentReport
+from core.results import RunResult, RunStatus
 from scheduler.report.charts import Bar, bar_chart, line_chart
 from scheduler.report.render import render
 

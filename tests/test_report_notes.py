@@ -6,7 +6,8 @@ import pytest
 
 from core.aggregate import aggregate
 from core.config import Scoring
-from core.results import ExperimentInfo, InteractionMetrics, RunResult, RunStatus
+from core.report_models import ExperimentInfo
+from core.results import InteractionMetrics, RunResult, RunStatus
 from scheduler.report.render import render
 
 

@@ -26,7 +26,8 @@ import redis
 from kombu import Connection, Exchange, Queue
 
 from core.config import Matrix, Scenario, Tier
-from core.results import ExperimentInfo, ExperimentStatus, RunSpec, RunStatus
+from core.report_models import ExperimentInfo, ExperimentStatus
+from core.results import RunSpec, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, Worker, run_cli
 from tests.fleet import wait_until

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.results import Statistics
+from core.report_models import Statistics
 from core.stats import statistics, variance
 
 # Small integers give ties (mode), wide floats give rounding (mean, std_dev).

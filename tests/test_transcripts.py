@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.results import ComponentType, Transcript
+from core.transcript_models import ComponentType, Transcript
 from core.transcripts import FORMATS, parse_transcript, render_transcript
 from core.transcripts.codex import unwrap_shell
 from core.transcripts.jsonlines import read_json_lines

@@ -45,7 +45,8 @@ from pydantic import ValidationError
 
 from core import keys
 from core.config import Matrix
-from core.results import ExperimentInfo, RunSpec
+from core.report_models import ExperimentInfo
+from core.results import RunSpec
 from core.store import Store
 from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN

@@ -34,17 +34,11 @@ from core.config import Matrix
 from core.evaluate import evaluate_run
 from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
-from core.results import (
-    NOT_RUN_NOTE,
-    AgentOutcome,
-    ExperimentStatus,
-    RunResult,
-    RunSpec,
-    RunStatus,
-    error_key,
-)
+from core.report_models import ExperimentStatus
+from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
 from core.shell import kill_groups_by_env
 from core.store import Delivery, Store
+from core.transcript_models import AgentOutcome
 from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent

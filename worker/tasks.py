@@ -19,7 +19,8 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
-from core.results import ExperimentStatus, RunResult, RunSpec
+from core.report_models import ExperimentStatus
+from core.results import RunResult, RunSpec
 from core.store import Store
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events

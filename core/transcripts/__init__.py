@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from core.formulas import with_cumulative_input
-from core.results import Transcript
+from core.transcript_models import Transcript
 from core.transcripts.claude import parse_claude
 from core.transcripts.codex import parse_codex
 from core.transcripts.events import parse_events

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from core.results import CommandRecord, Transcript
+from core.transcript_models import CommandRecord, Transcript
 
 FORMAT = "plain"
 _LOOKAHEAD = 20

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from core.results import ExperimentReport, Interval, TierReport
+from core.report_models import ExperimentReport, Interval, TierReport
 from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
 from scheduler.report.sections import Table, header, pass_share, report_tables, scenario_tables
 

@@ -19,7 +19,7 @@ from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
 from core.metrics import RUN_METRICS
-from core.results import ExperimentComparison, ExperimentReport, Statistics
+from core.report_models import ExperimentComparison, ExperimentReport, Statistics
 from scheduler.report import sections
 from scheduler.report.html import html_report
 from scheduler.report.sections import Table

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from core.analysis import BOOTSTRAP_RESAMPLES, CONFIDENCE, PASS_K
 from core.comparison import ALPHA
 from core.metrics import INTERACTION_METRICS, RUN_METRICS
-from core.results import (
+from core.report_models import (
     Comparison,
     ExperimentComparison,
     ExperimentReport,

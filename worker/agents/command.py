@@ -18,8 +18,8 @@ from collections.abc import Mapping
 
 from core.config import AgentConfig, Limits, ModelPrice
 from core.limits import crossed, spend_of
-from core.results import AgentOutcome
 from core.shell import run_shell
+from core.transcript_models import AgentOutcome
 from core.transcripts import parse_transcript
 from worker.docker_sandbox import Container
 from worker.sandbox import sandbox_argv

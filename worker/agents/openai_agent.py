@@ -47,8 +47,8 @@ from core.config import AgentConfig, Limits, ModelPrice
 from core.limits import crossed, spend_of
 from core.llm_http import Deadline, DeadlineExceeded, LLMError, LLMHttp, LLMReply
 from core.redact import redact as redact_secrets
-from core.results import AgentOutcome, ComponentType, LLMCallMetrics, Transcript
 from core.shell import HeadTail, ShellResult, run_shell
+from core.transcript_models import AgentOutcome, ComponentType, LLMCallMetrics, Transcript
 
 BASH_TOOL: dict[str, Any] = {
     "type": "function",

@@ -1,0 +1,192 @@
+"""What reports are made of: Statistics, tier and experiment reports, comparisons."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from core.record import Record
+from core.results import RunResult
+
+
+class Statistics(Record):
+    """The seed's aggregate statistics. Empty input gives count 0 and None values."""
+
+    median: float | None = None
+    mean: float | None = None
+    mode: float | None = None
+    min: float | None = None
+    max: float | None = None
+    std_dev: float | None = None
+    count: int = 0
+
+
+class Interval(Record):
+    """A confidence interval and how it was computed (core/significance.py)."""
+
+    low: float
+    high: float
+    confidence: float = 0.95
+    method: str
+
+
+class Verdict(StrEnum):
+    """What the two tests of a Comparison say at its alpha."""
+
+    better = "better"
+    worse = "worse"
+    mixed = "mixed"  # one test significantly better, the other significantly worse
+    no_difference = "no significant difference"
+    not_enough_runs = "not enough runs"
+
+
+class Comparison(Record):
+    """A group of runs against a reference group: a tier against the baseline tier, or a
+    tier (x scenario) against the same one in an earlier experiment. Only valid runs count.
+    Deltas are this group minus the reference."""
+
+    reference: str = Field(description="the baseline tier, or the reference experiment's id")
+    runs: int
+    passes: int
+    reference_runs: int
+    reference_passes: int
+    pass_rate: float | None = None
+    reference_pass_rate: float | None = None
+    pass_rate_delta: float | None = None
+    fisher_p: float | None = Field(None, description="two-sided Fisher's exact test on passes")
+    composite_median: float | None = None
+    reference_composite_median: float | None = None
+    composite_median_delta: float | None = None
+    mann_whitney_u: float | None = Field(None, description="U of this group's composite scores")
+    mann_whitney_p: float | None = Field(None, description="two-sided Mann-Whitney U test")
+    mann_whitney_method: str | None = Field(None, description="exact or asymptotic")
+    prob_superior: float | None = Field(
+        None, description="U / (n*m): chance a run here scores above a reference run, ties half"
+    )
+    alpha: float
+    verdict: Verdict
+
+
+class TierAnalysis(Record):
+    """Beyond the seed statistics: intervals, pass@k, flakiness, the test against the baseline."""
+
+    pass_rate_ci: Interval | None = None
+    composite_median_ci: Interval | None = None
+    pass_at_k: dict[int, float] = Field(
+        default_factory=dict, description="1 - C(n-c,k)/C(n,k); a tier averages its scenarios"
+    )
+    pass_hat_k: dict[int, float] = Field(
+        default_factory=dict, description="C(c,k)/C(n,k); a tier averages its scenarios"
+    )
+    flaky_scenarios: list[str] = Field(
+        default_factory=list, description="scenarios where some runs passed and some failed"
+    )
+    vs_baseline: Comparison | None = None
+
+
+class TierReport(Record):
+    """Per tier (and, under `scenarios`, per tier x scenario): the same shape."""
+
+    runs: int = Field(description="runs with a result, infrastructure errors included")
+    errors: int = Field(description="infrastructure errors, kept out of the statistics")
+    cancelled: int = Field(0, description="runs cancelled before they started, kept out")
+    counted: int = Field(
+        0, description="runs in the statistics: completed, agent_error and timeout"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counted_of_older_reports(cls, data: Any) -> Any:
+        # Reports stored before `counted` existed knew only infrastructure errors.
+        if isinstance(data, dict) and "counted" not in data and "runs" in data:
+            data = {**data, "counted": data["runs"] - data.get("errors", 0)}
+        return data
+
+    passes: int = 0
+    grade: str | None = None
+    cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")
+    cost_unknown_runs: int = 0
+    approximate_exit_code_runs: int = Field(
+        0, description="runs whose exit codes came from the plain regex fallback (approximate)"
+    )
+    pass_rate: Statistics = Field(default_factory=Statistics)
+    impl_rate: Statistics = Field(default_factory=Statistics)
+    cost_usd: Statistics = Field(default_factory=Statistics)
+    judge_cost_usd: Statistics = Field(default_factory=Statistics)
+    duration_seconds: Statistics = Field(default_factory=Statistics)
+    composite_score: Statistics = Field(default_factory=Statistics)
+    layered_composite: Statistics | None = None
+    cost_of_pass_per_run: Statistics = Field(default_factory=Statistics)
+    input_tokens: Statistics = Field(default_factory=Statistics)
+    output_tokens: Statistics = Field(default_factory=Statistics)
+    base_context: Statistics = Field(default_factory=Statistics)
+    context_growth_avg: Statistics = Field(default_factory=Statistics)
+    interaction: dict[str, Statistics] = Field(default_factory=dict)
+    process: dict[str, Statistics] = Field(default_factory=dict)
+    statuses: dict[str, int] = Field(default_factory=dict)
+    context_by_call: list[Statistics] = Field(
+        default_factory=list, description="input tokens of the i-th LLM call, over the runs"
+    )
+    analysis: TierAnalysis = Field(default_factory=TierAnalysis)
+    scenarios: dict[str, TierReport] = Field(default_factory=dict)
+
+
+class CrossTierResult(Record):
+    baseline: str
+    tier_uplift: dict[str, float | None] = Field(default_factory=dict)
+    uplift_note: str | None = Field(None, description="why uplift is undefined, when it is")
+    pass_rate_variance: float | None = None
+    cost_variance: float | None = None
+    cost_delta: float | None = None
+
+
+class ExperimentStatus(StrEnum):
+    pending = "pending"
+    running = "running"
+    complete = "complete"
+    cancelled = "cancelled"
+
+
+class ExperimentInfo(Record):
+    id: str
+    name: str
+    status: ExperimentStatus = ExperimentStatus.pending
+    total_runs: int = 0
+    completed_runs: int = Field(0, description="runs with a stored result, of any status")
+    errors: int = Field(0, description="infrastructure errors")
+    cancelled: int = Field(0, description="runs cancelled before they started")
+    passes: int = 0
+    created_at: float
+    finished_at: float | None = None
+    tiers: list[str] = Field(default_factory=list)
+    scenarios: list[str] = Field(default_factory=list)
+    runs_per_tier: int = 0
+
+
+class ExperimentReport(Record):
+    experiment: ExperimentInfo
+    tiers: dict[str, TierReport] = Field(default_factory=dict)
+    cross_tier: CrossTierResult
+    error_reasons: dict[str, int] = Field(
+        default_factory=dict,
+        description="infrastructure errors by reason (error_key), most common first",
+    )
+    runs: list[RunResult] | None = Field(None, description="every RunResult, with --runs")
+
+
+class ExperimentComparison(Record):
+    """`scheduler compare A B`: each tier and tier x scenario of B against A."""
+
+    reference: ExperimentInfo
+    experiment: ExperimentInfo
+    alpha: float
+    tiers: dict[str, Comparison] = Field(default_factory=dict)
+    scenarios: dict[str, dict[str, Comparison]] = Field(default_factory=dict)
+    unmatched_tiers: list[str] = Field(
+        default_factory=list, description="tiers in only one of the two experiments"
+    )
+    regressions: list[str] = Field(
+        default_factory=list, description="tiers significantly worse in B (verdict worse or mixed)"
+    )
