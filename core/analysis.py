@@ -13,14 +13,10 @@ from collections.abc import Sequence
 from statistics import fmean
 
 from core.comparison import ALPHA, compare_runs
+from core.formulas import pass_at_k, pass_hat_k
 from core.report_models import Interval, Statistics, TierAnalysis
 from core.results import RunResult
-from core.significance import (
-    bootstrap_median_interval,
-    pass_at_k,
-    pass_hat_k,
-    wilson_interval,
-)
+from core.significance import bootstrap_median_interval, wilson_interval
 from core.stats import statistics
 
 CONFIDENCE = 0.95

@@ -173,3 +173,30 @@ def _weighted_mean(pairs: Sequence[tuple[float, float]]) -> float:
     if total <= 0:
         raise ValueError("weights must not all be 0")
     return sum(value * weight for value, weight in pairs) / total
+
+
+# --- pass@k ---------------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Chance that at least one of k runs drawn without replacement passes: the unbiased
+    estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021); n runs, c of them passed."""
+    _check_counts(n, c, k)
+    if n - c < k:
+        return 1.0
+    # C(n-c, k) / C(n, k) as a product, as Chen et al. compute it (no huge integers).
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Chance that all of k runs drawn without replacement pass: C(c, k) / C(n, k)
+    (tau-bench)."""
+    _check_counts(n, c, k)
+    if c < k:
+        return 0.0
+    return math.prod((c - i) / (n - i) for i in range(k))
+
+
+def _check_counts(n: int, c: int, k: int) -> None:
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")

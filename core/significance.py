@@ -14,8 +14,6 @@
   correction and a 0.5 continuity correction; "auto" takes exact when a
   sample has at most 8 values and there are no ties, else asymptotic:
   scipy.stats.mannwhitneyu's rule, so both give the same p-value.
-- pass@k, the unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021),
-  and pass^k = C(c, k) / C(n, k) (tau-bench): n runs, c of them passed.
 """
 
 from __future__ import annotations
@@ -209,28 +207,3 @@ def _exact_sf(u: int, n1: int, n2: int) -> float:
         counts = grown
     total = math.comb(n1 + n2, m)
     return sum(counts[max(u, 0) :]) / total
-
-
-# --- pass@k ---------------------------------------------------------------------------------
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Chance that at least one of k runs drawn without replacement passes."""
-    _check_counts(n, c, k)
-    if n - c < k:
-        return 1.0
-    # C(n-c, k) / C(n, k) as a product, as Chen et al. compute it (no huge integers).
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
-def pass_hat_k(n: int, c: int, k: int) -> float:
-    """Chance that all of k runs drawn without replacement pass."""
-    _check_counts(n, c, k)
-    if c < k:
-        return 0.0
-    return math.prod((c - i) / (n - i) for i in range(k))
-
-
-def _check_counts(n: int, c: int, k: int) -> None:
-    if not (0 <= c <= n and 1 <= k <= n):
-        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")

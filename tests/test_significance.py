@@ -1,4 +1,5 @@
-"""core.significance against scipy (the reference implementations) and combinatorics."""
+"""core.significance against scipy (the reference implementations), and core.formulas'
+pass@k against combinatorics."""
 
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from core.formulas import pass_at_k, pass_hat_k
 from core.significance import (
     bootstrap_median_interval,
     fisher_exact,
     mann_whitney_u,
-    pass_at_k,
-    pass_hat_k,
     wilson_interval,
 )
 
