@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import pytest
 import redis
 
 from core.shell import kill_group
+from core.store import Store
 from scheduler.embedded import worker_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,8 +121,7 @@ def fleet_env(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
 
 
 @pytest.fixture
-def store(redis_url: str):  # type: ignore[no-untyped-def]
-    from core.store import Store
+def store(redis_url: str) -> Store:
 
     return Store.from_url(redis_url, prefix=PREFIX)
 
@@ -175,8 +175,12 @@ class Worker:
         self.proc.wait()
 
 
+# What the `start_worker` fixture gives a test: start a worker, stopped after the test.
+StartWorker = Callable[..., "Worker"]
+
+
 @pytest.fixture
-def start_worker(fleet_env: dict[str, str], tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+def start_worker(fleet_env: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
     workers: list[Worker] = []
 
     def start(extra_env: dict[str, str] | None = None, **kwargs: object) -> Worker:

@@ -50,7 +50,7 @@ def make_run(
         composite_score=composite,
         cost_usd=cost,
         duration_seconds=10.0 + index,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 

@@ -41,7 +41,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(check: Callable[[], T], what: str, timeout: float = 60.0) -> T:
+def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
     """Poll `check` until it returns something truthy; fail naming `what`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -15,9 +15,7 @@ import pytest
 
 from core.results import NOT_RUN_NOTE, RunStatus
 from core.store import Store
-from tests.conftest import ROOT, run_cli
-
-pytestmark = pytest.mark.integration
+from tests.conftest import ROOT, StartWorker, run_cli
 
 STANDINS = ROOT / "tests" / "agent_clis"
 # A prompt a shell would mangle if the preset let it: it must arrive byte for byte.
@@ -46,16 +44,17 @@ pricing:
     return path
 
 
-def submit(matrix: Path, env: dict[str, str]) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+def submit(matrix: Path, env: dict[str, str]) -> tuple[int, dict, str]:
     result = run_cli("submit", str(matrix), "--wait", "--json", env=env)
     return result.returncode, json.loads(result.stdout), result.stderr
 
 
+@pytest.mark.integration
 def test_each_preset_runs_its_cli_and_reads_its_real_output(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     matrix = preset_matrix(
         tmp_path,
@@ -100,11 +99,12 @@ def test_each_preset_runs_its_cli_and_reads_its_real_output(
     assert opencode.cost_usd == pytest.approx(0.001)
 
 
+@pytest.mark.integration
 def test_a_worker_without_the_cli_records_an_infrastructure_error_and_stops_the_tier(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     matrix = preset_matrix(
         tmp_path,
@@ -131,11 +131,12 @@ def test_a_worker_without_the_cli_records_an_infrastructure_error_and_stops_the_
     assert report["tiers"]["bare"]["counted"] == 0
 
 
+@pytest.mark.integration
 def test_a_transcript_in_another_format_is_said_and_never_scores(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     """Gemini's stream read as Claude's used to be a finished session with 0 calls."""
     matrix = preset_matrix(
@@ -191,11 +192,12 @@ scenarios: [{id: s, prompt: go}]
         assert agents["own"].transcript == "claude-stream-json"
 
 
+@pytest.mark.integration
 def test_a_provider_outage_is_retried_and_never_scored(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     """The CLI's first two invocations meet a 429 (Codex's turn.failed, "retry after
     1s"): those deliveries store nothing and are sent again after the stated second;
@@ -222,11 +224,12 @@ def test_a_provider_outage_is_retried_and_never_scored(
     assert (tier["runs"], tier["counted"], tier["passes"], tier["errors"]) == (3, 3, 3, 0)
 
 
+@pytest.mark.integration
 def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     state = tmp_path / "invocations"
     matrix = preset_matrix(
@@ -249,11 +252,12 @@ def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
     assert report["tiers"]["gemini"]["counted"] == 0
 
 
+@pytest.mark.integration
 def test_a_streaming_cli_is_stopped_within_one_llm_call_of_its_cost_limit(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     """claude-stream-json-2 replayed a line every 0.2 s, priced so that its running cost
     is $0.0085, $0.0230, $0.0260, $0.0284, ... after calls 1, 2, 3, 4, ...: a limit of

@@ -15,7 +15,7 @@ import pytest
 
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import run_cli
+from tests.conftest import StartWorker, run_cli
 from tests.test_distributed import alive
 
 pytestmark = pytest.mark.integration
@@ -33,9 +33,9 @@ esac
 
 def test_misbehaving_agents_are_bounded_and_recorded(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -117,11 +117,12 @@ def test_the_compose_fleet_runs_the_example_under_a_real_engine_through_scale_up
     # Flower: nothing without the password; with it, every worker and every run.
     assert httpx.get(f"{api}/api/workers", timeout=10).status_code == 401
     assert httpx.get(f"{api}/api/tasks", timeout=10).status_code == 401
-    runs = wait_until(
-        lambda: (r := _run_tasks(api, auth, submit.exp_id)) and _succeeded(r) == TOTAL_RUNS and r,
-        f"{TOTAL_RUNS} successful run tasks in Flower",
-        timeout=120,
-    )
+
+    def all_succeeded() -> dict[str, dict[str, Any]] | None:
+        tasks = _run_tasks(api, auth, submit.exp_id)
+        return tasks if _succeeded(tasks) == TOTAL_RUNS else None
+
+    runs = wait_until(all_succeeded, f"{TOTAL_RUNS} successful run tasks in Flower", timeout=120)
     assert {task["worker"] for task in runs.values()} == every_worker, "each worker took runs"
     assert {"AGENT", "GATES"} <= phases  # each run's phase, shown while it ran
 

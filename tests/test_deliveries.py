@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -28,7 +29,7 @@ import redis
 from core.config import Scenario, Tier
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import QUEUE, Worker, run_cli
+from tests.conftest import QUEUE, StartWorker, Worker, run_cli
 from tests.experiments import command_matrix
 from tests.fleet import wait_until
 from worker.workspace import MARKER, clear_dead_deliveries, folder_name, prepare
@@ -191,7 +192,7 @@ def test_resume_while_runs_are_queued_sends_only_the_lost_one(
     env = {**env, "EVALFLEET_QUEUE": queue}
     matrix = command_matrix(tmp_path / "m", agent(log, "sleep 3"), runs=2)
     exp_id = submit(matrix, env)  # no worker yet: both runs wait in the queue
-    broker = redis.Redis.from_url(env["EVALFLEET_BROKER_URL"])
+    broker: Any = redis.Redis.from_url(env["EVALFLEET_BROKER_URL"])
     lost = next(raw for raw in broker.lrange(queue, 0, -1) if _run_index(raw) == 1)
     assert broker.lrem(queue, 1, lost) == 1  # run 1's message vanished; run 0's waits
 
@@ -208,7 +209,7 @@ def test_resume_while_runs_are_queued_sends_only_the_lost_one(
         assert store.run(exp_id, f"{exp_id}:T0:s:{i}").attempts == 1  # type: ignore[union-attr]
 
 
-def _run_index(message: bytes) -> int:
+def _run_index(message: bytes | str) -> int:
     """The run index in a run task's message (JSON, its body base64 JSON)."""
     args = json.loads(base64.b64decode(json.loads(message)["body"]))[0]
     return int(args[0]["run_index"])
@@ -216,8 +217,8 @@ def _run_index(message: bytes) -> int:
 
 @pytest.mark.integration
 def test_a_process_that_left_the_agents_group_does_not_outlive_the_run(
-    env: dict[str, str], store: Store, tmp_path: Path, start_worker
-) -> None:  # type: ignore[no-untyped-def]
+    env: dict[str, str], store: Store, tmp_path: Path, start_worker: StartWorker
+) -> None:
     pid_file = tmp_path / "escaped.pid"
     # setsid: a session and process group of its own, out of reach of the group kill.
     command = f"setsid sleep 300 & echo $! > {pid_file}; touch out.txt"

@@ -14,7 +14,7 @@ import pytest
 
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import EXAMPLES, PREFIX, run_cli
+from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli
 from tests.experiments import command_matrix
 from tests.fleet import wait_until
 from worker.celery_app import create_app
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 def submit_and_wait(
     matrix: Path, env: dict[str, str], *extra: str, code: int = 0
-) -> tuple[str, dict]:  # type: ignore[type-arg]
+) -> tuple[str, dict]:
     """`submit --wait --json`: the report is all of stdout; `code` the exit expected
     (3 when some runs were infrastructure errors)."""
     result = run_cli("submit", str(matrix), "--wait", "--json", *extra, env=env)
@@ -36,8 +36,8 @@ def submit_and_wait(
 
 def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
     fleet_env: dict[str, str],
-    start_worker,
-    store: Store,  # type: ignore[no-untyped-def]
+    start_worker: StartWorker,
+    store: Store,
 ) -> None:
     start_worker(concurrency=2)
     exp_id, report = submit_and_wait(EXAMPLES / "matrix.yaml", fleet_env)
@@ -135,9 +135,9 @@ def _matrix(
 
 def test_timed_out_agent_is_killed_with_its_child_and_recorded(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     start_worker(concurrency=1)
     pidfile = tmp_path / "child.pid"
@@ -161,9 +161,9 @@ def alive(pid: int) -> bool:
 
 def test_crashing_agent_and_failing_setup_are_recorded_and_the_chord_completes(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     start_worker(concurrency=2)
     (tmp_path / "a").mkdir()
@@ -186,9 +186,9 @@ def test_crashing_agent_and_failing_setup_are_recorded_and_the_chord_completes(
 
 def test_workspaces_are_removed_unless_kept(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     start_worker(concurrency=1)
     workdir = Path(fleet_env["EVALFLEET_WORKDIR"])
@@ -203,9 +203,9 @@ def test_workspaces_are_removed_unless_kept(
 
 def test_a_redelivered_run_returns_its_stored_result(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     start_worker(concurrency=1)
     counter = tmp_path / "executions"
@@ -227,9 +227,9 @@ def test_a_redelivered_run_returns_its_stored_result(
 
 def test_resume_finishes_a_half_done_experiment_without_rerunning_finished_runs(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     counter = tmp_path / "executions"
@@ -266,9 +266,9 @@ def _purge_queue(store: Store, queue: str) -> None:
 
 def test_cancel_records_unstarted_runs_as_cancelled(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     submitted = run_cli("submit", str(_matrix(tmp_path, "touch out.txt", runs=5)), env=fleet_env)
     exp_id = submitted.stdout.strip()
@@ -309,9 +309,9 @@ def test_bad_matrix_enqueues_nothing(
 
 def test_builtin_openai_agent_runs_on_a_worker_and_its_per_call_metrics_match(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     from tests.llm_stub import LLMStub, ToolCall, reply
 
@@ -369,8 +369,8 @@ scenarios:
 
 def test_the_judge_is_told_what_the_agent_changed_not_what_the_run_prepared(
     fleet_env: dict[str, str],
-    start_worker,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    start_worker: StartWorker,
+    tmp_path: Path,
 ) -> None:
     from tests.llm_stub import LLMStub, reply
 

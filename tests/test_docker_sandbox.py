@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from core.config import AgentConfig
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, StartWorker, run_cli
 from tests.engine import engine_missing
 from worker.docker_sandbox import (
     LABEL_HOST,
@@ -63,7 +63,7 @@ def _left_behind(exp_id: str) -> list[str]:
     return [run for run in listed.split() if run.startswith(exp_id)]
 
 
-def _submit(matrix: Path, fleet_env: dict[str, str], store: Store) -> tuple[str, dict]:  # type: ignore[type-arg]
+def _submit(matrix: Path, fleet_env: dict[str, str], store: Store) -> tuple[str, dict]:
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=600)
     assert result.returncode in (0, 1), result.stderr + result.stdout[-2000:]  # 1: some runs failed
     exp_id = json.loads(result.stdout)["experiment"]["id"]
@@ -89,9 +89,9 @@ echo '{{"type":"tool_call","id":"c1","command":"ls"}}' > "$EVALFLEET_EVENTS"
 @pytest.mark.usefixtures("engine")
 def test_a_docker_run_cannot_read_other_runs_the_worker_env_or_the_broker_and_leaves_nothing(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     # Another run's workspace, where this worker keeps them.
     victim = Path(fleet_env["EVALFLEET_WORKDIR"]) / f"victim-{uuid.uuid4().hex[:6]}/workspace"
@@ -157,9 +157,9 @@ scenarios:
 @pytest.mark.usefixtures("engine")
 def test_a_memory_hog_and_a_fork_bomb_are_contained_and_recorded_as_failed_runs(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(f"""
@@ -225,7 +225,7 @@ def test_a_container_whose_worker_process_died_is_swept_away(tmp_path: Path) -> 
 def test_a_worker_without_docker_refuses_rather_than_running_unconfined(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = AgentConfig(command="true", sandbox="docker", docker={"image": IMAGE})  # type: ignore[arg-type]
+    agent = AgentConfig(command="true", sandbox="docker", docker={"image": IMAGE})
     monkeypatch.setenv("PATH", str(tmp_path))
     with (
         pytest.raises(SetupError, match="no docker CLI"),
@@ -238,7 +238,7 @@ def test_sandbox_docker_needs_exactly_one_of_an_image_or_a_dockerfile() -> None:
     with pytest.raises(ValidationError, match="needs a `docker:` section"):
         AgentConfig(command="true", sandbox="docker")
     with pytest.raises(ValidationError, match="exactly one of `image` or `build`"):
-        AgentConfig(command="true", sandbox="docker", docker={})  # type: ignore[arg-type]
+        AgentConfig(command="true", sandbox="docker", docker={})
 
 
 def test_the_container_env_is_the_run_contract_the_allow_list_and_env_over_the_image(
@@ -249,7 +249,7 @@ def test_the_container_env_is_the_run_contract_the_allow_list_and_env_over_the_i
     agent = AgentConfig(
         command="true",
         sandbox="docker",
-        docker={"image": IMAGE, "pass_env": ["ALLOWED", "NOT_SET"]},  # type: ignore[arg-type]
+        docker={"image": IMAGE, "pass_env": ["ALLOWED", "NOT_SET"]},
         env={"PATH": "/tools:${PATH}"},
     )
     run_env = {  # what worker/run.py's agent_env gives an unconfined agent
@@ -284,8 +284,8 @@ def test_the_docker_example_is_the_example_with_only_the_sandbox_added() -> None
 @pytest.mark.usefixtures("engine")
 def test_the_docker_example_runs_after_building_its_image_as_the_readme_says(
     fleet_env: dict[str, str],
-    start_worker,
-    store: Store,  # type: ignore[no-untyped-def]
+    start_worker: StartWorker,
+    store: Store,
 ) -> None:
     _docker("build", "--quiet", "--tag", "evalfleet-example-agent", str(EXAMPLES / "docker"))
     start_worker(concurrency=2)

@@ -7,15 +7,19 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from core.evaluate import evaluate_run
 from core.loading import load_matrix
-from core.results import RunSpec, RunStatus
+from core.results import RunResult, RunSpec, RunStatus
 from core.transcript_models import AgentOutcome
 from tests.conftest import EXAMPLES
 from tests.llm_stub import LLMStub, reply
+
+# The `workspace` fixture: the run folder and the environment its commands get.
+Workspace = tuple[Path, dict[str, str]]
 
 RUBRIC = """\
 criteria:
@@ -53,7 +57,7 @@ GATES = """
         - {type: no_transcript_errors}"""
 
 
-def events(lines: list[dict]) -> str:  # type: ignore[type-arg]
+def events(lines: list[dict]) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
@@ -117,9 +121,9 @@ def evaluate(
     exit_code: int | None = 0,
     composite: str = "",
     gates: str = GATES,
-    agent_events: list = AGENT_EVENTS,  # type: ignore[type-arg]
-    **outcome: object,
-):  # type: ignore[no-untyped-def]
+    agent_events: list = AGENT_EVENTS,
+    **outcome: Any,
+) -> tuple[RunResult, list[str]]:
     (tmp_path / "rubric.yaml").write_text(RUBRIC)
     (tmp_path / "matrix.yaml").write_text(matrix_text(base_url, gates, composite))
     matrix = load_matrix(tmp_path / "matrix.yaml")
@@ -127,7 +131,7 @@ def evaluate(
         experiment_id="e", run_id="e:T0:notes:0", tier="T0", scenario="notes", run_index=0
     )
     now = time.time()
-    outcome = AgentOutcome(
+    agent_outcome = AgentOutcome(
         exit_code=exit_code,
         stdout="working...\nCreated two notes.\n",
         started_at=now - 12.5,
@@ -141,7 +145,7 @@ def evaluate(
         spec,
         matrix,
         ws,
-        outcome,
+        agent_outcome,
         events_text="\n".join(lines) + "\n",
         env=env,
         environ={"TEST_JUDGE_KEY": "sk-test-secret-123456"},
@@ -150,7 +154,7 @@ def evaluate(
     return result, phases
 
 
-def test_a_run_with_all_three_layers(tmp_path: Path, workspace) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_with_all_three_layers(tmp_path: Path, workspace: Workspace) -> None:
     answer = {
         "scores": {"correctness": 0.8, "efficiency": 0.4},
         "weighted_score": 0.9,
@@ -221,7 +225,7 @@ def test_a_run_with_all_three_layers(tmp_path: Path, workspace) -> None:  # type
 
 def test_a_judge_that_never_answers_makes_an_infrastructure_error(
     tmp_path: Path,
-    workspace,  # type: ignore[no-untyped-def]
+    workspace: Workspace,
 ) -> None:
     with LLMStub([reply(content="not json at all")]) as stub:
         result, _ = evaluate(tmp_path, workspace, stub.base_url)
@@ -232,7 +236,7 @@ def test_a_judge_that_never_answers_makes_an_infrastructure_error(
     assert result.gates_total == 4 and result.interaction.total_commands == 3
 
 
-def test_layered_composite_and_agent_failure(tmp_path: Path, workspace) -> None:  # type: ignore[no-untyped-def]
+def test_layered_composite_and_agent_failure(tmp_path: Path, workspace: Workspace) -> None:
     answer = {
         "scores": {"correctness": 1.0, "efficiency": 1.0},
         "weighted_score": 1.0,
@@ -271,8 +275,8 @@ GOOD_ANSWER = {
 )
 def test_an_agent_that_did_not_finish_never_passes(
     tmp_path: Path,
-    workspace,  # type: ignore[no-untyped-def]
-    outcome: dict[str, object],
+    workspace: Workspace,
+    outcome: dict[str, Any],
     status: RunStatus,
     reason: str,
 ) -> None:
@@ -286,7 +290,7 @@ def test_an_agent_that_did_not_finish_never_passes(
     assert reason in (result.fail_reason or "")
 
 
-def test_the_same_run_finished_by_itself_passes(tmp_path: Path, workspace) -> None:  # type: ignore[no-untyped-def]
+def test_the_same_run_finished_by_itself_passes(tmp_path: Path, workspace: Workspace) -> None:
     with LLMStub([reply(content=json.dumps(GOOD_ANSWER))]) as stub:
         result, _ = evaluate(tmp_path, workspace, stub.base_url, gates=PASSING_GATES)
     assert result.status == RunStatus.completed and result.passed
@@ -295,7 +299,7 @@ def test_the_same_run_finished_by_itself_passes(tmp_path: Path, workspace) -> No
 @pytest.mark.parametrize("exit_code", [126, 127])
 def test_an_agent_that_could_not_start_is_an_infrastructure_error(
     tmp_path: Path,
-    workspace,  # type: ignore[no-untyped-def]
+    workspace: Workspace,
     exit_code: int,
 ) -> None:
     """bash could not find or execute the agent: no gate runs, no judge is paid for."""
@@ -321,7 +325,7 @@ def test_an_agent_that_could_not_start_is_an_infrastructure_error(
 
 def test_exit_127_after_real_work_is_the_agents_own_failure(
     tmp_path: Path,
-    workspace,  # type: ignore[no-untyped-def]
+    workspace: Workspace,
 ) -> None:
     """An agent that ran commands and then ended on a missing one did run."""
     with LLMStub([reply(content=json.dumps(GOOD_ANSWER))]) as stub:

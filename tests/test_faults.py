@@ -26,7 +26,7 @@ import redis
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, Worker, run_cli, start_cli
+from tests.conftest import PREFIX, StartWorker, Worker, run_cli, start_cli
 from tests.experiments import command_matrix
 from tests.fleet import wait_until
 
@@ -181,7 +181,7 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
     broker = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
     vanished = broker.rpop(queue)  # the next message a worker would have taken
     assert vanished is not None and broker.llen(queue) == 2
-    other = json.loads(broker.lindex(queue, 0))
+    other = json.loads(broker.lindex(queue, 0) or b"null")
     lost_at = time.monotonic()
 
     worker = _sweeping_worker(fleet_env, tmp_path, queue)
@@ -232,9 +232,9 @@ def _unacked_runs(store: Store, exp_id: str) -> list[str]:
 
 def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     kills = tmp_path / "kills"
     # $PPID of the agent's bash is the Celery pool process running the run; $$ is

@@ -12,9 +12,7 @@ import pytest
 
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, QUEUE, SCHEDULER, run_cli
-
-pytestmark = pytest.mark.integration
+from tests.conftest import PREFIX, QUEUE, SCHEDULER, StartWorker, run_cli
 
 # An agent whose transcript carries one line nested deeper than json.loads can
 # recurse, between good lines: Claude's stream on stdout, or our events file.
@@ -37,11 +35,12 @@ else:
 """
 
 
+@pytest.mark.integration
 def test_a_deeply_nested_transcript_line_is_counted_and_the_run_scored(
     tmp_path: Path,
     fleet_env: dict[str, str],
-    start_worker,
-    store: Store,  # type: ignore[no-untyped-def]
+    start_worker: StartWorker,
+    store: Store,
 ) -> None:
     (tmp_path / "agent.py").write_text(DEEP_AGENT)
     matrix = tmp_path / "matrix.yaml"
@@ -129,6 +128,7 @@ def matrix_text(tiers: int = 1, scenarios: int = 1, runs: int = 1, padding: int 
     )
 
 
+@pytest.mark.integration
 def test_matrix_files_above_the_size_limit_are_refused_without_being_read_whole(
     tmp_path: Path, fleet_env: dict[str, str], store: Store
 ) -> None:
@@ -150,6 +150,7 @@ def test_matrix_files_above_the_size_limit_are_refused_without_being_read_whole(
     assert allowed.returncode == 0, allowed.stderr
 
 
+@pytest.mark.integration
 def test_a_plan_above_the_run_limit_is_refused_before_anything_is_stored_or_sent(
     tmp_path: Path, fleet_env: dict[str, str], store: Store
 ) -> None:
@@ -177,6 +178,7 @@ def _submit_peak_kb(matrix: Path, env: dict[str, str]) -> tuple[str, int]:
     return out.strip(), usage.ru_maxrss
 
 
+@pytest.mark.integration
 def test_submit_streams_runs_to_the_broker_in_bounded_memory(
     tmp_path: Path, fleet_env: dict[str, str], store: Store
 ) -> None:

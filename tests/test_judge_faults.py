@@ -19,7 +19,7 @@ import pytest
 from core.llm_http import MAX_RESPONSE_BYTES
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import run_cli
+from tests.conftest import StartWorker, run_cli
 from tests.llm_stub import (
     LLMStub,
     RecordedRequest,
@@ -54,9 +54,9 @@ def _by_scenario(request: RecordedRequest) -> Step:
 
 def test_judge_faults_are_bounded_recorded_and_the_experiment_completes(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     (tmp_path / "rubric.yaml").write_text(
         "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
@@ -114,9 +114,9 @@ STREAMS: dict[str, Step] = {
 
 def test_a_dribbling_or_endless_llm_is_stopped_and_recorded_well_before_the_soft_limit(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     (tmp_path / "rubric.yaml").write_text(
         "criteria: [{id: quality, weight: 1, description: the work is good}]\n"

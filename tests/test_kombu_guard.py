@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kombu import Connection
 
 from tests.conftest import QUEUE
 from worker import kombu_guard
+
+pytestmark = pytest.mark.integration  # the real Redis
 
 kombu_guard.install()  # as create_app does for every worker and scheduler
 
@@ -38,7 +41,7 @@ def test_a_channel_whose_connection_is_gone_raises_a_connection_error_and_keeps_
     held: tuple[Connection, str, str], detached: str
 ) -> None:
     conn, queue, tag = held
-    channel = conn.default_channel
+    channel: Any = conn.default_channel  # kombu's Redis channel: untyped attributes
     client = channel.client
     assert client.hexists(channel.unacked_key, tag)
     # What Celery's close after a lost connection leaves behind, in its two shapes:

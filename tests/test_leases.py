@@ -12,6 +12,8 @@ from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunResult, RunSpec, RunStatus
 from core.store import Store
 
+pytestmark = pytest.mark.integration  # the real Redis
+
 MATRIX = Matrix.model_validate(
     {
         "name": "lease",

@@ -13,7 +13,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.llm_stub import LLMStub, dribble, endless, malformed, reply, slow, status
+from tests.llm_stub import (
+    LLMStub,
+    RecordedRequest,
+    Step,
+    dribble,
+    endless,
+    malformed,
+    reply,
+    slow,
+    status,
+)
 
 STUB_SCRIPT = Path(__file__).with_name("llm_stub.py")
 
@@ -76,7 +86,7 @@ def test_exhausted_script_without_repeat_answers_500() -> None:
 
 
 def test_callable_step_sees_the_request() -> None:
-    def echo(request):  # type: ignore[no-untyped-def]
+    def echo(request: RecordedRequest) -> Step:
         return reply(content=request.body["messages"][-1]["content"])
 
     with LLMStub([echo]) as stub:

@@ -16,7 +16,7 @@ import pytest
 
 from core.results import NOT_RUN_NOTE, RunStatus
 from core.store import Store
-from tests.conftest import run_cli
+from tests.conftest import StartWorker, run_cli
 from tests.experiments import command_matrix
 from tests.fleet import wait_until
 
@@ -27,7 +27,7 @@ HANGS_AFTER_WORK = "touch out.txt; sleep 300"
 FAILS_AFTER_WORK = "touch out.txt; echo 'gave up' >&2; exit 1"
 
 
-def submit(matrix: Path, env: dict[str, str], *extra: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+def submit(matrix: Path, env: dict[str, str], *extra: str) -> tuple[int, dict, str]:
     result = run_cli("submit", str(matrix), "--wait", "--json", *extra, env=env)
     return result.returncode, json.loads(result.stdout, parse_constant=_refuse), result.stderr
 
@@ -45,9 +45,9 @@ def _refuse(constant: str) -> None:
 )
 def test_an_agent_that_did_not_finish_never_passes_even_when_its_gates_do(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
     command: str,
     status: RunStatus,
     reason: str,
@@ -87,9 +87,9 @@ def _report(exp_id: str, fmt: str, env: dict[str, str], *extra: str) -> str:
 
 def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     """The agent misnamed: bash cannot find it (exit 127). Nothing is scored, the
     tier stops after its first 3 runs, and submit says why and exits 3."""
@@ -132,9 +132,9 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
 
 def test_fail_fast_leaves_a_tier_alone_once_it_has_a_result_of_its_own(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     """Runs 0 and 1 work, the rest cannot start: a flaky set-up is reported, not cut short."""
     start_worker(concurrency=1)
@@ -150,9 +150,9 @@ def test_fail_fast_leaves_a_tier_alone_once_it_has_a_result_of_its_own(
 
 def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     executions = tmp_path / "executions"
     matrix = command_matrix(
@@ -197,9 +197,9 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
 
 def test_a_resume_with_nothing_to_send_changes_nothing(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     """A cancel that came too late (every run had finished) leaves a cancelled
     experiment that resume must not turn into a complete one it never re-ran."""
@@ -216,9 +216,9 @@ def test_a_resume_with_nothing_to_send_changes_nothing(
 
 def test_status_says_when_no_worker_takes_the_experiments_runs(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     """ "running 0/2" alone reads as slow progress; the runs' queue has no consumer."""
     from tests.conftest import QUEUE

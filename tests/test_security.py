@@ -29,7 +29,7 @@ from core.config import Matrix, Scenario, Tier
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, QUEUE, Worker, run_cli
+from tests.conftest import PREFIX, QUEUE, StartWorker, Worker, run_cli
 from tests.fleet import wait_until
 from tests.llm_stub import LLMStub, RecordedRequest, Step, reply
 from worker.celery_app import create_app
@@ -70,9 +70,9 @@ def _experiment(store: Store, runs: int) -> list[RunSpec]:
 @pytest.mark.integration
 def test_a_pickle_message_on_the_broker_is_refused_and_never_unpickled(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     worker = start_worker(concurrency=1)
     pickled, control = _experiment(store, runs=2)
@@ -284,7 +284,7 @@ def _every_value(client: redis.Redis) -> list[tuple[str, str]]:
     for key in client.scan_iter(count=1000):
         kind = client.type(key)
         if kind == "string":
-            parts = [client.get(key)]
+            parts: list[Any] = [client.get(key)]
         elif kind == "hash":
             parts = [item for pair in client.hgetall(key).items() for item in pair]
         elif kind == "list":
@@ -394,9 +394,9 @@ echo '{{"type":"tool_call","id":"c1","command":"ls"}}' > "$EVALFLEET_EVENTS"
 @pytest.mark.integration
 def test_bwrap_sandbox_has_no_network_and_writes_only_its_workspace(
     fleet_env: dict[str, str],
-    start_worker,
+    start_worker: StartWorker,
     store: Store,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     problem = _bwrap_problem()
     if problem is not None:

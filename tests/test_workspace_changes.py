@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from core import workspace_changes
 from core.workspace_changes import snapshot, summarize_changes
 
@@ -54,7 +56,9 @@ def test_a_workspace_the_agent_left_alone(tmp_path: Path) -> None:
     assert summarize_changes(workspace, before) == "no changes since the workspace was prepared"
 
 
-def test_large_files_are_compared_by_size_and_time(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_large_files_are_compared_by_size_and_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(workspace_changes, "HASH_LIMIT", 4)
     big = tmp_path / "big.bin"
     big.write_bytes(b"0123456789")

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "transcripts"
 
@@ -45,7 +46,7 @@ CLIS = {
     "opencode": (["run", "--format", "json"], [], True, "opencode-json-1.jsonl"),
 }
 
-OUTAGES = {
+OUTAGES: dict[str, list[dict[str, Any]]] = {
     "claude": [
         {"type": "system", "subtype": "init", "session_id": "s", "model": "claude-test"},
         {
