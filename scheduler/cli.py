@@ -629,14 +629,18 @@ def resume(
         # Cancelled runs first: once they lose their results they are pending too.
         cancelled = store.uncancel(exp_id) if info.status == ExperimentStatus.cancelled else []
         pending = to_resend(app, store, exp_id)
-        if not pending:
-            err.print(f"experiment {exp_id}: no run to re-send; nothing to resume")
+        # Runs still queued or running are left where they are: taken by the workers
+        # (the embedded ones started here), not sent a second time.
+        waiting = store.info(exp_id).total_runs - store.info(exp_id).completed_runs - len(pending)
+        if not pending and not waiting and store.report(exp_id) is not None:
+            err.print(f"experiment {exp_id}: every run has a result; nothing to resume")
             return
-        store.reopen(exp_id)
+        if pending:
+            store.reopen(exp_id)
         err.print(
             f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
             f"before they started, {len(pending) - len(cancelled)} with no result, lease or "
-            "message",
+            f"message; {waiting} still queued or running",
             soft_wrap=True,
         )
 

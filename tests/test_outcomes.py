@@ -75,8 +75,8 @@ def test_an_agent_that_did_not_finish_never_passes_even_when_its_gates_do(
     assert [(r["status"], r["passed"]) for r in with_runs["runs"]] == [(status.value, False)] * 2
     rows = list(csv.DictReader(io.StringIO(_report(exp_id, "csv", fleet_env))))
     assert {(row["scenario"], row["passes"]) for row in rows} == {("", "0"), ("s", "0")}
-    for fmt in ("markdown", "table"):
-        assert "0 passed" in _report(exp_id, fmt, fleet_env)
+    for fmt in ("markdown", "table", "html"):
+        assert "2 counted, 0 passed, 0 infrastructure errors" in _report(exp_id, fmt, fleet_env)
 
 
 def _report(exp_id: str, fmt: str, env: dict[str, str], *extra: str) -> str:
