@@ -51,7 +51,7 @@ from core.store import Store
 from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
 from worker.sending import RUN_TASK, run_queues, run_signature
-from worker.tasks import finish_experiment
+from worker.tasks import finish_experiment, store_of
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +208,8 @@ class Sweeper(bootsteps.StartStopStep):
         self.stop_event = threading.Event()
 
     def start(self, worker: Any) -> None:
-        store = Store.from_url(str(worker.app.conf.broker_url))
         threading.Thread(
-            target=self._loop, args=(worker.app, store), name="sweeper", daemon=True
+            target=self._loop, args=(worker.app, store_of(worker.app)), name="sweeper", daemon=True
         ).start()
 
     def stop(self, worker: Any) -> None:

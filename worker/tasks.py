@@ -28,7 +28,7 @@ from worker.run import REDIS_DOWN, RetryLater, execute
 from worker.sending import AGGREGATE_TASK, RUN_TASK
 
 
-def store(app: Celery) -> Store:
+def store_of(app: Celery) -> Store:
     """The store on the app's broker; one per broker and process, like its connection pool."""
     return _store_at(str(app.conf.broker_url))
 
@@ -61,7 +61,7 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
 
     try:
         with graceful_run():
-            result = execute(run_spec, store(self.app), on_phase, outages)
+            result = execute(run_spec, store_of(self.app), on_phase, outages)
     except RetryLater as exc:
         # The same task again later (a chord header may retry): the chord still
         # waits for this run's one result.
@@ -83,7 +83,7 @@ def aggregate_experiment(
     self: Task, _results: list[Any] | None, experiment_id: str
 ) -> dict[str, Any]:
     """Chord body (worker/recovery.py calls finish_experiment too, for lost runs' experiments)."""
-    return finish_experiment(store(self.app), experiment_id)
+    return finish_experiment(store_of(self.app), experiment_id)
 
 
 def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
