@@ -139,11 +139,11 @@ def _unaccounted(store: Store, info: ExperimentInfo, queues: set[str]) -> set[st
         return set()
     live = store.leases(info.id).live
     with app.pool.acquire(block=True) as conn:
-        channel = conn.default_channel
-        pipe = channel.client.pipeline()
+        pipe = conn.default_channel.client.pipeline()
         for queue in queues:
             pipe.llen(queue)
-        pipe.hlen(channel.unacked_key)
+        # Not the unacknowledged messages: that hash is shared by every experiment on
+        # the broker, and one stale entry of another would hide a lost run here forever.
         if missing <= len(live) + sum(pipe.execute()):
             return set()  # they may all be somewhere: not worth reading the queues
     return store.unfinished_runs(info.id) - live - on_the_broker(info.id, queues)
