@@ -15,6 +15,7 @@ deletes exactly those, and fails if any key naming the session is left.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 import pytest
 import redis
 
+from core import keys
 from core.shell import kill_group
 from core.store import Store
 from scheduler.embedded import worker_command
@@ -84,9 +86,9 @@ end
 def _delete_own_keys(url: str) -> None:
     client = redis.Redis.from_url(url)
     for pattern in (f"{PREFIX}*", f"*{QUEUE}*"):
-        keys = list(client.scan_iter(match=pattern, count=1000))
-        for start in range(0, len(keys), 500):
-            client.delete(*keys[start : start + 500])
+        found = list(client.scan_iter(match=pattern, count=1000))
+        for start in range(0, len(found), 500):
+            client.delete(*found[start : start + 500])
     # Shared binding sets (celery.pidbox, celeryev): the members of this session's
     # workers (a worker killed with SIGKILL never removes its own).
     for key in client.scan_iter(match="_kombu.binding*", count=1000):
@@ -95,7 +97,13 @@ def _delete_own_keys(url: str) -> None:
             if own:
                 client.srem(key, *own)
     client.eval(_SWEEP_BINDING_DEADLINES, 1, "_kombu.binding_deadlines")
+    # kombu's shared unacknowledged-message hash: what this session's killed workers held.
+    own_unacked = _own_unacked(client)
+    if own_unacked:
+        client.hdel(keys.UNACKED, *own_unacked)
+        client.zrem(keys.UNACKED_INDEX, *own_unacked)
     left = [key for key in client.scan_iter(match=f"*{SESSION}*", count=1000)]
+    left += [f"unacked {tag!r}" for tag in _own_unacked(client)]
     left += [
         f"{key!r} member {member!r}"
         for key in client.scan_iter(match="_kombu.binding*", count=1000)
@@ -105,6 +113,20 @@ def _delete_own_keys(url: str) -> None:
     ]
     if left:
         raise AssertionError(f"the test session left keys in {url}: {left[:20]}")
+
+
+def _own_unacked(client: redis.Redis) -> list[bytes]:
+    """Tags of kombu's unacknowledged messages sent to this session's queues (each
+    entry is [message, exchange, routing key])."""
+    own = []
+    for tag, raw in client.hscan_iter(keys.UNACKED, count=1000):
+        try:
+            _, exchange, routing_key = json.loads(raw)
+        except (ValueError, TypeError):
+            continue
+        if QUEUE in f"{exchange} {routing_key}":
+            own.append(tag)
+    return own
 
 
 @pytest.fixture(scope="session")

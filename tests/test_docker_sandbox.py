@@ -214,7 +214,9 @@ def test_a_container_whose_worker_process_died_is_swept_away(tmp_path: Path) -> 
             "--label", f"{LABEL_RUN}=sweep-test", IMAGE, "sleep", "infinity",
         )  # fmt: skip
     try:
-        assert sweep_orphans() >= 1
+        # Any worker's sweep on this host may remove it first (a test session's
+        # workers sweep too): what matters is that it is gone and the other is not.
+        sweep_orphans()
         listed = _docker("ps", "--all", "--format", "{{.Names}}").split()
         assert names["dead"] not in listed
         assert names["alive"] in listed  # its worker process still runs it

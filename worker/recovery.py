@@ -133,11 +133,11 @@ def _unaccounted(app: Celery, store: Store, info: ExperimentInfo, queues: set[st
         return set()
     live = store.leases.live(info.id)
     with app.pool.acquire(block=True) as conn:
-        channel = conn.default_channel
-        pipe = channel.client.pipeline()
+        pipe = conn.default_channel.client.pipeline()
         for queue in queues:
             pipe.llen(keys.queue_key(queue))
-        pipe.hlen(keys.UNACKED)
+        # Not the unacknowledged messages: that hash is shared by every experiment on
+        # the broker, and one stale entry of another would hide a lost run here forever.
         if missing <= len(live) + sum(pipe.execute()):
             return set()  # they may all be somewhere: not worth reading the queues
     return store.unfinished_runs(info.id) - live - on_the_broker(app, info.id, queues)
