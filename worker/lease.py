@@ -19,23 +19,32 @@ log = logging.getLogger(__name__)
 
 
 class Lease:
-    def __init__(self, store: Store, spec: RunSpec):
+    """One delivery's lease on its run, `seconds` long (the matrix's `lease_s`)."""
+
+    def __init__(self, store: Store, spec: RunSpec, seconds: float):
         self.store = store
         self.spec = spec
+        self.seconds = seconds
         self.holder = uuid.uuid4().hex  # this delivery
 
     @contextlib.contextmanager
-    def held(self, seconds: float) -> Iterator[None]:
+    def held(self) -> Iterator[None]:
         """Renew the taken lease for the block. The save that ends the run also ends it."""
         exp_id, run_id = self.spec.experiment_id, self.spec.run_id
         try:
-            with self._heartbeat(seconds):
+            with self._heartbeat(self.seconds):
                 yield
         except HandBack:
             # A leaving worker put the message back in the queue: the queue, not
             # the lease, holds the run now (an expired lease would send it twice).
             self.store.leases.release(exp_id, run_id, self.holder)
             raise
+
+    def hold_through(self, wait_s: float) -> None:
+        """Keep the run through a wait before its next delivery, so that no sweep sends
+        it again meanwhile."""
+        exp_id, run_id = self.spec.experiment_id, self.spec.run_id
+        self.store.leases.take(exp_id, run_id, self.holder, wait_s + self.seconds)
 
     @contextlib.contextmanager
     def _heartbeat(self, seconds: float) -> Iterator[None]:

@@ -81,19 +81,19 @@ def execute(
     earlier deliveries' outages, kept on the result."""
     started = time.time()
     matrix = _matrix(store, spec.experiment_id)
-    lease = Lease(store, spec)
+    lease = Lease(store, spec, matrix.lease_s)
     # Patient here too: a run that neither holds a lease nor keeps its message
     # (a reject cannot requeue while Redis is away) would be lost.
     delivery = _patiently(
         lambda: store.begin_delivery(
-            spec.experiment_id, spec.run_id, lease.holder, matrix.lease_s, tier=spec.tier
+            spec.experiment_id, spec.run_id, lease.holder, lease.seconds, tier=spec.tier
         )
     )
     if delivery.stored is not None:
         return delivery.stored
     secrets = secret_values(matrix, os.environ, store.url)
     try:
-        with lease.held(matrix.lease_s):
+        with lease.held():
             result = _attempt(spec, matrix, delivery, started, secrets, on_phase)
     except REDIS_DOWN:
         raise
@@ -112,12 +112,7 @@ def execute(
     result = result.model_copy(update={"outages": seen or []})
     if result.outage and delivery.attempts < matrix.max_attempts:
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
-        # The lease covers the wait, so no sweep sends the run again meanwhile.
-        _patiently(
-            lambda: store.leases.take(
-                spec.experiment_id, spec.run_id, lease.holder, wait_s + matrix.lease_s
-            )
-        )
+        _patiently(lambda: lease.hold_through(wait_s))
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
