@@ -15,7 +15,9 @@ Ours, under the prefix (no TTL on any of them):
   (worker/recovery.py);
 - ``exp:{id}:health`` the first results of each tier, for fail-fast (TIER +
   newline: the tier has a result of its own; TIER + newline + REASON: how many
-  of its runs ended with that infrastructure error); ``exp:{id}:halted`` tier ->
+  of its runs ended with that infrastructure error); ``exp:{id}:unrecognised``
+  tier -> the transcript format its agent's output was not in (the first run
+  that showed it); ``exp:{id}:halted`` tier ->
   the infrastructure error that stopped its runs;
 - ``exp:{id}:report`` the ExperimentReport JSON.
 
@@ -72,6 +74,9 @@ class Keys:
 
     def halted(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:halted"
+
+    def unrecognised(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:unrecognised"
 
     def report(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:report"

@@ -237,6 +237,14 @@ class Store:
         )
         return bool(stopped == "stopped")
 
+    def note_unrecognised(self, exp_id: str, tier: str, transcript_format: str) -> None:
+        """A run of `tier` whose output its transcript parser did not recognise."""
+        self.redis.hsetnx(self.keys.unrecognised(exp_id), tier, transcript_format)
+
+    def unrecognised_tiers(self, exp_id: str) -> dict[str, str]:
+        """Tiers with a run whose output was not in their transcript format, and the format."""
+        return dict(self.redis.hgetall(self.keys.unrecognised(exp_id)))
+
     def halted_tiers(self, exp_id: str) -> dict[str, str]:
         """Tiers fail-fast stopped, with the infrastructure error that stopped each."""
         return dict(self.redis.hgetall(self.keys.halted(exp_id)))

@@ -60,6 +60,7 @@ def follow(
     )
     info = store.info(exp_id)
     announced: set[str] = set()
+    warned: set[str] = set()
     with progress:
         task = progress.add_task("runs", total=info.total_runs, passes=0, errors=0)
         swept = time.monotonic()
@@ -73,6 +74,7 @@ def follow(
                     task, completed=info.completed_runs, passes=info.passes, errors=info.errors
                 )
                 _announce_halts(store, exp_id, console, announced)
+                _announce_unrecognised(store, exp_id, console, warned)
                 if info.status in _DONE and store.report(exp_id) is not None:
                     return
                 if time.monotonic() - swept >= _SWEEP_S:
@@ -84,6 +86,24 @@ def follow(
                     console.print(f"[yellow]broker unreachable ({exc}); waiting for it[/yellow]")
                 unreachable = True
             time.sleep(_POLL_S)
+
+
+def _announce_unrecognised(
+    store: Store, exp_id: str, console: Console, announced: set[str]
+) -> None:
+    """Say once per tier that its agent's output is not in the format the matrix names:
+    every such run is an agent error, and the likely cause is the matrix, not the agent."""
+    for tier, fmt in store.unrecognised_tiers(exp_id).items():
+        if tier in announced:
+            continue
+        console.print(
+            f"[yellow]tier {tier}: the agent's output is not {escape(fmt)}[/yellow]; its runs "
+            "are agent errors until `agent.transcript` names the format the agent writes "
+            "(or `transcript: auto`)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        announced.add(tier)
 
 
 def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[str]) -> None:

@@ -142,12 +142,17 @@ def test_a_transcript_in_another_format_is_said_and_never_scores(
     matrix = preset_matrix(
         tmp_path,
         "  - {id: wrong, agent: {preset: gemini-cli, transcript: claude-stream-json}}",
-        runs=1,
+        runs=3,
     )
     start_worker(concurrency=1)
     code, report, stderr = submit(matrix, fleet_env)
     assert code == 0, stderr
-    [run] = store.runs(report["experiment"]["id"])
+    # The follower says so once, whatever the number of runs.
+    warning = "tier wrong: the agent's output is not claude-stream-json"
+    assert stderr.count(warning) == 1, stderr
+    runs = store.runs(report["experiment"]["id"])
+    assert len(runs) == 3 and all(r.transcript_unrecognised for r in runs)
+    run = runs[0]
     assert run.transcript_unrecognised and run.status == RunStatus.agent_error
     assert not run.passed and run.gates_passed == 1
     assert "transcript not recognised: no line of the agent's output is claude-stream-json" in (

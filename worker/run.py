@@ -137,6 +137,10 @@ def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
         return
     error = error_key(result.fail_reason) if result.is_infra_error else None
     try:
+        if result.transcript_unrecognised:  # the follower warns once (scheduler/follow.py)
+            store.note_unrecognised(
+                result.experiment_id, result.tier, result.transcript_format or "?"
+            )
         stopped = store.note_health(result.experiment_id, result.tier, error, matrix.fail_fast)
     except redis.RedisError as exc:  # the result is stored; this is only bookkeeping
         log.warning("run %s: fail-fast bookkeeping skipped: %s", result.run_id, exc)
