@@ -29,7 +29,7 @@ from core.results import RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, SCHEDULER, run_cli
 from tests.experiments import Cell, seed_experiment
-from tests.test_report_cli import _chromium
+from tests.test_report_cli import rendered_json
 
 pytestmark = pytest.mark.integration
 
@@ -272,30 +272,8 @@ document.body.appendChild(out);
 def test_html_summary_reads_0_700_in_headless_chromium(
     experiments: tuple[str, str], fleet_env: dict[str, str], tmp_path: Path
 ) -> None:
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH")
     page = _cli(fleet_env, "report", experiments[0], "--format", "html")
-    path = tmp_path / "report.html"
-    path.write_text(page.replace("</body>", _READ + "</body>"), encoding="utf-8")
-    dom = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--dump-dom",
-            path.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    found = re.search(r'<pre id="read">(.*?)</pre>', dom, re.DOTALL)
-    assert found, f"Chromium did not render the page: {dom[:500]}"
-    read = json.loads(html.unescape(found.group(1)))
+    read = rendered_json(page, _READ, "read", tmp_path)
     column = read["header"].index(HEADER)
     t1 = next(r for r in read["rows"] if r[:2] == ["T1", "(all)"])
     assert t1[column] == SEVEN_OF_TEN

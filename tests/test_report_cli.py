@@ -16,6 +16,7 @@ import shutil
 import statistics
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scipy import stats
@@ -219,6 +220,34 @@ def _chromium() -> str | None:
     return None
 
 
+def rendered_json(page: str, script: str, pre_id: str, tmp_path: Path) -> Any:
+    """What `script` (appended to the page; it writes JSON into <pre id=PRE_ID>) read
+    of the page as headless Chromium laid it out. Skips without Chromium."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH")
+    path = tmp_path / "report.html"
+    path.write_text(page.replace("</body>", script + "</body>"), encoding="utf-8")
+    dom = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    found = re.search(f'<pre id="{pre_id}">(.*?)</pre>', dom, re.DOTALL)
+    assert found, f"Chromium did not render the page: {dom[:500]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
 # Appended by the test only: it measures what Chromium laid out, the report has no script.
 _MEASURE = """<script>
 const charts = [...document.querySelectorAll("figure.chart")].map(fig => {
@@ -244,30 +273,8 @@ document.body.appendChild(out);
 def test_html_renders_its_charts_in_headless_chromium(
     experiment: str, fleet_env: dict[str, str], tmp_path: Path
 ) -> None:
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH")
-    page = _html(experiment, fleet_env).replace("</body>", _MEASURE + "</body>")
-    path = tmp_path / "report.html"
-    path.write_text(page, encoding="utf-8")
-    dom = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--dump-dom",
-            path.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.DOTALL)
-    assert found, f"Chromium did not render the page: {dom[:500]}"
-    charts = {c["id"]: c for c in json.loads(html.unescape(found.group(1)))}
+    measured = rendered_json(_html(experiment, fleet_env), _MEASURE, "measured", tmp_path)
+    charts = {c["id"]: c for c in measured}
     assert set(charts) == {"pass-rate", "composite", "cost-composite", "context-growth"}
     assert all(c["width"] > 300 and c["height"] > 200 for c in charts.values())
     t0, t1 = charts["pass-rate"]["bars"]
