@@ -51,7 +51,7 @@ NOT_RUN_NOTE = " (not run: its tier was stopped after its first runs all failed 
 def error_key(fail_reason: str | None) -> str:
     """An infrastructure error's reason as runs share it: its first line, without
     the fail-fast note, so the runs it stopped count with the ones that stopped it."""
-    first = (fail_reason or "unknown").splitlines()[0] if fail_reason else "unknown"
+    first = fail_reason.splitlines()[0] if fail_reason else "unknown"
     return first.removesuffix(NOT_RUN_NOTE)[:300]
 
 

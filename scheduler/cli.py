@@ -631,7 +631,8 @@ def resume(
         pending = to_resend(app, store, exp_id)
         # Runs still queued or running are left where they are: taken by the workers
         # (the embedded ones started here), not sent a second time.
-        waiting = store.info(exp_id).total_runs - store.info(exp_id).completed_runs - len(pending)
+        now = store.info(exp_id)  # uncancel took results back
+        waiting = now.total_runs - now.completed_runs - len(pending)
         if not pending and not waiting and store.report(exp_id) is not None:
             err.print(f"experiment {exp_id}: every run has a result; nothing to resume")
             return
