@@ -19,7 +19,13 @@ Ours, under the prefix (no TTL on any of them):
   tier -> the transcript format its agent's output was not in (the first run
   that showed it); ``exp:{id}:halted`` tier ->
   the infrastructure error that stopped its runs;
-- ``exp:{id}:report`` the ExperimentReport JSON.
+- ``exp:{id}:report`` the ExperimentReport JSON;
+- ``exp:{id}:evidence`` run id -> the run's RunEvidence, zlib-compressed JSON
+  (core/evidence.py);
+- ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
+  (rejudge, rescore); version 1 is ``exp:{id}:report``;
+- ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
+  needs on workers (its matrix names them by digest; workers cache by digest).
 
 Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
 prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the
@@ -80,6 +86,15 @@ class Keys:
 
     def report(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:report"
+
+    def evidence(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:evidence"
+
+    def reports(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:reports"
+
+    def files(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:files"
 
 
 # --- kombu's Redis transport (5.x), unprefixed -----------------------------------------
