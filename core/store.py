@@ -7,6 +7,7 @@ their own module (core/leases.py), reached as `store.leases`.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ import redis
 
 from core import scripts
 from core.config import Matrix
+from core.evidence import RunEvidence
 from core.keys import Keys, key_prefix
 from core.leases import Leases
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
@@ -44,6 +46,12 @@ class Store:
         self.redis: Any = client
         self.keys = Keys(prefix if prefix is not None else key_prefix())
         self.leases = Leases(client, self.keys)
+        # Compressed blobs (evidence, files) are bytes: a client of the same
+        # connection settings that leaves replies undecoded.
+        pool = client.connection_pool
+        kwargs = dict(pool.connection_kwargs, decode_responses=False)
+        binary_pool = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        self.binary: Any = redis.Redis(connection_pool=binary_pool)
         self._save_run = client.register_script(scripts.SAVE_RUN)
         self._begin_delivery = client.register_script(scripts.BEGIN_DELIVERY)
         self._note_health = client.register_script(scripts.NOTE_HEALTH)
@@ -294,6 +302,25 @@ class Store:
         raw = self.redis.hmget(self.keys.specs(exp_id), run_ids)
         return [RunSpec.model_validate_json(spec) for spec in raw if spec is not None]
 
+    # --- evidence ------------------------------------------------------------------------
+
+    def save_evidence(self, evidence: RunEvidence) -> int:
+        """Store a run's evidence (already bounded and redacted), compressed: the bytes stored."""
+        blob = zlib.compress(evidence.model_dump_json().encode(), 6)
+        self.binary.hset(self.keys.evidence(evidence.experiment_id), evidence.run_id, blob)
+        return len(blob)
+
+    def evidence(self, exp_id: str, run_id: str) -> RunEvidence | None:
+        blob = self.binary.hget(self.keys.evidence(exp_id), run_id)
+        return _evidence(blob) if blob else None
+
+    def all_evidence(self, exp_id: str) -> dict[str, RunEvidence]:
+        """Every stored run's evidence by run id (streamed: hscan, not one reply)."""
+        return {
+            _text(run_id): _evidence(blob)
+            for run_id, blob in self.binary.hscan_iter(self.keys.evidence(exp_id))
+        }
+
     # --- report --------------------------------------------------------------------------
 
     def save_report(self, report: ExperimentReport) -> None:
@@ -302,3 +329,11 @@ class Store:
     def report(self, exp_id: str) -> ExperimentReport | None:
         raw = self.redis.get(self.keys.report(exp_id))
         return ExperimentReport.model_validate_json(raw) if raw else None
+
+
+def _evidence(blob: bytes) -> RunEvidence:
+    return RunEvidence.model_validate_json(zlib.decompress(blob))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
