@@ -27,6 +27,10 @@ Ours, under the prefix (no TTL on any of them):
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
   needs on workers (its matrix names them by digest; workers cache by digest).
 
+One pub/sub channel, not a key (Redis keeps nothing of it): ``exp:{id}:status``
+carries each status the experiment is set to, so that a follower waiting for
+the end wakes when it comes instead of at its next poll.
+
 Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
 prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the
 recovery sweep and Flower read them as kombu's Redis transport lays them out,
@@ -95,6 +99,9 @@ class Keys:
 
     def files(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:files"
+
+    def status_channel(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:status"
 
 
 # --- kombu's Redis transport (5.x), unprefixed -----------------------------------------

@@ -129,7 +129,17 @@ class Store:
         mapping: dict[str, Any] = {"status": status.value}
         if finished_at is not None:
             mapping["finished_at"] = finished_at
-        self.redis.hset(self.keys.experiment(exp_id), mapping=mapping)
+        pipe = self.redis.pipeline()
+        pipe.hset(self.keys.experiment(exp_id), mapping=mapping)
+        pipe.publish(self.keys.status_channel(exp_id), status.value)
+        pipe.execute()
+
+    def status_changes(self, exp_id: str) -> Any:
+        """A subscription to the experiment's status changes (set_status): a redis-py
+        PubSub whose get_message(timeout=...) waits for the next one."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.keys.status_channel(exp_id))
+        return pubsub
 
     def reopen(self, exp_id: str) -> None:
         """Back to running for a resume; the next aggregation sets finished_at again."""

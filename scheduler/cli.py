@@ -311,12 +311,13 @@ def submit(
         matrix.keep_workspaces = True
     if as_json:
         fmt = "json"
-    from scheduler.dispatch import start  # imports Celery (see _app)
 
     with open_store(broker, create=True) as (store, url):
         exp_id = new_experiment_id(matrix)
 
         def send_runs(app: Celery, local_workers: int | None) -> None:
+            from scheduler.dispatch import start  # imports Celery (see _app)
+
             total = start(app, store, matrix, exp_id)
             if local_workers is None:
                 # Machine-readable output is one JSON document on stdout: the id goes aside.
@@ -324,12 +325,11 @@ def submit(
             else:
                 err.print(f"experiment {exp_id}: {total} runs on {local_workers} local workers")
 
-        app = _app(url)
-        _drive(app, broker, store, matrix, exp_id, send_runs, workers, wait, fmt, nonfinite)
+        _drive(url, broker, store, matrix, exp_id, send_runs, workers, wait, fmt, nonfinite)
 
 
 def _drive(
-    app: Celery,
+    url: str,
     broker: str | None,
     store: Store,
     matrix: Matrix,
@@ -342,14 +342,19 @@ def _drive(
 ) -> None:
     """What `submit` and `resume` share once they know what to send. With a shared
     broker: send, then follow only with --wait. Embedded: start local workers, send
-    (`send_runs` is told how many workers), follow to the report, stop them."""
+    (`send_runs` is told how many workers), follow to the report, stop them.
+
+    The local workers start before Celery is imported here: their start-up, the
+    longest wait of a short experiment, runs beside this process's own."""
     if configured_broker(broker) is not None:
+        app = _app(url)
         send_runs(app, None)
         if wait:
             _follow_and_print(app, store, exp_id, fmt, nonfinite)
         return
     concurrency = workers or os.cpu_count() or 1
-    with LocalWorkers(app.conf.broker_url, concurrency, _queues(app, matrix)) as local:
+    with LocalWorkers(url, concurrency, _queues(matrix)) as local:
+        app = _app(url)
         send_runs(app, concurrency)
         try:
             _follow_and_print(app, store, exp_id, fmt, nonfinite, local)
@@ -358,9 +363,9 @@ def _drive(
             sys.exit(130)
 
 
-def _queues(app: Celery, matrix: Matrix) -> list[str]:
+def _queues(matrix: Matrix) -> list[str]:
     """What local workers consume: the default queue first, then every queue the matrix names."""
-    default = app.conf.task_default_queue
+    default = DEFAULT_QUEUE  # the apps' task_default_queue (worker/celery_app.py)
     return [default, *sorted(run_queues(matrix, default) - {default})]
 
 
@@ -648,7 +653,7 @@ def resume(
         def send_runs(app: Celery, _local_workers: int | None) -> None:
             send(app, store, matrix, exp_id, pending, len(pending))
 
-        _drive(app, broker, store, matrix, exp_id, send_runs, workers, wait, fmt, nonfinite)
+        _drive(url, broker, store, matrix, exp_id, send_runs, workers, wait, fmt, nonfinite)
 
 
 @main.command()

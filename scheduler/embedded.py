@@ -179,18 +179,13 @@ class LocalWorkers:
 def worker_command(
     concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
 ) -> list[str]:
+    """The worker every mode starts (worker/__main__.py): prefork, task events on."""
     command = [
         sys.executable,
         "-m",
-        "celery",
-        "-A",
-        "worker.app",
         "worker",
         "--concurrency",
         str(concurrency),
-        "--pool",
-        "prefork",
-        "-E",
         "--loglevel",
         loglevel,
         "--queues",

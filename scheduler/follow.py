@@ -1,6 +1,8 @@
 """Following an experiment until its report exists, with a progress bar on stderr.
 
-The follower also sweeps the experiment every second (worker/recovery.py):
+The follower wakes on each status change the store announces (Store.set_status),
+so the end of an experiment is seen at once, and every _POLL_S otherwise for the
+progress bar. The follower also sweeps the experiment every second (worker/recovery.py):
 runs whose worker died are sent again, and the experiment is aggregated once
 every run has a result, even when its chord never fires. A broker that goes
 away for a while (a Redis restart) is waited for, not fatal.
@@ -8,8 +10,9 @@ away for a while (a Redis restart) is waited for, not fatal.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from celery import Celery
 from rich.console import Console
@@ -61,7 +64,7 @@ def follow(
     info = store.info(exp_id)
     announced: set[str] = set()
     warned: set[str] = set()
-    with progress:
+    with progress, contextlib.closing(_StatusWait(store, exp_id)) as waits:
         task = progress.add_task("runs", total=info.total_runs, passes=0, errors=0)
         swept = time.monotonic()
         unreachable = False
@@ -69,6 +72,7 @@ def follow(
             if workers is not None and not workers.alive():
                 raise WorkersDied(f"the local workers exited; see {workers.log_path}")
             try:
+                waits.subscribe()  # before reading: no change falls between the two
                 info = store.info(exp_id)
                 progress.update(
                     task, completed=info.completed_runs, passes=info.passes, errors=info.errors
@@ -85,7 +89,35 @@ def follow(
                 if not unreachable:
                     console.print(f"[yellow]broker unreachable ({exc}); waiting for it[/yellow]")
                 unreachable = True
-            time.sleep(_POLL_S)
+            waits.wait()
+
+
+class _StatusWait:
+    """Waits for the experiment's next status change (Store.status_changes), at most
+    _POLL_S; a plain sleep while the broker is away."""
+
+    def __init__(self, store: Store, exp_id: str):
+        self.store, self.exp_id = store, exp_id
+        self.changes: Any = None
+
+    def subscribe(self) -> None:
+        if self.changes is None:
+            self.changes = self.store.status_changes(self.exp_id)
+
+    def wait(self) -> None:
+        if self.changes is not None:
+            try:
+                self.changes.get_message(timeout=_POLL_S)
+                return
+            except BROKER_DOWN:
+                self.close()
+        time.sleep(_POLL_S)
+
+    def close(self) -> None:
+        if self.changes is not None:
+            with contextlib.suppress(*BROKER_DOWN):
+                self.changes.close()
+            self.changes = None
 
 
 def _announce_unrecognised(

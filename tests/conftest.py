@@ -161,12 +161,7 @@ class Worker:
     ):
         self.log = log
         name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
-        # The CLI's own worker command; gossip and mingle only slow a test's start.
-        command = [
-            *worker_command(concurrency, queues.split(","), hostname=name),
-            "--without-gossip",
-            "--without-mingle",
-        ]
+        command = worker_command(concurrency, queues.split(","), hostname=name)  # the CLI's own
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 command,

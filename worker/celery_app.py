@@ -16,7 +16,7 @@ from celery import Celery, signals
 
 from core.keys import key_prefix
 from core.settings import ENV_BROKER
-from worker import environ, grace, idle, kombu_guard, recovery
+from worker import environ, grace, idle, kombu_guard, pool_exit, recovery
 from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S
 
 
@@ -62,6 +62,7 @@ def create_app(
     idle.register(app)
     grace.register(app)
     recovery.register(app)
+    pool_exit.register()
     return app
 
 

@@ -1,0 +1,69 @@
+"""`python -m worker`: one Celery worker of evalfleet's app, as the embedded mode and
+`scheduler worker` start it (scheduler/embedded.py worker_command).
+
+The same WorkController that `celery -A worker.app worker` builds (`app.Worker`,
+Celery's program class: banner, logging, signal handlers), started without
+Celery's command line: that one first imports every `celery` sub-command plugin,
+Flower's web stack and a REPL among them, ~0.4 s of a cold start spent on code
+a worker never runs. `celery -A worker.app worker -E ...` still works the same.
+
+Mingle and gossip are off: mingle asks the other workers for revoked task ids
+(evalfleet revokes nothing; a cancel is a state in Redis) and costs a second at
+every start; gossip elects leaders among workers, which nothing here uses.
+Heartbeats and task events, what Flower shows, stay on.
+
+Once the worker has stopped (its pool joined, its messages acknowledged or
+handed back, its logs flushed by the exit handlers run here), the process
+leaves with os._exit: the interpreter's own teardown of Celery's and
+pydantic's objects took another 0.2-0.7 s of CPU for nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import sys
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m worker", description=__doc__.splitlines()[0])
+    p.add_argument("--concurrency", type=int, required=True, help="pool processes")
+    p.add_argument("--queues", required=True, help="comma-separated queue names")
+    p.add_argument("--hostname", default=None, help="node name, e.g. ci-3@%%h")
+    p.add_argument("--loglevel", default="INFO")
+    p.add_argument("--until-idle", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--grace", type=float, default=None, metavar="SECONDS")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from celery.utils.log import mlevel
+    from celery.utils.nodenames import default_nodename, host_format
+
+    from worker.app import app
+
+    worker = app.Worker(
+        hostname=host_format(default_nodename(args.hostname)),
+        pool_cls="prefork",
+        concurrency=args.concurrency,
+        queues=args.queues.split(","),
+        loglevel=mlevel(args.loglevel.upper()),
+        task_events=True,
+        without_mingle=True,
+        without_gossip=True,
+        # evalfleet's own worker options (worker/idle.py, worker/grace.py).
+        until_idle=args.until_idle,
+        grace=args.grace,
+    )
+    worker.start()
+    return int(worker.exitcode or 0)
+
+
+if __name__ == "__main__":
+    code = main()
+    atexit._run_exitfuncs()  # logging's flush among them
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
