@@ -88,11 +88,20 @@ class Store:
         self.add_specs(info.id, specs)
 
     def add_specs(self, exp_id: str, specs: Sequence[RunSpec]) -> None:
-        """Record runs of the experiment (what resume and recovery send again)."""
+        """Record runs of the experiment (what resume and recovery send again).
+
+        Stored without what the key and field already say (the experiment and run
+        ids) and without defaults: a third of the bytes, every run of every
+        experiment (docs/SCALE.md)."""
         if specs:
             self.redis.hset(
                 self.keys.specs(exp_id),
-                mapping={s.run_id: s.model_dump_json() for s in specs},
+                mapping={
+                    s.run_id: s.model_dump_json(
+                        exclude={"experiment_id", "run_id"}, exclude_defaults=True
+                    )
+                    for s in specs
+                },
             )
 
     def exists(self, exp_id: str) -> bool:
@@ -180,8 +189,8 @@ class Store:
     # --- runs ------------------------------------------------------------------------
 
     def specs(self, exp_id: str) -> list[RunSpec]:
-        raw = self.redis.hvals(self.keys.specs(exp_id))
-        specs = [RunSpec.model_validate_json(v) for v in raw]
+        raw = self.redis.hgetall(self.keys.specs(exp_id))
+        specs = [_spec(exp_id, run_id, v) for run_id, v in raw.items()]
         return sorted(specs, key=lambda s: (s.tier, s.scenario, s.run_index))
 
     def pending_specs(self, exp_id: str) -> list[RunSpec]:
@@ -191,7 +200,10 @@ class Store:
 
     def save_run(self, result: RunResult, holder: str = "") -> bool:
         """Store a final result; False (and nothing changed) when one is already stored,
-        or when `holder` no longer holds the run's lease (another delivery took it over)."""
+        or when `holder` no longer holds the run's lease (another delivery took it over).
+
+        Fields at their defaults are left out (reading fills them in again): a
+        no-op run's result takes 0.7 KB instead of 1.6 KB."""
         stored = self._save_run(
             keys=[
                 self.keys.runs(result.experiment_id),
@@ -200,7 +212,7 @@ class Store:
             ],
             args=[
                 result.run_id,
-                result.model_dump_json(),
+                result.model_dump_json(exclude_defaults=True),
                 "1" if result.passed else "0",
                 # The counter this outcome adds to, besides `done`.
                 "errors"
@@ -310,7 +322,11 @@ class Store:
         if not run_ids:
             return []
         raw = self.redis.hmget(self.keys.specs(exp_id), run_ids)
-        return [RunSpec.model_validate_json(spec) for spec in raw if spec is not None]
+        return [
+            _spec(exp_id, run_id, spec)
+            for run_id, spec in zip(run_ids, raw, strict=True)
+            if spec is not None
+        ]
 
     # --- evidence ------------------------------------------------------------------------
 
@@ -339,6 +355,11 @@ class Store:
     def report(self, exp_id: str) -> ExperimentReport | None:
         raw = self.redis.get(self.keys.report(exp_id))
         return ExperimentReport.model_validate_json(raw) if raw else None
+
+
+def _spec(exp_id: str, run_id: str, raw: str) -> RunSpec:
+    """A spec as add_specs stored it, its ids given back."""
+    return RunSpec.model_validate({**json.loads(raw), "experiment_id": exp_id, "run_id": run_id})
 
 
 def _evidence(blob: bytes) -> RunEvidence:
