@@ -113,7 +113,9 @@ def main() -> None:
             f"evalfleet, {args.runs} runs on {args.workers} slots": (
                 f"{many_s:.2f} s  {args.runs / many_s:.1f} runs/s"
             ),
-            f"shell loop (xargs -P {args.workers})": f"{loop_s:.2f} s  {args.runs / loop_s:.1f} runs/s",
+            f"shell loop (xargs -P {args.workers})": (
+                f"{loop_s:.2f} s  {args.runs / loop_s:.1f} runs/s"
+            ),
             "throughput ratio in each turn": many_turns,
             "ratio (evalfleet / shell throughput)": f"{loop_s / many_s:.2f}  (target >= 0.5)",
         },

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.loading import load_matrix
@@ -37,18 +37,32 @@ class Fleet:
     folder: Path
     url: str
     store: Store
-    workers: LocalWorkers | None = None
+    pools: list[LocalWorkers] = field(default_factory=list)
 
-    def start_workers(self, concurrency: int) -> LocalWorkers:
-        """Local workers on the default queue, returned once Celery says they are ready."""
-        self.workers = LocalWorkers(self.url, concurrency, [DEFAULT_QUEUE])
-        self.workers.start()
-        deadline = time.monotonic() + 60
-        while "ready." not in _read(self.workers.log_path):
-            if not self.workers.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"workers did not start: {_read(self.workers.log_path)[-2000:]}")
-            time.sleep(0.1)
-        return self.workers
+    @property
+    def workers(self) -> LocalWorkers | None:
+        return self.pools[0] if self.pools else None
+
+    def start_workers(self, concurrency: int, processes: int = 1) -> LocalWorkers:
+        """`processes` local workers of `concurrency` slots each on the default queue,
+        returned (the first) once Celery says every one is ready."""
+        for i in range(processes):
+            workers = LocalWorkers(self.url, concurrency, [DEFAULT_QUEUE], name=f"bench{i}")
+            workers.log_path = self.folder / f"worker{i}.log"
+            workers.start()
+            self.pools.append(workers)
+        deadline = time.monotonic() + 120
+        for workers in self.pools:
+            while "ready." not in _read(workers.log_path):
+                if not workers.alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"workers did not start: {_read(workers.log_path)[-2000:]}")
+                time.sleep(0.1)
+        return self.pools[0]
+
+    def stop_workers(self) -> None:
+        for workers in self.pools:
+            workers.stop()
+        self.pools.clear()
 
 
 @contextlib.contextmanager
@@ -66,8 +80,7 @@ def private_fleet() -> Iterator[Fleet]:
             try:
                 yield fleet
             finally:
-                if fleet.workers is not None:
-                    fleet.workers.stop()
+                fleet.stop_workers()
         finally:
             redis_server.stop()
             os.chdir(home)

@@ -132,10 +132,13 @@ def _answers(url: str) -> bool:
 class LocalWorkers:
     """A Celery worker (prefork, N processes) started as a child of the CLI."""
 
-    def __init__(self, broker_url: str, concurrency: int, queues: Sequence[str]):
+    def __init__(
+        self, broker_url: str, concurrency: int, queues: Sequence[str], name: str = "embedded"
+    ):
         self.broker_url = broker_url
         self.concurrency = concurrency
         self.queues = list(queues)
+        self.name = name  # the Celery node name's start: several at once need their own
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = STATE_DIR.resolve() / "worker.log"
 
@@ -152,7 +155,7 @@ class LocalWorkers:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 worker_command(
-                    self.concurrency, self.queues, hostname=f"embedded-{os.getpid()}@%h"
+                    self.concurrency, self.queues, hostname=f"{self.name}-{os.getpid()}@%h"
                 ),
                 env=env,
                 stdout=log,
