@@ -59,11 +59,11 @@ def inspect_cold() -> float:
     """Seconds of one `inspect eval` of the same three subprocesses, one sample."""
     with tempfile.TemporaryDirectory(prefix="inspect-cold-") as folder:
         command = [
-            str(INSPECT), "eval", str(ROOT / "bench" / "inspect_noop.py"),
+            str(INSPECT), "eval", "bench/inspect_noop.py",  # Inspect takes it relative
             "--model", "mockllm/model", "--log-dir", folder, "--display", "none",
         ]  # fmt: skip
         started = time.perf_counter()
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         elapsed = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"inspect eval failed: {done.stderr[-2000:]}")
