@@ -13,18 +13,29 @@ Redis result backend, without the per-task costs that make that call take
   of one round trip each;
 - run tasks ignore their Celery result: their RunResult lives in our own keys
   (DESIGN.md), so the scheduler neither subscribes to a result channel per
-  run nor leaves a result key per run in Redis.
+  run nor leaves a result key per run in Redis;
+- Celery and kombu build one message per tier x scenario (`Template`), into
+  kombu's in-memory transport; every run's message is that one with its own
+  ids, index and arguments, pushed in pipelines of LPUSHes as kombu's Redis
+  transport pushes it. Celery's and kombu's own path costs ~0.3 ms a message
+  (6,000 runs/s); this one ~0.03 ms. tests/test_dispatch.py holds the two
+  messages equal, ids aside.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
+import re
 from collections.abc import Iterable
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Signature
 from celery.utils import uuid
+from kombu import Connection
+from kombu.utils import json
 
+from core import keys
 from core.config import Matrix
 from core.results import RunSpec
 from core.store import Store
@@ -73,34 +84,90 @@ def send(
     group_id = uuid()
     body.freeze(group_id=group_id)
     app.backend.set_chord_size(group_id, count)
-    # Options are the same for every run of a tier x scenario: built once per cell.
-    cell_options: dict[tuple[str, str], dict[str, Any]] = {}
-    run = app.tasks[RUN_TASK]
-    runs = iter(specs)
-    index = 0
-    with app.producer_or_acquire() as producer, producer.batch(max_size=BATCH_SIZE):
+    # Messages are the same for every run of a tier x scenario but for the run's own.
+    templates: dict[tuple[str, str], Template] = {}
+    with app.producer_or_acquire() as producer:
         for queue in run_queues(matrix, app.conf.task_default_queue):
             producer.maybe_declare(app.amqp.queues[queue])
-        while batch := list(itertools.islice(runs, BATCH_SIZE)):
-            if record:
-                store.add_specs(experiment_id, batch)
-            for spec in batch:
-                cell = (spec.tier, spec.scenario)
-                if cell not in cell_options:
-                    cell_options[cell] = run_options(matrix, spec)
-                # run.apply_async rather than run_signature(...).apply_async: the same
-                # message without building and cloning a signature per run.
-                run.apply_async(
-                    (spec.model_dump(mode="json"),),
-                    producer=producer,
-                    group_id=group_id,
-                    group_index=index,
-                    chord=body,
-                    # Queues were declared above; a pipelined message is only sent
-                    # at the flush, so retrying its buffering would retry nothing.
-                    declare=[],
-                    retry=False,
-                    **{**cell_options[cell], "argsrepr": spec.run_id},
-                )
-                index += 1
+    runs = iter(specs)
+    index = 0
+    while batch := list(itertools.islice(runs, BATCH_SIZE)):
+        if record:
+            store.add_specs(experiment_id, batch)
+        pipe = store.redis.pipeline(transaction=False)
+        queued: dict[str, list[str]] = {}
+        for spec in batch:
+            cell = (spec.tier, spec.scenario)
+            if cell not in templates:
+                templates[cell] = Template(app, run_options(matrix, spec), group_id, body)
+            template = templates[cell]
+            queued.setdefault(template.queue, []).append(template.message(spec, index))
+            index += 1
+        for queue, messages in queued.items():
+            pipe.lpush(keys.queue_key(queue), *messages)
+        pipe.execute()
     store.mark_sent(experiment_id, app.conf.task_default_queue)
+
+
+class Template:
+    """The run-task message of one tier x scenario, as Celery and kombu build it, to be
+    filled in per run: task id, group index, arguments (the spec) and delivery tag.
+
+    The message is JSON'd once, with a marker in each per-run place; a run's
+    message is the pieces between the markers joined with its own values."""
+
+    def __init__(self, app: Celery, options: dict[str, Any], group_id: str, chord: Signature):
+        # kombu's in-memory transport keeps the message exactly as its Redis
+        # transport would push it (both are kombu's virtual transport).
+        with Connection("memory://") as memory, memory.Producer() as producer:
+            task_id = uuid()
+            app.tasks[RUN_TASK].apply_async(
+                ([],),  # the spec goes in per run
+                producer=producer,
+                task_id=task_id,
+                group_id=group_id,
+                group_index=0,
+                chord=chord,
+                declare=[],
+                retry=False,
+                **options,
+            )
+            self.queue = options.get("queue") or app.conf.task_default_queue
+            raw = memory.default_channel._get(self.queue)
+        if (raw["headers"]["id"], raw["properties"]["body_encoding"]) != (task_id, "base64"):
+            raise RuntimeError(f"unexpected message layout from kombu: {raw!r}")
+        _, kwargs, embed = json.loads(base64.b64decode(raw["body"]))
+        # The body, [args, kwargs, embed]: args per run, the rest (the chord) as it is.
+        self.body_tail = f", {json.dumps(kwargs)}, {json.dumps(embed)}]".encode()
+        raw["body"] = _slot("body")
+        raw["headers"].update(
+            id=_slot("id"), root_id=_slot("id"), group_index=_slot("index"),
+            argsrepr=_slot("argsrepr"),
+        )  # fmt: skip
+        raw["properties"].update(
+            correlation_id=_slot("id"), argsrepr=_slot("argsrepr"), delivery_tag=_slot("tag")
+        )
+        pieces = _SLOT.split(json.dumps(raw))
+        self.text, self.slots = pieces[0::2], pieces[1::2]
+
+    def message(self, spec: RunSpec, index: int) -> str:
+        """The JSON kombu's Redis transport would push for this run."""
+        body = base64.b64encode(b"[[" + spec.model_dump_json().encode() + b"]" + self.body_tail)
+        values = {
+            "body": f'"{body.decode()}"',
+            "id": f'"{uuid()}"',  # the one task id, in every place that names it
+            "index": str(index),
+            "argsrepr": json.dumps(spec.run_id),
+            "tag": f'"{uuid()}"',
+        }
+        out = [self.text[0]]
+        for slot, text in zip(self.slots, self.text[1:], strict=True):
+            out += (values[slot], text)
+        return "".join(out)
+
+
+_SLOT = re.compile(r'"@evalfleet-slot-(\w+)@"')
+
+
+def _slot(name: str) -> str:
+    return f"@evalfleet-slot-{name}@"

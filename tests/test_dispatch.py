@@ -1,0 +1,82 @@
+"""Submitting's messages, against the real Redis: each run's message as `scheduler/dispatch.py`
+pushes it is the one Celery and kombu would push for the same run, ids aside."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from core.config import Matrix
+from core.loading import load_matrix
+from core.store import Store
+from scheduler.dispatch import send
+from scheduler.plan import experiment_info, plan
+from tests.conftest import QUEUE
+from worker.celery_app import create_app
+from worker.sending import RUN_TASK, run_options
+
+pytestmark = pytest.mark.integration  # the real Redis
+
+# Per run and per message: what the two ways may differ in.
+IDS = (("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id"),
+       ("properties", "delivery_tag"))  # fmt: skip
+
+
+def _matrix(folder: Path, other_queue: str) -> Matrix:
+    path = folder / "matrix.yaml"
+    path.write_text(
+        "name: dispatch\nruns_per_tier: 3\nagent: {command: 'true', timeout_s: 30}\n"
+        f"tiers: [{{id: T0}}, {{id: T1, queue: {other_queue}}}]\n"
+        "scenarios: [{id: s, prompt: go}]\n"
+    )
+    return load_matrix(path)
+
+
+def _without_ids(raw: str) -> dict:
+    message = json.loads(raw)
+    for part, key in IDS:
+        assert message[part][key]
+        message[part][key] = "-"
+    message["body"] = json.loads(base64.b64decode(message["body"]))
+    return message
+
+
+def test_each_run_gets_the_message_celery_would_send(
+    redis_url: str, store: Store, tmp_path: Path
+) -> None:
+    app = create_app(redis_url, default_queue=QUEUE)
+    other = f"{QUEUE}-other"  # under the session's name: the conftest removes it
+    matrix = _matrix(tmp_path, other)
+    exp_id = f"dispatch-{uuid.uuid4().hex[:8]}"
+    store.create_experiment(experiment_info(matrix, exp_id, matrix.total_runs()), matrix)
+    specs = list(plan(matrix, exp_id))
+    send(app, store, matrix, exp_id, specs, len(specs), record=True)
+
+    ours = store.redis.lrange(QUEUE, 0, -1)[::-1] + store.redis.lrange(other, 0, -1)[::-1]
+    assert len(ours) == 6  # oldest first: the order workers take them in
+    messages = [json.loads(m) for m in ours]
+    group = messages[0]["headers"]["group"]
+    assert [m["headers"]["group_index"] for m in messages] == list(range(6))
+    assert len({m["headers"]["id"] for m in messages}) == 6
+    assert len({m["properties"]["delivery_tag"] for m in messages}) == 6
+    assert store.specs(exp_id) == specs
+
+    # Celery's own way, each message to the real Redis, for the same runs.
+    store.redis.delete(QUEUE, other)
+    chord = _without_ids(ours[0])["body"][2]["chord"]  # the aggregate task, frozen in the group
+    for index, spec in enumerate(specs):
+        app.tasks[RUN_TASK].apply_async(
+            (spec.model_dump(mode="json"),),
+            group_id=group,
+            group_index=index,
+            chord=app.signature(chord),
+            **run_options(matrix, spec),
+        )
+    celerys = store.redis.lrange(QUEUE, 0, -1)[::-1] + store.redis.lrange(other, 0, -1)[::-1]
+    store.redis.delete(QUEUE, other)
+    assert [_without_ids(m) for m in ours] == [_without_ids(m) for m in celerys]
+
