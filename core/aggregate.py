@@ -178,12 +178,9 @@ def _tier_cost_of_pass(cost: Statistics, pass_rate: Statistics) -> float | None:
 def _process_stats(runs: Sequence[RunResult]) -> dict[str, Statistics]:
     """Statistics of each process metric some run has."""
     result = {}
-    for name in ProcessMetrics.model_fields:
-        values = [
-            value
-            for r in runs
-            if r.process is not None and (value := getattr(r.process, name)) is not None
-        ]
+    measured = [r.process for r in runs if r.process is not None]
+    for name in ProcessMetrics.model_fields if measured else ():
+        values = [value for p in measured if (value := getattr(p, name)) is not None]
         if values:
             result[name] = statistics(values)
     return result
