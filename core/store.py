@@ -6,9 +6,11 @@ their own module (core/leases.py), reached as `store.leases`.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,7 +233,8 @@ class Store:
 
     def runs(self, exp_id: str) -> list[RunResult]:
         raw = self.redis.hvals(self.keys.runs(exp_id))
-        runs = [RunResult.model_validate_json(v) for v in raw]
+        with _gc_paused():
+            runs = [RunResult.model_validate_json(v) for v in raw]
         return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
 
     def begin_delivery(
@@ -355,6 +358,20 @@ class Store:
     def report(self, exp_id: str) -> ExperimentReport | None:
         raw = self.redis.get(self.keys.report(exp_id))
         return ExperimentReport.model_validate_json(raw) if raw else None
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cycle collector off while 100,000s of objects are made, none of them
+    garbage: it would walk the growing heap every few hundred of them (reading
+    100,000 results took 3-4 times as long)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _spec(exp_id: str, run_id: str, raw: str) -> RunSpec:
