@@ -6,6 +6,7 @@ Redis; without, to the embedded Redis of ./.evalfleet, started on demand.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -745,5 +746,24 @@ def worker(
     os.execvpe(command[0], command, {**os.environ, "EVALFLEET_BROKER_URL": url})
 
 
+def run() -> NoReturn:
+    """The `scheduler` console script: `main`, then an exit without the interpreter's
+    teardown of Celery's, pydantic's and rich's objects, 0.1-0.3 s of CPU after
+    every command had finished. Exit handlers (logging's flush) still run."""
+    try:
+        main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if isinstance(code, str):  # what sys.exit would print
+        print(code, file=sys.stderr)
+    status = code if isinstance(code, int) else int(code is not None)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing left to say
+            stream.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    main()
+    run()
