@@ -254,7 +254,7 @@ def test_json_nonfinite_null_gives_strict_json_for_jq(
     assert bad.returncode == 2 and "--json-nonfinite" in bad.stderr
 
 
-# Appended by the test only: it reads what Chromium laid out, the report has no script.
+# Appended by the test only: it reads what Chromium laid out.
 _READ = """<script>
 const rows = [...document.querySelectorAll("section table")][0].rows;
 const bars = [...document.querySelectorAll("#pass-rate rect.bar")];

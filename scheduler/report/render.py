@@ -10,6 +10,7 @@ import csv
 import io
 import re
 import shutil
+from collections.abc import Mapping
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
+from core.evidence import RunEvidence
 from core.metrics import RUN_METRICS
 from core.report_models import ExperimentComparison, ExperimentReport, Statistics
 from scheduler.report import sections
@@ -49,9 +51,11 @@ def render(
     *,
     width: int | None = None,
     nonfinite: str = "string",
+    evidence: Mapping[str, RunEvidence] | None = None,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
-    `width`: of the table format (default: terminal_width()); `nonfinite`: of json."""
+    `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
+    `evidence`: of html, the runs' evidence by run id for its run table."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
@@ -59,7 +63,7 @@ def render(
     if fmt == "csv":
         return _csv(report)
     if fmt == "html":
-        return html_report(report, scenario)
+        return html_report(report, scenario, evidence)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
     tables = (
         sections.report_tables(report)

@@ -1,0 +1,137 @@
+"""The HTML report's runs: a table of every run that filters by tier, scenario and
+outcome, and per run its evidence, opened on a click (README, "Reading a report").
+
+The page must open as fast with thousands of runs as with ten, so nothing is laid
+out up front: the rows travel as one compact JSON array and the page draws only
+the rows in view (runs.js); each run's details (its RunResult and RunEvidence) are
+one zlib-compressed, base64 JSON blob in an inert <script> element, decoded only
+when that run is opened. Base64 also keeps a user's text from ever closing the
+element it travels in.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from html import escape
+from importlib.resources import files
+
+from core.evidence import RunEvidence
+from core.report_models import ExperimentReport
+from core.results import OUTCOMES, RunResult
+from scheduler.report.sections import num
+
+COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration s", "judge score")
+# The columns with a filter, by position in a row.
+FILTERS = {"tier": 0, "scenario": 1, "outcome": 3}
+# A reason longer than this is cut in its row (the opened run shows all of it).
+REASON_CHARS = 300
+_SCRIPT = files("scheduler.report").joinpath("runs.js").read_text(encoding="utf-8")
+RUNS_STYLE = files("scheduler.report").joinpath("runs.css").read_text(encoding="utf-8")
+
+
+def runs_section(
+    report: ExperimentReport, runs: Sequence[RunResult], evidence: Mapping[str, RunEvidence]
+) -> str:
+    """The "Runs" section: filters, the table (drawn by its script), the blobs."""
+    ordered = sorted(runs, key=_order(report))
+    rows = [_row(run) for run in ordered]
+    blobs = "".join(
+        f'<script type="application/x-evalfleet-run" id="run-{i}">'
+        f"{_blob(run, evidence.get(run.run_id))}</script>"
+        for i, run in enumerate(ordered)
+    )
+    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
+    with_evidence = sum(run.run_id in evidence for run in ordered)
+    return (
+        '<section id="runs"><h2>Runs</h2>'
+        f'<div class="run-filters">{_filters(rows)}'
+        '<span id="runs-count" role="status"></span></div>'
+        '<div class="runs-scroll" id="runs-scroll" tabindex="0">'
+        f'<table class="runs"><thead><tr>{head}</tr></thead><tbody id="runs-body"></tbody>'
+        "</table></div>"
+        '<ul class="notes">'
+        f"<li>{len(ordered)} runs, {with_evidence} with evidence; click a run (or press "
+        "Enter on it) for its gates, judge, transcript, output and attempts</li></ul>"
+        "<noscript><p>The run table needs JavaScript.</p></noscript>"
+        '<div id="run-detail" hidden></div>'
+        f'<script type="application/json" id="runs-data">{_json(rows)}</script>'
+        f"{blobs}<script>{_SCRIPT}</script></section>"
+    )
+
+
+def _order(report: ExperimentReport) -> Callable[[RunResult], tuple[int, str, int, str, int]]:
+    """Runs in the report's order: its tiers, their scenarios, then by index."""
+    tiers = {t: i for i, t in enumerate(report.tiers)}
+    scenarios: dict[str, int] = {}
+    for tier in report.tiers.values():
+        for s in tier.scenarios:
+            scenarios.setdefault(s, len(scenarios))
+
+    def key(run: RunResult) -> tuple[int, str, int, str, int]:
+        return (
+            tiers.get(run.tier, len(tiers)),
+            run.tier,
+            scenarios.get(run.scenario, len(scenarios)),
+            run.scenario,
+            run.run_index,
+        )
+
+    return key
+
+
+def _row(run: RunResult) -> list[str | int]:
+    reason = (run.fail_reason or "").split("\n", 1)[0]
+    if len(reason) > REASON_CHARS:
+        reason = reason[: REASON_CHARS - 1] + "…"
+    return [
+        run.tier,
+        run.scenario,
+        run.run_index,
+        run.outcome,
+        reason,
+        num(run.cost_usd, 4),
+        num(run.duration_seconds, 1),
+        _judge_score(run),
+    ]
+
+
+def _judge_score(run: RunResult) -> str:
+    if run.judge is None:
+        return "-"
+    if run.judge.error is not None:
+        return "error"
+    return num(run.judge.weighted_score)
+
+
+def _filters(rows: list[list[str | int]]) -> str:
+    """A select per filtered column; its options are the values present, with counts."""
+    out = []
+    for name, column in FILTERS.items():
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[str(row[column])] = counts.get(str(row[column]), 0) + 1
+        values = [o for o in OUTCOMES if o in counts] if name == "outcome" else list(counts)
+        options = "".join(
+            f'<option value="{escape(v)}">{escape(v)} ({counts[v]})</option>' for v in values
+        )
+        out.append(
+            f'<label>{name} <select data-column="{column}" name="{name}">'
+            f'<option value="">all</option>{options}</select></label>'
+        )
+    return "".join(out)
+
+
+def _blob(run: RunResult, evidence: RunEvidence | None) -> str:
+    details = (
+        f'{{"run":{run.model_dump_json()},'
+        f'"evidence":{evidence.model_dump_json() if evidence else "null"}}}'
+    )
+    return base64.b64encode(zlib.compress(details.encode(), 6)).decode("ascii")
+
+
+def _json(value: object) -> str:
+    """JSON that cannot end its <script> element: every `<` escaped."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
