@@ -28,9 +28,10 @@ figure.chart { margin: 0; } figcaption { font-size: .85rem; color: #555; }
 svg .axis, svg .grid, svg .whisker { stroke: #888; } svg .grid { stroke: #e4e4e4; }
 svg .whisker { stroke: #222; stroke-width: 1.5; }
 svg text { font-size: 11px; fill: #333; } svg .axis-label { font-size: 12px; }
-table { border-collapse: collapse; margin: .5rem 0; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #ddd; padding: .2rem .4rem; text-align: right; white-space: nowrap; }
-th { background: #f4f4f4; white-space: normal; vertical-align: bottom; }
+table { border-collapse: collapse; margin: .5rem 0; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ddd; padding: .2rem .4rem; text-align: right; }
+td.label, .interval { white-space: nowrap; }
+th { background: #f4f4f4; vertical-align: bottom; }
 .label { text-align: left; }
 ul.notes { color: #555; font-size: .85rem; }
 """
@@ -146,5 +147,11 @@ def _table(table: Table) -> str:
 
 
 def _cell(tag: str, text: str, label: bool) -> str:
-    css = ' class="label"' if label else ""
-    return f"<{tag}{css}>{escape(text)}</{tag}>"
+    if label:
+        return f'<{tag} class="label">{escape(text)}</{tag}>'
+    # A table wider than the page wraps its values at their spaces ("0.667" above its
+    # interval), but never inside an interval "[0.541, 0.773]".
+    value, bracket, interval = text.partition(" [")
+    if bracket:
+        return f'<{tag}>{escape(value)} <span class="interval">[{escape(interval)}</span></{tag}>'
+    return f"<{tag}>{escape(text)}</{tag}>"

@@ -57,7 +57,7 @@
       el("td", {className: "label", title: tier}, tier),
       el("td", {className: "label", title: scenario}, scenario),
       el("td", {}, index),
-      el("td", {className: "label outcome"}, outcome),
+      el("td", {className: `label outcome ${outcome}`}, outcome),
       el("td", {className: "label", title: reason}, reason),
       el("td", {}, cost),
       el("td", {}, duration),

@@ -24,6 +24,8 @@ from core.results import OUTCOMES, RunResult
 from scheduler.report.sections import num
 
 COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration s", "judge score")
+# The columns of text (left-aligned), by position.
+LABELS = (0, 1, 3, 4)
 # The columns with a filter, by position in a row.
 FILTERS = {"tier": 0, "scenario": 1, "outcome": 3}
 # A reason longer than this is cut in its row (the opened run shows all of it).
@@ -43,7 +45,10 @@ def runs_section(
         f"{_blob(run, evidence.get(run.run_id))}</script>"
         for i, run in enumerate(ordered)
     )
-    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
+    head = "".join(
+        f'<th class="label">{escape(c)}</th>' if i in LABELS else f"<th>{escape(c)}</th>"
+        for i, c in enumerate(COLUMNS)
+    )
     with_evidence = sum(run.run_id in evidence for run in ordered)
     return (
         '<section id="runs"><h2>Runs</h2>'
