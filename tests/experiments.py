@@ -67,6 +67,8 @@ class Cell:
     statuses: dict[int, RunStatus] = field(default_factory=dict)
     # The impl rate of passing runs (1.0: composite 1.0); None: distinct scores.
     pass_impl: float | None = None
+    # Run index -> why it failed (its fail_reason).
+    reasons: dict[int, str] = field(default_factory=dict)
 
 
 def impl_rate(passed: bool, index: int) -> float:
@@ -124,6 +126,7 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         scenario=spec.scenario,
         run_index=index,
         status=status,
+        fail_reason=cell.reasons.get(index),
         passed=passed,
         pass_rate=pass_rate,
         impl_rate=impl,

@@ -216,6 +216,9 @@ scroller.dispatchEvent(new Event("scroll"));
 requestAnimationFrame(() => {
   timing.last = rows().at(-1) ? [...rows().at(-1).cells].slice(0, 3).map(c => c.textContent) : [];
   timing.width = document.documentElement.scrollWidth;
+  timing.scrolling_tables = [...document.querySelectorAll(".table-scroll")].filter(
+    box => box.scrollWidth > box.clientWidth).map(
+    box => box.closest("section").querySelector("h2").textContent);
   const out = document.createElement("pre");
   out.id = "timing";
   out.textContent = JSON.stringify(timing);
@@ -237,5 +240,81 @@ def test_a_thousand_runs_open_and_filter_drawing_only_the_rows_in_view(
     assert timing["agent_error_outcomes"] == ["agent_error"]
     assert timing["last"] == ["T4", "s8", "24"]  # scrolled to the end: the last run drawn
     assert timing["width"] <= 1280
+    assert timing["scrolling_tables"] == []  # with names like these, every table fits
     # The target (2 s) is measured by bench/html_report.py; this only catches the absurd.
     assert timing["open_ms"] < 10_000 and max(timing["filter_ms"]) < 10_000, timing
+
+
+# Appended by the test: how wide the page and its boxes are, before and after a run
+# full of long unbroken text is opened.
+_WIDTHS = """<script>
+(async () => {
+  const fits = el => el.scrollWidth <= el.clientWidth;
+  const tables = Object.fromEntries([...document.querySelectorAll("section")].filter(
+    s => s.querySelector(".table-scroll")).map(
+    s => [s.querySelector("h2").textContent, fits(s.querySelector(".table-scroll"))]));
+  const read = {page: document.documentElement.scrollWidth, tables,
+                run_table: fits(document.getElementById("runs-scroll"))};
+  const row = [...document.querySelectorAll("#runs-body tr.run")].find(
+    tr => tr.cells[4].textContent.startsWith("agent exited"));
+  read.reason_cell = row.cells[4].getBoundingClientRect().width;
+  row.click();
+  const detail = document.getElementById("run-detail");
+  while (detail.dataset.run === undefined) await new Promise(r => setTimeout(r, 20));
+  read.opened = detail.dataset.run;
+  read.opened_page = document.documentElement.scrollWidth;
+  read.detail_fits = [...detail.querySelectorAll("*")].every(
+    el => el.getBoundingClientRect().right <= detail.getBoundingClientRect().right + 1);
+  read.pre_lengths = [...detail.querySelectorAll("pre")].map(p => p.textContent.length);
+  const out = document.createElement("pre");
+  out.id = "widths";
+  out.textContent = JSON.stringify(read);
+  document.body.appendChild(out);
+})();
+</script>"""
+
+LONG = "x" * 20_000  # one line, no space to wrap at
+
+
+def test_nothing_is_wider_than_a_1280_px_window(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """Long tier and scenario names, a long reason, a run whose stderr, gate command and
+    tool call are single 20 KB lines: the page stays within the window, wrapping what
+    can wrap; a table that cannot fit scrolls in its own box."""
+    tiers = ["T0-baseline", "T1-guidance-v2", "T2-guidance-v2-skills", "T3-skills-and-mcp-tools"]
+    scenarios = ["create_notes_with_tags", "search_notes_by_tag", "export_as_markdown"]
+    reason = "agent exited with code 1: " + LONG[:2000]
+    cells = {
+        (t, s): Cell((True, False, True, True), reasons={1: reason})
+        for t in tiers
+        for s in scenarios
+    }
+    exp_id = seed_experiment(store, tmp_path, cells, name="wide")
+    opened = next(
+        r
+        for r in store.runs(exp_id)
+        if (r.tier, r.scenario, r.run_index) == (tiers[0], scenarios[0], 1)
+    )
+    store.save_evidence(
+        RunEvidence(
+            experiment_id=exp_id,
+            run_id=opened.run_id,
+            stderr=Excerpt(text=LONG, total_bytes=len(LONG)),
+            gates=[
+                GateEvidence(command=LONG, exit_code=1, output=Excerpt(text=LONG, total_bytes=1))
+            ],
+            events=[{"type": "tool_call", "command": LONG, "exit_code": 2, "output": LONG}],
+        )
+    )
+
+    read = rendered_json(_html(exp_id, fleet_env), _WIDTHS, "widths", tmp_path)
+
+    assert read["page"] <= 1280 and read["opened_page"] <= 1280, read
+    significance = "Confidence and significance against the baseline (T0-baseline)"
+    # The significance table fits; the summary, wider with such names, scrolls in its box.
+    assert read["tables"][significance] and not read["tables"]["Summary"]
+    assert read["run_table"] and read["reason_cell"] < 1280
+    assert read["opened"] == opened.run_id and read["detail_fits"]
+    # Nothing was cut to fit: every long text is there, wrapped.
+    assert read["pre_lengths"].count(len(LONG)) >= 3
