@@ -9,6 +9,7 @@ has to be far from absurd.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,15 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     assert "cannot write out.txt: disk quota exceeded\n" in read["pre"]
     assert detail.index("Gates") < detail.index("stderr")
     assert read["width"] <= 1280 and read["opened_width"] <= 1280
+
+    # The view of one scenario lists only that scenario's runs.
+    view = _html(exp_id, fleet_env, "--scenario", "again")
+    rows = json.loads(
+        re.findall(r'<script type="application/json" id="runs-data">(.*?)</script>', view)[0]
+    )
+    assert sorted([t, s, str(i), o] for t, s, i, o, *_ in rows) == [
+        e for e in expected if e[1] == "again"
+    ]
 
 
 def thousand_runs(store: Store, folder: Path) -> str:
