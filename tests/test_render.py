@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import zlib
 
 from core.aggregate import aggregate
 from core.config import Scoring
+from core.evidence import Excerpt, RunEvidence
 from core.report_models import ExperimentInfo, ExperimentReport
 from core.results import RunResult, RunStatus
 from scheduler.report.charts import Bar, bar_chart, line_chart
@@ -42,6 +46,35 @@ def test_user_text_is_escaped_in_html_and_markdown() -> None:
     assert "<script" not in markdown
     title = markdown.splitlines()[0]
     assert title.startswith("# x &lt;script>alert") and "\\| & y" in title
+
+
+def test_run_text_cannot_break_out_of_the_run_table() -> None:
+    """A run's reason and evidence are a user's (an agent's) text: in the page they are
+    data the script reads, never markup."""
+    failed = _run("T1", 0, False).model_copy(update={"fail_reason": HOSTILE})
+    report = _report([_run("T0", 0, True), failed]).model_copy(
+        update={"runs": [_run("T0", 0, True), failed]}
+    )
+    evidence = RunEvidence(
+        experiment_id="e1", run_id=failed.run_id, stderr=Excerpt(text=HOSTILE, total_bytes=30)
+    )
+    page = render(report, "html", evidence={failed.run_id: evidence})
+
+    assert "<script>alert" not in page
+    # The run table's own script, its rows and one element per run: nothing else.
+    assert re.findall(r"<script[^>]*>", page) == [
+        '<script type="application/json" id="runs-data">',
+        '<script type="application/x-evalfleet-run" id="run-0">',
+        '<script type="application/x-evalfleet-run" id="run-1">',
+        "<script>",
+    ]
+    rows = re.search(r'id="runs-data">(.*?)</script>', page)
+    assert rows and json.loads(rows.group(1))[1][4] == HOSTILE
+    blob = re.search(r'id="run-1">(.*?)</script>', page)
+    assert blob
+    details = json.loads(zlib.decompress(base64.b64decode(blob.group(1))))
+    assert details["run"]["fail_reason"] == HOSTILE
+    assert details["evidence"]["stderr"]["text"] == HOSTILE
 
 
 def test_an_experiment_without_results_renders_everywhere() -> None:
