@@ -60,6 +60,7 @@ _READ = """<script>
   read.run = detail.dataset.run;
   read.detail = detail.innerText;
   read.pre = [...detail.querySelectorAll("pre")].map(p => p.textContent);
+  read.conversation = [...detail.querySelectorAll("ol.conversation li")].map(li => li.innerText);
   read.facts = Object.fromEntries([...detail.querySelectorAll("dl.facts dt")].map(
     dt => [dt.textContent, dt.nextElementSibling.textContent]));
   read.opened_width = document.documentElement.scrollWidth;
@@ -126,6 +127,17 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
                 experiment_id=exp_id,
                 run_id=run.run_id,
                 stderr=Excerpt(text="cannot write out.txt: disk quota exceeded\n", total_bytes=42),
+                events=[
+                    {
+                        "type": "llm_call",
+                        "input_tokens": 1200,
+                        "output_tokens": 80,
+                        "tool_calls": 1,
+                    },
+                    {"type": "tool_call", "command": "echo done > out.txt", "exit_code": 1},
+                    {"type": "cut", "events": 12},
+                    {"type": "message", "text": "assistant: I could not write out.txt."},
+                ],
                 gates=[
                     GateEvidence(
                         command=GATE_COMMAND,
@@ -174,6 +186,13 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     assert "out.txt is empty\n" in read["pre"]
     assert "cannot write out.txt: disk quota exceeded\n" in read["pre"]
     assert detail.index("Gates") < detail.index("stderr")
+    # The transcript as a conversation: the call's tokens, the tool call's exit code.
+    assert read["conversation"] == [
+        "LLM call: 1,200 in, 80 out · 1 tool call",
+        "$ echo done > out.txt → exit 1",
+        "[… 12 events left out in the middle …]",
+        "assistant: I could not write out.txt.",
+    ]
     assert read["width"] <= 1280 and read["opened_width"] <= 1280
 
     # The view of one scenario lists only that scenario's runs.

@@ -200,7 +200,7 @@
           verdict ? `: ${verdict.message}` : ""),
         ran && ran.command !== null ? el("p", {className: "command"},
           el("code", {}, `$ ${ran.command}`), ran.exit_code === null ? "" : ` → exit ${ran.exit_code}`) : null,
-        ran && ran.output.total_bytes ? text(ran.output) : null,
+        ran && ran.output.text ? text(ran.output) : null,
       ));
     }
     return [el("h4", {}, `Gates: ${run.gates_passed} of ${run.gates_total} passed`), el("ul", {className: "gates"}, items)];
@@ -249,18 +249,22 @@
       parts.push(el("ol", {className: "conversation"}, run.llm_calls.map(call =>
         el("li", {className: "llm"}, usage(call)))));
     }
-    if (evidence && evidence.transcript.total_bytes) {
-      parts.push(el("details", {}, el("summary", {}, `raw transcript (${bytes(evidence.transcript.total_bytes)})`),
+    if (evidence && evidence.transcript.text) {
+      parts.push(el("details", {}, el("summary", {}, `raw transcript (${size(evidence.transcript)})`),
         text(evidence.transcript)));
     }
     return parts.length ? [el("h4", {}, "Transcript"), ...parts] : [];
   }
 
-  // An event as the transcript parsers describe it: an LLM call with its tokens, a tool
-  // call with its command and exit code, or a message; anything else as its fields.
+  // An event as the evidence keeps it (core/evidence_events.py): an LLM call with its
+  // tokens, a tool call with its command and exit code, a message, where a cap left
+  // events out; anything else as its fields.
   function eventView(event) {
     const kind = String(event.type || event.kind || "event");
     const message = event.text ?? event.content ?? event.message;
+    if (kind === "cut") {
+      return el("li", {className: "cut"}, `[… ${event.events} events left out in the middle …]`);
+    }
     if (event.command !== undefined && event.command !== null) {
       const output = event.output;
       return el("li", {className: `tool${event.exit_code ? " fail" : ""}`},
@@ -272,8 +276,7 @@
       return el("li", {className: "llm"}, usage(event), typeof message === "string" && message ? el("p", {}, message) : null);
     }
     if (message !== undefined && message !== null) {
-      const role = String(event.role || kind);
-      return el("li", {className: `message ${role}`}, el("span", {className: "role"}, role),
+      return el("li", {className: "message"}, event.role ? el("span", {className: "role"}, event.role) : null,
         el("div", {className: "said"}, typeof message === "string" ? message : JSON.stringify(message)));
     }
     const rest = Object.fromEntries(Object.entries(event).filter(([key]) => key !== "type" && key !== "kind"));
@@ -285,7 +288,7 @@
       call.cache_read_tokens ? `${tokens(call.cache_read_tokens)} cache read` : "",
       call.model || "",
       call.latency_ms ? `${fixed(call.latency_ms / 1000, 1)} s` : "",
-      call.tool_calls_made ? `${call.tool_calls_made} tool calls` : "",
+      plural(call.tool_calls || call.tool_calls_made || 0, "tool call"),
     ].filter(Boolean);
     return el("span", {className: "usage"},
       `LLM call: ${tokens(call.input_tokens)} in, ${tokens(call.output_tokens)} out` +
@@ -293,14 +296,14 @@
   }
 
   function excerpt(title, value) {
-    return value && value.total_bytes ? [el("h4", {}, `${title} (${bytes(value.total_bytes)})`), text(value)] : [];
+    return value && value.text ? [el("h4", {}, `${title} (${size(value)})`), text(value)] : [];
   }
 
   function changes(evidence) {
     const parts = [];
     if (evidence.changes_summary) parts.push(el("pre", {}, evidence.changes_summary));
-    if (evidence.patch.total_bytes) {
-      parts.push(el("details", {}, el("summary", {}, `patch (${bytes(evidence.patch.total_bytes)})`), text(evidence.patch)));
+    if (evidence.patch.text) {
+      parts.push(el("details", {}, el("summary", {}, `patch (${size(evidence.patch)})`), text(evidence.patch)));
     }
     return parts.length ? [el("h4", {}, "Workspace changes"), ...parts] : [];
   }
@@ -320,12 +323,21 @@
     return [el("h4", {}, "Left out by the evidence caps"), el("ul", {className: "notes"}, evidence.cuts.map(c => el("li", {}, c)))];
   }
 
+  // A cut text marks the cut in itself (core/evidence_caps.py); its size says how much.
   function text(value) {
-    return el("pre", {}, value.text, value.cut ? el("span", {className: "cut"}, `\n[${bytes(value.cut)} cut in the middle]`) : null);
+    return el("pre", {}, value.text);
+  }
+
+  function size(value) {
+    return bytes(value.total_bytes) + (value.cut ? `, ${bytes(value.cut)} of it cut` : "");
   }
 
   function fixed(value, digits) {
     return value === null || value === undefined ? "-" : typeof value === "number" ? value.toFixed(digits) : String(value);
+  }
+
+  function plural(count, noun) {
+    return count ? `${count} ${noun}${count === 1 ? "" : "s"}` : "";
   }
 
   function tokens(value) {
