@@ -116,7 +116,10 @@
 
   async function open(i) {
     selected = i;
-    draw();
+    // Marked in place, not redrawn: the row keeps the keyboard's focus.
+    for (const tr of body.querySelectorAll("tr.run")) {
+      tr.classList.toggle("selected", Number(tr.dataset.row) === i);
+    }
     detail.hidden = false;
     delete detail.dataset.run;
     detail.replaceChildren(el("p", {}, `Opening ${rows[i][0]} · ${rows[i][1]} · run ${rows[i][2]}…`));
@@ -143,7 +146,8 @@
       facts(run, evidence),
     ];
     if (!evidence) {
-      parts.push(el("p", {className: "note"}, "No evidence was stored for this run: its numbers are all there is."));
+      parts.push(el("p", {className: "note"}, "No evidence stored for this run (it ran before evidence was kept, or its evidence " +
+        "could not be stored): its result is all there is."));
     }
     parts.push(...gates(run, evidence), ...judge(run, evidence), ...transcript(run, evidence));
     if (evidence) {
@@ -213,7 +217,7 @@
     const parts = [el("h4", {}, "Judge")];
     if (result) {
       parts.push(el("p", {},
-        `${result.model}: score ${fixed(result.weighted_score, 3)} against ${fixed(result.pass_threshold, 2)}, `,
+        `${result.model}: score ${fixed(result.weighted_score, 3)} (passes at ${fixed(result.pass_threshold, 2)}): `,
         result.passed ? "passed" : "not passed", result.error ? ` (error: ${result.error})` : ""));
     }
     const reasons = calls.length ? calls[0].reasons : {};
