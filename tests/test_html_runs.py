@@ -15,11 +15,19 @@ from typing import Any
 
 import pytest
 
-from core.evidence import Excerpt, GateEvidence, RunEvidence
+from core.evidence import (
+    Excerpt,
+    GateEvidence,
+    JudgeCall,
+    JudgeEvidence,
+    JudgeInputs,
+    RunEvidence,
+)
 from core.results import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
 from tests.experiments import Cell, seed_experiment
+from tests.llm_stub import LLMStub, reply
 from tests.test_report_cli import rendered_json
 
 pytestmark = pytest.mark.integration
@@ -60,6 +68,8 @@ _READ = """<script>
   read.run = detail.dataset.run;
   read.detail = detail.innerText;
   read.pre = [...detail.querySelectorAll("pre")].map(p => p.textContent);
+  read.criteria = [...detail.querySelectorAll("table.criteria tbody tr")].map(
+    tr => [...tr.cells].map(td => td.textContent));
   read.conversation = [...detail.querySelectorAll("ol.conversation li")].map(li => li.innerText);
   read.facts = Object.fromEntries([...detail.querySelectorAll("dl.facts dt")].map(
     dt => [dt.textContent, dt.nextElementSibling.textContent]));
@@ -80,8 +90,22 @@ AGENT = (
 GATE_COMMAND = "test -s out.txt || { echo 'out.txt is empty'; exit 3; }"
 
 
-def _matrix(folder: Path) -> Path:
+# The loopback judge's verdict on every run.
+JUDGMENT = {
+    "scores": {"quality": 0.8},
+    "weighted_score": 0.8,
+    "confidence": 0.9,
+    "issues": ["left an empty file once"],
+    "highlights": ["wrote the file"],
+}
+
+
+def _matrix(folder: Path, judge_url: str) -> Path:
     gate = {"type": "command_succeeds", "name": "out-written", "command": GATE_COMMAND}
+    (folder / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the file is written}]\n"
+    )
+    evaluation = {"gates": [gate], "judge": {"rubric": "rubric.yaml"}}
     path = folder / "matrix.yaml"
     path.write_text(
         json.dumps(
@@ -89,10 +113,10 @@ def _matrix(folder: Path) -> Path:
                 "name": "runs-table",
                 "runs_per_tier": 2,
                 "agent": {"kind": "command", "command": AGENT, "timeout_s": 60},
+                "judge": {"base_url": judge_url, "model": "judge-model", "api_key_env": None},
                 "tiers": [{"id": "T0"}, {"id": "T1"}],
                 "scenarios": [
-                    {"id": s, "prompt": "go", "evaluation": {"gates": [gate]}}
-                    for s in ("write", "again")
+                    {"id": s, "prompt": "go", "evaluation": evaluation} for s in ("write", "again")
                 ],
             }
         )
@@ -113,7 +137,9 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     tmp_path: Path,
 ) -> None:
     start_worker(concurrency=2)
-    submitted = run_cli("submit", str(_matrix(tmp_path)), "--wait", "--json", env=fleet_env)
+    with LLMStub([reply(content=json.dumps(JUDGMENT))]) as judge:
+        matrix = _matrix(tmp_path, judge.base_url)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert submitted.returncode == 0, submitted.stderr
     exp_id = json.loads(submitted.stdout)["experiment"]["id"]
     runs = store.runs(exp_id)
@@ -138,6 +164,18 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
                     {"type": "cut", "events": 12},
                     {"type": "message", "text": "assistant: I could not write out.txt."},
                 ],
+                judge=JudgeEvidence(
+                    inputs=JudgeInputs(task_prompt="go", transcript_text=Excerpt()),
+                    calls=[
+                        JudgeCall(
+                            model="judge-model",
+                            prompt=Excerpt(text="Judge this run."),
+                            scores={"quality": 0.8},
+                            reasons={"quality": "out.txt exists but is empty"},
+                            weighted_score=0.8,
+                        )
+                    ],
+                ),
                 gates=[
                     GateEvidence(
                         command=GATE_COMMAND,
@@ -185,7 +223,12 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     assert f"$ {GATE_COMMAND} → exit 3" in detail
     assert "out.txt is empty\n" in read["pre"]
     assert "cannot write out.txt: disk quota exceeded\n" in read["pre"]
-    assert detail.index("Gates") < detail.index("stderr")
+    assert detail.index("Gates") < detail.index("Judge") < detail.index("stderr")
+    # The judge: its verdict, each criterion's score with its reason, issues, highlights.
+    assert {row[7] for row in read["all"]} == {"0.800"}
+    assert "judge-model: score 0.800 (passes at 0.70): passed" in detail
+    assert read["criteria"] == [["quality", "0.80", "out.txt exists but is empty"]]
+    assert "issues: left an empty file once" in detail and "highlights: wrote the file" in detail
     # The transcript as a conversation: the call's tokens, the tool call's exit code.
     assert read["conversation"] == [
         "LLM call: 1,200 in, 80 out · 1 tool call",
