@@ -45,7 +45,10 @@ _READ = """<script>
   };
   const opened = async () => {
     const detail = document.getElementById("run-detail");
-    while (detail.dataset.run === undefined) await new Promise(r => setTimeout(r, 20));
+    // Woken by the page itself, not by timers: virtual time cannot run out meanwhile.
+    await new Promise(done => new MutationObserver((_, seen) => {
+      if (detail.dataset.run !== undefined) { seen.disconnect(); done(); }
+    }).observe(detail, {attributes: true}));
     return detail;
   };
   const read = {
@@ -332,7 +335,9 @@ _WIDTHS = """<script>
   read.reason_cell = row.cells[4].getBoundingClientRect().width;
   row.click();
   const detail = document.getElementById("run-detail");
-  while (detail.dataset.run === undefined) await new Promise(r => setTimeout(r, 20));
+  await new Promise(done => new MutationObserver((_, seen) => {
+    if (detail.dataset.run !== undefined) { seen.disconnect(); done(); }
+  }).observe(detail, {attributes: true}));
   read.opened = detail.dataset.run;
   read.opened_page = document.documentElement.scrollWidth;
   read.detail_fits = [...detail.querySelectorAll("*")].every(
