@@ -28,7 +28,8 @@ figure.chart { margin: 0; } figcaption { font-size: .85rem; color: #555; }
 svg .axis, svg .grid, svg .whisker { stroke: #888; } svg .grid { stroke: #e4e4e4; }
 svg .whisker { stroke: #222; stroke-width: 1.5; }
 svg text { font-size: 11px; fill: #333; } svg .axis-label { font-size: 12px; }
-table { border-collapse: collapse; margin: .5rem 0; font-size: 13px; font-variant-numeric: tabular-nums; }
+table { border-collapse: collapse; margin: .5rem 0; font-size: 13px;
+        font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ddd; padding: .2rem .4rem; text-align: right; }
 td.label, .interval { white-space: nowrap; }
 th { background: #f4f4f4; vertical-align: bottom; }

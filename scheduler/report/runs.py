@@ -68,12 +68,9 @@ def runs_section(
 
 
 def _order(report: ExperimentReport) -> Callable[[RunResult], tuple[int, str, int, str, int]]:
-    """Runs in the report's order: its tiers, their scenarios, then by index."""
-    tiers = {t: i for i, t in enumerate(report.tiers)}
-    scenarios: dict[str, int] = {}
-    for tier in report.tiers.values():
-        for s in tier.scenarios:
-            scenarios.setdefault(s, len(scenarios))
+    """Runs in the matrix's order: its tiers, its scenarios, then by index."""
+    tiers = {t: i for i, t in enumerate(report.experiment.tiers)}
+    scenarios = {s: i for i, s in enumerate(report.experiment.scenarios)}
 
     def key(run: RunResult) -> tuple[int, str, int, str, int]:
         return (
