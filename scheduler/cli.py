@@ -23,7 +23,7 @@ from rich.console import Console
 from core.comparison import compare_experiments
 from core.config import Matrix, matrix_json_schema
 from core.loading import load_matrix
-from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
+from core.report_models import ExperimentInfo, ExperimentStatus
 from core.settings import BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
@@ -393,7 +393,11 @@ def _follow_and_print(
     report = store.report(exp_id)
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)
-    click.echo(_rendered(store, report, fmt, nonfinite))
+    evidence = None
+    if fmt == "html":  # its run table: every run with its evidence
+        report = report.model_copy(update={"runs": store.runs(exp_id)})
+        evidence = store.all_evidence(exp_id)
+    click.echo(render(report, fmt, nonfinite=nonfinite, evidence=evidence))
     errors = report.experiment.errors
     if errors:
         reason, count = next(iter(report.error_reasons.items()))
@@ -506,6 +510,10 @@ def report(
     agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
     and cancelled runs are counted apart.
 
+    The html format is one file that opens offline: charts, tables and a run
+    table that filters by tier, scenario and outcome; click a run for its
+    evidence (gates, judge, transcript, stderr and stdout, attempts).
+
     \b
     Examples:
       scheduler report EXP --format markdown > report.md
@@ -523,34 +531,13 @@ def report(
         result = store.report(exp_id)
         if result is None:
             fail(f"experiment {exp_id} has no report yet ({_status_line(store.info(exp_id))})", 1)
-        known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
-        if scenario is not None and scenario not in known:
-            fail(
-                f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: "
-                + ", ".join(known)
-            )
-        text = _rendered(store, result, fmt, nonfinite, scenario, runs=runs)
-    click.echo(text)
-
-
-def _rendered(
-    store: Store,
-    report: ExperimentReport,
-    fmt: str,
-    nonfinite: str,
-    scenario: str | None = None,
-    *,
-    runs: bool = False,
-) -> str:
-    """The report in `fmt`; with its runs for --runs, and as html always with its runs and
-    their evidence (the run table)."""
-    exp_id = report.experiment.id
-    evidence = None
-    if runs or fmt == "html":
-        report = report.model_copy(update={"runs": store.runs(exp_id)})
-    if fmt == "html":
-        evidence = store.all_evidence(exp_id)
-    return render(report, fmt, scenario, nonfinite=nonfinite, evidence=evidence)
+        if runs or fmt == "html":  # html: for its run table
+            result = result.model_copy(update={"runs": store.runs(exp_id)})
+        evidence = store.all_evidence(exp_id) if fmt == "html" else None
+    known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
+    if scenario is not None and scenario not in known:
+        fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
+    click.echo(render(result, fmt, scenario, nonfinite=nonfinite, evidence=evidence))
 
 
 @main.command()
