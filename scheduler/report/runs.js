@@ -142,12 +142,13 @@
   function runView(row, run, evidence) {
     const [tier, scenario, index, outcome] = row;
     const parts = [
-      el("h3", {}, `${tier} · ${scenario} · run ${index}: `, el("span", {className: `outcome ${outcome}`}, outcome)),
+      el("h3", {}, `${tier} · ${scenario} · run ${index}: `,
+        el("span", {className: `outcome ${outcome}`}, outcome)),
       facts(run, evidence),
     ];
     if (!evidence) {
-      parts.push(el("p", {className: "note"}, "No evidence stored for this run (it ran before evidence was kept, or its evidence " +
-        "could not be stored): its result is all there is."));
+      parts.push(el("p", {className: "note"}, "No evidence stored for this run (it ran before " +
+        "evidence was kept, or its evidence could not be stored): its result is all there is."));
     }
     parts.push(...gates(run, evidence), ...judge(run, evidence), ...transcript(run, evidence));
     if (evidence) {
@@ -172,17 +173,18 @@
       ["worker", run.worker],
       ["deliveries", run.attempts],
       ["model", run.model],
-      ["cost", run.cost_usd === null ? run.cost_unknown_reason || "unknown" : `$${fixed(run.cost_usd, 4)}`],
-      ["judge cost", run.judge_cost_usd === null ? null : `$${fixed(run.judge_cost_usd, 4)}`],
+      ["cost", run.cost_usd === null ? run.cost_unknown_reason || "unknown" : dollars(run.cost_usd)],
+      ["judge cost", run.judge_cost_usd === null ? null : dollars(run.judge_cost_usd)],
       ["duration", `${fixed(run.duration_seconds, 1)} s`],
       ["tokens", `${tokens(run.input_tokens)} in, ${tokens(run.output_tokens)} out, ` +
-        `${tokens(run.cache_read_tokens)} cache read, ${tokens(run.cache_write_tokens)} cache write ` +
-        `(${run.llm_calls.length} LLM calls)`],
+        `${tokens(run.cache_read_tokens)} cache read, ` +
+        `${tokens(run.cache_write_tokens)} cache write (${plural(run.llm_calls.length, "LLM call")})`],
       ["composite score", fixed(run.composite_score, 3)],
       ["outages", run.outages.length ? run.outages.join("; ") : null],
     ];
     if (evidence && Object.keys(evidence.phases).length) {
-      items.push(["phases", Object.entries(evidence.phases).map(([p, s]) => `${p} ${fixed(s, 1)} s`).join(", ")]);
+      const phases = Object.entries(evidence.phases).map(([p, s]) => `${p} ${fixed(s, 1)} s`);
+      items.push(["phases", phases.join(", ")]);
     }
     return el("dl", {className: "facts"}, items
       .filter(([, value]) => value !== null && value !== undefined && value !== "")
@@ -199,15 +201,17 @@
       const ran = seen[k];
       const passed = verdict ? verdict.passed : null;
       const name = verdict ? verdict.name || verdict.gate_type : `gate ${k + 1}`;
+      const mark = passed === null ? "?" : passed ? "✓" : "✗";
       items.push(el("li", {className: passed === null ? "gate" : `gate ${passed ? "pass" : "fail"}`},
-        el("p", {}, el("strong", {}, `${passed === null ? "?" : passed ? "✓" : "✗"} ${name}`),
-          verdict ? `: ${verdict.message}` : ""),
-        ran && ran.command !== null ? el("p", {className: "command"},
-          el("code", {}, `$ ${ran.command}`), ran.exit_code === null ? "" : ` → exit ${ran.exit_code}`) : null,
+        el("p", {}, el("strong", {}, `${mark} ${name}`), verdict ? `: ${verdict.message}` : ""),
+        ran && ran.command !== null ? command(ran.command, ran.exit_code) : null,
         ran && ran.output.text ? text(ran.output) : null,
       ));
     }
-    return [el("h4", {}, `Gates: ${run.gates_passed} of ${run.gates_total} passed`), el("ul", {className: "gates"}, items)];
+    return [
+      el("h4", {}, `Gates: ${run.gates_passed} of ${run.gates_total} passed`),
+      el("ul", {className: "gates"}, items),
+    ];
   }
 
   function judge(run, evidence) {
@@ -217,27 +221,30 @@
     const parts = [el("h4", {}, "Judge")];
     if (result) {
       parts.push(el("p", {},
-        `${result.model}: score ${fixed(result.weighted_score, 3)} (passes at ${fixed(result.pass_threshold, 2)}): `,
-        result.passed ? "passed" : "not passed", result.error ? ` (error: ${result.error})` : ""));
+        `${result.model}: score ${fixed(result.weighted_score, 3)} ` +
+        `(passes at ${fixed(result.pass_threshold, 2)}): ${result.passed ? "passed" : "not passed"}`,
+        result.error ? ` (error: ${result.error})` : ""));
     }
     const reasons = calls.length ? calls[0].reasons : {};
-    const scores = calls.length ? calls[0].scores : result && result.response ? result.response.scores : {};
+    const response = result && result.response;
+    const scores = calls.length ? calls[0].scores : response ? response.scores : {};
     const criteria = [...new Set([...Object.keys(scores), ...Object.keys(reasons)])];
     if (criteria.length) {
       parts.push(el("table", {className: "criteria"},
-        el("thead", {}, el("tr", {}, el("th", {className: "label"}, "criterion"), el("th", {}, "score"),
-          el("th", {className: "label"}, "reason"))),
+        el("thead", {}, el("tr", {}, el("th", {className: "label"}, "criterion"),
+          el("th", {}, "score"), el("th", {className: "label"}, "reason"))),
         el("tbody", {}, criteria.map(c => el("tr", {},
           el("td", {className: "label"}, c), el("td", {}, fixed(scores[c], 2)),
           el("td", {className: "label wrap"}, reasons[c] || ""))))));
     }
     if (calls.length > 1) {
-      parts.push(el("p", {}, `${calls.length} judgments: ` + calls.map(call =>
-        call.error ? `error (${call.error})` : fixed(call.weighted_score, 3) + (call.cached ? " (cached)" : "")).join(", ")));
+      const each = calls.map(call => call.error ? `error (${call.error})` :
+        fixed(call.weighted_score, 3) + (call.cached ? " (cached)" : ""));
+      parts.push(el("p", {}, `${calls.length} judgments: ${each.join(", ")}`));
     }
-    const response = result && result.response;
     if (response) {
-      for (const [label, list] of [["issues", response.issues], ["highlights", response.highlights]]) {
+      for (const [label, list] of [["issues", response.issues],
+        ["highlights", response.highlights]]) {
         if (list.length) parts.push(el("p", {}, el("strong", {}, `${label}: `), list.join("; ")));
       }
     }
@@ -254,37 +261,44 @@
         el("li", {className: "llm"}, usage(call)))));
     }
     if (evidence && evidence.transcript.text) {
-      parts.push(el("details", {}, el("summary", {}, `raw transcript (${size(evidence.transcript)})`),
-        text(evidence.transcript)));
+      parts.push(el("details", {},
+        el("summary", {}, `raw transcript (${size(evidence.transcript)})`), text(evidence.transcript)));
     }
     return parts.length ? [el("h4", {}, "Transcript"), ...parts] : [];
   }
 
-  // An event as the evidence keeps it (core/evidence_events.py): an LLM call with its
-  // tokens, a tool call with its command and exit code, a message, where a cap left
-  // events out; anything else as its fields.
+  // An event as the evidence keeps it: an LLM call with its tokens, a tool call with its
+  // command and exit code, a message, where a cap left events out; anything else as its
+  // fields.
   function eventView(event) {
     const kind = String(event.type || event.kind || "event");
     const message = event.text ?? event.content ?? event.message;
     if (kind === "cut") {
       return el("li", {className: "cut"}, `[… ${event.events} events left out in the middle …]`);
     }
+    const said = typeof message === "string" ? message : JSON.stringify(message);
     if (event.command !== undefined && event.command !== null) {
       const output = event.output;
       return el("li", {className: `tool${event.exit_code ? " fail" : ""}`},
-        el("p", {className: "command"}, el("code", {}, `$ ${event.command}`),
-          event.exit_code === undefined || event.exit_code === null ? "" : ` → exit ${event.exit_code}`),
-        output ? text(typeof output === "string" ? {text: output, cut: 0} : output) : null);
+        command(event.command, event.exit_code),
+        output ? text(typeof output === "string" ? {text: output} : output) : null);
     }
     if ("input_tokens" in event || "output_tokens" in event) {
-      return el("li", {className: "llm"}, usage(event), typeof message === "string" && message ? el("p", {}, message) : null);
+      return el("li", {className: "llm"}, usage(event), message ? el("p", {}, said) : null);
     }
     if (message !== undefined && message !== null) {
-      return el("li", {className: "message"}, event.role ? el("span", {className: "role"}, event.role) : null,
-        el("div", {className: "said"}, typeof message === "string" ? message : JSON.stringify(message)));
+      return el("li", {className: "message"},
+        event.role ? el("span", {className: "role"}, event.role) : null,
+        el("div", {className: "said"}, said));
     }
-    const rest = Object.fromEntries(Object.entries(event).filter(([key]) => key !== "type" && key !== "kind"));
-    return el("li", {className: "other"}, el("span", {className: "role"}, kind), el("code", {}, JSON.stringify(rest)));
+    const rest = Object.entries(event).filter(([key]) => key !== "type" && key !== "kind");
+    return el("li", {className: "other"}, el("span", {className: "role"}, kind),
+      el("code", {}, JSON.stringify(Object.fromEntries(rest))));
+  }
+
+  function command(line, exitCode) {
+    return el("p", {className: "command"}, el("code", {}, `$ ${line}`),
+      exitCode === undefined || exitCode === null ? "" : ` → exit ${exitCode}`);
   }
 
   function usage(call) {
@@ -292,7 +306,8 @@
       call.cache_read_tokens ? `${tokens(call.cache_read_tokens)} cache read` : "",
       call.model || "",
       call.latency_ms ? `${fixed(call.latency_ms / 1000, 1)} s` : "",
-      plural(call.tool_calls || call.tool_calls_made || 0, "tool call"),
+      call.tool_calls || call.tool_calls_made ?
+        plural(call.tool_calls || call.tool_calls_made, "tool call") : "",
     ].filter(Boolean);
     return el("span", {className: "usage"},
       `LLM call: ${tokens(call.input_tokens)} in, ${tokens(call.output_tokens)} out` +
@@ -307,15 +322,17 @@
     const parts = [];
     if (evidence.changes_summary) parts.push(el("pre", {}, evidence.changes_summary));
     if (evidence.patch.text) {
-      parts.push(el("details", {}, el("summary", {}, `patch (${size(evidence.patch)})`), text(evidence.patch)));
+      parts.push(el("details", {},
+        el("summary", {}, `patch (${size(evidence.patch)})`), text(evidence.patch)));
     }
     return parts.length ? [el("h4", {}, "Workspace changes"), ...parts] : [];
   }
 
   function attempts(evidence) {
     if (!evidence.attempts.length) return [];
+    const head = ["worker", "started", "ended", "outcome"];
     return [el("h4", {}, "Attempts"), el("table", {className: "attempts"},
-      el("thead", {}, el("tr", {}, ["worker", "started", "ended", "outcome"].map(h => el("th", {className: "label"}, h)))),
+      el("thead", {}, el("tr", {}, head.map(h => el("th", {className: "label"}, h)))),
       el("tbody", {}, evidence.attempts.map(a => el("tr", {},
         el("td", {className: "label"}, a.worker), el("td", {className: "label"}, when(a.started_at)),
         el("td", {className: "label"}, a.ended_at === null ? "-" : when(a.ended_at)),
@@ -324,7 +341,8 @@
 
   function cuts(evidence) {
     if (!evidence.cuts.length) return [];
-    return [el("h4", {}, "Left out by the evidence caps"), el("ul", {className: "notes"}, evidence.cuts.map(c => el("li", {}, c)))];
+    return [el("h4", {}, "Left out by the evidence caps"),
+      el("ul", {className: "notes"}, evidence.cuts.map(c => el("li", {}, c)))];
   }
 
   // A cut text marks the cut in itself (core/evidence_caps.py); its size says how much.
@@ -337,11 +355,16 @@
   }
 
   function fixed(value, digits) {
-    return value === null || value === undefined ? "-" : typeof value === "number" ? value.toFixed(digits) : String(value);
+    if (value === null || value === undefined) return "-";
+    return typeof value === "number" ? value.toFixed(digits) : String(value);
+  }
+
+  function dollars(value) {
+    return `$${fixed(value, 4)}`;
   }
 
   function plural(count, noun) {
-    return count ? `${count} ${noun}${count === 1 ? "" : "s"}` : "";
+    return `${count} ${noun}${count === 1 ? "" : "s"}`;
   }
 
   function tokens(value) {
