@@ -1,5 +1,6 @@
 """The HTML report's run table, in headless Chromium: every run listed, filters that
-show only what they say, a failing run's gate and stderr on a click, a thousand
+show only what they say, a failing run's gate, judge, transcript, stderr and
+attempts on a click, a thousand
 runs that open and filter quickly, and nothing wider than a 1280 px window.
 
 The timing figure itself is a benchmark (bench/html_report.py); here it only
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from core.evidence import (
+    Attempt,
     Excerpt,
     GateEvidence,
     JudgeCall,
@@ -72,6 +74,8 @@ _READ = """<script>
   read.detail = detail.innerText;
   read.pre = [...detail.querySelectorAll("pre")].map(p => p.textContent);
   read.criteria = [...detail.querySelectorAll("table.criteria tbody tr")].map(
+    tr => [...tr.cells].map(td => td.textContent));
+  read.attempts = [...detail.querySelectorAll("table.attempts tbody tr")].map(
     tr => [...tr.cells].map(td => td.textContent));
   read.conversation = [...detail.querySelectorAll("ol.conversation li")].map(li => li.innerText);
   read.facts = Object.fromEntries([...detail.querySelectorAll("dl.facts dt")].map(
@@ -186,6 +190,14 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
                         output=Excerpt(text="out.txt is empty\n", total_bytes=17),
                     )
                 ],
+                attempts=[
+                    Attempt(
+                        worker=run.worker or "",
+                        started_at=run.started_at or 0,
+                        ended_at=run.ended_at,
+                        outcome="completed: gates failed: out-written",
+                    )
+                ],
             )
         )
 
@@ -239,6 +251,10 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
         "[… 12 events left out in the middle …]",
         "assistant: I could not write out.txt.",
     ]
+    # Its deliveries: which worker ran it and how that ended.
+    assert [(a[0], a[3]) for a in read["attempts"]] == [
+        (first.worker, "completed: gates failed: out-written")
+    ]
     assert read["width"] <= 1280 and read["opened_width"] <= 1280
 
     # The view of one scenario lists only that scenario's runs.
@@ -251,7 +267,7 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     ]
 
 
-def thousand_runs(store: Store, folder: Path) -> str:
+def _thousand_runs(store: Store, folder: Path) -> str:
     """1,000 runs: 5 tiers x 8 scenarios x 25, one in five failed, 3 of 25 agent errors."""
     cells = {
         (f"T{t}", f"s{s}"): Cell(
@@ -305,7 +321,7 @@ requestAnimationFrame(() => {
 def test_a_thousand_runs_open_and_filter_drawing_only_the_rows_in_view(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
-    exp_id = thousand_runs(store, tmp_path)
+    exp_id = _thousand_runs(store, tmp_path)
     page = _html(exp_id, fleet_env)
     timing: dict[str, Any] = rendered_json(page, _TIME, "timing", tmp_path)
 
