@@ -1,7 +1,7 @@
 """The HTML report's run table, in headless Chromium: every run listed, filters that
 show only what they say, a failing run's gate, judge, transcript, stderr and
-attempts on a click, a thousand
-runs that open and filter quickly, and nothing wider than a 1280 px window.
+attempts on a click, a thousand runs that open and filter quickly, and nothing
+wider than a 1280 px window.
 
 The timing figure itself is a benchmark (bench/html_report.py); here it only
 has to be far from absurd.
