@@ -153,6 +153,6 @@ def _cell(tag: str, text: str, label: bool) -> str:
     # A table wider than the page wraps its values at their spaces ("0.667" above its
     # interval), but never inside an interval "[0.541, 0.773]".
     value, bracket, interval = text.partition(" [")
-    if bracket:
+    if bracket and tag == "td":
         return f'<{tag}>{escape(value)} <span class="interval">[{escape(interval)}</span></{tag}>'
     return f"<{tag}>{escape(text)}</{tag}>"
