@@ -212,12 +212,9 @@ def main() -> None:
         page.write_text(written.replace("</body>", _TIME + "</body>"), encoding="utf-8")
         runs = [measure(browser, page, Path(tmp) / f"profile{k}") for k in range(args.repeat)]
 
-    def median(values: list[float]) -> float:
-        return statistics.median(values)
-
-    open_ms = median([r["open_ms"] for r in runs])
-    filter_ms = median([max(r["filter_ms"]) for r in runs])
-    open_run_ms = median([r["open_run_ms"] for r in runs])
+    open_ms = statistics.median(r["open_ms"] for r in runs)
+    filter_ms = statistics.median(max(r["filter_ms"]) for r in runs)
+    open_run_ms = statistics.median(r["open_run_ms"] for r in runs)
     show(
         f"html report: {total} runs with evidence, Chromium at 1280 px, median of {args.repeat}",
         {
