@@ -304,12 +304,19 @@ choose("outcome", "");
 const scroller = document.getElementById("runs-scroll");
 scroller.scrollTop = scroller.scrollHeight;
 scroller.dispatchEvent(new Event("scroll"));
-requestAnimationFrame(() => {
+requestAnimationFrame(async () => {
   timing.last = rows().at(-1) ? [...rows().at(-1).cells].slice(0, 3).map(c => c.textContent) : [];
   timing.width = document.documentElement.scrollWidth;
   timing.scrolling_tables = [...document.querySelectorAll(".table-scroll")].filter(
     box => box.scrollWidth > box.clientWidth).map(
     box => box.closest("section").querySelector("h2").textContent);
+  // The last run, opened: it has no evidence, and says so.
+  const detail = document.getElementById("run-detail");
+  rows().at(-1).click();
+  await new Promise(done => new MutationObserver((_, seen) => {
+    if (detail.dataset.run !== undefined) { seen.disconnect(); done(); }
+  }).observe(detail, {attributes: true}));
+  timing.opened = ["h3", ".note"].map(css => detail.querySelector(css).textContent);
   const out = document.createElement("pre");
   out.id = "timing";
   out.textContent = JSON.stringify(timing);
@@ -330,6 +337,8 @@ def test_a_thousand_runs_open_and_filter_drawing_only_the_rows_in_view(
     assert timing["agent_error_t1"] == "24 of 1000 runs"
     assert timing["agent_error_outcomes"] == ["agent_error"]
     assert timing["last"] == ["T4", "s8", "24"]  # scrolled to the end: the last run drawn
+    assert timing["opened"][0] == "T4 · s8 · run 24: passed"
+    assert timing["opened"][1].startswith("No evidence stored for this run")
     assert timing["width"] <= 1280
     assert timing["scrolling_tables"] == []  # with names like these, every table fits
     # The target (2 s) is measured by bench/html_report.py; this only catches the absurd.

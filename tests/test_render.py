@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import zlib
+from typing import Any
 
 from core.aggregate import aggregate
 from core.config import Scoring
@@ -14,6 +16,7 @@ from core.report_models import ExperimentInfo, ExperimentReport
 from core.results import RunResult, RunStatus
 from scheduler.report.charts import Bar, bar_chart, line_chart
 from scheduler.report.render import render
+from scheduler.report.runs import runs_section
 
 HOSTILE = 'x <script>alert("1")</script> | & y'
 
@@ -70,11 +73,46 @@ def test_run_text_cannot_break_out_of_the_run_table() -> None:
     ]
     rows = re.search(r'id="runs-data">(.*?)</script>', page)
     assert rows and json.loads(rows.group(1))[1][4] == HOSTILE
-    blob = re.search(r'id="run-1">(.*?)</script>', page)
-    assert blob
-    details = json.loads(zlib.decompress(base64.b64decode(blob.group(1))))
+    details = _details(page, 1)
     assert details["run"]["fail_reason"] == HOSTILE
     assert details["evidence"]["stderr"]["text"] == HOSTILE
+
+
+def _details(page: str, row: int) -> dict[str, Any]:
+    """What the page decodes when run `row` of its table is opened."""
+    blob = re.search(f'id="run-{row}">(.*?)</script>', page)
+    assert blob
+    details: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode(blob.group(1))))
+    return details
+
+
+def test_a_page_holds_evidence_up_to_its_budget_failed_runs_first() -> None:
+    """Thousands of runs near their evidence caps would make a page no browser opens:
+    beyond its budget a run's evidence is left out, and the run says where it is."""
+    runs = [_run("T0", 0, True), _run("T0", 1, False), _run("T0", 2, True)]
+    report = _report(runs)
+    # Incompressible: each run's evidence takes some 40 KB of the page.
+    evidence = {
+        r.run_id: RunEvidence(
+            experiment_id="e1",
+            run_id=r.run_id,
+            stdout=Excerpt(text=base64.b64encode(os.urandom(30_000)).decode(), total_bytes=40_000),
+        )
+        for r in runs
+    }
+    # Room for one run's: the failed one, though the passing run 0 comes first.
+    page = runs_section(report, runs, evidence, evidence_budget=60_000)
+
+    failed, passed = _details(page, 1), _details(page, 0)
+    assert failed["evidence"]["stdout"]["text"] == evidence["T0-1"].stdout.text
+    assert failed["note"] is None
+    assert passed["evidence"] is None and _details(page, 2)["evidence"] is None
+    assert passed["note"] == (
+        "This run's evidence was left out of this page: it holds at most 0.06 MB of evidence, "
+        "failed runs' first. `scheduler show T0-0` shows it."
+    )
+    assert "3 runs, 1 with evidence" in page
+    assert "2 runs' evidence was left out of this page" in page
 
 
 def test_an_experiment_without_results_renders_everywhere() -> None:

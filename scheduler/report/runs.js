@@ -131,7 +131,7 @@
       const run = await details(i);
       if (selected !== i) return;
       shownRun = run.run.run_id;
-      detail.replaceChildren(...runView(rows[i], run.run, run.evidence));
+      detail.replaceChildren(...runView(rows[i], run.run, run.evidence, run.note));
     } catch (error) {
       detail.replaceChildren(el("p", {className: "error"}, `Cannot show this run: ${error.message}`));
     }
@@ -139,7 +139,7 @@
     detail.scrollIntoView({block: "nearest"});
   }
 
-  function runView(row, run, evidence) {
+  function runView(row, run, evidence, note) {
     const [tier, scenario, index, outcome] = row;
     const parts = [
       el("h3", {}, `${tier} · ${scenario} · run ${index}: `,
@@ -147,8 +147,8 @@
       facts(run, evidence),
     ];
     if (!evidence) {
-      parts.push(el("p", {className: "note"}, "No evidence stored for this run (it ran before " +
-        "evidence was kept, or its evidence could not be stored): its result is all there is."));
+      parts.push(el("p", {className: "note"}, note || "No evidence stored for this run (it ran " +
+        "before evidence was kept, or its evidence could not be stored): its result is all there is."));
     }
     parts.push(...gates(run, evidence), ...judge(run, evidence), ...transcript(run, evidence));
     if (evidence) {
