@@ -21,6 +21,11 @@ class Excerpt(Record):
     total_bytes: int = 0
     cut: int = Field(0, description="bytes left out in the middle (0: the whole text)")
 
+    @classmethod
+    def whole(cls, text: str) -> Excerpt:
+        """All of `text`, before any cap (core/evidence_caps.py cuts it)."""
+        return cls(text=text, total_bytes=len(text.encode()))
+
 
 class GateEvidence(Record):
     """What one gate ran and saw (its verdict is in RunResult.gates, same order)."""
@@ -70,7 +75,11 @@ class RunEvidence(Record):
     run_id: str
     stdout: Excerpt = Field(default_factory=Excerpt)
     stderr: Excerpt = Field(default_factory=Excerpt)
-    transcript: Excerpt = Field(default_factory=Excerpt, description="the raw transcript")
+    transcript: Excerpt = Field(
+        default_factory=Excerpt,
+        description="the raw events file the agent wrote (EVALFLEET_EVENTS); an agent CLI "
+        "whose transcript is its stdout has it under `stdout`, not twice",
+    )
     events: list[dict[str, Any]] = Field(
         default_factory=list, description="the parsed events (LLM calls, tool calls, messages)"
     )
