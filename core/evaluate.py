@@ -32,6 +32,10 @@ from core.transcripts.outage import outage_of
 from core.workspace_changes import Snapshot, patch, snapshot, summarize_changes
 
 Phase = Callable[[str], None]
+CAPTURE_CUT = (
+    "stdout, stderr: the agent printed more than agent.max_transcript_bytes ({}); "
+    "the middle was cut as it ran"
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ def evaluate_run(
         gates=gate_evidence,
         changes_summary=changes,
         patch=Excerpt.whole(changed),
+        cuts=[CAPTURE_CUT.format(agent.max_transcript_bytes)] if outcome.output_truncated else [],
     )
     return Evaluated(result, evidence)
 
