@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from core.record import Record
+from core.results import RunResult
 
 
 class Excerpt(Record):
@@ -94,3 +95,12 @@ class RunEvidence(Record):
     cuts: list[str] = Field(
         default_factory=list, description="what a cap left out, said once per item"
     )
+
+
+class RunRecord(Record):
+    """One run whole, as `scheduler show --json` prints it: its result (None while it
+    has none), its evidence (None when none was stored) and every delivery so far."""
+
+    result: RunResult | None = None
+    evidence: RunEvidence | None = None
+    attempts: list[Attempt] = Field(default_factory=list)

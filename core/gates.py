@@ -131,7 +131,9 @@ def _evidence(gate: Gate, out: ShellResult | None) -> GateEvidence:
     command = getattr(gate, "command", None)  # file and transcript gates run none
     if out is None:
         return GateEvidence(command=command)
-    text = out.stdout + (f"\n--- stderr ---\n{out.stderr}" if out.stderr else "")
+    text = out.stdout
+    if out.stderr:
+        text += ("" if text.endswith("\n") or not text else "\n") + f"--- stderr ---\n{out.stderr}"
     if out.error is not None:
         text += f"\ncould not run command: {out.error}"
     return GateEvidence(

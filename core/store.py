@@ -195,6 +195,18 @@ class Store:
         specs = [RunSpec.model_validate_json(v) for v in raw]
         return sorted(specs, key=lambda s: (s.tier, s.scenario, s.run_index))
 
+    def has_run(self, exp_id: str, run_id: str) -> bool:
+        """A run the experiment planned (with a result or not)."""
+        return bool(self.redis.hexists(self.keys.specs(exp_id), run_id))
+
+    def run_ids_ending(self, suffix: str, recent: int = 100) -> list[str]:
+        """The ids of runs that end with `suffix`, in the `recent` latest experiments."""
+        pattern = "*" + "".join(f"\\{c}" if c in "\\*?[]" else c for c in suffix)
+        found: list[str] = []
+        for exp_id in reversed(self.redis.zrange(self.keys.experiments(), -recent, -1)):
+            found += [k for k, _ in self.redis.hscan_iter(self.keys.specs(exp_id), match=pattern)]
+        return found
+
     def pending_specs(self, exp_id: str) -> list[RunSpec]:
         """Runs without a result and not in progress (in progress: a lease not yet expired)."""
         skip = set(self.redis.hkeys(self.keys.runs(exp_id))) | self.leases.live(exp_id)
