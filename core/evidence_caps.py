@@ -31,7 +31,7 @@ def bounded(evidence: RunEvidence, limits: EvidenceLimits, secrets: Sequence[str
     if dropped:
         cuts.append(f"events: {dropped} events in the middle left out (max_item_kb)")
     texts = _texts(evidence)
-    fixed = _json_size(events) + len(evidence.changes_summary.encode())
+    fixed = (_json_size(events) if events else 0) + len(evidence.changes_summary.encode())
     share = _fair_share(
         [min(t.total, item_cap) for t in texts], int(limits.max_run_kb * 1024) - fixed
     )
