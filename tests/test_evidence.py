@@ -97,7 +97,7 @@ def test_show_says_why_a_run_failed_gate_output_stderr_transcript_and_attempt(
     record = show_json(fleet_env, run_id)
     assert record["result"]["run_id"] == run_id and record["result"]["passed"] is False
     evidence = record["evidence"]
-    assert [g["command"] for g in evidence["gates"]][0] is None  # a file gate runs nothing
+    assert evidence["gates"][0]["command"] is None  # a file gate runs nothing
     assert evidence["gates"][1]["exit_code"] == 3
     assert "expected final in out.txt" in evidence["gates"][1]["output"]["text"]
     assert evidence["stdout"]["text"] == "working on it\n"
