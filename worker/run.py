@@ -133,7 +133,7 @@ def execute(
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
         _patiently(lambda: lease.hold_through(wait_s))
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
-        _end_delivery(store, spec, delivery.attempts, f"{result.fail_reason}; sent again")
+        _end_delivery(store, spec, delivery.attempts, f"{_outcome(result)}; sent again")
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
@@ -152,18 +152,21 @@ def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Att
     """The run's deliveries, this one (the last) with its end and outcome."""
     earlier = delivery.deliveries[:-1]
     this = delivery.deliveries[-1] if delivery.deliveries else None
-    outcome = result.status.value + (
-        ": " + error_key(result.fail_reason) if result.fail_reason else ""
-    )
     return [
         *earlier,
         Attempt(
             worker=this.worker if this is not None else socket.gethostname(),
             started_at=this.started_at if this is not None else started,
             ended_at=time.time(),
-            outcome=outcome,
+            outcome=_outcome(result),
         ),
     ]
+
+
+def _outcome(result: RunResult) -> str:
+    """A delivery's outcome as its attempt shows it: the status, and why."""
+    why = f": {error_key(result.fail_reason)}" if result.fail_reason else ""
+    return result.status.value + why
 
 
 def _store_evidence(store: Store, matrix: Matrix, whole: RunEvidence, secrets: list[str]) -> None:
