@@ -98,7 +98,9 @@ def tier_report(
     """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
     baseline tier's id and its runs of the same scenarios, to test the group against."""
     valid = [r for r in runs if r.counted]
-    seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
+    seed = {
+        m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None
+    }
     composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
     return TierReport(
         runs=len(runs),
