@@ -139,7 +139,7 @@ def _evidence(gate: Gate, out: ShellResult | None) -> GateEvidence:
     return GateEvidence(
         command=command,
         exit_code=out.exit_code,
-        output=Excerpt(text=text, total_bytes=len(text.encode())),
+        output=Excerpt.whole(text),
     )
 
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from core.evidence import Attempt, Excerpt, RunRecord
+from core.evidence import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
 from core.results import GateResult, JudgeResult, RunResult
 
 # Lines of a text shown in the terminal (the whole stored text: --json).
@@ -99,7 +99,7 @@ def _section(console: Console, title: str) -> None:
     console.print(f"[bold underline]{title}[/bold underline]")
 
 
-def _gates(console: Console, gates: list[GateResult], outputs: list[Any]) -> None:
+def _gates(console: Console, gates: list[GateResult], outputs: list[GateEvidence]) -> None:
     passed = sum(g.passed for g in gates)
     _section(console, f"Gates ({passed} of {len(gates)} passed)")
     for index, gate in enumerate(gates):
@@ -113,7 +113,7 @@ def _gates(console: Console, gates: list[GateResult], outputs: list[Any]) -> Non
         _lines(console, _tail_lines(seen.output, OUTPUT_LINES), None, indent="    ")
 
 
-def _judge(console: Console, judge: JudgeResult, evidence: Any) -> None:
+def _judge(console: Console, judge: JudgeResult, evidence: JudgeEvidence | None) -> None:
     score = "no score" if judge.weighted_score is None else f"{judge.weighted_score:.2f}"
     verdict = "passed" if judge.passed else "failed"
     _section(console, f"Judge ({judge.model}): {score} vs {judge.pass_threshold:.2f}, {verdict}")

@@ -244,3 +244,36 @@ def test_an_artifacts_folder_holds_the_evidence_and_redis_its_path(
     assert refused.returncode == 2
     assert "--artifacts: cannot create /dev/null/evidence" in refused.stderr
     assert store.list_experiments() == before
+
+
+def test_show_gives_the_judges_scores_per_criterion_and_its_issues(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    from tests.llm_stub import LLMStub, reply
+
+    (tmp_path / "rubric.yaml").write_text(
+        "criteria: [{id: accuracy, weight: 3, description: facts right},\n"
+        "           {id: style, weight: 1, description: reads well}]\n"
+    )
+    answer = {
+        "scores": {"accuracy": 0.2, "style": 1.0},
+        "weighted_score": 0.4,
+        "confidence": 0.9,
+        "issues": ["the notes cite [no source]"],
+        "highlights": ["clear titles"],
+    }
+    start_worker(concurrency=1)
+    with LLMStub([reply(content=json.dumps(answer))]) as stub:
+        judge = f'judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null}}\n'
+        matrix = command_matrix(tmp_path, "touch out.txt", gates="[]", extra=judge)
+        text = matrix.read_text().replace(
+            "evaluation: {gates: []}", "evaluation: {gates: [], judge: {rubric: rubric.yaml}}"
+        )
+        matrix.write_text(text)
+        exp_id = submit(matrix, fleet_env)
+    shown = show(fleet_env, f"{exp_id}:T0:s:0")
+    assert "reason: judge score 0.40 < 0.70" in shown
+    judged = shown.split("Judge (judge-model): 0.40 vs 0.70, failed")[1]
+    assert re.search(r"accuracy\s+0\.20", judged) and re.search(r"style\s+1\.00", judged)
+    assert "issue: the notes cite [no source]" in judged and "good: clear titles" in judged
+    assert "judge" in show_json(fleet_env, f"{exp_id}:T0:s:0")["evidence"]["phases"]
