@@ -19,8 +19,9 @@ class PhaseClock:
         self.on_phase(phase)
 
     def seconds(self) -> dict[str, float]:
+        """Each phase's seconds so far (none before the first phase began)."""
         ends = [at for _, at in self.marks[1:]] + [time.monotonic()]
         spent: dict[str, float] = {}
-        for (phase, began), ended in zip(self.marks, ends, strict=True):
+        for (phase, began), ended in zip(self.marks, ends, strict=False):
             spent[phase] = round(spent.get(phase, 0.0) + ended - began, 3)
         return spent

@@ -139,10 +139,13 @@ def execute(
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
         _note_health(store, matrix, result)
         whole = evidence or RunEvidence(experiment_id=spec.experiment_id, run_id=spec.run_id)
-        whole = whole.model_copy(
-            update={"phases": phases, "attempts": _attempts(delivery, result, started)}
-        )
-        _store_evidence(store, matrix, whole, secrets)
+        try:
+            whole = whole.model_copy(
+                update={"phases": phases, "attempts": _attempts(delivery, result, started)}
+            )
+            _store_evidence(store, matrix, whole, secrets)
+        except Exception as exc:  # the result is stored and the chord must fire: only log
+            log.warning("run %s: evidence not stored: %r", spec.run_id, exc, exc_info=True)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
@@ -170,7 +173,8 @@ def _outcome(result: RunResult) -> str:
 
 
 def _store_evidence(store: Store, matrix: Matrix, whole: RunEvidence, secrets: list[str]) -> None:
-    """Best effort: the result is stored, and evidence that cannot be is only said in the log."""
+    """Redacted and capped; in the artifacts folder if the matrix names one and this
+    worker can write there, else in Redis."""
     limits = matrix.evidence
     whole = bounded(whole, limits, secrets)
     summary = minimal(
@@ -181,15 +185,12 @@ def _store_evidence(store: Store, matrix: Matrix, whole: RunEvidence, secrets: l
     cap = int(limits.max_experiment_mb * 1024 * 1024)
     folder = matrix.artifacts.dir if matrix.artifacts is not None else None
     try:
-        try:
-            store.save_evidence(whole, minimal=summary, cap_bytes=cap, folder=folder)
-        except OSError as exc:  # the artifacts folder is not there or not writable here
-            log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
-            note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
-            kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
-            store.save_evidence(kept, minimal=summary, cap_bytes=cap)
-    except redis.RedisError as exc:
-        log.warning("run %s: evidence not stored: %s", whole.run_id, exc)
+        store.save_evidence(whole, minimal=summary, cap_bytes=cap, folder=folder)
+    except OSError as exc:  # the artifacts folder is not there or not writable here
+        log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
+        note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
+        kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
+        store.save_evidence(kept, minimal=summary, cap_bytes=cap)
 
 
 def _end_delivery(store: Store, spec: RunSpec, number: int, outcome: str) -> None:
