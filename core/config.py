@@ -441,6 +441,13 @@ class JudgeConfig(Strict):
     )
     max_transcript_chars: int = Field(24_000, ge=1000)
     max_tokens: int = Field(1024, ge=64)
+    repeats: int = Field(
+        1,
+        ge=1,
+        le=20,
+        description="judge each run this many times: its score is their mean, their spread "
+        'the judge\'s noise (report section "Judge noise")',
+    )
 
     @property
     def deadline(self) -> float:

@@ -21,6 +21,11 @@ class Excerpt(Record):
     total_bytes: int = 0
     cut: int = Field(0, description="bytes left out in the middle (0: the whole text)")
 
+    @classmethod
+    def whole(cls, text: str) -> Excerpt:
+        """A text kept whole (already bounded by whoever made it)."""
+        return cls(text=text, total_bytes=len(text.encode()))
+
 
 class GateEvidence(Record):
     """What one gate ran and saw (its verdict is in RunResult.gates, same order)."""

@@ -32,6 +32,7 @@ from kombu.exceptions import OperationalError
 
 from core.config import Matrix
 from core.evaluate import evaluate_run
+from core.evidence import JudgeEvidence, RunEvidence
 from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.report_models import ExperimentStatus
@@ -94,7 +95,7 @@ def execute(
     secrets = secret_values(matrix, os.environ, store.url)
     try:
         with lease.held():
-            result = _attempt(spec, matrix, delivery, started, secrets, on_phase)
+            result = _attempt(spec, matrix, delivery, started, secrets, on_phase, store)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
@@ -172,6 +173,7 @@ def _attempt(
     started: float,
     secrets: list[str],
     on_phase: Phase,
+    store: Store,
 ) -> RunResult:
     attempts = delivery.attempts
     # A delivery whose pool process was killed (this run's, or another's) left its
@@ -197,12 +199,17 @@ def _attempt(
             attempts,
             started,
         )
-    result = _run(spec, matrix, on_phase, started, secrets)
+    result = _run(spec, matrix, on_phase, started, secrets, store)
     return result.model_copy(update={"attempts": attempts})
 
 
 def _run(
-    spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float, secrets: list[str]
+    spec: RunSpec,
+    matrix: Matrix,
+    on_phase: Phase,
+    started: float,
+    secrets: list[str],
+    store: Store,
 ) -> RunResult:
     tier = matrix.tier(spec.tier)
     scenario = matrix.scenario(spec.scenario)
@@ -243,6 +250,8 @@ def _run(
             secrets=secrets,
             prepared=prepared,
             enclosure=container.enclosure() if container is not None else None,
+            judgments=store,
+            on_judged=lambda judged: _save_judge_evidence(store, spec, judged),
         )
         result.worker = socket.gethostname()
         return result
@@ -254,6 +263,15 @@ def _run(
         if not matrix.keep_workspaces:
             run_dir.remove()
         run_dir.release()
+
+
+def _save_judge_evidence(store: Store, spec: RunSpec, judged: JudgeEvidence) -> None:
+    """What the judge was shown and said, kept for rejudge (the judge part of the run's
+    evidence; already redacted: the judge was shown redacted text)."""
+    evidence = store.evidence(spec.experiment_id, spec.run_id) or RunEvidence(
+        experiment_id=spec.experiment_id, run_id=spec.run_id
+    )
+    store.save_evidence(evidence.model_copy(update={"judge": judged}))
 
 
 def _run_agent(

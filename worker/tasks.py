@@ -2,7 +2,8 @@
 
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
-stored RunResult and the task returns a small summary. The exceptions are a
+stored RunResult and the task returns a small summary. `evalfleet.rejudge`, the
+header task of a rejudge (core/rejudge.py), never raises either. The exceptions are a
 run handed back by a leaving worker (worker/grace.py) and a run that Redis left
 (a restart longer than worker/run.py waits): the message is rejected with
 requeue, which neither fails nor counts toward the chord. A run whose model
@@ -11,6 +12,7 @@ provider failed is retried (`self.retry`) after the wait worker/run.py names.
 
 from __future__ import annotations
 
+import os
 import time
 from functools import cache
 from typing import Any
@@ -19,13 +21,15 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
+from core.redact import redact_record, secret_values
+from core.rejudge import RejudgePlan, rejudge_run
 from core.report_models import ExperimentStatus
-from core.results import RunResult, RunSpec
+from core.results import RunResult, RunSpec, RunStatus
 from core.store import Store
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.run import REDIS_DOWN, RetryLater, execute
-from worker.sending import AGGREGATE_TASK, RUN_TASK
+from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
 
 
 def store_of(app: Celery) -> Store:
@@ -76,6 +80,78 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
         # taken, expires and the run is sent again sooner.
         raise Reject(f"Redis unreachable: {exc}", requeue=True) from None
     return summary(result)
+
+
+@shared_task(bind=True, name=REJUDGE_TASK)
+def rejudge(self: Task, experiment_id: str, run_id: str, plan: dict[str, Any]) -> dict[str, Any]:
+    """A chord header task like `run`: it never raises, so every run of the version
+    gets a result and the chord fires."""
+    rejudge_plan = RejudgePlan.model_validate(plan)
+    db = store_of(self.app)
+    try:
+        result = rejudged(db, experiment_id, run_id, rejudge_plan)
+    except REDIS_DOWN as exc:
+        raise Reject(f"Redis unreachable: {exc}", requeue=True) from None
+    return summary(result)
+
+
+def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> RunResult:
+    """The run's result in the plan's version: stored once (a redelivery returns it)."""
+    key = f"{plan.version} {run_id}"
+    stored = db.redis.hget(db.keys.version_runs(experiment_id), key)
+    if stored:
+        return RunResult.model_validate_json(stored)
+    original = db.run(experiment_id, run_id)
+    if original is None:
+        raise LookupError(f"run {run_id} of {experiment_id} has no result to rejudge")
+    evidence = db.evidence(experiment_id, run_id)
+    matrix = db.matrix(experiment_id)
+    secrets = secret_values(matrix, os.environ, db.url)
+    if evidence is None or evidence.judge is None:  # nothing to ask again: kept as it was
+        result = original
+    else:
+        try:
+            result = rejudge_run(original, evidence.judge.inputs, matrix, plan, os.environ, db)
+        except REDIS_DOWN:
+            raise
+        except Exception as exc:  # the chord must fire: the run is an error of this version
+            result = original.model_copy(
+                update={
+                    "status": RunStatus.infra_error,
+                    "passed": False,
+                    "fail_reason": f"rejudge failed: {exc!r}",
+                }
+            )
+    result = redact_record(result, secrets)
+    db.save_version_run(plan.version, result)
+    return result
+
+
+@shared_task(bind=True, name=AGGREGATE_VERSION_TASK)
+def aggregate_version(
+    self: Task, _results: list[Any] | None, experiment_id: str, plan: dict[str, Any]
+) -> dict[str, Any]:
+    """Chord body of a rejudge: the report of the new version."""
+    return finish_version(store_of(self.app), experiment_id, RejudgePlan.model_validate(plan))
+
+
+def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str, Any]:
+    """The version's report once each of the experiment's runs has a result in it."""
+    info = db.info(experiment_id)
+    runs = db.version_runs(experiment_id, plan.version)
+    if len(runs) < info.completed_runs:
+        return {"experiment_id": experiment_id, "status": "waiting for runs"}
+    matrix = db.matrix(experiment_id)
+    report = aggregate(
+        info,
+        runs,
+        baseline=matrix.baseline_tier,
+        scoring=matrix.scoring,
+        tier_order=[t.id for t in matrix.tiers],
+        scenario_order=[s.id for s in matrix.scenarios],
+    )
+    db.save_report(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
+    return {"experiment_id": experiment_id, "version": plan.version}
 
 
 @shared_task(bind=True, name=AGGREGATE_TASK)

@@ -1,0 +1,68 @@
+"""Rejudge: a run's judging done again from its evidence, never its agent (README,
+"Rejudge"). The verdict is recomputed as at the run's end (core.evaluate.scored)
+from the stored result's status, gates and the new judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import Field
+
+from core.config import JudgeConfig, Matrix, Rubric
+from core.evaluate import GATES_FAILED, JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
+from core.evidence import JudgeInputs
+from core.judge import JudgmentCache
+from core.record import Record
+from core.results import RunResult, RunStatus
+
+
+class RejudgePlan(Record):
+    """What one rejudge asks of every run: each rejudge task carries it."""
+
+    version: int = Field(ge=2, description="the report version it makes")
+    judge: JudgeConfig = Field(description="the matrix's judge with the overrides applied")
+    rubric: Rubric | None = Field(None, description="replaces every scenario's rubric")
+    note: str = Field(description="what changed, shown with the report version")
+
+
+def rejudged_matrix(matrix: Matrix, plan: RejudgePlan) -> Matrix:
+    return matrix.model_copy(update={"judge": plan.judge})
+
+
+def rejudge_run(
+    result: RunResult,
+    inputs: JudgeInputs,
+    matrix: Matrix,
+    plan: RejudgePlan,
+    environ: Mapping[str, str],
+    judgments: JudgmentCache | None,
+) -> RunResult:
+    """`result` judged again on `inputs` (its stored JudgeInputs) under `plan`."""
+    matrix = rejudged_matrix(matrix, plan)
+    scenario = matrix.scenario(result.scenario)
+    judge, _ = judge_with(matrix, scenario, inputs, result.gates, environ, judgments, plan.rubric)
+    agent = agent_reasons(result)
+    before = result.model_copy(update={"judge": judge, "status": _status_before_judge(result)})
+    return scored(before, matrix, scenario, agent)
+
+
+def agent_reasons(result: RunResult) -> list[str]:
+    """The fail reasons of the agent's own part of the run: the stored reason without
+    what its gates and its judge said (they are said again from the new judge)."""
+    parts = (result.fail_reason or "").split("; ") if result.fail_reason else []
+    verdict = (JUDGE_ERROR, GATES_FAILED, JUDGE_SCORE)
+    return [p for p in parts if not p.startswith(verdict)]
+
+
+def _status_before_judge(result: RunResult) -> RunStatus:
+    """The agent's status, which a judge error had turned into an infrastructure error
+    (a judge that answers now gives the run back its own result)."""
+    if not (result.is_infra_error and (result.fail_reason or "").startswith(JUDGE_ERROR)):
+        return result.status
+    reasons = agent_reasons(result)
+    if "agent timed out" in reasons:
+        return RunStatus.timeout
+    if result.limit is not None:
+        return RunStatus.limit
+    return RunStatus.agent_error if reasons else RunStatus.completed

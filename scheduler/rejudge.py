@@ -1,0 +1,79 @@
+"""Sending a rejudge to the fleet and following it to its report version.
+
+One chord like a submit's: a `evalfleet.rejudge` task per run (it judges the run
+again from its stored evidence, or keeps a run without judge evidence as it
+was) and `evalfleet.aggregate_version` as body. No agent is started.
+"""
+
+from __future__ import annotations
+
+import time
+
+from celery import Celery, chord
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from core.rejudge import RejudgePlan
+from core.report_models import ExperimentReport
+from core.store import Store
+from scheduler.follow import Workers, WorkersDied
+from worker.sending import AGGREGATE_VERSION_TASK, REJUDGE_TASK
+from worker.tasks import finish_version
+
+_POLL_S = 0.25
+# What a rejudge task may take beyond its judgments' deadlines: loading and storing.
+_MARGIN_S = 60.0
+
+
+def send_rejudge(app: Celery, store: Store, exp_id: str, plan: RejudgePlan) -> int:
+    """Send a rejudge of every run of the experiment; returns how many were sent."""
+    run_ids = sorted(r.run_id for r in store.runs(exp_id))
+    budget = plan.judge.deadline * plan.judge.repeats + _MARGIN_S
+    payload = plan.model_dump(mode="json")
+    header = [
+        app.signature(
+            REJUDGE_TASK,
+            args=(exp_id, run_id, payload),
+            options={"soft_time_limit": budget, "time_limit": budget + 60, "argsrepr": run_id},
+        )
+        for run_id in run_ids
+    ]
+    body = app.signature(
+        AGGREGATE_VERSION_TASK,
+        kwargs={"experiment_id": exp_id, "plan": payload},
+        options={"ignore_result": True},
+    )
+    chord(header)(body)
+    return len(run_ids)
+
+
+def follow_version(
+    store: Store,
+    exp_id: str,
+    plan: RejudgePlan,
+    console: Console,
+    workers: Workers | None = None,
+) -> ExperimentReport:
+    """Block until the version's report exists; aggregates it here when every run has
+    its result but the chord's body did not come (a worker lost on the way)."""
+    total = store.info(exp_id).completed_runs
+    progress = Progress(
+        TextColumn(f"[bold]rejudge v{plan.version}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("runs", total=total)
+        while True:
+            if workers is not None and not workers.alive():
+                raise WorkersDied(f"the local workers exited; see {workers.log_path}")
+            report = store.report(exp_id, plan.version)
+            if report is not None:
+                return report
+            done = store.version_run_count(exp_id, plan.version)
+            progress.update(task, completed=done)
+            if done >= total:
+                finish_version(store, exp_id, plan)
+            time.sleep(_POLL_S)
