@@ -20,6 +20,7 @@ from core.report_models import (
     Interval,
     Statistics,
     TierReport,
+    Verdict,
 )
 from core.significance import wilson_interval
 
@@ -455,11 +456,13 @@ def judge_noise(report: ExperimentReport) -> Table | None:
         notes.append("one judgment per run: set `judge: {repeats: 3}` to measure the noise")
     for flag in summary.within_noise:
         uplift = "" if flag.uplift is None else f"uplift {pct(flag.uplift)}, "
-        notes.append(
-            f"{flag.tier}: within the judge's noise: {uplift}Δ median composite "
-            f"{signed(flag.difference)} is less than 2 judge SDs ({num(flag.band, 4)}); "
-            f"its verdict ({flag.verdict.value}) could be the judge's noise alone"
+        note = (
+            f"{flag.tier}: {uplift}Δ median composite {signed(flag.difference)}, lies within the "
+            f"judge's noise (less than 2 judge SDs of the difference, {num(flag.band, 4)})"
         )
+        if flag.verdict in (Verdict.better, Verdict.worse, Verdict.mixed):
+            note += f"; its verdict ({flag.verdict.value}) could be the judge's noise alone"
+        notes.append(note)
     return Table(
         "Judge noise",
         [

@@ -1,0 +1,104 @@
+"""`scheduler rejudge` through the CLI with real workers: the stored judge inputs are
+judged again with another judge model, once per run, no agent is started, and the
+result is a new report version beside the untouched original. Asking again is free."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.store import Store
+from tests.conftest import StartWorker, run_cli
+from tests.experiments import judged_matrix
+from tests.llm_stub import LLMStub, scripted_judge
+
+pytestmark = pytest.mark.integration
+
+# Judge A passes every run; judge B fails every run.
+MARKERS = {f"run=T0/{i};": [0.9] for i in range(3)}
+
+
+def report(exp_id: str, env: dict[str, str], *extra: str) -> str:
+    shown = run_cli("report", exp_id, *extra, env=env)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    start_worker(concurrency=2)
+    starts = tmp_path / "agent-starts.log"
+    with LLMStub([scripted_judge(MARKERS, model_scores={"judge-b": 0.3})]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=3, tiers="T0", repeats=1)
+        done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        assert len(starts.read_text().splitlines()) == 3
+        original = report(exp_id, fleet_env, "--format", "json", "--runs")
+        assert json.loads(original)["tiers"]["T0"]["passes"] == 3
+        before = len(stub.requests)
+
+        rejudged = run_cli(
+            "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
+            env=fleet_env,
+        )  # fmt: skip
+        assert rejudged.returncode == 0, rejudged.stderr
+        asked = stub.requests[before:]
+        # Exactly one judge call per run, each run's transcript once, all to judge-b.
+        assert [r.body["model"] for r in asked] == ["judge-b"] * 3
+        prompts = [r.body["messages"][-1]["content"] for r in asked]
+        assert sorted(m for p in prompts for m in MARKERS if m in p) == sorted(MARKERS)
+        # No agent started again.
+        assert len(starts.read_text().splitlines()) == 3
+
+    version2 = json.loads(rejudged.stdout)
+    assert version2["version"] == 2
+    assert version2["version_note"] == "rejudged: model judge-b"
+    assert version2["tiers"]["T0"]["passes"] == 0
+    assert "3 judgments, 0 from cache" in rejudged.stderr
+    runs = store.version_runs(exp_id, 2)
+    assert [(r.judge.model, r.judge.weighted_score, r.passed) for r in runs if r.judge] == [
+        ("judge-b", 0.3, False)
+    ] * 3
+    assert all(r.fail_reason == "judge score 0.30 < 0.70" for r in runs)
+    assert runs[0].judge is not None and runs[0].judge.response is not None
+    assert runs[0].judge.response.reasons == {"quality": "scripted 0.3"}
+
+    # The original is unchanged, byte for byte; the default is the latest version.
+    assert report(exp_id, fleet_env, "--format", "json", "--runs", "--version", "1") == original
+    latest = run_cli("report", exp_id, "--format", "json", env=fleet_env)
+    assert json.loads(latest.stdout)["version"] == 2
+    assert "report version 2 of 2 (rejudged: model judge-b)" in latest.stderr
+    assert "report version 2 (rejudged: model judge-b)" in report(exp_id, fleet_env)
+    listed = run_cli("list", env=fleet_env).stdout
+    assert any(exp_id in line and "report versions 1-2" in line for line in listed.splitlines())
+    missing = run_cli("report", exp_id, "--version", "7", env=fleet_env)
+    assert missing.returncode == 2 and "its versions: 1, 2" in missing.stderr
+
+    # The same question again costs nothing, and says so: version 3 without a request
+    # (the judge's stub is closed: a request would fail the judging).
+    again = run_cli(
+        "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
+        env=fleet_env,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "3 judgments, 3 from cache" in again.stderr
+    version3 = json.loads(again.stdout)
+    assert version3["version"] == 3 and version3["judge"]["cached"] == 3
+    assert version3["tiers"]["T0"]["passes"] == 0  # judge-b's verdicts, from the cache
+    assert len(starts.read_text().splitlines()) == 3
+
+
+def test_rejudge_refuses_bad_input_and_starts_nothing(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    bad = tmp_path / "strict.yaml"
+    bad.write_text("criteria: []\n")
+    refused = run_cli("rejudge", "no-such-exp", "--rubric", str(bad), env=fleet_env)
+    assert refused.returncode == 2
+    assert "strict.yaml" in refused.stderr and "nothing was started" in refused.stderr
+    unknown = run_cli("rejudge", "no-such-exp", env=fleet_env)
+    assert unknown.returncode == 2 and "no experiment 'no-such-exp'" in unknown.stderr
