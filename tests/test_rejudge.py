@@ -102,3 +102,32 @@ def test_rejudge_refuses_bad_input_and_starts_nothing(
     assert "strict.yaml" in refused.stderr and "nothing was started" in refused.stderr
     unknown = run_cli("rejudge", "no-such-exp", env=fleet_env)
     assert unknown.returncode == 2 and "no experiment 'no-such-exp'" in unknown.stderr
+
+
+def test_embedded_rejudge_with_more_repeats_asks_only_the_new_ones(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """No broker: rejudge starts its own workers, as submit does. Raising repeats from 2
+    to 3 asks each run's third judgment only: the first two come from the cache."""
+    env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    starts = tmp_path / "agent-starts.log"
+    scores = {"run=T0/0;": [0.2, 0.6, 1.0], "run=T0/1;": [0.9, 0.9, 0.3]}
+    with LLMStub([scripted_judge(scores)]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=2, tiers="T0", repeats=2)
+        done = run_cli("submit", str(matrix), "--json", "--workers", "2", env=env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        assert len(stub.requests) == 4
+        again = run_cli(
+            "rejudge", exp_id, "--repeats", "3", "--format", "json", "--workers", "2",
+            env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert len(stub.requests) == 6  # one new judgment per run
+    assert len(starts.read_text().splitlines()) == 2
+    assert "6 judgments, 4 from cache" in again.stderr
+    version2 = json.loads(again.stdout)
+    assert version2["version"] == 2 and version2["version_note"] == "rejudged: repeats 3"
+    noise = version2["judge"]["tiers"]["T0"]
+    # Run variances: [.2 .6 1] .16, [.9 .9 .3] .12; their mean .14.
+    assert noise["repeats"] == 3 and noise["judge_variance"] == pytest.approx(0.14)
