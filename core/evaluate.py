@@ -90,7 +90,9 @@ def evaluate_run(
             on_phase("judge")
             changes = summarize_changes(workspace, prepared)
             inputs = judge_inputs(matrix, scenario, outcome, transcript, changes, secrets)
-            judge, evidence = judge_with(matrix, scenario, inputs, gates, environ, judgments)
+            judge, evidence = judge_with(
+                matrix, scenario, inputs, gates, environ, judgments, secrets=secrets
+            )
             on_judged(evidence)
 
     result = RunResult(
@@ -194,6 +196,7 @@ def judge_with(
     environ: Mapping[str, str],
     judgments: JudgmentCache | None,
     rubric: Rubric | None = None,
+    secrets: Sequence[str] = (),
 ) -> Judgment:
     """The matrix's judge on `inputs`: at a run's end, and again at a rejudge (which
     may bring its own `rubric`, else the scenario's)."""
@@ -210,6 +213,7 @@ def judge_with(
         api_key=api_key,
         price=price_for(config.model, matrix.pricing),
         cache=judgments,
+        secrets=secrets,
     )
 
 

@@ -47,7 +47,7 @@ from core.config import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
 from core.evidence import Excerpt, JudgeCall, JudgeEvidence, JudgeInputs
 from core.llm_http import Deadline, LLMError, LLMHttp, LLMReply, UnusableURL, excerpt
 from core.record import Record
-from core.redact import redact
+from core.redact import redact, redact_record
 from core.results import GateResult, JudgeResponse, JudgeResult
 
 log = logging.getLogger(__name__)
@@ -99,13 +99,16 @@ def judge_run(
     price: ModelPrice | None = None,
     sleep: Callable[[float], None] = time.sleep,
     cache: JudgmentCache | None = None,
+    secrets: Sequence[str] = (),
 ) -> Judgment:
     """Ask the judge model `config.repeats` times to score a run against the rubric.
 
     The run's score is the mean of the weighted scores; any judgment without a
     usable answer makes the whole judging an error (its noise estimate would be
     incomplete). With `cache`, a judgment already asked (same prompt, judge,
-    prompt version and repeat index) is answered from it without a request."""
+    prompt version and repeat index) is answered from it without a request.
+    `secrets` (with the API key) are taken out of the answers before they are kept
+    (cache, evidence): a judge may repeat what it was shown."""
     evidence = JudgeEvidence(inputs=inputs)
     if config.api_key_env is not None and not api_key:
         error = f"environment variable {config.api_key_env} is not set"
@@ -125,11 +128,11 @@ def judge_run(
         inputs.changes_summary,
     )
     calls = [
-        _judge_once(config, rubric, prompt, repeat, api_key, sleep, cache)
+        _judge_once(config, rubric, prompt, repeat, [api_key or "", *secrets], sleep, cache)
         for repeat in range(config.repeats)
     ]
     evidence.calls = [call for call, _ in calls]
-    return Judgment(_verdict(config, scenario, price, calls, api_key), evidence)
+    return Judgment(_verdict(config, scenario, price, calls), evidence)
 
 
 def cache_key(config: JudgeConfig, prompt: str, repeat: int) -> str:
@@ -155,10 +158,11 @@ def _judge_once(
     rubric: Rubric,
     prompt: str,
     repeat: int,
-    api_key: str | None,
+    secrets: Sequence[str],
     sleep: Callable[[float], None],
     cache: JudgmentCache | None,
 ) -> tuple[JudgeCall, _Call]:
+    """One judgment; `secrets[0]` is the API key."""
     key = cache_key(config, prompt, repeat)
     kept = cache.cached_judgment(key) if cache is not None else None
     if kept is not None:
@@ -166,10 +170,11 @@ def _judge_once(
             answer = parse_answer(kept.raw_answer, rubric)
             call = _judge_call(config, rubric, prompt, kept.raw_answer, answer, None)
             return call.model_copy(update={"cached": True}), _Call(answer, 0, 0, 0, None)
-    with _Session(config, api_key, sleep) as session:
+    with _Session(config, secrets[0] or None, sleep) as session:
         response, raw, error = _ask_until_valid(session, config.max_attempts, prompt, rubric)
+    raw = None if raw is None else redact(raw, secrets)
     if error is not None:
-        error = redact(error, [api_key])
+        error = redact(error, secrets)
     if response is not None and raw is not None and cache is not None:
         cache.cache_judgment(
             key, CachedJudgment(raw_answer=raw, input_tokens=session.input_tokens,
@@ -178,7 +183,8 @@ def _judge_once(
     cost = _Call(
         response, session.requests, session.input_tokens, session.output_tokens, session.latency_ms
     )
-    return _judge_call(config, rubric, prompt, raw, response, error), cost
+    # The scores' keys and the reasons are the judge's words too.
+    return redact_record(_judge_call(config, rubric, prompt, raw, response, error), secrets), cost
 
 
 def _judge_call(
@@ -205,7 +211,6 @@ def _verdict(
     scenario: ScenarioJudge,
     price: ModelPrice | None,
     calls: Sequence[tuple[JudgeCall, _Call]],
-    api_key: str | None,
 ) -> JudgeResult:
     """The run's JudgeResult from its K judgments: the mean weighted score, their spread."""
     failed = [
@@ -233,7 +238,7 @@ def _verdict(
         # The epsilon keeps 0.7 from failing a 0.7 threshold as 0.69999999.
         passed=weighted is not None and weighted >= scenario.pass_threshold - 1e-9,
         attempts=sum(c.requests for _, c in calls),
-        error=None if error is None else redact(error, [api_key]),
+        error=error,  # redacted with each judgment's
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cost_usd=cost,

@@ -5,7 +5,7 @@ from the stored result's status, gates and the new judge.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
@@ -37,11 +37,15 @@ def rejudge_run(
     plan: RejudgePlan,
     environ: Mapping[str, str],
     judgments: JudgmentCache | None,
+    secrets: Sequence[str] = (),
 ) -> RunResult:
-    """`result` judged again on `inputs` (its stored JudgeInputs) under `plan`."""
+    """`result` judged again on `inputs` (its stored JudgeInputs) under `plan`; `secrets`
+    are kept out of the cached answers."""
     matrix = rejudged_matrix(matrix, plan)
     scenario = matrix.scenario(result.scenario)
-    judge, _ = judge_with(matrix, scenario, inputs, result.gates, environ, judgments, plan.rubric)
+    judge, _ = judge_with(
+        matrix, scenario, inputs, result.gates, environ, judgments, plan.rubric, secrets
+    )
     agent = agent_reasons(result)
     before = result.model_copy(update={"judge": judge, "status": _status_before_judge(result)})
     return scored(before, matrix, scenario, agent)

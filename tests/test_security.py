@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import time
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ import redis
 from kombu import Connection, Exchange, Queue
 
 from core.config import Matrix, Scenario, Tier
+from core.evidence import Excerpt
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, RunStatus
 from core.store import Store
@@ -191,6 +194,11 @@ scenarios:
     assert not any(s in r.raw.decode() for r in stub.requests for s in secrets)
     leaks = [key for key, value in _every_value(store.redis) if any(s in value for s in secrets)]
     assert leaks == []
+    # The run's evidence (compressed, so not readable above) holds the judge's raw answer.
+    evidence = store.evidence(exp_id, run.run_id)
+    assert evidence is not None and evidence.judge is not None
+    assert "[REDACTED]" in (evidence.judge.calls[0].raw_answer or Excerpt()).text
+    assert not any(s in evidence.model_dump_json() for s in secrets)
     assert not any(s in text for text in outputs for s in secrets)
     assert not any(s in (tmp_path / "worker.log").read_text() for s in secrets)
 
@@ -279,24 +287,36 @@ scenarios:
 
 
 def _every_value(client: redis.Redis) -> list[tuple[str, str]]:
-    """Every key of the test database with all its content as text, whatever its type."""
+    """Every key of the test database with all its content as text, whatever its type;
+    compressed values (evidence) decompressed."""
+    kwargs = {**client.connection_pool.connection_kwargs, "decode_responses": False}
+    raw = redis.Redis(connection_pool=redis.ConnectionPool(**kwargs))
     found = []
-    for key in client.scan_iter(count=1000):
-        kind = client.type(key)
-        if kind == "string":
-            parts: list[Any] = [client.get(key)]
-        elif kind == "hash":
-            parts = [item for pair in client.hgetall(key).items() for item in pair]
-        elif kind == "list":
-            parts = client.lrange(key, 0, -1)
-        elif kind == "set":
-            parts = list(client.smembers(key))
-        elif kind == "zset":
-            parts = client.zrange(key, 0, -1)
+    for key in raw.scan_iter(count=1000):
+        kind = raw.type(key)
+        if kind == b"string":
+            parts: list[Any] = [raw.get(key)]
+        elif kind == b"hash":
+            parts = [item for pair in raw.hgetall(key).items() for item in pair]
+        elif kind == b"list":
+            parts = raw.lrange(key, 0, -1)
+        elif kind == b"set":
+            parts = list(raw.smembers(key))
+        elif kind == b"zset":
+            parts = raw.zrange(key, 0, -1)
         else:
             parts = []
-        found.append((key, key + " " + " ".join(str(p) for p in parts)))
+        name = key.decode(errors="replace")
+        found.append((name, name + " " + " ".join(_as_text(p) for p in parts)))
     return found
+
+
+def _as_text(value: bytes | None) -> str:
+    if value is None:
+        return "None"
+    with contextlib.suppress(zlib.error):
+        value = zlib.decompress(value)
+    return value.decode(errors="replace")
 
 
 # --- workspaces -----------------------------------------------------------------------------

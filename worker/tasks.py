@@ -111,7 +111,8 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
         result = original
     else:
         try:
-            result = rejudge_run(original, evidence.judge.inputs, matrix, plan, os.environ, db)
+            inputs = evidence.judge.inputs
+            result = rejudge_run(original, inputs, matrix, plan, os.environ, db, secrets)
         except REDIS_DOWN:
             raise
         except Exception as exc:  # the chord must fire: the run is an error of this version
