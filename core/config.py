@@ -459,6 +459,21 @@ class JudgeConfig(Strict):
         return tries + (self.max_attempts - 1) * MAX_WAIT_S
 
 
+class WorkspaceArchive(Strict):
+    """Runs' workspaces kept in Redis after the run (bounded), for `scheduler rescore`."""
+
+    keep: Literal["failed", "all"] = Field(
+        "failed", description="the workspaces of failed runs only, or of every run"
+    )
+    max_bytes: int = Field(
+        2_000_000,
+        ge=1024,
+        le=50_000_000,
+        description="a compressed workspace above this is not kept (rescore keeps that run "
+        "as it was, and says how many)",
+    )
+
+
 class CompositeWeights(Strict):
     """The seed's optional layered composite (gates / judge / interaction)."""
 
@@ -654,6 +669,9 @@ class Matrix(Strict):
         "same infrastructure error (the agent cannot start, setup fails); 0: never",
     )
     keep_workspaces: bool = False
+    workspace_archive: WorkspaceArchive | None = Field(
+        None, description="keep runs' workspaces in Redis (compressed, bounded) for rescore"
+    )
     queue: str | None = None
     secret_env: list[str] = Field(
         default_factory=list, description="environment variables whose values are redacted"

@@ -22,7 +22,7 @@ from core.process_metrics import process_metrics
 from core.redact import redact, redact_record, secret_values
 from core.results import GateResult, RunResult, RunSpec, RunStatus
 from core.tokens import token_metrics
-from core.transcript_models import AgentOutcome, Transcript
+from core.transcript_models import AgentOutcome, CommandRecord, Transcript
 from core.transcripts import parse_transcript, render_transcript
 from core.transcripts.outage import outage_of
 from core.workspace_changes import Snapshot, summarize_changes
@@ -45,13 +45,15 @@ def evaluate_run(
     enclosure: Enclosure | None = None,
     judgments: JudgmentCache | None = None,
     on_judged: Callable[[JudgeEvidence], None] = lambda evidence: None,
+    on_gated: Callable[[list[CommandRecord]], None] = lambda commands: None,
 ) -> RunResult:
     """`secrets`: the values to redact, when the caller has them already
     (default: secret_values(matrix, environ)). `prepared`: the workspace as the
     agent found it, for the judge's summary of what the agent changed.
     `enclosure`: where command gates run (the agent's container). `judgments`:
     the judgment cache; `on_judged` receives what the judge was shown and said
-    (for the run's evidence: rejudge asks again from it)."""
+    (for the run's evidence: rejudge asks again from it); `on_gated`, once the gates
+    ran, the target commands their transcript gates read (kept for rescore)."""
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
     scenario = matrix.scenario(spec.scenario)
@@ -86,6 +88,7 @@ def evaluate_run(
             enclosure=enclosure,
         )
         gates = [redact_record(gate, secrets) for gate in gates]  # the judge's prompt shows them
+        on_gated(commands)
         if scenario.evaluation.judge_enabled:
             on_phase("judge")
             changes = summarize_changes(workspace, prepared)

@@ -29,6 +29,8 @@ Ours, under the prefix (no TTL on any of them):
   that later version (runs: version 1's);
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
   needs on workers (its matrix names them by digest; workers cache by digest);
+- ``exp:{id}:workspaces`` run id -> an ArchivedWorkspace JSON (matrix
+  ``workspace_archive:``; what ``scheduler rescore`` runs the gates on);
 - ``judgments`` the judgment cache, shared by every experiment under the
   prefix: core.judge.cache_key -> a CachedJudgment JSON (README, "Judgment
   cache": removed with ``DEL <prefix>judgments``).
@@ -104,6 +106,9 @@ class Keys:
 
     def version_runs(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:version_runs"
+
+    def workspaces(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:workspaces"
 
     def judgments(self) -> str:
         return f"{self.prefix}judgments"

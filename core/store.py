@@ -22,6 +22,7 @@ from core.keys import Keys, key_prefix
 from core.leases import Leases
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec, RunStatus
+from core.workspace_archive import ArchivedWorkspace
 
 
 @dataclass(frozen=True)
@@ -321,6 +322,18 @@ class Store:
             _text(run_id): _evidence(blob)
             for run_id, blob in self.binary.hscan_iter(self.keys.evidence(exp_id))
         }
+
+    # --- archived workspaces (rescore) ---------------------------------------------------
+
+    def save_workspace(self, exp_id: str, run_id: str, archive: ArchivedWorkspace) -> None:
+        self.redis.hset(self.keys.workspaces(exp_id), run_id, archive.model_dump_json())
+
+    def workspace(self, exp_id: str, run_id: str) -> ArchivedWorkspace | None:
+        raw = self.redis.hget(self.keys.workspaces(exp_id), run_id)
+        return ArchivedWorkspace.model_validate_json(raw) if raw else None
+
+    def archived_runs(self, exp_id: str) -> int:
+        return int(self.redis.hlen(self.keys.workspaces(exp_id)))
 
     # --- the judgment cache -------------------------------------------------------------
 

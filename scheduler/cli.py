@@ -733,9 +733,6 @@ def rejudge(
       scheduler report EXP --version 1                      # the original again
     """
     from core.config import load_rubric
-    from core.rejudge import RejudgePlan
-    from scheduler.follow import WorkersDied
-    from scheduler.rejudge import follow_version, send_rejudge
 
     rubric = None
     if rubric_file is not None:
@@ -746,9 +743,7 @@ def rejudge(
                 err.print(f"[red]error:[/red] {problem}", soft_wrap=True)
             fail(f"--rubric {rubric_file} is not a usable rubric; nothing was started")
     with open_store(broker) as (store, url):
-        exp_id = _experiment(store, experiment)
-        if store.report(exp_id) is None:
-            fail(f"experiment {exp_id} has not finished ({_status_line(store.info(exp_id))})")
+        exp_id = _finished(store, experiment)
         matrix = store.matrix(exp_id)
         if matrix.judge is None:
             fail(f"experiment {exp_id} has no judge (no top-level `judge:` in its matrix)")
@@ -764,34 +759,131 @@ def rejudge(
         )
         changed = [f"{k} {v}" for k, v in overrides.items() if v is not None]
         changed += [f"rubric {rubric_file}"] if rubric_file else []
-        version = store.new_version(exp_id)
-        plan = RejudgePlan(
-            version=version,
-            judge=judge,
-            rubric=rubric,
-            note="rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
-        )
-        app = _app(url)
+        plan = {
+            "judge": judge,
+            "rubric": rubric,
+            "note": "rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
+        }
         runs = store.info(exp_id).completed_runs
-        err.print(
-            f"experiment {exp_id}: report version {version}, judging {judged} of {runs} runs "
-            f"again with {judge.model} x{judge.repeats} (the others are kept as they were)",
-            soft_wrap=True,
-        )
-        try:
-            if configured_broker(broker) is not None:
-                send_rejudge(app, store, exp_id, plan)
-                if not wait:
-                    click.echo(f"{exp_id} version {version}", err=fmt == "json")
-                    return
-                result = follow_version(store, exp_id, plan, err)
-            else:
-                concurrency = workers or os.cpu_count() or 1
-                with LocalWorkers(url, concurrency, [app.conf.task_default_queue]) as local:
-                    send_rejudge(app, store, exp_id, plan)
-                    result = follow_version(store, exp_id, plan, err, local)
-        except WorkersDied as exc:
-            fail(f"{exc}; version {version} is incomplete", 1)
+        what = f"judging {judged} of {runs} runs again with {judge.model} x{judge.repeats}"
+        _judge_again(store, url, broker, matrix, exp_id, plan, what, workers, wait, fmt, nonfinite)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Take the gates of the experiment's scenarios from this matrix file (say, a fixed "
+    "gate); default: the experiment's own gates.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
+@click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@json_nonfinite_option
+def rescore(
+    experiment: str,
+    broker: str | None,
+    matrix_file: str | None,
+    workers: int | None,
+    wait: bool,
+    fmt: str,
+    nonfinite: str,
+) -> None:
+    """Run the gates again on the runs' archived workspaces (matrix `workspace_archive:`),
+    and their judge with the new gates, through the fleet, without starting any agent:
+    a new report version beside the original. Runs without an archived workspace
+    (passed ones with `keep: failed`, ones above `max_bytes`) are kept as they were.
+
+    \b
+    Examples:
+      scheduler rescore EXP --matrix matrix.yaml        # gates fixed since the runs
+      scheduler rescore EXP --broker redis://host:6379/0 --wait
+      scheduler report EXP --version 1                  # the original again
+    """
+    gates = {}
+    if matrix_file is not None:
+        gates = {s.id: s.evaluation.gates for s in _load(matrix_file).scenarios}
+    with open_store(broker) as (store, url):
+        exp_id = _finished(store, experiment)
+        matrix = store.matrix(exp_id)
+        unknown = sorted(set(gates) - {s.id for s in matrix.scenarios})
+        if unknown:
+            fail(
+                f"{matrix_file}: scenarios {', '.join(unknown)} are not in experiment {exp_id} "
+                f"(its scenarios: {', '.join(s.id for s in matrix.scenarios)})"
+            )
+        archived = store.archived_runs(exp_id)
+        if not archived:
+            fail(
+                f"no run of {exp_id} has an archived workspace: nothing to gate again; set "
+                "`workspace_archive: {keep: failed}` in the matrix to keep them"
+            )
+        plan = {
+            "rescore": True,
+            "gates": gates,
+            "note": "rescored" + (f": gates of {matrix_file}" if matrix_file else ""),
+        }
+        runs = store.info(exp_id).completed_runs
+        what = f"gating {archived} of {runs} runs again on their archived workspaces"
+        _judge_again(store, url, broker, matrix, exp_id, plan, what, workers, wait, fmt, nonfinite)
+
+
+def _finished(store: Store, experiment: str) -> str:
+    exp_id = _experiment(store, experiment)
+    if store.report(exp_id) is None:
+        fail(f"experiment {exp_id} has not finished ({_status_line(store.info(exp_id))})")
+    return exp_id
+
+
+def _judge_again(
+    store: Store,
+    url: str,
+    broker: str | None,
+    matrix: Matrix,
+    exp_id: str,
+    plan_fields: dict[str, Any],
+    what: str,
+    workers: int | None,
+    wait: bool,
+    fmt: str,
+    nonfinite: str,
+) -> None:
+    """What rejudge and rescore share: a new version, sent through the fleet (embedded:
+    local workers), followed to its report unless a shared broker without --wait."""
+    from core.rejudge import RejudgePlan
+    from scheduler.follow import WorkersDied
+    from scheduler.rejudge import follow_version, send_rejudge
+
+    version = store.new_version(exp_id)
+    plan = RejudgePlan(version=version, **plan_fields)
+    app = _app(url)
+    err.print(
+        f"experiment {exp_id}: report version {version}, {what} (the others are kept as they were)",
+        soft_wrap=True,
+    )
+    try:
+        if configured_broker(broker) is not None:
+            send_rejudge(app, store, matrix, exp_id, plan)
+            if not wait:
+                click.echo(f"{exp_id} version {version}", err=fmt == "json")
+                return
+            result = follow_version(store, exp_id, plan, err)
+        else:
+            concurrency = workers or os.cpu_count() or 1
+            with LocalWorkers(url, concurrency, [app.conf.task_default_queue]) as local:
+                send_rejudge(app, store, matrix, exp_id, plan)
+                result = follow_version(store, exp_id, plan, err, local)
+    except WorkersDied as exc:
+        fail(f"{exc}; version {version} is incomplete", 1)
     click.echo(render(result, fmt, nonfinite=nonfinite))
     if result.judge is not None:
         err.print(

@@ -1,8 +1,9 @@
-"""Sending a rejudge to the fleet and following it to its report version.
+"""Sending a rejudge or rescore to the fleet and following it to its report version.
 
-One chord like a submit's: a `evalfleet.rejudge` task per run (it judges the run
-again from its stored evidence, or keeps a run without judge evidence as it
-was) and `evalfleet.aggregate_version` as body. No agent is started.
+One chord like a submit's: a `evalfleet.rejudge` task per run (worker/rejudge.py:
+it runs the gates again on the run's archived workspace for a rescore, judges it
+again from its stored evidence, or keeps a run with neither as it was) and
+`evalfleet.aggregate_version` as body. No agent is started.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from celery import Celery, chord
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from core.config import Matrix
 from core.rejudge import RejudgePlan
 from core.report_models import ExperimentReport
 from core.store import Store
@@ -25,10 +27,12 @@ _POLL_S = 0.25
 _MARGIN_S = 60.0
 
 
-def send_rejudge(app: Celery, store: Store, exp_id: str, plan: RejudgePlan) -> int:
+def send_rejudge(
+    app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan
+) -> int:
     """Send a rejudge of every run of the experiment; returns how many were sent."""
     run_ids = sorted(r.run_id for r in store.runs(exp_id))
-    budget = plan.judge.deadline * plan.judge.repeats + _MARGIN_S
+    budget = task_budget_s(matrix, plan)
     payload = plan.model_dump(mode="json")
     header = [
         app.signature(
@@ -45,6 +49,19 @@ def send_rejudge(app: Celery, store: Store, exp_id: str, plan: RejudgePlan) -> i
     )
     chord(header)(body)
     return len(run_ids)
+
+
+def task_budget_s(matrix: Matrix, plan: RejudgePlan) -> float:
+    """The longest one run's task may take: its judgments' deadlines, and for a rescore
+    the gates' timeouts of the longest scenario."""
+    judge = plan.judge or matrix.judge
+    budget = _MARGIN_S + (judge.deadline * judge.repeats if judge is not None else 0.0)
+    if plan.rescore:
+        budget += max(
+            sum(g.timeout_s for g in plan.gates.get(s.id, s.evaluation.gates))
+            for s in matrix.scenarios
+        )
+    return budget
 
 
 def follow_version(

@@ -11,11 +11,13 @@ import pytest
 
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
-from tests.experiments import judged_matrix
+from tests.experiments import command_matrix, judged_matrix
 from tests.llm_stub import LLMStub, scripted_judge
 
 pytestmark = pytest.mark.integration
 
+# The fixed gate: any case, and the secret the agent wrote is redacted in the archive.
+FIXED_GATE = "grep -qi hello out.txt && grep -q REDACTED out.txt"
 # Judge A passes every run; judge B fails every run.
 MARKERS = {f"run=T0/{i};": [0.9] for i in range(3)}
 
@@ -131,3 +133,57 @@ def test_embedded_rejudge_with_more_repeats_asks_only_the_new_ones(
     noise = version2["judge"]["tiers"]["T0"]
     # Run variances: [.2 .6 1] .16, [.9 .9 .3] .12; their mean .14.
     assert noise["repeats"] == 3 and noise["judge_variance"] == pytest.approx(0.14)
+
+
+def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """The gate looked for "hello" where the agent wrote "Hello": fixed in a new matrix
+    file, rescore passes both runs from their archived workspaces."""
+    start_worker(concurrency=2, extra_env={"AGENT_SECRET": "sk-agent-secret-0123456789"})
+    starts = tmp_path / "agent-starts.log"
+    agent = f'echo "Hello $AGENT_SECRET" > out.txt; echo started >> {starts}'
+    extra = "workspace_archive: {keep: failed}\nsecret_env: [AGENT_SECRET]"
+    matrix = command_matrix(
+        tmp_path / "v1", agent, runs=2,
+        gates="[{type: file_contains, path: out.txt, substring: hello}]", extra=extra,
+    )  # fmt: skip
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 0, done.stderr
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    assert json.loads(done.stdout)["tiers"]["T0"]["passes"] == 0
+    original = report(exp_id, fleet_env, "--format", "json", "--runs")
+    # The agent's secret never reaches the archive, though the file held it.
+    archive = store.workspace(exp_id, store.runs(exp_id)[0].run_id)
+    assert archive is not None and "sk-agent-secret" not in archive.model_dump_json()
+
+    fixed = command_matrix(
+        tmp_path / "v2", agent, runs=2,
+        gates=f"[{{type: command_succeeds, command: '{FIXED_GATE}'}}]", extra=extra,
+    )  # fmt: skip
+    rescored = run_cli(
+        "rescore", exp_id, "--matrix", str(fixed), "--wait", "--format", "json", env=fleet_env
+    )
+    assert rescored.returncode == 0, rescored.stderr
+    assert "gating 2 of 2 runs again on their archived workspaces" in rescored.stderr
+    version2 = json.loads(rescored.stdout)
+    assert version2["version"] == 2 and version2["tiers"]["T0"]["passes"] == 2
+    assert version2["version_note"] == f"rescored: gates of {fixed}"
+    runs = store.version_runs(exp_id, 2)
+    assert [(r.passed, r.gates[0].gate_type, r.gates_passed) for r in runs] == [
+        (True, "command_succeeds", 1)
+    ] * 2
+    assert len(starts.read_text().splitlines()) == 2  # no agent started again
+    assert report(exp_id, fleet_env, "--format", "json", "--runs", "--version", "1") == original
+
+
+def test_rescore_without_archived_workspaces_says_how_to_keep_them(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    start_worker(concurrency=1)
+    matrix = command_matrix(tmp_path, "true", runs=1)
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    refused = run_cli("rescore", exp_id, env=fleet_env)
+    assert refused.returncode == 2
+    assert "set `workspace_archive: {keep: failed}` in the matrix" in refused.stderr

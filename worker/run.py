@@ -30,7 +30,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from core.config import Matrix
+from core.config import Matrix, WorkspaceArchive
 from core.evaluate import evaluate_run
 from core.evidence import JudgeEvidence, RunEvidence
 from core.pricing import price_for
@@ -39,7 +39,8 @@ from core.report_models import ExperimentStatus
 from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
 from core.shell import kill_groups_by_env
 from core.store import Delivery, Store
-from core.transcript_models import AgentOutcome
+from core.transcript_models import AgentOutcome, CommandRecord
+from core.workspace_archive import TooLarge, pack
 from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
@@ -239,6 +240,7 @@ def _run(
                 "stderr": redact(outcome.stderr, secrets),
             }
         )
+        gated: list[CommandRecord] = []
         result = evaluate_run(
             spec,
             matrix,
@@ -252,8 +254,11 @@ def _run(
             enclosure=container.enclosure() if container is not None else None,
             judgments=store,
             on_judged=lambda judged: _save_judge_evidence(store, spec, judged),
+            on_gated=gated.extend,
         )
         result.worker = socket.gethostname()
+        if matrix.workspace_archive is not None and result.gates_total:
+            _archive(store, matrix.workspace_archive, spec, run_dir, result, gated, secrets)
         return result
     finally:
         containers.close()
@@ -272,6 +277,26 @@ def _save_judge_evidence(store: Store, spec: RunSpec, judged: JudgeEvidence) -> 
         experiment_id=spec.experiment_id, run_id=spec.run_id
     )
     store.save_evidence(evidence.model_copy(update={"judge": judged}))
+
+
+def _archive(
+    store: Store,
+    config: WorkspaceArchive,
+    spec: RunSpec,
+    run_dir: RunDir,
+    result: RunResult,
+    commands: list[CommandRecord],
+    secrets: list[str],
+) -> None:
+    """Keep the gated workspace for rescore (matrix `workspace_archive:`), bounded."""
+    if config.keep == "failed" and result.passed:
+        return
+    try:
+        archive = pack(run_dir.workspace, config.max_bytes, commands, secrets)
+    except (TooLarge, OSError) as exc:
+        log.warning("run %s: %s", spec.run_id, exc)
+        return
+    store.save_workspace(spec.experiment_id, spec.run_id, archive)
 
 
 def _run_agent(

@@ -3,7 +3,7 @@
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
 stored RunResult and the task returns a small summary. `evalfleet.rejudge`, the
-header task of a rejudge (core/rejudge.py), never raises either. The exceptions are a
+header task of a rejudge or rescore (worker/rejudge.py), never raises either. The exceptions are a
 run handed back by a leaving worker (worker/grace.py) and a run that Redis left
 (a restart longer than worker/run.py waits): the message is rejected with
 requeue, which neither fails nor counts toward the chord. A run whose model
@@ -12,7 +12,6 @@ provider failed is retried (`self.retry`) after the wait worker/run.py names.
 
 from __future__ import annotations
 
-import os
 import time
 from functools import cache
 from typing import Any
@@ -21,13 +20,13 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
-from core.redact import redact_record, secret_values
-from core.rejudge import RejudgePlan, rejudge_run
+from core.rejudge import RejudgePlan
 from core.report_models import ExperimentStatus
-from core.results import RunResult, RunSpec, RunStatus
+from core.results import RunResult, RunSpec
 from core.store import Store
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
+from worker.rejudge import rejudged
 from worker.run import REDIS_DOWN, RetryLater, execute
 from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
 
@@ -93,39 +92,6 @@ def rejudge(self: Task, experiment_id: str, run_id: str, plan: dict[str, Any]) -
     except REDIS_DOWN as exc:
         raise Reject(f"Redis unreachable: {exc}", requeue=True) from None
     return summary(result)
-
-
-def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> RunResult:
-    """The run's result in the plan's version: stored once (a redelivery returns it)."""
-    key = f"{plan.version} {run_id}"
-    stored = db.redis.hget(db.keys.version_runs(experiment_id), key)
-    if stored:
-        return RunResult.model_validate_json(stored)
-    original = db.run(experiment_id, run_id)
-    if original is None:
-        raise LookupError(f"run {run_id} of {experiment_id} has no result to rejudge")
-    evidence = db.evidence(experiment_id, run_id)
-    matrix = db.matrix(experiment_id)
-    secrets = secret_values(matrix, os.environ, db.url)
-    if evidence is None or evidence.judge is None:  # nothing to ask again: kept as it was
-        result = original
-    else:
-        try:
-            inputs = evidence.judge.inputs
-            result = rejudge_run(original, inputs, matrix, plan, os.environ, db, secrets)
-        except REDIS_DOWN:
-            raise
-        except Exception as exc:  # the chord must fire: the run is an error of this version
-            result = original.model_copy(
-                update={
-                    "status": RunStatus.infra_error,
-                    "passed": False,
-                    "fail_reason": f"rejudge failed: {exc!r}",
-                }
-            )
-    result = redact_record(result, secrets)
-    db.save_version_run(plan.version, result)
-    return result
 
 
 @shared_task(bind=True, name=AGGREGATE_VERSION_TASK)
