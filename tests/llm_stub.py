@@ -33,7 +33,7 @@ import itertools
 import json
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -140,7 +140,7 @@ def endless() -> Step:
 
 
 def scripted_judge(
-    scores: dict[str, Sequence[float]], model_scores: dict[str, float] | None = None
+    scores: Mapping[str, Sequence[float]], model_scores: Mapping[str, float] | None = None
 ) -> Callable[[RecordedRequest], Step]:
     """A deterministic judge for one criterion `quality`: the request whose prompt names
     marker M gets, on its n-th request naming M, the score ``scores[M][n]`` (its last
@@ -152,7 +152,7 @@ def scripted_judge(
 
     def answer(request: RecordedRequest) -> Step:
         prompt = json.dumps(request.body)
-        model = (request.body or {}).get("model")
+        model = str((request.body or {}).get("model"))
         if model_scores and model in model_scores:
             return _judge_answer(model_scores[model])
         named = [m for m in scores if m in prompt]
