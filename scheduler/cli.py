@@ -498,7 +498,7 @@ def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
     "version",
     type=click.IntRange(min=1),
     default=None,
-    help="The report version: 1 is the runs' own, 2, 3... each rejudge's "
+    help="The report version: 1 is the runs' own, 2, 3... each rejudge's or rescore's "
     "(default: the latest; `scheduler list` shows them).",
 )
 @json_nonfinite_option
