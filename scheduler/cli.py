@@ -747,8 +747,12 @@ def rejudge(
         matrix = store.matrix(exp_id)
         if matrix.judge is None:
             fail(f"experiment {exp_id} has no judge (no top-level `judge:` in its matrix)")
-        judged = sum(1 for e in store.all_evidence(exp_id).values() if e.judge is not None)
-        if not judged:
+        # Whether judge inputs were kept is seen in one run's evidence, not in every
+        # run's (each is a decompression): runs judged before evidence was kept are
+        # kept as they were by the workers.
+        judged = [r.run_id for r in store.runs(exp_id) if r.judge is not None]
+        first = store.evidence(exp_id, judged[0]) if judged else None
+        if first is None or first.judge is None:
             fail(
                 f"no run of {exp_id} has stored judge inputs (evidence): nothing to judge "
                 "again; runs judged before evidence was kept cannot be rejudged"
@@ -765,7 +769,7 @@ def rejudge(
             "note": "rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
         }
         runs = store.info(exp_id).completed_runs
-        what = f"judging {judged} of {runs} runs again with {judge.model} x{judge.repeats}"
+        what = f"judging {len(judged)} of {runs} runs again with {judge.model} x{judge.repeats}"
         _judge_again(store, url, broker, matrix, exp_id, plan, what, workers, wait, fmt, nonfinite)
 
 
