@@ -9,6 +9,7 @@ workers store them, and the report comes from the workers' own aggregation
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,7 +182,9 @@ def judged_matrix(
 ) -> Path:
     """matrix.yaml of judged runs: the agent prints `run=TIER/INDEX;` (a marker for
     tests.llm_stub.scripted_judge), passes its gate and notes each start in
-    FOLDER/agent-starts.log; the judge (model judge-a) is at `base_url`."""
+    FOLDER/agent-starts.log; the judge (model judge-a) is at `base_url`. The prompt
+    names a fresh token: the judgment cache outlives the experiment, and another
+    test's identical runs would be answered from it."""
     (folder / "rubric.yaml").write_text("criteria: [{id: quality, weight: 1, description: q}]\n")
     ids = ", ".join(f"{{id: {t.strip()}}}" for t in tiers.split(","))
     matrix = folder / "matrix.yaml"
@@ -198,7 +201,7 @@ judge: {{base_url: "{base_url}", model: judge-a, api_key_env: null, max_attempts
          repeats: {repeats}}}
 scenarios:
   - id: s
-    prompt: go
+    prompt: "go ({uuid.uuid4().hex})"
     evaluation:
       gates: [{{type: file_exists, path: out.txt}}]
       judge: {{rubric: rubric.yaml, pass_threshold: 0.7}}
