@@ -38,7 +38,13 @@ def send_rejudge(
         app.signature(
             REJUDGE_TASK,
             args=(exp_id, run_id, payload),
-            options={"soft_time_limit": budget, "time_limit": budget + 60, "argsrepr": run_id},
+            # The result is the run's entry in the version, in our keys: none in Celery's.
+            options={
+                "soft_time_limit": budget,
+                "time_limit": budget + 60,
+                "ignore_result": True,
+                "argsrepr": run_id,
+            },
         )
         for run_id in run_ids
     ]
