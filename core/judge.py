@@ -69,8 +69,6 @@ class CachedJudgment(Record):
     """A judge's usable answer as the judgment cache keeps it (core/store.py)."""
 
     raw_answer: str
-    input_tokens: int = 0
-    output_tokens: int = 0
 
 
 class JudgmentCache(Protocol):
@@ -128,7 +126,9 @@ def judge_run(
         inputs.changes_summary,
     )
     calls = [
-        _judge_once(config, rubric, prompt, repeat, [api_key or "", *secrets], sleep, cache)
+        _judge_once(
+            config, rubric, prompt, repeat, api_key, [api_key or "", *secrets], sleep, cache
+        )
         for repeat in range(config.repeats)
     ]
     evidence.calls = [call for call, _ in calls]
@@ -158,11 +158,13 @@ def _judge_once(
     rubric: Rubric,
     prompt: str,
     repeat: int,
+    api_key: str | None,
     secrets: Sequence[str],
     sleep: Callable[[float], None],
     cache: JudgmentCache | None,
 ) -> tuple[JudgeCall, _Call]:
-    """One judgment; `secrets[0]` is the API key."""
+    """One judgment, from the cache or asked; `secrets` (the key among them) are taken
+    out of everything it keeps."""
     key = cache_key(config, prompt, repeat)
     kept = cache.cached_judgment(key) if cache is not None else None
     if kept is not None:
@@ -170,16 +172,13 @@ def _judge_once(
             answer = parse_answer(kept.raw_answer, rubric)
             call = _judge_call(config, rubric, prompt, kept.raw_answer, answer, None)
             return call.model_copy(update={"cached": True}), _Call(answer, 0, 0, 0, None)
-    with _Session(config, secrets[0] or None, sleep) as session:
+    with _Session(config, api_key, sleep) as session:
         response, raw, error = _ask_until_valid(session, config.max_attempts, prompt, rubric)
     raw = None if raw is None else redact(raw, secrets)
     if error is not None:
         error = redact(error, secrets)
     if response is not None and raw is not None and cache is not None:
-        cache.cache_judgment(
-            key, CachedJudgment(raw_answer=raw, input_tokens=session.input_tokens,
-                                output_tokens=session.output_tokens),
-        )  # fmt: skip
+        cache.cache_judgment(key, CachedJudgment(raw_answer=raw))
     cost = _Call(
         response, session.requests, session.input_tokens, session.output_tokens, session.latency_ms
     )
