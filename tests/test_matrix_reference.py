@@ -25,10 +25,12 @@ from core.assertions import FORMS, parse_assertion
 from core.config import (
     AgentConfig,
     AgentOverride,
+    Artifacts,
     CompositeWeights,
     Criterion,
     DockerSandbox,
     Evaluation,
+    EvidenceLimits,
     ExpectedStep,
     Gate,
     JudgeConfig,
@@ -43,6 +45,7 @@ from core.config import (
     Scoring,
     Target,
     Tier,
+    WorkspaceArchive,
     load_rubric,
 )
 from core.gates import run_gates
@@ -281,7 +284,10 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     RubricOutput: "### Rubric files",
     Scoring: "## scoring",
     ModelPrice: "## pricing",
+    EvidenceLimits: "## evidence",
+    Artifacts: "## evidence",
     DockerSandbox: "### agent.docker",
+    WorkspaceArchive: "### workspace_archive",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {
