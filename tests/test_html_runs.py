@@ -11,23 +11,16 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core.evidence import (
-    Attempt,
-    Excerpt,
-    GateEvidence,
-    JudgeCall,
-    JudgeEvidence,
-    JudgeInputs,
-    RunEvidence,
-)
+from core.evidence import Excerpt, GateEvidence, RunEvidence
 from core.results import RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import SESSION, StartWorker, run_cli
 from tests.experiments import Cell, seed_experiment
 from tests.llm_stub import LLMStub, reply
 from tests.test_report_cli import rendered_json
@@ -88,14 +81,22 @@ _READ = """<script>
 })();
 </script>"""
 
+# Its own transcript, in the runner's events format: one LLM call, one tool call
+# that failed, a last message.
+EVENTS = (
+    '{"type":"llm_call","input_tokens":1200,"output_tokens":80,"tool_calls":1}',
+    '{"type":"tool_call","id":"c1","command":"echo done > out.txt"}',
+    '{"type":"tool_result","id":"c1","exit_code":1}',
+    '{"type":"message","role":"assistant","text":"I could not write out.txt."}',
+)
 # Passes on even run indexes; on odd ones it says why it cannot on stderr and leaves
 # an empty file behind, which the gate then finds.
 AGENT = (
+    f"printf '%s\\n' {' '.join(repr(e) for e in EVENTS)} > \"$EVALFLEET_EVENTS\"; "
     "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then echo done > out.txt; "
     "else echo 'cannot write out.txt: disk quota exceeded' >&2; : > out.txt; fi"
 )
 GATE_COMMAND = "test -s out.txt || { echo 'out.txt is empty'; exit 3; }"
-
 
 # The loopback judge's verdict on every run.
 JUDGMENT = {
@@ -104,6 +105,7 @@ JUDGMENT = {
     "confidence": 0.9,
     "issues": ["left an empty file once"],
     "highlights": ["wrote the file"],
+    "reasons": {"quality": "out.txt exists but is empty in one run"},
 }
 
 
@@ -122,8 +124,10 @@ def _matrix(folder: Path, judge_url: str) -> Path:
                 "agent": {"kind": "command", "command": AGENT, "timeout_s": 60},
                 "judge": {"base_url": judge_url, "model": "judge-model", "api_key_env": None},
                 "tiers": [{"id": "T0"}, {"id": "T1"}],
+                # A prompt of its own: the judgment cache is shared by the session's tests.
                 "scenarios": [
-                    {"id": s, "prompt": "go", "evaluation": evaluation} for s in ("write", "again")
+                    {"id": s, "prompt": f"write out.txt {uuid.uuid4()}", "evaluation": evaluation}
+                    for s in ("write", "again")
                 ],
             }
         )
@@ -152,55 +156,6 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     runs = store.runs(exp_id)
     failing = [r for r in runs if not r.passed]
     assert [(r.status, r.run_index) for r in failing] == [(RunStatus.completed, 1)] * 4
-    # Evidence capture (worker/run.py) is not on main yet: store what it keeps of the
-    # failing runs, as a worker would, so the page has something to show.
-    for run in failing:
-        store.save_evidence(
-            RunEvidence(
-                experiment_id=exp_id,
-                run_id=run.run_id,
-                stderr=Excerpt(text="cannot write out.txt: disk quota exceeded\n", total_bytes=42),
-                events=[
-                    {
-                        "type": "llm_call",
-                        "input_tokens": 1200,
-                        "output_tokens": 80,
-                        "tool_calls": 1,
-                    },
-                    {"type": "tool_call", "command": "echo done > out.txt", "exit_code": 1},
-                    {"type": "cut", "events": 12},
-                    {"type": "message", "text": "assistant: I could not write out.txt."},
-                ],
-                judge=JudgeEvidence(
-                    inputs=JudgeInputs(task_prompt="go", transcript_text=Excerpt()),
-                    calls=[
-                        JudgeCall(
-                            model="judge-model",
-                            prompt=Excerpt(text="Judge this run."),
-                            scores={"quality": 0.8},
-                            reasons={"quality": "out.txt exists but is empty"},
-                            weighted_score=0.8,
-                        )
-                    ],
-                ),
-                gates=[
-                    GateEvidence(
-                        command=GATE_COMMAND,
-                        exit_code=3,
-                        output=Excerpt(text="out.txt is empty\n", total_bytes=17),
-                    )
-                ],
-                attempts=[
-                    Attempt(
-                        worker=run.worker or "",
-                        started_at=run.started_at or 0,
-                        ended_at=run.ended_at,
-                        outcome="completed: gates failed: out-written",
-                    )
-                ],
-            )
-        )
-
     read = rendered_json(_html(exp_id, fleet_env), _READ, "read", tmp_path)
 
     expected = sorted(
@@ -242,19 +197,18 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     # The judge: its verdict, each criterion's score with its reason, issues, highlights.
     assert {row[7] for row in read["all"]} == {"0.800"}
     assert "judge-model: score 0.800 (passes at 0.70): passed" in detail
-    assert read["criteria"] == [["quality", "0.80", "out.txt exists but is empty"]]
+    assert read["criteria"] == [["quality", "0.80", "out.txt exists but is empty in one run"]]
     assert "issues: left an empty file once" in detail and "highlights: wrote the file" in detail
     # The transcript as a conversation: the call's tokens, the tool call's exit code.
     assert read["conversation"] == [
         "LLM call: 1,200 in, 80 out · 1 tool call",
         "$ echo done > out.txt → exit 1",
-        "[… 12 events left out in the middle …]",
         "assistant: I could not write out.txt.",
     ]
-    # Its deliveries: which worker ran it and how that ended.
-    assert [(a[0], a[3]) for a in read["attempts"]] == [
-        (first.worker, "completed: gates failed: out-written")
-    ]
+    # Its deliveries: which worker ran it (the test's worker, by its node name) and how
+    # that ended.
+    [(worker, _, _, outcome)] = read["attempts"]
+    assert SESSION in worker and outcome == "completed: gates failed: out-written"
     assert read["width"] <= 1280 and read["opened_width"] <= 1280
 
     # The view of one scenario lists only that scenario's runs.
@@ -367,6 +321,7 @@ _WIDTHS = """<script>
   read.opened_page = document.documentElement.scrollWidth;
   read.detail_fits = [...detail.querySelectorAll("*")].every(
     el => el.getBoundingClientRect().right <= detail.getBoundingClientRect().right + 1);
+  read.conversation = [...detail.querySelectorAll("ol.conversation li")].map(li => li.innerText);
   read.pre_lengths = [...detail.querySelectorAll("pre")].map(p => p.textContent.length);
   const out = document.createElement("pre");
   out.id = "widths";
@@ -406,7 +361,10 @@ def test_nothing_is_wider_than_a_1280_px_window(
             gates=[
                 GateEvidence(command=LONG, exit_code=1, output=Excerpt(text=LONG, total_bytes=1))
             ],
-            events=[{"type": "tool_call", "command": LONG, "exit_code": 2, "output": LONG}],
+            events=[
+                {"type": "tool_call", "command": LONG, "exit_code": 2, "output": LONG},
+                {"type": "cut", "events": 12},  # a cap left them out
+            ],
         )
     )
 
@@ -418,5 +376,6 @@ def test_nothing_is_wider_than_a_1280_px_window(
     assert read["tables"][significance] and not read["tables"]["Summary"]
     assert read["run_table"] and read["reason_cell"] < 1280
     assert read["opened"] == opened.run_id and read["detail_fits"]
+    assert read["conversation"][1] == "[… 12 events left out in the middle …]"
     # Nothing was cut to fit: every long text is there, wrapped.
     assert read["pre_lengths"].count(len(LONG)) >= 3

@@ -214,6 +214,8 @@
     ];
   }
 
+  // The run's own judge result first (a rejudged version's is its own), the judge
+  // calls the evidence kept where the result has no answer.
   function judge(run, evidence) {
     const result = run.judge;
     const calls = evidence && evidence.judge ? evidence.judge.calls : [];
@@ -225,9 +227,9 @@
         `(passes at ${fixed(result.pass_threshold, 2)}): ${result.passed ? "passed" : "not passed"}`,
         result.error ? ` (error: ${result.error})` : ""));
     }
-    const reasons = calls.length ? calls[0].reasons : {};
-    const response = result && result.response;
-    const scores = calls.length ? calls[0].scores : response ? response.scores : {};
+    const answer = result && result.response ? result.response : calls[0] || {};
+    const scores = answer.scores || {};
+    const reasons = answer.reasons || {};
     const criteria = [...new Set([...Object.keys(scores), ...Object.keys(reasons)])];
     if (criteria.length) {
       parts.push(el("table", {className: "criteria"},
@@ -237,16 +239,15 @@
           el("td", {className: "label"}, c), el("td", {}, fixed(scores[c], 2)),
           el("td", {className: "label wrap"}, reasons[c] || ""))))));
     }
-    if (calls.length > 1) {
-      const each = calls.map(call => call.error ? `error (${call.error})` :
-        fixed(call.weighted_score, 3) + (call.cached ? " (cached)" : ""));
-      parts.push(el("p", {}, `${calls.length} judgments: ${each.join(", ")}`));
+    const each = result ? result.scores : calls.map(call => call.weighted_score);
+    if (each.length > 1) {
+      const spread = result && result.scores_sd !== null ? `, sd ${fixed(result.scores_sd, 3)}` : "";
+      const cached = result && result.cached ? `, ${result.cached} from the judgment cache` : "";
+      parts.push(el("p", {},
+        `${each.length} judgments: ${each.map(v => fixed(v, 3)).join(", ")}${spread}${cached}`));
     }
-    if (response) {
-      for (const [label, list] of [["issues", response.issues],
-        ["highlights", response.highlights]]) {
-        if (list.length) parts.push(el("p", {}, el("strong", {}, `${label}: `), list.join("; ")));
-      }
+    for (const [label, list] of [["issues", answer.issues], ["highlights", answer.highlights]]) {
+      if (list && list.length) parts.push(el("p", {}, el("strong", {}, `${label}: `), list.join("; ")));
     }
     return parts;
   }
