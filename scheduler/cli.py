@@ -429,9 +429,9 @@ def _evidence(store: Store, exp_id: str) -> dict[str, RunEvidence]:
             found[run.run_id] = evidence
     if unreadable:
         err.print(
-            f"note: the evidence of {len(unreadable)} runs is in an artifacts folder this machine "
-            f"cannot read, and not in the page (first: {unreadable[0]}); write the report "
-            "where that folder is mounted",
+            f"note: the evidence of {len(unreadable)} run(s) is in an artifacts folder this "
+            f"machine cannot read, and not in the page (first: {unreadable[0]}); write the "
+            "report where that folder is mounted",
             markup=False,
             soft_wrap=True,
         )

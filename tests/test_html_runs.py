@@ -9,9 +9,11 @@ has to be far from absurd.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -379,3 +381,42 @@ def test_nothing_is_wider_than_a_1280_px_window(
     assert read["conversation"][1] == "[… 12 events left out in the middle …]"
     # Nothing was cut to fit: every long text is there, wrapped.
     assert read["pre_lengths"].count(len(LONG)) >= 3
+
+
+def test_evidence_in_an_artifacts_folder_not_seen_here_is_left_out_with_a_note(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """Evidence kept as files in a shared folder (`--artifacts`) that the machine writing
+    the report does not see: the report is written all the same, with what it can read."""
+    exp_id = seed_experiment(store, tmp_path, {("T0", "s1"): Cell((True, False))})
+    folder = tmp_path / "artifacts"
+    saved = {
+        run.run_id: store.save_evidence(
+            RunEvidence(
+                experiment_id=exp_id,
+                run_id=run.run_id,
+                stderr=Excerpt(text=f"stderr of run {run.run_index}", total_bytes=15),
+            ),
+            folder=folder,
+        )
+        for run in store.runs(exp_id)
+    }
+    lost = f"{exp_id}:T0:s1:1"
+    path = saved[lost].path
+    assert path is not None
+    path.unlink()  # as if the folder were another machine's
+
+    result = run_cli("report", exp_id, "--format", "html", env=fleet_env)
+
+    assert result.returncode == 0, result.stderr
+    assert (
+        "note: the evidence of 1 run(s) is in an artifacts folder this machine cannot read"
+        in result.stderr
+    )
+    assert lost in result.stderr
+    blobs = re.findall(r'id="run-\d+">(.*?)</script>', result.stdout)
+    details = [json.loads(zlib.decompress(base64.b64decode(b))) for b in blobs]
+    evidence = {d["run"]["run_id"]: d["evidence"] for d in details}
+    assert evidence[f"{exp_id}:T0:s1:0"]["stderr"]["text"] == "stderr of run 0"
+    assert evidence[lost] is None
+    assert "2 runs, 1 with evidence" in result.stdout

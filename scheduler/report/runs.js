@@ -148,7 +148,8 @@
     ];
     if (!evidence) {
       parts.push(el("p", {className: "note"}, note || "No evidence stored for this run (it ran " +
-        "before evidence was kept, or its evidence could not be stored): its result is all there is."));
+        "before evidence was kept, its evidence could not be stored, or it is in an artifacts " +
+        "folder the machine that wrote this page could not read): its result is all there is."));
     }
     parts.push(...gates(run, evidence), ...judge(run, evidence), ...transcript(run, evidence));
     if (evidence) {
