@@ -9,11 +9,9 @@ has to be far from absurd.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import uuid
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from core.store import Store
 from tests.conftest import SESSION, StartWorker, run_cli
 from tests.experiments import Cell, seed_experiment
 from tests.llm_stub import LLMStub, reply
-from tests.test_report_cli import rendered_json
+from tests.test_report_cli import rendered_json, run_details
 
 pytestmark = pytest.mark.integration
 
@@ -414,9 +412,7 @@ def test_evidence_in_an_artifacts_folder_not_seen_here_is_left_out_with_a_note(
         in result.stderr
     )
     assert lost in result.stderr
-    blobs = re.findall(r'id="run-\d+">(.*?)</script>', result.stdout)
-    details = [json.loads(zlib.decompress(base64.b64decode(b))) for b in blobs]
-    evidence = {d["run"]["run_id"]: d["evidence"] for d in details}
+    evidence = {d["run"]["run_id"]: d["evidence"] for d in run_details(result.stdout)}
     assert evidence[f"{exp_id}:T0:s1:0"]["stderr"]["text"] == "stderr of run 0"
     assert evidence[lost] is None
     assert "2 runs, 1 with evidence" in result.stdout

@@ -6,8 +6,6 @@ import base64
 import json
 import os
 import re
-import zlib
-from typing import Any
 
 from core.aggregate import aggregate
 from core.config import Scoring
@@ -17,6 +15,7 @@ from core.results import RunResult, RunStatus
 from scheduler.report.charts import Bar, bar_chart, line_chart
 from scheduler.report.render import render
 from scheduler.report.runs import runs_section
+from tests.test_report_cli import run_details
 
 HOSTILE = 'x <script>alert("1")</script> | & y'
 
@@ -73,17 +72,9 @@ def test_run_text_cannot_break_out_of_the_run_table() -> None:
     ]
     rows = re.search(r'id="runs-data">(.*?)</script>', page)
     assert rows and json.loads(rows.group(1))[1][4] == HOSTILE
-    details = _details(page, 1)
+    details = run_details(page)[1]
     assert details["run"]["fail_reason"] == HOSTILE
     assert details["evidence"]["stderr"]["text"] == HOSTILE
-
-
-def _details(page: str, row: int) -> dict[str, Any]:
-    """What the page decodes when run `row` of its table is opened."""
-    blob = re.search(f'id="run-{row}">(.*?)</script>', page)
-    assert blob
-    details: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode(blob.group(1))))
-    return details
 
 
 def test_a_page_holds_evidence_up_to_its_budget_failed_runs_first() -> None:
@@ -103,10 +94,10 @@ def test_a_page_holds_evidence_up_to_its_budget_failed_runs_first() -> None:
     # Room for one run's: the failed one, though the passing run 0 comes first.
     page = runs_section(report, runs, evidence, evidence_budget=60_000)
 
-    failed, passed = _details(page, 1), _details(page, 0)
+    failed, passed = run_details(page)[1], run_details(page)[0]
     assert failed["evidence"]["stdout"]["text"] == evidence["T0-1"].stdout.text
     assert failed["note"] is None
-    assert passed["evidence"] is None and _details(page, 2)["evidence"] is None
+    assert passed["evidence"] is None and run_details(page)[2]["evidence"] is None
     assert passed["note"] == (
         "This run's evidence was left out of this page: it holds at most 0.06 MB of evidence, "
         "failed runs' first. `scheduler show T0-0` shows it."

@@ -6,6 +6,7 @@ scipy and plain combinatorics; the HTML report is opened in headless Chromium.
 
 from __future__ import annotations
 
+import base64
 import csv
 import html
 import io
@@ -15,6 +16,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +214,13 @@ def test_html_is_one_self_contained_file_with_four_charts(
     assert page.count('class="error-bar"') == 4
     assert page.count('class="point"') == 2 and page.count('class="series"') == 2
     assert "<h2>Guidance comparison: s1</h2>" in page
+
+
+def run_details(page: str) -> list[dict[str, Any]]:
+    """What an HTML report's run table carries per run (its result, evidence and note),
+    inflated, in the table's order."""
+    blobs = re.findall(r'<script type="application/x-evalfleet-run" id="run-\d+">([^<]*)<', page)
+    return [json.loads(zlib.decompress(base64.b64decode(blob))) for blob in blobs]
 
 
 def _chromium() -> str | None:
