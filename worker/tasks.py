@@ -110,6 +110,8 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
         scoring=matrix.scoring,
         tier_order=[t.id for t in matrix.tiers],
         scenario_order=[s.id for s in matrix.scenarios],
+        correction=matrix.report.correction,
+        alpha=matrix.report.alpha,
     )
     db.save_report(report)
     db.set_status(experiment_id, info.status, finished_at=finished)
