@@ -299,4 +299,3 @@ def compare_experiments(
             tier for tier, c in by_tier.items() if c.verdict in (Verdict.worse, Verdict.mixed)
         ],
     )
-

@@ -286,9 +286,7 @@ class CliffsDelta:
     high: float | None
 
 
-def cliffs_delta(
-    x: Sequence[float], y: Sequence[float], confidence: float = 0.95
-) -> CliffsDelta:
+def cliffs_delta(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> CliffsDelta:
     """Cliff's delta of x over y with its interval.
 
     Variance: Cliff's (1993) consistent estimator from the dominance matrix

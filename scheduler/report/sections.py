@@ -403,8 +403,7 @@ TEST_COLUMNS = [
 
 def test_notes(m: Multiplicity | None) -> list[str]:
     return [
-        "Fisher's exact test (two-sided) on passes; Mann-Whitney U (two-sided) on composite "
-        "scores",
+        "Fisher's exact test (two-sided) on passes; Mann-Whitney U (two-sided) on composite scores",
         "effect sizes: Δ pass rate with Newcombe's hybrid score interval; Cliff's δ = "
         "P(a run here scores above a reference run) - P(below), its interval from Cliff's "
         "consistent variance estimator (Feng & Cliff's asymmetric form)",
@@ -611,8 +610,9 @@ def comparison(result: ExperimentComparison) -> Table:
             "runs counted A/B",
             f"A {PASS_RATE}",
             f"B {PASS_RATE}",
+            *TEST_COLUMNS[:4],
             "median composite A → B",
-            *TEST_COLUMNS,
+            *TEST_COLUMNS[4:],
         ],
         rows,
         notes,
@@ -628,10 +628,12 @@ def comparison(result: ExperimentComparison) -> Table:
 
 
 def _compared(c: Comparison) -> list[str]:
+    tests = _versus(c)
     return [
         f"{c.reference_runs}/{c.runs}",
         pass_rate(c.reference_passes, c.reference_runs),
         pass_rate(c.passes, c.runs),
+        *tests[:4],  # the pass-rate test, then the composite's medians beside its test
         f"{num(c.reference_composite_median)} → {num(c.composite_median)}",
-        *_versus(c),
+        *tests[4:],
     ]
