@@ -5,6 +5,7 @@ uplift and the cross-tier variance of the impl rate."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pytest
 
@@ -23,7 +24,7 @@ HAND = {
 }
 
 
-def _runs(spec: dict[str, tuple[list[tuple[bool, float]], float | None]]) -> list[RunResult]:
+def _runs(spec: Mapping[str, tuple[list[tuple[bool, float]], float | None]]) -> list[RunResult]:
     return [
         make_run(tier, index=i, passed=passed, impl=impl, cost=cost)
         for tier, (outcomes, cost) in spec.items()

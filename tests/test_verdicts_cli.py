@@ -129,7 +129,7 @@ def test_the_matrix_chooses_the_correction_and_the_cli_can_redo_it(
     # under Holm's family-wise error rate: the correction decides, and says so.
     def t2(correction: str) -> dict[str, Any]:
         redone = _cli(fleet_env, "report", family, "--format", "json", "--correction", correction)
-        return json.loads(redone)["tiers"]["T2"]["analysis"]["vs_baseline"]  # type: ignore[no-any-return]
+        return json.loads(redone)["tiers"]["T2"]["analysis"]["vs_baseline"]
 
     assert report["tiers"]["T2"]["analysis"]["vs_baseline"]["verdict"] == "better"
     assert t2("none")["verdict"] == "better"
