@@ -52,14 +52,19 @@ USAGE_ERROR = 2
 INFRA_ERRORS = 3
 
 
-def correction_option(default: str | None, default_help: str) -> Callable[[Any], Any]:
+def correction_option(default: str | None, default_help: str = "") -> Callable[[Any], Any]:
     return click.option(
         "--correction",
         type=click.Choice(CORRECTIONS),
         default=default,
         show_default=default is not None,
-        help="Multiple-comparison correction of every test: holm (family-wise error rate), "
-        f"bh (Benjamini-Hochberg, false discovery rate) or none. {default_help}",
+        help=" ".join(
+            [
+                "Multiple-comparison correction of every test: holm (family-wise error rate),",
+                "bh (Benjamini-Hochberg, false discovery rate) or none.",
+                *([default_help] if default_help else []),
+            ]
+        ),
     )
 
 
@@ -576,7 +581,7 @@ def report(
     show_default=True,
     help="Significance level of the family of tests.",
 )
-@correction_option(CORRECTION, "")
+@correction_option(CORRECTION)
 @click.option(
     "--fail-on-regression",
     is_flag=True,
