@@ -41,10 +41,15 @@ def github_report(report: ExperimentReport) -> str:
         for tier_id, t in report.tiers.items()
         if t.analysis.vs_baseline is not None
     }
-    said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in verdicts.items()) or "no tier"
-    lines = [
+    said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in verdicts.items())
+    verdict = (
         f"**{_mark(verdicts.values())} Against baseline {md(baseline)}: {md(said)}** "
-        f"({_corrected(report.multiplicity)})",
+        f"({_corrected(report.multiplicity)})"
+        if verdicts
+        else f"**{_MARKS['none']} {md(baseline)} is the only tier: no test against a baseline**"
+    )
+    lines = [
+        verdict,
         "",
         md(sections.header(report)),
     ]
