@@ -90,11 +90,7 @@ def compare_runs(
     median = statistics(composites).median
     base_median = statistics(base_composites).median
     assert median is not None and base_median is not None  # both samples are non-empty
-    directions = {
-        _direction(pass_rate - base_rate, fisher_p, alpha),
-        _direction(prob_superior - 0.5, test.p, alpha),
-    }
-    return counts.model_copy(
+    tested = counts.model_copy(
         update={
             "pass_rate": pass_rate,
             "reference_pass_rate": base_rate,
@@ -107,8 +103,6 @@ def compare_runs(
             "mann_whitney_p": test.p,
             "mann_whitney_method": test.method,
             "prob_superior": prob_superior,
-            "fisher_p_adjusted": fisher_p,
-            "mann_whitney_p_adjusted": test.p,
             "risk_difference_ci": Interval(
                 low=risk[0], high=risk[1], confidence=CONFIDENCE, method=_NEWCOMBE
             ),
@@ -116,7 +110,28 @@ def compare_runs(
             "cliffs_delta_ci": None
             if cliff.low is None or cliff.high is None
             else Interval(low=cliff.low, high=cliff.high, confidence=CONFIDENCE, method=_CLIFF),
-            "detectable": _detectable(counts, alpha),
+        }
+    )
+    # Judged alone until a family corrects it (correct_family).
+    return _judged(tested, fisher_p, test.p, alpha, alpha)
+
+
+def _judged(
+    c: Comparison, fisher_p: float, mann_whitney_p: float, alpha: float, lone_alpha: float
+) -> Comparison:
+    """`c` with these (adjusted) p-values, the verdict they give at `alpha` and the
+    differences detectable at `lone_alpha`."""
+    assert c.pass_rate_delta is not None and c.prob_superior is not None
+    directions = {
+        _direction(c.pass_rate_delta, fisher_p, alpha),
+        _direction(c.prob_superior - 0.5, mann_whitney_p, alpha),
+    }
+    return c.model_copy(
+        update={
+            "alpha": alpha,
+            "fisher_p_adjusted": fisher_p,
+            "mann_whitney_p_adjusted": mann_whitney_p,
+            "detectable": _detectable(c, lone_alpha),
             "verdict": _verdict(directions),
         }
     )
@@ -139,36 +154,26 @@ def correct_family(
 ) -> tuple[list[Comparison], Multiplicity]:
     """The comparisons with their p-values adjusted as one family (two tests each that has
     runs), verdicts and detectable differences redone at the corrected levels."""
-    tested = [i for i, c in enumerate(family) if c.fisher_p is not None]
-    raw = [p for i in tested for p in (family[i].fisher_p, family[i].mann_whitney_p)]
-    adjusted = adjust_p([p for p in raw if p is not None], correction)
+    raw = [
+        p
+        for c in family
+        if c.fisher_p is not None and c.mann_whitney_p is not None
+        for p in (c.fisher_p, c.mann_whitney_p)
+    ]
+    adjusted = adjust_p(raw, correction)
     multiplicity = Multiplicity(
         correction=correction,
         alpha=alpha,
         tests=len(adjusted),
         lone_test_alpha=lone_test_alpha(alpha, correction, len(adjusted)),
     )
-    result = list(family)
-    for position, i in enumerate(tested):
-        c = family[i]
-        fisher_adj, mw_adj = adjusted[2 * position], adjusted[2 * position + 1]
-        assert c.pass_rate_delta is not None and c.prob_superior is not None
-        directions = {
-            _direction(c.pass_rate_delta, fisher_adj, alpha),
-            _direction(c.prob_superior - 0.5, mw_adj, alpha),
-        }
-        result[i] = c.model_copy(
-            update={
-                "alpha": alpha,
-                "fisher_p_adjusted": fisher_adj,
-                "mann_whitney_p_adjusted": mw_adj,
-                "detectable": _detectable(c, multiplicity.lone_test_alpha),
-                "verdict": _verdict(directions),
-            }
-        )
-    for i, c in enumerate(family):
-        if c.fisher_p is None:
-            result[i] = c.model_copy(update={"alpha": alpha})
+    pairs = iter(zip(adjusted[::2], adjusted[1::2], strict=True))
+    result = [
+        _judged(c, *next(pairs), alpha, multiplicity.lone_test_alpha)
+        if c.fisher_p is not None
+        else c.model_copy(update={"alpha": alpha})
+        for c in family
+    ]
     return result, multiplicity
 
 
