@@ -365,7 +365,7 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
                 scope,
                 pass_rate(t.passes, t.counted),
                 with_interval(t.composite_score.median, a.composite_median_ci),
-                *(_versus(vs) if vs is not None else ["baseline"] + [""] * 8),
+                *(_versus(vs) if vs is not None else ["baseline"] + [""] * (len(TEST_COLUMNS) - 1)),
             ]
         )
     return Table(
