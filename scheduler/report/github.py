@@ -62,7 +62,7 @@ def github_report(report: ExperimentReport) -> str:
                 sections.pass_rate(t.passes, t.counted),
                 t.grade or "-",
                 sections.num(t.cost_of_pass, 4),
-                *(["baseline", "", "", "", ""] if vs is None else _test(vs)),
+                *(["baseline"] + [""] * (len(TEST_COLUMNS) - 1) if vs is None else _test(vs)),
             ]
             for tier_id, t in report.tiers.items()
             for vs in [t.analysis.vs_baseline]
