@@ -138,12 +138,24 @@ def _judged(
 
 
 def _detectable(c: Comparison, alpha: float) -> Detectable | None:
+    """The normal approximation's detectable changes, except where Fisher's test could not
+    reach `alpha` even with every run passing (or failing): with a handful of runs the
+    approximation promises what the exact test cannot give."""
     if not c.runs or not c.reference_runs:
         return None
     rate = c.reference_passes / c.reference_runs
+    base_fails = c.reference_runs - c.reference_passes
+
+    def reachable(passes: int) -> bool:
+        return fisher_exact(passes, c.runs - passes, c.reference_passes, base_fails) < alpha
+
     return Detectable(
-        improvement=detectable_difference(rate, c.reference_runs, c.runs, alpha, POWER, 1),
-        regression=detectable_difference(rate, c.reference_runs, c.runs, alpha, POWER, -1),
+        improvement=detectable_difference(rate, c.reference_runs, c.runs, alpha, POWER, 1)
+        if reachable(c.runs)
+        else None,
+        regression=detectable_difference(rate, c.reference_runs, c.runs, alpha, POWER, -1)
+        if reachable(0)
+        else None,
         power=POWER,
         alpha=alpha,
     )

@@ -122,3 +122,24 @@ def test_correcting_a_stored_report_again_gives_the_same_report() -> None:
     assert t1_bh.fisher_p_adjusted is not None and t1.fisher_p_adjusted is not None
     assert t1_bh.fisher_p_adjusted <= t1.fisher_p_adjusted
     assert correct_report(bh, "holm", 0.05) == report
+
+
+def test_a_handful_of_runs_can_detect_nothing() -> None:
+    """3 of 3 against 0 of 3: Fisher's p is 0.1, so no rise is detectable at 0.05 whatever
+    the normal approximation says; with 10 a side the approximation's figure stands."""
+    few = compare_runs(
+        [make_run("T1", "s", i, passed=True) for i in range(3)],
+        [make_run("T0", "s", i, passed=False) for i in range(3)],
+        "T0",
+    )
+    assert few.fisher_p == pytest.approx(0.1)
+    assert few.detectable is not None
+    assert (few.detectable.improvement, few.detectable.regression) == (None, None)
+    ten = compare_runs(
+        [make_run("T1", "s", i, passed=i < 5) for i in range(10)],
+        [make_run("T0", "s", i, passed=i < 5) for i in range(10)],
+        "T0",
+    )
+    assert ten.detectable is not None
+    assert ten.detectable.improvement == pytest.approx(ten.detectable.regression)
+    assert 0.4 < ten.detectable.improvement < 0.5  # type: ignore[operator]

@@ -44,6 +44,7 @@ def test_user_text_is_escaped_in_html_and_markdown() -> None:
     assert title.startswith("# x &lt;script>alert") and "\\| & y" in title
     github = render(report, "github")
     assert "<script" not in github and "x &lt;script>alert" in github.splitlines()[2]
+    assert "<details>" not in github  # one scenario: its rows are the tiers'
 
 
 def test_an_experiment_without_results_renders_everywhere() -> None:

@@ -216,7 +216,7 @@ def test_github_format_opens_with_the_verdict(
     assert [r.split(" | ")[0] for r in tier_rows[:3]] == ["| T0", "| T1", "| T2"]
     assert "| baseline |" in tier_rows[0]
     # Scenarios fold away; every one of them is there.
-    assert "<details><summary>Per scenario (4 rows)</summary>" in github
+    assert "<details><summary>Per scenario (4 rows of tier x scenario)</summary>" in github
     assert sum(1 for line in lines if re.match(r"\| T[12] \| s[12] \|", line)) == 4
     assert "frontier cost of pass" in github
     # Short enough for a pull-request comment (65,536 characters).

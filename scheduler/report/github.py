@@ -71,7 +71,10 @@ def github_report(report: ExperimentReport) -> str:
     scenario_rows = [
         [tier_id, scope, sections.pass_rate(t.passes, t.counted), *_test(vs)]
         for tier_id, scope, t in sections.cells(report)
-        if scope != ALL and (vs := t.analysis.vs_baseline) is not None
+        # A lone scenario's row is its tier's: shown once, above.
+        if scope != ALL
+        and len(report.tiers[tier_id].scenarios) > 1
+        and (vs := t.analysis.vs_baseline) is not None
     ]
     scenarios = Table(
         "per scenario", ["tier", "scenario", sections.PASS_RATE, *TEST_COLUMNS], scenario_rows
@@ -170,7 +173,8 @@ def _document(
         shown = scenarios.rows[:MAX_SCENARIO_ROWS]
         lines += [
             "",
-            f"<details><summary>Per scenario ({len(scenarios.rows)} rows)</summary>",
+            f"<details><summary>Per scenario ({len(scenarios.rows)} rows of tier x "
+            "scenario)</summary>",
             "",
             *table_lines(Table(scenarios.title, scenarios.columns, shown)),
         ]
