@@ -25,10 +25,12 @@ from core.assertions import FORMS, parse_assertion
 from core.config import (
     AgentConfig,
     AgentOverride,
+    Artifacts,
     CompositeWeights,
     Criterion,
     DockerSandbox,
     Evaluation,
+    EvidenceLimits,
     ExpectedStep,
     Gate,
     JudgeConfig,
@@ -283,6 +285,8 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     Scoring: "## scoring",
     ReportOptions: "## report",
     ModelPrice: "## pricing",
+    EvidenceLimits: "## evidence",
+    Artifacts: "## evidence",
     DockerSandbox: "### agent.docker",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
