@@ -8,6 +8,7 @@ is wider than the window: a table too wide for it scrolls in its own box.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from html import escape
 
@@ -17,6 +18,8 @@ from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, s
 from scheduler.report.runs import RUNS_STYLE, runs_section
 from scheduler.report.sections import Table, header, pass_share, report_tables, scenario_tables
 
+# An interval as the tables write it: "[0.541, 0.773]".
+_INTERVAL = re.compile(r"\[[^\]]*\]")
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem;
        color: #222; max-width: 1400px; }
@@ -150,9 +153,8 @@ def _table(table: Table) -> str:
 def _cell(tag: str, text: str, label: bool) -> str:
     if label:
         return f'<{tag} class="label">{escape(text)}</{tag}>'
+    if tag == "th":
+        return f"<th>{escape(text)}</th>"
     # A table wider than the page wraps its values at their spaces ("0.667" above its
     # interval), but never inside an interval "[0.541, 0.773]".
-    value, bracket, interval = text.partition(" [")
-    if bracket and tag == "td":
-        return f'<{tag}>{escape(value)} <span class="interval">[{escape(interval)}</span></{tag}>'
-    return f"<{tag}>{escape(text)}</{tag}>"
+    return "<td>" + _INTERVAL.sub(r'<span class="interval">\g<0></span>', escape(text)) + "</td>"
