@@ -123,6 +123,19 @@ def test_show_refuses_an_unknown_run_with_exit_2(
     assert words.returncode == 2 and "not 2 words" in words.stderr
 
 
+def test_show_of_a_run_not_yet_run_says_so(fleet_env: dict[str, str], tmp_path: Path) -> None:
+    submitted = run_cli("submit", str(command_matrix(tmp_path, "true")), env=fleet_env)
+    exp_id = submitted.stdout.strip()
+    shown = show(fleet_env, f"{exp_id}:T0:s:0")
+    assert "no result yet: still queued or running, or lost" in shown
+    assert show_json(fleet_env, f"{exp_id}:T0:s:0") == {
+        "result": None,
+        "evidence": None,
+        "attempts": [],
+    }
+    assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
+
+
 def test_caps_cut_each_text_and_the_experiment_with_a_note(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
@@ -237,6 +250,13 @@ def test_an_artifacts_folder_holds_the_evidence_and_redis_its_path(
     evidence = json.loads(zlib.decompress(path.read_bytes()))
     assert "expected final in out.txt" in evidence["gates"][1]["output"]["text"]
     assert "expected final in out.txt" in show(fleet_env, run_id)
+
+    # A machine that does not see the folder still shows the run, and says why it
+    # lacks the evidence.
+    path.unlink()
+    shown = show(fleet_env, run_id)
+    assert "outcome: completed, failed" in shown
+    assert "note: the run's evidence file cannot be read here: [Errno 2]" in shown
 
     # A folder that cannot be made is refused before anything is sent.
     before = store.list_experiments()
