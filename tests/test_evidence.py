@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from core.redact import MARKER
-from core.store import FILE_POINTER, NO_RESULT, Store
+from core.store import FILE_POINTER, NO_RESULT, Store, evidence_file
 from tests.conftest import StartWorker, run_cli
 from tests.experiments import command_matrix
 
@@ -245,6 +245,7 @@ def test_an_artifacts_folder_holds_the_evidence_and_redis_its_path(
     run_id = f"{exp_id}:T0:s:0"
 
     path = folder / exp_id / f"{quote(run_id, safe='')}.json.z"
+    assert evidence_file(folder, exp_id, run_id) == path
     stored = store.binary.hget(store.keys.evidence(exp_id), run_id)
     assert stored == FILE_POINTER + str(path).encode()
     evidence = json.loads(zlib.decompress(path.read_bytes()))
