@@ -45,6 +45,7 @@ from core.config import (
     Scoring,
     Target,
     Tier,
+    WorkspaceArchive,
     load_rubric,
 )
 from core.gates import run_gates
@@ -286,6 +287,7 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     EvidenceLimits: "## evidence",
     Artifacts: "## evidence",
     DockerSandbox: "### agent.docker",
+    WorkspaceArchive: "### workspace_archive",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {
