@@ -20,8 +20,9 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
+from core.config import Matrix
 from core.rejudge import RejudgePlan
-from core.report_models import ExperimentStatus
+from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec
 from core.store import Store
 from worker.grace import HandBack, graceful_run
@@ -110,15 +111,7 @@ def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str
     runs = db.version_runs(experiment_id, plan.version)
     if len(runs) < info.completed_runs:
         return {"experiment_id": experiment_id, "status": "waiting for runs"}
-    matrix = db.matrix(experiment_id)
-    report = aggregate(
-        info,
-        runs,
-        baseline=matrix.baseline_tier,
-        scoring=matrix.scoring,
-        tier_order=[t.id for t in matrix.tiers],
-        scenario_order=[s.id for s in matrix.scenarios],
-    )
+    report = _report(info, runs, db.matrix(experiment_id))
     db.save_report(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
     return {"experiment_id": experiment_id, "version": plan.version}
 
@@ -148,14 +141,20 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
     # The first aggregation fixes finished_at, so re-running it changes nothing.
     finished = info.finished_at or max((r.ended_at or 0.0 for r in runs), default=time.time())
     info = info.model_copy(update={"finished_at": finished})
-    report = aggregate(
+    db.save_report(_report(info, runs, matrix))
+    db.set_status(experiment_id, info.status, finished_at=finished)
+    return {"experiment_id": experiment_id, "status": info.status.value}
+
+
+def _report(info: ExperimentInfo, runs: list[RunResult], matrix: Matrix) -> ExperimentReport:
+    """The report of these runs as the matrix asks for it (every version alike)."""
+    return aggregate(
         info,
         runs,
         baseline=matrix.baseline_tier,
         scoring=matrix.scoring,
         tier_order=[t.id for t in matrix.tiers],
         scenario_order=[s.id for s in matrix.scenarios],
+        correction=matrix.report.correction,
+        alpha=matrix.report.alpha,
     )
-    db.save_report(report)
-    db.set_status(experiment_id, info.status, finished_at=finished)
-    return {"experiment_id": experiment_id, "status": info.status.value}
