@@ -108,6 +108,9 @@ class JudgeResponse(Record):
     confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
     issues: list[str]
     highlights: list[str]
+    reasons: dict[str, str] = Field(
+        default_factory=dict, description="a short reason per criterion (optional in answers)"
+    )
 
 
 class JudgeResult(Record):
@@ -125,6 +128,16 @@ class JudgeResult(Record):
     output_tokens: int = 0
     cost_usd: float | None = None
     latency_ms: float | None = None
+    repeats: int = Field(
+        1, description="judgments asked for (judge.repeats); the score is their mean"
+    )
+    scores: list[float] = Field(
+        default_factory=list, description="the weighted score of each judgment, in order"
+    )
+    scores_sd: float | None = Field(
+        None, description="sample standard deviation of `scores` (repeats > 1): the judge's noise"
+    )
+    cached: int = Field(0, description="judgments answered from the judgment cache (no request)")
 
 
 # --- process and token metrics -----------------------------------------------------------
@@ -240,3 +253,15 @@ class RunResult(Record):
     def counted(self) -> bool:
         """In the statistics (RunStatus.counted)."""
         return self.status.counted
+
+    @property
+    def outcome(self) -> str:
+        """What a reader asks first: a completed run `passed` or `failed`; any other
+        status is its outcome by itself (it cannot pass)."""
+        if self.status is RunStatus.completed:
+            return "passed" if self.passed else "failed"
+        return self.status.value
+
+
+# Every RunResult.outcome, in the order a reader scans them: results, then the rest.
+OUTCOMES = ("passed", "failed", *(s.value for s in RunStatus if s is not RunStatus.completed))

@@ -25,10 +25,12 @@ from core.assertions import FORMS, parse_assertion
 from core.config import (
     AgentConfig,
     AgentOverride,
+    Artifacts,
     CompositeWeights,
     Criterion,
     DockerSandbox,
     Evaluation,
+    EvidenceLimits,
     ExpectedStep,
     Gate,
     JudgeConfig,
@@ -36,6 +38,7 @@ from core.config import (
     Matrix,
     ModelPrice,
     ProcessConfig,
+    ReportOptions,
     Rubric,
     RubricOutput,
     Scenario,
@@ -43,6 +46,7 @@ from core.config import (
     Scoring,
     Target,
     Tier,
+    WorkspaceArchive,
     load_rubric,
 )
 from core.gates import run_gates
@@ -280,8 +284,12 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     Criterion: "### Rubric files",
     RubricOutput: "### Rubric files",
     Scoring: "## scoring",
+    ReportOptions: "## report",
     ModelPrice: "## pricing",
+    EvidenceLimits: "## evidence",
+    Artifacts: "## evidence",
     DockerSandbox: "### agent.docker",
+    WorkspaceArchive: "### workspace_archive",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import time
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +28,14 @@ import redis
 from kombu import Connection, Exchange, Queue
 
 from core.config import Matrix, Scenario, Tier
+from core.evidence import Excerpt
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, StartWorker, Worker, run_cli
 from tests.fleet import wait_until
 from tests.llm_stub import LLMStub, RecordedRequest, Step, reply
+from tests.test_report_cli import run_details
 from worker.celery_app import create_app
 from worker.sandbox import sandbox_argv
 from worker.sending import RUN_TASK
@@ -189,8 +193,17 @@ scenarios:
     assert run.judge.response.issues == ["saw [REDACTED]", "[REDACTED]"]
     # ... and stored nowhere: not in the judge's prompt, any Redis key, output or log.
     assert not any(s in r.raw.decode() for r in stub.requests for s in secrets)
-    leaks = [key for key, value in _every_value(store.redis) if any(s in value for s in secrets)]
+    leaks = [key for key, value in _every_value(store.binary) if any(s in value for s in secrets)]
     assert leaks == []
+    # The run's evidence (compressed, so not readable above) holds the judge's raw answer.
+    evidence = store.evidence(exp_id, run.run_id)
+    assert evidence is not None and evidence.judge is not None
+    assert "[REDACTED]" in (evidence.judge.calls[0].raw_answer or Excerpt()).text
+    assert not any(s in evidence.model_dump_json() for s in secrets)
+    # The HTML report carries each run's details compressed: read them inflated too.
+    details = [run_details(text) for text in outputs]
+    assert any(details)  # the html report's runs, with their evidence
+    outputs += [json.dumps(d, ensure_ascii=False) for d in details]
     assert not any(s in text for text in outputs for s in secrets)
     assert not any(s in (tmp_path / "worker.log").read_text() for s in secrets)
 
@@ -262,7 +275,7 @@ scenarios:
                 worker.stop()
         store = Store.from_url(broker.url, prefix=PREFIX)
         stored = [run.model_dump_json() for run in store.runs(exp_id)]
-        every_value = _every_value(redis.Redis.from_url(broker.url, decode_responses=True))
+        every_value = _every_value(store.binary)
     finally:
         broker.stop()
 
@@ -273,30 +286,38 @@ scenarios:
     assert password not in found.read_text() and password not in gate_found.read_text()
     # Nothing stored, rendered or sent to the judge holds it either.
     assert stored and not any(password in text for text in stored)
+    outputs += [json.dumps(run_details(text), ensure_ascii=False) for text in outputs]
     assert not any(password in text for text in outputs)
     assert not any(password in r.raw.decode() for r in stub.requests)
     assert not any(password in value for _, value in every_value)
 
 
 def _every_value(client: redis.Redis) -> list[tuple[str, str]]:
-    """Every key of the test database with all its content as text, whatever its type."""
+    """Every key of the test database with all its content as text, whatever its type;
+    `client` leaves replies undecoded, and compressed values (evidence) are read inflated."""
     found = []
     for key in client.scan_iter(count=1000):
         kind = client.type(key)
-        if kind == "string":
+        if kind == b"string":
             parts: list[Any] = [client.get(key)]
-        elif kind == "hash":
+        elif kind == b"hash":
             parts = [item for pair in client.hgetall(key).items() for item in pair]
-        elif kind == "list":
+        elif kind == b"list":
             parts = client.lrange(key, 0, -1)
-        elif kind == "set":
+        elif kind == b"set":
             parts = list(client.smembers(key))
-        elif kind == "zset":
+        elif kind == b"zset":
             parts = client.zrange(key, 0, -1)
         else:
             parts = []
-        found.append((key, key + " " + " ".join(str(p) for p in parts)))
+        found.append((key.decode(), " ".join(_text(p) for p in [key, *parts])))
     return found
+
+
+def _text(value: bytes) -> str:
+    with contextlib.suppress(zlib.error):
+        value = zlib.decompress(value)
+    return value.decode(errors="replace")
 
 
 # --- workspaces -----------------------------------------------------------------------------

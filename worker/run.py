@@ -11,6 +11,8 @@ Deliveries are counted in Redis and capped. While a delivery runs it holds the
 run's lease (worker/lease.py), so a run whose worker died is sent again
 within minutes (worker/recovery.py). Secrets are taken out of the result
 before it is stored.
+
+A run that stores its result stores its evidence next (worker/evidence.py).
 """
 
 from __future__ import annotations
@@ -30,20 +32,24 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from core.config import Matrix
+from core.config import Matrix, WorkspaceArchive
 from core.evaluate import evaluate_run
+from core.evidence import RunEvidence
 from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.report_models import ExperimentStatus
 from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
 from core.shell import kill_groups_by_env
 from core.store import Delivery, Store
-from core.transcript_models import AgentOutcome
+from core.transcript_models import AgentOutcome, CommandRecord
+from core.workspace_archive import TooLarge, pack
 from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
+from worker.evidence import end_delivery, keep_evidence
 from worker.lease import Lease
+from worker.phase_clock import PhaseClock
 from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
 
 Phase = Callable[[str], None]
@@ -58,6 +64,8 @@ _RETRY_WAITS_S = (1, 2, 4, 8, 15)
 OUTAGE_BACKOFF_S = float(os.environ.get("EVALFLEET_OUTAGE_BACKOFF_S", "30"))
 MAX_OUTAGE_WAIT_S = 900.0
 T = TypeVar("T")
+# What a run's attempt produced: its result, and its evidence when it got as far as an agent.
+Attempted = tuple[RunResult, RunEvidence | None]
 
 
 class RetryLater(Exception):
@@ -74,27 +82,36 @@ def execute(
     store: Store,
     on_phase: Phase = lambda phase: None,
     outages: list[str] | None = None,
+    worker: str | None = None,
 ) -> RunResult:
     """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
     result is recorded; the run's message or its lease brings it back. Raises
     RetryLater after a provider outage while deliveries remain. `outages`: the
-    earlier deliveries' outages, kept on the result."""
+    earlier deliveries' outages, kept on the result. `worker`: the name its
+    deliveries are recorded under (default: the host name)."""
     started = time.time()
     matrix = _matrix(store, spec.experiment_id)
     lease = Lease(store, spec, matrix.lease_s)
+    clock = PhaseClock(on_phase)
     # Patient here too: a run that neither holds a lease nor keeps its message
     # (a reject cannot requeue while Redis is away) would be lost.
     delivery = _patiently(
         lambda: store.begin_delivery(
-            spec.experiment_id, spec.run_id, lease.holder, lease.seconds, tier=spec.tier
+            spec.experiment_id,
+            spec.run_id,
+            lease.holder,
+            lease.seconds,
+            tier=spec.tier,
+            worker=worker or socket.gethostname(),
         )
     )
     if delivery.stored is not None:
         return delivery.stored
     secrets = secret_values(matrix, os.environ, store.url)
+    evidence = None
     try:
         with lease.held():
-            result = _attempt(spec, matrix, delivery, started, secrets, on_phase)
+            result, evidence = _attempt(spec, matrix, delivery, started, secrets, clock, store)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
@@ -107,6 +124,7 @@ def execute(
     except Exception as exc:  # the chord must fire whatever happens: record, don't raise
         result = error_result(spec, f"internal error: {exc!r}", delivery.attempts, started)
         result.fail_reason = f"{result.fail_reason}\n{traceback.format_exc(limit=5)}"
+    phases = clock.seconds()
     result = redact_record(result, secrets)
     seen = [*(outages or []), result.fail_reason or "outage"] if result.outage else outages
     result = result.model_copy(update={"outages": seen or []})
@@ -114,10 +132,12 @@ def execute(
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
         _patiently(lambda: lease.hold_through(wait_s))
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
+        end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
         _note_health(store, matrix, result)
+        keep_evidence(store, matrix, result, evidence, delivery, started, phases, secrets)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
@@ -172,7 +192,8 @@ def _attempt(
     started: float,
     secrets: list[str],
     on_phase: Phase,
-) -> RunResult:
+    store: Store,
+) -> Attempted:
     attempts = delivery.attempts
     # A delivery whose pool process was killed (this run's, or another's) left its
     # agent, setup or gate running on this machine with nothing left to stop it.
@@ -180,30 +201,37 @@ def _attempt(
     for dead in clear_dead_deliveries():
         log.warning("run %s: stopped what dead delivery %s left running", spec.run_id, dead)
     if delivery.status == ExperimentStatus.cancelled:
-        return error_result(
+        cancelled = error_result(
             spec,
             "experiment cancelled before this run started",
             attempts,
             started,
             RunStatus.cancelled,
         )
+        return cancelled, None
     if delivery.halted is not None:
-        return error_result(spec, delivery.halted + NOT_RUN_NOTE, attempts, started)
+        return error_result(spec, delivery.halted + NOT_RUN_NOTE, attempts, started), None
     if attempts > matrix.max_attempts:
-        return error_result(
+        gave_up = error_result(
             spec,
             f"gave up after {attempts - 1} deliveries: each ended without a result "
             "(the run killed its worker or the worker was lost)",
             attempts,
             started,
         )
-    result = _run(spec, matrix, on_phase, started, secrets)
-    return result.model_copy(update={"attempts": attempts})
+        return gave_up, None
+    result, evidence = _run(spec, matrix, on_phase, started, secrets, store)
+    return result.model_copy(update={"attempts": attempts}), evidence
 
 
 def _run(
-    spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float, secrets: list[str]
-) -> RunResult:
+    spec: RunSpec,
+    matrix: Matrix,
+    on_phase: Phase,
+    started: float,
+    secrets: list[str],
+    store: Store,
+) -> Attempted:
     tier = matrix.tier(spec.tier)
     scenario = matrix.scenario(spec.scenario)
     prompt = scenario.prompt_text()
@@ -211,28 +239,30 @@ def _run(
     try:
         run_dir = prepare(spec.run_id, tier, scenario, prompt)
     except SetupError as exc:
-        return error_result(spec, str(exc), 1, started)
+        return error_result(spec, str(exc), 1, started), None
     # `sandbox: docker`: the run's container lives through the agent and the gates.
     containers = contextlib.ExitStack()
     try:
         env = agent_env(spec, matrix, run_dir, prompt)
         try:
             run_setup(run_dir, scenario, env)
-            # What the judge is told the agent changed is measured from here.
-            prepared = snapshot(run_dir.workspace) if scenario.evaluation.judge_enabled else None
+            # What the agent changed (the judge's summary, the evidence's patch) is
+            # measured from here.
+            prepared = snapshot(run_dir.workspace)
             agent = matrix.agent_for(tier)
             container = containers.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
             outcome = _run_agent(matrix, spec, run_dir, prompt, env, container)
         except SetupError as exc:  # setup commands, or the agent's sandbox
-            return error_result(spec, str(exc), 1, started)
+            return error_result(spec, str(exc), 1, started), None
         outcome = outcome.model_copy(
             update={
                 "stdout": redact(outcome.stdout, secrets),
                 "stderr": redact(outcome.stderr, secrets),
             }
         )
-        result = evaluate_run(
+        gated: list[CommandRecord] = []
+        evaluated = evaluate_run(
             spec,
             matrix,
             run_dir.workspace,
@@ -243,9 +273,14 @@ def _run(
             secrets=secrets,
             prepared=prepared,
             enclosure=container.enclosure() if container is not None else None,
+            judgments=store,
+            on_gated=gated.extend,
         )
+        result = evaluated.result
         result.worker = socket.gethostname()
-        return result
+        if matrix.workspace_archive is not None and result.gates_total:
+            _archive(store, matrix.workspace_archive, spec, run_dir, result, gated, secrets)
+        return result, evaluated.evidence
     finally:
         containers.close()
         # Nothing the delivery started outlives it: not even a process that left
@@ -254,6 +289,26 @@ def _run(
         if not matrix.keep_workspaces:
             run_dir.remove()
         run_dir.release()
+
+
+def _archive(
+    store: Store,
+    config: WorkspaceArchive,
+    spec: RunSpec,
+    run_dir: RunDir,
+    result: RunResult,
+    commands: list[CommandRecord],
+    secrets: list[str],
+) -> None:
+    """Keep the gated workspace for rescore (matrix `workspace_archive:`), bounded."""
+    if config.keep == "failed" and result.passed:
+        return
+    try:
+        archive = pack(run_dir.workspace, config.max_bytes, commands, secrets)
+    except (TooLarge, OSError) as exc:
+        log.warning("run %s: %s", spec.run_id, exc)
+        return
+    store.save_workspace(spec.experiment_id, spec.run_id, archive)
 
 
 def _run_agent(
