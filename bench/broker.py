@@ -75,10 +75,12 @@ def main() -> None:
         timeout_s = args.runs * args.agent_s / slots * 3 + 300
         wait_for_report(fleet.store, exp_id, timeout_s=timeout_s, poll_s=0.25)
         busy = delta(counters(fleet.store), before)
-        stored = sum(
-            int(fleet.store.redis.memory_usage(k, samples=0) or 0)
+        sizes = {
+            k: int(fleet.store.redis.memory_usage(k, samples=0) or 0)
             for k in fleet.store.redis.keys(f"{fleet.store.keys.experiment(exp_id)}*")
-        )
+        }
+        evidence = sizes.pop(fleet.store.keys.evidence(exp_id), 0)
+        stored = sum(sizes.values())
 
     n = args.runs
     # What the fleet costs anyway over the busy stretch, taken out of the runs' share.
@@ -100,7 +102,8 @@ def main() -> None:
             "network bytes per run, in / out": (
                 f"{busy['net_in'] / n:,.0f} / {busy['net_out'] / n:,.0f}"
             ),
-            "stored bytes per run (experiment keys)": f"{stored / n:,.0f}",
+            "stored bytes per run, without evidence": f"{stored / n:,.0f}",
+            "  its evidence (a sleep's: a few lines)": f"{evidence / n:,.0f}",
             "used_memory growth per run": f"{busy['memory'] / n:,.0f}",
             "idle fleet, Redis CPU": (
                 f"{idle_cpu_per_s * 1000:.1f} ms/s  "
