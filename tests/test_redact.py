@@ -49,3 +49,16 @@ def test_short_values_and_a_url_without_password_are_handled() -> None:
     secrets = secret_values(_matrix(), environ, "redis://127.0.0.1:6379/0")
     assert redact("abc at redis://127.0.0.1:6379/0", secrets) == f"abc at {MARKER}"
     assert secret_values(_matrix(), {}, None) == []
+
+
+def test_a_record_without_a_secret_is_returned_as_it_is_and_escaped_secrets_still_go() -> None:
+    clean = GateResult(gate_type="command_succeeds", passed=True, message="exit code 0 ✓")
+    assert redact_record(clean, ["token-value-3", URL]) is clean  # searched, not walked
+    # JSON writes these escaped, so the record's JSON does not hold them as written.
+    for secret in ('quo"ted-secret', "back\\slash-secret", "new\nline-secret"):
+        leaky = GateResult(gate_type="script", passed=False, message=f"got {secret}!",
+                           details={"out": [secret], secret: 1})  # fmt: skip
+        redacted = redact_record(leaky, [secret])
+        assert secret not in redacted.model_dump_json() and secret not in str(redacted.details)
+        assert redacted.message == f"got {MARKER}!"
+        assert redacted.details == {"out": [MARKER], MARKER: 1}
