@@ -28,6 +28,7 @@ import redis
 
 from core.config import Scenario, Tier
 from core.results import RunStatus
+from core.shell import PidMark, kill_groups_by_env, pid_mark
 from core.store import Store
 from tests.conftest import QUEUE, StartWorker, Worker, run_cli
 from tests.experiments import command_matrix
@@ -296,3 +297,27 @@ def test_a_dead_deliverys_processes_and_folder_are_cleared_and_only_those(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process, signal.SIGKILL)
         live_child.wait()
+
+
+def test_processes_left_behind_are_found_among_those_started_since_the_mark() -> None:
+    """kill_groups_by_env reads only processes started after the delivery's pid mark,
+    and every process again when the mark is too old to trust."""
+    marker = f"mark-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, MARKER: marker}
+    earlier = subprocess.Popen(["setsid", "sleep", "300"], env=env)
+    mark = pid_mark()
+    assert mark is not None and mark.pid >= earlier.pid
+    later = subprocess.Popen(["setsid", "sleep", "300"], env=env)
+    try:
+        wait_until(lambda: alive(later.pid) and alive(earlier.pid), "both sleeps", 10)
+        assert kill_groups_by_env(MARKER, marker, since=mark) == 1  # the later one only
+        later.wait(timeout=10)
+        assert alive(earlier.pid)
+        stale = PidMark(mark.pid, mark.at - 3600)  # ids may have turned around since
+        assert kill_groups_by_env(MARKER, marker, since=stale) == 1
+        earlier.wait(timeout=10)
+    finally:
+        for process in (earlier, later):
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait()

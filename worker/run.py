@@ -39,7 +39,7 @@ from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.report_models import ExperimentStatus
 from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
-from core.shell import kill_groups_by_env
+from core.shell import kill_groups_by_env, pid_mark
 from core.store import Delivery, Store
 from core.transcript_models import AgentOutcome, CommandRecord
 from core.workspace_archive import TooLarge, pack
@@ -236,6 +236,7 @@ def _run(
     scenario = matrix.scenario(spec.scenario)
     prompt = scenario.prompt_text()
     on_phase("setup")
+    before = pid_mark()  # what the delivery starts comes after: see the finally below
     try:
         run_dir = prepare(spec.run_id, tier, scenario, prompt)
     except SetupError as exc:
@@ -285,7 +286,7 @@ def _run(
         containers.close()
         # Nothing the delivery started outlives it: not even a process that left
         # the agent's process group (setsid), as long as it kept its environment.
-        kill_groups_by_env(MARKER, run_dir.marker)
+        kill_groups_by_env(MARKER, run_dir.marker, since=before)
         if not matrix.keep_workspaces:
             run_dir.remove()
         run_dir.release()
