@@ -2,8 +2,9 @@
 letter grades and the cross-tier comparison. Pure and deterministic: the same
 runs in any order give the same report, byte for byte.
 
-Infrastructure errors (`errors`) and cancelled runs (`cancelled`) are counted
-apart and kept out of every statistic; timeouts and agent failures are real
+Infrastructure errors (`errors`), cancelled runs (`cancelled`) and runs the
+budget kept from starting (`not_run`) are counted apart and kept out of every
+statistic; timeouts and agent failures are real
 results and stay in (DESIGN.md, README "Outcomes").
 """
 
@@ -13,11 +14,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from core.analysis import analyse, context_by_call
-from core.config import Scoring
+from core.config import Budget, Scoring
 from core.formulas import cost_delta, cost_of_pass, letter_grade, tier_uplift
 from core.metrics import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.ordering import ordered_ids
 from core.report_models import (
+    BudgetReport,
     CrossTierResult,
     ExperimentInfo,
     ExperimentReport,
@@ -36,6 +38,7 @@ def aggregate(
     scoring: Scoring,
     tier_order: Sequence[str] | None = None,
     scenario_order: Sequence[str] | None = None,
+    budget: Budget | None = None,
 ) -> ExperimentReport:
     """The experiment's report. Tiers and scenarios come in the given order (default:
     the experiment's), followed by any others the runs name, sorted; listed ones
@@ -72,14 +75,40 @@ def aggregate(
             "completed_runs": len(ordered),
             "errors": sum(1 for r in ordered if r.is_infra_error),
             "cancelled": sum(1 for r in ordered if r.status is RunStatus.cancelled),
+            "not_run": sum(1 for r in ordered if r.status is RunStatus.not_run),
             "passes": sum(1 for r in valid if r.passed),
         }
     )
     return ExperimentReport(
+        budget=None if budget is None else budget_report(budget, ordered),
         experiment=experiment,
         tiers=reports,
         cross_tier=cross_tier(reports, baseline),
         error_reasons=error_reasons(ordered),
+    )
+
+
+def budget_report(budget: Budget, runs: Sequence[RunResult]) -> BudgetReport:
+    """The spend against each ceiling; the notice leads with the agent's, the judge's beside."""
+    agent = sum(r.cost_usd for r in runs if r.cost_usd is not None)
+    judge = sum(r.judge_cost_usd for r in runs if r.judge_cost_usd is not None)
+    not_run = sum(1 for r in runs if r.status is RunStatus.not_run)
+    spends = [
+        f"{what}${spent:.2f} of ${limit:.2f} spent"
+        for what, spent, limit in (
+            ("", agent, budget.agent_usd),
+            ("judge ", judge, budget.judge_usd),
+        )
+        if limit is not None
+    ]
+    state = f"budget reached: {', '.join(spends)}, {not_run} runs not run"
+    return BudgetReport(
+        agent_usd=budget.agent_usd,
+        judge_usd=budget.judge_usd,
+        agent_spent_usd=agent,
+        judge_spent_usd=judge,
+        not_run=not_run,
+        notice=state if not_run else f"budget: {', '.join(spends)}",
     )
 
 
@@ -106,6 +135,7 @@ def tier_report(
         runs=len(runs),
         errors=sum(1 for r in runs if r.is_infra_error),
         cancelled=sum(1 for r in runs if r.status is RunStatus.cancelled),
+        not_run=sum(1 for r in runs if r.status is RunStatus.not_run),
         counted=len(valid),
         passes=sum(1 for r in valid if r.passed),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),

@@ -25,7 +25,14 @@ Ours, under the prefix (no TTL on any of them):
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
   (rejudge, rescore); version 1 is ``exp:{id}:report``;
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
-  needs on workers (its matrix names them by digest; workers cache by digest).
+  needs on workers (its matrix names them by digest; workers cache by digest);
+- ``exp:{id}:budget`` the spend ledger (core/ledger.py): per kind (agent, judge)
+  ``KIND:limit``, ``KIND:spent``, ``KIND:reserved``, ``KIND:max`` and per tier x
+  scenario ``KIND:n:CELL`` / ``KIND:sum:CELL`` of finished runs; ``stopped``: why
+  the first reservation that did not fit was refused;
+  ``exp:{id}:reservations`` run id -> "AGENT JUDGE" projected dollars it holds;
+- ``exp:{id}:waves`` an adaptive experiment's waves (worker/waves.py): ``wave``
+  the number sent, and per closed tier x scenario cell why it stopped.
 
 Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
 prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the
@@ -95,6 +102,15 @@ class Keys:
 
     def files(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:files"
+
+    def budget(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:budget"
+
+    def reservations(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:reservations"
+
+    def waves(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:waves"
 
 
 # --- kombu's Redis transport (5.x), unprefixed -----------------------------------------

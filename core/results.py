@@ -17,8 +17,8 @@ class RunStatus(StrEnum):
     """A run's outcome: one closed set, each with one meaning (README, "Outcomes").
 
     Only `completed` runs can pass. completed, agent_error, timeout and limit are
-    the agent's own results and enter the statistics; infra_error and cancelled do
-    not, and are counted apart under their own names.
+    the agent's own results and enter the statistics; infra_error, cancelled and
+    not_run do not, and are counted apart under their own names.
     """
 
     completed = "completed"  # the agent finished by itself with exit code 0
@@ -28,6 +28,7 @@ class RunStatus(StrEnum):
     infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
     # the judge unreachable, the attempt cap
     cancelled = "cancelled"  # the experiment was cancelled before this run started
+    not_run = "not_run"  # its projected cost did not fit the experiment's budget
 
     @property
     def is_infra(self) -> bool:

@@ -19,6 +19,7 @@ from core.config import Matrix
 from core.evidence import RunEvidence
 from core.keys import Keys, key_prefix
 from core.leases import Leases
+from core.ledger import Ledger
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec, RunStatus
 
@@ -46,6 +47,7 @@ class Store:
         self.redis: Any = client
         self.keys = Keys(prefix if prefix is not None else key_prefix())
         self.leases = Leases(client, self.keys)
+        self.ledger = Ledger(client, self.keys)
         # Compressed blobs (evidence, files) are bytes: a client of the same
         # connection settings that leaves replies undecoded.
         pool = client.connection_pool
@@ -55,7 +57,7 @@ class Store:
         self._save_run = client.register_script(scripts.SAVE_RUN)
         self._begin_delivery = client.register_script(scripts.BEGIN_DELIVERY)
         self._note_health = client.register_script(scripts.NOTE_HEALTH)
-        self._uncancel = client.register_script(scripts.UNCANCEL)
+        self._unrecord = client.register_script(scripts.UNRECORD)
         self._track_unaccounted = client.register_script(scripts.TRACK_UNACCOUNTED)
 
     @classmethod
@@ -85,6 +87,8 @@ class Store:
         )
         pipe.zadd(self.keys.experiments(), {info.id: info.created_at})
         pipe.execute()
+        if matrix.budget is not None:
+            self.ledger.set_limits(info.id, matrix.budget)
         self.add_specs(info.id, specs)
 
     def add_specs(self, exp_id: str, specs: Sequence[RunSpec]) -> None:
@@ -106,11 +110,14 @@ class Store:
         info = ExperimentInfo.model_validate_json(raw["info"])
         return info.model_copy(
             update={
+                # An adaptive experiment's total drops as its cells close (worker/waves.py).
+                "total_runs": int(raw.get("total", info.total_runs)),
                 "status": ExperimentStatus(raw["status"]),
                 "completed_runs": int(raw.get("done", 0)),
                 "passes": int(raw.get("passes", 0)),
                 "errors": int(raw.get("errors", 0)),
                 "cancelled": int(raw.get("cancelled", 0)),
+                "not_run": int(raw.get("not_run", 0)),
                 "finished_at": float(raw["finished_at"]) if raw.get("finished_at") else None,
             }
         )
@@ -195,8 +202,8 @@ class Store:
                 # The counter this outcome adds to, besides `done`.
                 "errors"
                 if result.is_infra_error
-                else "cancelled"
-                if result.status is RunStatus.cancelled
+                else result.status.value
+                if result.status in (RunStatus.cancelled, RunStatus.not_run)
                 else "",
                 holder,
             ],
@@ -257,20 +264,20 @@ class Store:
         """Tiers fail-fast stopped, with the infrastructure error that stopped each."""
         return dict(self.redis.hgetall(self.keys.halted(exp_id)))
 
-    def uncancel(self, exp_id: str) -> list[RunSpec]:
-        """The runs recorded as cancelled, made pending again (result and delivery count
-        removed) for a resume; returns their specs."""
-        cancelled = [r.run_id for r in self.runs(exp_id) if r.status is RunStatus.cancelled]
-        if cancelled:
-            self._uncancel(
+    def unrecord(self, exp_id: str, status: RunStatus) -> list[RunSpec]:
+        """The runs recorded as never started (`cancelled` or `not_run`), made pending
+        again (result and delivery count removed) for a resume; returns their specs."""
+        unstarted = [r.run_id for r in self.runs(exp_id) if r.status is status]
+        if unstarted:
+            self._unrecord(
                 keys=[
                     self.keys.runs(exp_id),
                     self.keys.attempts(exp_id),
                     self.keys.experiment(exp_id),
                 ],
-                args=cancelled,
+                args=[status.value, *unstarted],
             )
-        return self._specs(exp_id, cancelled)
+        return self._specs(exp_id, unstarted)
 
     # --- recovery: runs lost on the way ---------------------------------------------------
 

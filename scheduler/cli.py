@@ -21,14 +21,15 @@ import redis
 from rich.console import Console
 
 from core.comparison import compare_experiments
-from core.config import Matrix, matrix_json_schema
+from core.config import Budget, Matrix, matrix_json_schema
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
+from core.results import RunSpec, RunStatus
 from core.settings import BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
 from scheduler.embedded import EmbeddedError, EmbeddedRedis, LocalWorkers, worker_command
-from scheduler.plan import PlanTooLarge, check_size, new_experiment_id
+from scheduler.plan import PlanTooLarge, check_size, describe_runs, new_experiment_id
 from scheduler.report.render import (
     COMPARE_FORMATS,
     FORMATS,
@@ -73,6 +74,16 @@ broker_option = click.option(
     callback=_checked_broker,
     help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
     "else the embedded Redis under ./.evalfleet.",
+)
+
+
+budget_option = click.option(
+    "--budget",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="USD",
+    help="Ceiling on the agents' spend over the whole experiment, over the matrix's "
+    "budget.agent_usd: runs that do not fit are recorded not_run.",
 )
 
 
@@ -145,7 +156,8 @@ def _missing_clis(matrix: Matrix) -> dict[str, list[str]]:
 def summary(matrix: Matrix) -> str:
     lines = [
         f"{matrix.name}: {len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
-        f"{matrix.runs_per_tier} runs = {matrix.total_runs()} runs",
+        f"{describe_runs(matrix)} = {matrix.total_runs()} runs"
+        + (" at most" if matrix.adaptive is not None else ""),
         f"baseline: {matrix.baseline_tier}",
     ]
     for tier in matrix.tiers:
@@ -281,6 +293,7 @@ def _experiment(store: Store, exp_id: str | None) -> str:
     is_flag=True,
     help="Keep each run's folder (under EVALFLEET_WORKDIR, default $TMPDIR/evalfleet) to inspect.",
 )
+@budget_option
 @json_nonfinite_option
 def submit(
     matrix_file: str,
@@ -290,6 +303,7 @@ def submit(
     as_json: bool,
     fmt: str,
     keep_workspaces: bool,
+    budget: float | None,
     nonfinite: str,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
@@ -303,8 +317,13 @@ def submit(
     Examples:
       scheduler submit examples/matrix.yaml --workers 4
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
+      scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
     """
     matrix = _load(matrix_file)
+    if budget is not None:
+        matrix.budget = (matrix.budget or Budget(agent_usd=budget)).model_copy(
+            update={"agent_usd": budget}
+        )
     _check_size(matrix)
     _check_visibility(matrix)
     if keep_workspaces:
@@ -394,6 +413,12 @@ def _follow_and_print(
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)
     click.echo(render(report, fmt, nonfinite=nonfinite))
+    if report.budget is not None and report.budget.reached:
+        err.print(
+            f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
+            soft_wrap=True,
+            markup=False,
+        )
     errors = report.experiment.errors
     if errors:
         reason, count = next(iter(report.error_reasons.items()))
@@ -433,10 +458,11 @@ def _status_line(info: ExperimentInfo) -> str:
     state = info.status.value
     if info.status == ExperimentStatus.complete and info.errors:
         state = f"complete with {info.errors} infrastructure errors"
-    ran = info.completed_runs - info.cancelled
+    ran = info.completed_runs - info.cancelled - info.not_run
+    not_run = f"  {info.not_run} not run (budget)" if info.not_run else ""
     return (
         f"{info.id}  {state:<9} {ran}/{info.total_runs} runs ran  {info.passes} passed  "
-        f"{info.errors} infrastructure errors  {info.cancelled} cancelled  {when}"
+        f"{info.errors} infrastructure errors  {info.cancelled} cancelled{not_run}  {when}"
     )
 
 
@@ -600,6 +626,14 @@ def compare(
 )
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="USD",
+    help="A new ceiling on the agents' spend of the whole experiment (what it spent so far "
+    "included); the runs not run for the budget are sent again.",
+)
 @json_nonfinite_option
 def resume(
     experiment: str,
@@ -607,15 +641,18 @@ def resume(
     workers: int | None,
     wait: bool,
     fmt: str,
+    budget: float | None,
     nonfinite: str,
 ) -> None:
     """Re-send the runs that have no result and are neither running nor queued (and,
-    of a cancelled experiment, those cancelled before they started), then aggregate.
+    of a cancelled experiment, those cancelled before they started; with --budget,
+    those the budget kept from starting), then aggregate.
 
     \b
     Examples:
       scheduler resume notes-guidance-20261122-101500-ab12
       scheduler resume EXP --broker redis://host:6379/0 --wait
+      scheduler resume EXP --budget 40     # raise the budget: the not-run runs run
     """
     # Both import Celery (see _app).
     from scheduler.dispatch import send
@@ -626,8 +663,25 @@ def resume(
         matrix = store.matrix(exp_id)
         info = store.info(exp_id)
         app = _app(url)
-        # Cancelled runs first: once they lose their results they are pending too.
-        cancelled = store.uncancel(exp_id) if info.status == ExperimentStatus.cancelled else []
+        if budget is not None and matrix.budget is None:
+            fail(
+                f"experiment {exp_id} was submitted without a budget; --budget on resume "
+                "changes an experiment's budget (nothing was sent)"
+            )
+        # Never-started runs first: once they lose their results they are pending too.
+        cancelled = (
+            store.unrecord(exp_id, RunStatus.cancelled)
+            if info.status == ExperimentStatus.cancelled
+            else []
+        )
+        not_run: list[RunSpec] = []
+        if budget is not None and matrix.budget is not None:
+            limits = store.ledger.state(exp_id).limits
+            raised = matrix.budget.model_copy(
+                update={"agent_usd": budget, "judge_usd": limits.get("judge")}
+            )
+            store.ledger.set_limits(exp_id, raised)
+            not_run = store.unrecord(exp_id, RunStatus.not_run)
         pending = to_resend(app, store, exp_id)
         # Runs still queued or running are left where they are: taken by the workers
         # (the embedded ones started here), not sent a second time.
@@ -638,12 +692,20 @@ def resume(
             return
         if pending:
             store.reopen(exp_id)
+        unstarted = len(cancelled) + len(not_run)
         err.print(
             f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
-            f"before they started, {len(pending) - len(cancelled)} with no result, lease or "
+            f"before they started, "
+            + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
+            + f"{len(pending) - unstarted} with no result, lease or "
             f"message; {waiting} still queued or running",
             soft_wrap=True,
         )
+        if now.not_run:
+            err.print(
+                f"{now.not_run} runs not run for the budget stay so: `--budget USD` raises it",
+                soft_wrap=True,
+            )
 
         def send_runs(app: Celery, _local_workers: int | None) -> None:
             send(app, store, matrix, exp_id, pending, len(pending))

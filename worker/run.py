@@ -10,7 +10,9 @@ stores its outage as the infrastructure error it is.
 Deliveries are counted in Redis and capped. While a delivery runs it holds the
 run's lease (worker/lease.py), so a run whose worker died is sent again
 within minutes (worker/recovery.py). Secrets are taken out of the result
-before it is stored.
+before it is stored. With a `budget:`, a run reserves its projected cost
+before it starts and settles it once its result is stored (core/ledger.py);
+one that does not fit is recorded `not_run` without starting.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def execute(
     secrets = secret_values(matrix, os.environ, store.url)
     try:
         with lease.held():
-            result = _attempt(spec, matrix, delivery, started, secrets, on_phase)
+            result = _attempt(spec, store, matrix, delivery, started, secrets, on_phase)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
@@ -117,6 +119,8 @@ def execute(
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
+        if matrix.budget is not None:
+            _patiently(lambda: store.ledger.settle(result))
         _note_health(store, matrix, result)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
@@ -133,7 +137,7 @@ def outage_wait_s(stated_s: float | None, attempts: int) -> float:
 def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
     """Fail-fast: the first results of a tier tell whether its set-up works."""
     not_run = (result.fail_reason or "").endswith(NOT_RUN_NOTE)
-    if result.status is RunStatus.cancelled or not_run:
+    if result.status in (RunStatus.cancelled, RunStatus.not_run) or not_run:
         return
     error = error_key(result.fail_reason) if result.is_infra_error else None
     try:
@@ -167,6 +171,7 @@ def _patiently(call: Callable[[], T]) -> T:
 
 def _attempt(
     spec: RunSpec,
+    store: Store,
     matrix: Matrix,
     delivery: Delivery,
     started: float,
@@ -197,6 +202,11 @@ def _attempt(
             attempts,
             started,
         )
+    if matrix.budget is not None:
+        reservation = store.ledger.reserve(spec, matrix)
+        if not reservation.fits:
+            reason = f"not run: {reservation.refused}"
+            return error_result(spec, reason, attempts, started, RunStatus.not_run)
     result = _run(spec, matrix, on_phase, started, secrets)
     return result.model_copy(update={"attempts": attempts})
 
@@ -306,8 +316,8 @@ def error_result(
     started: float,
     status: RunStatus = RunStatus.infra_error,
 ) -> RunResult:
-    """A run without an agent result (an infrastructure error, or cancelled): counted
-    under its own name, kept out of the statistics."""
+    """A run without an agent result (an infrastructure error, cancelled, not run for
+    the budget): counted under its own name, kept out of the statistics."""
     now = time.time()
     return RunResult(
         experiment_id=spec.experiment_id,

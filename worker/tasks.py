@@ -19,6 +19,7 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Reject
 
 from core.aggregate import aggregate
+from core.config import Budget, Matrix
 from core.report_models import ExperimentStatus
 from core.results import RunResult, RunSpec
 from core.store import Store
@@ -110,7 +111,19 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
         scoring=matrix.scoring,
         tier_order=[t.id for t in matrix.tiers],
         scenario_order=[s.id for s in matrix.scenarios],
+        budget=_budget(db, matrix, experiment_id),
     )
     db.save_report(report)
     db.set_status(experiment_id, info.status, finished_at=finished)
     return {"experiment_id": experiment_id, "status": info.status.value}
+
+
+def _budget(db: Store, matrix: Matrix, experiment_id: str) -> Budget | None:
+    """The budget the runs were held to: the matrix's, with the ceilings the ledger has now
+    (a resume may have raised them)."""
+    if matrix.budget is None:
+        return None
+    limits = db.ledger.state(experiment_id).limits
+    return matrix.budget.model_copy(
+        update={"agent_usd": limits.get("agent"), "judge_usd": limits.get("judge")}
+    )

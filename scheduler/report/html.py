@@ -10,7 +10,14 @@ from html import escape
 
 from core.report_models import ExperimentReport, Interval, TierReport
 from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
-from scheduler.report.sections import Table, header, pass_share, report_tables, scenario_tables
+from scheduler.report.sections import (
+    Table,
+    banner,
+    header,
+    pass_share,
+    report_tables,
+    scenario_tables,
+)
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem;
@@ -37,7 +44,8 @@ def html_report(report: ExperimentReport, scenario: str | None = None) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>{escape(title)}</h1>"
+        + "".join(f'<p class="banner"><strong>{escape(b)}</strong></p>' for b in banner(report))
+        + f"<h1>{escape(title)}</h1>"
         f'<section class="charts">{_charts(groups)}</section>'
         + "".join(_table(t) for t in tables)
         + "</body></html>\n"

@@ -56,8 +56,10 @@ def render(
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
         return to_json_text(report, nonfinite)
+    banner = sections.banner(report)
     if fmt == "csv":
-        return _csv(report)
+        # Comment lines before the header row (pandas: comment="#").
+        return "".join(f"# {line}\n" for line in banner) + _csv(report)
     if fmt == "html":
         return html_report(report, scenario)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
@@ -67,8 +69,8 @@ def render(
         else sections.scenario_tables(report, scenario)
     )
     if fmt == "markdown":
-        return _markdown(title, tables)
-    return _terminal(title, tables, width)
+        return "".join(f"> **{_md(line)}**\n\n" for line in banner) + _markdown(title, tables)
+    return "".join(f"{line}\n" for line in banner) + _terminal(title, tables, width)
 
 
 def render_comparison(
@@ -217,6 +219,7 @@ def _csv(report: ExperimentReport) -> str:
         + ["flaky_scenarios"]
         # Added after the first release's columns, so positions stay where they were.
         + ["counted", "cancelled", "pass_share", "pass_share_ci_low", "pass_share_ci_high"]
+        + ["not_run"]
     )
     for tier_id, scope, cell in sections.cells(report):
         a = cell.analysis
@@ -236,6 +239,7 @@ def _csv(report: ExperimentReport) -> str:
             values += [None, None, None]
         else:
             values += [cell.passes / cell.counted, share.low, share.high]
+        values.append(cell.not_run)
         writer.writerow(
             [
                 tier_id,

@@ -104,12 +104,18 @@ def pass_rate(passes: int, counted: int) -> str:
 
 def header(report: ExperimentReport) -> str:
     e = report.experiment
-    counted = e.completed_runs - e.errors - e.cancelled
+    counted = e.completed_runs - e.errors - e.cancelled - e.not_run
+    not_run = f", {e.not_run} not run (budget)" if e.not_run else ""
     return (
         f"{e.name} ({e.id}): {e.status.value}, {e.completed_runs}/{e.total_runs} runs, "
         f"{counted} counted, {e.passes} passed, {e.errors} infrastructure errors, "
-        f"{e.cancelled} cancelled"
+        f"{e.cancelled} cancelled{not_run}"
     )
+
+
+def banner(report: ExperimentReport) -> list[str]:
+    """What a reader must see before anything else: that the budget stopped runs."""
+    return [report.budget.notice] if report.budget is not None else []
 
 
 def cells(
@@ -133,6 +139,7 @@ SUMMARY_COLUMNS = [
     "runs counted",
     "infra errors",
     "cancelled",
+    "not run (budget)",
     "passes",
     PASS_RATE,
     "composite median / mean",
@@ -169,6 +176,7 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
                 str(t.counted),
                 str(t.errors),
                 str(t.cancelled),
+                str(t.not_run),
                 str(t.passes),
                 pass_rate(t.passes, t.counted),
                 f"{num(t.composite_score.median)} / {num(t.composite_score.mean)}",
@@ -194,8 +202,9 @@ def definitions() -> list[str]:
     """What the headline figures are computed from (README, "Reading a report")."""
     return [
         f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
-        "runs counted = completed + agent_error + timeout + limit; infrastructure errors and "
-        "cancelled runs are counted apart and kept out of every figure",
+        "runs counted = completed + agent_error + timeout + limit; infrastructure errors, "
+        "cancelled runs and runs not run for the budget are counted apart and kept out of "
+        "every figure",
         "grade: from the median composite score; uplift = (the tier's median composite - "
         "the baseline's) / the baseline's",
     ]
