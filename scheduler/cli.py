@@ -687,8 +687,16 @@ def resume(
         # (the embedded ones started here), not sent a second time.
         now = store.info(exp_id)  # uncancel took results back
         waiting = now.total_runs - now.completed_runs - len(pending)
+        kept = (
+            f"; {now.not_run} runs not run for the budget stay so (`--budget USD` raises it)"
+            if now.not_run
+            else ""
+        )
         if not pending and not waiting and store.report(exp_id) is not None:
-            err.print(f"experiment {exp_id}: every run has a result; nothing to resume")
+            err.print(
+                f"experiment {exp_id}: every run has a result; nothing to resume{kept}",
+                soft_wrap=True,
+            )
             return
         if pending:
             store.reopen(exp_id)
@@ -698,14 +706,10 @@ def resume(
             f"before they started, "
             + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
             + f"{len(pending) - unstarted} with no result, lease or "
-            f"message; {waiting} still queued or running",
+            f"message; {waiting} still queued or running{kept}",
             soft_wrap=True,
         )
-        if now.not_run:
-            err.print(
-                f"{now.not_run} runs not run for the budget stay so: `--budget USD` raises it",
-                soft_wrap=True,
-            )
+
 
         def send_runs(app: Celery, _local_workers: int | None) -> None:
             send(app, store, matrix, exp_id, pending, len(pending))

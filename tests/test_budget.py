@@ -1,0 +1,150 @@
+"""The budget guard through the CLI with real workers: an experiment whose budget fits
+about 60% of its runs stops within the documented overshoot bound (docs/RELIABILITY.md),
+records the rest as not run, says so at the top of every report format, and a resume
+with a raised budget runs exactly the runs that were not run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from core.results import RunStatus
+from core.store import Store
+from tests.conftest import StartWorker, run_cli
+
+pytestmark = pytest.mark.integration
+
+RUNS = 10
+BUDGET = 6.0
+WORKERS, SLOTS = 2, 2
+# Run i costs 0.8 + 0.05 i dollars: 1M input tokens of model `m` cost $1.
+MIN_COST, STEP = 0.8, 0.05
+AGENT = (
+    'echo "$EVALFLEET_RUN_INDEX" >> {log}; sleep 1; touch out.txt; '
+    "tokens=$(( 800000 + 50000 * EVALFLEET_RUN_INDEX )); "
+    'echo "{{\\"type\\":\\"llm_call\\",\\"input_tokens\\":$tokens,\\"output_tokens\\":0}}" '
+    '> "$EVALFLEET_EVENTS"'
+)
+
+
+def budget_matrix(folder: Path, log: Path) -> Path:
+    path = folder / "matrix.yaml"
+    path.write_text(f"""
+name: budgeted
+runs_per_tier: {RUNS}
+budget: {{agent_usd: {BUDGET}, prior_usd: 1.0}}
+pricing: {{m: {{input: 1.0, output: 1.0}}}}
+agent: {{kind: command, model: m, command: {json.dumps(AGENT.format(log=log))}}}
+tiers: [{{id: T0}}]
+scenarios:
+  - id: s
+    prompt: go
+    evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}
+""")
+    return path
+
+
+def cost(index: int) -> float:
+    return MIN_COST + STEP * index
+
+
+def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    for _ in range(WORKERS):
+        start_worker(concurrency=SLOTS)
+    log = tmp_path / "executions"
+    matrix = budget_matrix(tmp_path, log)
+    submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    report = json.loads(submitted.stdout)
+    exp_id = report["experiment"]["id"]
+
+    runs = store.runs(exp_id)
+    ran = [r for r in runs if r.status is RunStatus.completed]
+    not_run = [r for r in runs if r.status is RunStatus.not_run]
+    assert len(ran) + len(not_run) == RUNS
+    # About 60% of the runs fit; the others never started: their agent never ran.
+    assert 4 <= len(ran) <= 7 and not_run
+    executed = sorted(int(i) for i in log.read_text().split())
+    assert executed == sorted(r.run_index for r in ran)
+    assert all(r.cost_usd == pytest.approx(cost(r.run_index)) for r in ran)
+    assert all("not run: agent budget:" in (r.fail_reason or "") for r in not_run)
+    assert all(not r.passed and r.gates == [] for r in not_run)
+
+    # The bound: what the runs in flight at the last admission (at most every slot of
+    # the fleet) cost beyond their projection. A projection here is the prior ($1.00)
+    # or a mean of finished runs, never below the cheapest run.
+    spent = sum(r.cost_usd or 0.0 for r in ran)
+    worst_error = cost(RUNS - 1) - MIN_COST
+    assert spent <= BUDGET + WORKERS * SLOTS * worst_error
+    # ... and it did not stop early: one more run of the cheapest kind would not have fit
+    # on top of what was spent and projected.
+    assert spent + MIN_COST > BUDGET - WORKERS * SLOTS * worst_error
+
+    # Statistics leave the not-run runs out; they are counted under their own name.
+    tier = report["tiers"]["T0"]
+    assert (tier["counted"], tier["passes"], tier["not_run"]) == (len(ran), len(ran), len(not_run))
+    assert tier["pass_rate"]["count"] == len(ran)
+    assert report["experiment"]["not_run"] == len(not_run)
+    notice = f"budget reached: ${spent:.2f} of ${BUDGET:.2f} spent, {len(not_run)} runs not run"
+    assert report["budget"]["notice"] == notice
+    assert next(iter(report)) == "budget"  # the JSON document says it first
+    assert notice in submitted.stderr
+
+    # Every format says it at the top.
+    def fmt(name: str) -> str:
+        result = run_cli("report", exp_id, "--format", name, env=fleet_env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert fmt("table").splitlines()[0] == notice
+    assert fmt("markdown").splitlines()[0] == f"> **{notice}**"
+    html = fmt("html")
+    assert f'<p class="banner"><strong>{notice}</strong></p><h1>' in html
+    text = fmt("csv")
+    assert text.splitlines()[0] == f"# {notice}"
+    rows = list(csv.DictReader(io.StringIO(text.split("\n", 1)[1])))
+    assert {(row["scenario"], row["not_run"]) for row in rows} == {
+        ("", str(len(not_run))),
+        ("s", str(len(not_run))),
+    }
+    assert f"{len(not_run)} not run (budget)" in run_cli("status", exp_id, env=fleet_env).stdout
+
+    # A resume without a new budget leaves them as they are, and says so.
+    same = run_cli("resume", exp_id, env=fleet_env)
+    assert same.returncode == 0 and "nothing to resume" in same.stderr
+    assert f"{len(not_run)} runs not run for the budget stay so" in same.stderr
+
+    # A raised budget runs exactly the runs that were not run.
+    resumed = run_cli(
+        "resume", exp_id, "--budget", "20", "--wait", "--format", "json", env=fleet_env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(not_run)} not run for the budget" in resumed.stderr
+    final = json.loads(resumed.stdout)
+    assert final["tiers"]["T0"]["counted"] == RUNS and final["experiment"]["not_run"] == 0
+    total = sum(cost(i) for i in range(RUNS))
+    assert final["budget"]["notice"] == f"budget: ${total:.2f} of $20.00 spent"
+    assert sorted(int(i) for i in log.read_text().split()) == list(range(RUNS))
+
+
+def test_resume_with_a_budget_needs_an_experiment_with_one(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    start_worker(concurrency=1)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        "name: free\nruns_per_tier: 1\nagent: {kind: command, command: 'touch out.txt'}\n"
+        "tiers: [{id: T0}]\nscenarios: [{id: s, prompt: go}]\n"
+    )
+    submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    exp_id = json.loads(submitted.stdout)["experiment"]["id"]
+    resumed = run_cli("resume", exp_id, "--budget", "5", env=fleet_env)
+    assert resumed.returncode == 2
+    assert "submitted without a budget" in resumed.stderr
