@@ -880,6 +880,9 @@ class Matrix(Strict):
             return self.runs_for(scenario)
         return adaptive.min
 
+    def first_wave_runs(self) -> int:
+        return len(self.tiers) * sum(self.first_wave(s) for s in self.scenarios)
+
     def total_runs(self) -> int:
         """The most runs the experiment may have (an adaptive one stops cells early)."""
         return len(self.tiers) * sum(self.runs_for(s) for s in self.scenarios)

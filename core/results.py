@@ -4,6 +4,7 @@ core/report_models.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -162,6 +163,21 @@ class RunSpec(Record):
     scenario: str
     run_index: int = Field(ge=0)
     queue: str | None = None
+
+
+def cell_specs(
+    experiment_id: str, tier: str, scenario: str, indices: Iterable[int], queue: str | None
+) -> Iterator[RunSpec]:
+    """The runs of one tier x scenario with these run indices; ids depend only on them."""
+    for index in indices:
+        yield RunSpec(
+            experiment_id=experiment_id,
+            run_id=f"{experiment_id}:{tier}:{scenario}:{index}",
+            tier=tier,
+            scenario=scenario,
+            run_index=index,
+            queue=queue,
+        )
 
 
 class RunResult(Record):

@@ -230,7 +230,7 @@ if tonumber(redis.call('HGET', KEYS[1], 'wave') or '1') ~= tonumber(ARGV[1]) the
 end
 if redis.call('HLEN', KEYS[2]) < redis.call('HLEN', KEYS[3]) then return 'in flight' end
 redis.call('HSET', KEYS[1], 'wave', tonumber(ARGV[1]) + 1)
-redis.call('HINCRBY', KEYS[4], 'total', -tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[4], 'total', 0 - tonumber(ARGV[2]))  -- never "-0"
 local closed = tonumber(ARGV[3])
 for i = 4, 3 + 2 * closed, 2 do redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 for i = 4 + 2 * closed, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end

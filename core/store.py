@@ -59,6 +59,7 @@ class Store:
         self._note_health = client.register_script(scripts.NOTE_HEALTH)
         self._unrecord = client.register_script(scripts.UNRECORD)
         self._track_unaccounted = client.register_script(scripts.TRACK_UNACCOUNTED)
+        self._claim_wave = client.register_script(scripts.CLAIM_WAVE)
 
     @classmethod
     def from_url(cls, url: str, prefix: str | None = None) -> Store:
@@ -278,6 +279,51 @@ class Store:
                 args=[status.value, *unstarted],
             )
         return self._specs(exp_id, unstarted)
+
+    # --- adaptive waves (worker/waves.py) ------------------------------------------------
+
+    def waves(self, exp_id: str) -> tuple[int, dict[tuple[str, str], str]]:
+        """The number of the last wave sent, and the closed cells with why each stopped."""
+        raw = self.redis.hgetall(self.keys.waves(exp_id))
+        closed = {
+            (tier, scenario): why
+            for field, why in raw.items()
+            if field != "wave"
+            for tier, scenario in [field.split("\n", 1)]
+        }
+        return int(raw.get("wave", 1)), closed
+
+    def claim_wave(
+        self,
+        exp_id: str,
+        wave: int,
+        fewer: int,
+        closing: dict[tuple[str, str], str],
+        specs: Sequence[RunSpec],
+    ) -> str:
+        """Record wave `wave + 1` (its runs, the cells it closes, the runs the total loses)
+        if `wave` is still the last one and all its runs have results: 'claimed', else
+        'in flight' or 'taken' (another sweeper was first)."""
+        reply = self._claim_wave(
+            keys=[
+                self.keys.waves(exp_id),
+                self.keys.runs(exp_id),
+                self.keys.specs(exp_id),
+                self.keys.experiment(exp_id),
+            ],
+            args=[
+                wave,
+                fewer,
+                len(closing),
+                *(
+                    v
+                    for (tier, scenario), why in closing.items()
+                    for v in (f"{tier}\n{scenario}", why)
+                ),
+                *(v for spec in specs for v in (spec.run_id, spec.model_dump_json())),
+            ],
+        )
+        return str(reply)
 
     # --- recovery: runs lost on the way ---------------------------------------------------
 

@@ -8,11 +8,11 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from core.config import Matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
-from core.results import RunSpec
+from core.results import RunSpec, cell_specs
 
 # The most runs one experiment may have. Submitting streams runs to the broker in
 # bounded memory, but each queued run costs the broker about 2 KB until it runs.
@@ -52,25 +52,9 @@ def plan(matrix: Matrix, experiment_id: str) -> Iterator[RunSpec]:
     their coordinates."""
     for tier in matrix.tiers:
         for scenario in matrix.scenarios:
-            yield from cell_runs(
-                matrix, experiment_id, tier.id, scenario.id, range(matrix.first_wave(scenario))
-            )
-
-
-def cell_runs(
-    matrix: Matrix, experiment_id: str, tier: str, scenario: str, indices: Iterable[int]
-) -> Iterator[RunSpec]:
-    """The runs of one tier x scenario with these run indices."""
-    queue = matrix.queue_for(matrix.tier(tier), matrix.scenario(scenario))
-    for index in indices:
-        yield RunSpec(
-            experiment_id=experiment_id,
-            run_id=f"{experiment_id}:{tier}:{scenario}:{index}",
-            tier=tier,
-            scenario=scenario,
-            run_index=index,
-            queue=queue,
-        )
+            queue = matrix.queue_for(tier, scenario)
+            indices = range(matrix.first_wave(scenario))
+            yield from cell_specs(experiment_id, tier.id, scenario.id, indices, queue)
 
 
 def check_size(matrix: Matrix) -> None:

@@ -27,6 +27,7 @@ from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.run import REDIS_DOWN, RetryLater, execute
 from worker.sending import AGGREGATE_TASK, RUN_TASK
+from worker.waves import adaptive_report
 
 
 def store_of(app: Celery) -> Store:
@@ -113,6 +114,8 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
         scenario_order=[s.id for s in matrix.scenarios],
         budget=_budget(db, matrix, experiment_id),
     )
+    if matrix.adaptive is not None:
+        report.adaptive = adaptive_report(db, experiment_id, matrix, runs)
     db.save_report(report)
     db.set_status(experiment_id, info.status, finished_at=finished)
     return {"experiment_id": experiment_id, "status": info.status.value}

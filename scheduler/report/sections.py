@@ -443,11 +443,32 @@ def scenario_tables(report: ExperimentReport, scenario: str) -> list[Table]:
     ]
 
 
+def adaptive(report: ExperimentReport) -> list[Table]:
+    """How many runs each cell of an adaptive experiment got, why, and by which procedure."""
+    if report.adaptive is None:
+        return []
+    rows = [
+        [tier, scenario, str(stop.runs), stop.reason]
+        for tier, scenarios in report.adaptive.cells.items()
+        for scenario, stop in scenarios.items()
+    ]
+    return [
+        Table(
+            "Adaptive runs: where each tier x scenario stopped",
+            ["tier", "scenario", "runs", "stopped because"],
+            rows,
+            [f"procedure: {report.adaptive.procedure}"],
+            label_columns=2,
+        )
+    ]
+
+
 def report_tables(report: ExperimentReport) -> list[Table]:
     """Every table of the full report, in reading order."""
     scenarios = list(dict.fromkeys(s for t in report.tiers.values() for s in t.scenarios))
     return [
         summary(report),
+        *adaptive(report),
         significance(report),
         pass_at_k(report),
         interaction(report),
