@@ -23,7 +23,9 @@ from pydantic import BaseModel
 
 from core.assertions import FORMS, parse_assertion
 from core.config import (
+    AdaptiveRuns,
     AgentConfig,
+    Budget,
     AgentOverride,
     CompositeWeights,
     Criterion,
@@ -41,6 +43,7 @@ from core.config import (
     Scenario,
     ScenarioJudge,
     Scoring,
+    StopWhen,
     Target,
     Tier,
     load_rubric,
@@ -282,6 +285,9 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     Scoring: "## scoring",
     ModelPrice: "## pricing",
     DockerSandbox: "### agent.docker",
+    Budget: "## budget",
+    AdaptiveRuns: "## adaptive runs_per_tier",
+    StopWhen: "## adaptive runs_per_tier",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {
