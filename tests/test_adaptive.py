@@ -24,7 +24,10 @@ pytestmark = pytest.mark.integration
 
 MIN, MAX = 5, 20
 # Tier `better` leaves what the gate checks for; the baseline B and `same` do not.
-AGENT = 'echo "$EVALFLEET_TIER $EVALFLEET_SCENARIO" >> {log}; [ "$EVALFLEET_TIER" != better ] || touch out.txt'
+AGENT = (
+    'echo "$EVALFLEET_TIER $EVALFLEET_SCENARIO" >> {log}; '
+    '[ "$EVALFLEET_TIER" != better ] || touch out.txt'
+)
 
 
 def adaptive_matrix(folder: Path, log: Path) -> Path:

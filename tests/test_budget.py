@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from core.results import RunStatus
+from core.config import Matrix
+from core.loading import load_matrix
+from core.results import RunResult, RunSpec, RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
+from tests.experiments import make_run
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +151,88 @@ def test_resume_with_a_budget_needs_an_experiment_with_one(
     resumed = run_cli("resume", exp_id, "--budget", "5", env=fleet_env)
     assert resumed.returncode == 2
     assert "submitted without a budget" in resumed.stderr
+
+
+# --- the ledger itself, on the session's Redis -------------------------------------------
+
+
+def _ledger_matrix(tmp_path: Path, budget: str, limits: str = "") -> Matrix:
+    path = tmp_path / "ledger.yaml"
+    path.write_text(
+        f"name: ledger\nbudget: {budget}\nagent: {{kind: command, command: 'true'}}\n"
+        f"tiers: [{{id: T0}}, {{id: T1}}]\nscenarios: [{{id: s, prompt: go{limits}}}]\n"
+    )
+    return load_matrix(path)
+
+
+def _spec(exp_id: str, tier: str, index: int) -> RunSpec:
+    return RunSpec(
+        experiment_id=exp_id,
+        run_id=f"{exp_id}:{tier}:s:{index}",
+        tier=tier,
+        scenario="s",
+        run_index=index,
+    )
+
+
+def _finished(spec: RunSpec, cost: float | None, judge: float | None = None) -> RunResult:
+    return make_run(spec.tier, spec.scenario, spec.run_index, cost=cost).model_copy(
+        update={"experiment_id": spec.experiment_id, "run_id": spec.run_id, "judge_cost_usd": judge}
+    )
+
+
+def test_projections_learn_from_finished_runs_of_the_same_cell(
+    store: Store, tmp_path: Path
+) -> None:
+    matrix = _ledger_matrix(tmp_path, "{agent_usd: 10, prior_usd: 2}")
+    exp_id = f"ledger-{tmp_path.name}"
+    assert matrix.budget is not None
+    store.ledger.set_limits(exp_id, matrix.budget)
+    first = store.ledger.reserve(_spec(exp_id, "T0", 0), matrix)
+    assert (first.fits, first.agent_usd) == (True, 2.0)  # the prior: nothing finished yet
+    # A redelivery of the same run holds the same reservation, not a second one.
+    assert store.ledger.reserve(_spec(exp_id, "T0", 0), matrix) == first
+    assert store.ledger.state(exp_id).reserved["agent"] == 2.0
+    assert store.ledger.settle(_finished(_spec(exp_id, "T0", 0), 0.5))
+    assert not store.ledger.settle(_finished(_spec(exp_id, "T0", 0), 0.5))  # once only
+    # T0's next run projects T0's mean; T1 has no finished run: the prior.
+    assert store.ledger.reserve(_spec(exp_id, "T0", 1), matrix).agent_usd == 0.5
+    assert store.ledger.reserve(_spec(exp_id, "T1", 0), matrix).agent_usd == 2.0
+    state = store.ledger.state(exp_id)
+    assert (state.spent["agent"], state.reserved["agent"], state.stopped) == (0.5, 2.5, None)
+
+
+def test_the_first_run_that_does_not_fit_stops_the_ledger_until_the_limit_is_raised(
+    store: Store, tmp_path: Path
+) -> None:
+    # No prior: the run's own cost limit projects it before anything has finished.
+    matrix = _ledger_matrix(
+        tmp_path,
+        "{agent_usd: 3, judge_usd: 1, judge_prior_usd: 0.6}",
+        ", limits: {max_cost_usd: 2}",
+    )
+    exp_id = f"ledger-{tmp_path.name}"
+    assert matrix.budget is not None
+    store.ledger.set_limits(exp_id, matrix.budget)
+    held = store.ledger.reserve(_spec(exp_id, "T0", 0), matrix)
+    assert (held.agent_usd, held.judge_usd) == (2.0, 0.6)
+    # $2 + $2 > $3 for the agent: refused, and so is everything after, even what would fit.
+    refused = store.ledger.reserve(_spec(exp_id, "T0", 1), matrix)
+    assert not refused.fits
+    assert refused.refused == (
+        "agent budget: $0.0000 spent + $2.0000 reserved by runs in flight + $2.0000 projected "
+        "for this run > $3.0000"
+    )
+    store.ledger.settle(_finished(_spec(exp_id, "T0", 0), 0.25, judge=0.5))
+    assert not store.ledger.reserve(_spec(exp_id, "T1", 0), matrix).fits
+    state = store.ledger.state(exp_id)
+    assert (state.spent, state.reserved) == (
+        {"agent": 0.25, "judge": 0.5},
+        {"agent": 0.0, "judge": 0.0},
+    )
+    # A raised limit starts it again; the judge's ceiling is checked on its own.
+    raised = {"agent_usd": 100.0, "judge_usd": 1.2}
+    store.ledger.set_limits(exp_id, matrix.budget.model_copy(update=raised))
+    assert store.ledger.reserve(_spec(exp_id, "T1", 0), matrix).fits
+    judge_bound = store.ledger.reserve(_spec(exp_id, "T1", 1), matrix)
+    assert not judge_bound.fits and (judge_bound.refused or "").startswith("judge budget:")

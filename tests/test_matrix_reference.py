@@ -25,8 +25,8 @@ from core.assertions import FORMS, parse_assertion
 from core.config import (
     AdaptiveRuns,
     AgentConfig,
-    Budget,
     AgentOverride,
+    Budget,
     CompositeWeights,
     Criterion,
     DockerSandbox,

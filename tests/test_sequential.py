@@ -113,3 +113,21 @@ def test_scripted_outcomes_stop_where_the_procedure_says() -> None:
     before = narrow["B"][0] - 5
     low, high = interval(before, before, ALPHA)
     assert high - low >= 0.3
+
+
+def test_a_wave_goes_to_the_least_settled_cells_first() -> None:
+    """With a budget, what is sent first is what runs: the widest interval leads."""
+    rule = AdaptiveRuns(min=4, max=12, until=StopWhen(width=0.1))
+    cells = {
+        ("B", "clear"): CellRuns(8, 8, 8),  # all passed: a narrow interval
+        ("B", "mixed"): CellRuns(8, 8, 4),  # half passed: the widest
+        ("B", "short"): CellRuns(10, 10, 10),  # near its max: 2 more at most
+    }
+    wave = next_wave(rule, "B", cells, closed=set())
+    assert list(wave.runs) == [("B", "mixed"), ("B", "clear"), ("B", "short")]
+    assert wave.runs == {("B", "mixed"): 4, ("B", "clear"): 4, ("B", "short"): 2}
+    assert wave.closing == {}
+    assert next_wave(rule, "B", cells, closed={("B", "mixed")}).runs.keys() == {
+        ("B", "clear"),
+        ("B", "short"),
+    }
