@@ -182,6 +182,10 @@ class Store:
         specs = [RunSpec.model_validate_json(v) for v in raw]
         return sorted(specs, key=lambda s: (s.tier, s.scenario, s.run_index))
 
+    def recorded_runs(self, exp_id: str) -> int:
+        """How many runs were recorded to be sent (an adaptive experiment's waves so far)."""
+        return int(self.redis.hlen(self.keys.specs(exp_id)))
+
     def pending_specs(self, exp_id: str) -> list[RunSpec]:
         """Runs without a result and not in progress (in progress: a lease not yet expired)."""
         skip = set(self.redis.hkeys(self.keys.runs(exp_id))) | self.leases.live(exp_id)

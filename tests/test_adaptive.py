@@ -118,3 +118,35 @@ def test_a_fixed_runs_per_tier_sends_every_run_at_once(
     assert report["experiment"]["total_runs"] == 10
     cells = report["tiers"]["T0"]["scenarios"]
     assert (cells["s"]["counted"], cells["more"]["counted"]) == (4, 6)
+
+
+def test_a_budget_that_runs_out_mid_experiment_closes_every_open_cell(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Waves stop with the budget: the experiment completes with the runs that fitted,
+    instead of waiting for waves that could never run."""
+    start_worker(concurrency=2)
+    # Every run costs $1 (1M input tokens at $1/1M); a width of 0.01 is never reached.
+    event = '{"type":"llm_call","input_tokens":1000000,"output_tokens":0}'
+    agent = f"touch out.txt; echo '{event}' > \"$EVALFLEET_EVENTS\""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(f"""
+name: adaptive-budget
+runs_per_tier: {{min: 3, max: 10, until: {{width: 0.01}}}}
+budget: {{agent_usd: 8, prior_usd: 1}}
+pricing: {{m: {{input: 1.0, output: 1.0}}}}
+agent: {{kind: command, model: m, command: {json.dumps(agent)}}}
+tiers: [{{id: T0}}, {{id: T1}}]
+scenarios: [{{id: s, prompt: go}}]
+""")
+    submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    report = json.loads(submitted.stdout)
+    runs = store.runs(report["experiment"]["id"])
+    ran = [r for r in runs if r.status is RunStatus.completed]
+    assert len(ran) == 8  # exact: every projection is right, so the budget holds exactly
+    assert len(runs) == 12  # two waves of 3 per tier, the second's last 4 not run
+    assert report["experiment"]["not_run"] == 4
+    assert report["budget"]["notice"] == "budget reached: $8.00 of $8.00 spent, 4 runs not run"
+    reasons = {c["s"]["reason"] for c in report["adaptive"]["cells"].values()}
+    assert reasons == {"budget reached: no further runs"}

@@ -41,10 +41,10 @@ def advance(app: Celery, store: Store, exp_id: str, matrix: Matrix, default_queu
     info = store.info(exp_id)
     if info.completed_runs >= info.total_runs:
         return 0  # every cell closed or at its max
+    if info.completed_runs < store.recorded_runs(exp_id):
+        return 0  # the wave is still running
     wave, closed = store.waves(exp_id)
     runs = store.runs(exp_id)
-    if len(runs) < int(store.redis.hlen(store.keys.specs(exp_id))):
-        return 0  # the wave is still running
     cells = _cells(matrix, runs)
     if matrix.budget is not None and store.ledger.state(exp_id).stopped:
         closing = {cell: BUDGET_REACHED for cell in cells if cell not in closed}

@@ -139,7 +139,6 @@ SUMMARY_COLUMNS = [
     "runs counted",
     "infra errors",
     "cancelled",
-    "not run (budget)",
     "passes",
     PASS_RATE,
     "composite median / mean",
@@ -151,6 +150,8 @@ SUMMARY_COLUMNS = [
     "duration s (median)",
 ]
 # Detail a narrow terminal can do without; the counts and headline figures stay.
+# With a budget: runs it kept from starting, beside the cancelled ones.
+NOT_RUN_COLUMN = "not run (budget)"
 SUMMARY_NARROW_DROP = (
     "duration s (median)",
     "cost of pass $",
@@ -176,7 +177,7 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
                 str(t.counted),
                 str(t.errors),
                 str(t.cancelled),
-                str(t.not_run),
+                *([str(t.not_run)] if report.budget is not None else []),
                 str(t.passes),
                 pass_rate(t.passes, t.counted),
                 f"{num(t.composite_score.median)} / {num(t.composite_score.mean)}",
@@ -188,9 +189,12 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
                 num(t.duration_seconds.median, 1),
             ]
         )
+    columns = list(SUMMARY_COLUMNS)
+    if report.budget is not None:
+        columns.insert(columns.index("cancelled") + 1, NOT_RUN_COLUMN)
     return Table(
         "Summary",
-        SUMMARY_COLUMNS,
+        columns,
         rows,
         definitions() + hidden_failures(report, scenario) + footer(report),
         label_columns=2,
