@@ -19,7 +19,9 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationInfo,
     create_model,
     field_validator,
@@ -695,13 +697,25 @@ class AdaptiveRuns(Strict):
         return self.wave or self.min
 
 
+def _runs_kind(value: Any) -> str:
+    return "adaptive" if isinstance(value, dict | AdaptiveRuns) else "count"
+
+
+# A mapping is adaptive and a number a count: an error names the one that was meant.
+RunsPerTier = Annotated[
+    Annotated[int, Field(ge=1, le=100_000), Tag("count")]
+    | Annotated[AdaptiveRuns, Tag("adaptive")],
+    Discriminator(_runs_kind),
+]
+
+
 # --- the matrix -----------------------------------------------------------------------
 
 
 class Matrix(Strict):
     name: Identifier
     description: str = ""
-    runs_per_tier: Annotated[int, Field(ge=1, le=100_000)] | AdaptiveRuns = Field(
+    runs_per_tier: RunsPerTier = Field(
         10, description="runs per tier per scenario, or {min, max, until} for adaptive waves"
     )
     budget: Budget | None = Field(None, description="a hard ceiling on the experiment's spend")

@@ -150,3 +150,34 @@ scenarios: [{{id: s, prompt: go}}]
     assert report["budget"]["notice"] == "budget reached: $8.00 of $8.00 spent, 4 runs not run"
     reasons = {c["s"]["reason"] for c in report["adaptive"]["cells"].values()}
     assert reasons == {"budget reached: no further runs"}
+
+
+@pytest.mark.parametrize(
+    ("fragment", "problem"),
+    [
+        (
+            "runs_per_tier: {min: 8, max: 4, until: {decided: true}}",
+            "matrix.yaml:2:16: runs_per_tier.adaptive: min (8) must not be above max (4)",
+        ),
+        (
+            "runs_per_tier: {min: 2, max: 4, until: {}}",
+            "runs_per_tier.adaptive.until: `until` needs `width: W` or `decided: true`",
+        ),
+        ("runs_per_tier: 0", "matrix.yaml:2:16: runs_per_tier.count: Input should be greater"),
+        ("budget: {prior_usd: 1}", "matrix.yaml:2:9: budget: `budget` needs `agent_usd`"),
+        ("budget: {agent_usd: -3}", "budget.agent_usd: Input should be greater than 0"),
+    ],
+)
+def test_a_bad_budget_or_adaptive_count_is_refused_naming_its_place(
+    tmp_path: Path, fragment: str, problem: str
+) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        f"name: bad\n{fragment}\nagent: {{kind: command, command: 'true'}}\n"
+        "tiers: [{id: T0}]\nscenarios: [{id: s, prompt: go}]\n"
+    )
+    for command in ("validate", "submit"):
+        result = run_cli(command, str(matrix), env={"PATH": "/usr/bin:/bin"})
+        assert result.returncode == 2
+        assert problem in result.stderr.replace("\n", " ")
+        assert "1 problem(s); nothing was started" in result.stderr
