@@ -35,12 +35,14 @@ AGENT = (
 )
 
 
-def budget_matrix(folder: Path, log: Path) -> Path:
+def budget_matrix(
+    folder: Path, log: Path, budget: str = f"{{agent_usd: {BUDGET}, prior_usd: 1.0}}"
+) -> Path:
     path = folder / "matrix.yaml"
     path.write_text(f"""
 name: budgeted
 runs_per_tier: {RUNS}
-budget: {{agent_usd: {BUDGET}, prior_usd: 1.0}}
+budget: {budget}
 pricing: {{m: {{input: 1.0, output: 1.0}}}}
 agent: {{kind: command, model: m, command: {json.dumps(AGENT.format(log=log))}}}
 tiers: [{{id: T0}}]
@@ -135,6 +137,30 @@ def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
     total = sum(cost(i) for i in range(RUNS))
     assert final["budget"]["notice"] == f"budget: ${total:.2f} of $20.00 spent"
     assert sorted(int(i) for i in log.read_text().split()) == list(range(RUNS))
+
+
+def test_without_a_prior_the_runs_started_unprojected_are_the_overshoot(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """--budget over the file's ceiling; no prior, no limits: the runs that start before
+    any has finished are projected at $0, so each may overshoot by its whole cost."""
+    for _ in range(WORKERS):
+        start_worker(concurrency=SLOTS)
+    matrix = budget_matrix(tmp_path, tmp_path / "executions", budget="{agent_usd: 1000}")
+    submitted = run_cli(
+        "submit", str(matrix), "--budget", str(BUDGET), "--wait", "--json", env=fleet_env
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    report = json.loads(submitted.stdout)
+    runs = store.runs(report["experiment"]["id"])
+    spent = sum(r.cost_usd or 0.0 for r in runs if r.status is RunStatus.completed)
+    not_run = sum(r.status is RunStatus.not_run for r in runs)
+    assert not_run > 0
+    assert spent <= BUDGET + WORKERS * SLOTS * cost(RUNS - 1)
+    assert report["budget"]["agent_usd"] == BUDGET
+    assert report["budget"]["notice"] == (
+        f"budget reached: ${spent:.2f} of ${BUDGET:.2f} spent, {not_run} runs not run"
+    )
 
 
 def test_resume_with_a_budget_needs_an_experiment_with_one(
