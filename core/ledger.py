@@ -83,13 +83,18 @@ class Ledger:
         return Reservation(fits=True, agent_usd=agent, judge_usd=judge)
 
     def settle(self, result: RunResult) -> bool:
-        """Give back the run's reservation for what it really spent; False when it held none."""
+        """Give back the run's reservation for what it really spent; False when it held none.
+        An agent that ran at an unknown cost is charged its projection; one that never
+        ran (an infrastructure error before it started), what its result says or 0."""
+        cost = result.cost_usd
+        if cost is None and not result.counted:
+            cost = 0.0
         outcome = self._settle(
             keys=self._keys(result.experiment_id),
             args=[
                 result.run_id,
                 cell(result.tier, result.scenario),
-                _opt(result.cost_usd),
+                _opt(cost),
                 repr(result.judge_cost_usd or 0.0),
                 "1" if result.counted else "0",
             ],

@@ -77,14 +77,14 @@ broker_option = click.option(
 )
 
 
-budget_option = click.option(
-    "--budget",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="USD",
-    help="Ceiling on the agents' spend over the whole experiment, over the matrix's "
-    "budget.agent_usd: runs that do not fit are recorded not_run.",
-)
+def budget_option(help_text: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    return click.option(
+        "--budget",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="USD",
+        help=help_text,
+    )
 
 
 json_nonfinite_option = click.option(
@@ -293,7 +293,10 @@ def _experiment(store: Store, exp_id: str | None) -> str:
     is_flag=True,
     help="Keep each run's folder (under EVALFLEET_WORKDIR, default $TMPDIR/evalfleet) to inspect.",
 )
-@budget_option
+@budget_option(
+    "Ceiling on the agents' spend over the whole experiment, over the matrix's "
+    "budget.agent_usd: runs that do not fit are recorded not_run."
+)
 @json_nonfinite_option
 def submit(
     matrix_file: str,
@@ -626,13 +629,9 @@ def compare(
 )
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option(
-    "--budget",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="USD",
-    help="A new ceiling on the agents' spend of the whole experiment (what it spent so far "
-    "included); the runs not run for the budget are sent again.",
+@budget_option(
+    "A new ceiling on the agents' spend of the whole experiment (what it spent so far "
+    "included); the runs not run for the budget are sent again."
 )
 @json_nonfinite_option
 def resume(
@@ -685,7 +684,7 @@ def resume(
         pending = to_resend(app, store, exp_id)
         # Runs still queued or running are left where they are: taken by the workers
         # (the embedded ones started here), not sent a second time.
-        now = store.info(exp_id)  # uncancel took results back
+        now = store.info(exp_id)  # unrecord took results back
         waiting = now.total_runs - now.completed_runs - len(pending)
         kept = (
             f"; {now.not_run} runs not run for the budget stay so (`--budget USD` raises it)"
@@ -709,7 +708,6 @@ def resume(
             f"message; {waiting} still queued or running{kept}",
             soft_wrap=True,
         )
-
 
         def send_runs(app: Celery, _local_workers: int | None) -> None:
             send(app, store, matrix, exp_id, pending, len(pending))

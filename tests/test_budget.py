@@ -226,6 +226,16 @@ def test_projections_learn_from_finished_runs_of_the_same_cell(
     assert store.ledger.reserve(_spec(exp_id, "T1", 0), matrix).agent_usd == 2.0
     state = store.ledger.state(exp_id)
     assert (state.spent["agent"], state.reserved["agent"], state.stopped) == (0.5, 2.5, None)
+    # A run that never got to its agent (setup failed) costs nothing and teaches nothing;
+    # one whose agent ran at an unknown cost (an unpriced model) is charged its projection.
+    failed = _finished(_spec(exp_id, "T1", 0), None).model_copy(
+        update={"status": RunStatus.infra_error}
+    )
+    assert store.ledger.settle(failed)
+    assert store.ledger.reserve(_spec(exp_id, "T1", 1), matrix).agent_usd == 2.0
+    assert store.ledger.settle(_finished(_spec(exp_id, "T0", 1), None))
+    state = store.ledger.state(exp_id)
+    assert (state.spent["agent"], state.reserved["agent"]) == (1.0, 2.0)
 
 
 def test_the_first_run_that_does_not_fit_stops_the_ledger_until_the_limit_is_raised(
