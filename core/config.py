@@ -709,6 +709,41 @@ RunsPerTier = Annotated[
 ]
 
 
+# --- evidence ----------------------------------------------------------------------
+
+
+class EvidenceLimits(Strict):
+    """How much of a run's evidence is kept (README, "Evidence"); what a cap leaves
+    out is said in the evidence (RunEvidence.cuts)."""
+
+    max_item_kb: float = Field(
+        64,
+        gt=0,
+        allow_inf_nan=False,
+        description="one text (stdout, stderr, transcript, a gate's output, the patch): "
+        "its head and tail are kept",
+    )
+    max_run_kb: float = Field(
+        256,
+        gt=0,
+        allow_inf_nan=False,
+        description="all texts of one run together, before compression",
+    )
+    max_experiment_mb: float = Field(
+        256,
+        gt=0,
+        allow_inf_nan=False,
+        description="all runs' stored (compressed) evidence; later runs keep a minimal record",
+    )
+
+
+class Artifacts(Strict):
+    """A folder every worker and the scheduler share: evidence goes there as files
+    (Redis keeps a pointer), for evidence bigger than Redis should hold."""
+
+    dir: Annotated[Path, AfterValidator(_resolve)]
+
+
 # --- the matrix -----------------------------------------------------------------------
 
 
@@ -751,6 +786,10 @@ class Matrix(Strict):
         "same infrastructure error (the agent cannot start, setup fails); 0: never",
     )
     keep_workspaces: bool = False
+    evidence: EvidenceLimits = Field(default_factory=EvidenceLimits)
+    artifacts: Artifacts | None = Field(
+        None, description="store evidence as files in a shared folder instead of Redis"
+    )
     queue: str | None = None
     secret_env: list[str] = Field(
         default_factory=list, description="environment variables whose values are redacted"

@@ -21,7 +21,8 @@ import redis
 from rich.console import Console
 
 from core.comparison import compare_experiments
-from core.config import Budget, Matrix, matrix_json_schema
+from core.config import Artifacts, Budget, Matrix, matrix_json_schema
+from core.evidence import RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, RunStatus
@@ -37,7 +38,9 @@ from scheduler.report.render import (
     SCENARIO_FORMATS,
     render,
     render_comparison,
+    terminal_width,
 )
+from scheduler.show import render_run
 from worker.broker import STATE_DIR, running_embedded_broker
 from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S, longest_run_s, run_queues
 
@@ -96,7 +99,6 @@ json_nonfinite_option = click.option(
     help='JSON: write Infinity and NaN as the strings "Infinity"/"NaN", or as null '
     "(for jq, pandas and other readers of strict JSON numbers).",
 )
-
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -293,6 +295,13 @@ def _experiment(store: Store, exp_id: str | None) -> str:
     is_flag=True,
     help="Keep each run's folder (under EVALFLEET_WORKDIR, default $TMPDIR/evalfleet) to inspect.",
 )
+@click.option(
+    "--artifacts",
+    metavar="DIR",
+    default=None,
+    help="Store each run's evidence as a file in DIR, a folder every worker shares "
+    "(overrides the matrix's `artifacts: {dir}`); Redis keeps its path.",
+)
 @budget_option(
     "Ceiling on the agents' spend over the whole experiment, over the matrix's "
     "budget.agent_usd: runs that do not fit are recorded not_run."
@@ -306,6 +315,7 @@ def submit(
     as_json: bool,
     fmt: str,
     keep_workspaces: bool,
+    artifacts: str | None,
     budget: float | None,
     nonfinite: str,
 ) -> None:
@@ -320,6 +330,7 @@ def submit(
     Examples:
       scheduler submit examples/matrix.yaml --workers 4
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
+      scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
       scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
     """
     matrix = _load(matrix_file)
@@ -331,6 +342,9 @@ def submit(
     _check_visibility(matrix)
     if keep_workspaces:
         matrix.keep_workspaces = True
+    if artifacts is not None:
+        matrix.artifacts = Artifacts(dir=os.path.abspath(artifacts))
+    _check_artifacts(matrix, "--artifacts" if artifacts is not None else matrix_file)
     if as_json:
         fmt = "json"
     from scheduler.dispatch import start  # imports Celery (see _app)
@@ -391,6 +405,20 @@ def _check_size(matrix: Matrix) -> None:
         check_size(matrix)
     except PlanTooLarge as exc:
         fail(f"{exc}; nothing was started")
+
+
+def _check_artifacts(matrix: Matrix, source: str) -> None:
+    """The evidence folder exists (made here) and this machine may write to it."""
+    if matrix.artifacts is None:
+        return
+    folder = matrix.artifacts.dir
+    where = source if source == "--artifacts" else f"{source}: artifacts.dir"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"{where}: cannot create {folder}: {exc.strerror}; give a folder you can write to")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"{where}: {folder} is not writable here; give a folder you can write to")
 
 
 def _check_visibility(matrix: Matrix) -> None:
@@ -558,6 +586,76 @@ def report(
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
     click.echo(render(result, fmt, scenario, nonfinite=nonfinite))
+
+
+@main.command()
+@click.argument("run", nargs=-1, required=True)
+@broker_option
+@click.option("--json", "as_json", is_flag=True, help="The run's result, evidence and deliveries.")
+def show(run: tuple[str, ...], broker: str | None, as_json: bool) -> None:
+    """Show one run: outcome and reason, gates with their command and output, the
+    judge's scores and reasons, a compact transcript, stdout and stderr tails, and
+    every delivery.
+
+    RUN is a run id (EXP:TIER:SCENARIO:INDEX, as `report --format json --runs`
+    lists them), or EXP TIER SCENARIO INDEX, or the end of a run id that only one
+    run of the 100 latest experiments has.
+
+    \b
+    Examples:
+      scheduler show notes-guidance-20261122-101500-ab12:T1:create_notes:3
+      scheduler show notes-guidance-20261122-101500-ab12 T1 create_notes 3
+      scheduler show ab12:T1:create_notes:3 --json | jq .evidence.gates
+    """
+    with open_store(broker) as (store, _):
+        exp_id, run_id = _run_of(store, run)
+        note = None
+        try:
+            evidence = store.evidence(exp_id, run_id)
+        except OSError as exc:  # a file in an artifacts folder this machine does not see
+            evidence, note = None, f"the run's evidence file cannot be read here: {exc}"
+        attempts = evidence.attempts if evidence is not None else None
+        record = RunRecord(
+            result=store.run(exp_id, run_id),
+            evidence=evidence,
+            attempts=attempts or store.deliveries(exp_id, run_id),
+        )
+    if as_json:
+        click.echo(record.model_dump_json(indent=2))
+        if note is not None:
+            err.print(f"note: {note}", markup=False)
+        return
+    click.echo(render_run(record, run_id, terminal_width(), note), nl=False)
+
+
+def _run_of(store: Store, words: tuple[str, ...]) -> tuple[str, str]:
+    """(experiment id, run id) of `scheduler show`'s RUN words; exits 2 if there is no such run."""
+    if len(words) == 4:
+        exp_id = _experiment(store, words[0])
+        run_id = ":".join(words)
+    elif len(words) == 1:
+        exp_id, run_id = words[0].rsplit(":", 3)[0], words[0]
+        if not store.exists(exp_id):
+            found = store.run_ids_ending(words[0])
+            if len(found) != 1:
+                listed = "; ".join(found[:5]) + ("; ..." if len(found) > 5 else "")
+                fail(
+                    f"{len(found)} runs end with {words[0]!r}: {listed}; give more of the run id"
+                    if found
+                    else f"no run {words[0]!r}: give a run id as `report --format json --runs` "
+                    "lists them (EXPERIMENT:TIER:SCENARIO:INDEX), or EXP TIER SCENARIO INDEX"
+                )
+            run_id = found[0]
+            exp_id = run_id.rsplit(":", 3)[0]
+    else:
+        fail(f"give one run id or EXP TIER SCENARIO INDEX, not {len(words)} words")
+    if not store.has_run(exp_id, run_id):
+        fail(
+            f"experiment {exp_id} has no run {run_id.removeprefix(exp_id + ':')!r} "
+            "(its runs are TIER:SCENARIO:INDEX; `scheduler report EXP --format json --runs` "
+            "lists them)"
+        )
+    return exp_id, run_id
 
 
 @main.command()

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import time
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +191,7 @@ scenarios:
     assert run.judge.response.issues == ["saw [REDACTED]", "[REDACTED]"]
     # ... and stored nowhere: not in the judge's prompt, any Redis key, output or log.
     assert not any(s in r.raw.decode() for r in stub.requests for s in secrets)
-    leaks = [key for key, value in _every_value(store.redis) if any(s in value for s in secrets)]
+    leaks = [key for key, value in _every_value(store.binary) if any(s in value for s in secrets)]
     assert leaks == []
     assert not any(s in text for text in outputs for s in secrets)
     assert not any(s in (tmp_path / "worker.log").read_text() for s in secrets)
@@ -262,7 +264,7 @@ scenarios:
                 worker.stop()
         store = Store.from_url(broker.url, prefix=PREFIX)
         stored = [run.model_dump_json() for run in store.runs(exp_id)]
-        every_value = _every_value(redis.Redis.from_url(broker.url, decode_responses=True))
+        every_value = _every_value(store.binary)
     finally:
         broker.stop()
 
@@ -279,24 +281,31 @@ scenarios:
 
 
 def _every_value(client: redis.Redis) -> list[tuple[str, str]]:
-    """Every key of the test database with all its content as text, whatever its type."""
+    """Every key of the test database with all its content as text, whatever its type;
+    `client` leaves replies undecoded, and compressed values (evidence) are read inflated."""
     found = []
     for key in client.scan_iter(count=1000):
         kind = client.type(key)
-        if kind == "string":
+        if kind == b"string":
             parts: list[Any] = [client.get(key)]
-        elif kind == "hash":
+        elif kind == b"hash":
             parts = [item for pair in client.hgetall(key).items() for item in pair]
-        elif kind == "list":
+        elif kind == b"list":
             parts = client.lrange(key, 0, -1)
-        elif kind == "set":
+        elif kind == b"set":
             parts = list(client.smembers(key))
-        elif kind == "zset":
+        elif kind == b"zset":
             parts = client.zrange(key, 0, -1)
         else:
             parts = []
-        found.append((key, key + " " + " ".join(str(p) for p in parts)))
+        found.append((key.decode(), " ".join(_text(p) for p in [key, *parts])))
     return found
+
+
+def _text(value: bytes) -> str:
+    with contextlib.suppress(zlib.error):
+        value = zlib.decompress(value)
+    return value.decode(errors="replace")
 
 
 # --- workspaces -----------------------------------------------------------------------------
