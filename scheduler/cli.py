@@ -176,7 +176,19 @@ def summary(matrix: Matrix) -> str:
         judged = f"judge >= {judge.pass_threshold:g}" if judge and judge.enabled else "no judge"
         lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
     lines.append(_judge_line(matrix))
+    if matrix.budget is not None:
+        lines.append(_budget_line(matrix.budget))
     return "\n".join(lines)
+
+
+def _budget_line(budget: Budget) -> str:
+    ceilings = [
+        f"{who} ${limit:g}"
+        for who, limit in (("agents", budget.agent_usd), ("judge", budget.judge_usd))
+        if limit is not None
+    ]
+    prior = f"; a run's cost before its tier x scenario has one: ${budget.prior_usd:g}"
+    return f"budget: {', '.join(ceilings)}" + (prior if budget.prior_usd is not None else "")
 
 
 def _judge_line(matrix: Matrix) -> str:

@@ -65,6 +65,10 @@ def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
         start_worker(concurrency=SLOTS)
     log = tmp_path / "executions"
     matrix = budget_matrix(tmp_path, log)
+    validated = run_cli("validate", str(matrix), env=fleet_env)
+    assert "budget: agents $6; a run's cost before its tier x scenario has one: $1" in (
+        validated.stdout
+    )
     submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert submitted.returncode == 0, submitted.stderr
     report = json.loads(submitted.stdout)
