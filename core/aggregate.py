@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from core.analysis import analyse, context_by_call
 from core.config import Budget, Scoring
 from core.formulas import cost_delta, cost_of_pass, letter_grade, tier_uplift
+from core.judge_noise import judge_summary
 from core.metrics import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.ordering import ordered_ids
 from core.report_models import (
@@ -79,12 +80,14 @@ def aggregate(
             "passes": sum(1 for r in valid if r.passed),
         }
     )
+    cross = cross_tier(reports, baseline)
     return ExperimentReport(
         budget=None if budget is None else budget_report(budget, ordered),
         experiment=experiment,
         tiers=reports,
-        cross_tier=cross_tier(reports, baseline),
+        cross_tier=cross,
         error_reasons=error_reasons(ordered),
+        judge=judge_summary(ordered, reports, cross, scoring),
     )
 
 
@@ -127,9 +130,7 @@ def tier_report(
     """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
     baseline tier's id and its runs of the same scenarios, to test the group against."""
     valid = [r for r in runs if r.counted]
-    seed = {
-        m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None
-    }
+    seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
     composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
     return TierReport(
         runs=len(runs),

@@ -443,6 +443,13 @@ class JudgeConfig(Strict):
     )
     max_transcript_chars: int = Field(24_000, ge=1000)
     max_tokens: int = Field(1024, ge=64)
+    repeats: int = Field(
+        1,
+        ge=1,
+        le=20,
+        description="judge each run this many times: its score is their mean, their spread "
+        'the judge\'s noise (report section "Judge noise")',
+    )
 
     @property
     def deadline(self) -> float:
@@ -452,6 +459,21 @@ class JudgeConfig(Strict):
             return self.deadline_s
         tries = self.max_attempts * (self.connect_timeout_s + self.timeout_s)
         return tries + (self.max_attempts - 1) * MAX_WAIT_S
+
+
+class WorkspaceArchive(Strict):
+    """Runs' workspaces kept in Redis after the run (bounded), for `scheduler rescore`."""
+
+    keep: Literal["failed", "all"] = Field(
+        "failed", description="the workspaces of failed runs only, or of every run"
+    )
+    max_bytes: int = Field(
+        2_000_000,
+        ge=1024,
+        le=50_000_000,
+        description="a compressed workspace above this is not kept (rescore keeps that run "
+        "as it was, and says how many)",
+    )
 
 
 class CompositeWeights(Strict):
@@ -789,6 +811,9 @@ class Matrix(Strict):
     evidence: EvidenceLimits = Field(default_factory=EvidenceLimits)
     artifacts: Artifacts | None = Field(
         None, description="store evidence as files in a shared folder instead of Redis"
+    )
+    workspace_archive: WorkspaceArchive | None = Field(
+        None, description="keep runs' workspaces in Redis (compressed, bounded) for rescore"
     )
     queue: str | None = None
     secret_env: list[str] = Field(

@@ -27,7 +27,10 @@ Ours, under the prefix (no TTL on any of them):
   experiment's artifacts folder; the experiment's hash counts the stored
   bytes under ``evidence_bytes``;
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
-  (rejudge, rescore); version 1 is ``exp:{id}:report``;
+  (rejudge, rescore); version 1 is ``exp:{id}:report``; the ``exp:{id}`` hash
+  field ``versions`` counts the versions after the first;
+- ``exp:{id}:version_runs`` "VERSION RUN_ID" -> the RunResult JSON of that run in
+  that later version (runs: version 1's);
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
   needs on workers (its matrix names them by digest; workers cache by digest);
 - ``exp:{id}:budget`` the spend ledger (core/ledger.py): per kind (agent, judge)
@@ -36,7 +39,12 @@ Ours, under the prefix (no TTL on any of them):
   the first reservation that did not fit was refused;
   ``exp:{id}:reservations`` run id -> "AGENT JUDGE" projected dollars it holds;
 - ``exp:{id}:waves`` an adaptive experiment's waves (worker/waves.py): ``wave``
-  the number sent, and per closed tier x scenario cell why it stopped.
+  the number sent, and per closed tier x scenario cell why it stopped;
+- ``exp:{id}:workspaces`` run id -> an ArchivedWorkspace JSON (matrix
+  ``workspace_archive:``; what ``scheduler rescore`` runs the gates on);
+- ``judgments`` the judgment cache, shared by every experiment under the
+  prefix: core.judge.cache_key -> a CachedJudgment JSON (README, "Judgment
+  cache": removed with ``DEL <prefix>judgments``).
 
 Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
 prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the
@@ -118,6 +126,15 @@ class Keys:
 
     def waves(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:waves"
+
+    def version_runs(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:version_runs"
+
+    def workspaces(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:workspaces"
+
+    def judgments(self) -> str:
+        return f"{self.prefix}judgments"
 
 
 # --- kombu's Redis transport (5.x), unprefixed -----------------------------------------

@@ -198,16 +198,57 @@ class AdaptiveReport(Record):
     )
 
 
+class TierJudgeNoise(Record):
+    """The judge's own noise beside the runs' spread, in one tier (core/judge_noise.py)."""
+
+    judged_runs: int = Field(description="counted runs with a judge score")
+    repeats: int = Field(description="judgments per run (the fewest, when runs differ)")
+    judge_variance: float | None = Field(
+        None, description="mean over runs of the sample variance of their K judgments"
+    )
+    judge_sd_of_mean: float | None = Field(
+        None, description="sqrt(judge_variance / K): the judge's SD of one run's score"
+    )
+    run_variance: float | None = Field(
+        None, description="sample variance of the runs' scores (each the mean of its K)"
+    )
+    judge_share: float | None = Field(
+        None, description="(judge_variance / K) / run_variance: the judge's part of the spread"
+    )
+
+
+class JudgeNoiseFlag(Record):
+    """A tier's result against the baseline that the judge's noise alone could explain."""
+
+    tier: str
+    difference: float = Field(description="Δ median composite against the baseline")
+    band: float = Field(description="2 x impl share x sqrt(sd_tier² + sd_baseline²)")
+    verdict: Verdict
+    uplift: float | None = None
+
+
+class JudgeSummary(Record):
+    """How the runs were judged: judgments asked, from cache, and the judge's noise."""
+
+    judgments: int = 0
+    cached: int = Field(0, description="judgments answered from the judgment cache")
+    tiers: dict[str, TierJudgeNoise] = Field(default_factory=dict)
+    within_noise: list[JudgeNoiseFlag] = Field(default_factory=list)
+
+
 class ExperimentReport(Record):
     budget: BudgetReport | None = Field(None, description="with a budget: what it came to")
     experiment: ExperimentInfo
     adaptive: AdaptiveReport | None = Field(None, description="with adaptive runs_per_tier")
+    version: int = Field(1, description="1: the runs' own; 2, 3...: rejudged (`report --version`)")
+    version_note: str | None = Field(None, description="what made this version")
     tiers: dict[str, TierReport] = Field(default_factory=dict)
     cross_tier: CrossTierResult
     error_reasons: dict[str, int] = Field(
         default_factory=dict,
         description="infrastructure errors by reason (error_key), most common first",
     )
+    judge: JudgeSummary | None = Field(None, description="None when no run was judged")
     runs: list[RunResult] | None = Field(None, description="every RunResult, with --runs")
 
 

@@ -9,6 +9,7 @@ workers store them, and the report comes from the workers' own aggregation
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,3 +175,35 @@ scenarios:
 {extra}
 """)
     return path
+
+
+def judged_matrix(
+    folder: Path, base_url: str, *, runs: int = 3, tiers: str = "T0, T1", repeats: int = 3
+) -> Path:
+    """matrix.yaml of judged runs: the agent prints `run=TIER/INDEX;` (a marker for
+    tests.llm_stub.scripted_judge), passes its gate and notes each start in
+    FOLDER/agent-starts.log; the judge (model judge-a) is at `base_url`. The prompt
+    names a fresh token: the judgment cache outlives the experiment, and another
+    test's identical runs would be answered from it."""
+    (folder / "rubric.yaml").write_text("criteria: [{id: quality, weight: 1, description: q}]\n")
+    ids = ", ".join(f"{{id: {t.strip()}}}" for t in tiers.split(","))
+    matrix = folder / "matrix.yaml"
+    starts = f"echo started >> {folder / 'agent-starts.log'}"
+    matrix.write_text(f"""
+name: judged
+runs_per_tier: {runs}
+agent:
+  kind: command
+  command: 'echo "run=$EVALFLEET_TIER/$EVALFLEET_RUN_INDEX;"; touch out.txt; {starts}'
+  timeout_s: 30
+tiers: [{ids}]
+judge: {{base_url: "{base_url}", model: judge-a, api_key_env: null, max_attempts: 1,
+         repeats: {repeats}}}
+scenarios:
+  - id: s
+    prompt: "go ({uuid.uuid4().hex})"
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      judge: {{rubric: rubric.yaml, pass_threshold: 0.7}}
+""")
+    return matrix

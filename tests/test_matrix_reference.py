@@ -48,6 +48,7 @@ from core.config import (
     StopWhen,
     Target,
     Tier,
+    WorkspaceArchive,
     load_rubric,
 )
 from core.gates import run_gates
@@ -292,6 +293,7 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     Budget: "## budget",
     AdaptiveRuns: "## adaptive runs_per_tier",
     StopWhen: "## adaptive runs_per_tier",
+    WorkspaceArchive: "### workspace_archive",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {

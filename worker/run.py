@@ -36,7 +36,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from core.config import Matrix
+from core.config import Matrix, WorkspaceArchive
 from core.evaluate import evaluate_run
 from core.evidence import Attempt, RunEvidence
 from core.evidence_caps import bounded, minimal
@@ -46,7 +46,8 @@ from core.report_models import ExperimentStatus
 from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
 from core.shell import kill_groups_by_env
 from core.store import Delivery, Store
-from core.transcript_models import AgentOutcome
+from core.transcript_models import AgentOutcome, CommandRecord
+from core.workspace_archive import TooLarge, pack
 from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
@@ -114,7 +115,7 @@ def execute(
     evidence = None
     try:
         with lease.held():
-            result, evidence = _attempt(spec, store, matrix, delivery, started, secrets, clock)
+            result, evidence = _attempt(spec, matrix, delivery, started, secrets, clock, store)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
@@ -248,12 +249,12 @@ def _patiently(call: Callable[[], T]) -> T:
 
 def _attempt(
     spec: RunSpec,
-    store: Store,
     matrix: Matrix,
     delivery: Delivery,
     started: float,
     secrets: list[str],
     on_phase: Phase,
+    store: Store,
 ) -> Attempted:
     attempts = delivery.attempts
     # A delivery whose pool process was killed (this run's, or another's) left its
@@ -286,12 +287,17 @@ def _attempt(
         if not reservation.fits:
             reason = f"not run: {reservation.refused}"
             return error_result(spec, reason, attempts, started, RunStatus.not_run), None
-    result, evidence = _run(spec, matrix, on_phase, started, secrets)
+    result, evidence = _run(spec, matrix, on_phase, started, secrets, store)
     return result.model_copy(update={"attempts": attempts}), evidence
 
 
 def _run(
-    spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float, secrets: list[str]
+    spec: RunSpec,
+    matrix: Matrix,
+    on_phase: Phase,
+    started: float,
+    secrets: list[str],
+    store: Store,
 ) -> Attempted:
     tier = matrix.tier(spec.tier)
     scenario = matrix.scenario(spec.scenario)
@@ -322,6 +328,7 @@ def _run(
                 "stderr": redact(outcome.stderr, secrets),
             }
         )
+        gated: list[CommandRecord] = []
         evaluated = evaluate_run(
             spec,
             matrix,
@@ -333,9 +340,14 @@ def _run(
             secrets=secrets,
             prepared=prepared,
             enclosure=container.enclosure() if container is not None else None,
+            judgments=store,
+            on_gated=gated.extend,
         )
-        evaluated.result.worker = socket.gethostname()
-        return evaluated.result, evaluated.evidence
+        result = evaluated.result
+        result.worker = socket.gethostname()
+        if matrix.workspace_archive is not None and result.gates_total:
+            _archive(store, matrix.workspace_archive, spec, run_dir, result, gated, secrets)
+        return result, evaluated.evidence
     finally:
         containers.close()
         # Nothing the delivery started outlives it: not even a process that left
@@ -344,6 +356,26 @@ def _run(
         if not matrix.keep_workspaces:
             run_dir.remove()
         run_dir.release()
+
+
+def _archive(
+    store: Store,
+    config: WorkspaceArchive,
+    spec: RunSpec,
+    run_dir: RunDir,
+    result: RunResult,
+    commands: list[CommandRecord],
+    secrets: list[str],
+) -> None:
+    """Keep the gated workspace for rescore (matrix `workspace_archive:`), bounded."""
+    if config.keep == "failed" and result.passed:
+        return
+    try:
+        archive = pack(run_dir.workspace, config.max_bytes, commands, secrets)
+    except (TooLarge, OSError) as exc:
+        log.warning("run %s: %s", spec.run_id, exc)
+        return
+    store.save_workspace(spec.experiment_id, spec.run_id, archive)
 
 
 def _run_agent(

@@ -20,6 +20,7 @@ from core.report_models import (
     Interval,
     Statistics,
     TierReport,
+    Verdict,
 )
 from core.significance import wilson_interval
 
@@ -106,10 +107,13 @@ def header(report: ExperimentReport) -> str:
     e = report.experiment
     counted = e.completed_runs - e.errors - e.cancelled - e.not_run
     not_run = f", {e.not_run} not run (budget)" if e.not_run else ""
+    version = ""
+    if report.version > 1:
+        version = f" — report version {report.version} ({report.version_note})"
     return (
         f"{e.name} ({e.id}): {e.status.value}, {e.completed_runs}/{e.total_runs} runs, "
         f"{counted} counted, {e.passes} passed, {e.errors} infrastructure errors, "
-        f"{e.cancelled} cancelled{not_run}"
+        f"{e.cancelled} cancelled{not_run}{version}"
     )
 
 
@@ -436,6 +440,58 @@ def context_growth(report: ExperimentReport) -> Table:
     )
 
 
+def judge_noise(report: ExperimentReport) -> Table | None:
+    """The judge's own noise beside the runs' spread, per tier (core/judge_noise.py);
+    None when no run was judged."""
+    summary = report.judge
+    if summary is None:
+        return None
+    rows = [
+        [
+            tier_id,
+            str(t.judged_runs),
+            str(t.repeats),
+            num(t.judge_variance, 4),
+            num(t.judge_sd_of_mean, 4),
+            num(t.run_variance, 4),
+            num(t.judge_share),
+        ]
+        for tier_id, t in summary.tiers.items()
+    ]
+    notes = [
+        f"{summary.judgments} judgments, {summary.cached} from cache",
+        "judge variance: mean over runs of the sample variance of their K judgments; judge SD "
+        "of a run's score: sqrt(judge variance / K); run-to-run variance: sample variance of "
+        "the runs' scores (each the mean of its K); judge share: (judge variance / K) / "
+        "run-to-run variance",
+    ]
+    if all(t.judge_variance is None for t in summary.tiers.values()):
+        notes.append("one judgment per run: set `judge: {repeats: 3}` to measure the noise")
+    for flag in summary.within_noise:
+        uplift = "" if flag.uplift is None else f"uplift {pct(flag.uplift)}, "
+        note = (
+            f"{flag.tier}: {uplift}Δ median composite {signed(flag.difference)}, lies within the "
+            f"judge's noise (less than 2 judge SDs of the difference, {num(flag.band, 4)})"
+        )
+        if flag.verdict in (Verdict.better, Verdict.worse, Verdict.mixed):
+            note += f"; its verdict ({flag.verdict.value}) could be the judge's noise alone"
+        notes.append(note)
+    return Table(
+        "Judge noise",
+        [
+            "tier",
+            "judged runs",
+            "judgments per run (K)",
+            "judge variance",
+            "judge SD of a run's score",
+            "run-to-run variance",
+            "judge share",
+        ],
+        rows,
+        notes,
+    )
+
+
 def scenario_tables(report: ExperimentReport, scenario: str) -> list[Table]:
     """The view of one scenario: its tiers side by side, then its rows of the report."""
     return [
@@ -477,6 +533,7 @@ def report_tables(report: ExperimentReport) -> list[Table]:
         pass_at_k(report),
         interaction(report),
         *(guidance(report, s) for s in scenarios),
+        *([noise] if (noise := judge_noise(report)) is not None else []),
         context_growth(report),
         *(seed_metrics(report, tier_id) for tier_id in report.tiers),
     ]
