@@ -30,6 +30,7 @@ from pydantic import (
 
 from core.assertions import JsonAssertion, parse_assertion
 from core.llm_http import MAX_WAIT_S
+from core.significance import Correction
 from core.yaml_loading import load_yaml_model
 
 
@@ -630,6 +631,19 @@ class Scoring(Strict):
         return self
 
 
+class ReportOptions(Strict):
+    """How reports test tiers against the baseline (docs/MATRIX.md, `report:`)."""
+
+    correction: Correction = Field(
+        "holm",
+        description="multiple-comparison correction of every test of a report: holm "
+        "(family-wise error rate), bh (Benjamini-Hochberg, false discovery rate) or none",
+    )
+    alpha: float = Field(
+        0.05, gt=0.0, lt=1.0, description="significance level of the family of tests"
+    )
+
+
 class ModelPrice(Strict):
     """USD per 1M tokens."""
 
@@ -788,6 +802,7 @@ class Matrix(Strict):
     scenarios: list[Scenario] = Field(min_length=1)
     judge: JudgeConfig | None = None
     scoring: Scoring = Field(default_factory=Scoring)
+    report: ReportOptions = Field(default_factory=ReportOptions)
     pricing: dict[str, ModelPrice] = Field(default_factory=dict)
     max_attempts: int = Field(
         3, ge=1, le=20, description="deliveries of one run before it is an infra error"

@@ -429,7 +429,7 @@ class Store:
         blob = zlib.compress(evidence.model_dump_json().encode(), 6)
         value, path = blob, None
         if folder is not None:
-            path = folder / evidence.experiment_id / f"{quote(evidence.run_id, safe='')}.json.z"
+            path = evidence_file(folder, evidence.experiment_id, evidence.run_id)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(blob)
             value = FILE_POINTER + str(path).encode()
@@ -522,6 +522,12 @@ class Store:
         raw = [v for _, v in self.redis.hscan_iter(key, match=f"{version} *", count=1000)]
         runs = [RunResult.model_validate_json(v) for v in raw]
         return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
+
+
+def evidence_file(folder: Path, exp_id: str, run_id: str) -> Path:
+    """Where a run's evidence goes in an artifacts folder: one folder per experiment
+    (what deleting the experiment removes), one file per run."""
+    return folder / exp_id / f"{quote(run_id, safe='')}.json.z"
 
 
 def _evidence(blob: bytes) -> RunEvidence:

@@ -14,20 +14,21 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
 import click
 import redis
 from rich.console import Console
 
-from core.comparison import compare_experiments
+from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
 from core.evidence import RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, RunStatus
 from core.settings import BrokerURLError, configured_broker
+from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
 from scheduler.embedded import EmbeddedError, EmbeddedRedis, LocalWorkers, worker_command
@@ -54,6 +55,22 @@ err = Console(stderr=True, highlight=False)
 # 3 the experiment ran but some runs were infrastructure errors; 130 interrupted.
 USAGE_ERROR = 2
 INFRA_ERRORS = 3
+
+
+def correction_option(default: str | None, default_help: str = "") -> Callable[[Any], Any]:
+    return click.option(
+        "--correction",
+        type=click.Choice(CORRECTIONS),
+        default=default,
+        show_default=default is not None,
+        help=" ".join(
+            [
+                "Multiple-comparison correction of every test: holm (family-wise error rate),",
+                "bh (Benjamini-Hochberg, false discovery rate) or none.",
+                *([default_help] if default_help else []),
+            ]
+        ),
+    )
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
@@ -556,6 +573,13 @@ def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
 @broker_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--runs", is_flag=True, help="JSON: include every RunResult under `runs`.")
+@correction_option(None, "Default: as the experiment's report was made (matrix `report:`).")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="Significance level of the family of tests (default: as the report was made).",
+)
 @click.option(
     "--scenario",
     metavar="ID",
@@ -577,6 +601,8 @@ def report(
     broker: str | None,
     fmt: str,
     runs: bool,
+    correction: str | None,
+    alpha: float | None,
     scenario: str | None,
     version: int | None,
     nonfinite: str,
@@ -586,11 +612,17 @@ def report(
     The table fits the terminal (COLUMNS when set, else 120 columns when stdout
     is not a terminal). Pass rate is passes / runs counted (completed,
     agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
-    and cancelled runs are counted apart.
+    and cancelled runs are counted apart. Every test against the baseline is
+    corrected with the others (Holm unless the matrix's `report:` or
+    --correction says otherwise); raw and adjusted p-values are both shown.
+    --format github is compact markdown for a PR comment or a job summary,
+    its verdict line first.
 
     \b
     Examples:
       scheduler report EXP --format markdown > report.md
+      scheduler report EXP --format github >> "$GITHUB_STEP_SUMMARY"
+      scheduler report EXP --correction bh --alpha 0.1
       scheduler report EXP --format html > report.html
       scheduler report EXP --scenario create_notes
       scheduler report EXP --format json --runs --json-nonfinite null | jq .tiers
@@ -623,6 +655,13 @@ def report(
             f"report version {shown} of {versions[-1]}{note}; --version N for another",
             markup=False,
             soft_wrap=True,
+        )
+    if correction is not None or alpha is not None:
+        stored = result.multiplicity
+        result = correct_report(
+            result,
+            cast(Correction, correction or (CORRECTION if stored is None else stored.correction)),
+            alpha or (ALPHA if stored is None else stored.alpha),
         )
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
@@ -709,12 +748,14 @@ def _run_of(store: Store, words: tuple[str, ...]) -> tuple[str, str]:
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="Significance level of each test.",
+    help="Significance level of the family of tests.",
 )
+@correction_option(CORRECTION)
 @click.option(
     "--fail-on-regression",
     is_flag=True,
-    help="Exit 1 when a tier of B is significantly worse than in A (a CI gate).",
+    help="Exit 1 when a tier of B is significantly worse than in A after the correction "
+    "(a CI gate).",
 )
 @click.option(
     "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True
@@ -725,21 +766,24 @@ def compare(
     experiment_b: str,
     broker: str | None,
     alpha: float,
+    correction: str,
     fail_on_regression: bool,
     fmt: str,
     nonfinite: str,
 ) -> None:
     """Compare experiment B against A, per tier and per tier x scenario.
 
-    Deltas of pass rate and median composite score, Fisher's exact test on
-    passes and Mann-Whitney U on composite scores (two-sided, each at
-    --alpha, not corrected for multiple comparisons). A tier regressed when
-    either test finds it significantly worse.
+    Deltas of pass rate and median composite score with their effect sizes,
+    Fisher's exact test on passes and Mann-Whitney U on composite scores
+    (two-sided), all of them corrected together (--correction, Holm by
+    default) at --alpha. A tier regressed when either test finds it
+    significantly worse after the correction.
 
     \b
     Examples:
       scheduler compare EXP_BASELINE EXP_CANDIDATE --format markdown
       scheduler compare EXP_A EXP_B --fail-on-regression --alpha 0.01   # CI gate
+      scheduler compare EXP_A EXP_B --format github >> "$GITHUB_STEP_SUMMARY"
     """
     with open_store(broker) as (store, _):
         ids = [_experiment(store, e) for e in (experiment_a, experiment_b)]
@@ -748,7 +792,9 @@ def compare(
     for info in infos:
         if info.status != ExperimentStatus.complete:
             err.print(f"note: {_status_line(info)}: comparing the runs it has")
-    result = compare_experiments(infos[0], runs[0], infos[1], runs[1], alpha)
+    result = compare_experiments(
+        infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
+    )
     if not result.tiers:
         fail(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
     click.echo(render_comparison(result, fmt, nonfinite=nonfinite))

@@ -68,6 +68,9 @@ class Cell:
     statuses: dict[int, RunStatus] = field(default_factory=dict)
     # The impl rate of passing runs (1.0: composite 1.0); None: distinct scores.
     pass_impl: float | None = None
+    # Every run's impl rate, in run order (over pass_impl); and every run's cost.
+    impls: tuple[float, ...] | None = None
+    cost: float | None = None
 
 
 def impl_rate(passed: bool, index: int) -> float:
@@ -76,9 +79,14 @@ def impl_rate(passed: bool, index: int) -> float:
 
 
 def seed_experiment(
-    store: Store, folder: Path, cells: dict[tuple[str, str], Cell], name: str = "demo"
+    store: Store,
+    folder: Path,
+    cells: dict[tuple[str, str], Cell],
+    name: str = "demo",
+    matrix_keys: dict[str, object] | None = None,
 ) -> str:
-    """Store a finished experiment with these runs; returns its id."""
+    """Store a finished experiment with these runs (`matrix_keys`: more top-level keys);
+    returns its id."""
     tiers = list(dict.fromkeys(t for t, _ in cells))
     scenarios = list(dict.fromkeys(s for _, s in cells))
     runs = {len(c.passed) for c in cells.values()}
@@ -93,6 +101,7 @@ def seed_experiment(
                 "agent": {"kind": "command", "command": "true", "model": "claude-sonnet-4"},
                 "tiers": [{"id": t} for t in tiers],
                 "scenarios": [{"id": s, "prompt": "go"} for s in scenarios],
+                **(matrix_keys or {}),
             }
         )
     )
@@ -114,7 +123,12 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
     status = cell.statuses.get(index, RunStatus.completed)
     passed = cell.passed[index] and status is RunStatus.completed
     pass_rate = formulas.pass_rate(passed)
-    impl = cell.pass_impl if passed and cell.pass_impl is not None else impl_rate(passed, index)
+    if cell.impls is not None:
+        impl = cell.impls[index]
+    elif passed and cell.pass_impl is not None:
+        impl = cell.pass_impl
+    else:
+        impl = impl_rate(passed, index)
     calls = formulas.with_cumulative_input(
         [LLMCallMetrics(input_tokens=tokens, output_tokens=50) for tokens in cell.context]
     )
@@ -129,7 +143,7 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         pass_rate=pass_rate,
         impl_rate=impl,
         composite_score=formulas.composite_score(pass_rate, impl, 0.5, 0.5),
-        cost_usd=0.01 + 0.001 * index,
+        cost_usd=0.01 + 0.001 * index if cell.cost is None else cell.cost,
         duration_seconds=2.0,
         started_at=1_700_000_000.0 + index,
         ended_at=1_700_000_002.0 + index,

@@ -114,6 +114,8 @@ def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
 
     assert fmt("table").splitlines()[0] == notice
     assert fmt("markdown").splitlines()[0] == f"> **{notice}**"
+    # A pull request's summary: the verdict line first, the budget right under it.
+    assert fmt("github").splitlines()[2] == f"> **{notice}**"
     html = fmt("html")
     assert f'<p class="banner"><strong>{notice}</strong></p><h1>' in html
     text = fmt("csv")

@@ -14,9 +14,7 @@ before it is stored. With a `budget:`, a run reserves its projected cost
 before it starts and settles it once its result is stored (core/ledger.py);
 one that does not fit is recorded `not_run` without starting.
 
-A run that stores its result stores its evidence next (README, "Evidence"):
-redacted, cut to the matrix's caps, with every delivery of the run (the
-record begin_delivery keeps, so one that died without a result shows too).
+A run that stores its result stores its evidence next (worker/evidence.py).
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ from kombu.exceptions import OperationalError
 
 from core.config import Matrix, WorkspaceArchive
 from core.evaluate import evaluate_run
-from core.evidence import Attempt, RunEvidence
-from core.evidence_caps import bounded, minimal
+from core.evidence import RunEvidence
 from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.report_models import ExperimentStatus
@@ -52,6 +49,7 @@ from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
+from worker.evidence import end_delivery, keep_evidence
 from worker.lease import Lease
 from worker.phase_clock import PhaseClock
 from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
@@ -136,73 +134,17 @@ def execute(
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
         _patiently(lambda: lease.hold_through(wait_s))
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
-        _end_delivery(store, spec, delivery.attempts, f"{_outcome(result)}; sent again")
+        end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
         if matrix.budget is not None:
             _patiently(lambda: store.ledger.settle(result))
         _note_health(store, matrix, result)
-        whole = evidence or RunEvidence(experiment_id=spec.experiment_id, run_id=spec.run_id)
-        try:
-            whole = whole.model_copy(
-                update={"phases": phases, "attempts": _attempts(delivery, result, started)}
-            )
-            _store_evidence(store, matrix, whole, secrets)
-        except Exception as exc:  # the result is stored and the chord must fire: only log
-            log.warning("run %s: evidence not stored: %r", spec.run_id, exc, exc_info=True)
+        keep_evidence(store, matrix, result, evidence, delivery, started, phases, secrets)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
-
-
-def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Attempt]:
-    """The run's deliveries, this one (the last) with its end and outcome."""
-    earlier = delivery.deliveries[:-1]
-    this = delivery.deliveries[-1] if delivery.deliveries else None
-    return [
-        *earlier,
-        Attempt(
-            worker=this.worker if this is not None else socket.gethostname(),
-            started_at=this.started_at if this is not None else started,
-            ended_at=time.time(),
-            outcome=_outcome(result),
-        ),
-    ]
-
-
-def _outcome(result: RunResult) -> str:
-    """A delivery's outcome as its attempt shows it: the status, and why."""
-    why = f": {error_key(result.fail_reason)}" if result.fail_reason else ""
-    return result.status.value + why
-
-
-def _store_evidence(store: Store, matrix: Matrix, whole: RunEvidence, secrets: list[str]) -> None:
-    """Redacted and capped; in the artifacts folder if the matrix names one and this
-    worker can write there, else in Redis."""
-    limits = matrix.evidence
-    whole = bounded(whole, limits, secrets)
-    summary = minimal(
-        whole,
-        f"the experiment's evidence reached max_experiment_mb ({limits.max_experiment_mb:g} MB): "
-        "only this summary of the run was kept",
-    )
-    cap = int(limits.max_experiment_mb * 1024 * 1024)
-    folder = matrix.artifacts.dir if matrix.artifacts is not None else None
-    try:
-        store.save_evidence(whole, minimal=summary, cap_bytes=cap, folder=folder)
-    except OSError as exc:  # the artifacts folder is not there or not writable here
-        log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
-        note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
-        kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
-        store.save_evidence(kept, minimal=summary, cap_bytes=cap)
-
-
-def _end_delivery(store: Store, spec: RunSpec, number: int, outcome: str) -> None:
-    try:
-        store.end_delivery(spec.experiment_id, spec.run_id, number, outcome)
-    except redis.RedisError as exc:  # only the record of how the delivery ended
-        log.warning("run %s: end of delivery %d not recorded: %s", spec.run_id, number, exc)
 
 
 def outage_wait_s(stated_s: float | None, attempts: int) -> float:

@@ -112,7 +112,7 @@ def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str
     runs = db.version_runs(experiment_id, plan.version)
     if len(runs) < info.completed_runs:
         return {"experiment_id": experiment_id, "status": "waiting for runs"}
-    report = _aggregated(db, db.matrix(experiment_id), info, runs)
+    report = _report(db, info, runs, db.matrix(experiment_id))
     db.save_report(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
     return {"experiment_id": experiment_id, "version": plan.version}
 
@@ -142,16 +142,16 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
     # The first aggregation fixes finished_at, so re-running it changes nothing.
     finished = info.finished_at or max((r.ended_at or 0.0 for r in runs), default=time.time())
     info = info.model_copy(update={"finished_at": finished})
-    db.save_report(_aggregated(db, matrix, info, runs))
+    db.save_report(_report(db, info, runs, matrix))
     db.set_status(experiment_id, info.status, finished_at=finished)
     return {"experiment_id": experiment_id, "status": info.status.value}
 
 
-def _aggregated(
-    db: Store, matrix: Matrix, info: ExperimentInfo, runs: list[RunResult]
+def _report(
+    db: Store, info: ExperimentInfo, runs: list[RunResult], matrix: Matrix
 ) -> ExperimentReport:
-    """The report of these runs, with the budget they were held to and, for an adaptive
-    experiment, where each cell stopped."""
+    """The report of these runs as the matrix asks for it (every version alike): with
+    the budget they were held to and, for an adaptive experiment, where each cell stopped."""
     report = aggregate(
         info,
         runs,
@@ -159,6 +159,8 @@ def _aggregated(
         scoring=matrix.scoring,
         tier_order=[t.id for t in matrix.tiers],
         scenario_order=[s.id for s in matrix.scenarios],
+        correction=matrix.report.correction,
+        alpha=matrix.report.alpha,
         budget=_budget(db, matrix, info.id),
     )
     if matrix.adaptive is not None:
