@@ -270,3 +270,15 @@ class RunResult(Record):
     def counted(self) -> bool:
         """In the statistics (RunStatus.counted)."""
         return self.status.counted
+
+    @property
+    def outcome(self) -> str:
+        """What a reader asks first: a completed run `passed` or `failed`; any other
+        status is its outcome by itself (it cannot pass)."""
+        if self.status is RunStatus.completed:
+            return "passed" if self.passed else "failed"
+        return self.status.value
+
+
+# Every RunResult.outcome, in the order a reader scans them: results, then the rest.
+OUTCOMES = ("passed", "failed", *(s.value for s in RunStatus if s is not RunStatus.completed))

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
-from core.evidence import RunRecord
+from core.evidence import RunEvidence, RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, RunStatus
@@ -461,6 +461,34 @@ def _check_visibility(matrix: Matrix) -> None:
         )
 
 
+def _evidence(store: Store, exp_id: str) -> dict[str, RunEvidence]:
+    """Every run's evidence, for the html run table. Evidence kept as a file in an
+    artifacts folder this machine does not see is left out, and stderr says so."""
+    try:
+        return store.all_evidence(exp_id)
+    except OSError:
+        pass
+    found: dict[str, RunEvidence] = {}
+    unreadable: list[str] = []
+    for run in store.runs(exp_id):
+        try:
+            evidence = store.evidence(exp_id, run.run_id)
+        except OSError as exc:
+            unreadable.append(f"{run.run_id}: {exc}")
+            continue
+        if evidence is not None:
+            found[run.run_id] = evidence
+    if unreadable:
+        err.print(
+            f"note: the evidence of {len(unreadable)} run(s) is in an artifacts folder this "
+            f"machine cannot read, and not in the page (first: {unreadable[0]}); write the "
+            "report where that folder is mounted",
+            markup=False,
+            soft_wrap=True,
+        )
+    return found
+
+
 def _follow_and_print(
     app: Celery, store: Store, exp_id: str, fmt: str, nonfinite: str, local: Any = None
 ) -> None:
@@ -473,7 +501,11 @@ def _follow_and_print(
     report = store.report(exp_id)
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)
-    click.echo(render(report, fmt, nonfinite=nonfinite))
+    evidence = None
+    if fmt == "html":  # its run table: every run with its evidence
+        report = report.model_copy(update={"runs": store.runs(exp_id)})
+        evidence = _evidence(store, exp_id)
+    click.echo(render(report, fmt, nonfinite=nonfinite, evidence=evidence))
     if report.budget is not None and report.budget.reached:
         err.print(
             f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
@@ -618,6 +650,10 @@ def report(
     --format github is compact markdown for a PR comment or a job summary,
     its verdict line first.
 
+    The html format is one file that opens offline: charts, tables and a run
+    table that filters by tier, scenario and outcome; click a run for its
+    evidence (gates, judge, transcript, stderr and stdout, attempts).
+
     \b
     Examples:
       scheduler report EXP --format markdown > report.md
@@ -646,9 +682,10 @@ def report(
         shown = version or versions[-1]
         result = store.report(exp_id, shown)
         assert result is not None  # listed as stored
-        if runs:
+        if runs or fmt == "html":  # html: for its run table
             every = store.runs(exp_id) if shown == 1 else store.version_runs(exp_id, shown)
             result = result.model_copy(update={"runs": every})
+        evidence = _evidence(store, exp_id) if fmt == "html" else None
     if len(versions) > 1:
         note = f" ({result.version_note})" if result.version_note else ""
         err.print(
@@ -666,7 +703,7 @@ def report(
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
-    click.echo(render(result, fmt, scenario, nonfinite=nonfinite))
+    click.echo(render(result, fmt, scenario, nonfinite=nonfinite, evidence=evidence))
 
 
 @main.command()

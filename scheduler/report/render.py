@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import shutil
+from collections.abc import Mapping
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
+from core.evidence import RunEvidence
 from core.metrics import RUN_METRICS
 from core.report_models import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from scheduler.report import sections
@@ -48,9 +50,11 @@ def render(
     *,
     width: int | None = None,
     nonfinite: str = "string",
+    evidence: Mapping[str, RunEvidence] | None = None,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
-    `width`: of the table format (default: terminal_width()); `nonfinite`: of json."""
+    `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
+    `evidence`: of html, the runs' evidence by run id for its run table."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
@@ -60,7 +64,7 @@ def render(
         # Comment lines before the header row (pandas: comment="#").
         return "".join(f"# {line}\n" for line in banner) + _csv(report)
     if fmt == "html":
-        return html_report(report, scenario)
+        return html_report(report, scenario, evidence)
     if fmt == "github":
         return github_report(report)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
