@@ -16,7 +16,14 @@ from core.evidence import RunEvidence
 from core.report_models import ExperimentReport, Interval, TierReport
 from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
 from scheduler.report.runs import RUNS_STYLE, runs_section
-from scheduler.report.sections import Table, header, pass_share, report_tables, scenario_tables
+from scheduler.report.sections import (
+    Table,
+    banner,
+    header,
+    pass_share,
+    report_tables,
+    scenario_tables,
+)
 
 # An interval as the tables write it: "[0.541, 0.773]".
 _INTERVAL = re.compile(r"\[[^\]]*\]")
@@ -59,7 +66,8 @@ def html_report(
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{style}</style></head><body>"
-        f"<h1>{escape(title)}</h1>"
+        + "".join(f'<p class="banner"><strong>{escape(b)}</strong></p>' for b in banner(report))
+        + f"<h1>{escape(title)}</h1>"
         f'<section class="charts">{_charts(groups)}</section>'
         + "".join(_table(t) for t in tables)
         + runs

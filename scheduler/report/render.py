@@ -59,8 +59,10 @@ def render(
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
         return to_json_text(report, nonfinite)
+    banner = sections.banner(report)
     if fmt == "csv":
-        return _csv(report)
+        # Comment lines before the header row (pandas: comment="#").
+        return "".join(f"# {line}\n" for line in banner) + _csv(report)
     if fmt == "html":
         return html_report(report, scenario, evidence)
     if fmt == "github":
@@ -72,8 +74,8 @@ def render(
         else sections.scenario_tables(report, scenario)
     )
     if fmt == "markdown":
-        return _markdown(title, tables)
-    return _terminal(title, tables, width)
+        return "".join(f"> **{md(line)}**\n\n" for line in banner) + _markdown(title, tables)
+    return "".join(f"{line}\n" for line in banner) + _terminal(title, tables, width)
 
 
 def render_comparison(
@@ -214,6 +216,7 @@ def _csv(report: ExperimentReport) -> str:
         + ["vs_baseline_risk_difference_ci_low", "vs_baseline_risk_difference_ci_high"]
         + ["vs_baseline_cliffs_delta", "cliffs_delta_ci_low", "cliffs_delta_ci_high"]
         + ["detectable_improvement", "detectable_regression", "consistency"]
+        + ["not_run"]
     )
     for tier_id, scope, cell in sections.cells(report):
         a = cell.analysis
@@ -234,6 +237,7 @@ def _csv(report: ExperimentReport) -> str:
         else:
             values += [cell.passes / cell.counted, share.low, share.high]
         values += [*_test_figures(vs), cell.consistency]
+        values.append(cell.not_run)
         writer.writerow(
             [
                 tier_id,
