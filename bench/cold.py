@@ -40,13 +40,16 @@ SHELL_RUN = (
 INSPECT = Path(os.environ.get("VIRTUAL_ENV", Path(SCHEDULER).parent.parent)) / "bin" / "inspect"
 
 
-def evalfleet_cold(runs: int, workers: int) -> float:
-    """Seconds of one `scheduler submit` in embedded mode, in a fresh folder."""
+def evalfleet_cold(runs: int, workers: int | None) -> float:
+    """Seconds of one `scheduler submit` in embedded mode, in a fresh folder (`workers`
+    None: the default, one per CPU, as a user runs it)."""
     with tempfile.TemporaryDirectory(prefix="evalfleet-cold-") as folder:
         matrix = write_matrix(Path(folder), command=AGENT, runs=runs, gates=GATES_YAML)
         env = {k: v for k, v in os.environ.items() if k != "EVALFLEET_BROKER_URL"}
         env["EVALFLEET_WORKDIR"] = str(Path(folder) / "runs")
-        command = [SCHEDULER, "submit", str(matrix), "--workers", str(workers)]
+        command = [SCHEDULER, "submit", str(matrix)]
+        if workers is not None:
+            command += ["--workers", str(workers)]
         started = time.perf_counter()
         done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
         elapsed = time.perf_counter() - started
@@ -95,7 +98,7 @@ def main() -> None:
 
     one, inspect, many, loop = [], [], [], []
     for _ in range(args.repeat):  # in turns, so that both meet the same machine
-        one.append(evalfleet_cold(1, 1))
+        one.append(evalfleet_cold(1, None))
         inspect.append(inspect_cold())
         many.append(evalfleet_cold(args.runs, args.workers))
         loop.append(shell_loop(args.runs, args.workers))

@@ -102,7 +102,7 @@ class EmbeddedRedis:
                 log = self.state_dir / "redis.log"
                 tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
                 raise EmbeddedError(f"the embedded Redis did not start: {tail}")
-            time.sleep(0.05)
+            time.sleep(0.01)  # it answers within ~20 ms: each poll is a refused connect
         (self.state_dir / EMBEDDED_STATE).write_text(
             json.dumps({"url": self.url, "pid": self.proc.pid})
         )
