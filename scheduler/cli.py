@@ -422,12 +422,20 @@ def _drive(
     concurrency = workers or os.cpu_count() or 1
     with LocalWorkers(url, concurrency, _queues(matrix)) as local:
         app = _app(url)
+        local.nudge = lambda: _wake(app, local.hostname)
         send_runs(app, concurrency)
         try:
             _follow_and_print(app, store, exp_id, fmt, nonfinite, local)
         except KeyboardInterrupt:
             err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")
             sys.exit(130)
+
+
+def _wake(app: Celery, hostname: str) -> None:
+    """A control message to one worker, no reply asked: an event its loop wakes for."""
+    from celery.utils.nodenames import host_format
+
+    app.control.broadcast("ping", destination=[host_format(hostname)], reply=False)
 
 
 def _queues(matrix: Matrix) -> list[str]:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import redis
@@ -138,9 +138,14 @@ class LocalWorkers:
         self.broker_url = broker_url
         self.concurrency = concurrency
         self.queues = list(queues)
-        self.name = name  # the Celery node name's start: several at once need their own
+        # The Celery node name (%h: this host); several at once need names of their own.
+        self.hostname = f"{name}-{os.getpid()}@%h"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = STATE_DIR.resolve() / "worker.log"
+        # Called right after SIGTERM to wake the worker: Celery's handler only sets a flag
+        # its event loop reads between events, and an idle worker's next event is its
+        # next timer, up to a second away. The CLI sends a control message (a ping).
+        self.nudge: Callable[[], object] | None = None
 
     def __enter__(self) -> LocalWorkers:
         self.start()
@@ -154,9 +159,7 @@ class LocalWorkers:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                worker_command(
-                    self.concurrency, self.queues, hostname=f"{self.name}-{os.getpid()}@%h"
-                ),
+                worker_command(self.concurrency, self.queues, hostname=self.hostname),
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -172,6 +175,9 @@ class LocalWorkers:
         if self.proc.poll() is None:
             # TERM is Celery's warm shutdown; the group kill catches pool children.
             self.proc.send_signal(signal.SIGTERM)
+            if self.nudge is not None:
+                with contextlib.suppress(Exception):  # only ever sooner: TERM stops it anyway
+                    self.nudge()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace_s)
         kill_group(self.proc.pid)
