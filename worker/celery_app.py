@@ -48,7 +48,14 @@ def create_app(
         # only add the queued backlog, which `scheduler status` shows anyway.
         task_send_sent_event=False,
         worker_send_task_events=True,
-        broker_transport_options={"visibility_timeout": visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": visibility_timeout_s,
+            # A worker's BRPOP waits this long for a message (kombu's default: 1 s) and
+            # its shutdown waits for the one in flight: a stopping worker took up to a
+            # second more. A message still arrives at once; an idle worker asks 4 times
+            # a second instead of once (docs/SCALE.md counts it in the idle fleet).
+            "polling_interval": 0.25,
+        },
         # Celery's result keys (celery-task-meta-*, the chord's celery-taskset-meta-*)
         # under our prefix too. kombu's own keys (queues, unacked, bindings) keep
         # their names: worker/recovery.py and Flower read them as kombu lays them out.
