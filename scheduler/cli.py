@@ -25,7 +25,7 @@ from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_repo
 from core.config import Artifacts, Matrix, matrix_json_schema
 from core.evidence import RunRecord
 from core.loading import load_matrix
-from core.report_models import ExperimentInfo, ExperimentStatus
+from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.settings import BrokerURLError, configured_broker
 from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
@@ -440,6 +440,11 @@ def _follow_and_print(
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)
     click.echo(render(report, fmt, nonfinite=nonfinite))
+    _exit_if_infra_errors(report)
+
+
+def _exit_if_infra_errors(report: ExperimentReport) -> None:
+    """Exit 3, naming the most common infrastructure error, when some runs had one."""
     errors = report.experiment.errors
     if errors:
         reason, count = next(iter(report.error_reasons.items()))
@@ -879,6 +884,8 @@ def rejudge(
     """
     from core.config import load_rubric
 
+    if judge_model is not None and not judge_model.strip():
+        fail("--judge-model is empty: give the judge model's name, e.g. --judge-model gpt-4o")
     rubric = None
     if rubric_file is not None:
         try:
@@ -1012,6 +1019,12 @@ def _judge_again(
     from scheduler.follow import WorkersDied
     from scheduler.rejudge import follow_version, send_rejudge
 
+    judge = plan_fields.get("judge") or matrix.judge
+    key = judge.api_key_env if judge is not None else None
+    if configured_broker(broker) is None and key and not os.environ.get(key):
+        # The local workers judge with this shell's environment: every judgment would
+        # be an infrastructure error in a version that then shows by default.
+        fail(f"{key} is not set: the local workers need it to judge; nothing was started")
     version = store.new_version(exp_id)
     plan = RejudgePlan(version=version, **plan_fields)
     app = _app(url)
@@ -1039,6 +1052,7 @@ def _judge_again(
             f"{result.judge.judgments} judgments, {result.judge.cached} from cache",
             markup=False,
         )
+    _exit_if_infra_errors(result)
 
 
 @main.command()
