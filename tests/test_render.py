@@ -90,3 +90,12 @@ def test_narrow_tables_fit_and_cut_nothing() -> None:
         assert max(len(line) for line in text.splitlines()) <= width
         assert "…" not in text
         assert "0.700 [0.397, 0.892]" in text  # T1: 7 of 10
+
+
+def test_the_interval_of_a_difference_is_signed_in_every_format() -> None:
+    """Δ pass rate 5/5 against 0/5: its Newcombe interval reads as the delta beside it
+    does (+1.000 [+0.386, +1.000]), in the table and markdown as in github."""
+    runs = [_run("T0", i, False) for i in range(5)] + [_run("T1", i, True) for i in range(5)]
+    report = _report(runs, name="signed")
+    for fmt in ("markdown", "github", "table"):
+        assert "[+0.386, +1.000]" in render(report, fmt), fmt

@@ -92,7 +92,8 @@ def signed(value: float | None) -> str:
 
 
 def bracket(interval: Interval | None) -> str:
-    return "-" if interval is None else f"[{num(interval.low)}, {num(interval.high)}]"
+    """The interval of a difference, signed as the difference is (and as github shows it)."""
+    return "-" if interval is None else f"[{signed(interval.low)}, {signed(interval.high)}]"
 
 
 def signed_interval(value: float | None, interval: Interval | None) -> str:
