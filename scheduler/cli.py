@@ -753,9 +753,18 @@ def compare(
         ids = [_experiment(store, e) for e in (experiment_a, experiment_b)]
         infos = [store.info(exp_id) for exp_id in ids]
         runs = [store.runs(exp_id) for exp_id in ids]
+        versions = {exp_id: store.report_versions(exp_id) for exp_id in ids}
     for info in infos:
         if info.status != ExperimentStatus.complete:
             err.print(f"note: {_status_line(info)}: comparing the runs it has")
+    for exp_id, numbers in versions.items():
+        if len(numbers) > 1:
+            # `report` shows the latest version: say that this is not it.
+            err.print(
+                f"note: {exp_id} has report versions {numbers[0]}-{numbers[-1]}; compare "
+                "reads its runs as they ran (version 1), not a rejudge's or rescore's",
+                soft_wrap=True,
+            )
     result = compare_experiments(
         infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
     )

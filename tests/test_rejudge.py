@@ -77,6 +77,11 @@ def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
     assert "report version 2 (rejudged: model judge-b)" in report(exp_id, fleet_env)
     listed = run_cli("list", env=fleet_env).stdout
     assert any(exp_id in line and "report versions 1-2" in line for line in listed.splitlines())
+    compared = run_cli("compare", exp_id, exp_id, env=fleet_env)
+    assert compared.returncode == 0, compared.stderr
+    assert f"note: {exp_id} has report versions 1-2; compare reads its runs as they ran" in (
+        compared.stderr
+    )
     missing = run_cli("report", exp_id, "--version", "7", env=fleet_env)
     assert missing.returncode == 2 and "its versions: 1, 2" in missing.stderr
 
