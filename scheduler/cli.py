@@ -665,6 +665,16 @@ def show(run: tuple[str, ...], broker: str | None, as_json: bool) -> None:
             evidence=evidence,
             attempts=attempts or store.deliveries(exp_id, run_id),
         )
+        versions = store.report_versions(exp_id)
+    if len(versions) > 1:
+        # `report` shows the latest version; what is shown here is the run as it ran.
+        err.print(
+            f"note: this is the run as it ran (report version 1 of {versions[-1]}); its result "
+            f"in a later version: `scheduler report {exp_id} --version {versions[-1]} "
+            "--format json --runs`",
+            soft_wrap=True,
+            markup=False,
+        )
     if as_json:
         click.echo(record.model_dump_json(indent=2))
         if note is not None:

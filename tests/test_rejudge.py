@@ -82,6 +82,9 @@ def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
     assert f"note: {exp_id} has report versions 1-2; compare reads its runs as they ran" in (
         compared.stderr
     )
+    shown = run_cli("show", runs[0].run_id, env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    assert "note: this is the run as it ran (report version 1 of 2)" in shown.stderr
     missing = run_cli("report", exp_id, "--version", "7", env=fleet_env)
     assert missing.returncode == 2 and "its versions: 1, 2" in missing.stderr
 
