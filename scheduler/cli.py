@@ -190,9 +190,17 @@ def _judge_line(matrix: Matrix) -> str:
     judged = [s.id for s in matrix.scenarios if s.evaluation.judge_enabled]
     judge = matrix.judge
     if judged and judge is not None:
+        repeats = f", {judge.repeats} judgments per run" if judge.repeats > 1 else ""
+        key = judge.api_key_env
+        unset = (
+            f"; {key} is not set here (the workers need it to judge: without it every judged "
+            "run is an infrastructure error)"
+            if key and not os.environ.get(key)
+            else ""
+        )
         return (
             f"judge: {judge.protocol} {judge.model} @ {judge.base_url}, "
-            f"for {len(judged)} of {len(matrix.scenarios)} scenarios"
+            f"for {len(judged)} of {len(matrix.scenarios)} scenarios{repeats}{unset}"
         )
     asked = [s.id for s in matrix.scenarios if s.evaluation.judge is not None]
     if not asked:
