@@ -557,6 +557,21 @@ def context_growth(report: ExperimentReport) -> Table:
     )
 
 
+def within_noise_notes(report: ExperimentReport) -> list[str]:
+    """One note per tier whose result against the baseline lies within the judge's noise."""
+    notes = []
+    for flag in report.judge.within_noise if report.judge is not None else []:
+        uplift = "" if flag.uplift is None else f"uplift {pct(flag.uplift)}, "
+        note = (
+            f"{flag.tier}: {uplift}Δ median composite {signed(flag.difference)}, lies within the "
+            f"judge's noise (less than 2 judge SDs of the difference, {num(flag.band, 4)})"
+        )
+        if flag.verdict in (Verdict.better, Verdict.worse, Verdict.mixed):
+            note += f"; its verdict ({flag.verdict.value}) could be the judge's noise alone"
+        notes.append(note)
+    return notes
+
+
 def judge_noise(report: ExperimentReport) -> Table | None:
     """The judge's own noise beside the runs' spread, per tier (core/judge_noise.py);
     None when no run was judged."""
@@ -584,15 +599,7 @@ def judge_noise(report: ExperimentReport) -> Table | None:
     ]
     if all(t.judge_variance is None for t in summary.tiers.values()):
         notes.append("one judgment per run: set `judge: {repeats: 3}` to measure the noise")
-    for flag in summary.within_noise:
-        uplift = "" if flag.uplift is None else f"uplift {pct(flag.uplift)}, "
-        note = (
-            f"{flag.tier}: {uplift}Δ median composite {signed(flag.difference)}, lies within the "
-            f"judge's noise (less than 2 judge SDs of the difference, {num(flag.band, 4)})"
-        )
-        if flag.verdict in (Verdict.better, Verdict.worse, Verdict.mixed):
-            note += f"; its verdict ({flag.verdict.value}) could be the judge's noise alone"
-        notes.append(note)
+    notes += within_noise_notes(report)
     return Table(
         "Judge noise",
         [
