@@ -179,9 +179,19 @@ def _event_line(event: dict[str, Any]) -> str:
 def _tail(console: Console, name: str, excerpt: Excerpt) -> None:
     if not excerpt.text:
         return
-    lines = _tail_lines(excerpt, TAIL_LINES)
-    _section(console, f"{name} (last {len(lines)} lines of {excerpt.total_bytes} bytes)")
+    stored = excerpt.text.rstrip("\n").splitlines()
+    lines = stored[-TAIL_LINES:]
+    size = f"{excerpt.total_bytes} bytes"
+    if len(lines) < len(stored) or excerpt.cut:
+        last = "last " if len(lines) < len(stored) else ""
+        _section(console, f"{name} ({last}{_count(len(lines), 'line')} shown of {size})")
+    else:
+        _section(console, f"{name} ({_count(len(lines), 'line')}, {size})")
     _lines(console, lines, None)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _tail_lines(excerpt: Excerpt, count: int) -> list[str]:

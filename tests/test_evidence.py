@@ -76,7 +76,7 @@ def test_show_says_why_a_run_failed_gate_output_stderr_transcript_and_attempt(
         "LLM call: 1200 in / 80 out tokens, 1 tool call\n  $ cat template.md  [exit 1]\n" in shown
     )
     assert "message: assistant: Wrote a draft." in shown
-    assert "could not find template.md" in shown.split("stderr (last 1 lines of 27 bytes)")[1]
+    assert "could not find template.md" in shown.split("stderr (1 line, 27 bytes)")[1]
     assert "added: out.txt (6 bytes)" in shown
     # Outcome first, then gates, transcript, output tails and the deliveries.
     order = [
@@ -181,6 +181,8 @@ def test_caps_cut_each_text_and_the_experiment_with_a_note(
     assert stored == sum(len(b) for b in blobs)
     assert sum(len(b) for b in blobs if len(b) > 1000) <= 0.01 * 1024 * 1024
 
+    kept = show(fleet_env, whole[0]["run_id"])
+    assert re.search(r"^stdout \(\d+ lines shown of 40400 bytes\)$", kept, re.MULTILINE), kept
     shown = show(fleet_env, minimal[0]["run_id"])
     assert "Cut to fit the caps\n- the experiment's evidence reached max_experiment_mb" in shown
 
