@@ -37,11 +37,12 @@ BATCH_SIZE = 500
 
 
 def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str) -> int:
-    """Record a new experiment and send its runs: what `scheduler submit` does.
-    Returns how many runs were sent."""
+    """Record a new experiment and send its runs (an adaptive one's first wave): what
+    `scheduler submit` does. Returns how many runs the experiment may have."""
     total = matrix.total_runs()
     store.create_experiment(experiment_info(matrix, experiment_id, total), matrix)
-    send(app, store, matrix, experiment_id, plan(matrix, experiment_id), total, record=True)
+    first = matrix.first_wave_runs()
+    send(app, store, matrix, experiment_id, plan(matrix, experiment_id), first, record=True)
     return total
 
 
