@@ -161,3 +161,20 @@ def test_the_interval_of_a_difference_is_signed_in_every_format() -> None:
     report = _report(runs, name="signed")
     for fmt in ("markdown", "github", "table"):
         assert "[+0.386, +1.000]" in render(report, fmt), fmt
+
+
+def test_a_judge_share_above_1_is_explained() -> None:
+    """Runs whose transcripts are identical share their cached judgments: their scores
+    do not vary, and the judge's noise exceeds the spread between runs."""
+    from core.report_models import JudgeSummary, TierJudgeNoise
+
+    report = _report([_run("T0", i, True) for i in range(3)], name="share")
+    noise = TierJudgeNoise(
+        judged_runs=3, repeats=3, judge_variance=0.003, judge_sd_of_mean=0.03,
+        run_variance=0.00002, judge_share=50.0,
+    )  # fmt: skip
+    shown = render(
+        report.model_copy(update={"judge": JudgeSummary(tiers={"T0": noise})}), "markdown"
+    )
+    assert "judge share above 1 (T0): the runs' scores vary less than the judge alone" in shown
+    assert "runs with the same transcript get the same judgments from the judgment cache" in shown

@@ -612,6 +612,14 @@ def judge_noise(report: ExperimentReport) -> Table | None:
     ]
     if all(t.judge_variance is None for t in summary.tiers.values()):
         notes.append("one judgment per run: set `judge: {repeats: 3}` to measure the noise")
+    above = [tier_id for tier_id, t in summary.tiers.items() if (t.judge_share or 0) > 1]
+    if above:
+        # Not a share any more: say what can make the runs vary less than the judge alone.
+        notes.append(
+            f"judge share above 1 ({', '.join(above)}): the runs' scores vary less than the "
+            "judge alone would make them, by chance with few runs, or because runs with the "
+            "same transcript get the same judgments from the judgment cache"
+        )
     notes += within_noise_notes(report)
     return Table(
         "Judge noise",
