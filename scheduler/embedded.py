@@ -176,13 +176,24 @@ class LocalWorkers:
         self.proc = None
 
 
+# The folder that holds evalfleet's own core/, worker/ and scheduler/.
+PACKAGES_ROOT = Path(__file__).resolve().parents[1]
+
+
 def worker_command(
     concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
 ) -> list[str]:
     command = [
         sys.executable,
+        # Neither the current folder first on sys.path (-P: this interpreter's only, the
+        # agents keep the default) nor as Celery's app folder (it imports the app from its
+        # working folder, here the one that holds evalfleet's packages): a user's project
+        # with a `core/` or `worker/` package of its own would stand in for evalfleet's.
+        "-P",
         "-m",
         "celery",
+        "--workdir",
+        str(PACKAGES_ROOT),
         "-A",
         "worker.app",
         "worker",
