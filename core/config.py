@@ -39,11 +39,16 @@ class Strict(BaseModel):
 
 
 def _resolve(value: Path, info: ValidationInfo) -> Path:
-    base = (info.context or {}).get("base_dir")
+    context = info.context or {}
+    base = context.get("base_dir")
     path = value.expanduser()
     if not path.is_absolute() and base is not None:
         path = Path(base) / path
-    return path.resolve() if base is not None else path
+    path = path.resolve() if base is not None else path
+    # A stored matrix read on a worker: the submitter's path -> the worker's copy of
+    # the file (core/bundle.py, Manifest.relocation).
+    relocate = context.get("relocate")
+    return relocate(path) if relocate is not None else path
 
 
 def _existing(kind: Literal["file", "dir"]) -> Any:
@@ -608,6 +613,31 @@ class ModelPrice(Strict):
     cache_write: Weight | None = Field(None, description="default: the input price")
 
 
+# --- the files shipped to workers -------------------------------------------------------
+
+
+# Tools' caches and the embedded broker's state: never what a run needs.
+DEFAULT_EXCLUDE = (".git", ".evalfleet", ".venv", "node_modules", "__pycache__", ".pytest_cache")
+
+
+class BundleConfig(Strict):
+    """What `scheduler submit` ships to the workers with the experiment (core/bundle.py):
+    the matrix folder and every path the matrix names."""
+
+    max_mb: float = Field(
+        64.0, gt=0, le=4096, allow_inf_nan=False, description="all files together, in MB"
+    )
+    max_file_mb: float = Field(
+        16.0, gt=0, le=512, allow_inf_nan=False, description="the largest one file, in MB"
+    )
+    max_files: int = Field(10_000, ge=1, le=1_000_000, description="files, folders and links")
+    exclude: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_EXCLUDE),
+        description="glob patterns of file and folder names in the matrix folder not to ship "
+        "(a list replaces the default; a path the matrix names is shipped whole regardless)",
+    )
+
+
 # --- the matrix -----------------------------------------------------------------------
 
 
@@ -647,6 +677,10 @@ class Matrix(Strict):
         "same infrastructure error (the agent cannot start, setup fails); 0: never",
     )
     keep_workspaces: bool = False
+    bundle: BundleConfig = Field(
+        default_factory=BundleConfig,
+        description="limits of the files shipped to workers with the experiment",
+    )
     queue: str | None = None
     secret_env: list[str] = Field(
         default_factory=list, description="environment variables whose values are redacted"

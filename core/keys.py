@@ -4,7 +4,8 @@ Ours, under the prefix (no TTL on any of them):
 
 - ``experiments`` zset: experiment id by created time;
 - ``exp:{id}`` hash: info, matrix, counts (done, passes, errors, cancelled),
-  status, finished_at, and once every run is on the broker ``sent``: their
+  status, finished_at, ``files``: the manifest of the files shipped with it
+  (core/bundle.py), and once every run is on the broker ``sent``: their
   default queue;
 - ``exp:{id}:runs`` run id -> RunResult JSON; ``exp:{id}:specs`` run id ->
   RunSpec JSON (what resume and recovery send again); ``exp:{id}:attempts``
@@ -25,7 +26,8 @@ Ours, under the prefix (no TTL on any of them):
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
   (rejudge, rescore); version 1 is ``exp:{id}:report``;
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
-  needs on workers (its matrix names them by digest; workers cache by digest).
+  needs on workers (its manifest names them by digest; workers cache the
+  materialised folder by the manifest's digest).
 
 Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
 prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the

@@ -20,6 +20,7 @@ import click
 import redis
 from rich.console import Console
 
+from core.bundle import Bundle, BundleError, collect
 from core.comparison import compare_experiments
 from core.config import Matrix, matrix_json_schema
 from core.loading import load_matrix
@@ -87,7 +88,6 @@ json_nonfinite_option = click.option(
 )
 
 
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def main() -> None:
     """Run AI-agent evaluation experiments over a Celery worker fleet.
@@ -123,7 +123,12 @@ def validate(matrix_file: str) -> None:
     """
     matrix = _load(matrix_file)
     _check_size(matrix)
+    bundle = _bundle(matrix)
     click.echo(summary(matrix))
+    click.echo(
+        f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
+        f"{_size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
+    )
     for cli, tiers in _missing_clis(matrix).items():
         click.echo(
             f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "
@@ -307,6 +312,7 @@ def submit(
     matrix = _load(matrix_file)
     _check_size(matrix)
     _check_visibility(matrix)
+    bundle = _bundle(matrix)
     if keep_workspaces:
         matrix.keep_workspaces = True
     if as_json:
@@ -317,7 +323,7 @@ def submit(
         exp_id = new_experiment_id(matrix)
 
         def send_runs(app: Celery, local_workers: int | None) -> None:
-            total = start(app, store, matrix, exp_id)
+            total = start(app, store, matrix, exp_id, bundle)
             if local_workers is None:
                 # Machine-readable output is one JSON document on stdout: the id goes aside.
                 click.echo(exp_id, err=fmt == "json")
@@ -369,6 +375,22 @@ def _check_size(matrix: Matrix) -> None:
         check_size(matrix)
     except PlanTooLarge as exc:
         fail(f"{exc}; nothing was started")
+
+
+def _bundle(matrix: Matrix) -> Bundle:
+    """The files the experiment ships to its workers; exit 2 when they cannot go."""
+    try:
+        return collect(matrix)
+    except BundleError as exc:
+        fail(f"{exc}; nothing was started")
+
+
+def _size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 def _check_visibility(matrix: Matrix) -> None:

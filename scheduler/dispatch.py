@@ -25,6 +25,7 @@ from typing import Any
 from celery import Celery
 from celery.utils import uuid
 
+from core.bundle import Bundle
 from core.config import Matrix
 from core.results import RunSpec
 from core.store import Store
@@ -36,11 +37,14 @@ from worker.sending import AGGREGATE_TASK, RUN_TASK, run_options, run_queues
 BATCH_SIZE = 500
 
 
-def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str) -> int:
-    """Record a new experiment and send its runs: what `scheduler submit` does.
-    Returns how many runs were sent."""
+def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str, bundle: Bundle) -> int:
+    """Record a new experiment with its files and send its runs: what `scheduler submit`
+    does. Returns how many runs were sent."""
     total = matrix.total_runs()
-    store.create_experiment(experiment_info(matrix, experiment_id, total), matrix)
+    # The files first: no worker sees the experiment before them.
+    store.save_bundle(experiment_id, bundle)
+    info = experiment_info(matrix, experiment_id, total)
+    store.create_experiment(info, matrix, manifest=bundle.manifest)
     send(app, store, matrix, experiment_id, plan(matrix, experiment_id), total, record=True)
     return total
 

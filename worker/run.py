@@ -30,6 +30,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
+from core.bundle import BundleError
 from core.config import Matrix
 from core.evaluate import evaluate_run
 from core.pricing import price_for
@@ -43,6 +44,7 @@ from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
+from worker.files import local_matrix
 from worker.lease import Lease
 from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
 
@@ -94,7 +96,7 @@ def execute(
     secrets = secret_values(matrix, os.environ, store.url)
     try:
         with lease.held():
-            result = _attempt(spec, matrix, delivery, started, secrets, on_phase)
+            result = _attempt(spec, store, matrix, delivery, started, secrets, on_phase)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
@@ -155,6 +157,13 @@ def _matrix(store: Store, experiment_id: str) -> Matrix:
     return _patiently(lambda: store.matrix(experiment_id))
 
 
+@functools.lru_cache(maxsize=32)
+def _local_matrix(store: Store, experiment_id: str) -> Matrix:
+    """The matrix whose paths lead to this machine's copy of the experiment's files,
+    fetched on the first run of the experiment here (a failure is not cached)."""
+    return _patiently(lambda: local_matrix(store, experiment_id))
+
+
 def _patiently(call: Callable[[], T]) -> T:
     """A Redis call, tried again while Redis is away for up to about 30 s."""
     for wait_s in _RETRY_WAITS_S:
@@ -167,6 +176,7 @@ def _patiently(call: Callable[[], T]) -> T:
 
 def _attempt(
     spec: RunSpec,
+    store: Store,
     matrix: Matrix,
     delivery: Delivery,
     started: float,
@@ -197,7 +207,11 @@ def _attempt(
             attempts,
             started,
         )
-    result = _run(spec, matrix, on_phase, started, secrets)
+    try:
+        local = _local_matrix(store, spec.experiment_id)
+    except (BundleError, OSError) as exc:
+        return error_result(spec, f"the experiment's files: {exc}", attempts, started)
+    result = _run(spec, local, on_phase, started, secrets)
     return result.model_copy(update={"attempts": attempts})
 
 
