@@ -152,6 +152,13 @@ class Store:
         (worker/recovery.py)."""
         self.redis.hset(self.keys.experiment(exp_id), "sent", default_queue)
 
+    def note_chord(self, exp_id: str, group_id: str) -> None:
+        """The experiment's runs go out in chord `group_id` (a submit, each resume):
+        deleting the experiment removes that chord's Celery keys too."""
+        key = self.keys.experiment(exp_id)
+        chords = self.redis.hget(key, "chords") or ""
+        self.redis.hset(key, "chords", f"{chords} {group_id}".strip())
+
     def sent_to(self, exp_id: str) -> str | None:
         """The default queue the experiment's runs were sent to; None while sending."""
         queue = self.redis.hget(self.keys.experiment(exp_id), "sent")

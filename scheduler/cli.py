@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -25,6 +26,7 @@ from core.comparison import compare_experiments
 from core.config import Matrix, matrix_json_schema
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
+from core.retention import created_before, delete_experiment, experiment_keys, stored_bytes
 from core.settings import BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
@@ -435,19 +437,22 @@ def _follow_and_print(
 @broker_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of experiment records.")
 def list_(broker: str | None, as_json: bool) -> None:
-    """List experiments, oldest first.
+    """List experiments, oldest first, with what each takes in Redis (MEMORY USAGE of
+    its keys, summed; `stored_bytes` in JSON).
 
     Example: scheduler list --json
     """
     with open_store(broker) as (store, _):
         infos = store.list_experiments()
+        sizes = stored_bytes(store)
     if as_json:
-        click.echo(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
+        listed = [{**i.model_dump(mode="json"), "stored_bytes": sizes.get(i.id, 0)} for i in infos]
+        click.echo(json.dumps(listed, indent=2))
         return
     if not infos:
         click.echo("no experiments yet")
     for info in infos:
-        click.echo(_status_line(info))
+        click.echo(f"{_status_line(info)}  {_size(sizes.get(info.id, 0))} stored")
 
 
 def _status_line(info: ExperimentInfo) -> str:
@@ -685,6 +690,121 @@ def cancel(experiment: str, broker: str | None) -> None:
         exp_id = _experiment(store, experiment)
         store.set_status(exp_id, ExperimentStatus.cancelled)
     click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
+
+
+# --- retention ---------------------------------------------------------------------------
+
+yes_option = click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Delete running experiments too (their queued runs are dropped by the workers; a "
+    "run in progress may write its result back: delete again once it ends).",
+)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+@yes_option
+@force_option
+def delete(experiment: str, broker: str | None, yes: bool, force: bool) -> None:
+    """Delete an experiment and everything stored with it: runs, evidence, reports,
+    files, counters, and the Celery keys of its chords.
+
+    \b
+    Examples:
+      scheduler delete notes-guidance-20261122-101500-ab12
+      scheduler delete notes-guidance-20261122-101500-ab12 --yes     # in a script
+    """
+    with open_store(broker) as (store, _):
+        keys = experiment_keys(store, experiment)
+        if not keys:
+            fail(str(ExperimentNotFound(experiment)))
+        running = _running(store, experiment)
+        if running and not force:
+            fail(
+                f"experiment {experiment} is {running}: cancel it first (`scheduler cancel "
+                f"{experiment}`), or pass --force to delete it while it runs"
+            )
+        size = stored_bytes(store).get(experiment, 0)
+        _confirm(f"delete experiment {experiment} ({len(keys)} keys, {_size(size)})?", yes)
+        removed = delete_experiment(store, experiment)
+    click.echo(f"deleted {experiment}: {removed} keys, {_size(size)}")
+
+
+@main.command()
+@click.option(
+    "--older-than",
+    "age",
+    required=True,
+    metavar="AGE",
+    callback=lambda ctx, param, value: _seconds(value),
+    help="Created longer ago than this: a number and a unit, s m h d or w (30d, 12h).",
+)
+@broker_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@yes_option
+@force_option
+def prune(age: float, broker: str | None, dry_run: bool, yes: bool, force: bool) -> None:
+    """Delete every experiment created longer ago than --older-than, with all its keys
+    (as `scheduler delete`); running ones are kept unless --force.
+
+    \b
+    Examples:
+      scheduler prune --older-than 30d --dry-run
+      scheduler prune --older-than 30d --yes      # e.g. a nightly job
+    """
+    with open_store(broker) as (store, _):
+        sizes = stored_bytes(store)
+        doomed = []
+        for exp_id in created_before(store, time.time() - age):
+            running = _running(store, exp_id)
+            if running and not force:
+                err.print(f"keeping {exp_id}: it is {running} (--force deletes it)")
+                continue
+            doomed.append(exp_id)
+            click.echo(
+                f"{'would delete' if dry_run else 'delete'} {exp_id}  {_size(sizes.get(exp_id, 0))}"
+            )
+        total = _size(sum(sizes.get(exp_id, 0) for exp_id in doomed))
+        if not doomed or dry_run:
+            note = " (dry run: nothing deleted)" if dry_run else ""
+            click.echo(f"{len(doomed)} experiments, {total}{note}")
+            return
+        _confirm(f"delete these {len(doomed)} experiments ({total})?", yes)
+        for exp_id in doomed:
+            delete_experiment(store, exp_id)
+    click.echo(f"deleted {len(doomed)} experiments, {total}")
+
+
+def _running(store: Store, exp_id: str) -> str | None:
+    """How far the experiment is when it is still pending or running, else None."""
+    try:
+        info = store.info(exp_id)
+    except (ExperimentNotFound, KeyError):  # keys left without a record: nothing runs
+        return None
+    if info.status not in (ExperimentStatus.pending, ExperimentStatus.running):
+        return None
+    return f"{info.status.value} ({info.completed_runs}/{info.total_runs} runs done)"
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail(f"{question[:-1]}: pass --yes to confirm without a terminal")
+    click.confirm(question, abort=True, err=True)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _seconds(age: str) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", age or "")
+    if match is None:
+        raise click.BadParameter(f"{age!r} is not an age: a number and a unit, s m h d or w (30d)")
+    return float(match[1]) * _UNITS[match[2]]
 
 
 @main.command()

@@ -75,6 +75,7 @@ def send(
         store.mark_sent(experiment_id, app.conf.task_default_queue)
         return
     group_id = uuid()
+    store.note_chord(experiment_id, group_id)
     body.freeze(group_id=group_id)
     app.backend.set_chord_size(group_id, count)
     # Options are the same for every run of a tier x scenario: built once per cell.
