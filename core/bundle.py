@@ -110,7 +110,7 @@ def collect(matrix: Matrix) -> Bundle:
     collector = _Collector(limits, root)
     if root is not None:
         collector.add_tree(root, MATRIX, excluded=excluded_by(limits.exclude))
-    for path in sorted(set(named_paths(matrix))):
+    for path in sorted(set(named_paths(matrix)) - {root}):
         if root is not None and path.is_relative_to(root):
             # Named explicitly: shipped whole even where an exclude pattern matches.
             collector.add(path, f"{MATRIX}/{path.relative_to(root).as_posix()}".rstrip("/"))

@@ -21,7 +21,7 @@ from celery.exceptions import Reject
 from core.aggregate import aggregate
 from core.report_models import ExperimentStatus
 from core.results import RunResult, RunSpec
-from core.store import Store
+from core.store import ExperimentNotFound, Store
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.run import REDIS_DOWN, RetryLater, execute
@@ -70,6 +70,11 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
         ) from None
     except HandBack as exc:
         raise Reject(str(exc), requeue=True) from None
+    except ExperimentNotFound:
+        # Deleted while its runs were queued (`scheduler delete --force`): nothing
+        # to run, and nothing written back.
+        return {"experiment_id": run_spec.experiment_id, "run_id": run_spec.run_id,
+                "status": "experiment deleted"}  # fmt: skip
     except REDIS_DOWN as exc:
         # Not the run's fault and not acknowledged: the message goes back to the
         # queue (or, Redis still away, the broker redelivers it); the lease, if
