@@ -133,7 +133,7 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
         assert report["tiers"][tier]["passes"] == 2, [r["fail_reason"] for r in report["runs"]]
     for run in report["runs"]:
         assert run["gates_passed"] == run["gates_total"] == 4
-        assert run["judge_score"] == pytest.approx(0.9)
+        assert run["judge"]["weighted_score"] == pytest.approx(0.9)
     # The judge read the shipped rubric, and each tier's runs ran on their worker,
     # from its own copy of the files (each tier's queue has one worker).
     assert len(prompts) == 4 and all("RUBRIC-CRITERION-7" in p for p in prompts)
