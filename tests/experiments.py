@@ -75,7 +75,11 @@ def impl_rate(passed: bool, index: int) -> float:
 
 
 def seed_experiment(
-    store: Store, folder: Path, cells: dict[tuple[str, str], Cell], name: str = "demo"
+    store: Store,
+    folder: Path,
+    cells: dict[tuple[str, str], Cell],
+    name: str = "demo",
+    created_at: float = 1_700_000_000.0,
 ) -> str:
     """Store a finished experiment with these runs; returns its id."""
     tiers = list(dict.fromkeys(t for t, _ in cells))
@@ -98,7 +102,7 @@ def seed_experiment(
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
     specs = list(plan(matrix, exp_id))
-    info = experiment_info(matrix, exp_id, len(specs), created_at=1_700_000_000.0)
+    info = experiment_info(matrix, exp_id, len(specs), created_at=created_at)
     store.create_experiment(info, matrix, specs)
     for spec in specs:
         store.save_run(_result(spec, cells[spec.tier, spec.scenario]))

@@ -1,0 +1,92 @@
+"""Retention through the CLI: `scheduler prune` by age, `scheduler delete` of a running
+experiment, `scheduler list` sizes. The experiments live under a key prefix of this
+test's own, so pruning by age cannot touch another test's experiments.
+
+(That `delete` removes every key of an experiment that really ran, its files,
+attempts and Celery chord keys included: tests/test_bundles.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from core.bundle import Bundle, Manifest
+from core.report_models import ExperimentStatus
+from core.store import Store
+from tests.conftest import PREFIX, SCHEDULER
+from tests.experiments import Cell, seed_experiment
+
+pytestmark = pytest.mark.integration
+DAY = 86400.0
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # No terminal, as in a CI job: questions cannot be answered.
+    return subprocess.run(
+        [SCHEDULER, *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_prune_removes_only_old_experiments_and_delete_spares_running_ones(
+    fleet_env: dict[str, str], redis_url: str, tmp_path: Path
+) -> None:
+    prefix = f"{PREFIX}retention-{uuid.uuid4().hex[:6]}:"
+    env = {**fleet_env, "EVALFLEET_KEY_PREFIX": prefix}
+    store = Store.from_url(redis_url, prefix=prefix)
+    cells = {("T0", "s1"): Cell((True, False))}
+    now = time.time()
+    old = seed_experiment(store, tmp_path / "a", cells, "old", created_at=now - 60 * DAY)
+    running = seed_experiment(store, tmp_path / "b", cells, "running", created_at=now - 40 * DAY)
+    recent = seed_experiment(store, tmp_path / "c", cells, "recent", created_at=now - 1 * DAY)
+    store.set_status(running, ExperimentStatus.running)
+    store.save_bundle(old, Bundle(Manifest(), {"d" * 64: b"shipped file"}))
+
+    def keys_of(exp_id: str) -> list[str]:
+        return sorted(store.redis.scan_iter(match=f"{prefix}*{exp_id}*"))
+
+    before = {exp_id: keys_of(exp_id) for exp_id in (old, running, recent)}
+    assert store.keys.files(old) in before[old]
+
+    listed = _cli("list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert all(f"{exp_id}" in listed.stdout for exp_id in before)
+    assert listed.stdout.count(" stored") == 3
+    sizes = {e["id"]: e["stored_bytes"] for e in json.loads(_cli("list", "--json", env=env).stdout)}
+    assert all(size > 1000 for size in sizes.values()), sizes
+
+    dry = _cli("prune", "--older-than", "30d", "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert f"would delete {old}" in dry.stdout and recent not in dry.stdout
+    assert f"keeping {running}" in " ".join(dry.stderr.split())
+    unasked = _cli("prune", "--older-than", "30d", env=env)
+    assert unasked.returncode == 2 and "--yes" in unasked.stderr
+    assert {exp_id: keys_of(exp_id) for exp_id in before} == before  # nothing deleted yet
+
+    pruned = _cli("prune", "--older-than", "30d", "--yes", env=env)
+    assert pruned.returncode == 0, pruned.stderr
+    assert keys_of(old) == [] and old not in store.redis.zrange(store.keys.experiments(), 0, -1)
+    assert keys_of(running) == before[running] and keys_of(recent) == before[recent]
+
+    refused = _cli("delete", running, "--yes", env=env)
+    assert refused.returncode == 2
+    assert "is running" in refused.stderr and "--force" in refused.stderr
+    assert keys_of(running) == before[running]
+    forced = _cli("delete", running, "--yes", "--force", env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert keys_of(running) == [] and keys_of(recent) == before[recent]
+
+    bad_age = _cli("prune", "--older-than", "a month", env=env)
+    assert bad_age.returncode == 2 and "not an age" in bad_age.stderr
+    assert _cli("delete", recent, "--yes", env=env).returncode == 0
+    assert list(store.redis.scan_iter(match=f"{prefix}*")) == []
