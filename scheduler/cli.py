@@ -126,11 +126,11 @@ def validate(matrix_file: str) -> None:
     matrix = _load(matrix_file)
     _check_size(matrix)
     bundle = _bundle(matrix)
-    click.echo(summary(matrix))
     click.echo(
         f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
         f"{_size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
     )
+    click.echo(summary(matrix))
     for cli, tiers in _missing_clis(matrix).items():
         click.echo(
             f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "

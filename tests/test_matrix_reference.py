@@ -25,6 +25,7 @@ from core.assertions import FORMS, parse_assertion
 from core.config import (
     AgentConfig,
     AgentOverride,
+    BundleConfig,
     CompositeWeights,
     Criterion,
     DockerSandbox,
@@ -282,6 +283,7 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     Scoring: "## scoring",
     ModelPrice: "## pricing",
     DockerSandbox: "### agent.docker",
+    BundleConfig: "## bundle",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {
