@@ -38,6 +38,9 @@ from core.record import Record
 MATRIX = "matrix"
 OUTSIDE = "outside"
 MB = 1024 * 1024
+# The embedded broker's state folder (worker/broker.py), in the folder `scheduler`
+# runs in: never shipped, whatever `bundle.exclude` says.
+STATE_DIR = ".evalfleet"
 
 
 class BundleError(ValueError):
@@ -109,7 +112,7 @@ def collect(matrix: Matrix) -> Bundle:
     root = matrix.base_dir
     collector = _Collector(limits, root)
     if root is not None:
-        collector.add_tree(root, MATRIX, excluded=excluded_by(limits.exclude))
+        collector.add_tree(root, MATRIX, excluded=excluded_by([*limits.exclude, STATE_DIR]))
     for path in sorted(set(named_paths(matrix)) - {root}):
         if root is not None and path.is_relative_to(root):
             # Named explicitly: shipped whole even where an exclude pattern matches.

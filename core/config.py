@@ -616,8 +616,8 @@ class ModelPrice(Strict):
 # --- the files shipped to workers -------------------------------------------------------
 
 
-# Tools' caches and the embedded broker's state: never what a run needs.
-DEFAULT_EXCLUDE = (".git", ".evalfleet", ".venv", "node_modules", "__pycache__", ".pytest_cache")
+# Version control and tools' caches: not what a run needs.
+DEFAULT_EXCLUDE = (".git", ".venv", "node_modules", "__pycache__", ".pytest_cache")
 
 
 class BundleConfig(Strict):

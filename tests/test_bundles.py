@@ -138,7 +138,7 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
     # from its own copy of the files (each tier's queue has one worker).
     assert len(prompts) == 4 and all("RUBRIC-CRITERION-7" in p for p in prompts)
     for name, guidance in (("first", "guidance-v1"), ("second", "guidance-v2")):
-        (copy,) = (tmp_path / name / "runs" / ".files").iterdir()
+        (copy,) = (tmp_path / name / "runs-files").iterdir()
         assert os.access(copy / "matrix" / "bin" / "stamp", os.X_OK)
         mine = [p for p in prompts if guidance in p]
         assert len(mine) == 2 and all(f"matrix-dir={copy}/matrix" in p for p in mine)

@@ -157,13 +157,6 @@ def _matrix(store: Store, experiment_id: str) -> Matrix:
     return _patiently(lambda: store.matrix(experiment_id))
 
 
-@functools.lru_cache(maxsize=32)
-def _local_matrix(store: Store, experiment_id: str) -> Matrix:
-    """The matrix whose paths lead to this machine's copy of the experiment's files,
-    fetched on the first run of the experiment here (a failure is not cached)."""
-    return _patiently(lambda: local_matrix(store, experiment_id))
-
-
 def _patiently(call: Callable[[], T]) -> T:
     """A Redis call, tried again while Redis is away for up to about 30 s."""
     for wait_s in _RETRY_WAITS_S:
@@ -208,7 +201,8 @@ def _attempt(
             started,
         )
     try:
-        local = _local_matrix(store, spec.experiment_id)
+        # Its paths lead to this machine's copy of the experiment's files.
+        local = _patiently(lambda: local_matrix(store, spec.experiment_id))
     except (BundleError, OSError) as exc:
         return error_result(spec, f"the experiment's files: {exc}", attempts, started)
     result = _run(spec, local, on_phase, started, secrets)
