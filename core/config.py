@@ -616,8 +616,11 @@ class ModelPrice(Strict):
 # --- the files shipped to workers -------------------------------------------------------
 
 
-# Version control and tools' caches: not what a run needs.
-DEFAULT_EXCLUDE = (".git", ".venv", "node_modules", "__pycache__", ".pytest_cache")
+# Version control and tools' caches: not what a run needs. Environment files: secrets
+# of the submitting machine, which would reach the broker and every worker's agents.
+DEFAULT_EXCLUDE = (
+    ".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".env", ".env.*",
+)  # fmt: skip
 
 
 class BundleConfig(Strict):

@@ -167,6 +167,7 @@ def test_the_bundle_holds_the_matrix_folder_and_named_paths_outside_it(tmp_path:
     matrix_file = _experiment_folder(folder)
     (folder / ".git").mkdir()
     (folder / ".git" / "HEAD").write_text("ref")
+    (folder / ".env").write_text("API_KEY=sk-of-the-submitter")
     (folder / "bin" / "tool").symlink_to("stamp")
     (folder / "bin" / "absolute").symlink_to(folder / "bin" / "stamp")
     os.mkfifo(folder / "pipe")  # never opened: reading it would wait for a writer
@@ -183,7 +184,7 @@ def test_the_bundle_holds_the_matrix_folder_and_named_paths_outside_it(tmp_path:
 
     assert "matrix/agent/run.sh" in entries and entries["matrix/agent/run.sh"].executable
     assert not entries["matrix/guidance/v1.md"].executable
-    assert not any(".git" in name or "pipe" in name for name in entries)
+    assert not any(part in name for name in entries for part in (".git", ".env", "pipe"))
     assert entries["matrix/bin/tool"].link == "stamp"
     assert entries["matrix/bin/absolute"].link == "stamp"  # made relative: valid anywhere
     outside = bundle.manifest.outside[str(elsewhere / "skill.md")]

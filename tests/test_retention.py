@@ -3,7 +3,9 @@ experiment, `scheduler list` sizes. The experiments live under a key prefix of t
 test's own, so pruning by age cannot touch another test's experiments.
 
 (That `delete` removes every key of an experiment that really ran, its files,
-attempts and Celery chord keys included: tests/test_bundles.py.)
+attempts and Celery chord keys included: tests/test_bundles.py.) A running
+experiment deleted with --force: its queued runs are dropped by the workers,
+which write nothing back.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import pytest
 from core.bundle import Bundle, Manifest
 from core.report_models import ExperimentStatus
 from core.store import Store
-from tests.conftest import PREFIX, SCHEDULER
-from tests.experiments import Cell, seed_experiment
+from tests.conftest import PREFIX, QUEUE, SCHEDULER
+from tests.experiments import Cell, command_matrix, seed_experiment
+from tests.fleet import cli_worker, services, wait_until
 
 pytestmark = pytest.mark.integration
 DAY = 86400.0
@@ -90,3 +93,30 @@ def test_prune_removes_only_old_experiments_and_delete_spares_running_ones(
     assert bad_age.returncode == 2 and "not an age" in bad_age.stderr
     assert _cli("delete", recent, "--yes", env=env).returncode == 0
     assert list(store.redis.scan_iter(match=f"{prefix}*")) == []
+
+
+def test_a_running_experiment_deleted_with_force_leaves_no_key_once_workers_drop_its_runs(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    # Its runs wait in a queue no worker takes from until it is deleted.
+    queue = f"{QUEUE}-deleted"
+    matrix = command_matrix(tmp_path, "touch out.txt", runs=3, extra=f"queue: {queue}")
+    submitted = _cli("submit", str(matrix), env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    chords = store.redis.hget(store.keys.experiment(exp_id), "chords").split()
+
+    deleted = _cli("delete", exp_id, "--yes", "--force", env=fleet_env)
+    assert deleted.returncode == 0, deleted.stderr
+    with services() as started:
+        worker = cli_worker(fleet_env, tmp_path / "worker.log", "--queues", queue)
+        started.append(worker)
+        wait_until(
+            lambda: worker.output().count("dropped: its experiment was deleted") == 3,
+            "the worker dropping the deleted experiment's three runs",
+        )
+        wait_until(lambda: store.redis.llen(queue) == 0, "an empty queue")
+
+    assert list(store.redis.scan_iter(match=f"{PREFIX}*{exp_id}*")) == []
+    assert not any(store.redis.exists(key) for g in chords for key in store.keys.chord(g))
+    assert "Traceback" not in worker.output()

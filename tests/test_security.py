@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import time
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -279,24 +281,36 @@ scenarios:
 
 
 def _every_value(client: redis.Redis) -> list[tuple[str, str]]:
-    """Every key of the test database with all its content as text, whatever its type."""
+    """Every key of the test database with all its content as text, whatever its type;
+    compressed values (evidence, the experiment's shipped files) decompressed."""
+    raw = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=client.connection_pool.connection_class,
+        **{**client.connection_pool.connection_kwargs, "decode_responses": False},
+    ))  # fmt: skip
     found = []
-    for key in client.scan_iter(count=1000):
-        kind = client.type(key)
-        if kind == "string":
-            parts: list[Any] = [client.get(key)]
-        elif kind == "hash":
-            parts = [item for pair in client.hgetall(key).items() for item in pair]
-        elif kind == "list":
-            parts = client.lrange(key, 0, -1)
-        elif kind == "set":
-            parts = list(client.smembers(key))
-        elif kind == "zset":
-            parts = client.zrange(key, 0, -1)
+    for key in raw.scan_iter(count=1000):
+        kind = raw.type(key)
+        if kind == b"string":
+            parts: list[Any] = [raw.get(key)]
+        elif kind == b"hash":
+            parts = [item for pair in raw.hgetall(key).items() for item in pair]
+        elif kind == b"list":
+            parts = raw.lrange(key, 0, -1)
+        elif kind == b"set":
+            parts = list(raw.smembers(key))
+        elif kind == b"zset":
+            parts = raw.zrange(key, 0, -1)
         else:
             parts = []
-        found.append((key, key + " " + " ".join(str(p) for p in parts)))
+        name = key.decode(errors="replace")
+        found.append((name, name + " " + " ".join(_text(p) for p in parts if p is not None)))
     return found
+
+
+def _text(value: bytes) -> str:
+    with contextlib.suppress(zlib.error):
+        value = zlib.decompress(value)
+    return value.decode(errors="replace")
 
 
 # --- workspaces -----------------------------------------------------------------------------

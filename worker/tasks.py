@@ -11,12 +11,13 @@ provider failed is retried (`self.retry`) after the wait worker/run.py names.
 
 from __future__ import annotations
 
+import logging
 import time
 from functools import cache
 from typing import Any
 
 from celery import Celery, Task, shared_task
-from celery.exceptions import Reject
+from celery.exceptions import Ignore, Reject
 
 from core.aggregate import aggregate
 from core.report_models import ExperimentStatus
@@ -26,6 +27,8 @@ from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.run import REDIS_DOWN, RetryLater, execute
 from worker.sending import AGGREGATE_TASK, RUN_TASK
+
+log = logging.getLogger(__name__)
 
 
 def store_of(app: Celery) -> Store:
@@ -71,10 +74,11 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
     except HandBack as exc:
         raise Reject(str(exc), requeue=True) from None
     except ExperimentNotFound:
-        # Deleted while its runs were queued (`scheduler delete --force`): nothing
-        # to run, and nothing written back.
-        return {"experiment_id": run_spec.experiment_id, "run_id": run_spec.run_id,
-                "status": "experiment deleted"}  # fmt: skip
+        # Deleted while its runs were queued (`scheduler delete --force`): nothing to
+        # run and nothing to write back, not even the chord's count (Ignore: the
+        # message is acknowledged, the chord left alone).
+        log.warning("run %s dropped: its experiment was deleted", run_spec.run_id)
+        raise Ignore() from None
     except REDIS_DOWN as exc:
         # Not the run's fault and not acknowledged: the message goes back to the
         # queue (or, Redis still away, the broker redelivers it); the lease, if
