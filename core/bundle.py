@@ -116,7 +116,7 @@ def collect(matrix: Matrix) -> Bundle:
     for path in sorted(set(named_paths(matrix)) - {root}):
         if root is not None and path.is_relative_to(root):
             # Named explicitly: shipped whole even where an exclude pattern matches.
-            collector.add(path, f"{MATRIX}/{path.relative_to(root).as_posix()}".rstrip("/"))
+            collector.add(path, f"{MATRIX}/{path.relative_to(root).as_posix()}")
         else:
             place = f"{OUTSIDE}/{hashlib.sha256(str(path).encode()).hexdigest()[:16]}/{path.name}"
             collector.add(path, place)
@@ -146,12 +146,13 @@ class _Collector:
         self.manifest = Manifest(root=str(root) if root is not None else None)
         self.contents: dict[str, bytes] = {}
         self.sizes: dict[str, tuple[int, Path]] = {}  # digest -> size, a file with it
+        self.total = 0
 
     def add_tree(self, top: Path, place: str, excluded: Callable[[str], bool]) -> None:
         self._entry(top, place)
         if not top.is_dir() or top.is_symlink():
             return
-        for folder, dirs, files in os.walk(top):
+        for folder, dirs, files in os.walk(top, onerror=_unreadable):
             relative = Path(folder).relative_to(top)
             for name in sorted(dirs):
                 if excluded(name):
@@ -222,12 +223,12 @@ class _Collector:
         if digest not in self.contents:
             self.contents[digest] = data
             self.sizes[digest] = (len(data), path)
+            self.total += len(data)
             self._check_total()
         return digest
 
     def _check_total(self) -> None:
-        total = sum(size for size, _ in self.sizes.values())
-        if total <= self.limits.max_mb * MB:
+        if self.total <= self.limits.max_mb * MB:
             return
         largest = sorted(self.sizes.values(), key=lambda item: -item[0])[:3]
         named = ", ".join(f"{path} ({size / MB:.1f} MB)" for size, path in largest)
@@ -292,6 +293,11 @@ def _build(manifest: Manifest, fetch: Fetch, folder: Path) -> None:
         if entry.link is not None:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(entry.link, folder / name)
+
+
+def _unreadable(error: OSError) -> None:
+    # A folder left out silently would be missing on every worker.
+    raise BundleError(f"{error.filename}: cannot be read ({error.strerror})")
 
 
 def _batches(items: list[Any], size: int) -> Iterable[list[Any]]:
