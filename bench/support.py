@@ -83,7 +83,9 @@ def write_matrix(
     scenarios: int = 1,
     gates: str = "[]",
     name: str = "bench",
+    extra: str = "",
 ) -> Path:
+    """`extra`: more top-level YAML (say `evidence: {max_item_kb: 512}`)."""
     path = folder / f"{name}.yaml"
     tier_list = ", ".join(f"{{id: T{i}}}" for i in range(tiers))
     scenario_list = "\n".join(
@@ -95,6 +97,7 @@ def write_matrix(
         f"agent: {{kind: command, command: {command!r}, timeout_s: 120}}\n"
         f"tiers: [{tier_list}]\n"
         f"scenarios:\n{scenario_list}\n"
+        f"{extra}\n"
     )
     return path
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from core.config import BundleConfig, Matrix
+from core.config import Artifacts, BundleConfig, Matrix
 from core.record import Record
 
 # Bundle paths: the matrix folder under MATRIX, each named path outside it under OUTSIDE.
@@ -112,7 +112,10 @@ def collect(matrix: Matrix) -> Bundle:
     root = matrix.base_dir
     collector = _Collector(limits, root)
     if root is not None:
-        collector.add_tree(root, MATRIX, excluded=excluded_by([*limits.exclude, STATE_DIR]))
+        names = excluded_by([*limits.exclude, STATE_DIR])
+        # The artifacts folder is the experiments' output, even inside the matrix folder.
+        outputs = {matrix.artifacts.dir} if matrix.artifacts is not None else set()
+        collector.add_tree(root, MATRIX, excluded=lambda path: names(path.name) or path in outputs)
     for path in sorted(set(named_paths(matrix)) - {root}):
         if root is not None and path.is_relative_to(root):
             # Named explicitly: shipped whole even where an exclude pattern matches.
@@ -125,9 +128,11 @@ def collect(matrix: Matrix) -> Bundle:
 
 
 def named_paths(value: Any) -> Iterator[Path]:
-    """Every path a matrix (or any part of one) holds, however deep."""
+    """Every input path a matrix (or any part of one) holds, however deep."""
     if isinstance(value, Path):
         yield value
+    elif isinstance(value, Artifacts):  # an output folder all machines share, not an input
+        return
     elif isinstance(value, BaseModel):
         for name in type(value).model_fields:
             yield from named_paths(getattr(value, name))
@@ -148,24 +153,24 @@ class _Collector:
         self.sizes: dict[str, tuple[int, Path]] = {}  # digest -> size, a file with it
         self.total = 0
 
-    def add_tree(self, top: Path, place: str, excluded: Callable[[str], bool]) -> None:
+    def add_tree(self, top: Path, place: str, excluded: Callable[[Path], bool]) -> None:
         self._entry(top, place)
         if not top.is_dir() or top.is_symlink():
             return
         for folder, dirs, files in os.walk(top, onerror=_unreadable):
             relative = Path(folder).relative_to(top)
             for name in sorted(dirs):
-                if excluded(name):
+                if excluded(Path(folder) / name):
                     dirs.remove(name)
             for name in sorted(dirs) + sorted(files):
-                if excluded(name):
+                if excluded(Path(folder) / name):
                     continue
                 # A symlinked folder is listed here and kept as a link (os.walk
                 # does not follow it).
                 self._entry(Path(folder) / name, f"{place}/{(relative / name).as_posix()}")
 
     def add(self, path: Path, place: str) -> None:
-        self.add_tree(path, place, excluded=lambda name: False)
+        self.add_tree(path, place, excluded=lambda path: False)
 
     def _entry(self, path: Path, place: str) -> None:
         if place in self.manifest.entries:

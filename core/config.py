@@ -39,15 +39,18 @@ class Strict(BaseModel):
 
 
 def _resolve(value: Path, info: ValidationInfo) -> Path:
-    context = info.context or {}
-    base = context.get("base_dir")
+    base = (info.context or {}).get("base_dir")
     path = value.expanduser()
     if not path.is_absolute() and base is not None:
         path = Path(base) / path
-    path = path.resolve() if base is not None else path
-    # A stored matrix read on a worker: the submitter's path -> the worker's copy of
-    # the file (core/bundle.py, Manifest.relocation).
-    relocate = context.get("relocate")
+    return path.resolve() if base is not None else path
+
+
+def _relocated(path: Path, info: ValidationInfo) -> Path:
+    """An input file of a stored matrix read on a worker: the submitter's path -> the
+    worker's copy of it (core/bundle.py, Manifest.relocation). Outputs (the artifacts
+    folder) keep their path: every machine shares it."""
+    relocate = (info.context or {}).get("relocate")
     return relocate(path) if relocate is not None else path
 
 
@@ -58,7 +61,7 @@ def _existing(kind: Literal["file", "dir"]) -> Any:
             exists = path.is_file() if kind == "file" else path.is_dir()
             if not exists:
                 raise ValueError(f"{kind} not found: {path}")
-        return path
+        return _relocated(path, info)
 
     return AfterValidator(check)
 
@@ -641,6 +644,41 @@ class BundleConfig(Strict):
     )
 
 
+# --- evidence ----------------------------------------------------------------------
+
+
+class EvidenceLimits(Strict):
+    """How much of a run's evidence is kept (README, "Evidence"); what a cap leaves
+    out is said in the evidence (RunEvidence.cuts)."""
+
+    max_item_kb: float = Field(
+        64,
+        gt=0,
+        allow_inf_nan=False,
+        description="one text (stdout, stderr, transcript, a gate's output, the patch): "
+        "its head and tail are kept",
+    )
+    max_run_kb: float = Field(
+        256,
+        gt=0,
+        allow_inf_nan=False,
+        description="all texts of one run together, before compression",
+    )
+    max_experiment_mb: float = Field(
+        256,
+        gt=0,
+        allow_inf_nan=False,
+        description="all runs' stored (compressed) evidence; later runs keep a minimal record",
+    )
+
+
+class Artifacts(Strict):
+    """A folder every worker and the scheduler share: evidence goes there as files
+    (Redis keeps a pointer), for evidence bigger than Redis should hold."""
+
+    dir: Annotated[Path, AfterValidator(_resolve)]
+
+
 # --- the matrix -----------------------------------------------------------------------
 
 
@@ -680,6 +718,10 @@ class Matrix(Strict):
         "same infrastructure error (the agent cannot start, setup fails); 0: never",
     )
     keep_workspaces: bool = False
+    evidence: EvidenceLimits = Field(default_factory=EvidenceLimits)
+    artifacts: Artifacts | None = Field(
+        None, description="store evidence as files in a shared folder instead of Redis"
+    )
     bundle: BundleConfig = Field(
         default_factory=BundleConfig,
         description="limits of the files shipped to workers with the experiment",
@@ -724,7 +766,7 @@ class Matrix(Strict):
         base = (info.context or {}).get("base_dir")
         if value is None:
             return Path(base).resolve() if base is not None else None
-        return _resolve(value, info)
+        return _relocated(_resolve(value, info), info)
 
     @model_validator(mode="after")
     def _resolve_auto_judge(self, info: ValidationInfo) -> Matrix:

@@ -1,4 +1,6 @@
-"""From a finished agent process to a complete RunResult: the three layers and the metrics.
+"""From a finished agent process to a complete RunResult: the three layers and the
+metrics, and the run's evidence (what the gates ran and saw, the parsed events,
+the workspace's changes).
 
 Pure of Celery: the worker calls `evaluate_run` after the agent, and tests call
 it directly with a workspace, a transcript and a loopback judge.
@@ -8,11 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from core import formulas
 from core.config import Matrix, ModelPrice, Scenario, load_rubric
-from core.gates import Enclosure, run_gates
+from core.evidence import Excerpt, GateEvidence, RunEvidence
+from core.evidence_events import compact_events
+from core.gates import Enclosure, gate_runs
 from core.interaction import interaction_metrics, target_commands
 from core.judge import judge_run
 from core.limits import crossed, spend_of
@@ -24,9 +29,22 @@ from core.tokens import token_metrics
 from core.transcript_models import AgentOutcome, Transcript
 from core.transcripts import parse_transcript, render_transcript
 from core.transcripts.outage import outage_of
-from core.workspace_changes import Snapshot, summarize_changes
+from core.workspace_changes import Snapshot, patch, snapshot, summarize_changes
 
 Phase = Callable[[str], None]
+CAPTURE_CUT = (
+    "stdout, stderr: the agent printed more than agent.max_transcript_bytes ({}); "
+    "the middle was cut as it ran"
+)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A run's result and its evidence. The evidence is whole: the caller redacts
+    and bounds it (core/evidence_caps.py) before it is stored."""
+
+    result: RunResult
+    evidence: RunEvidence
 
 
 def evaluate_run(
@@ -42,10 +60,10 @@ def evaluate_run(
     secrets: list[str] | None = None,
     prepared: Snapshot | None = None,
     enclosure: Enclosure | None = None,
-) -> RunResult:
+) -> Evaluated:
     """`secrets`: the values to redact, when the caller has them already
     (default: secret_values(matrix, environ)). `prepared`: the workspace as the
-    agent found it, for the judge's summary of what the agent changed.
+    agent found it, for the summary and the patch of what the agent changed.
     `enclosure`: where command gates run (the agent's container)."""
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
@@ -70,20 +88,26 @@ def evaluate_run(
     # check or judge: its run is an infrastructure error, and gates that happen
     # to pass must not look like its work.
     gates: list[GateResult] = []
+    gate_evidence: list[GateEvidence] = []
     judge = None
+    changes, changed = "", ""
     if not_started is None:
         on_phase("gates")
-        gates = run_gates(
+        runs = gate_runs(
             scenario.evaluation.gates,
             workspace,
             target_commands=commands,
             env=env,
             enclosure=enclosure,
         )
-        gates = [redact_record(gate, secrets) for gate in gates]  # the judge's prompt shows them
+        # The judge's prompt shows them.
+        gates = [redact_record(run.result, secrets) for run in runs]
+        gate_evidence = [run.evidence for run in runs]
+        after = snapshot(workspace)
+        changes = summarize_changes(workspace, prepared, after=after)
+        changed = patch(prepared, after, max_chars=int(matrix.evidence.max_run_kb * 1024))
         if scenario.evaluation.judge_enabled:
             on_phase("judge")
-            changes = summarize_changes(workspace, prepared)
             judge = _judge(matrix, scenario, outcome, transcript, gates, changes, environ, secrets)
 
     result = RunResult(
@@ -125,7 +149,20 @@ def evaluate_run(
     if scenario.process is not None:
         result.process = process_metrics(transcript.commands, scenario.process)
     result.tokens = token_metrics(transcript.components, price)
-    return result
+    # RunEvidence.judge stays None here: it is the judge's own record (core/judge.py).
+    evidence = RunEvidence(
+        experiment_id=spec.experiment_id,
+        run_id=spec.run_id,
+        stdout=Excerpt.whole(outcome.stdout),
+        stderr=Excerpt.whole(outcome.stderr),
+        transcript=Excerpt.whole(events_text or ""),
+        events=compact_events(transcript),
+        gates=gate_evidence,
+        changes_summary=changes,
+        patch=Excerpt.whole(changed),
+        cuts=[CAPTURE_CUT.format(agent.max_transcript_bytes)] if outcome.output_truncated else [],
+    )
+    return Evaluated(result, evidence)
 
 
 def _status(outcome: AgentOutcome, transcript: Transcript, limit: str | None) -> RunStatus:

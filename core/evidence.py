@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from core.record import Record
+from core.results import RunResult
 
 
 class Excerpt(Record):
@@ -20,6 +21,11 @@ class Excerpt(Record):
     text: str = ""
     total_bytes: int = 0
     cut: int = Field(0, description="bytes left out in the middle (0: the whole text)")
+
+    @classmethod
+    def whole(cls, text: str) -> Excerpt:
+        """All of `text`, before any cap (core/evidence_caps.py cuts it)."""
+        return cls(text=text, total_bytes=len(text.encode()))
 
 
 class GateEvidence(Record):
@@ -70,7 +76,11 @@ class RunEvidence(Record):
     run_id: str
     stdout: Excerpt = Field(default_factory=Excerpt)
     stderr: Excerpt = Field(default_factory=Excerpt)
-    transcript: Excerpt = Field(default_factory=Excerpt, description="the raw transcript")
+    transcript: Excerpt = Field(
+        default_factory=Excerpt,
+        description="the raw events file the agent wrote (EVALFLEET_EVENTS); an agent CLI "
+        "whose transcript is its stdout has it under `stdout`, not twice",
+    )
     events: list[dict[str, Any]] = Field(
         default_factory=list, description="the parsed events (LLM calls, tool calls, messages)"
     )
@@ -85,3 +95,12 @@ class RunEvidence(Record):
     cuts: list[str] = Field(
         default_factory=list, description="what a cap left out, said once per item"
     )
+
+
+class RunRecord(Record):
+    """One run whole, as `scheduler show --json` prints it: its result (None while it
+    has none), its evidence (None when none was stored) and every delivery so far."""
+
+    result: RunResult | None = None
+    evidence: RunEvidence | None = None
+    attempts: list[Attempt] = Field(default_factory=list)

@@ -22,7 +22,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from core.config import (
     NoTranscriptErrors,
     Script,
 )
+from core.evidence import Excerpt, GateEvidence
 from core.results import GateResult
 from core.shell import ShellResult, run_shell
 from core.transcript_models import CommandRecord
@@ -58,6 +59,26 @@ class Enclosure:
     env: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class GateRun:
+    """A gate's verdict and what it ran and saw (the run's evidence)."""
+
+    result: GateResult
+    evidence: GateEvidence
+
+
+def gate_runs(
+    gates: Sequence[Gate],
+    workspace: Path,
+    *,
+    target_commands: Sequence[CommandRecord],
+    env: Mapping[str, str] | None = None,
+    enclosure: Enclosure | None = None,
+) -> list[GateRun]:
+    """Evaluate every gate in order; one GateRun each."""
+    return [_run_gate(gate, workspace, target_commands, env, enclosure) for gate in gates]
+
+
 def run_gates(
     gates: Sequence[Gate],
     workspace: Path,
@@ -66,8 +87,11 @@ def run_gates(
     env: Mapping[str, str] | None = None,
     enclosure: Enclosure | None = None,
 ) -> list[GateResult]:
-    """Evaluate every gate in order; one GateResult each."""
-    return [_run_gate(gate, workspace, target_commands, env, enclosure) for gate in gates]
+    """The verdicts alone, when the evidence is not wanted."""
+    runs = gate_runs(
+        gates, workspace, target_commands=target_commands, env=env, enclosure=enclosure
+    )
+    return [run.result for run in runs]
 
 
 @dataclass(frozen=True)
@@ -75,6 +99,7 @@ class _Verdict:
     passed: bool
     message: str
     details: Any = None
+    out: ShellResult | None = None  # a command gate's command, as it ended
 
 
 def _run_gate(
@@ -83,19 +108,38 @@ def _run_gate(
     target_commands: Sequence[CommandRecord],
     env: Mapping[str, str] | None,
     enclosure: Enclosure | None,
-) -> GateResult:
+) -> GateRun:
     started = time.monotonic()
     try:
         verdict = _evaluate(gate, workspace, target_commands, env, enclosure)
     except Exception as exc:  # a gate must never take the run down with it
         verdict = _Verdict(False, f"gate could not be evaluated: {type(exc).__name__}: {exc}")
-    return GateResult(
+    result = GateResult(
         gate_type=gate.type,
         name=gate.name,
         passed=verdict.passed,
         message=verdict.message,
         duration_s=round(time.monotonic() - started, 3),
         details=verdict.details,
+    )
+    return GateRun(result, _evidence(gate, verdict.out))
+
+
+def _evidence(gate: Gate, out: ShellResult | None) -> GateEvidence:
+    """The command and its whole captured output (bounded later, with the rest of the
+    run's evidence): stdout, then stderr under a line that says so."""
+    command = getattr(gate, "command", None)  # file and transcript gates run none
+    if out is None:
+        return GateEvidence(command=command)
+    text = out.stdout
+    if out.stderr:
+        text += ("" if text.endswith("\n") or not text else "\n") + f"--- stderr ---\n{out.stderr}"
+    if out.error is not None:
+        text += f"\ncould not run command: {out.error}"
+    return GateEvidence(
+        command=command,
+        exit_code=out.exit_code,
+        output=Excerpt.whole(text),
     )
 
 
@@ -123,6 +167,13 @@ def _evaluate(
         max_output_bytes=MAX_OUTPUT_BYTES,
         argv_prefix=prefix,
     )
+    return replace(_command_verdict(gate, out), out=out)
+
+
+def _command_verdict(
+    gate: CommandSucceeds | CommandOutputContains | CommandOutputMatches | CommandJsonPath | Script,
+    out: ShellResult,
+) -> _Verdict:
     if out.error is not None:
         return _Verdict(False, f"could not run command: {out.error}")
     if out.timed_out:

@@ -10,7 +10,9 @@ Ours, under the prefix (no TTL on any of them):
   once every run is on the broker ``sent``: their default queue;
 - ``exp:{id}:runs`` run id -> RunResult JSON; ``exp:{id}:specs`` run id ->
   RunSpec JSON (what resume and recovery send again); ``exp:{id}:attempts``
-  run id -> deliveries so far;
+  run id -> deliveries so far; ``exp:{id}:deliveries`` run id -> a JSON list
+  of its deliveries (worker, started_at; ended_at and outcome once known), so
+  that one that died without a result still shows;
 - ``exp:{id}:leases`` run id -> "EXPIRY HOLDER" of the runs in progress
   (core/leases.py);
 - ``exp:{id}:unaccounted`` run id -> when a sweep first found the run nowhere
@@ -23,7 +25,9 @@ Ours, under the prefix (no TTL on any of them):
   the infrastructure error that stopped its runs;
 - ``exp:{id}:report`` the ExperimentReport JSON;
 - ``exp:{id}:evidence`` run id -> the run's RunEvidence, zlib-compressed JSON
-  (core/evidence.py);
+  (core/evidence.py), or ``file:`` and the path of that blob in the
+  experiment's artifacts folder; the experiment's hash counts the stored
+  bytes under ``evidence_bytes``;
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
   (rejudge, rescore); version 1 is ``exp:{id}:report``;
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
@@ -72,6 +76,9 @@ class Keys:
 
     def attempts(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:attempts"
+
+    def deliveries(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:deliveries"
 
     def leases(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:leases"

@@ -34,21 +34,66 @@ return 'saved'
 """
 
 # A delivery's first step, in one round trip: the stored result if the run has
-# one (then nothing else happens), else the delivery is counted and takes the
-# run's lease, whoever held it before.
-# KEYS[1] runs, KEYS[2] attempts, KEYS[3] leases, KEYS[4] experiment, KEYS[5] halted.
-# ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier.
+# one (then nothing else happens), else the delivery is counted, recorded among
+# the run's deliveries (so that one that dies without a result still shows) and
+# takes the run's lease, whoever held it before.
+# KEYS[1] runs, KEYS[2] attempts, KEYS[3] leases, KEYS[4] experiment, KEYS[5] halted,
+# KEYS[6] deliveries.
+# ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier,
+# ARGV[5] the worker's name.
 # Returns {'stored', RunResult JSON} or {'started', attempts, experiment status,
-# why fail-fast stopped the tier or ''}.
+# why fail-fast stopped the tier or '', the deliveries' JSON list}.
 BEGIN_DELIVERY = """
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if stored then return {'stored', stored} end
 local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 local now = redis.call('TIME')
-local expiry = tonumber(now[1]) + tonumber(now[2]) / 1000000 + tonumber(ARGV[3])
+now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local expiry = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
+local delivered = redis.call('HGET', KEYS[6], ARGV[1])
+local entry = cjson.encode({worker = ARGV[5], started_at = now})
+if delivered then delivered = string.sub(delivered, 1, -2) .. ',' .. entry .. ']'
+else delivered = '[' .. entry .. ']' end
+redis.call('HSET', KEYS[6], ARGV[1], delivered)
 return {'started', attempts, redis.call('HGET', KEYS[4], 'status') or '',
-        redis.call('HGET', KEYS[5], ARGV[4]) or ''}
+        redis.call('HGET', KEYS[5], ARGV[4]) or '', delivered}
+"""
+
+# A delivery that ends without storing a result (a provider outage, sent again
+# later) says how it ended: its entry among the run's deliveries gets its end.
+# KEYS[1] deliveries. ARGV[1] run id, ARGV[2] the delivery's number (1: the
+# first), ARGV[3] its outcome. Returns 'ended', or 'unknown' without that entry.
+END_DELIVERY = """
+local delivered = redis.call('HGET', KEYS[1], ARGV[1])
+if not delivered then return 'unknown' end
+local list = cjson.decode(delivered)
+local entry = list[tonumber(ARGV[2])]
+if not entry then return 'unknown' end
+local now = redis.call('TIME')
+entry.ended_at = tonumber(now[1]) + tonumber(now[2]) / 1000000
+entry.outcome = ARGV[3]
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(list))
+return 'ended'
+"""
+
+# A run's evidence within the experiment's cap, in one step: the whole evidence
+# when the bytes stored so far leave room for it, else the minimal one. Either
+# way the bytes are counted.
+# KEYS[1] evidence, KEYS[2] experiment. ARGV[1] run id, ARGV[2] the evidence (a
+# blob or a file pointer), ARGV[3] the bytes it takes, ARGV[4] the minimal
+# evidence's blob, ARGV[5] the experiment's cap in bytes.
+# Returns 'whole' or 'minimal'.
+SAVE_EVIDENCE = """
+local used = tonumber(redis.call('HGET', KEYS[2], 'evidence_bytes') or '0')
+if used + tonumber(ARGV[3]) <= tonumber(ARGV[5]) then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HINCRBY', KEYS[2], 'evidence_bytes', ARGV[3])
+  return 'whole'
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+redis.call('HINCRBY', KEYS[2], 'evidence_bytes', #ARGV[4])
+return 'minimal'
 """
 
 # KEYS[1] leases. ARGV[1] run id, ARGV[2] holder, ARGV[3] seconds.
@@ -122,14 +167,15 @@ return 'counted'
 """
 
 # Resume of a cancelled experiment: each run recorded as cancelled loses its
-# result and its delivery count, and the counters go back down.
-# KEYS[1] runs, KEYS[2] attempts, KEYS[3] experiment. ARGV: the cancelled run ids.
-# Returns how many results were removed.
+# result, its delivery count and record, and the counters go back down.
+# KEYS[1] runs, KEYS[2] attempts, KEYS[3] experiment, KEYS[4] deliveries.
+# ARGV: the cancelled run ids. Returns how many results were removed.
 UNCANCEL = """
 local n = 0
 for i = 1, #ARGV do
   if redis.call('HDEL', KEYS[1], ARGV[i]) == 1 then n = n + 1 end
   redis.call('HDEL', KEYS[2], ARGV[i])
+  redis.call('HDEL', KEYS[4], ARGV[i])
 end
 redis.call('HINCRBY', KEYS[3], 'done', -n)
 redis.call('HINCRBY', KEYS[3], 'cancelled', -n)

@@ -9,16 +9,17 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import quote
 
 import redis
 
 from core import scripts
 from core.bundle import Bundle, Manifest
 from core.config import Matrix
-from core.evidence import RunEvidence
+from core.evidence import Attempt, RunEvidence
 from core.keys import Keys, key_prefix
 from core.leases import Leases
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
@@ -33,6 +34,23 @@ class Delivery:
     attempts: int = 0  # deliveries so far, this one included
     status: ExperimentStatus = ExperimentStatus.running
     halted: str | None = None  # why fail-fast stopped the run's tier
+    # The run's deliveries so far, this one last (its outcome not yet known).
+    deliveries: list[Attempt] = field(default_factory=list)
+
+
+# An evidence value that is not a blob but where the blob is: the experiment's
+# artifacts folder (zlib data never starts so).
+FILE_POINTER = b"file:"
+NO_CAP = 1 << 62
+# What a delivery that recorded no end is known to have done.
+NO_RESULT = "ended without a result (its worker was killed or lost, or a later delivery took over)"
+
+
+@dataclass(frozen=True)
+class SavedEvidence:
+    kept: Literal["whole", "minimal"]
+    bytes: int  # counted toward the experiment's cap
+    path: Path | None = None  # the file, when the evidence went to the artifacts folder
 
 
 class ExperimentNotFound(KeyError):
@@ -56,6 +74,8 @@ class Store:
         self.binary: Any = redis.Redis(connection_pool=binary_pool)
         self._save_run = client.register_script(scripts.SAVE_RUN)
         self._begin_delivery = client.register_script(scripts.BEGIN_DELIVERY)
+        self._end_delivery = client.register_script(scripts.END_DELIVERY)
+        self._save_evidence = self.binary.register_script(scripts.SAVE_EVIDENCE)
         self._note_health = client.register_script(scripts.NOTE_HEALTH)
         self._uncancel = client.register_script(scripts.UNCANCEL)
         self._track_unaccounted = client.register_script(scripts.TRACK_UNACCOUNTED)
@@ -190,6 +210,18 @@ class Store:
         specs = [RunSpec.model_validate_json(v) for v in raw]
         return sorted(specs, key=lambda s: (s.tier, s.scenario, s.run_index))
 
+    def has_run(self, exp_id: str, run_id: str) -> bool:
+        """A run the experiment planned (with a result or not)."""
+        return bool(self.redis.hexists(self.keys.specs(exp_id), run_id))
+
+    def run_ids_ending(self, suffix: str, recent: int = 100) -> list[str]:
+        """The ids of runs that end with `suffix`, in the `recent` latest experiments."""
+        pattern = "*" + "".join(f"\\{c}" if c in "\\*?[]" else c for c in suffix)
+        found: list[str] = []
+        for exp_id in reversed(self.redis.zrange(self.keys.experiments(), -recent, -1)):
+            found += [k for k, _ in self.redis.hscan_iter(self.keys.specs(exp_id), match=pattern)]
+        return found
+
     def pending_specs(self, exp_id: str) -> list[RunSpec]:
         """Runs without a result and not in progress (in progress: a lease not yet expired)."""
         skip = set(self.redis.hkeys(self.keys.runs(exp_id))) | self.leases.live(exp_id)
@@ -229,10 +261,17 @@ class Store:
         return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
 
     def begin_delivery(
-        self, exp_id: str, run_id: str, holder: str, lease_s: float, tier: str = ""
+        self,
+        exp_id: str,
+        run_id: str,
+        holder: str,
+        lease_s: float,
+        tier: str = "",
+        worker: str = "",
     ) -> Delivery:
         """A delivery of a run starts: its stored result, if it has one; else the
-        delivery is counted and `holder` takes the run's lease for `lease_s`."""
+        delivery is counted and recorded as `worker`'s, and `holder` takes the run's
+        lease for `lease_s`."""
         reply = self._begin_delivery(
             keys=[
                 self.keys.runs(exp_id),
@@ -240,8 +279,9 @@ class Store:
                 self.keys.leases(exp_id),
                 self.keys.experiment(exp_id),
                 self.keys.halted(exp_id),
+                self.keys.deliveries(exp_id),
             ],
-            args=[run_id, holder, lease_s, tier],
+            args=[run_id, holder, lease_s, tier, worker],
         )
         if reply[0] == "stored":
             return Delivery(stored=RunResult.model_validate_json(reply[1]))
@@ -249,7 +289,16 @@ class Store:
             attempts=int(reply[1]),
             status=ExperimentStatus(reply[2] or "running"),
             halted=reply[3] or None,
+            deliveries=_attempts(reply[4]),
         )
+
+    def end_delivery(self, exp_id: str, run_id: str, number: int, outcome: str) -> None:
+        """Delivery `number` (1: the first) of the run ended without a result, so: `outcome`."""
+        self._end_delivery(keys=[self.keys.deliveries(exp_id)], args=[run_id, number, outcome])
+
+    def deliveries(self, exp_id: str, run_id: str) -> list[Attempt]:
+        """The run's deliveries so far, oldest first."""
+        return _attempts(self.redis.hget(self.keys.deliveries(exp_id), run_id))
 
     def note_health(self, exp_id: str, tier: str, infra_error: str | None, threshold: int) -> bool:
         """Count a finished run toward its tier's fail-fast check (`infra_error`: the
@@ -283,6 +332,7 @@ class Store:
                     self.keys.runs(exp_id),
                     self.keys.attempts(exp_id),
                     self.keys.experiment(exp_id),
+                    self.keys.deliveries(exp_id),
                 ],
                 args=cancelled,
             )
@@ -320,13 +370,39 @@ class Store:
 
     # --- evidence ------------------------------------------------------------------------
 
-    def save_evidence(self, evidence: RunEvidence) -> int:
-        """Store a run's evidence (already bounded and redacted), compressed: the bytes stored."""
+    def save_evidence(
+        self,
+        evidence: RunEvidence,
+        *,
+        minimal: RunEvidence | None = None,
+        cap_bytes: int | None = None,
+        folder: Path | None = None,
+    ) -> SavedEvidence:
+        """Store a run's evidence (already bounded and redacted), compressed: in Redis,
+        or with `folder` as a file there (Redis keeps its path). With `cap_bytes`, the
+        experiment's cap: once its stored evidence would pass it, `minimal` (always in
+        Redis) is stored instead."""
         blob = zlib.compress(evidence.model_dump_json().encode(), 6)
-        self.binary.hset(self.keys.evidence(evidence.experiment_id), evidence.run_id, blob)
-        return len(blob)
+        value, path = blob, None
+        if folder is not None:
+            path = folder / evidence.experiment_id / f"{quote(evidence.run_id, safe='')}.json.z"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(blob)
+            value = FILE_POINTER + str(path).encode()
+        small = zlib.compress((minimal or evidence).model_dump_json().encode(), 6)
+        exp_id = evidence.experiment_id
+        kept = self._save_evidence(
+            keys=[self.keys.evidence(exp_id), self.keys.experiment(exp_id)],
+            args=[evidence.run_id, value, len(blob), small, cap_bytes or NO_CAP],
+        )
+        if kept == b"whole":
+            return SavedEvidence("whole", len(blob), path)
+        if path is not None:
+            path.unlink(missing_ok=True)
+        return SavedEvidence("minimal", len(small))
 
     def evidence(self, exp_id: str, run_id: str) -> RunEvidence | None:
+        """Raises OSError when the evidence is a file this machine cannot read."""
         blob = self.binary.hget(self.keys.evidence(exp_id), run_id)
         return _evidence(blob) if blob else None
 
@@ -370,7 +446,16 @@ class Store:
 
 
 def _evidence(blob: bytes) -> RunEvidence:
+    if blob.startswith(FILE_POINTER):
+        blob = Path(blob[len(FILE_POINTER) :].decode()).read_bytes()
     return RunEvidence.model_validate_json(zlib.decompress(blob))
+
+
+def _attempts(raw: str | None) -> list[Attempt]:
+    """A run's record of deliveries; one without a recorded end did not store a result."""
+    entries = json.loads(raw) if raw else []
+    # An empty Lua table encodes as an object, {}.
+    return [Attempt.model_validate({"outcome": NO_RESULT, **entry}) for entry in entries or []]
 
 
 def _text(raw: bytes | str) -> str:

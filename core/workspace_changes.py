@@ -1,42 +1,65 @@
-"""What the agent changed in its workspace, as a short text for the judge prompt.
+"""What the agent changed in its workspace: a short text for the judge prompt, and
+a unified diff of its text changes for the run's evidence.
 
 The workspace is fingerprinted once it is ready for the agent (template copy,
 tier files, setup commands: `snapshot`) and compared with what is there after
-the agent (`summarize_changes`), so what the run prepared is not reported as
-the agent's work. A file's fingerprint is its content hash, or for a file over
-HASH_LIMIT bytes its size and modification time. ``.git`` folders are skipped
-and symlinks are compared by target, never followed.
+the agent (`summarize_changes`, `patch`), so what the run prepared is not
+reported as the agent's work. A file's fingerprint is its content hash, or for a
+file over HASH_LIMIT bytes its size and modification time. ``.git`` folders are
+skipped and symlinks are compared by target, never followed. A snapshot also
+keeps the contents of small text files (TEXT_LIMIT each, TEXTS_BUDGET in all),
+which is what a diff needs of the before side.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_LINE_CHARS = 200
 HASH_LIMIT = 1 << 20
+TEXT_LIMIT = 256 * 1024
+TEXTS_BUDGET = 8 * 1024 * 1024
 
-# Relative path -> (size, fingerprint); a symlink's fingerprint is its target.
-Snapshot = dict[str, tuple[int, str]]
+
+@dataclass
+class Snapshot:
+    """Relative path -> (size, fingerprint) of every file and symlink (a symlink's
+    fingerprint is its target), and the contents of the small text files."""
+
+    files: dict[str, tuple[int, str]]
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 def snapshot(root: Path) -> Snapshot:
     """Every file and symlink under `root` with its size and fingerprint."""
-    return {path: _fingerprint(root / path) for path in _scan(root)}
+    taken = Snapshot({path: _fingerprint(root / path) for path in _scan(root)})
+    budget = TEXTS_BUDGET
+    for path, (size, _) in sorted(taken.files.items()):
+        if size > min(TEXT_LIMIT, budget) or (root / path).is_symlink():
+            continue
+        text = _text(root / path)
+        if text is not None:
+            taken.texts[path] = text
+            budget -= size
+    return taken
 
 
-def summarize_changes(workspace: Path, before: Snapshot | None, max_files: int = 50) -> str:
-    """At most ``max_files`` lines of added/modified/deleted files, then a count of the rest."""
-    after = snapshot(workspace)
+def summarize_changes(
+    workspace: Path, before: Snapshot | None, max_files: int = 50, after: Snapshot | None = None
+) -> str:
+    """At most ``max_files`` lines of added/modified/deleted files, then a count of the rest.
+    `after`: the workspace's snapshot when the caller took it already."""
+    files = (after or snapshot(workspace)).files
     if before is None:
-        header = f"{len(after)} files in the workspace (nothing to compare with)"
-        lines = [f"  {path} ({size} bytes)" for path, (size, _) in sorted(after.items())]
+        header = f"{len(files)} files in the workspace (nothing to compare with)"
+        lines = [f"  {path} ({size} bytes)" for path, (size, _) in sorted(files.items())]
         return _bounded(header, lines, max_files)
 
-    added = sorted(after.keys() - before.keys())
-    deleted = sorted(before.keys() - after.keys())
-    modified = sorted(p for p in after.keys() & before.keys() if after[p] != before[p])
+    added, modified, deleted = _changed(before, files)
     if not (added or deleted or modified):
         return "no changes since the workspace was prepared"
     header = (
@@ -44,11 +67,61 @@ def summarize_changes(workspace: Path, before: Snapshot | None, max_files: int =
         f"{len(modified)} modified, {len(deleted)} deleted"
     )
     lines = (
-        [f"  added: {p} ({after[p][0]} bytes)" for p in added]
-        + [f"  modified: {p} ({before[p][0]} -> {after[p][0]} bytes)" for p in modified]
+        [f"  added: {p} ({files[p][0]} bytes)" for p in added]
+        + [f"  modified: {p} ({before.files[p][0]} -> {files[p][0]} bytes)" for p in modified]
         + [f"  deleted: {p}" for p in deleted]
     )
     return _bounded(header, lines, max_files)
+
+
+def patch(before: Snapshot | None, after: Snapshot, max_chars: int) -> str:
+    """A unified diff of the text files added, modified and deleted, stopped (with a
+    note) once it is `max_chars` long; a file whose contents a snapshot did not keep
+    (binary, large) gets one line saying so. Without `before`, nothing to compare."""
+    if before is None:
+        return ""
+    added, modified, deleted = _changed(before, after.files)
+    parts: list[str] = []
+    length = 0
+    for path in sorted([*added, *modified, *deleted]):
+        old, new = before.texts.get(path), after.texts.get(path)
+        if (path in before.files and old is None) or (path in after.files and new is None):
+            part = f"Binary or large file {path} changed\n"
+        else:
+            lines = difflib.unified_diff(
+                (old or "").splitlines(),
+                (new or "").splitlines(),
+                f"a/{path}" if old is not None else "/dev/null",
+                f"b/{path}" if new is not None else "/dev/null",
+                lineterm="",
+            )
+            part = "\n".join(lines) + "\n"
+            if part == "\n":  # touched, same text
+                continue
+        if length + len(part) > max_chars:
+            parts.append(f"[... patch stopped at {max_chars} characters: more files changed ...]\n")
+            break
+        parts.append(part)
+        length += len(part)
+    return "".join(parts)
+
+
+def _changed(before: Snapshot, after: dict[str, tuple[int, str]]) -> tuple[list[str], ...]:
+    """Added, modified, deleted paths."""
+    files = before.files
+    return (
+        sorted(after.keys() - files.keys()),
+        sorted(p for p in after.keys() & files.keys() if after[p] != files[p]),
+        sorted(files.keys() - after.keys()),
+    )
+
+
+def _text(path: Path) -> str | None:
+    try:
+        data = path.read_bytes()
+        return None if b"\0" in data else data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _scan(root: Path) -> set[str]:

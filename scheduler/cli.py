@@ -23,7 +23,8 @@ from rich.console import Console
 
 from core.bundle import Bundle, BundleError, collect
 from core.comparison import compare_experiments
-from core.config import Matrix, matrix_json_schema
+from core.config import Artifacts, Matrix, matrix_json_schema
+from core.evidence import RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.retention import created_before, delete_experiment, experiment_keys, stored_bytes
@@ -39,7 +40,9 @@ from scheduler.report.render import (
     SCENARIO_FORMATS,
     render,
     render_comparison,
+    terminal_width,
 )
+from scheduler.show import render_run
 from worker.broker import STATE_DIR, running_embedded_broker
 from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S, longest_run_s, run_queues
 
@@ -288,6 +291,13 @@ def _experiment(store: Store, exp_id: str | None) -> str:
     is_flag=True,
     help="Keep each run's folder (under EVALFLEET_WORKDIR, default $TMPDIR/evalfleet) to inspect.",
 )
+@click.option(
+    "--artifacts",
+    metavar="DIR",
+    default=None,
+    help="Store each run's evidence as a file in DIR, a folder every worker shares "
+    "(overrides the matrix's `artifacts: {dir}`); Redis keeps its path.",
+)
 @json_nonfinite_option
 def submit(
     matrix_file: str,
@@ -297,6 +307,7 @@ def submit(
     as_json: bool,
     fmt: str,
     keep_workspaces: bool,
+    artifacts: str | None,
     nonfinite: str,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
@@ -310,13 +321,17 @@ def submit(
     Examples:
       scheduler submit examples/matrix.yaml --workers 4
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
+      scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
     """
     matrix = _load(matrix_file)
     _check_size(matrix)
     _check_visibility(matrix)
-    bundle = _bundle(matrix)
     if keep_workspaces:
         matrix.keep_workspaces = True
+    if artifacts is not None:
+        matrix.artifacts = Artifacts(dir=os.path.abspath(artifacts))
+    _check_artifacts(matrix, "--artifacts" if artifacts is not None else matrix_file)
+    bundle = _bundle(matrix)  # after --artifacts: that folder is output, not shipped
     if as_json:
         fmt = "json"
     from scheduler.dispatch import start  # imports Celery (see _app)
@@ -393,6 +408,20 @@ def _size(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} GB"
+
+
+def _check_artifacts(matrix: Matrix, source: str) -> None:
+    """The evidence folder exists (made here) and this machine may write to it."""
+    if matrix.artifacts is None:
+        return
+    folder = matrix.artifacts.dir
+    where = source if source == "--artifacts" else f"{source}: artifacts.dir"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"{where}: cannot create {folder}: {exc.strerror}; give a folder you can write to")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"{where}: {folder} is not writable here; give a folder you can write to")
 
 
 def _check_visibility(matrix: Matrix) -> None:
@@ -556,6 +585,76 @@ def report(
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
     click.echo(render(result, fmt, scenario, nonfinite=nonfinite))
+
+
+@main.command()
+@click.argument("run", nargs=-1, required=True)
+@broker_option
+@click.option("--json", "as_json", is_flag=True, help="The run's result, evidence and deliveries.")
+def show(run: tuple[str, ...], broker: str | None, as_json: bool) -> None:
+    """Show one run: outcome and reason, gates with their command and output, the
+    judge's scores and reasons, a compact transcript, stdout and stderr tails, and
+    every delivery.
+
+    RUN is a run id (EXP:TIER:SCENARIO:INDEX, as `report --format json --runs`
+    lists them), or EXP TIER SCENARIO INDEX, or the end of a run id that only one
+    run of the 100 latest experiments has.
+
+    \b
+    Examples:
+      scheduler show notes-guidance-20261122-101500-ab12:T1:create_notes:3
+      scheduler show notes-guidance-20261122-101500-ab12 T1 create_notes 3
+      scheduler show ab12:T1:create_notes:3 --json | jq .evidence.gates
+    """
+    with open_store(broker) as (store, _):
+        exp_id, run_id = _run_of(store, run)
+        note = None
+        try:
+            evidence = store.evidence(exp_id, run_id)
+        except OSError as exc:  # a file in an artifacts folder this machine does not see
+            evidence, note = None, f"the run's evidence file cannot be read here: {exc}"
+        attempts = evidence.attempts if evidence is not None else None
+        record = RunRecord(
+            result=store.run(exp_id, run_id),
+            evidence=evidence,
+            attempts=attempts or store.deliveries(exp_id, run_id),
+        )
+    if as_json:
+        click.echo(record.model_dump_json(indent=2))
+        if note is not None:
+            err.print(f"note: {note}", markup=False)
+        return
+    click.echo(render_run(record, run_id, terminal_width(), note), nl=False)
+
+
+def _run_of(store: Store, words: tuple[str, ...]) -> tuple[str, str]:
+    """(experiment id, run id) of `scheduler show`'s RUN words; exits 2 if there is no such run."""
+    if len(words) == 4:
+        exp_id = _experiment(store, words[0])
+        run_id = ":".join(words)
+    elif len(words) == 1:
+        exp_id, run_id = words[0].rsplit(":", 3)[0], words[0]
+        if not store.exists(exp_id):
+            found = store.run_ids_ending(words[0])
+            if len(found) != 1:
+                listed = "; ".join(found[:5]) + ("; ..." if len(found) > 5 else "")
+                fail(
+                    f"{len(found)} runs end with {words[0]!r}: {listed}; give more of the run id"
+                    if found
+                    else f"no run {words[0]!r}: give a run id as `report --format json --runs` "
+                    "lists them (EXPERIMENT:TIER:SCENARIO:INDEX), or EXP TIER SCENARIO INDEX"
+                )
+            run_id = found[0]
+            exp_id = run_id.rsplit(":", 3)[0]
+    else:
+        fail(f"give one run id or EXP TIER SCENARIO INDEX, not {len(words)} words")
+    if not store.has_run(exp_id, run_id):
+        fail(
+            f"experiment {exp_id} has no run {run_id.removeprefix(exp_id + ':')!r} "
+            "(its runs are TIER:SCENARIO:INDEX; `scheduler report EXP --format json --runs` "
+            "lists them)"
+        )
+    return exp_id, run_id
 
 
 @main.command()

@@ -150,7 +150,7 @@ def evaluate(
         env=env,
         environ={"TEST_JUDGE_KEY": "sk-test-secret-123456"},
         on_phase=phases.append,
-    )
+    ).result
     return result, phases
 
 

@@ -191,7 +191,7 @@ scenarios:
     assert run.judge.response.issues == ["saw [REDACTED]", "[REDACTED]"]
     # ... and stored nowhere: not in the judge's prompt, any Redis key, output or log.
     assert not any(s in r.raw.decode() for r in stub.requests for s in secrets)
-    leaks = [key for key, value in _every_value(store.redis) if any(s in value for s in secrets)]
+    leaks = [key for key, value in _every_value(store.binary) if any(s in value for s in secrets)]
     assert leaks == []
     assert not any(s in text for text in outputs for s in secrets)
     assert not any(s in (tmp_path / "worker.log").read_text() for s in secrets)
@@ -264,7 +264,7 @@ scenarios:
                 worker.stop()
         store = Store.from_url(broker.url, prefix=PREFIX)
         stored = [run.model_dump_json() for run in store.runs(exp_id)]
-        every_value = _every_value(redis.Redis.from_url(broker.url, decode_responses=True))
+        every_value = _every_value(store.binary)
     finally:
         broker.stop()
 
@@ -282,28 +282,23 @@ scenarios:
 
 def _every_value(client: redis.Redis) -> list[tuple[str, str]]:
     """Every key of the test database with all its content as text, whatever its type;
-    compressed values (evidence, the experiment's shipped files) decompressed."""
-    raw = redis.Redis(connection_pool=redis.ConnectionPool(
-        connection_class=client.connection_pool.connection_class,
-        **{**client.connection_pool.connection_kwargs, "decode_responses": False},
-    ))  # fmt: skip
+    `client` leaves replies undecoded, and compressed values (evidence) are read inflated."""
     found = []
-    for key in raw.scan_iter(count=1000):
-        kind = raw.type(key)
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key)
         if kind == b"string":
-            parts: list[Any] = [raw.get(key)]
+            parts: list[Any] = [client.get(key)]
         elif kind == b"hash":
-            parts = [item for pair in raw.hgetall(key).items() for item in pair]
+            parts = [item for pair in client.hgetall(key).items() for item in pair]
         elif kind == b"list":
-            parts = raw.lrange(key, 0, -1)
+            parts = client.lrange(key, 0, -1)
         elif kind == b"set":
-            parts = list(raw.smembers(key))
+            parts = list(client.smembers(key))
         elif kind == b"zset":
-            parts = raw.zrange(key, 0, -1)
+            parts = client.zrange(key, 0, -1)
         else:
             parts = []
-        name = key.decode(errors="replace")
-        found.append((name, name + " " + " ".join(_text(p) for p in parts if p is not None)))
+        found.append((key.decode(), " ".join(_text(p) for p in [key, *parts])))
     return found
 
 

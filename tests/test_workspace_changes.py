@@ -87,3 +87,25 @@ def test_summary_is_bounded(tmp_path: Path) -> None:
     assert lines[0] == "changes since the workspace was prepared: 60 added, 0 modified, 0 deleted"
     assert len(lines) == 12
     assert lines[-1] == "  ... and 50 more"
+
+
+def test_the_patch_is_a_unified_diff_of_the_text_changes(tmp_path: Path) -> None:
+    workspace = prepared(tmp_path)
+    (workspace / "logo.bin").write_bytes(b"\0\1\2")
+    before = snapshot(workspace)
+    (workspace / "docs" / "old.md").unlink()
+    (workspace / "README.md").write_text("hello\nworld\n")
+    (workspace / "notes.md").write_text("first note\n")
+    (workspace / "logo.bin").write_bytes(b"\0\1\3")
+    (workspace / "docs" / "keep.md").write_text("same")  # rewritten, unchanged
+
+    assert workspace_changes.patch(before, snapshot(workspace), max_chars=10_000) == (
+        "--- a/README.md\n+++ b/README.md\n@@ -1 +1,2 @@\n hello\n+world\n"
+        "--- a/docs/old.md\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"
+        "Binary or large file logo.bin changed\n"
+        "--- /dev/null\n+++ b/notes.md\n@@ -0,0 +1 @@\n+first note\n"
+    )
+    stopped = workspace_changes.patch(before, snapshot(workspace), max_chars=80)
+    assert stopped.startswith("--- a/README.md")
+    assert stopped.endswith("[... patch stopped at 80 characters: more files changed ...]\n")
+    assert workspace_changes.patch(None, snapshot(workspace), max_chars=80) == ""

@@ -11,6 +11,10 @@ Deliveries are counted in Redis and capped. While a delivery runs it holds the
 run's lease (worker/lease.py), so a run whose worker died is sent again
 within minutes (worker/recovery.py). Secrets are taken out of the result
 before it is stored.
+
+A run that stores its result stores its evidence next (README, "Evidence"):
+redacted, cut to the matrix's caps, with every delivery of the run (the
+record begin_delivery keeps, so one that died without a result shows too).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from kombu.exceptions import OperationalError
 from core.bundle import BundleError
 from core.config import Matrix
 from core.evaluate import evaluate_run
+from core.evidence import Attempt, RunEvidence
+from core.evidence_caps import bounded, minimal
 from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.report_models import ExperimentStatus
@@ -46,6 +52,7 @@ from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
 from worker.files import local_matrix
 from worker.lease import Lease
+from worker.phase_clock import PhaseClock
 from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
 
 Phase = Callable[[str], None]
@@ -60,6 +67,8 @@ _RETRY_WAITS_S = (1, 2, 4, 8, 15)
 OUTAGE_BACKOFF_S = float(os.environ.get("EVALFLEET_OUTAGE_BACKOFF_S", "30"))
 MAX_OUTAGE_WAIT_S = 900.0
 T = TypeVar("T")
+# What a run's attempt produced: its result, and its evidence when it got as far as an agent.
+Attempted = tuple[RunResult, RunEvidence | None]
 
 
 class RetryLater(Exception):
@@ -76,27 +85,36 @@ def execute(
     store: Store,
     on_phase: Phase = lambda phase: None,
     outages: list[str] | None = None,
+    worker: str | None = None,
 ) -> RunResult:
     """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
     result is recorded; the run's message or its lease brings it back. Raises
     RetryLater after a provider outage while deliveries remain. `outages`: the
-    earlier deliveries' outages, kept on the result."""
+    earlier deliveries' outages, kept on the result. `worker`: the name its
+    deliveries are recorded under (default: the host name)."""
     started = time.time()
     matrix = _matrix(store, spec.experiment_id)
     lease = Lease(store, spec, matrix.lease_s)
+    clock = PhaseClock(on_phase)
     # Patient here too: a run that neither holds a lease nor keeps its message
     # (a reject cannot requeue while Redis is away) would be lost.
     delivery = _patiently(
         lambda: store.begin_delivery(
-            spec.experiment_id, spec.run_id, lease.holder, lease.seconds, tier=spec.tier
+            spec.experiment_id,
+            spec.run_id,
+            lease.holder,
+            lease.seconds,
+            tier=spec.tier,
+            worker=worker or socket.gethostname(),
         )
     )
     if delivery.stored is not None:
         return delivery.stored
     secrets = secret_values(matrix, os.environ, store.url)
+    evidence = None
     try:
         with lease.held():
-            result = _attempt(spec, store, matrix, delivery, started, secrets, on_phase)
+            result, evidence = _attempt(spec, store, matrix, delivery, started, secrets, clock)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
@@ -109,6 +127,7 @@ def execute(
     except Exception as exc:  # the chord must fire whatever happens: record, don't raise
         result = error_result(spec, f"internal error: {exc!r}", delivery.attempts, started)
         result.fail_reason = f"{result.fail_reason}\n{traceback.format_exc(limit=5)}"
+    phases = clock.seconds()
     result = redact_record(result, secrets)
     seen = [*(outages or []), result.fail_reason or "outage"] if result.outage else outages
     result = result.model_copy(update={"outages": seen or []})
@@ -116,13 +135,71 @@ def execute(
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
         _patiently(lambda: lease.hold_through(wait_s))
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
+        _end_delivery(store, spec, delivery.attempts, f"{_outcome(result)}; sent again")
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
         _note_health(store, matrix, result)
+        whole = evidence or RunEvidence(experiment_id=spec.experiment_id, run_id=spec.run_id)
+        try:
+            whole = whole.model_copy(
+                update={"phases": phases, "attempts": _attempts(delivery, result, started)}
+            )
+            _store_evidence(store, matrix, whole, secrets)
+        except Exception as exc:  # the result is stored and the chord must fire: only log
+            log.warning("run %s: evidence not stored: %r", spec.run_id, exc, exc_info=True)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
+
+
+def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Attempt]:
+    """The run's deliveries, this one (the last) with its end and outcome."""
+    earlier = delivery.deliveries[:-1]
+    this = delivery.deliveries[-1] if delivery.deliveries else None
+    return [
+        *earlier,
+        Attempt(
+            worker=this.worker if this is not None else socket.gethostname(),
+            started_at=this.started_at if this is not None else started,
+            ended_at=time.time(),
+            outcome=_outcome(result),
+        ),
+    ]
+
+
+def _outcome(result: RunResult) -> str:
+    """A delivery's outcome as its attempt shows it: the status, and why."""
+    why = f": {error_key(result.fail_reason)}" if result.fail_reason else ""
+    return result.status.value + why
+
+
+def _store_evidence(store: Store, matrix: Matrix, whole: RunEvidence, secrets: list[str]) -> None:
+    """Redacted and capped; in the artifacts folder if the matrix names one and this
+    worker can write there, else in Redis."""
+    limits = matrix.evidence
+    whole = bounded(whole, limits, secrets)
+    summary = minimal(
+        whole,
+        f"the experiment's evidence reached max_experiment_mb ({limits.max_experiment_mb:g} MB): "
+        "only this summary of the run was kept",
+    )
+    cap = int(limits.max_experiment_mb * 1024 * 1024)
+    folder = matrix.artifacts.dir if matrix.artifacts is not None else None
+    try:
+        store.save_evidence(whole, minimal=summary, cap_bytes=cap, folder=folder)
+    except OSError as exc:  # the artifacts folder is not there or not writable here
+        log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
+        note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
+        kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
+        store.save_evidence(kept, minimal=summary, cap_bytes=cap)
+
+
+def _end_delivery(store: Store, spec: RunSpec, number: int, outcome: str) -> None:
+    try:
+        store.end_delivery(spec.experiment_id, spec.run_id, number, outcome)
+    except redis.RedisError as exc:  # only the record of how the delivery ended
+        log.warning("run %s: end of delivery %d not recorded: %s", spec.run_id, number, exc)
 
 
 def outage_wait_s(stated_s: float | None, attempts: int) -> float:
@@ -175,7 +252,7 @@ def _attempt(
     started: float,
     secrets: list[str],
     on_phase: Phase,
-) -> RunResult:
+) -> Attempted:
     attempts = delivery.attempts
     # A delivery whose pool process was killed (this run's, or another's) left its
     # agent, setup or gate running on this machine with nothing left to stop it.
@@ -183,35 +260,37 @@ def _attempt(
     for dead in clear_dead_deliveries():
         log.warning("run %s: stopped what dead delivery %s left running", spec.run_id, dead)
     if delivery.status == ExperimentStatus.cancelled:
-        return error_result(
+        cancelled = error_result(
             spec,
             "experiment cancelled before this run started",
             attempts,
             started,
             RunStatus.cancelled,
         )
+        return cancelled, None
     if delivery.halted is not None:
-        return error_result(spec, delivery.halted + NOT_RUN_NOTE, attempts, started)
+        return error_result(spec, delivery.halted + NOT_RUN_NOTE, attempts, started), None
     if attempts > matrix.max_attempts:
-        return error_result(
+        gave_up = error_result(
             spec,
             f"gave up after {attempts - 1} deliveries: each ended without a result "
             "(the run killed its worker or the worker was lost)",
             attempts,
             started,
         )
+        return gave_up, None
     try:
         # Its paths lead to this machine's copy of the experiment's files.
         local = _patiently(lambda: local_matrix(store, spec.experiment_id))
     except (BundleError, OSError) as exc:
-        return error_result(spec, f"the experiment's files: {exc}", attempts, started)
-    result = _run(spec, local, on_phase, started, secrets)
-    return result.model_copy(update={"attempts": attempts})
+        return error_result(spec, f"the experiment's files: {exc}", attempts, started), None
+    result, evidence = _run(spec, local, on_phase, started, secrets)
+    return result.model_copy(update={"attempts": attempts}), evidence
 
 
 def _run(
     spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float, secrets: list[str]
-) -> RunResult:
+) -> Attempted:
     tier = matrix.tier(spec.tier)
     scenario = matrix.scenario(spec.scenario)
     prompt = scenario.prompt_text()
@@ -219,28 +298,29 @@ def _run(
     try:
         run_dir = prepare(spec.run_id, tier, scenario, prompt)
     except SetupError as exc:
-        return error_result(spec, str(exc), 1, started)
+        return error_result(spec, str(exc), 1, started), None
     # `sandbox: docker`: the run's container lives through the agent and the gates.
     containers = contextlib.ExitStack()
     try:
         env = agent_env(spec, matrix, run_dir, prompt)
         try:
             run_setup(run_dir, scenario, env)
-            # What the judge is told the agent changed is measured from here.
-            prepared = snapshot(run_dir.workspace) if scenario.evaluation.judge_enabled else None
+            # What the agent changed (the judge's summary, the evidence's patch) is
+            # measured from here.
+            prepared = snapshot(run_dir.workspace)
             agent = matrix.agent_for(tier)
             container = containers.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
             outcome = _run_agent(matrix, spec, run_dir, prompt, env, container)
         except SetupError as exc:  # setup commands, or the agent's sandbox
-            return error_result(spec, str(exc), 1, started)
+            return error_result(spec, str(exc), 1, started), None
         outcome = outcome.model_copy(
             update={
                 "stdout": redact(outcome.stdout, secrets),
                 "stderr": redact(outcome.stderr, secrets),
             }
         )
-        result = evaluate_run(
+        evaluated = evaluate_run(
             spec,
             matrix,
             run_dir.workspace,
@@ -252,8 +332,8 @@ def _run(
             prepared=prepared,
             enclosure=container.enclosure() if container is not None else None,
         )
-        result.worker = socket.gethostname()
-        return result
+        evaluated.result.worker = socket.gethostname()
+        return evaluated.result, evaluated.evidence
     finally:
         containers.close()
         # Nothing the delivery started outlives it: not even a process that left

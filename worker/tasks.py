@@ -64,7 +64,9 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
 
     try:
         with graceful_run():
-            result = execute(run_spec, store_of(self.app), on_phase, outages)
+            result = execute(
+                run_spec, store_of(self.app), on_phase, outages, worker=self.request.hostname
+            )
     except RetryLater as exc:
         # The same task again later (a chord header may retry): the chord still
         # waits for this run's one result.

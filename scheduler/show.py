@@ -1,0 +1,199 @@
+"""`scheduler show RUN`: one run in the terminal, in the order a reader asks about it:
+its outcome and why, then its gates (command, exit code, output), the judge's
+scores and reasons, a compact transcript (LLM calls with tokens, tool calls with
+exit codes, messages), the tails of stdout and stderr, and every delivery.
+
+Everything shown comes from the stored RunResult and RunEvidence (core/evidence.py);
+the agent's own text is printed as text, never read as rich markup.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from core.evidence import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
+from core.results import GateResult, JudgeResult, RunResult
+
+# Lines of a text shown in the terminal (the whole stored text: --json).
+TAIL_LINES = 40
+OUTPUT_LINES = 20
+EVENT_LINES = 80
+
+
+def render_run(record: RunRecord, run_id: str, width: int, note: str | None = None) -> str:
+    """`note`: why the evidence could not be read here, if it could not."""
+    console = Console(file=io.StringIO(), width=width, highlight=False, soft_wrap=False)
+    result, evidence = record.result, record.evidence
+    _outcome(console, run_id, result)
+    if note is not None:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
+    elif evidence is None and result is not None:
+        console.print(
+            "[yellow]note:[/yellow] no evidence stored for this run (it ran before evidence "
+            "was kept, or its evidence could not be stored: see the worker's log)"
+        )
+    if result is not None and result.gates:
+        outputs = evidence.gates if evidence is not None else []
+        _gates(console, result.gates, outputs)
+    if result is not None and result.judge is not None:
+        _judge(console, result.judge, evidence.judge if evidence is not None else None)
+    if evidence is not None:
+        if evidence.events:
+            _section(console, "Transcript")
+            _lines(console, [_event_line(e) for e in evidence.events], EVENT_LINES)
+        if evidence.changes_summary:
+            _section(console, "Workspace changes")
+            console.print(evidence.changes_summary, markup=False)
+            if evidence.patch.text:
+                console.print(
+                    f"patch: {len(evidence.patch.text.splitlines())} lines (--json shows it)",
+                    style="dim",
+                )
+        for name in ("stdout", "stderr"):
+            _tail(console, name, getattr(evidence, name))
+        if evidence.phases:
+            phases = ", ".join(f"{p} {s:.1f} s" for p, s in evidence.phases.items())
+            console.print(f"\nphases: {phases}", markup=False)
+    _attempts(console, record.attempts)
+    if evidence is not None and evidence.cuts:
+        _section(console, "Cut to fit the caps")
+        for cut in evidence.cuts:
+            console.print(f"- {cut}", markup=False)
+    output = console.file
+    assert isinstance(output, io.StringIO)
+    return output.getvalue()
+
+
+def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
+    console.print(f"[bold]run {escape(run_id)}[/bold]")
+    if result is None:
+        console.print("[yellow]no result yet[/yellow]: still queued or running, or lost")
+        return
+    verdict = "[green]passed[/green]" if result.passed else "[red]failed[/red]"
+    console.print(f"outcome: [bold]{result.status.value}[/bold], {verdict}")
+    if result.fail_reason:
+        console.print(f"reason: {escape(result.fail_reason)}")
+    facts = [
+        f"tier {result.tier}",
+        f"scenario {result.scenario}",
+        f"index {result.run_index}",
+        f"{result.duration_seconds:.1f} s",
+        f"{result.input_tokens} in / {result.output_tokens} out tokens",
+        "cost unknown" if result.cost_usd is None else f"${result.cost_usd:.4f}",
+        f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code",
+    ]
+    if result.worker:
+        facts.append(f"worker {result.worker}")
+    console.print(" · ".join(facts), markup=False, style="dim")
+
+
+def _section(console: Console, title: str) -> None:
+    console.print()
+    console.print(f"[bold underline]{title}[/bold underline]")
+
+
+def _gates(console: Console, gates: list[GateResult], outputs: list[GateEvidence]) -> None:
+    passed = sum(g.passed for g in gates)
+    _section(console, f"Gates ({passed} of {len(gates)} passed)")
+    for index, gate in enumerate(gates):
+        mark = "[green]pass[/green]" if gate.passed else "[red]FAIL[/red]"
+        console.print(f"{mark} {escape(gate.name or gate.gate_type)}: {escape(gate.message)}")
+        seen = outputs[index] if index < len(outputs) else None
+        if seen is None or seen.command is None:
+            continue
+        code = "no exit code" if seen.exit_code is None else f"exit {seen.exit_code}"
+        console.print(f"  $ {seen.command}  [{code}]", markup=False)
+        _lines(console, _tail_lines(seen.output, OUTPUT_LINES), None, indent="    ")
+
+
+def _judge(console: Console, judge: JudgeResult, evidence: JudgeEvidence | None) -> None:
+    score = "no score" if judge.weighted_score is None else f"{judge.weighted_score:.2f}"
+    verdict = "passed" if judge.passed else "failed"
+    _section(console, f"Judge ({judge.model}): {score} vs {judge.pass_threshold:.2f}, {verdict}")
+    if judge.error:
+        console.print(f"[red]error:[/red] {escape(judge.error)}")
+    reasons: dict[str, str] = {}
+    if evidence is not None:
+        for call in evidence.calls:
+            reasons.update(call.reasons)
+    if judge.response is not None:
+        table = Table(show_edge=False, box=None, pad_edge=False)
+        table.add_column("criterion")
+        table.add_column("score", justify="right")
+        table.add_column("reason", overflow="fold")
+        for criterion, value in judge.response.scores.items():
+            table.add_row(criterion, f"{value:.2f}", escape(reasons.get(criterion, "")))
+        console.print(table)
+        for label, items in (("issue", judge.response.issues), ("good", judge.response.highlights)):
+            for item in items:
+                console.print(f"  {label}: {item}", markup=False)
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    kind = event.get("type")
+    if kind == "llm_call":
+        calls = event.get("tool_calls", 0)
+        extra = f", {calls} tool call{'s' if calls != 1 else ''}" if calls else ""
+        return (
+            f"LLM call: {event.get('input_tokens', 0)} in / "
+            f"{event.get('output_tokens', 0)} out tokens{extra}"
+        )
+    if kind == "tool_call":
+        code = event.get("exit_code")
+        return f"  $ {event.get('command', '')}  [{'exit ?' if code is None else f'exit {code}'}]"
+    if kind == "message":
+        return f"message: {event.get('text', '')}"
+    if kind == "cut":
+        return f"[... {event.get('events', 0)} events left out ...]"
+    return str(event)
+
+
+def _tail(console: Console, name: str, excerpt: Excerpt) -> None:
+    if not excerpt.text:
+        return
+    lines = _tail_lines(excerpt, TAIL_LINES)
+    _section(console, f"{name} (last {len(lines)} lines of {excerpt.total_bytes} bytes)")
+    _lines(console, lines, None)
+
+
+def _tail_lines(excerpt: Excerpt, count: int) -> list[str]:
+    return excerpt.text.rstrip("\n").splitlines()[-count:] if excerpt.text else []
+
+
+def _lines(console: Console, lines: list[str], limit: int | None, indent: str = "") -> None:
+    """Each line as text; beyond `limit`, the first and last halves and a count."""
+    shown: Iterable[str] = lines
+    if limit is not None and len(lines) > limit:
+        half = limit // 2
+        skipped = f"[... {len(lines) - 2 * half} more lines: --json shows all ...]"
+        shown = [*lines[:half], skipped, *lines[-half:]]
+    for line in shown:
+        console.print(indent + line, markup=False, overflow="fold")
+
+
+def _attempts(console: Console, attempts: list[Attempt]) -> None:
+    if not attempts:
+        return
+    _section(console, f"Deliveries ({len(attempts)})")
+    table = Table(show_edge=False, box=None, pad_edge=False)
+    for column in ("#", "worker", "started (UTC)", "seconds", "outcome"):
+        table.add_column(column, overflow="fold")
+    for number, attempt in enumerate(attempts, 1):
+        seconds = (
+            f"{attempt.ended_at - attempt.started_at:.1f}" if attempt.ended_at is not None else "-"
+        )
+        table.add_row(
+            str(number),
+            escape(attempt.worker),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(attempt.started_at)),
+            seconds,
+            escape(attempt.outcome),
+        )
+    console.print(table)
