@@ -1,4 +1,5 @@
-"""Retention: what each experiment takes in Redis, and removing experiments whole.
+"""Retention: what each experiment takes in Redis, and removing experiments whole
+(their evidence files in an artifacts folder included).
 
 An experiment's keys are found by SCAN (core/keys.py `of_experiment`), not by a
 list of kinds, so a key kind added later is removed too; Celery's chord keys of
@@ -7,10 +8,13 @@ its runs are named by the chord ids its record keeps.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
-from core.store import Store
+from core.store import FILE_POINTER, Store
 
 SCAN_COUNT = 1000
 DELETE_BATCH = 500
@@ -31,14 +35,44 @@ def experiment_keys(store: Store, exp_id: str) -> list[str]:
     return found
 
 
-def delete_experiment(store: Store, exp_id: str) -> int:
-    """Remove the experiment with all its keys; returns how many keys went. Out of the
-    experiments list first, so no reader finds it half deleted."""
+@dataclass(frozen=True)
+class Deleted:
+    keys: int
+    files: int  # evidence files removed from the artifacts folder
+    unreachable: list[Path]  # evidence files this machine could not remove
+
+
+def delete_experiment(store: Store, exp_id: str) -> Deleted:
+    """Remove the experiment with all its keys, and its evidence files in the artifacts
+    folder where this machine reaches them. Out of the experiments list first, so no
+    reader finds it half deleted."""
     keys = experiment_keys(store, exp_id)
+    files = evidence_files(store, exp_id)
     store.redis.zrem(store.keys.experiments(), exp_id)
+    removed, unreachable = 0, []
+    for path in files:
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError:
+            unreachable.append(path)
+    for folder in {path.parent for path in files}:
+        with contextlib.suppress(OSError):  # not empty, or not ours to remove
+            folder.rmdir()
     for start in range(0, len(keys), DELETE_BATCH):
         store.redis.unlink(*keys[start : start + DELETE_BATCH])
-    return len(keys)
+    return Deleted(len(keys), removed, unreachable)
+
+
+def evidence_files(store: Store, exp_id: str) -> list[Path]:
+    """The files of the experiment's evidence kept in an artifacts folder."""
+    return [
+        Path(value[len(FILE_POINTER) :].decode())
+        for _, value in store.binary.hscan_iter(store.keys.evidence(exp_id), count=SCAN_COUNT)
+        if value.startswith(FILE_POINTER)
+    ]
 
 
 def stored_bytes(store: Store) -> dict[str, int]:

@@ -27,7 +27,13 @@ from core.config import Artifacts, Matrix, matrix_json_schema
 from core.evidence import RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
-from core.retention import created_before, delete_experiment, experiment_keys, stored_bytes
+from core.retention import (
+    Deleted,
+    created_before,
+    delete_experiment,
+    experiment_keys,
+    stored_bytes,
+)
 from core.settings import BrokerURLError, configured_broker
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
@@ -808,8 +814,8 @@ force_option = click.option(
 @yes_option
 @force_option
 def delete(experiment: str, broker: str | None, yes: bool, force: bool) -> None:
-    """Delete an experiment and everything stored with it: runs, evidence, reports,
-    files, counters, and the Celery keys of its chords.
+    """Delete an experiment and everything stored with it: runs, evidence (its files in
+    an artifacts folder too), reports, files, counters, and the Celery keys of its chords.
 
     \b
     Examples:
@@ -828,8 +834,7 @@ def delete(experiment: str, broker: str | None, yes: bool, force: bool) -> None:
             )
         size = stored_bytes(store).get(experiment, 0)
         _confirm(f"delete experiment {experiment} ({len(keys)} keys, {_size(size)})?", yes)
-        removed = delete_experiment(store, experiment)
-    click.echo(f"deleted {experiment}: {removed} keys, {_size(size)}")
+        _deleted(experiment, delete_experiment(store, experiment), size)
 
 
 @main.command()
@@ -873,8 +878,20 @@ def prune(age: float, broker: str | None, dry_run: bool, yes: bool, force: bool)
             return
         _confirm(f"delete these {len(doomed)} experiments ({total})?", yes)
         for exp_id in doomed:
-            delete_experiment(store, exp_id)
+            _deleted(exp_id, delete_experiment(store, exp_id), sizes.get(exp_id, 0))
     click.echo(f"deleted {len(doomed)} experiments, {total}")
+
+
+def _deleted(exp_id: str, deleted: Deleted, size: int) -> None:
+    files = f", {deleted.files} evidence files" if deleted.files else ""
+    click.echo(f"deleted {exp_id}: {deleted.keys} keys, {_size(size)}{files}")
+    if deleted.unreachable:
+        err.print(
+            f"{len(deleted.unreachable)} evidence files of {exp_id} could not be removed from "
+            f"here, e.g. {deleted.unreachable[0]}: remove them where the artifacts folder is",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 def _running(store: Store, exp_id: str) -> str | None:

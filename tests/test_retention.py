@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from core.bundle import Bundle, Manifest
+from core.evidence import RunEvidence
 from core.report_models import ExperimentStatus
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, SCHEDULER
@@ -54,12 +55,19 @@ def test_prune_removes_only_old_experiments_and_delete_spares_running_ones(
     recent = seed_experiment(store, tmp_path / "c", cells, "recent", created_at=now - 1 * DAY)
     store.set_status(running, ExperimentStatus.running)
     store.save_bundle(old, Bundle(Manifest(), {"d" * 64: b"shipped file"}))
+    # Evidence in Redis for one run, as a file in an artifacts folder for another.
+    store.save_evidence(RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:0"))
+    artifacts = tmp_path / "artifacts"
+    on_disk = store.save_evidence(
+        RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:1"), folder=artifacts
+    ).path
+    assert on_disk is not None and on_disk.is_file()
 
     def keys_of(exp_id: str) -> list[str]:
         return sorted(store.redis.scan_iter(match=f"{prefix}*{exp_id}*"))
 
     before = {exp_id: keys_of(exp_id) for exp_id in (old, running, recent)}
-    assert store.keys.files(old) in before[old]
+    assert {store.keys.files(old), store.keys.evidence(old)} <= set(before[old])
 
     listed = _cli("list", env=env)
     assert listed.returncode == 0, listed.stderr
@@ -75,10 +83,13 @@ def test_prune_removes_only_old_experiments_and_delete_spares_running_ones(
     unasked = _cli("prune", "--older-than", "30d", env=env)
     assert unasked.returncode == 2 and "--yes" in unasked.stderr
     assert {exp_id: keys_of(exp_id) for exp_id in before} == before  # nothing deleted yet
+    assert on_disk.is_file()
 
     pruned = _cli("prune", "--older-than", "30d", "--yes", env=env)
     assert pruned.returncode == 0, pruned.stderr
     assert keys_of(old) == [] and old not in store.redis.zrange(store.keys.experiments(), 0, -1)
+    assert f"deleted {old}" in pruned.stdout and "1 evidence files" in pruned.stdout
+    assert not on_disk.exists() and not (artifacts / old).exists()
     assert keys_of(running) == before[running] and keys_of(recent) == before[recent]
 
     refused = _cli("delete", running, "--yes", env=env)
