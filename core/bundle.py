@@ -13,7 +13,7 @@ own digest: built in a private temporary folder and renamed into place, so
 several worker processes of one machine may race and every one of them sees a
 complete folder or none. The stored matrix keeps the submitter's absolute
 paths; `Manifest.relocation` maps each to its copy in the materialised folder
-(core/config.py applies it to every path field while the matrix is read).
+(core/config.py applies it to every input path while the matrix is read).
 """
 
 from __future__ import annotations
