@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from core.bundle import Manifest, collect, materialise
+from core.config import Matrix
 from core.loading import load_matrix
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, run_cli
@@ -178,13 +179,19 @@ def test_the_bundle_holds_the_matrix_folder_and_named_paths_outside_it(tmp_path:
         "tiers:",
         f"allow_outside_files: true\ntiers:\n  - {{id: T2, files: {{S.md: {elsewhere}/skill.md}}}}",
     )
-    matrix_file.write_text(text)
-    bundle = collect(load_matrix(matrix_file))
+    # An artifacts folder inside the matrix folder is output: not shipped, not moved.
+    (folder / "evidence" / "earlier").mkdir(parents=True)
+    (folder / "evidence" / "earlier" / "run.json.z").write_bytes(b"old evidence")
+    matrix_file.write_text(text + "artifacts: {dir: evidence}\n")
+    matrix = load_matrix(matrix_file)
+    bundle = collect(matrix)
     entries = bundle.manifest.entries
 
     assert "matrix/agent/run.sh" in entries and entries["matrix/agent/run.sh"].executable
     assert not entries["matrix/guidance/v1.md"].executable
-    assert not any(part in name for name in entries for part in (".git", ".env", "pipe"))
+    assert not any(
+        part in name for name in entries for part in (".git", ".env", "pipe", "evidence")
+    )
     assert entries["matrix/bin/tool"].link == "stamp"
     assert entries["matrix/bin/absolute"].link == "stamp"  # made relative: valid anywhere
     outside = bundle.manifest.outside[str(elsewhere / "skill.md")]
@@ -195,6 +202,12 @@ def test_the_bundle_holds_the_matrix_folder_and_named_paths_outside_it(tmp_path:
         bundle.manifest, lambda ds: {d: bundle.contents[d] for d in ds}, tmp_path / "c"
     )
     relocate = bundle.manifest.relocation(copy)
+    stored = Matrix.model_validate(
+        json.loads(matrix.model_dump_json()), context={"check_files": False, "relocate": relocate}
+    )
+    assert stored.base_dir == copy / "matrix"
+    assert stored.scenarios[0].workspace == copy / "matrix" / "template"
+    assert stored.artifacts is not None and stored.artifacts.dir == folder / "evidence"
     assert relocate(folder / "template" / "notes.md").read_text() == "template-notes\n"
     assert relocate(elsewhere / "skill.md").read_text() == "SKILL"
     assert (copy / "matrix" / "bin" / "absolute").read_text() == (
