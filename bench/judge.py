@@ -24,6 +24,7 @@ from pathlib import Path
 from support import ROOT, show
 
 from core.config import JudgeConfig, Rubric, ScenarioJudge
+from core.evidence import Excerpt, JudgeInputs
 from core.judge import judge_run
 from core.results import GateResult, JudgeResult
 
@@ -89,12 +90,14 @@ def main() -> None:
                 config,
                 scenario,
                 rubric,
-                task_prompt="Create three notes about Rust.",
-                transcript_text=TRANSCRIPT,
+                JudgeInputs(
+                    task_prompt="Create three notes about Rust.",
+                    transcript_text=Excerpt.whole(TRANSCRIPT),
+                    changes_summary="A .my-tool/store.json",
+                ),
                 gates=gates,
-                changes_summary="A .my-tool/store.json",
                 api_key=None,
-            )
+            ).result
 
         try:
             call(0)  # warm up: imports, first connection

@@ -13,18 +13,30 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from core.analysis import analyse, context_by_call
+from core.comparison import ALPHA, CORRECTION, correct_report
 from core.config import Scoring
-from core.formulas import cost_delta, cost_of_pass, letter_grade, tier_uplift
+from core.formulas import (
+    best_value_tier,
+    consistency,
+    cost_delta,
+    cost_of_pass,
+    frontier_cost_of_pass,
+    letter_grade,
+    tier_uplift,
+)
+from core.judge_noise import judge_summary
 from core.metrics import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.ordering import ordered_ids
 from core.report_models import (
     CrossTierResult,
     ExperimentInfo,
     ExperimentReport,
+    MetricUplift,
     Statistics,
     TierReport,
 )
 from core.results import ProcessMetrics, RunResult, RunStatus, error_key
+from core.significance import Correction
 from core.stats import statistics, variance
 
 
@@ -36,10 +48,13 @@ def aggregate(
     scoring: Scoring,
     tier_order: Sequence[str] | None = None,
     scenario_order: Sequence[str] | None = None,
+    correction: Correction = CORRECTION,
+    alpha: float = ALPHA,
 ) -> ExperimentReport:
     """The experiment's report. Tiers and scenarios come in the given order (default:
     the experiment's), followed by any others the runs name, sorted; listed ones
-    without runs still appear, with empty statistics and no grade."""
+    without runs still appear, with empty statistics and no grade. Every test against
+    the baseline is corrected with the others (`correction` at `alpha`)."""
     ordered = sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index, r.run_id))
     tiers = ordered_ids(info.tiers if tier_order is None else tier_order, (r.tier for r in ordered))
     scenarios = ordered_ids(
@@ -75,12 +90,15 @@ def aggregate(
             "passes": sum(1 for r in valid if r.passed),
         }
     )
-    return ExperimentReport(
+    cross = cross_tier(reports, baseline)
+    report = ExperimentReport(
         experiment=experiment,
         tiers=reports,
-        cross_tier=cross_tier(reports, baseline),
+        cross_tier=cross,
         error_reasons=error_reasons(ordered),
+        judge=judge_summary(ordered, reports, cross, scoring),
     )
+    return correct_report(report, correction, alpha)
 
 
 def error_reasons(runs: Iterable[RunResult]) -> dict[str, int]:
@@ -98,9 +116,7 @@ def tier_report(
     """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
     baseline tier's id and its runs of the same scenarios, to test the group against."""
     valid = [r for r in runs if r.counted]
-    seed = {
-        m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None
-    }
+    seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
     composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
     return TierReport(
         runs=len(runs),
@@ -109,6 +125,9 @@ def tier_report(
         counted=len(valid),
         passes=sum(1 for r in valid if r.passed),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),
+        consistency=None
+        if composite.mean is None or composite.std_dev is None
+        else consistency(composite.mean, composite.std_dev),
         cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
         cost_unknown_runs=sum(1 for r in valid if r.cost_usd is None),
         approximate_exit_code_runs=sum(1 for r in valid if r.interaction.exit_codes_approximate),
@@ -144,15 +163,55 @@ def cross_tier(reports: dict[str, TierReport], baseline: str) -> CrossTierResult
     if empty and base is not None:
         notes.append(f"tiers without valid runs have no uplift: {', '.join(empty)}")
     pass_medians = _medians(r.pass_rate for r in reports.values())
+    impl_medians = _medians(r.impl_rate for r in reports.values())
     cost_medians = _medians(r.cost_usd for r in reports.values())
+    frontier = frontier_cost_of_pass(
+        {t: r.cost_of_pass for t, r in reports.items() if r.cost_of_pass is not None}
+    )
     return CrossTierResult(
         baseline=baseline,
         tier_uplift=uplift,
         uplift_note="; ".join(notes) or None,
+        uplift={
+            tier: _metric_uplift(report, reports[baseline], uplift[tier])
+            for tier, report in reports.items()
+            if tier != baseline and baseline in reports
+        },
         pass_rate_variance=variance(pass_medians) if pass_medians else None,
+        impl_rate_variance=variance(impl_medians) if impl_medians else None,
         cost_variance=variance(cost_medians) if cost_medians else None,
         cost_delta=cost_delta(cost_medians) if cost_medians else None,
+        frontier_cost_of_pass=None if frontier is None else frontier[0],
+        frontier_tier=None if frontier is None else frontier[1],
+        best_value_tier=best_value_tier(
+            {
+                t: (r.composite_score.median, r.cost_usd.median)
+                for t, r in reports.items()
+                if r.composite_score.median is not None and r.cost_usd.median is not None
+            }
+        ),
     )
+
+
+def _metric_uplift(tier: TierReport, base: TierReport, composite: float | None) -> MetricUplift:
+    """Per-metric relative change against the baseline: the pass rate is passes / counted
+    (a median of 0/1 outcomes says little), impl rate and cost their medians."""
+
+    def change(value: float | None, reference: float | None) -> float | None:
+        if value is None or reference is None:
+            return None
+        return tier_uplift(value, reference)
+
+    return MetricUplift(
+        pass_rate=change(_share(tier), _share(base)),
+        impl_rate=change(tier.impl_rate.median, base.impl_rate.median),
+        composite=composite,
+        cost_change=change(tier.cost_usd.median, base.cost_usd.median),
+    )
+
+
+def _share(report: TierReport) -> float | None:
+    return report.passes / report.counted if report.counted else None
 
 
 def _stats(runs: Sequence[RunResult], metric: Callable[[RunResult], float | None]) -> Statistics:

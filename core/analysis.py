@@ -12,14 +12,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from statistics import fmean
 
-from core.comparison import ALPHA, compare_runs
+from core.comparison import ALPHA, CONFIDENCE, compare_runs
 from core.formulas import pass_at_k, pass_hat_k
 from core.report_models import Interval, Statistics, TierAnalysis
 from core.results import RunResult
 from core.significance import bootstrap_median_interval, wilson_interval
 from core.stats import statistics
 
-CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 PASS_K = (1, 3, 5, 10)

@@ -28,6 +28,7 @@ from pydantic import (
 
 from core.assertions import JsonAssertion, parse_assertion
 from core.llm_http import MAX_WAIT_S
+from core.significance import Correction
 from core.yaml_loading import load_yaml_model
 
 
@@ -449,6 +450,13 @@ class JudgeConfig(Strict):
     )
     max_transcript_chars: int = Field(24_000, ge=1000)
     max_tokens: int = Field(1024, ge=64)
+    repeats: int = Field(
+        1,
+        ge=1,
+        le=20,
+        description="judge each run this many times: its score is their mean, their spread "
+        'the judge\'s noise (report section "Judge noise")',
+    )
 
     @property
     def deadline(self) -> float:
@@ -458,6 +466,21 @@ class JudgeConfig(Strict):
             return self.deadline_s
         tries = self.max_attempts * (self.connect_timeout_s + self.timeout_s)
         return tries + (self.max_attempts - 1) * MAX_WAIT_S
+
+
+class WorkspaceArchive(Strict):
+    """Runs' workspaces kept in Redis after the run (bounded), for `scheduler rescore`."""
+
+    keep: Literal["failed", "all"] = Field(
+        "failed", description="the workspaces of failed runs only, or of every run"
+    )
+    max_bytes: int = Field(
+        2_000_000,
+        ge=1024,
+        le=50_000_000,
+        description="a compressed workspace above this is not kept (rescore keeps that run "
+        "as it was, and says how many)",
+    )
 
 
 class CompositeWeights(Strict):
@@ -607,6 +630,19 @@ class Scoring(Strict):
         return self
 
 
+class ReportOptions(Strict):
+    """How reports test tiers against the baseline (docs/MATRIX.md, `report:`)."""
+
+    correction: Correction = Field(
+        "holm",
+        description="multiple-comparison correction of every test of a report: holm "
+        "(family-wise error rate), bh (Benjamini-Hochberg, false discovery rate) or none",
+    )
+    alpha: float = Field(
+        0.05, gt=0.0, lt=1.0, description="significance level of the family of tests"
+    )
+
+
 class ModelPrice(Strict):
     """USD per 1M tokens."""
 
@@ -698,6 +734,7 @@ class Matrix(Strict):
     scenarios: list[Scenario] = Field(min_length=1)
     judge: JudgeConfig | None = None
     scoring: Scoring = Field(default_factory=Scoring)
+    report: ReportOptions = Field(default_factory=ReportOptions)
     pricing: dict[str, ModelPrice] = Field(default_factory=dict)
     max_attempts: int = Field(
         3, ge=1, le=20, description="deliveries of one run before it is an infra error"
@@ -721,6 +758,9 @@ class Matrix(Strict):
     evidence: EvidenceLimits = Field(default_factory=EvidenceLimits)
     artifacts: Artifacts | None = Field(
         None, description="store evidence as files in a shared folder instead of Redis"
+    )
+    workspace_archive: WorkspaceArchive | None = Field(
+        None, description="keep runs' workspaces in Redis (compressed, bounded) for rescore"
     )
     bundle: BundleConfig = Field(
         default_factory=BundleConfig,

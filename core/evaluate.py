@@ -14,19 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core import formulas
-from core.config import Matrix, ModelPrice, Scenario, load_rubric
-from core.evidence import Excerpt, GateEvidence, RunEvidence
+from core.config import Matrix, ModelPrice, Rubric, Scenario, load_rubric
+from core.evidence import Excerpt, GateEvidence, JudgeInputs, RunEvidence
 from core.evidence_events import compact_events
 from core.gates import Enclosure, gate_runs
 from core.interaction import interaction_metrics, target_commands
-from core.judge import judge_run
+from core.judge import Judgment, JudgmentCache, judge_run
 from core.limits import crossed, spend_of
 from core.pricing import price_for
 from core.process_metrics import process_metrics
 from core.redact import redact, redact_record, secret_values
-from core.results import GateResult, JudgeResult, RunResult, RunSpec, RunStatus
+from core.results import GateResult, RunResult, RunSpec, RunStatus
 from core.tokens import token_metrics
-from core.transcript_models import AgentOutcome, Transcript
+from core.transcript_models import AgentOutcome, CommandRecord, Transcript
 from core.transcripts import parse_transcript, render_transcript
 from core.transcripts.outage import outage_of
 from core.workspace_changes import Snapshot, patch, snapshot, summarize_changes
@@ -60,11 +60,15 @@ def evaluate_run(
     secrets: list[str] | None = None,
     prepared: Snapshot | None = None,
     enclosure: Enclosure | None = None,
+    judgments: JudgmentCache | None = None,
+    on_gated: Callable[[list[CommandRecord]], None] = lambda commands: None,
 ) -> Evaluated:
     """`secrets`: the values to redact, when the caller has them already
     (default: secret_values(matrix, environ)). `prepared`: the workspace as the
     agent found it, for the summary and the patch of what the agent changed.
-    `enclosure`: where command gates run (the agent's container)."""
+    `enclosure`: where command gates run (the agent's container). `judgments`:
+    the judgment cache; `on_gated`, once the gates ran, the target commands their
+    transcript gates read (kept for rescore)."""
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
     scenario = matrix.scenario(spec.scenario)
@@ -90,6 +94,7 @@ def evaluate_run(
     gates: list[GateResult] = []
     gate_evidence: list[GateEvidence] = []
     judge = None
+    judge_evidence = None
     changes, changed = "", ""
     if not_started is None:
         on_phase("gates")
@@ -103,12 +108,16 @@ def evaluate_run(
         # The judge's prompt shows them.
         gates = [redact_record(run.result, secrets) for run in runs]
         gate_evidence = [run.evidence for run in runs]
+        on_gated(commands)
         after = snapshot(workspace)
         changes = summarize_changes(workspace, prepared, after=after)
         changed = patch(prepared, after, max_chars=int(matrix.evidence.max_run_kb * 1024))
         if scenario.evaluation.judge_enabled:
             on_phase("judge")
-            judge = _judge(matrix, scenario, outcome, transcript, gates, changes, environ, secrets)
+            inputs = judge_inputs(matrix, scenario, outcome, transcript, changes, secrets)
+            judge, judge_evidence = judge_with(
+                matrix, scenario, inputs, gates, environ, judgments, secrets=secrets
+            )
 
     result = RunResult(
         experiment_id=spec.experiment_id,
@@ -149,7 +158,6 @@ def evaluate_run(
     if scenario.process is not None:
         result.process = process_metrics(transcript.commands, scenario.process)
     result.tokens = token_metrics(transcript.components, price)
-    # RunEvidence.judge stays None here: it is the judge's own record (core/judge.py).
     evidence = RunEvidence(
         experiment_id=spec.experiment_id,
         run_id=spec.run_id,
@@ -158,6 +166,7 @@ def evaluate_run(
         transcript=Excerpt.whole(events_text or ""),
         events=compact_events(transcript),
         gates=gate_evidence,
+        judge=judge_evidence,
         changes_summary=changes,
         patch=Excerpt.whole(changed),
         cuts=[CAPTURE_CUT.format(agent.max_transcript_bytes)] if outcome.output_truncated else [],
@@ -195,31 +204,53 @@ def _not_started(
     return None
 
 
-def _judge(
+def judge_inputs(
     matrix: Matrix,
     scenario: Scenario,
     outcome: AgentOutcome,
     transcript: Transcript,
-    gates: Sequence[GateResult],
     changes: str,
-    environ: Mapping[str, str],
     secrets: Sequence[str],
-) -> JudgeResult:
+) -> JudgeInputs:
+    """What the judge is shown of a run, redacted: kept as evidence, so that rejudge
+    shows a judge the same without the agent."""
+    assert matrix.judge is not None  # validated at load: a judged scenario has a judge
+    text = redact(
+        render_transcript(transcript, outcome.stdout, matrix.judge.max_transcript_chars), secrets
+    )
+    return JudgeInputs(
+        task_prompt=scenario.prompt_text(),
+        transcript_text=Excerpt.whole(text),
+        changes_summary=redact(changes, secrets),
+    )
+
+
+def judge_with(
+    matrix: Matrix,
+    scenario: Scenario,
+    inputs: JudgeInputs,
+    gates: Sequence[GateResult],
+    environ: Mapping[str, str],
+    judgments: JudgmentCache | None,
+    rubric: Rubric | None = None,
+    secrets: Sequence[str] = (),
+) -> Judgment:
+    """The matrix's judge on `inputs`: at a run's end, and again at a rejudge (which
+    may bring its own `rubric`, else the scenario's)."""
     config = matrix.judge
     scenario_judge = scenario.evaluation.judge
     assert config is not None and scenario_judge is not None  # validated at load
-    text = render_transcript(transcript, outcome.stdout, config.max_transcript_chars)
     api_key = environ.get(config.api_key_env) if config.api_key_env else None
     return judge_run(
         config,
         scenario_judge,
-        load_rubric(scenario_judge.rubric),
-        task_prompt=scenario.prompt_text(),
-        transcript_text=redact(text, secrets),
+        rubric or load_rubric(scenario_judge.rubric),
+        inputs,
         gates=gates,
-        changes_summary=redact(changes, secrets),
         api_key=api_key,
         price=price_for(config.model, matrix.pricing),
+        cache=judgments,
+        secrets=secrets,
     )
 
 
@@ -254,6 +285,15 @@ def _with_outcome(
     transcript: Transcript,
     secrets: Sequence[str],
 ) -> RunResult:
+    return scored(result, matrix, scenario, _agent_reasons(result, outcome, transcript, secrets))
+
+
+def scored(
+    result: RunResult, matrix: Matrix, scenario: Scenario, agent_reasons: Sequence[str]
+) -> RunResult:
+    """The verdict from the result's status, gates and judge: passed, the rates, the
+    composites and the fail reason (`agent_reasons`, what the agent's part of the
+    run says, then the gates' and the judge's). Rejudge scores a new judge this way."""
     judge = result.judge
     judge_score = judge.weighted_score if judge is not None else None
     gates_ok = result.gates_passed == result.gates_total
@@ -280,16 +320,23 @@ def _with_outcome(
             result.interaction,
             scenario.evaluation.composite,
         )
-    reasons = _fail_reasons(result, outcome, transcript, secrets)
+    reasons = [*agent_reasons, *_verdict_reasons(result)]
     if judge is not None and judge.error is not None:
         # The judge never answered: no verdict exists, so this is not a result.
         update["status"] = RunStatus.infra_error
-        reasons.insert(0, f"judge error: {judge.error}")
+        reasons.insert(0, f"{JUDGE_ERROR}{judge.error}")
     update["fail_reason"] = "; ".join(reasons) if reasons and not passed else None
     return result.model_copy(update=update)
 
 
-def _fail_reasons(
+# How the fail reasons of the gates and the judge begin (rejudge tells them from the
+# agent's own by these).
+JUDGE_ERROR = "judge error: "
+GATES_FAILED = "gates failed: "
+JUDGE_SCORE = "judge score "
+
+
+def _agent_reasons(
     result: RunResult, outcome: AgentOutcome, transcript: Transcript, secrets: Sequence[str]
 ) -> list[str]:
     reasons: list[str] = []
@@ -314,10 +361,15 @@ def _fail_reasons(
         reasons.append(result.limit)
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
+    return reasons
+
+
+def _verdict_reasons(result: RunResult) -> list[str]:
+    reasons = []
     failed = [g.name or g.gate_type for g in result.gates if not g.passed]
     if failed:
-        reasons.append(f"gates failed: {', '.join(failed)}")
+        reasons.append(f"{GATES_FAILED}{', '.join(failed)}")
     judge = result.judge
     if judge is not None and judge.error is None and not judge.passed:
-        reasons.append(f"judge score {judge.weighted_score:.2f} < {judge.pass_threshold:.2f}")
+        reasons.append(f"{JUDGE_SCORE}{judge.weighted_score:.2f} < {judge.pass_threshold:.2f}")
     return reasons

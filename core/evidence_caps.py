@@ -6,8 +6,11 @@ of it that no longer matches. A text over its cap keeps its head and tail
 around a marker naming the bytes left out. The run's cap is shared fairly: texts
 under an equal share keep all of it, and what they leave is split among the
 larger ones. The parsed events count toward the run's cap as a whole and keep
-their first and last events. When the experiment's cap is reached the store
-keeps `minimal` evidence instead (core/store.py).
+their first and last events. The judge's prompts and answers are texts like the
+others; what the judge was shown (its inputs) is kept whole, since rejudge asks
+again with it, and counts toward the run's cap. When the experiment's cap is
+reached the store keeps `minimal` evidence instead (core/store.py): without
+the judge's record, so rejudge keeps such a run as it was.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def bounded(evidence: RunEvidence, limits: EvidenceLimits, secrets: Sequence[str
         cuts.append(f"events: {dropped} events in the middle left out (max_item_kb)")
     texts = _texts(evidence)
     fixed = (_json_size(events) if events else 0) + len(evidence.changes_summary.encode())
+    if evidence.judge is not None:  # kept whole: rejudge asks the judge with them again
+        fixed += len(evidence.judge.inputs.model_dump_json().encode())
     share = _fair_share(
         [min(t.total, item_cap) for t in texts], int(limits.max_run_kb * 1024) - fixed
     )
@@ -47,6 +52,18 @@ def bounded(evidence: RunEvidence, limits: EvidenceLimits, secrets: Sequence[str
         gate.model_copy(update={"output": kept[f"gate {i + 1} output"]})
         for i, gate in enumerate(evidence.gates)
     ]
+    judge = evidence.judge
+    if judge is not None:
+        calls = [
+            call.model_copy(
+                update={
+                    "prompt": kept[f"judge call {i + 1} prompt"],
+                    "raw_answer": kept.get(f"judge call {i + 1} answer", call.raw_answer),
+                }
+            )
+            for i, call in enumerate(judge.calls)
+        ]
+        judge = judge.model_copy(update={"calls": calls})
     return evidence.model_copy(
         update={
             "stdout": kept["stdout"],
@@ -54,6 +71,7 @@ def bounded(evidence: RunEvidence, limits: EvidenceLimits, secrets: Sequence[str
             "transcript": kept["transcript"],
             "patch": kept["patch"],
             "gates": gates,
+            "judge": judge,
             "events": events,
             "cuts": cuts,
         }
@@ -62,7 +80,8 @@ def bounded(evidence: RunEvidence, limits: EvidenceLimits, secrets: Sequence[str
 
 def minimal(evidence: RunEvidence, note: str) -> RunEvidence:
     """What is kept of a run once the experiment's evidence is at its cap: gates'
-    commands and exit codes, the changes summary, phases and attempts."""
+    commands and exit codes, the changes summary, phases and attempts (not the
+    judge's inputs: tens of KB a run, which the cap is there to stop)."""
     return RunEvidence(
         experiment_id=evidence.experiment_id,
         run_id=evidence.run_id,
@@ -104,6 +123,10 @@ def _texts(evidence: RunEvidence) -> list[_Text]:
         ("patch", evidence.patch),
     ]
     named += [(f"gate {i + 1} output", g.output) for i, g in enumerate(evidence.gates)]
+    for i, call in enumerate(evidence.judge.calls if evidence.judge is not None else []):
+        named.append((f"judge call {i + 1} prompt", call.prompt))
+        if call.raw_answer is not None:
+            named.append((f"judge call {i + 1} answer", call.raw_answer))
     return [_Text(name, excerpt) for name, excerpt in named]
 
 

@@ -113,6 +113,44 @@ def tier_uplift(tier_score: float, baseline_score: float) -> float | None:
     return (tier_score - baseline_score) / baseline_score
 
 
+def consistency(mean: float, std_dev: float) -> float:
+    """1 - std_dev / mean, clamped to [0, 1] (ProjectScylla). A zero mean of non-negative
+    scores means every run scored 0: the same every time, so 1.0."""
+    if math.isnan(mean) or math.isnan(std_dev) or mean < 0 or std_dev < 0:
+        raise ValueError(f"consistency needs a non-negative mean and spread, got {mean}, {std_dev}")
+    if mean == 0:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - std_dev / mean))
+
+
+def frontier_cost_of_pass(costs_of_pass: Mapping[str, float]) -> tuple[float, str] | None:
+    """The cheapest tier per pass and its cost of pass (the first tier of a tie); None when
+    no tier passed (every cost of pass infinite) or there are none."""
+    finite = [(cop, tier) for tier, cop in costs_of_pass.items() if not math.isinf(cop)]
+    if not finite:
+        return None
+    best = min(cop for cop, _ in finite)
+    return best, next(tier for cop, tier in finite if cop == best)
+
+
+def best_value_tier(scores_and_costs: Mapping[str, tuple[float, float]]) -> str | None:
+    """The tier with the highest score per dollar (score, cost): a free tier with a score
+    above 0 beats every paid one, a score of 0 is worth nothing whatever it costs. Ties go
+    to the higher score, then the first tier; None when no tier scored above 0."""
+
+    def value(score: float, cost: float) -> float:
+        if score <= 0:
+            return 0.0
+        return math.inf if cost == 0 else score / cost
+
+    ranked = [
+        (value(score, cost), score, -i, tier)
+        for i, (tier, (score, cost)) in enumerate(scores_and_costs.items())
+    ]
+    best = max(ranked, default=None)
+    return None if best is None or best[0] == 0 else best[3]
+
+
 def cost_delta(costs: Sequence[float]) -> float:
     """Difference between the most and the least expensive tier."""
     if not costs:

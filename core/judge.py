@@ -18,25 +18,36 @@ ids not in the rubric are tolerated, kept in the response and ignored by the
 weighted score, which is recomputed from the rubric weights (the judge's own
 figure is kept as ``reported_weighted_score``).
 
+Repeats (``config.repeats`` = K): the run is judged K times, each judgment with
+its own retries and deadline; its score is the mean of the K weighted scores and
+their sample standard deviation is kept (the judge's noise, core/judge_noise.py).
+Each judgment is looked up first in the judgment cache (``cache_key``: judge
+model, prompt, PROMPT_VERSION, repeat index) and only asked for when missing.
+
 The API key goes into a request header and nowhere else: it is redacted from
 every error message, and nothing here logs it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import math
 import re
+import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import ValidationError
 
 from core.config import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
+from core.evidence import Excerpt, JudgeCall, JudgeEvidence, JudgeInputs
 from core.llm_http import Deadline, LLMError, LLMHttp, LLMReply, UnusableURL, excerpt
-from core.redact import redact
+from core.record import Record
+from core.redact import redact, redact_record
 from core.results import GateResult, JudgeResponse, JudgeResult
 
 log = logging.getLogger(__name__)
@@ -49,47 +60,192 @@ SYSTEM_PROMPT = (
 )
 
 
+# Part of every judgment cache key: bump it whenever build_prompt, answer_format or
+# parse_answer change what a given prompt's answer means, so older answers are not reused.
+PROMPT_VERSION = "2"
+
+
+class CachedJudgment(Record):
+    """A judge's usable answer as the judgment cache keeps it (core/store.py)."""
+
+    raw_answer: str
+
+
+class JudgmentCache(Protocol):
+    """Where answers are kept by cache_key (core/store.py implements it in Redis)."""
+
+    def cached_judgment(self, key: str) -> CachedJudgment | None: ...
+
+    def cache_judgment(self, key: str, judgment: CachedJudgment) -> None: ...
+
+
+class Judgment(NamedTuple):
+    """A run's judging: the verdict for its RunResult, the evidence behind it."""
+
+    result: JudgeResult
+    evidence: JudgeEvidence
+
+
 def judge_run(
     config: JudgeConfig,
     scenario: ScenarioJudge,
     rubric: Rubric,
+    inputs: JudgeInputs,
     *,
-    task_prompt: str,
-    transcript_text: str,
     gates: Sequence[GateResult],
-    changes_summary: str,
     api_key: str | None,
     price: ModelPrice | None = None,
     sleep: Callable[[float], None] = time.sleep,
-) -> JudgeResult:
-    """Ask the judge model to score a run against the rubric."""
+    cache: JudgmentCache | None = None,
+    secrets: Sequence[str] = (),
+) -> Judgment:
+    """Ask the judge model `config.repeats` times to score a run against the rubric.
+
+    The run's score is the mean of the weighted scores; any judgment without a
+    usable answer makes the whole judging an error (its noise estimate would be
+    incomplete). With `cache`, a judgment already asked (same prompt, judge,
+    prompt version and repeat index) is answered from it without a request.
+    `secrets` (with the API key) are taken out of the answers before they are kept
+    (cache, evidence): a judge may repeat what it was shown."""
+    evidence = JudgeEvidence(inputs=inputs)
     if config.api_key_env is not None and not api_key:
-        return JudgeResult(
+        error = f"environment variable {config.api_key_env} is not set"
+        result = JudgeResult(
             model=config.model,
             pass_threshold=scenario.pass_threshold,
-            error=f"environment variable {config.api_key_env} is not set",
+            error=error,
+            repeats=config.repeats,
         )
-    prompt = build_prompt(config, rubric, task_prompt, transcript_text, gates, changes_summary)
+        return Judgment(result, evidence)
+    prompt = build_prompt(
+        config,
+        rubric,
+        inputs.task_prompt,
+        inputs.transcript_text.text,
+        gates,
+        inputs.changes_summary,
+    )
+    calls = [
+        _judge_once(
+            config, rubric, prompt, repeat, api_key, [api_key or "", *secrets], sleep, cache
+        )
+        for repeat in range(config.repeats)
+    ]
+    evidence.calls = [call for call, _ in calls]
+    return Judgment(_verdict(config, scenario, price, calls), evidence)
+
+
+def cache_key(config: JudgeConfig, prompt: str, repeat: int) -> str:
+    """What makes two judgments the same question: the judge, the prompt (task,
+    transcript, changes, gates and rubric are in it), its version and the repeat
+    index (K repeats stay K judgments)."""
+    identity = json.dumps([PROMPT_VERSION, config.model, prompt, repeat])
+    return hashlib.sha256(identity.encode()).hexdigest()
+
+
+class _Call(NamedTuple):
+    """What one judgment cost, beside its JudgeCall."""
+
+    response: JudgeResponse | None
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float | None
+
+
+def _judge_once(
+    config: JudgeConfig,
+    rubric: Rubric,
+    prompt: str,
+    repeat: int,
+    api_key: str | None,
+    secrets: Sequence[str],
+    sleep: Callable[[float], None],
+    cache: JudgmentCache | None,
+) -> tuple[JudgeCall, _Call]:
+    """One judgment, from the cache or asked; `secrets` (the key among them) are taken
+    out of everything it keeps."""
+    key = cache_key(config, prompt, repeat)
+    kept = cache.cached_judgment(key) if cache is not None else None
+    if kept is not None:
+        with contextlib.suppress(AnswerError):  # an answer the parser no longer takes: ask
+            answer = parse_answer(kept.raw_answer, rubric)
+            call = _judge_call(config, rubric, prompt, kept.raw_answer, answer, None)
+            return call.model_copy(update={"cached": True}), _Call(answer, 0, 0, 0, None)
     with _Session(config, api_key, sleep) as session:
-        response, error = _ask_until_valid(session, config.max_attempts, prompt, rubric)
-    weighted = None if response is None else weighted_score(response, rubric)
+        response, raw, error = _ask_until_valid(session, config.max_attempts, prompt, rubric)
+    raw = None if raw is None else redact(raw, secrets)
+    if error is not None:
+        error = redact(error, secrets)
+    if response is not None and raw is not None and cache is not None:
+        cache.cache_judgment(key, CachedJudgment(raw_answer=raw))
+    cost = _Call(
+        response, session.requests, session.input_tokens, session.output_tokens, session.latency_ms
+    )
+    # The scores' keys and the reasons are the judge's words too.
+    return redact_record(_judge_call(config, rubric, prompt, raw, response, error), secrets), cost
+
+
+def _judge_call(
+    config: JudgeConfig,
+    rubric: Rubric,
+    prompt: str,
+    raw: str | None,
+    response: JudgeResponse | None,
+    error: str | None,
+) -> JudgeCall:
+    return JudgeCall(
+        model=config.model,
+        prompt=Excerpt.whole(prompt),
+        raw_answer=None if raw is None else Excerpt.whole(raw),
+        scores={} if response is None else dict(response.scores),
+        reasons={} if response is None else dict(response.reasons),
+        weighted_score=None if response is None else weighted_score(response, rubric),
+        error=error,
+    )
+
+
+def _verdict(
+    config: JudgeConfig,
+    scenario: ScenarioJudge,
+    price: ModelPrice | None,
+    calls: Sequence[tuple[JudgeCall, _Call]],
+) -> JudgeResult:
+    """The run's JudgeResult from its K judgments: the mean weighted score, their spread."""
+    failed = [
+        (i, call.error) for i, (call, _) in enumerate(calls, 1) if call.weighted_score is None
+    ]
+    scores = [call.weighted_score for call, _ in calls if call.weighted_score is not None]
+    error = None
+    if failed:
+        i, problem = failed[0]
+        error = problem if len(calls) == 1 else f"judgment {i} of {len(calls)}: {problem}"
+    weighted = None if failed else statistics.fmean(scores)
+    first = calls[0][1].response
+    input_tokens = sum(c.input_tokens for _, c in calls)
+    output_tokens = sum(c.output_tokens for _, c in calls)
+    latencies = [c.latency_ms for _, c in calls if c.latency_ms is not None]
     cost = None
     if price is not None:
-        cost = (session.input_tokens * price.input + session.output_tokens * price.output) / 1e6
+        cost = (input_tokens * price.input + output_tokens * price.output) / 1e6
     return JudgeResult(
         model=config.model,
-        response=response,
+        response=first,
         weighted_score=weighted,
-        reported_weighted_score=None if response is None else response.weighted_score,
+        reported_weighted_score=None if first is None else first.weighted_score,
         pass_threshold=scenario.pass_threshold,
         # The epsilon keeps 0.7 from failing a 0.7 threshold as 0.69999999.
         passed=weighted is not None and weighted >= scenario.pass_threshold - 1e-9,
-        attempts=session.requests,
-        error=None if error is None else redact(error, [api_key]),
-        input_tokens=session.input_tokens,
-        output_tokens=session.output_tokens,
+        attempts=sum(c.requests for _, c in calls),
+        error=error,  # redacted with each judgment's
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         cost_usd=cost,
-        latency_ms=session.latency_ms,
+        latency_ms=sum(latencies) if latencies else None,
+        repeats=len(calls),
+        scores=scores,
+        scores_sd=statistics.stdev(scores) if len(scores) > 1 else None,
+        cached=sum(1 for call, _ in calls if call.cached),
     )
 
 
@@ -101,16 +257,18 @@ def weighted_score(response: JudgeResponse, rubric: Rubric) -> float:
 
 def _ask_until_valid(
     session: _Session, max_answers: int, prompt: str, rubric: Rubric
-) -> tuple[JudgeResponse | None, str | None]:
+) -> tuple[JudgeResponse | None, str | None, str | None]:
+    """(the parsed answer, its raw text, None), or (None, the last raw text, why not)."""
     messages = [{"role": "user", "content": prompt}]
     problem = ""
+    text: str | None = None
     try:
         for _ in range(max_answers):
             text, problem = session.ask(messages)
             if text is None:
                 continue  # nothing the model said to correct: ask the same again
             try:
-                return parse_answer(text, rubric), None
+                return parse_answer(text, rubric), text, None
             except AnswerError as exc:
                 problem = str(exc)
                 messages = [
@@ -119,8 +277,8 @@ def _ask_until_valid(
                     {"role": "user", "content": _reminder(problem, rubric)},
                 ]
     except LLMError as exc:
-        return None, str(exc)
-    return None, f"malformed answer after {max_answers} attempts: {problem}"
+        return None, text, str(exc)
+    return None, text, f"malformed answer after {max_answers} attempts: {problem}"
 
 
 # --- the prompt -------------------------------------------------------------------------------
@@ -159,10 +317,12 @@ def build_prompt(
 
 def answer_format(rubric: Rubric) -> str:
     scores = ", ".join(f'"{c.id}": <number 0-1>' for c in rubric.criteria)
+    reasons = ", ".join(f'"{c.id}": <one short sentence: why this score>' for c in rubric.criteria)
     text = (
         "Reply with only this JSON object (no prose, no code fences):\n"
-        f'{{"scores": {{{scores}}}, "weighted_score": <number 0-1, the weighted mean of the '
-        'scores>, "confidence": <number 0-1>, "issues": [<string>, ...], '
+        f'{{"scores": {{{scores}}}, "reasons": {{{reasons}}}, '
+        '"weighted_score": <number 0-1, the weighted mean of the scores>, '
+        '"confidence": <number 0-1>, "issues": [<string>, ...], '
         '"highlights": [<string>, ...]}'
     )
     extra = [f for f in rubric.output.require_fields if f not in JudgeResponse.model_fields]

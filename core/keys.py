@@ -29,10 +29,18 @@ Ours, under the prefix (no TTL on any of them):
   experiment's artifacts folder; the experiment's hash counts the stored
   bytes under ``evidence_bytes``;
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
-  (rejudge, rescore); version 1 is ``exp:{id}:report``;
+  (rejudge, rescore); version 1 is ``exp:{id}:report``; the ``exp:{id}`` hash
+  field ``versions`` counts the versions after the first;
+- ``exp:{id}:version_runs`` "VERSION RUN_ID" -> the RunResult JSON of that run in
+  that later version (runs: version 1's);
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
   needs on workers (its manifest names them by digest; workers cache the
-  materialised folder by the manifest's digest).
+  materialised folder by the manifest's digest);
+- ``exp:{id}:workspaces`` run id -> an ArchivedWorkspace JSON (matrix
+  ``workspace_archive:``; what ``scheduler rescore`` runs the gates on);
+- ``judgments`` the judgment cache, shared by every experiment under the
+  prefix: core.judge.cache_key -> a CachedJudgment JSON (README, "Judgment
+  cache": removed with ``DEL <prefix>judgments``).
 
 Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
 prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the
@@ -106,6 +114,15 @@ class Keys:
 
     def files(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:files"
+
+    def version_runs(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:version_runs"
+
+    def workspaces(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:workspaces"
+
+    def judgments(self) -> str:
+        return f"{self.prefix}judgments"
 
     def of_experiment(self, exp_id: str) -> tuple[str, str]:
         """SCAN patterns of every key of the experiment: its record and each ``exp:{id}:*``

@@ -42,6 +42,31 @@ class Verdict(StrEnum):
     not_enough_runs = "not enough runs"
 
 
+class Detectable(Record):
+    """The smallest pass-rate differences the runs compared could detect (normal
+    approximation, two-sided, at the level one test of the family must reach alone)."""
+
+    improvement: float | None = Field(
+        description="smallest rise over the reference rate; None: no rise within [0, 1] is"
+    )
+    regression: float | None = Field(
+        description="smallest fall below the reference rate; None: no fall within [0, 1] is"
+    )
+    power: float
+    alpha: float = Field(description="the per-test level used (Multiplicity.lone_test_alpha)")
+
+
+class Multiplicity(Record):
+    """How a report's or a comparison's tests were corrected for multiple comparisons."""
+
+    correction: str = Field(description="holm, bh (Benjamini-Hochberg) or none")
+    alpha: float = Field(description="family-wise error rate (holm), false discovery rate (bh)")
+    tests: int = Field(description="tests in the family (two per comparison with runs)")
+    lone_test_alpha: float = Field(
+        description="the level one test must reach when every other one is null"
+    )
+
+
 class Comparison(Record):
     """A group of runs against a reference group: a tier against the baseline tier, or a
     tier (x scenario) against the same one in an earlier experiment. Only valid runs count.
@@ -65,8 +90,22 @@ class Comparison(Record):
     prob_superior: float | None = Field(
         None, description="U / (n*m): chance a run here scores above a reference run, ties half"
     )
+    fisher_p_adjusted: float | None = Field(
+        None, description="fisher_p corrected across the family (Multiplicity)"
+    )
+    mann_whitney_p_adjusted: float | None = Field(
+        None, description="mann_whitney_p corrected across the family (Multiplicity)"
+    )
+    risk_difference_ci: Interval | None = Field(
+        None, description="interval of pass_rate_delta (Newcombe hybrid score)"
+    )
+    cliffs_delta: float | None = Field(
+        None, description="of composite scores: P(here > reference) - P(here < reference)"
+    )
+    cliffs_delta_ci: Interval | None = None
+    detectable: Detectable | None = None
     alpha: float
-    verdict: Verdict
+    verdict: Verdict = Field(description="from the adjusted p-values when corrected")
 
 
 class TierAnalysis(Record):
@@ -106,6 +145,9 @@ class TierReport(Record):
 
     passes: int = 0
     grade: str | None = None
+    consistency: float | None = Field(
+        None, description="1 - std_dev / mean of the composite score, clamped to [0, 1]"
+    )
     cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")
     cost_unknown_runs: int = 0
     approximate_exit_code_runs: int = Field(
@@ -133,13 +175,32 @@ class TierReport(Record):
     scenarios: dict[str, TierReport] = Field(default_factory=dict)
 
 
+class MetricUplift(Record):
+    """One tier against the baseline, metric by metric: (tier - baseline) / baseline,
+    None where the baseline's figure is 0 or either is missing (docs/METRICS.md)."""
+
+    pass_rate: float | None = Field(None, description="of the pass rate (passes / counted)")
+    impl_rate: float | None = Field(None, description="of the median impl rate")
+    composite: float | None = Field(None, description="of the median composite (tier_uplift)")
+    cost_change: float | None = Field(None, description="of the median cost; + costs more")
+
+
 class CrossTierResult(Record):
     baseline: str
     tier_uplift: dict[str, float | None] = Field(default_factory=dict)
     uplift_note: str | None = Field(None, description="why uplift is undefined, when it is")
+    uplift: dict[str, MetricUplift] = Field(default_factory=dict)
     pass_rate_variance: float | None = None
+    impl_rate_variance: float | None = Field(None, description="of the tiers' median impl rate")
     cost_variance: float | None = None
     cost_delta: float | None = None
+    frontier_cost_of_pass: float | None = Field(
+        None, description="the lowest tier cost_of_pass; None when no tier passed"
+    )
+    frontier_tier: str | None = Field(None, description="the tier with frontier_cost_of_pass")
+    best_value_tier: str | None = Field(
+        None, description="highest median composite per median dollar (docs/METRICS.md)"
+    )
 
 
 class ExperimentStatus(StrEnum):
@@ -165,14 +226,58 @@ class ExperimentInfo(Record):
     runs_per_tier: int = 0
 
 
+class TierJudgeNoise(Record):
+    """The judge's own noise beside the runs' spread, in one tier (core/judge_noise.py)."""
+
+    judged_runs: int = Field(description="counted runs with a judge score")
+    repeats: int = Field(description="judgments per run (the fewest, when runs differ)")
+    judge_variance: float | None = Field(
+        None, description="mean over runs of the sample variance of their K judgments"
+    )
+    judge_sd_of_mean: float | None = Field(
+        None, description="sqrt(judge_variance / K): the judge's SD of one run's score"
+    )
+    run_variance: float | None = Field(
+        None, description="sample variance of the runs' scores (each the mean of its K)"
+    )
+    judge_share: float | None = Field(
+        None, description="(judge_variance / K) / run_variance: the judge's part of the spread"
+    )
+
+
+class JudgeNoiseFlag(Record):
+    """A tier's result against the baseline that the judge's noise alone could explain."""
+
+    tier: str
+    difference: float = Field(description="Δ median composite against the baseline")
+    band: float = Field(description="2 x impl share x sqrt(sd_tier² + sd_baseline²)")
+    verdict: Verdict
+    uplift: float | None = None
+
+
+class JudgeSummary(Record):
+    """How the runs were judged: judgments asked, from cache, and the judge's noise."""
+
+    judgments: int = 0
+    cached: int = Field(0, description="judgments answered from the judgment cache")
+    tiers: dict[str, TierJudgeNoise] = Field(default_factory=dict)
+    within_noise: list[JudgeNoiseFlag] = Field(default_factory=list)
+
+
 class ExperimentReport(Record):
     experiment: ExperimentInfo
+    version: int = Field(1, description="1: the runs' own; 2, 3...: rejudged (`report --version`)")
+    version_note: str | None = Field(None, description="what made this version")
     tiers: dict[str, TierReport] = Field(default_factory=dict)
     cross_tier: CrossTierResult
+    multiplicity: Multiplicity | None = Field(
+        None, description="the correction of every test against the baseline"
+    )
     error_reasons: dict[str, int] = Field(
         default_factory=dict,
         description="infrastructure errors by reason (error_key), most common first",
     )
+    judge: JudgeSummary | None = Field(None, description="None when no run was judged")
     runs: list[RunResult] | None = Field(None, description="every RunResult, with --runs")
 
 
@@ -182,11 +287,13 @@ class ExperimentComparison(Record):
     reference: ExperimentInfo
     experiment: ExperimentInfo
     alpha: float
+    multiplicity: Multiplicity | None = None
     tiers: dict[str, Comparison] = Field(default_factory=dict)
     scenarios: dict[str, dict[str, Comparison]] = Field(default_factory=dict)
     unmatched_tiers: list[str] = Field(
         default_factory=list, description="tiers in only one of the two experiments"
     )
     regressions: list[str] = Field(
-        default_factory=list, description="tiers significantly worse in B (verdict worse or mixed)"
+        default_factory=list,
+        description="tiers significantly worse in B (verdict worse or mixed, corrected)",
     )

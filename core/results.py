@@ -108,6 +108,9 @@ class JudgeResponse(Record):
     confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
     issues: list[str]
     highlights: list[str]
+    reasons: dict[str, str] = Field(
+        default_factory=dict, description="a short reason per criterion (optional in answers)"
+    )
 
 
 class JudgeResult(Record):
@@ -125,6 +128,16 @@ class JudgeResult(Record):
     output_tokens: int = 0
     cost_usd: float | None = None
     latency_ms: float | None = None
+    repeats: int = Field(
+        1, description="judgments asked for (judge.repeats); the score is their mean"
+    )
+    scores: list[float] = Field(
+        default_factory=list, description="the weighted score of each judgment, in order"
+    )
+    scores_sd: float | None = Field(
+        None, description="sample standard deviation of `scores` (repeats > 1): the judge's noise"
+    )
+    cached: int = Field(0, description="judgments answered from the judgment cache (no request)")
 
 
 # --- process and token metrics -----------------------------------------------------------

@@ -14,18 +14,31 @@
   correction and a 0.5 continuity correction; "auto" takes exact when a
   sample has at most 8 values and there are no ties, else asymptotic:
   scipy.stats.mannwhitneyu's rule, so both give the same p-value.
+- Adjusted p-values for a family of tests: Holm's step-down (family-wise error
+  rate, any dependence) and Benjamini-Hochberg's step-up (false discovery
+  rate), the values statsmodels' multipletests returns ("holm", "fdr_bh").
+- Effect sizes with intervals: the risk difference of two pass rates with
+  Newcombe's hybrid score interval (his method 10: Wilson intervals of each
+  rate, no continuity correction), and Cliff's delta of two samples with
+  Cliff's consistent variance estimator and Feng & Cliff's asymmetric interval.
+- The smallest pass-rate difference a two-sided test at level alpha detects
+  with a given power: the normal approximation of the difference of two
+  proportions, its variance at the baseline's rate and the shifted one.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
 
 MannWhitneyMethod = Literal["auto", "exact", "asymptotic"]
+Correction = Literal["holm", "bh", "none"]
+CORRECTIONS: tuple[Correction, ...] = ("holm", "bh", "none")
 
 # Largest sample for which "auto" counts the exact distribution of U.
 EXACT_MAX_SIZE = 8
@@ -207,3 +220,158 @@ def _exact_sf(u: int, n1: int, n2: int) -> float:
         counts = grown
     total = math.comb(n1 + n2, m)
     return sum(counts[max(u, 0) :]) / total
+
+
+# --- multiple comparisons -------------------------------------------------------------------
+
+
+def adjust_p(pvalues: Sequence[float], method: Correction) -> list[float]:
+    """Adjusted p-values, in the order given: a test is significant at level alpha for the
+    family when its adjusted p is below alpha. "none" returns them unchanged."""
+    for p in pvalues:
+        if not 0.0 <= p <= 1.0:  # also refuses NaN
+            raise ValueError(f"p-values must be within [0, 1], got {p}")
+    m = len(pvalues)
+    order = sorted(range(m), key=pvalues.__getitem__)
+    adjusted = list(map(float, pvalues))
+    if method == "none":
+        return adjusted
+    if method == "holm":
+        # Step down: the i-th smallest (0-based) times m - i, never below the ones before it.
+        running = 0.0
+        for rank, index in enumerate(order):
+            running = max(running, min(1.0, (m - rank) * pvalues[index]))
+            adjusted[index] = running
+        return adjusted
+    if method == "bh":
+        # Step up: the i-th smallest (1-based) times m / i, never above the ones after it.
+        running = 1.0
+        for rank in range(m, 0, -1):
+            index = order[rank - 1]
+            running = min(running, m / rank * pvalues[index])
+            adjusted[index] = running
+        return adjusted
+    raise ValueError(f"unknown correction {method!r}: {', '.join(CORRECTIONS)}")
+
+
+def lone_test_alpha(alpha: float, method: Correction, tests: int) -> float:
+    """The level one test must reach to be significant when every other test of its family
+    is null: alpha / tests under Holm and Benjamini-Hochberg (the first step of both),
+    alpha uncorrected."""
+    if method == "none" or tests <= 1:
+        return alpha
+    return alpha / tests
+
+
+# --- effect sizes ---------------------------------------------------------------------------
+
+
+def risk_difference_interval(
+    successes: int, trials: int, ref_successes: int, ref_trials: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (method 10) of successes/trials - ref/ref_trials."""
+    p1, p2 = successes / trials, ref_successes / ref_trials
+    l1, u1 = wilson_interval(successes, trials, confidence)
+    l2, u2 = wilson_interval(ref_successes, ref_trials, confidence)
+    delta = p1 - p2
+    low = delta - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = delta + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return max(-1.0, low), min(1.0, high)
+
+
+@dataclass(frozen=True)
+class CliffsDelta:
+    delta: float  # P(x > y) - P(x < y), in [-1, 1]
+    low: float | None  # the interval; None with fewer than two values in a sample
+    high: float | None
+
+
+def cliffs_delta(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> CliffsDelta:
+    """Cliff's delta of x over y with its interval.
+
+    Variance: Cliff's (1993) consistent estimator from the dominance matrix
+    d_ij = sign(x_i - y_j), floored at (1 - delta^2) / (n*m - 1), his lower
+    bound (the estimator can come out at or below 0 in small samples).
+    Interval: Feng & Cliff's asymmetric one, (delta - delta^3 +- z*s*
+    sqrt((1 - delta^2)^2 + z^2*s^2)) / (1 - delta^2 + z^2*s^2), which stays in
+    [-1, 1]; at delta = +-1 (no overlap) it is its limit under the floor,
+    the other end at (N - z^2) / (N + z^2), N = n*m - 1.
+
+    Computed from ranks, not the n*m matrix: row and column sums of the
+    dominance matrix are rank counts, and sum((d_ij - delta)^2) = (pairs not
+    tied) - n*m*delta^2.
+    """
+    n, m = len(x), len(y)
+    if n == 0 or m == 0:
+        raise ValueError("both samples need at least one value")
+    z = _z(confidence)
+    ordered_y = sorted(y)
+    ordered_x = sorted(x)
+    # Row i: (#y below x_i) - (#y above x_i); column j likewise for x against y_j.
+    rows = [_below(ordered_y, v) - _above(ordered_y, v) for v in x]
+    cols = [_above(ordered_x, v) - _below(ordered_x, v) for v in y]
+    pairs = n * m
+    delta = math.fsum(rows) / pairs
+    if n < 2 or m < 2:
+        return CliffsDelta(delta, None, None)
+    not_tied = sum(_below(ordered_y, v) + _above(ordered_y, v) for v in x)
+    row_dev = math.fsum((r / m - delta) ** 2 for r in rows)
+    col_dev = math.fsum((c / n - delta) ** 2 for c in cols)
+    cell_dev = not_tied - pairs * delta * delta
+    variance = (m * m * row_dev + n * n * col_dev - cell_dev) / (pairs * (n - 1) * (m - 1))
+    floor = (1 - delta * delta) / (pairs - 1)
+    if abs(delta) == 1.0:
+        inner = (pairs - 1 - z * z) / (pairs - 1 + z * z)
+        return CliffsDelta(delta, *sorted((delta, math.copysign(inner, delta))))
+    s2 = max(variance, floor)
+    spread = z * math.sqrt(s2) * math.sqrt((1 - delta * delta) ** 2 + z * z * s2)
+    denominator = 1 - delta * delta + z * z * s2
+    centre = delta - delta**3
+    return CliffsDelta(delta, (centre - spread) / denominator, (centre + spread) / denominator)
+
+
+def _below(ordered: list[float], value: float) -> int:
+    return bisect_left(ordered, value)
+
+
+def _above(ordered: list[float], value: float) -> int:
+    return len(ordered) - bisect_right(ordered, value)
+
+
+# --- power ----------------------------------------------------------------------------------
+
+
+def detectable_difference(
+    reference_rate: float,
+    reference_trials: int,
+    trials: int,
+    alpha: float,
+    power: float = 0.8,
+    direction: Literal[1, -1] = 1,
+) -> float | None:
+    """The smallest d > 0 a two-sided test at level `alpha` detects with `power` when the
+    rate moves from `reference_rate` to reference_rate + direction * d.
+
+    Normal approximation: detected when d >= (z_{1-alpha/2} + z_power) * sqrt(p0*q0/n0
+    + p1*q1/n1), p1 the shifted rate (the far tail ignored). Squared, that is a
+    quadratic in d with exactly one positive root, so it is exact and defined at
+    p0 = 0 and p0 = 1. None when the smallest such d would leave [0, 1] (a
+    baseline at 0 cannot be detected getting worse).
+    """
+    if not 0.0 <= reference_rate <= 1.0:
+        raise ValueError(f"reference rate must be within [0, 1], got {reference_rate}")
+    if reference_trials < 1 or trials < 1:
+        raise ValueError("both groups need at least one trial")
+    if not 0.0 < power < 1.0 or not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha and power must be within (0, 1), got {alpha}, {power}")
+    room = 1 - reference_rate if direction == 1 else reference_rate
+    if room == 0:
+        return None
+    k = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    p0, k2 = reference_rate, k * k
+    # d^2 (1 + k2/n1) - d k2 s (1 - 2 p0) / n1 - k2 p0 q0 (1/n0 + 1/n1) >= 0
+    a = 1 + k2 / trials
+    b = -k2 * direction * (1 - 2 * p0) / trials
+    c = -k2 * p0 * (1 - p0) * (1 / reference_trials + 1 / trials)
+    d = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+    return d if d <= room else None

@@ -20,10 +20,12 @@ from core import scripts
 from core.bundle import Bundle, Manifest
 from core.config import Matrix
 from core.evidence import Attempt, RunEvidence
+from core.judge import CachedJudgment
 from core.keys import Keys, key_prefix
 from core.leases import Leases
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec, RunStatus
+from core.workspace_archive import ArchivedWorkspace
 
 
 @dataclass(frozen=True)
@@ -385,7 +387,7 @@ class Store:
         blob = zlib.compress(evidence.model_dump_json().encode(), 6)
         value, path = blob, None
         if folder is not None:
-            path = folder / evidence.experiment_id / f"{quote(evidence.run_id, safe='')}.json.z"
+            path = evidence_file(folder, evidence.experiment_id, evidence.run_id)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(blob)
             value = FILE_POINTER + str(path).encode()
@@ -435,14 +437,77 @@ class Store:
         blobs = self.binary.hmget(self.keys.files(exp_id), digests) if digests else []
         return {d: zlib.decompress(b) for d, b in zip(digests, blobs, strict=True) if b}
 
+    # --- archived workspaces (rescore) ---------------------------------------------------
+
+    def save_workspace(self, exp_id: str, run_id: str, archive: ArchivedWorkspace) -> None:
+        self.redis.hset(self.keys.workspaces(exp_id), run_id, archive.model_dump_json())
+
+    def workspace(self, exp_id: str, run_id: str) -> ArchivedWorkspace | None:
+        raw = self.redis.hget(self.keys.workspaces(exp_id), run_id)
+        return ArchivedWorkspace.model_validate_json(raw) if raw else None
+
+    def archived_runs(self, exp_id: str) -> int:
+        return int(self.redis.hlen(self.keys.workspaces(exp_id)))
+
+    # --- the judgment cache -------------------------------------------------------------
+
+    def cached_judgment(self, key: str) -> CachedJudgment | None:
+        raw = self.redis.hget(self.keys.judgments(), key)
+        return CachedJudgment.model_validate_json(raw) if raw else None
+
+    def cache_judgment(self, key: str, judgment: CachedJudgment) -> None:
+        self.redis.hset(self.keys.judgments(), key, judgment.model_dump_json())
+
     # --- report --------------------------------------------------------------------------
 
     def save_report(self, report: ExperimentReport) -> None:
-        self.redis.set(self.keys.report(report.experiment.id), report.model_dump_json())
+        """Version 1 (the runs' own report) may be written again (resume); a later
+        version is written once."""
+        exp_id = report.experiment.id
+        if report.version == 1:
+            self.redis.set(self.keys.report(exp_id), report.model_dump_json())
+        else:
+            self.redis.hsetnx(self.keys.reports(exp_id), report.version, report.model_dump_json())
 
-    def report(self, exp_id: str) -> ExperimentReport | None:
-        raw = self.redis.get(self.keys.report(exp_id))
+    def report(self, exp_id: str, version: int = 1) -> ExperimentReport | None:
+        if version == 1:
+            raw = self.redis.get(self.keys.report(exp_id))
+        else:
+            raw = self.redis.hget(self.keys.reports(exp_id), version)
         return ExperimentReport.model_validate_json(raw) if raw else None
+
+    def report_versions(self, exp_id: str) -> list[int]:
+        """The versions whose report is stored, oldest first."""
+        later = sorted(int(v) for v in self.redis.hkeys(self.keys.reports(exp_id)))
+        return [1, *later] if self.redis.exists(self.keys.report(exp_id)) else later
+
+    # --- later versions: rejudge ---------------------------------------------------------
+
+    def new_version(self, exp_id: str) -> int:
+        """The number of the experiment's next report version (2, 3, ...), taken atomically."""
+        return 1 + int(self.redis.hincrby(self.keys.experiment(exp_id), "versions", 1))
+
+    def save_version_run(self, version: int, result: RunResult) -> bool:
+        """A run's result in a later version; False when it has one there already."""
+        field = f"{version} {result.run_id}"
+        key = self.keys.version_runs(result.experiment_id)
+        return bool(self.redis.hsetnx(key, field, result.model_dump_json()))
+
+    def version_run_count(self, exp_id: str, version: int) -> int:
+        fields = self.redis.hkeys(self.keys.version_runs(exp_id))
+        return sum(1 for f in fields if f.startswith(f"{version} "))
+
+    def version_runs(self, exp_id: str, version: int) -> list[RunResult]:
+        key = self.keys.version_runs(exp_id)
+        raw = [v for _, v in self.redis.hscan_iter(key, match=f"{version} *", count=1000)]
+        runs = [RunResult.model_validate_json(v) for v in raw]
+        return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
+
+
+def evidence_file(folder: Path, exp_id: str, run_id: str) -> Path:
+    """Where a run's evidence goes in an artifacts folder: one folder per experiment
+    (what deleting the experiment removes), one file per run."""
+    return folder / exp_id / f"{quote(run_id, safe='')}.json.z"
 
 
 def _evidence(blob: bytes) -> RunEvidence:

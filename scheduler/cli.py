@@ -14,7 +14,8 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
 import click
@@ -22,7 +23,7 @@ import redis
 from rich.console import Console
 
 from core.bundle import Bundle, BundleError, collect
-from core.comparison import compare_experiments
+from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.config import Artifacts, Matrix, matrix_json_schema
 from core.evidence import RunRecord
 from core.loading import load_matrix
@@ -35,6 +36,7 @@ from core.retention import (
     stored_bytes,
 )
 from core.settings import BrokerURLError, configured_broker
+from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
 from scheduler.embedded import EmbeddedError, EmbeddedRedis, LocalWorkers, worker_command
@@ -61,6 +63,22 @@ err = Console(stderr=True, highlight=False)
 # 3 the experiment ran but some runs were infrastructure errors; 130 interrupted.
 USAGE_ERROR = 2
 INFRA_ERRORS = 3
+
+
+def correction_option(default: str | None, default_help: str = "") -> Callable[[Any], Any]:
+    return click.option(
+        "--correction",
+        type=click.Choice(CORRECTIONS),
+        default=default,
+        show_default=default is not None,
+        help=" ".join(
+            [
+                "Multiple-comparison correction of every test: holm (family-wise error rate),",
+                "bh (Benjamini-Hochberg, false discovery rate) or none.",
+                *([default_help] if default_help else []),
+            ]
+        ),
+    )
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
@@ -479,15 +497,25 @@ def list_(broker: str | None, as_json: bool) -> None:
     """
     with open_store(broker) as (store, _):
         infos = store.list_experiments()
+        versions = {info.id: store.report_versions(info.id) for info in infos}
         sizes = stored_bytes(store)
     if as_json:
-        listed = [{**i.model_dump(mode="json"), "stored_bytes": sizes.get(i.id, 0)} for i in infos]
-        click.echo(json.dumps(listed, indent=2))
+        records = [
+            {
+                **i.model_dump(mode="json"),
+                "report_versions": versions[i.id],
+                "stored_bytes": sizes.get(i.id, 0),
+            }
+            for i in infos
+        ]
+        click.echo(json.dumps(records, indent=2))
         return
     if not infos:
         click.echo("no experiments yet")
     for info in infos:
-        click.echo(f"{_status_line(info)}  {_size(sizes.get(info.id, 0))} stored")
+        later = versions[info.id][1:]
+        shown = _status_line(info) + (f"  report versions 1-{later[-1]}" if later else "")
+        click.echo(f"{shown}  {_size(sizes.get(info.id, 0))} stored")
 
 
 def _status_line(info: ExperimentInfo) -> str:
@@ -545,6 +573,13 @@ def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
 @broker_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--runs", is_flag=True, help="JSON: include every RunResult under `runs`.")
+@correction_option(None, "Default: as the experiment's report was made (matrix `report:`).")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="Significance level of the family of tests (default: as the report was made).",
+)
 @click.option(
     "--scenario",
     metavar="ID",
@@ -552,28 +587,46 @@ def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
     help="Table, markdown, html: the view of one scenario, its tiers' interaction metrics "
     "side by side (the guidance comparison).",
 )
+@click.option(
+    "--version",
+    "version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The report version: 1 is the runs' own, 2, 3... each rejudge's or rescore's "
+    "(default: the latest; `scheduler list` shows them).",
+)
 @json_nonfinite_option
 def report(
     experiment: str | None,
     broker: str | None,
     fmt: str,
     runs: bool,
+    correction: str | None,
+    alpha: float | None,
     scenario: str | None,
+    version: int | None,
     nonfinite: str,
 ) -> None:
-    """Print an experiment's report (default: the latest).
+    """Print an experiment's report (default: the latest experiment, its latest version).
 
     The table fits the terminal (COLUMNS when set, else 120 columns when stdout
     is not a terminal). Pass rate is passes / runs counted (completed,
     agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
-    and cancelled runs are counted apart.
+    and cancelled runs are counted apart. Every test against the baseline is
+    corrected with the others (Holm unless the matrix's `report:` or
+    --correction says otherwise); raw and adjusted p-values are both shown.
+    --format github is compact markdown for a PR comment or a job summary,
+    its verdict line first.
 
     \b
     Examples:
       scheduler report EXP --format markdown > report.md
+      scheduler report EXP --format github >> "$GITHUB_STEP_SUMMARY"
+      scheduler report EXP --correction bh --alpha 0.1
       scheduler report EXP --format html > report.html
       scheduler report EXP --scenario create_notes
       scheduler report EXP --format json --runs --json-nonfinite null | jq .tiers
+      scheduler report EXP --version 1      # the original, before any rejudge
     """
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         fail(
@@ -582,11 +635,34 @@ def report(
         )
     with open_store(broker) as (store, _):
         exp_id = _experiment(store, experiment)
-        result = store.report(exp_id)
-        if result is None:
+        versions = store.report_versions(exp_id)
+        if not versions:
             fail(f"experiment {exp_id} has no report yet ({_status_line(store.info(exp_id))})", 1)
+        if version is not None and version not in versions:
+            fail(
+                f"experiment {exp_id} has no report version {version}; its versions: "
+                + ", ".join(map(str, versions))
+            )
+        shown = version or versions[-1]
+        result = store.report(exp_id, shown)
+        assert result is not None  # listed as stored
         if runs:
-            result = result.model_copy(update={"runs": store.runs(exp_id)})
+            every = store.runs(exp_id) if shown == 1 else store.version_runs(exp_id, shown)
+            result = result.model_copy(update={"runs": every})
+    if len(versions) > 1:
+        note = f" ({result.version_note})" if result.version_note else ""
+        err.print(
+            f"report version {shown} of {versions[-1]}{note}; --version N for another",
+            markup=False,
+            soft_wrap=True,
+        )
+    if correction is not None or alpha is not None:
+        stored = result.multiplicity
+        result = correct_report(
+            result,
+            cast(Correction, correction or (CORRECTION if stored is None else stored.correction)),
+            alpha or (ALPHA if stored is None else stored.alpha),
+        )
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
@@ -672,12 +748,14 @@ def _run_of(store: Store, words: tuple[str, ...]) -> tuple[str, str]:
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="Significance level of each test.",
+    help="Significance level of the family of tests.",
 )
+@correction_option(CORRECTION)
 @click.option(
     "--fail-on-regression",
     is_flag=True,
-    help="Exit 1 when a tier of B is significantly worse than in A (a CI gate).",
+    help="Exit 1 when a tier of B is significantly worse than in A after the correction "
+    "(a CI gate).",
 )
 @click.option(
     "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True
@@ -688,21 +766,24 @@ def compare(
     experiment_b: str,
     broker: str | None,
     alpha: float,
+    correction: str,
     fail_on_regression: bool,
     fmt: str,
     nonfinite: str,
 ) -> None:
     """Compare experiment B against A, per tier and per tier x scenario.
 
-    Deltas of pass rate and median composite score, Fisher's exact test on
-    passes and Mann-Whitney U on composite scores (two-sided, each at
-    --alpha, not corrected for multiple comparisons). A tier regressed when
-    either test finds it significantly worse.
+    Deltas of pass rate and median composite score with their effect sizes,
+    Fisher's exact test on passes and Mann-Whitney U on composite scores
+    (two-sided), all of them corrected together (--correction, Holm by
+    default) at --alpha. A tier regressed when either test finds it
+    significantly worse after the correction.
 
     \b
     Examples:
       scheduler compare EXP_BASELINE EXP_CANDIDATE --format markdown
       scheduler compare EXP_A EXP_B --fail-on-regression --alpha 0.01   # CI gate
+      scheduler compare EXP_A EXP_B --format github >> "$GITHUB_STEP_SUMMARY"
     """
     with open_store(broker) as (store, _):
         ids = [_experiment(store, e) for e in (experiment_a, experiment_b)]
@@ -711,7 +792,9 @@ def compare(
     for info in infos:
         if info.status != ExperimentStatus.complete:
             err.print(f"note: {_status_line(info)}: comparing the runs it has")
-    result = compare_experiments(infos[0], runs[0], infos[1], runs[1], alpha)
+    result = compare_experiments(
+        infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
+    )
     if not result.tiers:
         fail(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
     click.echo(render_comparison(result, fmt, nonfinite=nonfinite))
@@ -781,6 +864,222 @@ def resume(
             send(app, store, matrix, exp_id, pending, len(pending))
 
         _drive(app, broker, store, matrix, exp_id, send_runs, workers, wait, fmt, nonfinite)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+@click.option("--judge-model", metavar="MODEL", default=None, help="Another judge model.")
+@click.option(
+    "--rubric",
+    "rubric_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Another rubric for every judged scenario (read here, sent with the tasks).",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(1, 20),
+    default=None,
+    help="Judgments per run (default: the matrix's judge.repeats).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
+@click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@json_nonfinite_option
+def rejudge(
+    experiment: str,
+    broker: str | None,
+    judge_model: str | None,
+    rubric_file: str | None,
+    repeats: int | None,
+    workers: int | None,
+    wait: bool,
+    fmt: str,
+    nonfinite: str,
+) -> None:
+    """Judge every run of a finished experiment again from its stored evidence,
+    through the fleet, without starting any agent: a new report version (2, 3...)
+    beside the original, which is never overwritten.
+
+    \b
+    Judgments already asked (same transcript, rubric, judge model and prompt
+    version) come from the judgment cache at no cost; the output says how many.
+
+    \b
+    Examples:
+      scheduler rejudge EXP --judge-model gpt-4o            # a second opinion
+      scheduler rejudge EXP --repeats 5                     # measure the judge's noise
+      scheduler rejudge EXP --rubric rubrics/strict.yaml --broker redis://host:6379/0 --wait
+      scheduler report EXP --version 1                      # the original again
+    """
+    from core.config import load_rubric
+
+    rubric = None
+    if rubric_file is not None:
+        try:
+            rubric = load_rubric(Path(rubric_file).resolve())
+        except ConfigError as exc:
+            for problem in exc.problems:
+                err.print(f"[red]error:[/red] {problem}", soft_wrap=True)
+            fail(f"--rubric {rubric_file} is not a usable rubric; nothing was started")
+    with open_store(broker) as (store, url):
+        exp_id = _finished(store, experiment)
+        matrix = store.matrix(exp_id)
+        if matrix.judge is None:
+            fail(f"experiment {exp_id} has no judge (no top-level `judge:` in its matrix)")
+        # Whether judge inputs were kept is seen in one run's evidence, not in every
+        # run's (each is a decompression): runs judged before evidence was kept are
+        # kept as they were by the workers.
+        judged = [r.run_id for r in store.runs(exp_id) if r.judge is not None]
+        first = store.evidence(exp_id, judged[0]) if judged else None
+        if first is None or first.judge is None:
+            fail(
+                f"no run of {exp_id} has stored judge inputs (evidence): nothing to judge "
+                "again; runs judged before evidence was kept cannot be rejudged"
+            )
+        overrides = {"model": judge_model, "repeats": repeats}
+        judge = matrix.judge.model_copy(
+            update={k: v for k, v in overrides.items() if v is not None}
+        )
+        changed = [f"{k} {v}" for k, v in overrides.items() if v is not None]
+        changed += [f"rubric {rubric_file}"] if rubric_file else []
+        plan = {
+            "judge": judge,
+            "rubric": rubric,
+            "note": "rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
+        }
+        runs = store.info(exp_id).completed_runs
+        what = f"judging {len(judged)} of {runs} runs again with {judge.model} x{judge.repeats}"
+        _judge_again(store, url, broker, matrix, exp_id, plan, what, workers, wait, fmt, nonfinite)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Take the gates of the experiment's scenarios from this matrix file (say, a fixed "
+    "gate); default: the experiment's own gates.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
+@click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@json_nonfinite_option
+def rescore(
+    experiment: str,
+    broker: str | None,
+    matrix_file: str | None,
+    workers: int | None,
+    wait: bool,
+    fmt: str,
+    nonfinite: str,
+) -> None:
+    """Run the gates again on the runs' archived workspaces (matrix `workspace_archive:`),
+    and their judge with the new gates, through the fleet, without starting any agent:
+    a new report version beside the original. Runs without an archived workspace
+    (passed ones with `keep: failed`, ones above `max_bytes`) are kept as they were.
+
+    \b
+    Examples:
+      scheduler rescore EXP --matrix matrix.yaml        # gates fixed since the runs
+      scheduler rescore EXP --broker redis://host:6379/0 --wait
+      scheduler report EXP --version 1                  # the original again
+    """
+    gates = {}
+    if matrix_file is not None:
+        gates = {s.id: s.evaluation.gates for s in _load(matrix_file).scenarios}
+    with open_store(broker) as (store, url):
+        exp_id = _finished(store, experiment)
+        matrix = store.matrix(exp_id)
+        unknown = sorted(set(gates) - {s.id for s in matrix.scenarios})
+        if unknown:
+            fail(
+                f"{matrix_file}: scenarios {', '.join(unknown)} are not in experiment {exp_id} "
+                f"(its scenarios: {', '.join(s.id for s in matrix.scenarios)})"
+            )
+        archived = store.archived_runs(exp_id)
+        if not archived:
+            fail(
+                f"no run of {exp_id} has an archived workspace: nothing to gate again; set "
+                "`workspace_archive: {keep: failed}` in the matrix to keep them"
+            )
+        plan = {
+            "rescore": True,
+            "gates": gates,
+            "note": "rescored" + (f": gates of {matrix_file}" if matrix_file else ""),
+        }
+        runs = store.info(exp_id).completed_runs
+        what = f"gating {archived} of {runs} runs again on their archived workspaces"
+        _judge_again(store, url, broker, matrix, exp_id, plan, what, workers, wait, fmt, nonfinite)
+
+
+def _finished(store: Store, experiment: str) -> str:
+    exp_id = _experiment(store, experiment)
+    if store.report(exp_id) is None:
+        fail(f"experiment {exp_id} has not finished ({_status_line(store.info(exp_id))})")
+    return exp_id
+
+
+def _judge_again(
+    store: Store,
+    url: str,
+    broker: str | None,
+    matrix: Matrix,
+    exp_id: str,
+    plan_fields: dict[str, Any],
+    what: str,
+    workers: int | None,
+    wait: bool,
+    fmt: str,
+    nonfinite: str,
+) -> None:
+    """What rejudge and rescore share: a new version, sent through the fleet (embedded:
+    local workers), followed to its report unless a shared broker without --wait."""
+    from core.rejudge import RejudgePlan
+    from scheduler.follow import WorkersDied
+    from scheduler.rejudge import follow_version, send_rejudge
+
+    version = store.new_version(exp_id)
+    plan = RejudgePlan(version=version, **plan_fields)
+    app = _app(url)
+    err.print(
+        f"experiment {exp_id}: report version {version}, {what} (the others are kept as they were)",
+        soft_wrap=True,
+    )
+    try:
+        if configured_broker(broker) is not None:
+            send_rejudge(app, store, matrix, exp_id, plan)
+            if not wait:
+                click.echo(f"{exp_id} version {version}", err=fmt == "json")
+                return
+            result = follow_version(store, exp_id, plan, err)
+        else:
+            concurrency = workers or os.cpu_count() or 1
+            with LocalWorkers(url, concurrency, [app.conf.task_default_queue]) as local:
+                send_rejudge(app, store, matrix, exp_id, plan)
+                result = follow_version(store, exp_id, plan, err, local)
+    except WorkersDied as exc:
+        fail(f"{exc}; version {version} is incomplete", 1)
+    click.echo(render(result, fmt, nonfinite=nonfinite))
+    if result.judge is not None:
+        err.print(
+            f"{result.judge.judgments} judgments, {result.judge.cached} from cache",
+            markup=False,
+        )
 
 
 @main.command()

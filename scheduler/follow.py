@@ -33,7 +33,8 @@ _DONE = (ExperimentStatus.complete, ExperimentStatus.cancelled)
 
 
 class Workers(Protocol):
-    log_path: object
+    @property
+    def log_path(self) -> object: ...
 
     def alive(self) -> bool: ...
 

@@ -9,6 +9,7 @@ workers store them, and the report comes from the workers' own aggregation
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +68,9 @@ class Cell:
     statuses: dict[int, RunStatus] = field(default_factory=dict)
     # The impl rate of passing runs (1.0: composite 1.0); None: distinct scores.
     pass_impl: float | None = None
+    # Every run's impl rate, in run order (over pass_impl); and every run's cost.
+    impls: tuple[float, ...] | None = None
+    cost: float | None = None
 
 
 def impl_rate(passed: bool, index: int) -> float:
@@ -79,9 +83,11 @@ def seed_experiment(
     folder: Path,
     cells: dict[tuple[str, str], Cell],
     name: str = "demo",
+    matrix_keys: dict[str, object] | None = None,
     created_at: float = 1_700_000_000.0,
 ) -> str:
-    """Store a finished experiment with these runs; returns its id."""
+    """Store a finished experiment with these runs (`matrix_keys`: more top-level keys);
+    returns its id."""
     tiers = list(dict.fromkeys(t for t, _ in cells))
     scenarios = list(dict.fromkeys(s for _, s in cells))
     runs = {len(c.passed) for c in cells.values()}
@@ -96,6 +102,7 @@ def seed_experiment(
                 "agent": {"kind": "command", "command": "true", "model": "claude-sonnet-4"},
                 "tiers": [{"id": t} for t in tiers],
                 "scenarios": [{"id": s, "prompt": "go"} for s in scenarios],
+                **(matrix_keys or {}),
             }
         )
     )
@@ -117,7 +124,12 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
     status = cell.statuses.get(index, RunStatus.completed)
     passed = cell.passed[index] and status is RunStatus.completed
     pass_rate = formulas.pass_rate(passed)
-    impl = cell.pass_impl if passed and cell.pass_impl is not None else impl_rate(passed, index)
+    if cell.impls is not None:
+        impl = cell.impls[index]
+    elif passed and cell.pass_impl is not None:
+        impl = cell.pass_impl
+    else:
+        impl = impl_rate(passed, index)
     calls = formulas.with_cumulative_input(
         [LLMCallMetrics(input_tokens=tokens, output_tokens=50) for tokens in cell.context]
     )
@@ -132,7 +144,7 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         pass_rate=pass_rate,
         impl_rate=impl,
         composite_score=formulas.composite_score(pass_rate, impl, 0.5, 0.5),
-        cost_usd=0.01 + 0.001 * index,
+        cost_usd=0.01 + 0.001 * index if cell.cost is None else cell.cost,
         duration_seconds=2.0,
         started_at=1_700_000_000.0 + index,
         ended_at=1_700_000_002.0 + index,
@@ -178,3 +190,35 @@ scenarios:
 {extra}
 """)
     return path
+
+
+def judged_matrix(
+    folder: Path, base_url: str, *, runs: int = 3, tiers: str = "T0, T1", repeats: int = 3
+) -> Path:
+    """matrix.yaml of judged runs: the agent prints `run=TIER/INDEX;` (a marker for
+    tests.llm_stub.scripted_judge), passes its gate and notes each start in
+    FOLDER/agent-starts.log; the judge (model judge-a) is at `base_url`. The prompt
+    names a fresh token: the judgment cache outlives the experiment, and another
+    test's identical runs would be answered from it."""
+    (folder / "rubric.yaml").write_text("criteria: [{id: quality, weight: 1, description: q}]\n")
+    ids = ", ".join(f"{{id: {t.strip()}}}" for t in tiers.split(","))
+    matrix = folder / "matrix.yaml"
+    starts = f"echo started >> {folder / 'agent-starts.log'}"
+    matrix.write_text(f"""
+name: judged
+runs_per_tier: {runs}
+agent:
+  kind: command
+  command: 'echo "run=$EVALFLEET_TIER/$EVALFLEET_RUN_INDEX;"; touch out.txt; {starts}'
+  timeout_s: 30
+tiers: [{ids}]
+judge: {{base_url: "{base_url}", model: judge-a, api_key_env: null, max_attempts: 1,
+         repeats: {repeats}}}
+scenarios:
+  - id: s
+    prompt: "go ({uuid.uuid4().hex})"
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      judge: {{rubric: rubric.yaml, pass_threshold: 0.7}}
+""")
+    return matrix

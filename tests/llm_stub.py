@@ -33,7 +33,7 @@ import itertools
 import json
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -137,6 +137,46 @@ def dribble(step: Step | None = None, interval_s: float = 2.0) -> Step:
 def endless() -> Step:
     """A 200 whose body never ends (no Content-Length), sent as fast as the client reads."""
     return Step(status=200, body="", stream="endless")
+
+
+def scripted_judge(
+    scores: Mapping[str, Sequence[float]], model_scores: Mapping[str, float] | None = None
+) -> Callable[[RecordedRequest], Step]:
+    """A deterministic judge for one criterion `quality`: the request whose prompt names
+    marker M gets, on its n-th request naming M, the score ``scores[M][n]`` (its last
+    score once they run out), whatever order concurrent runs ask in. With
+    `model_scores`, a request for one of those judge models gets its fixed score instead.
+    Every answer gives a reason, "scripted N"."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(request: RecordedRequest) -> Step:
+        prompt = json.dumps(request.body)
+        model = str((request.body or {}).get("model"))
+        if model_scores and model in model_scores:
+            return _judge_answer(model_scores[model])
+        named = [m for m in scores if m in prompt]
+        if len(named) != 1:
+            return status(400, body={"error": {"message": f"markers in prompt: {named}"}})
+        with lock:
+            n = seen.get(named[0], 0)
+            seen[named[0]] = n + 1
+        script = scores[named[0]]
+        return _judge_answer(script[min(n, len(script) - 1)])
+
+    return answer
+
+
+def _judge_answer(score: float) -> Step:
+    body = {
+        "scores": {"quality": score},
+        "reasons": {"quality": f"scripted {score:g}"},
+        "weighted_score": score,
+        "confidence": 0.9,
+        "issues": [],
+        "highlights": [],
+    }
+    return reply(content=json.dumps(body))
 
 
 @dataclass(frozen=True)

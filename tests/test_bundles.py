@@ -125,6 +125,13 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
         _worker(tmp_path / "second", fleet_env, f"{QUEUE}-two", started)
         wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=240)
         prompts = [json.dumps(request.body) for request in stub.requests]
+        # Judging again reads the shipped rubric too (no agent runs).
+        rejudged = run_cli(
+            "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
+            env=fleet_env,
+        )  # fmt: skip
+        assert rejudged.returncode == 0, rejudged.stderr
+        again = [json.dumps(request.body) for request in stub.requests[len(prompts) :]]
 
     shown = run_cli("report", exp_id, "--format", "json", "--runs", env=fleet_env)
     assert shown.returncode == 0, shown.stderr
@@ -138,6 +145,8 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
     # The judge read the shipped rubric, and each tier's runs ran on their worker,
     # from its own copy of the files (each tier's queue has one worker).
     assert len(prompts) == 4 and all("RUBRIC-CRITERION-7" in p for p in prompts)
+    assert json.loads(rejudged.stdout)["tiers"]["T1"]["passes"] == 2
+    assert len(again) == 4 and all("RUBRIC-CRITERION-7" in p and "judge-b" in p for p in again)
     for name, guidance in (("first", "guidance-v1"), ("second", "guidance-v2")):
         (copy,) = (tmp_path / name / "runs-files").iterdir()
         assert os.access(copy / "matrix" / "bin" / "stamp", os.X_OK)

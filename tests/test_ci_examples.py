@@ -73,6 +73,16 @@ def test_github_workflow_submits_once_then_runs_a_matrix_of_workers_until_idle()
     worker_commands = [c for c in scheduler_commands(GITHUB) if c[0] == "worker"]
     assert worker_commands and all("--until-idle" in c for c in worker_commands)
     assert "always()" in jobs["report"]["if"]
+    # The verdict-first summary goes to the job summary and, on a pull request, a comment.
+    steps = [step.get("run", "") for step in jobs["report"]["steps"]]
+    summary = next(s for s in steps if "--format github" in s)
+    assert summary.endswith("> summary.md")
+    assert any(s.strip() == 'cat summary.md >> "$GITHUB_STEP_SUMMARY"' for s in steps)
+    comment = next(s for s in jobs["report"]["steps"] if "gh pr comment" in s.get("run", ""))
+    assert comment["if"] == "github.event_name == 'pull_request'"
+    assert "--body-file summary.md" in comment["run"]
+    assert jobs["report"]["permissions"]["pull-requests"] == "write"
+    assert "pull_request" in workflow[True]  # yaml 1.1 reads the key `on` as True
 
 
 def test_gitlab_pipeline_submits_once_then_runs_parallel_workers_until_idle() -> None:

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from core.redact import MARKER
-from core.store import FILE_POINTER, NO_RESULT, Store
+from core.store import FILE_POINTER, NO_RESULT, Store, evidence_file
 from tests.conftest import StartWorker, run_cli
 from tests.experiments import command_matrix
 
@@ -121,6 +121,19 @@ def test_show_refuses_an_unknown_run_with_exit_2(
     assert unknown.returncode == 2 and "no run 'no-such-run-anywhere'" in unknown.stderr
     words = run_cli("show", exp_id, "T0", env=fleet_env)
     assert words.returncode == 2 and "not 2 words" in words.stderr
+
+
+def test_show_of_a_run_not_yet_run_says_so(fleet_env: dict[str, str], tmp_path: Path) -> None:
+    submitted = run_cli("submit", str(command_matrix(tmp_path, "true")), env=fleet_env)
+    exp_id = submitted.stdout.strip()
+    shown = show(fleet_env, f"{exp_id}:T0:s:0")
+    assert "no result yet: still queued or running, or lost" in shown
+    assert show_json(fleet_env, f"{exp_id}:T0:s:0") == {
+        "result": None,
+        "evidence": None,
+        "attempts": [],
+    }
+    assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
 
 
 def test_caps_cut_each_text_and_the_experiment_with_a_note(
@@ -232,11 +245,19 @@ def test_an_artifacts_folder_holds_the_evidence_and_redis_its_path(
     run_id = f"{exp_id}:T0:s:0"
 
     path = folder / exp_id / f"{quote(run_id, safe='')}.json.z"
+    assert evidence_file(folder, exp_id, run_id) == path
     stored = store.binary.hget(store.keys.evidence(exp_id), run_id)
     assert stored == FILE_POINTER + str(path).encode()
     evidence = json.loads(zlib.decompress(path.read_bytes()))
     assert "expected final in out.txt" in evidence["gates"][1]["output"]["text"]
     assert "expected final in out.txt" in show(fleet_env, run_id)
+
+    # A machine that does not see the folder still shows the run, and says why it
+    # lacks the evidence.
+    path.unlink()
+    shown = show(fleet_env, run_id)
+    assert "outcome: completed, failed" in shown
+    assert "note: the run's evidence file cannot be read here: [Errno 2]" in shown
 
     # A folder that cannot be made is refused before anything is sent.
     before = store.list_experiments()

@@ -5,7 +5,7 @@ once, and redaction comes before any cut."""
 from __future__ import annotations
 
 from core.config import EvidenceLimits
-from core.evidence import Excerpt, GateEvidence, RunEvidence
+from core.evidence import Excerpt, GateEvidence, JudgeCall, JudgeEvidence, JudgeInputs, RunEvidence
 from core.evidence_caps import bounded, cut, minimal
 from core.redact import MARKER
 
@@ -90,3 +90,19 @@ def test_minimal_evidence_keeps_what_locates_the_failure_and_says_why() -> None:
     assert [(g.command, g.exit_code, g.output.text) for g in small.gates] == [("pytest", 1, "")]
     assert (small.phases, small.cuts) == ({"agent": 2.0}, ["cap reached"])
     assert MARKER not in small.model_dump_json()
+
+
+def test_the_judges_prompts_and_answers_are_capped_but_what_it_was_shown_is_kept_whole() -> None:
+    shown = JudgeInputs(task_prompt="write notes", transcript_text=Excerpt.whole("t" * 3000))
+    calls = [
+        JudgeCall(model="j", prompt=Excerpt.whole("p" * 5000), raw_answer=Excerpt.whole("{}"))
+        for _ in range(2)
+    ]
+    run = evidence().model_copy(update={"judge": JudgeEvidence(inputs=shown, calls=calls)})
+    kept = bounded(run, EvidenceLimits(max_item_kb=1), [])
+    assert kept.judge is not None and kept.judge.inputs == shown  # rejudge asks with it
+    assert [c.prompt.cut for c in kept.judge.calls] == [5000 - 1024] * 2
+    assert [c.raw_answer for c in kept.judge.calls] == [Excerpt.whole("{}")] * 2
+    assert "judge call 2 prompt: 5000 bytes, kept its first and last 512 (max_item_kb)" in (
+        kept.cuts
+    )

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from core.config import JudgeConfig, ModelPrice, Rubric, ScenarioJudge, load_rubric
+from core.evidence import Excerpt, JudgeInputs
 from core.judge import clip_middle, judge_run
 from core.llm_http import MAX_RESPONSE_BYTES
 from core.results import GateResult, JudgeResult
@@ -76,8 +77,13 @@ def judge(
         JudgeConfig(**settings),
         scenario,
         rubric,
-        task_prompt="Create three notes about Rust.",
-        transcript_text="$ my-tool create --title Ownership\ncreated n1\n",
+        JudgeInputs(
+            task_prompt="Create three notes about Rust.",
+            transcript_text=Excerpt.whole("$ my-tool create --title Ownership\ncreated n1\n"),
+            changes_summary=(
+            "changes since the workspace was prepared: 1 added\n  added: .my-tool/store.json"
+        ),
+        ),
         gates=[
             GateResult(
                 gate_type="command_json_path",
@@ -86,13 +92,10 @@ def judge(
                 message="$: len 1 fails len >= 3",
             )
         ],
-        changes_summary=(
-            "changes since the workspace was prepared: 1 added\n  added: .my-tool/store.json"
-        ),
         api_key=api_key,
         price=ModelPrice(input=0.15, output=0.6),
         sleep=(sleeps if sleeps is not None else []).append,
-    )
+    ).result
 
 
 def conversation(stub: LLMStub, index: int) -> list[dict[str, str]]:
@@ -257,14 +260,16 @@ def test_429_wait_really_happens(scenario: ScenarioJudge, rubric: Rubric) -> Non
     script = [status(429, headers={"Retry-After": "1"}), reply(content=answer())]
     with LLMStub(script) as stub:
         started = time.monotonic()
-        result = judge_run(
+        result, _ = judge_run(
             JudgeConfig(base_url=stub.base_url, api_key_env=None),
             scenario,
             rubric,
-            task_prompt="t",
-            transcript_text="",
+            JudgeInputs(
+                task_prompt="t",
+                transcript_text=Excerpt.whole(""),
+                changes_summary="",
+            ),
             gates=[],
-            changes_summary="",
             api_key=None,
         )
     assert result.error is None
@@ -367,14 +372,16 @@ def test_unreachable_server(scenario: ScenarioJudge, rubric: Rubric) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     config = JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", max_attempts=2)
-    result = judge_run(
+    result, _ = judge_run(
         config,
         scenario,
         rubric,
-        task_prompt="t",
-        transcript_text="",
+        JudgeInputs(
+            task_prompt="t",
+            transcript_text=Excerpt.whole(""),
+            changes_summary="",
+        ),
         gates=[],
-        changes_summary="",
         api_key=KEY,
         sleep=lambda _: None,
     )
@@ -384,14 +391,16 @@ def test_unreachable_server(scenario: ScenarioJudge, rubric: Rubric) -> None:
 
 def test_unusable_base_url_is_not_retried(scenario: ScenarioJudge, rubric: Rubric) -> None:
     config = JudgeConfig(base_url="judge.example/v1", api_key_env=None)
-    result = judge_run(
+    result, _ = judge_run(
         config,
         scenario,
         rubric,
-        task_prompt="t",
-        transcript_text="",
+        JudgeInputs(
+            task_prompt="t",
+            transcript_text=Excerpt.whole(""),
+            changes_summary="",
+        ),
         gates=[],
-        changes_summary="",
         api_key=None,
         sleep=lambda _: None,
     )
@@ -449,10 +458,12 @@ def test_long_transcript_keeps_head_and_tail(scenario: ScenarioJudge, rubric: Ru
             JudgeConfig(base_url=stub.base_url, api_key_env=None, max_transcript_chars=1000),
             scenario,
             rubric,
-            task_prompt="t",
-            transcript_text=transcript,
+            JudgeInputs(
+                task_prompt="t",
+                transcript_text=Excerpt.whole(transcript),
+                changes_summary="",
+            ),
             gates=[],
-            changes_summary="",
             api_key=None,
         )
     prompt = conversation(stub, 0)[0]["content"]

@@ -39,6 +39,7 @@ from core.config import (
     Matrix,
     ModelPrice,
     ProcessConfig,
+    ReportOptions,
     Rubric,
     RubricOutput,
     Scenario,
@@ -46,6 +47,7 @@ from core.config import (
     Scoring,
     Target,
     Tier,
+    WorkspaceArchive,
     load_rubric,
 )
 from core.gates import run_gates
@@ -283,10 +285,12 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     Criterion: "### Rubric files",
     RubricOutput: "### Rubric files",
     Scoring: "## scoring",
+    ReportOptions: "## report",
     ModelPrice: "## pricing",
     EvidenceLimits: "## evidence",
     Artifacts: "## evidence",
     DockerSandbox: "### agent.docker",
+    WorkspaceArchive: "### workspace_archive",
     BundleConfig: "## bundle",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }

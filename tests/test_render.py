@@ -42,14 +42,27 @@ def test_user_text_is_escaped_in_html_and_markdown() -> None:
     assert "<script" not in markdown
     title = markdown.splitlines()[0]
     assert title.startswith("# x &lt;script>alert") and "\\| & y" in title
+    github = render(report, "github")
+    assert "<script" not in github and "x &lt;script>alert" in github.splitlines()[2]
+    assert "<details>" not in github  # one scenario: its rows are the tiers'
 
 
 def test_an_experiment_without_results_renders_everywhere() -> None:
     report = _report([])
     page = render(report, "html")
     assert page.count("no data") == 4
-    for fmt in ("markdown", "table", "csv", "json"):
+    for fmt in ("markdown", "table", "csv", "json", "github"):
         assert "T1" in render(report, fmt)
+    assert render(report, "github").startswith(
+        "**⚪ Against baseline T0: T1 not enough runs** (Holm-corrected across 0 tests"
+    )
+
+
+def test_github_format_of_a_lone_tier_says_there_is_nothing_to_compare() -> None:
+    info = ExperimentInfo(id="e1", name="n", created_at=0.0, tiers=["T0"], scenarios=["s"])
+    report = aggregate(info, [_run("T0", 0, True)], baseline="T0", scoring=Scoring())
+    first = render(report, "github").splitlines()[0]
+    assert first == "**⚪ T0 is the only tier: no test against a baseline**"
 
 
 def test_bar_heights_follow_the_values_and_the_axis_has_round_ticks() -> None:

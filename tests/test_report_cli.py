@@ -122,6 +122,7 @@ def test_markdown_has_every_section_and_the_guidance_comparison(
     ]
     assert titles == [
         "Summary",
+        "Cross-tier against the baseline (T0)",
         "Confidence and significance against the baseline (T0)",
         "pass@k and pass^k",
         "Interaction metrics (mean per run)",

@@ -28,6 +28,7 @@ import redis
 from kombu import Connection, Exchange, Queue
 
 from core.config import Matrix, Scenario, Tier
+from core.evidence import Excerpt
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, RunStatus
 from core.store import Store
@@ -193,6 +194,11 @@ scenarios:
     assert not any(s in r.raw.decode() for r in stub.requests for s in secrets)
     leaks = [key for key, value in _every_value(store.binary) if any(s in value for s in secrets)]
     assert leaks == []
+    # The run's evidence (compressed, so not readable above) holds the judge's raw answer.
+    evidence = store.evidence(exp_id, run.run_id)
+    assert evidence is not None and evidence.judge is not None
+    assert "[REDACTED]" in (evidence.judge.calls[0].raw_answer or Excerpt()).text
+    assert not any(s in evidence.model_dump_json() for s in secrets)
     assert not any(s in text for text in outputs for s in secrets)
     assert not any(s in (tmp_path / "worker.log").read_text() for s in secrets)
 

@@ -12,9 +12,7 @@ run's lease (worker/lease.py), so a run whose worker died is sent again
 within minutes (worker/recovery.py). Secrets are taken out of the result
 before it is stored.
 
-A run that stores its result stores its evidence next (README, "Evidence"):
-redacted, cut to the matrix's caps, with every delivery of the run (the
-record begin_delivery keeps, so one that died without a result shows too).
+A run that stores its result stores its evidence next (worker/evidence.py).
 """
 
 from __future__ import annotations
@@ -35,21 +33,22 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
 from core.bundle import BundleError
-from core.config import Matrix
+from core.config import Matrix, WorkspaceArchive
 from core.evaluate import evaluate_run
-from core.evidence import Attempt, RunEvidence
-from core.evidence_caps import bounded, minimal
+from core.evidence import RunEvidence
 from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.report_models import ExperimentStatus
 from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
 from core.shell import kill_groups_by_env
 from core.store import Delivery, Store
-from core.transcript_models import AgentOutcome
+from core.transcript_models import AgentOutcome, CommandRecord
+from core.workspace_archive import TooLarge, pack
 from core.workspace_changes import snapshot
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
+from worker.evidence import end_delivery, keep_evidence
 from worker.files import local_matrix
 from worker.lease import Lease
 from worker.phase_clock import PhaseClock
@@ -114,7 +113,7 @@ def execute(
     evidence = None
     try:
         with lease.held():
-            result, evidence = _attempt(spec, store, matrix, delivery, started, secrets, clock)
+            result, evidence = _attempt(spec, matrix, delivery, started, secrets, clock, store)
     except REDIS_DOWN:
         raise
     except SoftTimeLimitExceeded:
@@ -135,71 +134,15 @@ def execute(
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
         _patiently(lambda: lease.hold_through(wait_s))
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
-        _end_delivery(store, spec, delivery.attempts, f"{_outcome(result)}; sent again")
+        end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
         _note_health(store, matrix, result)
-        whole = evidence or RunEvidence(experiment_id=spec.experiment_id, run_id=spec.run_id)
-        try:
-            whole = whole.model_copy(
-                update={"phases": phases, "attempts": _attempts(delivery, result, started)}
-            )
-            _store_evidence(store, matrix, whole, secrets)
-        except Exception as exc:  # the result is stored and the chord must fire: only log
-            log.warning("run %s: evidence not stored: %r", spec.run_id, exc, exc_info=True)
+        keep_evidence(store, matrix, result, evidence, delivery, started, phases, secrets)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.run(spec.experiment_id, spec.run_id) or result
-
-
-def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Attempt]:
-    """The run's deliveries, this one (the last) with its end and outcome."""
-    earlier = delivery.deliveries[:-1]
-    this = delivery.deliveries[-1] if delivery.deliveries else None
-    return [
-        *earlier,
-        Attempt(
-            worker=this.worker if this is not None else socket.gethostname(),
-            started_at=this.started_at if this is not None else started,
-            ended_at=time.time(),
-            outcome=_outcome(result),
-        ),
-    ]
-
-
-def _outcome(result: RunResult) -> str:
-    """A delivery's outcome as its attempt shows it: the status, and why."""
-    why = f": {error_key(result.fail_reason)}" if result.fail_reason else ""
-    return result.status.value + why
-
-
-def _store_evidence(store: Store, matrix: Matrix, whole: RunEvidence, secrets: list[str]) -> None:
-    """Redacted and capped; in the artifacts folder if the matrix names one and this
-    worker can write there, else in Redis."""
-    limits = matrix.evidence
-    whole = bounded(whole, limits, secrets)
-    summary = minimal(
-        whole,
-        f"the experiment's evidence reached max_experiment_mb ({limits.max_experiment_mb:g} MB): "
-        "only this summary of the run was kept",
-    )
-    cap = int(limits.max_experiment_mb * 1024 * 1024)
-    folder = matrix.artifacts.dir if matrix.artifacts is not None else None
-    try:
-        store.save_evidence(whole, minimal=summary, cap_bytes=cap, folder=folder)
-    except OSError as exc:  # the artifacts folder is not there or not writable here
-        log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
-        note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
-        kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
-        store.save_evidence(kept, minimal=summary, cap_bytes=cap)
-
-
-def _end_delivery(store: Store, spec: RunSpec, number: int, outcome: str) -> None:
-    try:
-        store.end_delivery(spec.experiment_id, spec.run_id, number, outcome)
-    except redis.RedisError as exc:  # only the record of how the delivery ended
-        log.warning("run %s: end of delivery %d not recorded: %s", spec.run_id, number, exc)
 
 
 def outage_wait_s(stated_s: float | None, attempts: int) -> float:
@@ -246,12 +189,12 @@ def _patiently(call: Callable[[], T]) -> T:
 
 def _attempt(
     spec: RunSpec,
-    store: Store,
     matrix: Matrix,
     delivery: Delivery,
     started: float,
     secrets: list[str],
     on_phase: Phase,
+    store: Store,
 ) -> Attempted:
     attempts = delivery.attempts
     # A delivery whose pool process was killed (this run's, or another's) left its
@@ -284,12 +227,17 @@ def _attempt(
         local = _patiently(lambda: local_matrix(store, spec.experiment_id))
     except (BundleError, OSError) as exc:
         return error_result(spec, f"the experiment's files: {exc}", attempts, started), None
-    result, evidence = _run(spec, local, on_phase, started, secrets)
+    result, evidence = _run(spec, local, on_phase, started, secrets, store)
     return result.model_copy(update={"attempts": attempts}), evidence
 
 
 def _run(
-    spec: RunSpec, matrix: Matrix, on_phase: Phase, started: float, secrets: list[str]
+    spec: RunSpec,
+    matrix: Matrix,
+    on_phase: Phase,
+    started: float,
+    secrets: list[str],
+    store: Store,
 ) -> Attempted:
     tier = matrix.tier(spec.tier)
     scenario = matrix.scenario(spec.scenario)
@@ -320,6 +268,7 @@ def _run(
                 "stderr": redact(outcome.stderr, secrets),
             }
         )
+        gated: list[CommandRecord] = []
         evaluated = evaluate_run(
             spec,
             matrix,
@@ -331,9 +280,14 @@ def _run(
             secrets=secrets,
             prepared=prepared,
             enclosure=container.enclosure() if container is not None else None,
+            judgments=store,
+            on_gated=gated.extend,
         )
-        evaluated.result.worker = socket.gethostname()
-        return evaluated.result, evaluated.evidence
+        result = evaluated.result
+        result.worker = socket.gethostname()
+        if matrix.workspace_archive is not None and result.gates_total:
+            _archive(store, matrix.workspace_archive, spec, run_dir, result, gated, secrets)
+        return result, evaluated.evidence
     finally:
         containers.close()
         # Nothing the delivery started outlives it: not even a process that left
@@ -342,6 +296,26 @@ def _run(
         if not matrix.keep_workspaces:
             run_dir.remove()
         run_dir.release()
+
+
+def _archive(
+    store: Store,
+    config: WorkspaceArchive,
+    spec: RunSpec,
+    run_dir: RunDir,
+    result: RunResult,
+    commands: list[CommandRecord],
+    secrets: list[str],
+) -> None:
+    """Keep the gated workspace for rescore (matrix `workspace_archive:`), bounded."""
+    if config.keep == "failed" and result.passed:
+        return
+    try:
+        archive = pack(run_dir.workspace, config.max_bytes, commands, secrets)
+    except (TooLarge, OSError) as exc:
+        log.warning("run %s: %s", spec.run_id, exc)
+        return
+    store.save_workspace(spec.experiment_id, spec.run_id, archive)
 
 
 def _run_agent(

@@ -22,6 +22,8 @@ DEFAULT_QUEUE = os.environ.get("EVALFLEET_QUEUE", "evalfleet")
 VISIBILITY_TIMEOUT_S = int(os.environ.get("EVALFLEET_VISIBILITY_TIMEOUT", 6 * 3600))
 RUN_TASK = "evalfleet.run"
 AGGREGATE_TASK = "evalfleet.aggregate"
+REJUDGE_TASK = "evalfleet.rejudge"
+AGGREGATE_VERSION_TASK = "evalfleet.aggregate_version"
 # Time a run may take beyond its agent, setup and gates: workspace copy,
 # transcript parsing, storing. Generous: exceeding it kills the run.
 _MARGIN_S = 120.0
@@ -77,6 +79,6 @@ def _budget_s(matrix: Matrix, tier_id: str, scenario_id: str) -> float:
     gates = sum(g.timeout_s for g in scenario.evaluation.gates)
     judge = 0.0
     if scenario.evaluation.judge_enabled and matrix.judge is not None:
-        # Every request and wait of the judge call is within its deadline.
-        judge = matrix.judge.deadline
+        # Every request and wait of each of its judgments is within its deadline.
+        judge = matrix.judge.deadline * matrix.judge.repeats
     return agent.timeout_s + setup + gates + judge + _MARGIN_S

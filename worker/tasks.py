@@ -2,7 +2,8 @@
 
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
-stored RunResult and the task returns a small summary. The exceptions are a
+stored RunResult and the task returns a small summary. `evalfleet.rejudge`, the
+header task of a rejudge or rescore (worker/rejudge.py), never raises either. The exceptions are a
 run handed back by a leaving worker (worker/grace.py) and a run that Redis left
 (a restart longer than worker/run.py waits): the message is rejected with
 requeue, which neither fails nor counts toward the chord. A run whose model
@@ -20,13 +21,16 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore, Reject
 
 from core.aggregate import aggregate
-from core.report_models import ExperimentStatus
+from core.config import Matrix
+from core.rejudge import RejudgePlan
+from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec
 from core.store import ExperimentNotFound, Store
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
+from worker.rejudge import rejudged
 from worker.run import REDIS_DOWN, RetryLater, execute
-from worker.sending import AGGREGATE_TASK, RUN_TASK
+from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,38 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
     return summary(result)
 
 
+@shared_task(bind=True, name=REJUDGE_TASK)
+def rejudge(self: Task, experiment_id: str, run_id: str, plan: dict[str, Any]) -> dict[str, Any]:
+    """A chord header task like `run`: it never raises, so every run of the version
+    gets a result and the chord fires."""
+    rejudge_plan = RejudgePlan.model_validate(plan)
+    db = store_of(self.app)
+    try:
+        result = rejudged(db, experiment_id, run_id, rejudge_plan)
+    except REDIS_DOWN as exc:
+        raise Reject(f"Redis unreachable: {exc}", requeue=True) from None
+    return summary(result)
+
+
+@shared_task(bind=True, name=AGGREGATE_VERSION_TASK)
+def aggregate_version(
+    self: Task, _results: list[Any] | None, experiment_id: str, plan: dict[str, Any]
+) -> dict[str, Any]:
+    """Chord body of a rejudge: the report of the new version."""
+    return finish_version(store_of(self.app), experiment_id, RejudgePlan.model_validate(plan))
+
+
+def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str, Any]:
+    """The version's report once each of the experiment's runs has a result in it."""
+    info = db.info(experiment_id)
+    runs = db.version_runs(experiment_id, plan.version)
+    if len(runs) < info.completed_runs:
+        return {"experiment_id": experiment_id, "status": "waiting for runs"}
+    report = _report(info, runs, db.matrix(experiment_id))
+    db.save_report(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
+    return {"experiment_id": experiment_id, "version": plan.version}
+
+
 @shared_task(bind=True, name=AGGREGATE_TASK)
 def aggregate_experiment(
     self: Task, _results: list[Any] | None, experiment_id: str
@@ -114,14 +150,20 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
     # The first aggregation fixes finished_at, so re-running it changes nothing.
     finished = info.finished_at or max((r.ended_at or 0.0 for r in runs), default=time.time())
     info = info.model_copy(update={"finished_at": finished})
-    report = aggregate(
+    db.save_report(_report(info, runs, matrix))
+    db.set_status(experiment_id, info.status, finished_at=finished)
+    return {"experiment_id": experiment_id, "status": info.status.value}
+
+
+def _report(info: ExperimentInfo, runs: list[RunResult], matrix: Matrix) -> ExperimentReport:
+    """The report of these runs as the matrix asks for it (every version alike)."""
+    return aggregate(
         info,
         runs,
         baseline=matrix.baseline_tier,
         scoring=matrix.scoring,
         tier_order=[t.id for t in matrix.tiers],
         scenario_order=[s.id for s in matrix.scenarios],
+        correction=matrix.report.correction,
+        alpha=matrix.report.alpha,
     )
-    db.save_report(report)
-    db.set_status(experiment_id, info.status, finished_at=finished)
-    return {"experiment_id": experiment_id, "status": info.status.value}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 import shutil
 
 from pydantic import BaseModel
@@ -19,13 +18,15 @@ from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
 from core.metrics import RUN_METRICS
-from core.report_models import ExperimentComparison, ExperimentReport, Statistics
+from core.report_models import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from scheduler.report import sections
+from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
+from scheduler.report.markdown import md, table_lines
 from scheduler.report.sections import Table
 
-FORMATS = ("table", "markdown", "json", "csv", "html")
-COMPARE_FORMATS = ("table", "markdown", "json", "csv")
+FORMATS = ("table", "markdown", "github", "json", "csv", "html")
+COMPARE_FORMATS = ("table", "markdown", "github", "json", "csv")
 # Formats that can show the view of one scenario; json and csv always carry all of them.
 SCENARIO_FORMATS = ("table", "markdown", "html")
 # How JSON writes Infinity and NaN: DESIGN's strings "Infinity"/"NaN" (the
@@ -33,8 +34,6 @@ SCENARIO_FORMATS = ("table", "markdown", "html")
 NONFINITE = ("string", "null")
 # Table width when stdout is not a terminal (a file, a CI log) and COLUMNS is unset.
 DEFAULT_WIDTH = 120
-# `<` opening an HTML tag in markdown (a user's text), not `<0.001`.
-_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 def terminal_width() -> int:
@@ -60,6 +59,8 @@ def render(
         return _csv(report)
     if fmt == "html":
         return html_report(report, scenario)
+    if fmt == "github":
+        return github_report(report)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
     tables = (
         sections.report_tables(report)
@@ -80,6 +81,8 @@ def render_comparison(
 ) -> str:
     if fmt == "json":
         return to_json_text(result, nonfinite)
+    if fmt == "github":
+        return github_comparison(result)
     table = sections.comparison(result)
     if fmt == "csv":
         return _csv_table(table)
@@ -103,26 +106,12 @@ def to_json_text(model: BaseModel, nonfinite: str = "string") -> str:
 
 
 def _markdown(title: str, tables: list[Table]) -> str:
-    lines = [f"# {_md(title)}"]
+    lines = [f"# {md(title)}"]
     for table in tables:
-        lines += [
-            "",
-            f"## {_md(table.title)}",
-            "",
-            "| " + " | ".join(_md(c) for c in table.columns) + " |",
-            "|" + "---|" * len(table.columns),
-        ]
-        lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in table.rows]
+        lines += ["", f"## {md(table.title)}", "", *table_lines(table)]
         if table.notes:
-            lines += [""] + [f"- {_md(note)}" for note in table.notes]
+            lines += [""] + [f"- {md(note)}" for note in table.notes]
     return "\n".join(lines) + "\n"
-
-
-def _md(text: str) -> str:
-    """Cell text that cannot break a pipe table or open an HTML tag (a user's experiment
-    name); `<0.001` stays as it is."""
-    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    return _TAG_START.sub("&lt;", text)
 
 
 def _terminal(title: str, tables: list[Table], width: int | None) -> str:
@@ -217,6 +206,10 @@ def _csv(report: ExperimentReport) -> str:
         + ["flaky_scenarios"]
         # Added after the first release's columns, so positions stay where they were.
         + ["counted", "cancelled", "pass_share", "pass_share_ci_low", "pass_share_ci_high"]
+        + ["vs_baseline_fisher_p_adjusted", "vs_baseline_mann_whitney_p_adjusted"]
+        + ["vs_baseline_risk_difference_ci_low", "vs_baseline_risk_difference_ci_high"]
+        + ["vs_baseline_cliffs_delta", "cliffs_delta_ci_low", "cliffs_delta_ci_high"]
+        + ["detectable_improvement", "detectable_regression", "consistency"]
     )
     for tier_id, scope, cell in sections.cells(report):
         a = cell.analysis
@@ -236,6 +229,7 @@ def _csv(report: ExperimentReport) -> str:
             values += [None, None, None]
         else:
             values += [cell.passes / cell.counted, share.low, share.high]
+        values += [*_test_figures(vs), cell.consistency]
         writer.writerow(
             [
                 tier_id,
@@ -249,3 +243,18 @@ def _csv(report: ExperimentReport) -> str:
             + ["" if v is None else v for v in values]
         )
     return out.getvalue()
+
+
+def _test_figures(c: Comparison | None) -> list[object]:
+    """The corrected p-values, effect sizes and detectable differences of one test."""
+    if c is None:
+        return [None] * 9
+    risk, cliff, detect = c.risk_difference_ci, c.cliffs_delta_ci, c.detectable
+    return [
+        c.fisher_p_adjusted,
+        c.mann_whitney_p_adjusted,
+        *((None, None) if risk is None else (risk.low, risk.high)),
+        c.cliffs_delta,
+        *((None, None) if cliff is None else (cliff.low, cliff.high)),
+        *((None, None) if detect is None else (detect.improvement, detect.regression)),
+    ]

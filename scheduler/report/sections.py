@@ -11,15 +11,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from core.analysis import BOOTSTRAP_RESAMPLES, CONFIDENCE, PASS_K
-from core.comparison import ALPHA
+from core.comparison import ALPHA, POWER
 from core.metrics import INTERACTION_METRICS, RUN_METRICS
 from core.report_models import (
     Comparison,
+    Detectable,
     ExperimentComparison,
     ExperimentReport,
     Interval,
+    Multiplicity,
     Statistics,
     TierReport,
+    Verdict,
 )
 from core.significance import wilson_interval
 
@@ -88,6 +91,63 @@ def signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.3f}"
 
 
+def bracket(interval: Interval | None) -> str:
+    return "-" if interval is None else f"[{num(interval.low)}, {num(interval.high)}]"
+
+
+def signed_interval(value: float | None, interval: Interval | None) -> str:
+    if value is None:
+        return "-"
+    if interval is None:
+        return signed(value)
+    return f"{signed(value)} [{signed(interval.low)}, {signed(interval.high)}]"
+
+
+CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}
+
+
+def multiplicity_note(m: Multiplicity | None) -> str:
+    """How the p-values were corrected and what the verdicts are read from."""
+    if m is None:
+        return (
+            f"verdicts at alpha {ALPHA:g} per test, not corrected for multiple comparisons "
+            "(a report stored before corrections: `--correction holm` corrects it)"
+        )
+    if m.correction == "none":
+        return (
+            f"verdicts at alpha {m.alpha:g} per test, not corrected for multiple comparisons "
+            f"({m.tests} tests: some raw p-values fall under alpha by chance)"
+        )
+    guards = "false discovery rate" if m.correction == "bh" else "family-wise error rate"
+    return (
+        f"p adj.: {CORRECTION_NAMES[m.correction]}-adjusted across all {m.tests} tests "
+        f"({guards} {m.alpha:g}); verdicts come from the adjusted p-values"
+    )
+
+
+def detectable_note(m: Multiplicity | None) -> str:
+    level = ALPHA if m is None else m.lone_test_alpha
+    return (
+        f"could not detect: the smallest rise / fall of the pass rate from the reference's "
+        f"rate that these runs detect with {POWER:.0%} power (normal approximation, two-sided, "
+        f"at {level:.4g}, the level one test must reach alone); a smaller difference may "
+        "exist and go unseen"
+    )
+
+
+def verdict(c: Comparison) -> str:
+    """The verdict; "no significant difference" says what the runs could not have seen."""
+    if c.verdict is not Verdict.no_difference or c.detectable is None:
+        return c.verdict.value
+    return f"{c.verdict.value} ({undetectable(c.detectable)})"
+
+
+def undetectable(d: Detectable) -> str:
+    rise = "any rise" if d.improvement is None else f"a rise < {num(d.improvement)}"
+    fall = "any fall" if d.regression is None else f"a fall < {num(d.regression)}"
+    return f"could not detect {rise} or {fall}"
+
+
 def pass_share(passes: int, counted: int) -> Interval | None:
     """The Wilson interval of passes / counted runs, None without counted runs; the share
     itself is `passes / counted` (analysis.pass_rate_ci is the same interval)."""
@@ -105,10 +165,13 @@ def pass_rate(passes: int, counted: int) -> str:
 def header(report: ExperimentReport) -> str:
     e = report.experiment
     counted = e.completed_runs - e.errors - e.cancelled
+    version = ""
+    if report.version > 1:
+        version = f" — report version {report.version} ({report.version_note})"
     return (
         f"{e.name} ({e.id}): {e.status.value}, {e.completed_runs}/{e.total_runs} runs, "
         f"{counted} counted, {e.passes} passed, {e.errors} infrastructure errors, "
-        f"{e.cancelled} cancelled"
+        f"{e.cancelled} cancelled{version}"
     )
 
 
@@ -246,6 +309,53 @@ def footer(report: ExperimentReport) -> list[str]:
     return lines
 
 
+def cross_tier(report: ExperimentReport) -> Table:
+    """ProjectScylla's cross-tier figures: each metric's uplift, consistency, the cheapest
+    tier per pass and the best value (docs/METRICS.md defines them and their edge cases)."""
+    c = report.cross_tier
+    rows = []
+    for tier_id, t in report.tiers.items():
+        up = c.uplift.get(tier_id)
+        if tier_id == c.baseline:
+            changes = ["baseline"] * 4
+        elif up is None:
+            changes = ["n/a"] * 4
+        else:
+            changes = [pct(up.pass_rate), pct(up.impl_rate), pct(up.composite), pct(up.cost_change)]
+        rows.append([tier_id, *changes, num(t.consistency), num(t.cost_of_pass, 4)])
+    frontier = (
+        "no tier passed, so there is no frontier cost of pass"
+        if c.frontier_tier is None
+        else f"frontier cost of pass ${num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier}, "
+        "the cheapest tier per pass)"
+    )
+    value = (
+        "no tier scored above 0, so no tier is the best value"
+        if c.best_value_tier is None
+        else f"best value: {c.best_value_tier} (highest median composite per median $)"
+    )
+    return Table(
+        f"Cross-tier against the baseline ({c.baseline})",
+        [
+            "tier",
+            "pass rate uplift",
+            "impl rate uplift (median)",
+            "composite uplift (median)",
+            "cost change (median)",
+            "consistency (composite)",
+            "cost of pass $",
+        ],
+        rows,
+        [
+            f"{frontier}; {value}",
+            f"variance of the tiers' median impl rate {num(c.impl_rate_variance, 4)}, "
+            f"median pass_rate {num(c.pass_rate_variance, 4)}",
+            "uplift = (tier - baseline) / baseline, n/a where the baseline's figure is 0; "
+            "consistency = 1 - std/mean of the composite score, clamped to [0, 1]",
+        ],
+    )
+
+
 def significance(report: ExperimentReport, scenario: str | None = None) -> Table:
     baseline = report.cross_tier.baseline
     rows = []
@@ -258,7 +368,7 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
                 scope,
                 pass_rate(t.passes, t.counted),
                 with_interval(t.composite_score.median, a.composite_median_ci),
-                *(_versus(vs) if vs is not None else ["baseline", "", "", "", "", ""]),
+                *(_versus(vs) if vs is not None else ["baseline"] + [""] * (len(TEST_COLUMNS) - 1)),
             ]
         )
     return Table(
@@ -268,33 +378,56 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
             "scenario",
             PASS_RATE,
             "median composite [95% CI]",
-            "Δ pass rate",
-            "Fisher p",
-            "Δ median composite",
-            "P(superior)",
-            "Mann-Whitney p",
-            "verdict",
+            *TEST_COLUMNS,
         ],
         rows,
         [
             "pass rate intervals: Wilson score; median composite intervals: percentile "
             f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, fixed seed)",
-            "Fisher's exact test (two-sided) on passes; Mann-Whitney U (two-sided) on composite "
-            "scores; P(superior): chance a run of the tier scores above a baseline run",
-            f"verdicts at alpha {ALPHA:g} per test, not corrected for multiple comparisons",
+            *test_notes(report.multiplicity),
         ],
         label_columns=2,
+        # The composite's medians; its test, effect size and every p-value stay.
+        narrow_drop=("median composite [95% CI]", "Δ median composite"),
     )
+
+
+# The columns of one test against a reference, in a report and in compare.
+TEST_COLUMNS = [
+    "Δ pass rate",
+    "Fisher p",
+    "Fisher p adj.",
+    "Δ pass rate 95% CI",
+    "Δ median composite",
+    "Mann-Whitney p",
+    "Mann-Whitney p adj.",
+    "Cliff's δ composite [95% CI]",
+    "verdict",
+]
+
+
+def test_notes(m: Multiplicity | None) -> list[str]:
+    return [
+        "Fisher's exact test (two-sided) on passes; Mann-Whitney U (two-sided) on composite scores",
+        "effect sizes: Δ pass rate with Newcombe's hybrid score interval; Cliff's δ = "
+        "P(a run here scores above a reference run) - P(below), its interval from Cliff's "
+        "consistent variance estimator (Feng & Cliff's asymmetric form)",
+        multiplicity_note(m),
+        detectable_note(m),
+    ]
 
 
 def _versus(c: Comparison) -> list[str]:
     return [
         signed(c.pass_rate_delta),
         p_value(c.fisher_p),
+        p_value(c.fisher_p_adjusted),
+        bracket(c.risk_difference_ci),
         signed(c.composite_median_delta),
-        num(c.prob_superior),
         p_value(c.mann_whitney_p),
-        c.verdict.value,
+        p_value(c.mann_whitney_p_adjusted),
+        signed_interval(c.cliffs_delta, c.cliffs_delta_ci),
+        verdict(c),
     ]
 
 
@@ -423,6 +556,58 @@ def context_growth(report: ExperimentReport) -> Table:
     )
 
 
+def judge_noise(report: ExperimentReport) -> Table | None:
+    """The judge's own noise beside the runs' spread, per tier (core/judge_noise.py);
+    None when no run was judged."""
+    summary = report.judge
+    if summary is None:
+        return None
+    rows = [
+        [
+            tier_id,
+            str(t.judged_runs),
+            str(t.repeats),
+            num(t.judge_variance, 4),
+            num(t.judge_sd_of_mean, 4),
+            num(t.run_variance, 4),
+            num(t.judge_share),
+        ]
+        for tier_id, t in summary.tiers.items()
+    ]
+    notes = [
+        f"{summary.judgments} judgments, {summary.cached} from cache",
+        "judge variance: mean over runs of the sample variance of their K judgments; judge SD "
+        "of a run's score: sqrt(judge variance / K); run-to-run variance: sample variance of "
+        "the runs' scores (each the mean of its K); judge share: (judge variance / K) / "
+        "run-to-run variance",
+    ]
+    if all(t.judge_variance is None for t in summary.tiers.values()):
+        notes.append("one judgment per run: set `judge: {repeats: 3}` to measure the noise")
+    for flag in summary.within_noise:
+        uplift = "" if flag.uplift is None else f"uplift {pct(flag.uplift)}, "
+        note = (
+            f"{flag.tier}: {uplift}Δ median composite {signed(flag.difference)}, lies within the "
+            f"judge's noise (less than 2 judge SDs of the difference, {num(flag.band, 4)})"
+        )
+        if flag.verdict in (Verdict.better, Verdict.worse, Verdict.mixed):
+            note += f"; its verdict ({flag.verdict.value}) could be the judge's noise alone"
+        notes.append(note)
+    return Table(
+        "Judge noise",
+        [
+            "tier",
+            "judged runs",
+            "judgments per run (K)",
+            "judge variance",
+            "judge SD of a run's score",
+            "run-to-run variance",
+            "judge share",
+        ],
+        rows,
+        notes,
+    )
+
+
 def scenario_tables(report: ExperimentReport, scenario: str) -> list[Table]:
     """The view of one scenario: its tiers side by side, then its rows of the report."""
     return [
@@ -439,10 +624,12 @@ def report_tables(report: ExperimentReport) -> list[Table]:
     scenarios = list(dict.fromkeys(s for t in report.tiers.values() for s in t.scenarios))
     return [
         summary(report),
+        cross_tier(report),
         significance(report),
         pass_at_k(report),
         interaction(report),
         *(guidance(report, s) for s in scenarios),
+        *([noise] if (noise := judge_noise(report)) is not None else []),
         context_growth(report),
         *(seed_metrics(report, tier_id) for tier_id in report.tiers),
     ]
@@ -466,9 +653,8 @@ def comparison(result: ExperimentComparison) -> Table:
             rows.append([tier_id, scenario, *_compared(cell)])
     notes = [
         f"B = {result.experiment.id}, A = {result.reference.id}; deltas are B - A; "
-        f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
-        f"verdicts at alpha {result.alpha:g} per test (Fisher's exact on passes, "
-        "Mann-Whitney U on composite scores), not corrected for multiple comparisons",
+        f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval",
+        *test_notes(result.multiplicity),
         "regressions (tiers significantly worse in B): "
         + (", ".join(result.regressions) or "none"),
     ]
@@ -482,29 +668,30 @@ def comparison(result: ExperimentComparison) -> Table:
             "runs counted A/B",
             f"A {PASS_RATE}",
             f"B {PASS_RATE}",
-            "Δ pass rate",
-            "Fisher p",
+            *TEST_COLUMNS[:4],
             "median composite A → B",
-            "Δ median composite",
-            "Mann-Whitney p",
-            "verdict",
+            *TEST_COLUMNS[4:],
         ],
         rows,
         notes,
         label_columns=2,
-        narrow_drop=("Mann-Whitney p", "Fisher p", "median composite A → B"),
+        narrow_drop=(
+            "Cliff's δ composite [95% CI]",
+            "Δ pass rate 95% CI",
+            "median composite A → B",
+            "Mann-Whitney p",
+            "Fisher p",
+        ),
     )
 
 
 def _compared(c: Comparison) -> list[str]:
+    tests = _versus(c)
     return [
         f"{c.reference_runs}/{c.runs}",
         pass_rate(c.reference_passes, c.reference_runs),
         pass_rate(c.passes, c.runs),
-        signed(c.pass_rate_delta),
-        p_value(c.fisher_p),
+        *tests[:4],  # the pass-rate test, then the composite's medians beside its test
         f"{num(c.reference_composite_median)} → {num(c.composite_median)}",
-        signed(c.composite_median_delta),
-        p_value(c.mann_whitney_p),
-        c.verdict.value,
+        *tests[4:],
     ]

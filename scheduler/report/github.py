@@ -1,0 +1,188 @@
+"""`--format github`: compact markdown for a pull-request comment or a GitHub job summary.
+
+The verdict line comes first (what a reviewer reads in a notification), then
+one row per tier; the per-scenario rows fold away under <details>. Figures
+and wording come from sections.py, so they say what every other format says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from core.report_models import (
+    Comparison,
+    ExperimentComparison,
+    ExperimentReport,
+    Multiplicity,
+    Verdict,
+)
+from scheduler.report import sections
+from scheduler.report.markdown import md, table_lines
+from scheduler.report.sections import ALL, Table
+
+# Scenario rows shown under <details>; a PR comment holds 65,536 characters at most.
+MAX_SCENARIO_ROWS = 60
+
+_MARKS = {"regression": "❌", "improvement": "✅", "mixed": "⚠️", "none": "⚪"}
+
+TEST_COLUMNS = [
+    "Δ pass rate [95% CI]",
+    "Fisher p (raw / adj.)",
+    "Cliff's δ composite [95% CI]",
+    "Mann-Whitney p (raw / adj.)",
+    "verdict",
+]
+
+
+def github_report(report: ExperimentReport) -> str:
+    baseline = report.cross_tier.baseline
+    verdicts = {
+        tier_id: t.analysis.vs_baseline
+        for tier_id, t in report.tiers.items()
+        if t.analysis.vs_baseline is not None
+    }
+    said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in verdicts.items())
+    verdict = (
+        f"**{_mark(verdicts.values())} Against baseline {md(baseline)}: {md(said)}** "
+        f"({_corrected(report.multiplicity)})"
+        if verdicts
+        else f"**{_MARKS['none']} {md(baseline)} is the only tier: no test against a baseline**"
+    )
+    lines = [
+        verdict,
+        "",
+        md(sections.header(report)),
+    ]
+    tiers = Table(
+        "tiers",
+        ["tier", sections.PASS_RATE, "grade", "cost of pass $", *TEST_COLUMNS],
+        [
+            [
+                tier_id,
+                sections.pass_rate(t.passes, t.counted),
+                t.grade or "-",
+                sections.num(t.cost_of_pass, 4),
+                *(["baseline"] + [""] * (len(TEST_COLUMNS) - 1) if vs is None else _test(vs)),
+            ]
+            for tier_id, t in report.tiers.items()
+            for vs in [t.analysis.vs_baseline]
+        ],
+    )
+    scenario_rows = [
+        [tier_id, scope, sections.pass_rate(t.passes, t.counted), *_test(vs)]
+        for tier_id, scope, t in sections.cells(report)
+        # A lone scenario's row is its tier's: shown once, above.
+        if scope != ALL
+        and len(report.tiers[tier_id].scenarios) > 1
+        and (vs := t.analysis.vs_baseline) is not None
+    ]
+    scenarios = Table(
+        "per scenario", ["tier", "scenario", sections.PASS_RATE, *TEST_COLUMNS], scenario_rows
+    )
+    c = report.cross_tier
+    notes = [
+        sections.multiplicity_note(report.multiplicity),
+        sections.detectable_note(report.multiplicity),
+    ]
+    if c.frontier_tier is not None:
+        notes.append(
+            f"frontier cost of pass ${sections.num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier})"
+        )
+    if c.best_value_tier is not None:
+        notes.append(f"best value: {c.best_value_tier} (median composite per median $)")
+    return _document(lines, tiers, scenarios, notes, report.experiment.id, "report")
+
+
+def github_comparison(result: ExperimentComparison) -> str:
+    a, b = result.reference, result.experiment
+    if result.regressions:
+        head = f"❌ Regression: {', '.join(result.regressions)} significantly worse in {b.id}"
+    else:
+        head = f"✅ No regression: no tier significantly worse in {b.id}"
+    lines = [
+        f"**{md(head)} than in {md(a.id)}** ({_corrected(result.multiplicity)})",
+        "",
+        md(sections.comparison_title(result)),
+    ]
+    columns = ["tier", f"A {sections.PASS_RATE}", f"B {sections.PASS_RATE}", *TEST_COLUMNS]
+
+    def row(label: list[str], c: Comparison) -> list[str]:
+        return [
+            *label,
+            sections.pass_rate(c.reference_passes, c.reference_runs),
+            sections.pass_rate(c.passes, c.runs),
+            *_test(c),
+        ]
+
+    tiers = Table("tiers", columns, [row([t], c) for t, c in result.tiers.items()])
+    scenarios = Table(
+        "per scenario",
+        ["tier", "scenario", *columns[1:]],
+        [
+            row([t, s], c)
+            for t, cells in result.scenarios.items()
+            for s, c in cells.items()
+            if len(cells) > 1
+        ],
+    )
+    notes = [
+        f"A = {a.id}, B = {b.id}; deltas are B - A",
+        sections.multiplicity_note(result.multiplicity),
+        sections.detectable_note(result.multiplicity),
+    ]
+    if result.unmatched_tiers:
+        notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
+    return _document(lines, tiers, scenarios, notes, f"{a.id} {b.id}", "compare")
+
+
+def _mark(comparisons: Iterable[Comparison]) -> str:
+    verdicts = {c.verdict for c in comparisons}
+    if Verdict.mixed in verdicts or {Verdict.better, Verdict.worse} <= verdicts:
+        return _MARKS["mixed"]
+    if Verdict.worse in verdicts:
+        return _MARKS["regression"]
+    if Verdict.better in verdicts:
+        return _MARKS["improvement"]
+    return _MARKS["none"]
+
+
+def _corrected(m: Multiplicity | None) -> str:
+    if m is None:
+        return "not corrected for multiple comparisons"
+    if m.correction == "none":
+        return f"{m.tests} tests at alpha {m.alpha:g} each, not corrected"
+    name = sections.CORRECTION_NAMES[m.correction]
+    return f"{name}-corrected across {m.tests} tests, alpha {m.alpha:g}"
+
+
+def _test(c: Comparison) -> list[str]:
+    return [
+        sections.signed_interval(c.pass_rate_delta, c.risk_difference_ci),
+        f"{sections.p_value(c.fisher_p)} / {sections.p_value(c.fisher_p_adjusted)}",
+        sections.signed_interval(c.cliffs_delta, c.cliffs_delta_ci),
+        f"{sections.p_value(c.mann_whitney_p)} / {sections.p_value(c.mann_whitney_p_adjusted)}",
+        sections.verdict(c),
+    ]
+
+
+def _document(
+    lines: list[str], tiers: Table, scenarios: Table, notes: list[str], ids: str, command: str
+) -> str:
+    lines += ["", *table_lines(tiers)]
+    if scenarios.rows:
+        shown = scenarios.rows[:MAX_SCENARIO_ROWS]
+        lines += [
+            "",
+            f"<details><summary>Per scenario ({len(scenarios.rows)} rows of tier x "
+            "scenario)</summary>",
+            "",
+            *table_lines(Table(scenarios.title, scenarios.columns, shown)),
+        ]
+        if len(scenarios.rows) > len(shown):
+            lines.append(
+                f"\nand {len(scenarios.rows) - len(shown)} more rows: "
+                f"`scheduler {command} {ids} --format markdown`"
+            )
+        lines += ["", "</details>"]
+    lines += ["", *(f"- {md(note)}" for note in notes)]
+    return "\n".join(lines) + "\n"

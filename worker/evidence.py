@@ -1,0 +1,94 @@
+"""A run's evidence, stored once its result is (README, "Evidence"): redacted, cut
+to the matrix's caps (core/evidence_caps.py), with every delivery of the run (the
+record begin_delivery keeps, so one that died without a result shows too) and
+the seconds each phase took. In the artifacts folder when the matrix names one
+and this worker can write there, else in Redis.
+
+Best effort: the result is stored already and the chord must fire, so nothing
+here fails the run; what goes wrong is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import redis
+
+from core.config import Matrix
+from core.evidence import Attempt, RunEvidence
+from core.evidence_caps import bounded, minimal
+from core.results import RunResult, error_key
+from core.store import Delivery, Store
+
+log = logging.getLogger(__name__)
+
+
+def keep_evidence(
+    store: Store,
+    matrix: Matrix,
+    result: RunResult,
+    evidence: RunEvidence | None,
+    delivery: Delivery,
+    started: float,
+    phases: dict[str, float],
+    secrets: list[str],
+) -> None:
+    """`evidence`: what the run's evaluation gathered (None when it never got to an
+    agent); `started`: when this delivery began, on this worker's clock."""
+    whole = evidence or RunEvidence(experiment_id=result.experiment_id, run_id=result.run_id)
+    try:
+        whole = whole.model_copy(
+            update={"phases": phases, "attempts": _attempts(delivery, result, started)}
+        )
+        _save(store, matrix, bounded(whole, matrix.evidence, secrets))
+    except Exception as exc:
+        log.warning("run %s: evidence not stored: %r", result.run_id, exc, exc_info=True)
+
+
+def end_delivery(store: Store, result: RunResult, number: int, then: str) -> None:
+    """Delivery `number` of the run ends without storing `result` (`then`: what follows)."""
+    try:
+        ended = f"{outcome(result)}; {then}"
+        store.end_delivery(result.experiment_id, result.run_id, number, ended)
+    except redis.RedisError as exc:  # only the record of how the delivery ended
+        log.warning("run %s: end of delivery %d not recorded: %s", result.run_id, number, exc)
+
+
+def outcome(result: RunResult) -> str:
+    """A delivery's outcome as its attempt shows it: the status, and why."""
+    why = f": {error_key(result.fail_reason)}" if result.fail_reason else ""
+    return result.status.value + why
+
+
+def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Attempt]:
+    """The run's deliveries, this one (the last) with its end and outcome."""
+    this = delivery.deliveries[-1] if delivery.deliveries else None
+    return [
+        *delivery.deliveries[:-1],
+        Attempt(
+            worker=this.worker if this is not None else socket.gethostname(),
+            started_at=this.started_at if this is not None else started,
+            ended_at=time.time(),
+            outcome=outcome(result),
+        ),
+    ]
+
+
+def _save(store: Store, matrix: Matrix, whole: RunEvidence) -> None:
+    limits = matrix.evidence
+    summary = minimal(
+        whole,
+        f"the experiment's evidence reached max_experiment_mb ({limits.max_experiment_mb:g} MB): "
+        "only this summary of the run was kept",
+    )
+    cap = int(limits.max_experiment_mb * 1024 * 1024)
+    folder = matrix.artifacts.dir if matrix.artifacts is not None else None
+    try:
+        store.save_evidence(whole, minimal=summary, cap_bytes=cap, folder=folder)
+    except OSError as exc:  # the artifacts folder is not there or not writable here
+        log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
+        note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
+        kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
+        store.save_evidence(kept, minimal=summary, cap_bytes=cap)

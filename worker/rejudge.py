@@ -1,0 +1,87 @@
+"""One run of a rejudge or rescore, as a worker does it: its gates run again on its
+archived workspace (rescore), its judge asked again on its stored judge inputs,
+the result stored in the new version. No agent is started.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from core.config import Matrix
+from core.gates import run_gates
+from core.redact import redact_record, secret_values
+from core.rejudge import RejudgePlan, rejudge_run
+from core.results import GateResult, RunResult, RunSpec, RunStatus
+from core.store import Store
+from core.workspace_archive import ArchivedWorkspace, unpack
+from worker.files import local_matrix
+from worker.run import REDIS_DOWN, agent_env
+from worker.workspace import RunDir
+
+
+def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> RunResult:
+    """The run's result in the plan's version: stored once (a redelivery returns it).
+    A run with nothing to do again (no judge inputs, no archived workspace) is kept
+    as it was; any failure is an infrastructure error of this version, not raised."""
+    stored = db.redis.hget(db.keys.version_runs(experiment_id), f"{plan.version} {run_id}")
+    if stored:
+        return RunResult.model_validate_json(stored)
+    original = db.run(experiment_id, run_id)
+    if original is None:
+        raise LookupError(f"run {run_id} of {experiment_id} has no result to judge again")
+    matrix = db.matrix(experiment_id)
+    secrets = secret_values(matrix, os.environ, db.url)
+    evidence = db.evidence(experiment_id, run_id)
+    inputs = evidence.judge.inputs if evidence is not None and evidence.judge is not None else None
+    archive = db.workspace(experiment_id, run_id) if plan.rescore else None
+    result = original
+    if inputs is not None or archive is not None:
+        try:
+            # The rubric, prompt file and gate scripts: this machine's copy of the
+            # experiment's files (worker/files.py), as its runs had them.
+            matrix = local_matrix(db, experiment_id)
+            gates = None if archive is None else regate(matrix, plan, original, archive, secrets)
+            result = rejudge_run(original, inputs, matrix, plan, os.environ, db, secrets, gates)
+        except REDIS_DOWN:
+            raise
+        except Exception as exc:  # the chord must fire: the run is an error of this version
+            result = original.model_copy(
+                update={
+                    "status": RunStatus.infra_error,
+                    "passed": False,
+                    "fail_reason": f"judging again failed: {exc!r}",
+                }
+            )
+    result = redact_record(result, secrets)
+    db.save_version_run(plan.version, result)
+    return result
+
+
+def regate(
+    matrix: Matrix,
+    plan: RejudgePlan,
+    original: RunResult,
+    archive: ArchivedWorkspace,
+    secrets: list[str],
+) -> list[GateResult]:
+    """The scenario's gates (or the plan's for it) on the run's archived workspace, in
+    the environment its agent had. They run on this worker, never in a sandbox."""
+    scenario = matrix.scenario(original.scenario)
+    gates = plan.gates.get(scenario.id, scenario.evaluation.gates)
+    spec = RunSpec(
+        experiment_id=original.experiment_id,
+        run_id=original.run_id,
+        tier=original.tier,
+        scenario=original.scenario,
+        run_index=original.run_index,
+    )
+    with tempfile.TemporaryDirectory(prefix="evalfleet-rescore-") as folder:
+        run_dir = RunDir(Path(folder))
+        unpack(archive, run_dir.workspace)
+        env = agent_env(spec, matrix, run_dir, scenario.prompt_text())
+        results = run_gates(
+            gates, run_dir.workspace, target_commands=archive.target_commands, env=env
+        )
+    return [redact_record(gate, secrets) for gate in results]
