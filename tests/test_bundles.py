@@ -35,7 +35,7 @@ AGENT = """#!/bin/sh
 # Everything it was given, to stdout (the judge's transcript) and out.txt (the gates').
 { cat AGENTS.md notes.md "$PROMPT_FILE"; "$EVALFLEET_MATRIX_DIR/bin/stamp"; } > out.txt
 cat out.txt
-echo "matrix-dir=$EVALFLEET_MATRIX_DIR"
+echo "matrix-dir=$EVALFLEET_MATRIX_DIR run=$EVALFLEET_RUN_ID"
 """
 
 MATRIX = """
@@ -122,10 +122,11 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
         # No worker can see the submitter's folder: it is gone before they start.
         shutil.rmtree(tmp_path / "submitter")
         _worker(tmp_path / "first", fleet_env, f"{QUEUE}-one", started)
-        _worker(tmp_path / "second", fleet_env, f"{QUEUE}-two", started)
+        # The second also takes the default queue, where rejudging goes.
+        _worker(tmp_path / "second", fleet_env, f"{QUEUE}-two,{QUEUE}", started)
         wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=240)
         prompts = [json.dumps(request.body) for request in stub.requests]
-        # Judging again reads the shipped rubric too (no agent runs).
+        # Judging again (on the second worker) reads the shipped rubric too.
         rejudged = run_cli(
             "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
             env=fleet_env,
