@@ -2,8 +2,9 @@
 letter grades and the cross-tier comparison. Pure and deterministic: the same
 runs in any order give the same report, byte for byte.
 
-Infrastructure errors (`errors`) and cancelled runs (`cancelled`) are counted
-apart and kept out of every statistic; timeouts and agent failures are real
+Infrastructure errors (`errors`), cancelled runs (`cancelled`) and runs the
+budget kept from starting (`not_run`) are counted apart and kept out of every
+statistic; timeouts and agent failures are real
 results and stay in (DESIGN.md, README "Outcomes").
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from core.analysis import analyse, context_by_call
 from core.comparison import ALPHA, CORRECTION, correct_report
-from core.config import Scoring
+from core.config import Budget, Scoring
 from core.formulas import (
     best_value_tier,
     consistency,
@@ -28,6 +29,7 @@ from core.judge_noise import judge_summary
 from core.metrics import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.ordering import ordered_ids
 from core.report_models import (
+    BudgetReport,
     CrossTierResult,
     ExperimentInfo,
     ExperimentReport,
@@ -50,6 +52,7 @@ def aggregate(
     scenario_order: Sequence[str] | None = None,
     correction: Correction = CORRECTION,
     alpha: float = ALPHA,
+    budget: Budget | None = None,
 ) -> ExperimentReport:
     """The experiment's report. Tiers and scenarios come in the given order (default:
     the experiment's), followed by any others the runs name, sorted; listed ones
@@ -87,11 +90,13 @@ def aggregate(
             "completed_runs": len(ordered),
             "errors": sum(1 for r in ordered if r.is_infra_error),
             "cancelled": sum(1 for r in ordered if r.status is RunStatus.cancelled),
+            "not_run": sum(1 for r in ordered if r.status is RunStatus.not_run),
             "passes": sum(1 for r in valid if r.passed),
         }
     )
     cross = cross_tier(reports, baseline)
     report = ExperimentReport(
+        budget=None if budget is None else budget_report(budget, ordered),
         experiment=experiment,
         tiers=reports,
         cross_tier=cross,
@@ -99,6 +104,30 @@ def aggregate(
         judge=judge_summary(ordered, reports, cross, scoring),
     )
     return correct_report(report, correction, alpha)
+
+
+def budget_report(budget: Budget, runs: Sequence[RunResult]) -> BudgetReport:
+    """The spend against each ceiling; the notice leads with the agent's, the judge's beside."""
+    agent = sum(r.cost_usd for r in runs if r.cost_usd is not None)
+    judge = sum(r.judge_cost_usd for r in runs if r.judge_cost_usd is not None)
+    not_run = sum(1 for r in runs if r.status is RunStatus.not_run)
+    spends = [
+        f"{what}${spent:.2f} of ${limit:.2f} spent"
+        for what, spent, limit in (
+            ("", agent, budget.agent_usd),
+            ("judge ", judge, budget.judge_usd),
+        )
+        if limit is not None
+    ]
+    state = f"budget reached: {', '.join(spends)}, {not_run} runs not run"
+    return BudgetReport(
+        agent_usd=budget.agent_usd,
+        judge_usd=budget.judge_usd,
+        agent_spent_usd=agent,
+        judge_spent_usd=judge,
+        not_run=not_run,
+        notice=state if not_run else f"budget: {', '.join(spends)}",
+    )
 
 
 def error_reasons(runs: Iterable[RunResult]) -> dict[str, int]:
@@ -122,6 +151,7 @@ def tier_report(
         runs=len(runs),
         errors=sum(1 for r in runs if r.is_infra_error),
         cancelled=sum(1 for r in runs if r.status is RunStatus.cancelled),
+        not_run=sum(1 for r in runs if r.status is RunStatus.not_run),
         counted=len(valid),
         passes=sum(1 for r in valid if r.passed),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),

@@ -19,7 +19,9 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationInfo,
     create_model,
     field_validator,
@@ -571,6 +573,13 @@ class Scenario(Strict):
     process: ProcessConfig | None = None
     queue: str | None = None
     limits: Limits | None = Field(None, description="what each run may spend")
+    runs: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="runs per tier of this scenario, instead of the matrix's runs_per_tier "
+        "(a fixed count, also in an adaptive matrix)",
+    )
 
     @model_validator(mode="after")
     def _one_prompt(self) -> Scenario:
@@ -652,6 +661,97 @@ class ModelPrice(Strict):
     cache_write: Weight | None = Field(None, description="default: the input price")
 
 
+# --- spend and run counts ------------------------------------------------------------
+
+
+class Budget(Strict):
+    """`budget:` a hard ceiling on what the whole experiment spends, enforced across every
+    worker by a ledger in Redis (core/ledger.py). Agent and judge spend are capped apart."""
+
+    agent_usd: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="USD the agents under test may spend"
+    )
+    judge_usd: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="USD the judge may spend"
+    )
+    prior_usd: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="projected agent cost of a run before any run of its tier x scenario "
+        "has finished (default: the most a finished run of the experiment cost, else the "
+        "run's limits.max_cost_usd, else 0)",
+    )
+    judge_prior_usd: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="the same for the judge's cost of a run"
+    )
+
+    @model_validator(mode="after")
+    def _some_ceiling(self) -> Budget:
+        if self.agent_usd is None and self.judge_usd is None:
+            raise ValueError("`budget` needs `agent_usd`, `judge_usd` or both")
+        return self
+
+
+class StopWhen(Strict):
+    """When a tier x scenario cell of an adaptive matrix has its answer (core/sequential.py)."""
+
+    width: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="the cell's always-valid pass-rate interval is narrower than this",
+    )
+    decided: bool = Field(
+        False,
+        description="the cell's pass rate is decided better or worse than the baseline's "
+        "(the baseline's cells run while another tier's cell of their scenario runs)",
+    )
+
+    @model_validator(mode="after")
+    def _some_question(self) -> StopWhen:
+        if self.width is None and not self.decided:
+            raise ValueError("`until` needs `width: W` or `decided: true` (or both: either stops)")
+        return self
+
+
+class AdaptiveRuns(Strict):
+    """`runs_per_tier: {min, max, until}`: runs go out in waves; a cell stops once its
+    question is answered (a procedure valid however often it is looked at), else at max."""
+
+    min: int = Field(ge=1, le=100_000, description="runs of every cell in the first wave")
+    max: int = Field(ge=1, le=100_000, description="the most runs a cell gets")
+    wave: int | None = Field(
+        None, ge=1, le=100_000, description="runs added to each open cell per wave (default: min)"
+    )
+    until: StopWhen
+    alpha: float = Field(
+        0.05, gt=0, lt=0.5, allow_inf_nan=False, description="error rate of each cell's stop"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveRuns:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not be above max ({self.max})")
+        return self
+
+    @property
+    def step(self) -> int:
+        return self.wave or self.min
+
+
+def _runs_kind(value: Any) -> str:
+    return "adaptive" if isinstance(value, dict | AdaptiveRuns) else "count"
+
+
+# A mapping is adaptive and a number a count: an error names the one that was meant.
+RunsPerTier = Annotated[
+    Annotated[int, Field(ge=1, le=100_000), Tag("count")]
+    | Annotated[AdaptiveRuns, Tag("adaptive")],
+    Discriminator(_runs_kind),
+]
+
 # --- the files shipped to workers -------------------------------------------------------
 
 
@@ -721,7 +821,10 @@ class Artifacts(Strict):
 class Matrix(Strict):
     name: Identifier
     description: str = ""
-    runs_per_tier: int = Field(10, ge=1, le=100_000)
+    runs_per_tier: RunsPerTier = Field(
+        10, description="runs per tier per scenario, or {min, max, until} for adaptive waves"
+    )
+    budget: Budget | None = Field(None, description="a hard ceiling on the experiment's spend")
     baseline: str | None = Field(None, description="uplift baseline tier (default: the first)")
     agent: AgentConfig
     # Before `tiers`: their validator reads it.
@@ -887,8 +990,34 @@ class Matrix(Strict):
         except ValueError as exc:
             raise ValueError(f"tier {tier.id!r}: agent after overrides is invalid: {exc}") from None
 
+    @property
+    def adaptive(self) -> AdaptiveRuns | None:
+        return self.runs_per_tier if isinstance(self.runs_per_tier, AdaptiveRuns) else None
+
+    def runs_for(self, scenario: Scenario) -> int:
+        """The most runs each tier gets of `scenario`: its own `runs:`, else the matrix's
+        (an adaptive matrix's max)."""
+        if scenario.runs is not None:
+            return scenario.runs
+        adaptive = self.adaptive
+        if adaptive is not None:
+            return adaptive.max
+        assert isinstance(self.runs_per_tier, int)
+        return self.runs_per_tier
+
+    def first_wave(self, scenario: Scenario) -> int:
+        """The runs each tier of `scenario` gets at once: all, unless the matrix is adaptive."""
+        adaptive = self.adaptive
+        if adaptive is None or scenario.runs is not None:
+            return self.runs_for(scenario)
+        return adaptive.min
+
+    def first_wave_runs(self) -> int:
+        return len(self.tiers) * sum(self.first_wave(s) for s in self.scenarios)
+
     def total_runs(self) -> int:
-        return len(self.tiers) * len(self.scenarios) * self.runs_per_tier
+        """The most runs the experiment may have (an adaptive one stops cells early)."""
+        return len(self.tiers) * sum(self.runs_for(s) for s in self.scenarios)
 
 
 def _require_unique(values: list[str], what: str) -> None:

@@ -36,6 +36,13 @@ Ours, under the prefix (no TTL on any of them):
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
   needs on workers (its manifest names them by digest; workers cache the
   materialised folder by the manifest's digest);
+- ``exp:{id}:budget`` the spend ledger (core/ledger.py): per kind (agent, judge)
+  ``KIND:limit``, ``KIND:spent``, ``KIND:reserved``, ``KIND:max`` and per tier x
+  scenario ``KIND:n:CELL`` / ``KIND:sum:CELL`` of finished runs; ``stopped``: why
+  the first reservation that did not fit was refused;
+  ``exp:{id}:reservations`` run id -> "AGENT JUDGE" projected dollars it holds;
+- ``exp:{id}:waves`` an adaptive experiment's waves (worker/waves.py): ``wave``
+  the number sent, and per closed tier x scenario cell why it stopped;
 - ``exp:{id}:workspaces`` run id -> an ArchivedWorkspace JSON (matrix
   ``workspace_archive:``; what ``scheduler rescore`` runs the gates on);
 - ``judgments`` the judgment cache, shared by every experiment under the
@@ -114,6 +121,15 @@ class Keys:
 
     def files(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:files"
+
+    def budget(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:budget"
+
+    def reservations(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:reservations"
+
+    def waves(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:waves"
 
     def version_runs(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:version_runs"

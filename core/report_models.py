@@ -131,6 +131,7 @@ class TierReport(Record):
     runs: int = Field(description="runs with a result, infrastructure errors included")
     errors: int = Field(description="infrastructure errors, kept out of the statistics")
     cancelled: int = Field(0, description="runs cancelled before they started, kept out")
+    not_run: int = Field(0, description="runs the budget kept from starting, kept out")
     counted: int = Field(
         0, description="runs in the statistics: completed, agent_error and timeout"
     )
@@ -218,12 +219,44 @@ class ExperimentInfo(Record):
     completed_runs: int = Field(0, description="runs with a stored result, of any status")
     errors: int = Field(0, description="infrastructure errors")
     cancelled: int = Field(0, description="runs cancelled before they started")
+    not_run: int = Field(0, description="runs the budget kept from starting")
     passes: int = 0
     created_at: float
     finished_at: float | None = None
     tiers: list[str] = Field(default_factory=list)
     scenarios: list[str] = Field(default_factory=list)
     runs_per_tier: int = 0
+
+
+class BudgetReport(Record):
+    """What the experiment spent against its budget (core/ledger.py): first in every report."""
+
+    agent_usd: float | None = Field(None, description="the agent spend ceiling")
+    judge_usd: float | None = Field(None, description="the judge spend ceiling")
+    agent_spent_usd: float = Field(description="what the agents spent (unknown costs left out)")
+    judge_spent_usd: float
+    not_run: int = Field(description="runs never started because their cost did not fit")
+    notice: str = Field(description='"budget reached: $X of $Y spent, N runs not run" or the spend')
+
+    @property
+    def reached(self) -> bool:
+        return self.not_run > 0
+
+
+class CellStop(Record):
+    """Why an adaptive tier x scenario cell stopped taking runs."""
+
+    runs: int
+    reason: str
+
+
+class AdaptiveReport(Record):
+    """How an adaptive experiment decided how many runs each cell got (core/sequential.py)."""
+
+    procedure: str
+    cells: dict[str, dict[str, CellStop]] = Field(
+        default_factory=dict, description="tier -> scenario -> why its runs stopped"
+    )
 
 
 class TierJudgeNoise(Record):
@@ -265,7 +298,9 @@ class JudgeSummary(Record):
 
 
 class ExperimentReport(Record):
+    budget: BudgetReport | None = Field(None, description="with a budget: what it came to")
     experiment: ExperimentInfo
+    adaptive: AdaptiveReport | None = Field(None, description="with adaptive runs_per_tier")
     version: int = Field(1, description="1: the runs' own; 2, 3...: rejudged (`report --version`)")
     version_note: str | None = Field(None, description="what made this version")
     tiers: dict[str, TierReport] = Field(default_factory=dict)

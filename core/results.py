@@ -4,6 +4,7 @@ core/report_models.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -17,8 +18,8 @@ class RunStatus(StrEnum):
     """A run's outcome: one closed set, each with one meaning (README, "Outcomes").
 
     Only `completed` runs can pass. completed, agent_error, timeout and limit are
-    the agent's own results and enter the statistics; infra_error and cancelled do
-    not, and are counted apart under their own names.
+    the agent's own results and enter the statistics; infra_error, cancelled and
+    not_run do not, and are counted apart under their own names.
     """
 
     completed = "completed"  # the agent finished by itself with exit code 0
@@ -28,6 +29,7 @@ class RunStatus(StrEnum):
     infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
     # the judge unreachable, the attempt cap
     cancelled = "cancelled"  # the experiment was cancelled before this run started
+    not_run = "not_run"  # its projected cost did not fit the experiment's budget
 
     @property
     def is_infra(self) -> bool:
@@ -176,6 +178,21 @@ class RunSpec(Record):
     queue: str | None = None
 
 
+def cell_specs(
+    experiment_id: str, tier: str, scenario: str, indices: Iterable[int], queue: str | None
+) -> Iterator[RunSpec]:
+    """The runs of one tier x scenario with these run indices; ids depend only on them."""
+    for index in indices:
+        yield RunSpec(
+            experiment_id=experiment_id,
+            run_id=f"{experiment_id}:{tier}:{scenario}:{index}",
+            tier=tier,
+            scenario=scenario,
+            run_index=index,
+            queue=queue,
+        )
+
+
 class RunResult(Record):
     """Everything one run produced: per-run metrics of the seeds and the three layers."""
 
@@ -253,3 +270,15 @@ class RunResult(Record):
     def counted(self) -> bool:
         """In the statistics (RunStatus.counted)."""
         return self.status.counted
+
+    @property
+    def outcome(self) -> str:
+        """What a reader asks first: a completed run `passed` or `failed`; any other
+        status is its outcome by itself (it cannot pass)."""
+        if self.status is RunStatus.completed:
+            return "passed" if self.passed else "failed"
+        return self.status.value
+
+
+# Every RunResult.outcome, in the order a reader scans them: results, then the rest.
+OUTCOMES = ("passed", "failed", *(s.value for s in RunStatus if s is not RunStatus.completed))

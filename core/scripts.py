@@ -166,21 +166,122 @@ then return 'stopped' end
 return 'counted'
 """
 
-# Resume of a cancelled experiment: each run recorded as cancelled loses its
-# result, its delivery count and record, and the counters go back down.
-# KEYS[1] runs, KEYS[2] attempts, KEYS[3] experiment, KEYS[4] deliveries.
-# ARGV: the cancelled run ids. Returns how many results were removed.
-UNCANCEL = """
+# Resume: each run recorded as never started (cancelled, or not run for the
+# budget) loses its result, its delivery count and record, and the counters go
+# back down.
+# KEYS[1] runs, KEYS[2] attempts, KEYS[3] experiment, KEYS[4] deliveries. ARGV[1]
+# the counter the runs were counted in ('cancelled', 'not_run'), ARGV[2..] their
+# run ids. Returns how many results were removed.
+UNRECORD = """
 local n = 0
-for i = 1, #ARGV do
+for i = 2, #ARGV do
   if redis.call('HDEL', KEYS[1], ARGV[i]) == 1 then n = n + 1 end
   redis.call('HDEL', KEYS[2], ARGV[i])
   redis.call('HDEL', KEYS[4], ARGV[i])
 end
 redis.call('HINCRBY', KEYS[3], 'done', -n)
-redis.call('HINCRBY', KEYS[3], 'cancelled', -n)
+redis.call('HINCRBY', KEYS[3], ARGV[1], -n)
 redis.call('HDEL', KEYS[3], 'finished_at', 'sent')
 return n
+"""
+
+# The budget ledger (core/ledger.py): a run about to start reserves its projected
+# cost, agent and judge apart. The projection of a kind: the mean of the finished
+# runs of the same tier x scenario, else the prior, else the most a finished run
+# cost, else the fallback (the run's own cost limit), else 0. It fits when spent +
+# reserved + projection stays within the kind's limit (a kind without one always
+# fits). The first reservation that does not fit stops the ledger: no later one
+# fits until a resume raises the limit. A run that holds a reservation keeps it
+# (a redelivery reserves nothing twice).
+# KEYS[1] budget, KEYS[2] reservations. ARGV[1] run id, ARGV[2] tier x scenario
+# cell, ARGV[3] agent prior, ARGV[4] judge prior, ARGV[5] agent fallback ('' none).
+# Returns {'reserved', "AGENT JUDGE"} or {'refused', why}.
+RESERVE = """
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held then return {'reserved', held} end
+local stopped = redis.call('HGET', KEYS[1], 'stopped')
+if stopped then return {'refused', stopped} end
+local function num(field) return tonumber(redis.call('HGET', KEYS[1], field) or '0') end
+local function projection(kind, prior, fallback)
+  local n = num(kind .. ':n:' .. ARGV[2])
+  if n > 0 then return num(kind .. ':sum:' .. ARGV[2]) / n end
+  if prior ~= '' then return tonumber(prior) end
+  local most = redis.call('HGET', KEYS[1], kind .. ':max')
+  if most then return tonumber(most) end
+  if fallback ~= '' then return tonumber(fallback) end
+  return 0
+end
+local wanted = {agent = projection('agent', ARGV[3], ARGV[5]),
+                judge = projection('judge', ARGV[4], '')}
+for _, kind in ipairs({'agent', 'judge'}) do
+  local limit = redis.call('HGET', KEYS[1], kind .. ':limit')
+  if limit then
+    local spent, reserved = num(kind .. ':spent'), num(kind .. ':reserved')
+    if spent + reserved + wanted[kind] > tonumber(limit) + 1e-9 then
+      local why = string.format(
+        '%s budget: $%.4f spent + $%.4f reserved by runs in flight + $%.4f projected for '
+        .. 'this run > $%.4f', kind, spent, reserved, wanted[kind], tonumber(limit))
+      redis.call('HSET', KEYS[1], 'stopped', why)
+      return {'refused', why}
+    end
+  end
+end
+local amounts = string.format('%.17g %.17g', wanted.agent, wanted.judge)
+redis.call('HINCRBYFLOAT', KEYS[1], 'agent:reserved', wanted.agent)
+redis.call('HINCRBYFLOAT', KEYS[1], 'judge:reserved', wanted.judge)
+redis.call('HSET', KEYS[2], ARGV[1], amounts)
+return {'reserved', amounts}
+"""
+
+# A finished run gives back its reservation and adds what it really spent (an
+# unknown agent cost counts as its projection). A run whose agent ran teaches the
+# projection of its tier x scenario. Once per run: a run without a reservation
+# changes nothing.
+# KEYS[1] budget, KEYS[2] reservations. ARGV[1] run id, ARGV[2] cell, ARGV[3] agent
+# dollars ('' unknown), ARGV[4] judge dollars, ARGV[5] '1' when the agent ran.
+# Returns 'settled' or 'not reserved'.
+SETTLE = """
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if not held then return 'not reserved' end
+redis.call('HDEL', KEYS[2], ARGV[1])
+local agent, judge = string.match(held, '^(%S+) (%S+)$')
+local spent = {agent = ARGV[3] ~= '' and tonumber(ARGV[3]) or tonumber(agent),
+               judge = tonumber(ARGV[4])}
+redis.call('HINCRBYFLOAT', KEYS[1], 'agent:reserved', -tonumber(agent))
+redis.call('HINCRBYFLOAT', KEYS[1], 'judge:reserved', -tonumber(judge))
+for _, kind in ipairs({'agent', 'judge'}) do
+  redis.call('HINCRBYFLOAT', KEYS[1], kind .. ':spent', spent[kind])
+  if ARGV[5] == '1' and (kind == 'judge' or ARGV[3] ~= '') then
+    redis.call('HINCRBY', KEYS[1], kind .. ':n:' .. ARGV[2], 1)
+    redis.call('HINCRBYFLOAT', KEYS[1], kind .. ':sum:' .. ARGV[2], spent[kind])
+    local most = redis.call('HGET', KEYS[1], kind .. ':max')
+    if not most or spent[kind] > tonumber(most) then
+      redis.call('HSET', KEYS[1], kind .. ':max', string.format('%.17g', spent[kind]))
+    end
+  end
+end
+return 'settled'
+"""
+
+# An adaptive experiment's next wave is claimed by one sweeper only, and only when
+# every run sent so far has a result: the wave number moves on, the new runs are
+# recorded (so a sender that dies leaves them to recovery), closed cells are noted
+# and the experiment's total drops by the runs they will never have.
+# KEYS[1] waves, KEYS[2] runs, KEYS[3] specs, KEYS[4] experiment. ARGV[1] the wave
+# the caller saw, ARGV[2] how many runs fewer the total gets, ARGV[3] the number of
+# closed cells, then that many (cell, why) pairs, then (run id, RunSpec JSON) pairs.
+# Returns 'claimed', 'in flight' (runs without a result) or 'taken'.
+CLAIM_WAVE = """
+if tonumber(redis.call('HGET', KEYS[1], 'wave') or '1') ~= tonumber(ARGV[1]) then
+  return 'taken'
+end
+if redis.call('HLEN', KEYS[2]) < redis.call('HLEN', KEYS[3]) then return 'in flight' end
+redis.call('HSET', KEYS[1], 'wave', tonumber(ARGV[1]) + 1)
+redis.call('HINCRBY', KEYS[4], 'total', 0 - tonumber(ARGV[2]))  -- never "-0"
+local closed = tonumber(ARGV[3])
+for i = 4, 3 + 2 * closed, 2 do redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 4 + 2 * closed, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
+return 'claimed'
 """
 
 # Runs a sweep found nowhere (no result, lease, or message): those it no longer

@@ -23,6 +23,7 @@ from core.evidence import Attempt, RunEvidence
 from core.judge import CachedJudgment
 from core.keys import Keys, key_prefix
 from core.leases import Leases
+from core.ledger import Ledger
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec, RunStatus
 from core.workspace_archive import ArchivedWorkspace
@@ -68,6 +69,7 @@ class Store:
         self.redis: Any = client
         self.keys = Keys(prefix if prefix is not None else key_prefix())
         self.leases = Leases(client, self.keys)
+        self.ledger = Ledger(client, self.keys)
         # Compressed blobs (evidence, files) are bytes: a client of the same
         # connection settings that leaves replies undecoded.
         pool = client.connection_pool
@@ -79,8 +81,9 @@ class Store:
         self._end_delivery = client.register_script(scripts.END_DELIVERY)
         self._save_evidence = self.binary.register_script(scripts.SAVE_EVIDENCE)
         self._note_health = client.register_script(scripts.NOTE_HEALTH)
-        self._uncancel = client.register_script(scripts.UNCANCEL)
+        self._unrecord = client.register_script(scripts.UNRECORD)
         self._track_unaccounted = client.register_script(scripts.TRACK_UNACCOUNTED)
+        self._claim_wave = client.register_script(scripts.CLAIM_WAVE)
 
     @classmethod
     def from_url(cls, url: str, prefix: str | None = None) -> Store:
@@ -113,6 +116,8 @@ class Store:
         pipe.hset(key, mapping=record)
         pipe.zadd(self.keys.experiments(), {info.id: info.created_at})
         pipe.execute()
+        if matrix.budget is not None:
+            self.ledger.set_limits(info.id, matrix.budget)
         self.add_specs(info.id, specs)
 
     def add_specs(self, exp_id: str, specs: Sequence[RunSpec]) -> None:
@@ -134,11 +139,14 @@ class Store:
         info = ExperimentInfo.model_validate_json(raw["info"])
         return info.model_copy(
             update={
+                # An adaptive experiment's total drops as its cells close (worker/waves.py).
+                "total_runs": int(raw.get("total", info.total_runs)),
                 "status": ExperimentStatus(raw["status"]),
                 "completed_runs": int(raw.get("done", 0)),
                 "passes": int(raw.get("passes", 0)),
                 "errors": int(raw.get("errors", 0)),
                 "cancelled": int(raw.get("cancelled", 0)),
+                "not_run": int(raw.get("not_run", 0)),
                 "finished_at": float(raw["finished_at"]) if raw.get("finished_at") else None,
             }
         )
@@ -212,6 +220,10 @@ class Store:
         specs = [RunSpec.model_validate_json(v) for v in raw]
         return sorted(specs, key=lambda s: (s.tier, s.scenario, s.run_index))
 
+    def recorded_runs(self, exp_id: str) -> int:
+        """How many runs were recorded to be sent (an adaptive experiment's waves so far)."""
+        return int(self.redis.hlen(self.keys.specs(exp_id)))
+
     def has_run(self, exp_id: str, run_id: str) -> bool:
         """A run the experiment planned (with a result or not)."""
         return bool(self.redis.hexists(self.keys.specs(exp_id), run_id))
@@ -245,8 +257,8 @@ class Store:
                 # The counter this outcome adds to, besides `done`.
                 "errors"
                 if result.is_infra_error
-                else "cancelled"
-                if result.status is RunStatus.cancelled
+                else result.status.value
+                if result.status in (RunStatus.cancelled, RunStatus.not_run)
                 else "",
                 holder,
             ],
@@ -324,21 +336,66 @@ class Store:
         """Tiers fail-fast stopped, with the infrastructure error that stopped each."""
         return dict(self.redis.hgetall(self.keys.halted(exp_id)))
 
-    def uncancel(self, exp_id: str) -> list[RunSpec]:
-        """The runs recorded as cancelled, made pending again (result and delivery count
-        removed) for a resume; returns their specs."""
-        cancelled = [r.run_id for r in self.runs(exp_id) if r.status is RunStatus.cancelled]
-        if cancelled:
-            self._uncancel(
+    def unrecord(self, exp_id: str, status: RunStatus) -> list[RunSpec]:
+        """The runs recorded as never started (`cancelled` or `not_run`), made pending
+        again (result and delivery count removed) for a resume; returns their specs."""
+        unstarted = [r.run_id for r in self.runs(exp_id) if r.status is status]
+        if unstarted:
+            self._unrecord(
                 keys=[
                     self.keys.runs(exp_id),
                     self.keys.attempts(exp_id),
                     self.keys.experiment(exp_id),
                     self.keys.deliveries(exp_id),
                 ],
-                args=cancelled,
+                args=[status.value, *unstarted],
             )
-        return self._specs(exp_id, cancelled)
+        return self._specs(exp_id, unstarted)
+
+    # --- adaptive waves (worker/waves.py) ------------------------------------------------
+
+    def waves(self, exp_id: str) -> tuple[int, dict[tuple[str, str], str]]:
+        """The number of the last wave sent, and the closed cells with why each stopped."""
+        raw = self.redis.hgetall(self.keys.waves(exp_id))
+        closed = {
+            (tier, scenario): why
+            for field, why in raw.items()
+            if field != "wave"
+            for tier, scenario in [field.split("\n", 1)]
+        }
+        return int(raw.get("wave", 1)), closed
+
+    def claim_wave(
+        self,
+        exp_id: str,
+        wave: int,
+        fewer: int,
+        closing: dict[tuple[str, str], str],
+        specs: Sequence[RunSpec],
+    ) -> str:
+        """Record wave `wave + 1` (its runs, the cells it closes, the runs the total loses)
+        if `wave` is still the last one and all its runs have results: 'claimed', else
+        'in flight' or 'taken' (another sweeper was first)."""
+        reply = self._claim_wave(
+            keys=[
+                self.keys.waves(exp_id),
+                self.keys.runs(exp_id),
+                self.keys.specs(exp_id),
+                self.keys.experiment(exp_id),
+            ],
+            args=[
+                wave,
+                fewer,
+                len(closing),
+                *(
+                    v
+                    for (tier, scenario), why in closing.items()
+                    for v in (f"{tier}\n{scenario}", why)
+                ),
+                *(v for spec in specs for v in (spec.run_id, spec.model_dump_json())),
+            ],
+        )
+        return str(reply)
 
     # --- recovery: runs lost on the way ---------------------------------------------------
 

@@ -24,10 +24,11 @@ from rich.console import Console
 
 from core.bundle import Bundle, BundleError, collect
 from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
-from core.config import Artifacts, Matrix, matrix_json_schema
-from core.evidence import RunRecord
+from core.config import Artifacts, Budget, Matrix, matrix_json_schema
+from core.evidence import RunEvidence, RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
+from core.results import RunSpec, RunStatus
 from core.retention import (
     Deleted,
     created_before,
@@ -40,7 +41,7 @@ from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
 from scheduler.embedded import EmbeddedError, EmbeddedRedis, LocalWorkers, worker_command
-from scheduler.plan import PlanTooLarge, check_size, new_experiment_id
+from scheduler.plan import PlanTooLarge, check_size, describe_runs, new_experiment_id
 from scheduler.report.render import (
     COMPARE_FORMATS,
     FORMATS,
@@ -104,6 +105,16 @@ broker_option = click.option(
     help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
     "else the embedded Redis under ./.evalfleet.",
 )
+
+
+def budget_option(help_text: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    return click.option(
+        "--budget",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="USD",
+        help=help_text,
+    )
 
 
 json_nonfinite_option = click.option(
@@ -179,7 +190,8 @@ def _missing_clis(matrix: Matrix) -> dict[str, list[str]]:
 def summary(matrix: Matrix) -> str:
     lines = [
         f"{matrix.name}: {len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
-        f"{matrix.runs_per_tier} runs = {matrix.total_runs()} runs",
+        f"{describe_runs(matrix)} = {matrix.total_runs()} runs"
+        + (" at most" if matrix.adaptive is not None else ""),
         f"baseline: {matrix.baseline_tier}",
     ]
     for tier in matrix.tiers:
@@ -196,7 +208,19 @@ def summary(matrix: Matrix) -> str:
         judged = f"judge >= {judge.pass_threshold:g}" if judge and judge.enabled else "no judge"
         lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
     lines.append(_judge_line(matrix))
+    if matrix.budget is not None:
+        lines.append(_budget_line(matrix.budget))
     return "\n".join(lines)
+
+
+def _budget_line(budget: Budget) -> str:
+    ceilings = [
+        f"{who} ${limit:g}"
+        for who, limit in (("agents", budget.agent_usd), ("judge", budget.judge_usd))
+        if limit is not None
+    ]
+    prior = f"; a run's cost before its tier x scenario has one: ${budget.prior_usd:g}"
+    return f"budget: {', '.join(ceilings)}" + (prior if budget.prior_usd is not None else "")
 
 
 def _judge_line(matrix: Matrix) -> str:
@@ -322,6 +346,10 @@ def _experiment(store: Store, exp_id: str | None) -> str:
     help="Store each run's evidence as a file in DIR, a folder every worker shares "
     "(overrides the matrix's `artifacts: {dir}`); Redis keeps its path.",
 )
+@budget_option(
+    "Ceiling on the agents' spend over the whole experiment, over the matrix's "
+    "budget.agent_usd: runs that do not fit are recorded not_run."
+)
 @json_nonfinite_option
 def submit(
     matrix_file: str,
@@ -332,6 +360,7 @@ def submit(
     fmt: str,
     keep_workspaces: bool,
     artifacts: str | None,
+    budget: float | None,
     nonfinite: str,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
@@ -346,8 +375,13 @@ def submit(
       scheduler submit examples/matrix.yaml --workers 4
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
       scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
+      scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
     """
     matrix = _load(matrix_file)
+    if budget is not None:
+        matrix.budget = (matrix.budget or Budget(agent_usd=budget)).model_copy(
+            update={"agent_usd": budget}
+        )
     _check_size(matrix)
     _check_visibility(matrix)
     if keep_workspaces:
@@ -458,6 +492,34 @@ def _check_visibility(matrix: Matrix) -> None:
         )
 
 
+def _evidence(store: Store, exp_id: str) -> dict[str, RunEvidence]:
+    """Every run's evidence, for the html run table. Evidence kept as a file in an
+    artifacts folder this machine does not see is left out, and stderr says so."""
+    try:
+        return store.all_evidence(exp_id)
+    except OSError:
+        pass
+    found: dict[str, RunEvidence] = {}
+    unreadable: list[str] = []
+    for run in store.runs(exp_id):
+        try:
+            evidence = store.evidence(exp_id, run.run_id)
+        except OSError as exc:
+            unreadable.append(f"{run.run_id}: {exc}")
+            continue
+        if evidence is not None:
+            found[run.run_id] = evidence
+    if unreadable:
+        err.print(
+            f"note: the evidence of {len(unreadable)} run(s) is in an artifacts folder this "
+            f"machine cannot read, and not in the page (first: {unreadable[0]}); write the "
+            "report where that folder is mounted",
+            markup=False,
+            soft_wrap=True,
+        )
+    return found
+
+
 def _follow_and_print(
     app: Celery, store: Store, exp_id: str, fmt: str, nonfinite: str, local: Any = None
 ) -> None:
@@ -470,7 +532,17 @@ def _follow_and_print(
     report = store.report(exp_id)
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)
-    click.echo(render(report, fmt, nonfinite=nonfinite))
+    evidence = None
+    if fmt == "html":  # its run table: every run with its evidence
+        report = report.model_copy(update={"runs": store.runs(exp_id)})
+        evidence = _evidence(store, exp_id)
+    click.echo(render(report, fmt, nonfinite=nonfinite, evidence=evidence))
+    if report.budget is not None and report.budget.reached:
+        err.print(
+            f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
+            soft_wrap=True,
+            markup=False,
+        )
     errors = report.experiment.errors
     if errors:
         reason, count = next(iter(report.error_reasons.items()))
@@ -523,10 +595,11 @@ def _status_line(info: ExperimentInfo) -> str:
     state = info.status.value
     if info.status == ExperimentStatus.complete and info.errors:
         state = f"complete with {info.errors} infrastructure errors"
-    ran = info.completed_runs - info.cancelled
+    ran = info.completed_runs - info.cancelled - info.not_run
+    not_run = f"  {info.not_run} not run (budget)" if info.not_run else ""
     return (
         f"{info.id}  {state:<9} {ran}/{info.total_runs} runs ran  {info.passes} passed  "
-        f"{info.errors} infrastructure errors  {info.cancelled} cancelled  {when}"
+        f"{info.errors} infrastructure errors  {info.cancelled} cancelled{not_run}  {when}"
     )
 
 
@@ -618,6 +691,10 @@ def report(
     --format github is compact markdown for a PR comment or a job summary,
     its verdict line first.
 
+    The html format is one file that opens offline: charts, tables and a run
+    table that filters by tier, scenario and outcome; click a run for its
+    evidence (gates, judge, transcript, stderr and stdout, attempts).
+
     \b
     Examples:
       scheduler report EXP --format markdown > report.md
@@ -646,9 +723,10 @@ def report(
         shown = version or versions[-1]
         result = store.report(exp_id, shown)
         assert result is not None  # listed as stored
-        if runs:
+        if runs or fmt == "html":  # html: for its run table
             every = store.runs(exp_id) if shown == 1 else store.version_runs(exp_id, shown)
             result = result.model_copy(update={"runs": every})
+        evidence = _evidence(store, exp_id) if fmt == "html" else None
     if len(versions) > 1:
         note = f" ({result.version_note})" if result.version_note else ""
         err.print(
@@ -666,7 +744,7 @@ def report(
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
-    click.echo(render(result, fmt, scenario, nonfinite=nonfinite))
+    click.echo(render(result, fmt, scenario, nonfinite=nonfinite, evidence=evidence))
 
 
 @main.command()
@@ -815,6 +893,10 @@ def compare(
 )
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@budget_option(
+    "A new ceiling on the agents' spend of the whole experiment (what it spent so far "
+    "included); the runs not run for the budget are sent again."
+)
 @json_nonfinite_option
 def resume(
     experiment: str,
@@ -822,15 +904,18 @@ def resume(
     workers: int | None,
     wait: bool,
     fmt: str,
+    budget: float | None,
     nonfinite: str,
 ) -> None:
     """Re-send the runs that have no result and are neither running nor queued (and,
-    of a cancelled experiment, those cancelled before they started), then aggregate.
+    of a cancelled experiment, those cancelled before they started; with --budget,
+    those the budget kept from starting), then aggregate.
 
     \b
     Examples:
       scheduler resume notes-guidance-20261122-101500-ab12
       scheduler resume EXP --broker redis://host:6379/0 --wait
+      scheduler resume EXP --budget 40     # raise the budget: the not-run runs run
     """
     # Both import Celery (see _app).
     from scheduler.dispatch import send
@@ -841,22 +926,50 @@ def resume(
         matrix = store.matrix(exp_id)
         info = store.info(exp_id)
         app = _app(url)
-        # Cancelled runs first: once they lose their results they are pending too.
-        cancelled = store.uncancel(exp_id) if info.status == ExperimentStatus.cancelled else []
+        if budget is not None and matrix.budget is None:
+            fail(
+                f"experiment {exp_id} was submitted without a budget; --budget on resume "
+                "changes an experiment's budget (nothing was sent)"
+            )
+        # Never-started runs first: once they lose their results they are pending too.
+        cancelled = (
+            store.unrecord(exp_id, RunStatus.cancelled)
+            if info.status == ExperimentStatus.cancelled
+            else []
+        )
+        not_run: list[RunSpec] = []
+        if budget is not None and matrix.budget is not None:
+            limits = store.ledger.state(exp_id).limits
+            raised = matrix.budget.model_copy(
+                update={"agent_usd": budget, "judge_usd": limits.get("judge")}
+            )
+            store.ledger.set_limits(exp_id, raised)
+            not_run = store.unrecord(exp_id, RunStatus.not_run)
         pending = to_resend(app, store, exp_id)
         # Runs still queued or running are left where they are: taken by the workers
         # (the embedded ones started here), not sent a second time.
-        now = store.info(exp_id)  # uncancel took results back
+        now = store.info(exp_id)  # unrecord took results back
         waiting = now.total_runs - now.completed_runs - len(pending)
+        kept = (
+            f"; {now.not_run} runs not run for the budget stay so (`--budget USD` raises it)"
+            if now.not_run
+            else ""
+        )
         if not pending and not waiting and store.report(exp_id) is not None:
-            err.print(f"experiment {exp_id}: every run has a result; nothing to resume")
+            err.print(
+                f"experiment {exp_id}: every run has a result; nothing to resume{kept}",
+                soft_wrap=True,
+            )
             return
         if pending:
             store.reopen(exp_id)
+        unstarted = len(cancelled) + len(not_run)
         err.print(
             f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
-            f"before they started, {len(pending) - len(cancelled)} with no result, lease or "
-            f"message; {waiting} still queued or running",
+            f"before they started, "
+            + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
+            + f"{len(pending) - unstarted} with no result, lease or "
+            f"message; {waiting} still queued or running{kept}",
             soft_wrap=True,
         )
 

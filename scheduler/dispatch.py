@@ -38,14 +38,15 @@ BATCH_SIZE = 500
 
 
 def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str, bundle: Bundle) -> int:
-    """Record a new experiment with its files and send its runs: what `scheduler submit`
-    does. Returns how many runs were sent."""
+    """Record a new experiment with its files and send its runs (an adaptive one's first
+    wave): what `scheduler submit` does. Returns how many runs the experiment may have."""
     total = matrix.total_runs()
     # The files first: no worker sees the experiment before them.
     store.save_bundle(experiment_id, bundle)
     info = experiment_info(matrix, experiment_id, total)
     store.create_experiment(info, matrix, manifest=bundle.manifest)
-    send(app, store, matrix, experiment_id, plan(matrix, experiment_id), total, record=True)
+    first = matrix.first_wave_runs()
+    send(app, store, matrix, experiment_id, plan(matrix, experiment_id), first, record=True)
     return total
 
 

@@ -62,6 +62,7 @@ def follow(
     info = store.info(exp_id)
     announced: set[str] = set()
     warned: set[str] = set()
+    said: set[str] = set()
     with progress:
         task = progress.add_task("runs", total=info.total_runs, passes=0, errors=0)
         swept = time.monotonic()
@@ -71,10 +72,16 @@ def follow(
                 raise WorkersDied(f"the local workers exited; see {workers.log_path}")
             try:
                 info = store.info(exp_id)
+                # An adaptive experiment's total drops as its cells stop (worker/waves.py).
                 progress.update(
-                    task, completed=info.completed_runs, passes=info.passes, errors=info.errors
+                    task,
+                    total=info.total_runs,
+                    completed=info.completed_runs,
+                    passes=info.passes,
+                    errors=info.errors,
                 )
                 _announce_halts(store, exp_id, console, announced)
+                _announce_budget(store, exp_id, console, said)
                 _announce_unrecognised(store, exp_id, console, warned)
                 if info.status in _DONE and store.report(exp_id) is not None:
                     return
@@ -105,6 +112,21 @@ def _announce_unrecognised(
             soft_wrap=True,
         )
         announced.add(tier)
+
+
+def _announce_budget(store: Store, exp_id: str, console: Console, said: set[str]) -> None:
+    """Say once that the budget stopped runs from starting, and why."""
+    if "budget" in said:
+        return
+    stopped = store.ledger.state(exp_id).stopped
+    if stopped is not None:
+        console.print(
+            f"[yellow]budget reached:[/yellow] no further run starts; runs in flight finish "
+            f"({escape(stopped)})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        said.add("budget")
 
 
 def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[str]) -> None:

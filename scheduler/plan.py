@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from core.config import Matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
-from core.results import RunSpec
+from core.results import RunSpec, cell_specs
 
 # The most runs one experiment may have. Submitting streams runs to the broker in
 # bounded memory, but each queued run costs the broker about 2 KB until it runs.
@@ -42,25 +42,19 @@ def experiment_info(
         created_at=created_at if created_at is not None else time.time(),
         tiers=[t.id for t in matrix.tiers],
         scenarios=[s.id for s in matrix.scenarios],
-        runs_per_tier=matrix.runs_per_tier,
+        runs_per_tier=max(matrix.runs_for(s) for s in matrix.scenarios),
     )
 
 
 def plan(matrix: Matrix, experiment_id: str) -> Iterator[RunSpec]:
-    """Every run of the experiment, one at a time (100,000 runs never sit in memory
-    at once), with ids that depend only on their coordinates."""
+    """Every run of the experiment's first wave (every run, unless it is adaptive), one
+    at a time (100,000 runs never sit in memory at once), with ids that depend only on
+    their coordinates."""
     for tier in matrix.tiers:
         for scenario in matrix.scenarios:
             queue = matrix.queue_for(tier, scenario)
-            for index in range(matrix.runs_per_tier):
-                yield RunSpec(
-                    experiment_id=experiment_id,
-                    run_id=f"{experiment_id}:{tier.id}:{scenario.id}:{index}",
-                    tier=tier.id,
-                    scenario=scenario.id,
-                    run_index=index,
-                    queue=queue,
-                )
+            indices = range(matrix.first_wave(scenario))
+            yield from cell_specs(experiment_id, tier.id, scenario.id, indices, queue)
 
 
 def check_size(matrix: Matrix) -> None:
@@ -68,7 +62,19 @@ def check_size(matrix: Matrix) -> None:
     if matrix.total_runs() > MAX_RUNS:
         raise PlanTooLarge(
             f"{len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
-            f"{matrix.runs_per_tier} runs = {matrix.total_runs():,} runs, more than one "
+            f"{describe_runs(matrix)} = {matrix.total_runs():,} runs, more than one "
             f"experiment may have ({MAX_RUNS:,}, {ENV_MAX_RUNS}): lower runs_per_tier or "
             "split the matrix"
         )
+
+
+def describe_runs(matrix: Matrix) -> str:
+    """The runs each tier gets of each scenario, in words: "10 runs",
+    "5 to 40 runs (adaptive)", and the scenarios with a count of their own."""
+    adaptive = matrix.adaptive
+    if adaptive is None:
+        text = f"{matrix.runs_per_tier} runs"
+    else:
+        text = f"{adaptive.min} to {adaptive.max} runs (adaptive, waves of {adaptive.step})"
+    own = [f"{s.id}: {s.runs}" for s in matrix.scenarios if s.runs is not None]
+    return text + (f" ({', '.join(own)} runs)" if own else "")

@@ -71,6 +71,8 @@ class Cell:
     # Every run's impl rate, in run order (over pass_impl); and every run's cost.
     impls: tuple[float, ...] | None = None
     cost: float | None = None
+    # Run index -> why it failed (its fail_reason).
+    reasons: dict[int, str] = field(default_factory=dict)
 
 
 def impl_rate(passed: bool, index: int) -> float:
@@ -140,6 +142,7 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         scenario=spec.scenario,
         run_index=index,
         status=status,
+        fail_reason=cell.reasons.get(index),
         passed=passed,
         pass_rate=pass_rate,
         impl_rate=impl,

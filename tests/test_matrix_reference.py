@@ -23,9 +23,11 @@ from pydantic import BaseModel
 
 from core.assertions import FORMS, parse_assertion
 from core.config import (
+    AdaptiveRuns,
     AgentConfig,
     AgentOverride,
     Artifacts,
+    Budget,
     BundleConfig,
     CompositeWeights,
     Criterion,
@@ -45,6 +47,7 @@ from core.config import (
     Scenario,
     ScenarioJudge,
     Scoring,
+    StopWhen,
     Target,
     Tier,
     WorkspaceArchive,
@@ -290,6 +293,9 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     EvidenceLimits: "## evidence",
     Artifacts: "## evidence",
     DockerSandbox: "### agent.docker",
+    Budget: "## budget",
+    AdaptiveRuns: "## adaptive runs_per_tier",
+    StopWhen: "## adaptive runs_per_tier",
     WorkspaceArchive: "### workspace_archive",
     BundleConfig: "## bundle",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import re
 
 from core.aggregate import aggregate
 from core.config import Scoring
+from core.evidence import Excerpt, RunEvidence
 from core.report_models import ExperimentInfo, ExperimentReport
 from core.results import RunResult, RunStatus
 from scheduler.report.charts import Bar, bar_chart, line_chart
 from scheduler.report.render import render
+from scheduler.report.runs import runs_section
+from tests.test_report_cli import run_details
 
 HOSTILE = 'x <script>alert("1")</script> | & y'
 
@@ -45,6 +51,62 @@ def test_user_text_is_escaped_in_html_and_markdown() -> None:
     github = render(report, "github")
     assert "<script" not in github and "x &lt;script>alert" in github.splitlines()[2]
     assert "<details>" not in github  # one scenario: its rows are the tiers'
+
+
+def test_run_text_cannot_break_out_of_the_run_table() -> None:
+    """A run's reason and evidence are a user's (an agent's) text: in the page they are
+    data the script reads, never markup."""
+    failed = _run("T1", 0, False).model_copy(update={"fail_reason": HOSTILE})
+    report = _report([_run("T0", 0, True), failed]).model_copy(
+        update={"runs": [_run("T0", 0, True), failed]}
+    )
+    evidence = RunEvidence(
+        experiment_id="e1", run_id=failed.run_id, stderr=Excerpt(text=HOSTILE, total_bytes=30)
+    )
+    page = render(report, "html", evidence={failed.run_id: evidence})
+
+    assert "<script>alert" not in page
+    # The run table's own script, its rows and one element per run: nothing else.
+    assert re.findall(r"<script[^>]*>", page) == [
+        '<script type="application/json" id="runs-data">',
+        '<script type="application/x-evalfleet-run" id="run-0">',
+        '<script type="application/x-evalfleet-run" id="run-1">',
+        "<script>",
+    ]
+    rows = re.search(r'id="runs-data">(.*?)</script>', page)
+    assert rows and json.loads(rows.group(1))[1][4] == HOSTILE
+    details = run_details(page)[1]
+    assert details["run"]["fail_reason"] == HOSTILE
+    assert details["evidence"]["stderr"]["text"] == HOSTILE
+
+
+def test_a_page_holds_evidence_up_to_its_budget_failed_runs_first() -> None:
+    """Thousands of runs near their evidence caps would make a page no browser opens:
+    beyond its budget a run's evidence is left out, and the run says where it is."""
+    runs = [_run("T0", 0, True), _run("T0", 1, False), _run("T0", 2, True)]
+    report = _report(runs)
+    # Incompressible: each run's evidence takes some 40 KB of the page.
+    evidence = {
+        r.run_id: RunEvidence(
+            experiment_id="e1",
+            run_id=r.run_id,
+            stdout=Excerpt(text=base64.b64encode(os.urandom(30_000)).decode(), total_bytes=40_000),
+        )
+        for r in runs
+    }
+    # Room for one run's: the failed one, though the passing run 0 comes first.
+    page = runs_section(report, runs, evidence, evidence_budget=60_000)
+
+    failed, passed = run_details(page)[1], run_details(page)[0]
+    assert failed["evidence"]["stdout"]["text"] == evidence["T0-1"].stdout.text
+    assert failed["note"] is None
+    assert passed["evidence"] is None and run_details(page)[2]["evidence"] is None
+    assert passed["note"] == (
+        "This run's evidence was left out of this page: it holds at most 0.06 MB of evidence, "
+        "failed runs' first. `scheduler show T0-0` shows it."
+    )
+    assert "3 runs, 1 with evidence" in page
+    assert "2 runs' evidence was left out of this page" in page
 
 
 def test_an_experiment_without_results_renders_everywhere() -> None:

@@ -6,6 +6,7 @@ scipy and plain combinatorics; the HTML report is opened in headless Chromium.
 
 from __future__ import annotations
 
+import base64
 import csv
 import html
 import io
@@ -15,6 +16,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +194,9 @@ def test_csv_rows_carry_the_new_figures(experiment: str, fleet_env: dict[str, st
 
 def _html(exp_id: str, env: dict[str, str]) -> str:
     page = _report(exp_id, env, "--format", "html")
-    # Self-contained: nothing fetched, no script.
-    assert not re.search(r"""(src|href)\s*=|url\(|@import|<script""", page)
+    # Self-contained: nothing fetched; its one script (the run table's) is inline.
+    assert not re.search(r"""\s(src|href)\s*=|url\(|@import""", page)
+    assert page.count("<script>") == 1
     assert f"<h1>{NAME} ({exp_id})" in page
     assert page.count('<figure class="chart"') == 4
     return page
@@ -212,6 +215,13 @@ def test_html_is_one_self_contained_file_with_four_charts(
     assert page.count('class="error-bar"') == 4
     assert page.count('class="point"') == 2 and page.count('class="series"') == 2
     assert "<h2>Guidance comparison: s1</h2>" in page
+
+
+def run_details(page: str) -> list[dict[str, Any]]:
+    """What an HTML report's run table carries per run (its result, evidence and note),
+    inflated, in the table's order."""
+    blobs = re.findall(r'<script type="application/x-evalfleet-run" id="run-\d+">([^<]*)<', page)
+    return [json.loads(zlib.decompress(base64.b64decode(blob))) for blob in blobs]
 
 
 def _chromium() -> str | None:
@@ -235,6 +245,9 @@ def rendered_json(page: str, script: str, pre_id: str, tmp_path: Path) -> Any:
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            # A laptop's window; the page's own script may wait (an opened run decompresses).
+            "--window-size=1280,1000",
+            "--virtual-time-budget=10000",
             "--disable-background-networking",
             f"--user-data-dir={tmp_path / 'profile'}",
             "--dump-dom",
@@ -249,7 +262,7 @@ def rendered_json(page: str, script: str, pre_id: str, tmp_path: Path) -> Any:
     return json.loads(html.unescape(found.group(1)))
 
 
-# Appended by the test only: it measures what Chromium laid out, the report has no script.
+# Appended by the test only: it measures what Chromium laid out.
 _MEASURE = """<script>
 const charts = [...document.querySelectorAll("figure.chart")].map(fig => {
   const svg = fig.querySelector("svg");

@@ -35,6 +35,7 @@ from core.store import Store
 from tests.conftest import PREFIX, QUEUE, StartWorker, Worker, run_cli
 from tests.fleet import wait_until
 from tests.llm_stub import LLMStub, RecordedRequest, Step, reply
+from tests.test_report_cli import run_details
 from worker.celery_app import create_app
 from worker.sandbox import sandbox_argv
 from worker.sending import RUN_TASK
@@ -199,6 +200,10 @@ scenarios:
     assert evidence is not None and evidence.judge is not None
     assert "[REDACTED]" in (evidence.judge.calls[0].raw_answer or Excerpt()).text
     assert not any(s in evidence.model_dump_json() for s in secrets)
+    # The HTML report carries each run's details compressed: read them inflated too.
+    details = [run_details(text) for text in outputs]
+    assert any(details)  # the html report's runs, with their evidence
+    outputs += [json.dumps(d, ensure_ascii=False) for d in details]
     assert not any(s in text for text in outputs for s in secrets)
     assert not any(s in (tmp_path / "worker.log").read_text() for s in secrets)
 
@@ -281,6 +286,7 @@ scenarios:
     assert password not in found.read_text() and password not in gate_found.read_text()
     # Nothing stored, rendered or sent to the judge holds it either.
     assert stored and not any(password in text for text in stored)
+    outputs += [json.dumps(run_details(text), ensure_ascii=False) for text in outputs]
     assert not any(password in text for text in outputs)
     assert not any(password in r.raw.decode() for r in stub.requests)
     assert not any(password in value for _, value in every_value)

@@ -18,6 +18,8 @@ A sweep of one experiment (`recover`) does three things:
   run nowhere, one sweeper sends it again. Looking for it means reading the
   queues, so a sweep does that only when the experiment's missing runs
   outnumber everything that could hold them.
+- An adaptive experiment whose wave has finished gets its next wave
+  (worker/waves.py).
 - An experiment whose every run has a result but which is not aggregated yet
   is aggregated here. Normally the chord body does that, but a chord waits for
   every header task, and the header task of a lost run comes back only after
@@ -52,6 +54,7 @@ from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
 from worker.sending import RUN_TASK, run_queues, run_signature
 from worker.tasks import finish_experiment, store_of
+from worker.waves import advance
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
 
     resent = send_again(store.claim_lost_runs(exp_id), "its lease expired")
     resent += _requeue_never_started(app, store, exp_id, matrix.lease_s)
+    if default_queue is not None and matrix.adaptive is not None:
+        advance(app, store, exp_id, matrix, default_queue)
     info = store.info(exp_id)
     # Looked for only once every run was sent, where the sender sent them (a
     # sweeping worker's own default queue may be another).

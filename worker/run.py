@@ -10,7 +10,9 @@ stores its outage as the infrastructure error it is.
 Deliveries are counted in Redis and capped. While a delivery runs it holds the
 run's lease (worker/lease.py), so a run whose worker died is sent again
 within minutes (worker/recovery.py). Secrets are taken out of the result
-before it is stored.
+before it is stored. With a `budget:`, a run reserves its projected cost
+before it starts and settles it once its result is stored (core/ledger.py);
+one that does not fit is recorded `not_run` without starting.
 
 A run that stores its result stores its evidence next (worker/evidence.py).
 """
@@ -138,6 +140,8 @@ def execute(
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.save_run(result, holder=lease.holder)):
+        if matrix.budget is not None:
+            _patiently(lambda: store.ledger.settle(result))
         _note_health(store, matrix, result)
         keep_evidence(store, matrix, result, evidence, delivery, started, phases, secrets)
         return result
@@ -155,7 +159,7 @@ def outage_wait_s(stated_s: float | None, attempts: int) -> float:
 def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
     """Fail-fast: the first results of a tier tell whether its set-up works."""
     not_run = (result.fail_reason or "").endswith(NOT_RUN_NOTE)
-    if result.status is RunStatus.cancelled or not_run:
+    if result.status in (RunStatus.cancelled, RunStatus.not_run) or not_run:
         return
     error = error_key(result.fail_reason) if result.is_infra_error else None
     try:
@@ -227,6 +231,11 @@ def _attempt(
         local = _patiently(lambda: local_matrix(store, spec.experiment_id))
     except (BundleError, OSError) as exc:
         return error_result(spec, f"the experiment's files: {exc}", attempts, started), None
+    if matrix.budget is not None:
+        reservation = store.ledger.reserve(spec, matrix)
+        if not reservation.fits:
+            reason = f"not run: {reservation.refused}"
+            return error_result(spec, reason, attempts, started, RunStatus.not_run), None
     result, evidence = _run(spec, local, on_phase, started, secrets, store)
     return result.model_copy(update={"attempts": attempts}), evidence
 
@@ -368,8 +377,8 @@ def error_result(
     started: float,
     status: RunStatus = RunStatus.infra_error,
 ) -> RunResult:
-    """A run without an agent result (an infrastructure error, or cancelled): counted
-    under its own name, kept out of the statistics."""
+    """A run without an agent result (an infrastructure error, cancelled, not run for
+    the budget): counted under its own name, kept out of the statistics."""
     now = time.time()
     return RunResult(
         experiment_id=spec.experiment_id,

@@ -21,7 +21,7 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore, Reject
 
 from core.aggregate import aggregate
-from core.config import Matrix
+from core.config import Budget, Matrix
 from core.rejudge import RejudgePlan
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec
@@ -31,6 +31,7 @@ from worker.phases import phase_events
 from worker.rejudge import rejudged
 from worker.run import REDIS_DOWN, RetryLater, execute
 from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
+from worker.waves import adaptive_report
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str
     runs = db.version_runs(experiment_id, plan.version)
     if len(runs) < info.completed_runs:
         return {"experiment_id": experiment_id, "status": "waiting for runs"}
-    report = _report(info, runs, db.matrix(experiment_id))
+    report = _report(db, info, runs, db.matrix(experiment_id))
     db.save_report(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
     return {"experiment_id": experiment_id, "version": plan.version}
 
@@ -150,14 +151,17 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
     # The first aggregation fixes finished_at, so re-running it changes nothing.
     finished = info.finished_at or max((r.ended_at or 0.0 for r in runs), default=time.time())
     info = info.model_copy(update={"finished_at": finished})
-    db.save_report(_report(info, runs, matrix))
+    db.save_report(_report(db, info, runs, matrix))
     db.set_status(experiment_id, info.status, finished_at=finished)
     return {"experiment_id": experiment_id, "status": info.status.value}
 
 
-def _report(info: ExperimentInfo, runs: list[RunResult], matrix: Matrix) -> ExperimentReport:
-    """The report of these runs as the matrix asks for it (every version alike)."""
-    return aggregate(
+def _report(
+    db: Store, info: ExperimentInfo, runs: list[RunResult], matrix: Matrix
+) -> ExperimentReport:
+    """The report of these runs as the matrix asks for it (every version alike): with
+    the budget they were held to and, for an adaptive experiment, where each cell stopped."""
+    report = aggregate(
         info,
         runs,
         baseline=matrix.baseline_tier,
@@ -166,4 +170,19 @@ def _report(info: ExperimentInfo, runs: list[RunResult], matrix: Matrix) -> Expe
         scenario_order=[s.id for s in matrix.scenarios],
         correction=matrix.report.correction,
         alpha=matrix.report.alpha,
+        budget=_budget(db, matrix, info.id),
+    )
+    if matrix.adaptive is not None:
+        report.adaptive = adaptive_report(db, info.id, matrix, runs)
+    return report
+
+
+def _budget(db: Store, matrix: Matrix, experiment_id: str) -> Budget | None:
+    """The budget the runs were held to: the matrix's, with the ceilings the ledger has now
+    (a resume may have raised them)."""
+    if matrix.budget is None:
+        return None
+    limits = db.ledger.state(experiment_id).limits
+    return matrix.budget.model_copy(
+        update={"agent_usd": limits.get("agent"), "judge_usd": limits.get("judge")}
     )

@@ -51,6 +51,8 @@ def github_report(report: ExperimentReport) -> str:
     lines = [
         verdict,
         "",
+        # Right under the verdict: what the budget left out qualifies it.
+        *(f"> **{md(line)}**\n" for line in sections.banner(report)),
         md(sections.header(report)),
     ]
     tiers = Table(

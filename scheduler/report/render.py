@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import shutil
+from collections.abc import Mapping
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
+from core.evidence import RunEvidence
 from core.metrics import RUN_METRICS
 from core.report_models import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from scheduler.report import sections
@@ -48,17 +50,21 @@ def render(
     *,
     width: int | None = None,
     nonfinite: str = "string",
+    evidence: Mapping[str, RunEvidence] | None = None,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
-    `width`: of the table format (default: terminal_width()); `nonfinite`: of json."""
+    `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
+    `evidence`: of html, the runs' evidence by run id for its run table."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
         return to_json_text(report, nonfinite)
+    banner = sections.banner(report)
     if fmt == "csv":
-        return _csv(report)
+        # Comment lines before the header row (pandas: comment="#").
+        return "".join(f"# {line}\n" for line in banner) + _csv(report)
     if fmt == "html":
-        return html_report(report, scenario)
+        return html_report(report, scenario, evidence)
     if fmt == "github":
         return github_report(report)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
@@ -68,8 +74,8 @@ def render(
         else sections.scenario_tables(report, scenario)
     )
     if fmt == "markdown":
-        return _markdown(title, tables)
-    return _terminal(title, tables, width)
+        return "".join(f"> **{md(line)}**\n\n" for line in banner) + _markdown(title, tables)
+    return "".join(f"{line}\n" for line in banner) + _terminal(title, tables, width)
 
 
 def render_comparison(
@@ -210,6 +216,7 @@ def _csv(report: ExperimentReport) -> str:
         + ["vs_baseline_risk_difference_ci_low", "vs_baseline_risk_difference_ci_high"]
         + ["vs_baseline_cliffs_delta", "cliffs_delta_ci_low", "cliffs_delta_ci_high"]
         + ["detectable_improvement", "detectable_regression", "consistency"]
+        + ["not_run"]
     )
     for tier_id, scope, cell in sections.cells(report):
         a = cell.analysis
@@ -230,6 +237,7 @@ def _csv(report: ExperimentReport) -> str:
         else:
             values += [cell.passes / cell.counted, share.low, share.high]
         values += [*_test_figures(vs), cell.consistency]
+        values.append(cell.not_run)
         writer.writerow(
             [
                 tier_id,

@@ -164,15 +164,21 @@ def pass_rate(passes: int, counted: int) -> str:
 
 def header(report: ExperimentReport) -> str:
     e = report.experiment
-    counted = e.completed_runs - e.errors - e.cancelled
+    counted = e.completed_runs - e.errors - e.cancelled - e.not_run
+    not_run = f", {e.not_run} not run (budget)" if e.not_run else ""
     version = ""
     if report.version > 1:
         version = f" — report version {report.version} ({report.version_note})"
     return (
         f"{e.name} ({e.id}): {e.status.value}, {e.completed_runs}/{e.total_runs} runs, "
         f"{counted} counted, {e.passes} passed, {e.errors} infrastructure errors, "
-        f"{e.cancelled} cancelled{version}"
+        f"{e.cancelled} cancelled{not_run}{version}"
     )
+
+
+def banner(report: ExperimentReport) -> list[str]:
+    """What a reader must see before anything else: that the budget stopped runs."""
+    return [report.budget.notice] if report.budget is not None else []
 
 
 def cells(
@@ -207,6 +213,8 @@ SUMMARY_COLUMNS = [
     "duration s (median)",
 ]
 # Detail a narrow terminal can do without; the counts and headline figures stay.
+# With a budget: runs it kept from starting, beside the cancelled ones.
+NOT_RUN_COLUMN = "not run (budget)"
 SUMMARY_NARROW_DROP = (
     "duration s (median)",
     "cost of pass $",
@@ -232,6 +240,7 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
                 str(t.counted),
                 str(t.errors),
                 str(t.cancelled),
+                *([str(t.not_run)] if report.budget is not None else []),
                 str(t.passes),
                 pass_rate(t.passes, t.counted),
                 f"{num(t.composite_score.median)} / {num(t.composite_score.mean)}",
@@ -243,9 +252,12 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
                 num(t.duration_seconds.median, 1),
             ]
         )
+    columns = list(SUMMARY_COLUMNS)
+    if report.budget is not None:
+        columns.insert(columns.index("cancelled") + 1, NOT_RUN_COLUMN)
     return Table(
         "Summary",
-        SUMMARY_COLUMNS,
+        columns,
         rows,
         definitions() + hidden_failures(report, scenario) + footer(report),
         label_columns=2,
@@ -257,8 +269,9 @@ def definitions() -> list[str]:
     """What the headline figures are computed from (README, "Reading a report")."""
     return [
         f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
-        "runs counted = completed + agent_error + timeout + limit; infrastructure errors and "
-        "cancelled runs are counted apart and kept out of every figure",
+        "runs counted = completed + agent_error + timeout + limit; infrastructure errors, "
+        "cancelled runs and runs not run for the budget are counted apart and kept out of "
+        "every figure",
         "grade: from the median composite score; uplift = (the tier's median composite - "
         "the baseline's) / the baseline's",
     ]
@@ -619,11 +632,32 @@ def scenario_tables(report: ExperimentReport, scenario: str) -> list[Table]:
     ]
 
 
+def adaptive(report: ExperimentReport) -> list[Table]:
+    """How many runs each cell of an adaptive experiment got, why, and by which procedure."""
+    if report.adaptive is None:
+        return []
+    rows = [
+        [tier, scenario, str(stop.runs), stop.reason]
+        for tier, scenarios in report.adaptive.cells.items()
+        for scenario, stop in scenarios.items()
+    ]
+    return [
+        Table(
+            "Adaptive runs: where each tier x scenario stopped",
+            ["tier", "scenario", "runs", "stopped because"],
+            rows,
+            [f"procedure: {report.adaptive.procedure}"],
+            label_columns=2,
+        )
+    ]
+
+
 def report_tables(report: ExperimentReport) -> list[Table]:
     """Every table of the full report, in reading order."""
     scenarios = list(dict.fromkeys(s for t in report.tiers.values() for s in t.scenarios))
     return [
         summary(report),
+        *adaptive(report),
         cross_tier(report),
         significance(report),
         pass_at_k(report),
