@@ -27,26 +27,27 @@ _POLL_S = 0.25
 _MARGIN_S = 60.0
 
 
-def send_rejudge(
-    app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan
-) -> int:
+def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan) -> int:
     """Send a rejudge of every run of the experiment; returns how many were sent."""
-    run_ids = sorted(r.run_id for r in store.runs(exp_id))
+    runs = sorted(store.runs(exp_id), key=lambda r: r.run_id)
     budget = task_budget_s(matrix, plan)
     payload = plan.model_dump(mode="json")
     header = [
         app.signature(
             REJUDGE_TASK,
-            args=(exp_id, run_id, payload),
+            args=(exp_id, run.run_id, payload),
             # The result is the run's entry in the version, in our keys: none in Celery's.
             options={
                 "soft_time_limit": budget,
                 "time_limit": budget + 60,
                 "ignore_result": True,
-                "argsrepr": run_id,
+                "argsrepr": run.run_id,
+                # The run's own queue: a fleet of per-tier queues has no one on the
+                # default queue, and a rescore's gates need the tier's tools.
+                **_queue(matrix.queue_for(matrix.tier(run.tier), matrix.scenario(run.scenario))),
             },
         )
-        for run_id in run_ids
+        for run in runs
     ]
     body = app.signature(
         AGGREGATE_VERSION_TASK,
@@ -54,7 +55,11 @@ def send_rejudge(
         options={"ignore_result": True},
     )
     chord(header)(body)
-    return len(run_ids)
+    return len(runs)
+
+
+def _queue(queue: str | None) -> dict[str, str]:
+    return {"queue": queue} if queue else {}
 
 
 def task_budget_s(matrix: Matrix, plan: RejudgePlan) -> float:

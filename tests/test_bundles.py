@@ -122,7 +122,7 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
         # No worker can see the submitter's folder: it is gone before they start.
         shutil.rmtree(tmp_path / "submitter")
         _worker(tmp_path / "first", fleet_env, f"{QUEUE}-one", started)
-        # The second also takes the default queue, where rejudging goes.
+        # The second also takes the default queue, where the aggregates go.
         _worker(tmp_path / "second", fleet_env, f"{QUEUE}-two,{QUEUE}", started)
         wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=240)
         prompts = [json.dumps(request.body) for request in stub.requests]
