@@ -117,6 +117,12 @@ def budget_option(help_text: str) -> Callable[[Callable[..., None]], Callable[..
     )
 
 
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
 json_nonfinite_option = click.option(
     "--json-nonfinite",
     "nonfinite",
@@ -326,12 +332,7 @@ def _experiment(store: Store, exp_id: str | None) -> str:
 @click.option(
     "--wait", is_flag=True, help="With a shared broker: follow until the report is ready."
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option(
@@ -885,12 +886,7 @@ def compare(
 @main.command()
 @click.argument("experiment")
 @broker_option
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @budget_option(
@@ -996,12 +992,7 @@ def resume(
     default=None,
     help="Judgments per run (default: the matrix's judge.repeats).",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @json_nonfinite_option
@@ -1083,12 +1074,7 @@ def rejudge(
     help="Take the gates of the experiment's scenarios from this matrix file (say, a fixed "
     "gate); default: the experiment's own gates.",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @json_nonfinite_option
