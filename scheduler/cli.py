@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -21,12 +22,20 @@ import click
 import redis
 from rich.console import Console
 
+from core.bundle import Bundle, BundleError, collect
 from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
 from core.evidence import RunEvidence, RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunSpec, RunStatus
+from core.retention import (
+    Deleted,
+    created_before,
+    delete_experiment,
+    experiment_keys,
+    stored_bytes,
+)
 from core.settings import BrokerURLError, configured_broker
 from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
@@ -108,6 +117,12 @@ def budget_option(help_text: str) -> Callable[[Callable[..., None]], Callable[..
     )
 
 
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
 json_nonfinite_option = click.option(
     "--json-nonfinite",
     "nonfinite",
@@ -154,6 +169,11 @@ def validate(matrix_file: str) -> None:
     """
     matrix = _load(matrix_file)
     _check_size(matrix)
+    bundle = _bundle(matrix)
+    click.echo(
+        f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
+        f"{_size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
+    )
     click.echo(summary(matrix))
     for cli, tiers in _missing_clis(matrix).items():
         click.echo(
@@ -320,12 +340,7 @@ def _experiment(store: Store, exp_id: str | None) -> str:
 @click.option(
     "--wait", is_flag=True, help="With a shared broker: follow until the report is ready."
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option(
@@ -383,6 +398,7 @@ def submit(
     if artifacts is not None:
         matrix.artifacts = Artifacts(dir=os.path.abspath(artifacts))
     _check_artifacts(matrix, "--artifacts" if artifacts is not None else matrix_file)
+    bundle = _bundle(matrix)  # after --artifacts: that folder is output, not shipped
     if as_json:
         fmt = "json"
     from scheduler.dispatch import start  # imports Celery (see _app)
@@ -391,7 +407,7 @@ def submit(
         exp_id = new_experiment_id(matrix)
 
         def send_runs(app: Celery, local_workers: int | None) -> None:
-            total = start(app, store, matrix, exp_id)
+            total = start(app, store, matrix, exp_id, bundle)
             if local_workers is None:
                 # Machine-readable output is one JSON document on stdout: the id goes aside.
                 click.echo(exp_id, err=fmt == "json")
@@ -443,6 +459,22 @@ def _check_size(matrix: Matrix) -> None:
         check_size(matrix)
     except PlanTooLarge as exc:
         fail(f"{exc}; nothing was started")
+
+
+def _bundle(matrix: Matrix) -> Bundle:
+    """The files the experiment ships to its workers; exit 2 when they cannot go."""
+    try:
+        return collect(matrix)
+    except BundleError as exc:
+        fail(f"{exc}; nothing was started")
+
+
+def _size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 def _check_artifacts(matrix: Matrix, source: str) -> None:
@@ -544,22 +576,32 @@ def _exit_if_infra_errors(report: ExperimentReport) -> None:
 @broker_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of experiment records.")
 def list_(broker: str | None, as_json: bool) -> None:
-    """List experiments, oldest first.
+    """List experiments, oldest first, with what each takes in Redis (MEMORY USAGE of
+    its keys, summed; `stored_bytes` in JSON).
 
     Example: scheduler list --json
     """
     with open_store(broker) as (store, _):
         infos = store.list_experiments()
         versions = {info.id: store.report_versions(info.id) for info in infos}
+        sizes = stored_bytes(store)
     if as_json:
-        records = [{**i.model_dump(mode="json"), "report_versions": versions[i.id]} for i in infos]
+        records = [
+            {
+                **i.model_dump(mode="json"),
+                "report_versions": versions[i.id],
+                "stored_bytes": sizes.get(i.id, 0),
+            }
+            for i in infos
+        ]
         click.echo(json.dumps(records, indent=2))
         return
     if not infos:
         click.echo("no experiments yet")
     for info in infos:
         later = versions[info.id][1:]
-        click.echo(_status_line(info) + (f"  report versions 1-{later[-1]}" if later else ""))
+        shown = _status_line(info) + (f"  report versions 1-{later[-1]}" if later else "")
+        click.echo(f"{shown}  {_size(sizes.get(info.id, 0))} stored")
 
 
 def _status_line(info: ExperimentInfo) -> str:
@@ -876,12 +918,7 @@ def compare(
 @main.command()
 @click.argument("experiment")
 @broker_option
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @budget_option(
@@ -987,12 +1024,7 @@ def resume(
     default=None,
     help="Judgments per run (default: the matrix's judge.repeats).",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @json_nonfinite_option
@@ -1076,12 +1108,7 @@ def rejudge(
     help="Take the gates of the experiment's scenarios from this matrix file (say, a fixed "
     "gate); default: the experiment's own gates.",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @json_nonfinite_option
@@ -1207,6 +1234,132 @@ def cancel(experiment: str, broker: str | None) -> None:
         exp_id = _experiment(store, experiment)
         store.set_status(exp_id, ExperimentStatus.cancelled)
     click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
+
+
+# --- retention ---------------------------------------------------------------------------
+
+yes_option = click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Delete running experiments too (their queued runs are dropped by the workers; a "
+    "run in progress may write its result back: delete again once it ends).",
+)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+@yes_option
+@force_option
+def delete(experiment: str, broker: str | None, yes: bool, force: bool) -> None:
+    """Delete an experiment and everything stored with it: runs, evidence (its files in
+    an artifacts folder too), reports, files, counters, and the Celery keys of its chords.
+
+    \b
+    Examples:
+      scheduler delete notes-guidance-20261122-101500-ab12
+      scheduler delete notes-guidance-20261122-101500-ab12 --yes     # in a script
+    """
+    with open_store(broker) as (store, _):
+        keys = experiment_keys(store, experiment)
+        if not keys:
+            fail(str(ExperimentNotFound(experiment)))
+        running = _running(store, experiment)
+        if running and not force:
+            fail(
+                f"experiment {experiment} is {running}: cancel it first (`scheduler cancel "
+                f"{experiment}`), or pass --force to delete it while it runs"
+            )
+        size = stored_bytes(store).get(experiment, 0)
+        _confirm(f"delete experiment {experiment} ({len(keys)} keys, {_size(size)})?", yes)
+        _deleted(experiment, delete_experiment(store, experiment), size)
+
+
+@main.command()
+@click.option(
+    "--older-than",
+    "age",
+    required=True,
+    metavar="AGE",
+    callback=lambda ctx, param, value: _seconds(value),
+    help="Created longer ago than this: a number and a unit, s m h d or w (30d, 12h).",
+)
+@broker_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@yes_option
+@force_option
+def prune(age: float, broker: str | None, dry_run: bool, yes: bool, force: bool) -> None:
+    """Delete every experiment created longer ago than --older-than, with all its keys
+    (as `scheduler delete`); running ones are kept unless --force.
+
+    \b
+    Examples:
+      scheduler prune --older-than 30d --dry-run
+      scheduler prune --older-than 30d --yes      # e.g. a nightly job
+    """
+    with open_store(broker) as (store, _):
+        sizes = stored_bytes(store)
+        doomed = []
+        for exp_id in created_before(store, time.time() - age):
+            running = _running(store, exp_id)
+            if running and not force:
+                err.print(f"keeping {exp_id}: it is {running} (--force deletes it)")
+                continue
+            doomed.append(exp_id)
+            click.echo(
+                f"{'would delete' if dry_run else 'delete'} {exp_id}  {_size(sizes.get(exp_id, 0))}"
+            )
+        total = _size(sum(sizes.get(exp_id, 0) for exp_id in doomed))
+        if not doomed or dry_run:
+            note = " (dry run: nothing deleted)" if dry_run else ""
+            click.echo(f"{len(doomed)} experiments, {total}{note}")
+            return
+        _confirm(f"delete these {len(doomed)} experiments ({total})?", yes)
+        for exp_id in doomed:
+            _deleted(exp_id, delete_experiment(store, exp_id), sizes.get(exp_id, 0))
+    click.echo(f"deleted {len(doomed)} experiments, {total}")
+
+
+def _deleted(exp_id: str, deleted: Deleted, size: int) -> None:
+    files = f", {deleted.files} evidence files" if deleted.files else ""
+    click.echo(f"deleted {exp_id}: {deleted.keys} keys, {_size(size)}{files}")
+    if deleted.unreachable:
+        err.print(
+            f"{len(deleted.unreachable)} evidence files of {exp_id} could not be removed from "
+            f"here, e.g. {deleted.unreachable[0]}: remove them where the artifacts folder is",
+            soft_wrap=True,
+            markup=False,
+        )
+
+
+def _running(store: Store, exp_id: str) -> str | None:
+    """How far the experiment is when it is still pending or running, else None."""
+    try:
+        info = store.info(exp_id)
+    except (ExperimentNotFound, KeyError):  # keys left without a record: nothing runs
+        return None
+    if info.status not in (ExperimentStatus.pending, ExperimentStatus.running):
+        return None
+    return f"{info.status.value} ({info.completed_runs}/{info.total_runs} runs done)"
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail(f"{question[:-1]}: pass --yes to confirm without a terminal")
+    click.confirm(question, abort=True, err=True)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _seconds(age: str) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", age or "")
+    if match is None:
+        raise click.BadParameter(f"{age!r} is not an age: a number and a unit, s m h d or w (30d)")
+    return float(match[1]) * _UNITS[match[2]]
 
 
 @main.command()

@@ -25,6 +25,7 @@ from typing import Any
 from celery import Celery
 from celery.utils import uuid
 
+from core.bundle import Bundle
 from core.config import Matrix
 from core.results import RunSpec
 from core.store import Store
@@ -36,11 +37,14 @@ from worker.sending import AGGREGATE_TASK, RUN_TASK, run_options, run_queues
 BATCH_SIZE = 500
 
 
-def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str) -> int:
-    """Record a new experiment and send its runs (an adaptive one's first wave): what
-    `scheduler submit` does. Returns how many runs the experiment may have."""
+def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str, bundle: Bundle) -> int:
+    """Record a new experiment with its files and send its runs (an adaptive one's first
+    wave): what `scheduler submit` does. Returns how many runs the experiment may have."""
     total = matrix.total_runs()
-    store.create_experiment(experiment_info(matrix, experiment_id, total), matrix)
+    # The files first: no worker sees the experiment before them.
+    store.save_bundle(experiment_id, bundle)
+    info = experiment_info(matrix, experiment_id, total)
+    store.create_experiment(info, matrix, manifest=bundle.manifest)
     first = matrix.first_wave_runs()
     send(app, store, matrix, experiment_id, plan(matrix, experiment_id), first, record=True)
     return total
@@ -72,6 +76,7 @@ def send(
         store.mark_sent(experiment_id, app.conf.task_default_queue)
         return
     group_id = uuid()
+    store.note_chord(experiment_id, group_id)
     body.freeze(group_id=group_id)
     app.backend.set_chord_size(group_id, count)
     # Options are the same for every run of a tier x scenario: built once per cell.

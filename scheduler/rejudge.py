@@ -30,7 +30,7 @@ _MARGIN_S = 60.0
 
 def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan) -> int:
     """Send a rejudge of every run of the experiment; returns how many were sent."""
-    run_ids = sorted(r.run_id for r in store.runs(exp_id))
+    runs = sorted(store.runs(exp_id), key=lambda r: r.run_id)
     budget = task_budget_s(matrix, plan)
     payload = plan.model_dump(mode="json")
     body = app.signature(
@@ -43,11 +43,11 @@ def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: R
     # unsubscribing at exit, once the embedded Redis is gone, printed a traceback.
     group_id = uuid()
     body.freeze(group_id=group_id)
-    app.backend.set_chord_size(group_id, len(run_ids))
+    app.backend.set_chord_size(group_id, len(runs))
     task = app.tasks[REJUDGE_TASK]
-    for index, run_id in enumerate(run_ids):
+    for index, run in enumerate(runs):
         task.apply_async(
-            (exp_id, run_id, payload),
+            (exp_id, run.run_id, payload),
             group_id=group_id,
             group_index=index,
             chord=body,
@@ -55,9 +55,16 @@ def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: R
             time_limit=budget + 60,
             # The result is the run's entry in the version, in our keys: none in Celery's.
             ignore_result=True,
-            argsrepr=run_id,
+            argsrepr=run.run_id,
+            # The run's own queue: a fleet of per-tier queues has no one on the default
+            # queue, and a rescore's gates need the tier's tools.
+            **_queue(matrix.queue_for(matrix.tier(run.tier), matrix.scenario(run.scenario))),
         )
-    return len(run_ids)
+    return len(runs)
+
+
+def _queue(queue: str | None) -> dict[str, str]:
+    return {"queue": queue} if queue else {}
 
 
 def task_budget_s(matrix: Matrix, plan: RejudgePlan) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import QUEUE, StartWorker, run_cli
 from tests.experiments import command_matrix, judged_matrix
 from tests.llm_stub import LLMStub, scripted_judge
 
@@ -212,3 +212,29 @@ def test_rescore_without_archived_workspaces_says_how_to_keep_them(
     refused = run_cli("rescore", exp_id, env=fleet_env)
     assert refused.returncode == 2
     assert "set `workspace_archive: {keep: failed}` in the matrix" in refused.stderr
+
+
+def test_rejudge_goes_to_each_runs_own_queue(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A fleet that serves only per-tier queues rejudges too: each run's judgment is
+    sent where its run went, not to the default queue no worker of that fleet reads."""
+    tier_queue = f"{QUEUE}-t0"
+    with LLMStub([scripted_judge(MARKERS, model_scores={"judge-b": 0.3})]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=2, tiers="T0", repeats=1)
+        own_queue = f"tiers: [{{id: T0, queue: {tier_queue}}}]"
+        matrix.write_text(matrix.read_text().replace("tiers: [{id: T0}]", own_queue))
+        first = start_worker(concurrency=2, queues=f"{QUEUE},{tier_queue}")
+        done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        first.stop()
+        # Only the tier's queue is served now.
+        start_worker(concurrency=2, queues=tier_queue)
+        rejudged = run_cli(
+            "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
+            env=fleet_env, timeout=120,
+        )  # fmt: skip
+        assert rejudged.returncode == 0, rejudged.stderr
+        assert [r.body["model"] for r in stub.requests].count("judge-b") == 2
+    assert json.loads(rejudged.stdout)["tiers"]["T0"]["passes"] == 0
