@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.bundle import collect
 from core.loading import load_matrix
 from core.store import Store
 from scheduler.dispatch import start
@@ -118,7 +119,7 @@ def submit(fleet: Fleet, matrix_file: Path) -> str:
     """What `scheduler submit --broker URL` does, in this process: plan, store, send."""
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
-    start(create_app(fleet.url), fleet.store, matrix, exp_id)
+    start(create_app(fleet.url), fleet.store, matrix, exp_id, collect(matrix))
     return exp_id
 
 

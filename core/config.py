@@ -49,6 +49,14 @@ def _resolve(value: Path, info: ValidationInfo) -> Path:
     return path.resolve() if base is not None else path
 
 
+def _relocated(path: Path, info: ValidationInfo) -> Path:
+    """An input file of a stored matrix read on a worker: the submitter's path -> the
+    worker's copy of it (core/bundle.py, Manifest.relocation). Outputs (the artifacts
+    folder) keep their path: every machine shares it."""
+    relocate = (info.context or {}).get("relocate")
+    return relocate(path) if relocate is not None else path
+
+
 def _existing(kind: Literal["file", "dir"]) -> Any:
     def check(value: Path, info: ValidationInfo) -> Path:
         path = _resolve(value, info)
@@ -56,7 +64,7 @@ def _existing(kind: Literal["file", "dir"]) -> Any:
             exists = path.is_file() if kind == "file" else path.is_dir()
             if not exists:
                 raise ValueError(f"{kind} not found: {path}")
-        return path
+        return _relocated(path, info)
 
     return AfterValidator(check)
 
@@ -744,6 +752,33 @@ RunsPerTier = Annotated[
     Discriminator(_runs_kind),
 ]
 
+# --- the files shipped to workers -------------------------------------------------------
+
+
+# Version control and tools' caches: not what a run needs. Environment files: secrets
+# of the submitting machine, which would reach the broker and every worker's agents.
+DEFAULT_EXCLUDE = (
+    ".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".env", ".env.*",
+)  # fmt: skip
+
+
+class BundleConfig(Strict):
+    """What `scheduler submit` ships to the workers with the experiment (core/bundle.py):
+    the matrix folder and every path the matrix names."""
+
+    max_mb: float = Field(
+        64.0, gt=0, le=4096, allow_inf_nan=False, description="all files together, in MB"
+    )
+    max_file_mb: float = Field(
+        16.0, gt=0, le=512, allow_inf_nan=False, description="the largest one file, in MB"
+    )
+    max_files: int = Field(10_000, ge=1, le=1_000_000, description="files, folders and links")
+    exclude: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_EXCLUDE),
+        description="glob patterns of file and folder names in the matrix folder not to ship "
+        "(a list replaces the default; a path the matrix names is shipped whole regardless)",
+    )
+
 
 # --- evidence ----------------------------------------------------------------------
 
@@ -830,6 +865,10 @@ class Matrix(Strict):
     workspace_archive: WorkspaceArchive | None = Field(
         None, description="keep runs' workspaces in Redis (compressed, bounded) for rescore"
     )
+    bundle: BundleConfig = Field(
+        default_factory=BundleConfig,
+        description="limits of the files shipped to workers with the experiment",
+    )
     queue: str | None = None
     secret_env: list[str] = Field(
         default_factory=list, description="environment variables whose values are redacted"
@@ -870,7 +909,7 @@ class Matrix(Strict):
         base = (info.context or {}).get("base_dir")
         if value is None:
             return Path(base).resolve() if base is not None else None
-        return _resolve(value, info)
+        return _relocated(_resolve(value, info), info)
 
     @model_validator(mode="after")
     def _resolve_auto_judge(self, info: ValidationInfo) -> Matrix:

@@ -24,7 +24,7 @@ from core.limits import crossed, spend_of
 from core.pricing import price_for
 from core.process_metrics import process_metrics
 from core.redact import redact, redact_record, secret_values
-from core.results import GateResult, RunResult, RunSpec, RunStatus
+from core.results import GATES_FAILED, GateResult, RunResult, RunSpec, RunStatus
 from core.tokens import token_metrics
 from core.transcript_models import AgentOutcome, CommandRecord, Transcript
 from core.transcripts import parse_transcript, render_transcript
@@ -329,10 +329,9 @@ def scored(
     return result.model_copy(update=update)
 
 
-# How the fail reasons of the gates and the judge begin (rejudge tells them from the
-# agent's own by these).
+# How the fail reasons of the judge begin (rejudge tells them, and the gates' by
+# core/results.GATES_FAILED, from the agent's own by these).
 JUDGE_ERROR = "judge error: "
-GATES_FAILED = "gates failed: "
 JUDGE_SCORE = "judge score "
 
 

@@ -22,7 +22,7 @@ Repeats (``config.repeats`` = K): the run is judged K times, each judgment with
 its own retries and deadline; its score is the mean of the K weighted scores and
 their sample standard deviation is kept (the judge's noise, core/judge_noise.py).
 Each judgment is looked up first in the judgment cache (``cache_key``: judge
-model, prompt, PROMPT_VERSION, repeat index) and only asked for when missing.
+model and endpoint, prompt, PROMPT_VERSION, repeat index) and only asked for when missing.
 
 The API key goes into a request header and nowhere else: it is redacted from
 every error message, and nothing here logs it.
@@ -136,10 +136,12 @@ def judge_run(
 
 
 def cache_key(config: JudgeConfig, prompt: str, repeat: int) -> str:
-    """What makes two judgments the same question: the judge, the prompt (task,
+    """What makes two judgments the same question: the judge (its model where it is
+    reached: one model name on two endpoints may be two judges), the prompt (task,
     transcript, changes, gates and rubric are in it), its version and the repeat
     index (K repeats stay K judgments)."""
-    identity = json.dumps([PROMPT_VERSION, config.model, prompt, repeat])
+    judge = [config.protocol, config.base_url.rstrip("/"), config.model]
+    identity = json.dumps([PROMPT_VERSION, *judge, prompt, repeat])
     return hashlib.sha256(identity.encode()).hexdigest()
 
 

@@ -4,8 +4,10 @@ Ours, under the prefix (no TTL on any of them):
 
 - ``experiments`` zset: experiment id by created time;
 - ``exp:{id}`` hash: info, matrix, counts (done, passes, errors, cancelled),
-  status, finished_at, and once every run is on the broker ``sent``: their
-  default queue;
+  status, finished_at, ``files``: the manifest of the files shipped with it
+  (core/bundle.py), ``chords``: the group ids of the chords its runs were sent
+  in (space-separated; their Celery keys go when the experiment is deleted), and
+  once every run is on the broker ``sent``: their default queue;
 - ``exp:{id}:runs`` run id -> RunResult JSON; ``exp:{id}:specs`` run id ->
   RunSpec JSON (what resume and recovery send again); ``exp:{id}:attempts``
   run id -> deliveries so far; ``exp:{id}:deliveries`` run id -> a JSON list
@@ -32,7 +34,8 @@ Ours, under the prefix (no TTL on any of them):
 - ``exp:{id}:version_runs`` "VERSION RUN_ID" -> the RunResult JSON of that run in
   that later version (runs: version 1's);
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
-  needs on workers (its matrix names them by digest; workers cache by digest);
+  needs on workers (its manifest names them by digest; workers cache the
+  materialised folder by the manifest's digest);
 - ``exp:{id}:budget`` the spend ledger (core/ledger.py): per kind (agent, judge)
   ``KIND:limit``, ``KIND:spent``, ``KIND:reserved``, ``KIND:max`` and per tier x
   scenario ``KIND:n:CELL`` / ``KIND:sum:CELL`` of finished runs; ``stopped``: why
@@ -61,6 +64,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +143,23 @@ class Keys:
 
     def judgments(self) -> str:
         return f"{self.prefix}judgments"
+
+    def of_experiment(self, exp_id: str) -> tuple[str, str]:
+        """SCAN patterns of every key of the experiment: its record and each ``exp:{id}:*``
+        (glob characters in the id matched literally)."""
+        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.experiment(exp_id))
+        return escaped, f"{escaped}:*"
+
+    def experiment_of(self, key: str) -> str | None:
+        """The experiment id of one of our ``exp:{id}`` or ``exp:{id}:*`` keys, else None."""
+        head = f"{self.prefix}exp:"
+        return key[len(head) :].split(":", 1)[0] if key.startswith(head) else None
+
+    def chord(self, group_id: str) -> list[str]:
+        """Celery's result-backend keys of one chord (the group's meta and the Redis
+        backend's .j/.t/.s/.d/.c counters, under our prefix: worker/celery_app.py)."""
+        base = f"{self.prefix}celery-taskset-meta-{group_id}"
+        return [base, *(base + suffix for suffix in (".j", ".t", ".s", ".d", ".c"))]
 
     def status_channel(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:status"

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pydantic import Field
 
 from core.config import Gate, JudgeConfig, Matrix, Rubric
-from core.evaluate import GATES_FAILED, JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
+from core.evaluate import JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
 from core.evidence import JudgeInputs
 from core.judge import JudgmentCache
 from core.record import Record
-from core.results import GateResult, RunResult, RunStatus
+from core.results import GATES_FAILED, GateResult, RunResult, RunStatus
 
 
 class RejudgePlan(Record):

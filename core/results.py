@@ -50,11 +50,17 @@ class RunStatus(StrEnum):
 NOT_RUN_NOTE = " (not run: its tier was stopped after its first runs all failed this way)"
 
 
+# How a fail reason names the run's failed gates (core/evaluate.py writes it).
+GATES_FAILED = "gates failed: "
+
+
 def error_key(fail_reason: str | None) -> str:
     """An infrastructure error's reason as runs share it: its first line, without
-    the fail-fast note, so the runs it stopped count with the ones that stopped it."""
+    the fail-fast note, so the runs it stopped count with the ones that stopped it,
+    and without the gates that failed besides: a judge that cannot be reached is one
+    error whatever each run's gates said (for fail-fast as for the report)."""
     first = fail_reason.splitlines()[0] if fail_reason else "unknown"
-    return first.removesuffix(NOT_RUN_NOTE)[:300]
+    return first.removesuffix(NOT_RUN_NOTE).split(f"; {GATES_FAILED}")[0][:300]
 
 
 # --- layer 1 ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import contextlib
 import gc
 import json
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +19,7 @@ from urllib.parse import quote
 import redis
 
 from core import scripts
+from core.bundle import Bundle, Manifest
 from core.config import Matrix
 from core.evidence import Attempt, RunEvidence
 from core.judge import CachedJudgment
@@ -93,24 +94,28 @@ class Store:
     # --- experiments ---------------------------------------------------------------
 
     def create_experiment(
-        self, info: ExperimentInfo, matrix: Matrix, specs: Sequence[RunSpec] = ()
+        self,
+        info: ExperimentInfo,
+        matrix: Matrix,
+        specs: Sequence[RunSpec] = (),
+        manifest: Manifest | None = None,
     ) -> None:
         """The experiment's record, with `specs`; a submit streams them in batches
-        instead (add_specs)."""
+        instead (add_specs). `manifest`: its files, saved before (save_bundle)."""
         key = self.keys.experiment(info.id)
+        record = {
+            "info": info.model_dump_json(),
+            "matrix": matrix.model_dump_json(),
+            "status": info.status.value,
+            "total": info.total_runs,
+            "done": 0,
+            "passes": 0,
+            "errors": 0,
+        }
+        if manifest is not None:
+            record["files"] = manifest.model_dump_json()
         pipe = self.redis.pipeline()
-        pipe.hset(
-            key,
-            mapping={
-                "info": info.model_dump_json(),
-                "matrix": matrix.model_dump_json(),
-                "status": info.status.value,
-                "total": info.total_runs,
-                "done": 0,
-                "passes": 0,
-                "errors": 0,
-            },
-        )
+        pipe.hset(key, mapping=record)
         pipe.zadd(self.keys.experiments(), {info.id: info.created_at})
         pipe.execute()
         if matrix.budget is not None:
@@ -157,13 +162,16 @@ class Store:
             }
         )
 
-    def matrix(self, exp_id: str) -> Matrix:
+    def matrix(self, exp_id: str, relocate: Callable[[Path], Path] | None = None) -> Matrix:
+        """The submitted matrix; `relocate` maps each of its paths (the submitter's) to
+        where this machine has the file (core/bundle.py)."""
         raw = self.redis.hget(self.keys.experiment(exp_id), "matrix")
         if raw is None:
             raise ExperimentNotFound(exp_id)
         # Paths were resolved and checked at submit; a worker on another machine
         # reports a missing file when it uses it, per run.
-        return Matrix.model_validate(json.loads(raw), context={"check_files": False})
+        context = {"check_files": False, "relocate": relocate}
+        return Matrix.model_validate(json.loads(raw), context=context)
 
     def set_status(
         self, exp_id: str, status: ExperimentStatus, finished_at: float | None = None
@@ -194,6 +202,13 @@ class Store:
         their own in `default_queue`: from now on, one that is nowhere was lost
         (worker/recovery.py)."""
         self.redis.hset(self.keys.experiment(exp_id), "sent", default_queue)
+
+    def note_chord(self, exp_id: str, group_id: str) -> None:
+        """The experiment's runs go out in chord `group_id` (a submit, each resume):
+        deleting the experiment removes that chord's Celery keys too."""
+        key = self.keys.experiment(exp_id)
+        chords = self.redis.hget(key, "chords") or ""
+        self.redis.hset(key, "chords", f"{chords} {group_id}".strip())
 
     def sent_to(self, exp_id: str) -> str | None:
         """The default queue the experiment's runs were sent to; None while sending."""
@@ -485,6 +500,28 @@ class Store:
             _text(run_id): _evidence(blob)
             for run_id, blob in self.binary.hscan_iter(self.keys.evidence(exp_id))
         }
+
+    # --- the experiment's files (core/bundle.py) -----------------------------------------
+
+    def save_bundle(self, exp_id: str, bundle: Bundle) -> None:
+        """The files of a new experiment, compressed, by digest; its manifest goes
+        with its record (create_experiment)."""
+        pipe = self.binary.pipeline(transaction=False)
+        for digest, data in bundle.contents.items():
+            pipe.hset(self.keys.files(exp_id), digest, zlib.compress(data, 6))
+            if len(pipe) >= 100:
+                pipe.execute()
+        pipe.execute()
+
+    def manifest(self, exp_id: str) -> Manifest | None:
+        """The experiment's manifest; None for one submitted before files travelled."""
+        raw = self.redis.hget(self.keys.experiment(exp_id), "files")
+        return Manifest.model_validate_json(raw) if raw else None
+
+    def files(self, exp_id: str, digests: list[str]) -> dict[str, bytes]:
+        """The contents of the experiment's files with these digests (those stored)."""
+        blobs = self.binary.hmget(self.keys.files(exp_id), digests) if digests else []
+        return {d: zlib.decompress(b) for d, b in zip(digests, blobs, strict=True) if b}
 
     # --- archived workspaces (rescore) ---------------------------------------------------
 

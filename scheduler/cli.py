@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -22,12 +23,20 @@ import click
 import redis
 from rich.console import Console
 
+from core.bundle import Bundle, BundleError, collect
 from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
 from core.evidence import RunEvidence, RunRecord
 from core.loading import load_matrix
-from core.report_models import ExperimentInfo, ExperimentStatus
+from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunSpec, RunStatus
+from core.retention import (
+    Deleted,
+    created_before,
+    delete_experiment,
+    experiment_keys,
+    stored_bytes,
+)
 from core.settings import BrokerURLError, configured_broker
 from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
@@ -109,6 +118,12 @@ def budget_option(help_text: str) -> Callable[[Callable[..., None]], Callable[..
     )
 
 
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
 json_nonfinite_option = click.option(
     "--json-nonfinite",
     "nonfinite",
@@ -155,6 +170,11 @@ def validate(matrix_file: str) -> None:
     """
     matrix = _load(matrix_file)
     _check_size(matrix)
+    bundle = _bundle(matrix)
+    click.echo(
+        f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
+        f"{_size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
+    )
     click.echo(summary(matrix))
     for cli, tiers in _missing_clis(matrix).items():
         click.echo(
@@ -215,9 +235,17 @@ def _judge_line(matrix: Matrix) -> str:
     judged = [s.id for s in matrix.scenarios if s.evaluation.judge_enabled]
     judge = matrix.judge
     if judged and judge is not None:
+        repeats = f", {judge.repeats} judgments per run" if judge.repeats > 1 else ""
+        key = judge.api_key_env
+        unset = (
+            f"; {key} is not set here (the workers need it to judge: without it every judged "
+            "run is an infrastructure error)"
+            if key and not os.environ.get(key)
+            else ""
+        )
         return (
             f"judge: {judge.protocol} {judge.model} @ {judge.base_url}, "
-            f"for {len(judged)} of {len(matrix.scenarios)} scenarios"
+            f"for {len(judged)} of {len(matrix.scenarios)} scenarios{repeats}{unset}"
         )
     asked = [s.id for s in matrix.scenarios if s.evaluation.judge is not None]
     if not asked:
@@ -313,12 +341,7 @@ def _experiment(store: Store, exp_id: str | None) -> str:
 @click.option(
     "--wait", is_flag=True, help="With a shared broker: follow until the report is ready."
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option(
@@ -376,6 +399,7 @@ def submit(
     if artifacts is not None:
         matrix.artifacts = Artifacts(dir=os.path.abspath(artifacts))
     _check_artifacts(matrix, "--artifacts" if artifacts is not None else matrix_file)
+    bundle = _bundle(matrix)  # after --artifacts: that folder is output, not shipped
     if as_json:
         fmt = "json"
 
@@ -385,7 +409,7 @@ def submit(
         def send_runs(app: Celery, local_workers: int | None) -> None:
             from scheduler.dispatch import start  # imports Celery (see _app)
 
-            total = start(app, store, matrix, exp_id)
+            total = start(app, store, matrix, exp_id, bundle)
             if local_workers is None:
                 # Machine-readable output is one JSON document on stdout: the id goes aside.
                 click.echo(exp_id, err=fmt == "json")
@@ -449,6 +473,22 @@ def _check_size(matrix: Matrix) -> None:
         check_size(matrix)
     except PlanTooLarge as exc:
         fail(f"{exc}; nothing was started")
+
+
+def _bundle(matrix: Matrix) -> Bundle:
+    """The files the experiment ships to its workers; exit 2 when they cannot go."""
+    try:
+        return collect(matrix)
+    except BundleError as exc:
+        fail(f"{exc}; nothing was started")
+
+
+def _size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 def _check_artifacts(matrix: Matrix, source: str) -> None:
@@ -526,6 +566,11 @@ def _follow_and_print(
             soft_wrap=True,
             markup=False,
         )
+    _exit_if_infra_errors(report)
+
+
+def _exit_if_infra_errors(report: ExperimentReport) -> None:
+    """Exit 3, naming the most common infrastructure error, when some runs had one."""
     errors = report.experiment.errors
     if errors:
         reason, count = next(iter(report.error_reasons.items()))
@@ -545,22 +590,32 @@ def _follow_and_print(
 @broker_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of experiment records.")
 def list_(broker: str | None, as_json: bool) -> None:
-    """List experiments, oldest first.
+    """List experiments, oldest first, with what each takes in Redis (MEMORY USAGE of
+    its keys, summed; `stored_bytes` in JSON).
 
     Example: scheduler list --json
     """
     with open_store(broker) as (store, _):
         infos = store.list_experiments()
         versions = {info.id: store.report_versions(info.id) for info in infos}
+        sizes = stored_bytes(store)
     if as_json:
-        records = [{**i.model_dump(mode="json"), "report_versions": versions[i.id]} for i in infos]
+        records = [
+            {
+                **i.model_dump(mode="json"),
+                "report_versions": versions[i.id],
+                "stored_bytes": sizes.get(i.id, 0),
+            }
+            for i in infos
+        ]
         click.echo(json.dumps(records, indent=2))
         return
     if not infos:
         click.echo("no experiments yet")
     for info in infos:
         later = versions[info.id][1:]
-        click.echo(_status_line(info) + (f"  report versions 1-{later[-1]}" if later else ""))
+        shown = _status_line(info) + (f"  report versions 1-{later[-1]}" if later else "")
+        click.echo(f"{shown}  {_size(sizes.get(info.id, 0))} stored")
 
 
 def _status_line(info: ExperimentInfo) -> str:
@@ -752,6 +807,16 @@ def show(run: tuple[str, ...], broker: str | None, as_json: bool) -> None:
             evidence=evidence,
             attempts=attempts or store.deliveries(exp_id, run_id),
         )
+        versions = store.report_versions(exp_id)
+    if len(versions) > 1:
+        # `report` shows the latest version; what is shown here is the run as it ran.
+        err.print(
+            f"note: this is the run as it ran (report version 1 of {versions[-1]}); its result "
+            f"in a later version: `scheduler report {exp_id} --version {versions[-1]} "
+            "--format json --runs`",
+            soft_wrap=True,
+            markup=False,
+        )
     if as_json:
         click.echo(record.model_dump_json(indent=2))
         if note is not None:
@@ -840,9 +905,18 @@ def compare(
         ids = [_experiment(store, e) for e in (experiment_a, experiment_b)]
         infos = [store.info(exp_id) for exp_id in ids]
         runs = [store.runs(exp_id) for exp_id in ids]
+        versions = {exp_id: store.report_versions(exp_id) for exp_id in ids}
     for info in infos:
         if info.status != ExperimentStatus.complete:
             err.print(f"note: {_status_line(info)}: comparing the runs it has")
+    for exp_id, numbers in versions.items():
+        if len(numbers) > 1:
+            # `report` shows the latest version: say that this is not it.
+            err.print(
+                f"note: {exp_id} has report versions {numbers[0]}-{numbers[-1]}; compare "
+                "reads its runs as they ran (version 1), not a rejudge's or rescore's",
+                soft_wrap=True,
+            )
     result = compare_experiments(
         infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
     )
@@ -858,12 +932,7 @@ def compare(
 @main.command()
 @click.argument("experiment")
 @broker_option
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until done.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @budget_option(
@@ -969,12 +1038,7 @@ def resume(
     default=None,
     help="Judgments per run (default: the matrix's judge.repeats).",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @json_nonfinite_option
@@ -1006,6 +1070,8 @@ def rejudge(
     """
     from core.config import load_rubric
 
+    if judge_model is not None and not judge_model.strip():
+        fail("--judge-model is empty: give the judge model's name, e.g. --judge-model gpt-4o")
     rubric = None
     if rubric_file is not None:
         try:
@@ -1056,12 +1122,7 @@ def rejudge(
     help="Take the gates of the experiment's scenarios from this matrix file (say, a fixed "
     "gate); default: the experiment's own gates.",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
+@workers_option
 @click.option("--wait", is_flag=True, help="With a shared broker: follow until the report.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @json_nonfinite_option
@@ -1139,6 +1200,12 @@ def _judge_again(
     from scheduler.follow import WorkersDied
     from scheduler.rejudge import follow_version, send_rejudge
 
+    judge = plan_fields.get("judge") or matrix.judge
+    key = judge.api_key_env if judge is not None else None
+    if configured_broker(broker) is None and key and not os.environ.get(key):
+        # The local workers judge with this shell's environment: every judgment would
+        # be an infrastructure error in a version that then shows by default.
+        fail(f"{key} is not set: the local workers need it to judge; nothing was started")
     version = store.new_version(exp_id)
     plan = RejudgePlan(version=version, **plan_fields)
     app = _app(url)
@@ -1166,6 +1233,7 @@ def _judge_again(
             f"{result.judge.judgments} judgments, {result.judge.cached} from cache",
             markup=False,
         )
+    _exit_if_infra_errors(result)
 
 
 @main.command()
@@ -1180,6 +1248,132 @@ def cancel(experiment: str, broker: str | None) -> None:
         exp_id = _experiment(store, experiment)
         store.set_status(exp_id, ExperimentStatus.cancelled)
     click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
+
+
+# --- retention ---------------------------------------------------------------------------
+
+yes_option = click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Delete running experiments too (their queued runs are dropped by the workers; a "
+    "run in progress may write its result back: delete again once it ends).",
+)
+
+
+@main.command()
+@click.argument("experiment")
+@broker_option
+@yes_option
+@force_option
+def delete(experiment: str, broker: str | None, yes: bool, force: bool) -> None:
+    """Delete an experiment and everything stored with it: runs, evidence (its files in
+    an artifacts folder too), reports, files, counters, and the Celery keys of its chords.
+
+    \b
+    Examples:
+      scheduler delete notes-guidance-20261122-101500-ab12
+      scheduler delete notes-guidance-20261122-101500-ab12 --yes     # in a script
+    """
+    with open_store(broker) as (store, _):
+        keys = experiment_keys(store, experiment)
+        if not keys:
+            fail(str(ExperimentNotFound(experiment)))
+        running = _running(store, experiment)
+        if running and not force:
+            fail(
+                f"experiment {experiment} is {running}: cancel it first (`scheduler cancel "
+                f"{experiment}`), or pass --force to delete it while it runs"
+            )
+        size = stored_bytes(store).get(experiment, 0)
+        _confirm(f"delete experiment {experiment} ({len(keys)} keys, {_size(size)})?", yes)
+        _deleted(experiment, delete_experiment(store, experiment), size)
+
+
+@main.command()
+@click.option(
+    "--older-than",
+    "age",
+    required=True,
+    metavar="AGE",
+    callback=lambda ctx, param, value: _seconds(value),
+    help="Created longer ago than this: a number and a unit, s m h d or w (30d, 12h).",
+)
+@broker_option
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@yes_option
+@force_option
+def prune(age: float, broker: str | None, dry_run: bool, yes: bool, force: bool) -> None:
+    """Delete every experiment created longer ago than --older-than, with all its keys
+    (as `scheduler delete`); running ones are kept unless --force.
+
+    \b
+    Examples:
+      scheduler prune --older-than 30d --dry-run
+      scheduler prune --older-than 30d --yes      # e.g. a nightly job
+    """
+    with open_store(broker) as (store, _):
+        sizes = stored_bytes(store)
+        doomed = []
+        for exp_id in created_before(store, time.time() - age):
+            running = _running(store, exp_id)
+            if running and not force:
+                err.print(f"keeping {exp_id}: it is {running} (--force deletes it)")
+                continue
+            doomed.append(exp_id)
+            click.echo(
+                f"{'would delete' if dry_run else 'delete'} {exp_id}  {_size(sizes.get(exp_id, 0))}"
+            )
+        total = _size(sum(sizes.get(exp_id, 0) for exp_id in doomed))
+        if not doomed or dry_run:
+            note = " (dry run: nothing deleted)" if dry_run else ""
+            click.echo(f"{len(doomed)} experiments, {total}{note}")
+            return
+        _confirm(f"delete these {len(doomed)} experiments ({total})?", yes)
+        for exp_id in doomed:
+            _deleted(exp_id, delete_experiment(store, exp_id), sizes.get(exp_id, 0))
+    click.echo(f"deleted {len(doomed)} experiments, {total}")
+
+
+def _deleted(exp_id: str, deleted: Deleted, size: int) -> None:
+    files = f", {deleted.files} evidence files" if deleted.files else ""
+    click.echo(f"deleted {exp_id}: {deleted.keys} keys, {_size(size)}{files}")
+    if deleted.unreachable:
+        err.print(
+            f"{len(deleted.unreachable)} evidence files of {exp_id} could not be removed from "
+            f"here, e.g. {deleted.unreachable[0]}: remove them where the artifacts folder is",
+            soft_wrap=True,
+            markup=False,
+        )
+
+
+def _running(store: Store, exp_id: str) -> str | None:
+    """How far the experiment is when it is still pending or running, else None."""
+    try:
+        info = store.info(exp_id)
+    except (ExperimentNotFound, KeyError):  # keys left without a record: nothing runs
+        return None
+    if info.status not in (ExperimentStatus.pending, ExperimentStatus.running):
+        return None
+    return f"{info.status.value} ({info.completed_runs}/{info.total_runs} runs done)"
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail(f"{question[:-1]}: pass --yes to confirm without a terminal")
+    click.confirm(question, abort=True, err=True)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _seconds(age: str) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", age or "")
+    if match is None:
+        raise click.BadParameter(f"{age!r} is not an age: a number and a unit, s m h d or w (30d)")
+    return float(match[1]) * _UNITS[match[2]]
 
 
 @main.command()

@@ -36,6 +36,7 @@ from kombu import Connection
 from kombu.utils import json
 
 from core import keys
+from core.bundle import Bundle
 from core.config import Matrix
 from core.results import RunSpec
 from core.store import Store
@@ -47,11 +48,14 @@ from worker.sending import AGGREGATE_TASK, RUN_TASK, run_options, run_queues
 BATCH_SIZE = 500
 
 
-def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str) -> int:
-    """Record a new experiment and send its runs (an adaptive one's first wave): what
-    `scheduler submit` does. Returns how many runs the experiment may have."""
+def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str, bundle: Bundle) -> int:
+    """Record a new experiment with its files and send its runs (an adaptive one's first
+    wave): what `scheduler submit` does. Returns how many runs the experiment may have."""
     total = matrix.total_runs()
-    store.create_experiment(experiment_info(matrix, experiment_id, total), matrix)
+    # The files first: no worker sees the experiment before them.
+    store.save_bundle(experiment_id, bundle)
+    info = experiment_info(matrix, experiment_id, total)
+    store.create_experiment(info, matrix, manifest=bundle.manifest)
     first = matrix.first_wave_runs()
     send(app, store, matrix, experiment_id, plan(matrix, experiment_id), first, record=True)
     return total
@@ -83,6 +87,7 @@ def send(
         store.mark_sent(experiment_id, app.conf.task_default_queue)
         return
     group_id = uuid()
+    store.note_chord(experiment_id, group_id)
     body.freeze(group_id=group_id)
     app.backend.set_chord_size(group_id, count)
     # Messages are the same for every run of a tier x scenario but for the run's own.

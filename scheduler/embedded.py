@@ -191,6 +191,10 @@ def worker_command(
     """The worker every mode starts (worker/__main__.py): prefork, task events on."""
     command = [
         sys.executable,
+        # Not the current folder first on sys.path (-P: this interpreter's only, the
+        # agents keep the default): a user's project with a `core/` or `worker/` package
+        # of its own would stand in for evalfleet's.
+        "-P",
         "-m",
         "worker",
         "--concurrency",

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from celery import Celery, chord
+from celery import Celery
+from celery.utils import uuid
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -27,34 +28,43 @@ _POLL_S = 0.25
 _MARGIN_S = 60.0
 
 
-def send_rejudge(
-    app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan
-) -> int:
+def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan) -> int:
     """Send a rejudge of every run of the experiment; returns how many were sent."""
-    run_ids = sorted(r.run_id for r in store.runs(exp_id))
+    runs = sorted(store.runs(exp_id), key=lambda r: r.run_id)
     budget = task_budget_s(matrix, plan)
     payload = plan.model_dump(mode="json")
-    header = [
-        app.signature(
-            REJUDGE_TASK,
-            args=(exp_id, run_id, payload),
-            # The result is the run's entry in the version, in our keys: none in Celery's.
-            options={
-                "soft_time_limit": budget,
-                "time_limit": budget + 60,
-                "ignore_result": True,
-                "argsrepr": run_id,
-            },
-        )
-        for run_id in run_ids
-    ]
     body = app.signature(
         AGGREGATE_VERSION_TASK,
         kwargs={"experiment_id": exp_id, "plan": payload},
         options={"ignore_result": True},
     )
-    chord(header)(body)
-    return len(run_ids)
+    # Wired as scheduler/dispatch.py wires a submit's chord, not with chord(header)(body):
+    # that call subscribes this process to every header task's result channel, and
+    # unsubscribing at exit, once the embedded Redis is gone, printed a traceback.
+    group_id = uuid()
+    body.freeze(group_id=group_id)
+    app.backend.set_chord_size(group_id, len(runs))
+    task = app.tasks[REJUDGE_TASK]
+    for index, run in enumerate(runs):
+        task.apply_async(
+            (exp_id, run.run_id, payload),
+            group_id=group_id,
+            group_index=index,
+            chord=body,
+            soft_time_limit=budget,
+            time_limit=budget + 60,
+            # The result is the run's entry in the version, in our keys: none in Celery's.
+            ignore_result=True,
+            argsrepr=run.run_id,
+            # The run's own queue: a fleet of per-tier queues has no one on the default
+            # queue, and a rescore's gates need the tier's tools.
+            **_queue(matrix.queue_for(matrix.tier(run.tier), matrix.scenario(run.scenario))),
+        )
+    return len(runs)
+
+
+def _queue(queue: str | None) -> dict[str, str]:
+    return {"queue": queue} if queue else {}
 
 
 def task_budget_s(matrix: Matrix, plan: RejudgePlan) -> float:
@@ -81,7 +91,7 @@ def follow_version(
     its result but the chord's body did not come (a worker lost on the way)."""
     total = store.info(exp_id).completed_runs
     progress = Progress(
-        TextColumn(f"[bold]rejudge v{plan.version}"),
+        TextColumn(f"[bold]{'rescore' if plan.rescore else 'rejudge'} v{plan.version}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -94,6 +104,7 @@ def follow_version(
                 raise WorkersDied(f"the local workers exited; see {workers.log_path}")
             report = store.report(exp_id, plan.version)
             if report is not None:
+                progress.update(task, completed=total)
                 return report
             done = store.version_run_count(exp_id, plan.version)
             progress.update(task, completed=done)

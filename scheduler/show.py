@@ -116,24 +116,45 @@ def _gates(console: Console, gates: list[GateResult], outputs: list[GateEvidence
 def _judge(console: Console, judge: JudgeResult, evidence: JudgeEvidence | None) -> None:
     score = "no score" if judge.weighted_score is None else f"{judge.weighted_score:.2f}"
     verdict = "passed" if judge.passed else "failed"
-    _section(console, f"Judge ({judge.model}): {score} vs {judge.pass_threshold:.2f}, {verdict}")
+    spread = ""
+    if len(judge.scores) > 1:
+        sd = "" if judge.scores_sd is None else f", SD {judge.scores_sd:.2f}"
+        spread = f" (mean of {len(judge.scores)} judgments{sd})"
+    _section(
+        console, f"Judge ({judge.model}): {score}{spread} vs {judge.pass_threshold:.2f}, {verdict}"
+    )
     if judge.error:
         console.print(f"[red]error:[/red] {escape(judge.error)}")
-    reasons: dict[str, str] = {}
-    if evidence is not None:
-        for call in evidence.calls:
-            reasons.update(call.reasons)
+    calls = evidence.calls if evidence is not None else []
+    if len(calls) > 1:
+        # Each judgment with its own scores and reasons: a reason read beside another
+        # judgment's score would explain a number it never gave.
+        for number, call in enumerate(calls, 1):
+            given = "no score" if call.weighted_score is None else f"{call.weighted_score:.2f}"
+            cached = " (from the cache)" if call.cached else ""
+            console.print(f"judgment {number} of {len(calls)}: {given}{cached}", markup=False)
+            if call.error:
+                console.print(f"  [red]error:[/red] {escape(call.error)}")
+            _criteria(console, call.scores, call.reasons)
+    elif judge.response is not None:
+        reasons = judge.response.reasons or (calls[0].reasons if calls else {})
+        _criteria(console, judge.response.scores, reasons)
     if judge.response is not None:
-        table = Table(show_edge=False, box=None, pad_edge=False)
-        table.add_column("criterion")
-        table.add_column("score", justify="right")
-        table.add_column("reason", overflow="fold")
-        for criterion, value in judge.response.scores.items():
-            table.add_row(criterion, f"{value:.2f}", escape(reasons.get(criterion, "")))
-        console.print(table)
         for label, items in (("issue", judge.response.issues), ("good", judge.response.highlights)):
             for item in items:
                 console.print(f"  {label}: {item}", markup=False)
+
+
+def _criteria(console: Console, scores: dict[str, float], reasons: dict[str, str]) -> None:
+    if not scores:
+        return
+    table = Table(show_edge=False, box=None, pad_edge=False)
+    table.add_column("criterion")
+    table.add_column("score", justify="right")
+    table.add_column("reason", overflow="fold")
+    for criterion, value in scores.items():
+        table.add_row(criterion, f"{value:.2f}", escape(reasons.get(criterion, "")))
+    console.print(table)
 
 
 def _event_line(event: dict[str, Any]) -> str:
@@ -158,9 +179,19 @@ def _event_line(event: dict[str, Any]) -> str:
 def _tail(console: Console, name: str, excerpt: Excerpt) -> None:
     if not excerpt.text:
         return
-    lines = _tail_lines(excerpt, TAIL_LINES)
-    _section(console, f"{name} (last {len(lines)} lines of {excerpt.total_bytes} bytes)")
+    stored = excerpt.text.rstrip("\n").splitlines()
+    lines = stored[-TAIL_LINES:]
+    size = f"{excerpt.total_bytes} bytes"
+    if len(lines) < len(stored) or excerpt.cut:
+        last = "last " if len(lines) < len(stored) else ""
+        _section(console, f"{name} ({last}{_count(len(lines), 'line')} shown of {size})")
+    else:
+        _section(console, f"{name} ({_count(len(lines), 'line')}, {size})")
     _lines(console, lines, None)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _tail_lines(excerpt: Excerpt, count: int) -> list[str]:

@@ -86,6 +86,7 @@ def seed_experiment(
     cells: dict[tuple[str, str], Cell],
     name: str = "demo",
     matrix_keys: dict[str, object] | None = None,
+    created_at: float = 1_700_000_000.0,
 ) -> str:
     """Store a finished experiment with these runs (`matrix_keys`: more top-level keys);
     returns its id."""
@@ -110,7 +111,7 @@ def seed_experiment(
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
     specs = list(plan(matrix, exp_id))
-    info = experiment_info(matrix, exp_id, len(specs), created_at=1_700_000_000.0)
+    info = experiment_info(matrix, exp_id, len(specs), created_at=created_at)
     store.create_experiment(info, matrix, specs)
     for spec in specs:
         store.save_run(_result(spec, cells[spec.tier, spec.scenario]))

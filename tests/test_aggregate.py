@@ -318,3 +318,17 @@ def test_aggregate_leaves_other_experiment_fields_alone() -> None:
     assert report.experiment.total_runs == 99
     assert report.experiment.completed_runs == 1
     assert info.completed_runs == 0
+
+
+def test_a_dead_judge_is_one_infrastructure_error_whatever_the_gates_said() -> None:
+    """The gates that failed besides are not part of the error: one reason, counted 3
+    times (fail-fast keys its health by the same error_key)."""
+    from core.aggregate import error_reasons
+
+    dead = "judge error: connection failed after 3 attempts: ConnectError"
+    reasons = [dead, f"{dead}; gates failed: no_transcript_errors", f"{dead}; gates failed: a, b"]
+    runs = [
+        make_run(index=i, passed=False, status=RunStatus.infra_error, fail_reason=reason)
+        for i, reason in enumerate(reasons)
+    ]
+    assert error_reasons(runs) == {dead: 3}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
     assert "gpt-4o-mini" in result.stdout
 
 
-def test_validate_says_once_which_judge_runs_and_why() -> None:
+def test_validate_says_once_which_judge_runs_and_why(tmp_path: Path) -> None:
     """The example's judge is `enabled: auto`: on with OPENAI_API_KEY, off without."""
     import os
 
@@ -72,6 +73,18 @@ def test_validate_says_once_which_judge_runs_and_why() -> None:
         on.stdout
     )
     assert "judge >= " in on.stdout
+    # Turned on by hand without its key here: validate says what the runs would get.
+    copy = shutil.copytree(EXAMPLES, tmp_path / "examples")
+    text = (copy / "matrix.yaml").read_text().replace("enabled: auto", "enabled: true")
+    (copy / "matrix.yaml").write_text(
+        text.replace("OPENAI_API_KEY\n", "OPENAI_API_KEY\n  repeats: 3\n")
+    )
+    unset = run_cli("validate", str(copy / "matrix.yaml"), env=without)
+    assert unset.returncode == 0, unset.stderr
+    assert (
+        "for 1 of 2 scenarios, 3 judgments per run; OPENAI_API_KEY is not set here (the workers "
+        "need it to judge: without it every judged run is an infrastructure error)"
+    ) in unset.stdout
 
 
 def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Path) -> None:

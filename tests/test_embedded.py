@@ -111,3 +111,25 @@ def test_the_bundled_redis_serves_when_none_is_on_path(
     # AOF persistence: a new server on the same folder has the data.
     with EmbeddedRedis(state) as server:
         assert redis.Redis.from_url(server.url).get("kept") == b"yes"
+
+
+def test_submit_from_a_project_with_its_own_core_and_worker_packages(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Run from a folder whose own `core/` and `worker/` packages share evalfleet's names
+    (a Django app named core, say): the workers still load evalfleet's."""
+    for package in ("core", "worker"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("# the user's own package\n")
+    (tmp_path / "core" / "config.py").write_text("DEBUG = True\n")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        "name: own-packages\nruns_per_tier: 1\n"
+        "agent: {kind: command, command: 'true', timeout_s: 30}\n"
+        "tiers: [{id: T0}]\nscenarios: [{id: s, prompt: go}]\n"
+    )
+    result = run_cli(
+        "submit", str(matrix), "--json", "--workers", "1", env=embedded_env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tiers"]["T0"]["passes"] == 1

@@ -76,7 +76,7 @@ def test_show_says_why_a_run_failed_gate_output_stderr_transcript_and_attempt(
         "LLM call: 1200 in / 80 out tokens, 1 tool call\n  $ cat template.md  [exit 1]\n" in shown
     )
     assert "message: assistant: Wrote a draft." in shown
-    assert "could not find template.md" in shown.split("stderr (last 1 lines of 27 bytes)")[1]
+    assert "could not find template.md" in shown.split("stderr (1 line, 27 bytes)")[1]
     assert "added: out.txt (6 bytes)" in shown
     # Outcome first, then gates, transcript, output tails and the deliveries.
     order = [
@@ -181,6 +181,8 @@ def test_caps_cut_each_text_and_the_experiment_with_a_note(
     assert stored == sum(len(b) for b in blobs)
     assert sum(len(b) for b in blobs if len(b) > 1000) <= 0.01 * 1024 * 1024
 
+    kept = show(fleet_env, whole[0]["run_id"])
+    assert re.search(r"^stdout \(\d+ lines shown of 40400 bytes\)$", kept, re.MULTILINE), kept
     shown = show(fleet_env, minimal[0]["run_id"])
     assert "Cut to fit the caps\n- the experiment's evidence reached max_experiment_mb" in shown
 
@@ -298,3 +300,22 @@ def test_show_gives_the_judges_scores_per_criterion_and_its_issues(
     assert re.search(r"accuracy\s+0\.20", judged) and re.search(r"style\s+1\.00", judged)
     assert "issue: the notes cite [no source]" in judged and "good: clear titles" in judged
     assert "judge" in show_json(fleet_env, f"{exp_id}:T0:s:0")["evidence"]["phases"]
+
+
+def test_show_of_a_run_judged_k_times_pairs_each_score_with_its_own_reason(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """With judge.repeats 3, each judgment's scores stand beside its own reasons (not
+    the first judgment's scores beside the last one's reasons)."""
+    from tests.experiments import judged_matrix
+    from tests.llm_stub import LLMStub, scripted_judge
+
+    start_worker(concurrency=1)
+    with LLMStub([scripted_judge({"run=T0/0;": [0.2, 0.6, 1.0]})]) as stub:
+        exp_id = submit(judged_matrix(tmp_path, stub.base_url, runs=1, tiers="T0"), fleet_env)
+    shown = show(fleet_env, f"{exp_id}:T0:s:0")
+    assert "Judge (judge-a): 0.60 (mean of 3 judgments, SD 0.40) vs 0.70, failed" in shown
+    judged = shown.split("Judge (judge-a)")[1]
+    for number, score in enumerate((0.2, 0.6, 1.0), 1):
+        assert f"judgment {number} of 3: {score:.2f}" in judged
+        assert re.search(rf"quality\s+{score:.2f}\s+scripted {score:g}\n", judged)

@@ -124,6 +124,10 @@ def test_the_same_question_twice_is_answered_from_the_cache(
         judged(stub, scenario, rubric, store, model="judge-other")
         judged(stub, scenario, rubric, store, transcript=OTHER)
         assert len(stub.requests) == 5
+    # The same model name at another endpoint is another judge.
+    with LLMStub([scripted_judge({MARKER: [0.5, 0.5]})]) as elsewhere:
+        moved, _ = judged(elsewhere, scenario, rubric, store, repeats=2)
+        assert len(elsewhere.requests) == 2 and moved.cached == 0
 
 
 def test_repeats_are_not_collapsed_by_the_cache(

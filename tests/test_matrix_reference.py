@@ -28,6 +28,7 @@ from core.config import (
     AgentOverride,
     Artifacts,
     Budget,
+    BundleConfig,
     CompositeWeights,
     Criterion,
     DockerSandbox,
@@ -296,6 +297,7 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     AdaptiveRuns: "## adaptive runs_per_tier",
     StopWhen: "## adaptive runs_per_tier",
     WorkspaceArchive: "### workspace_archive",
+    BundleConfig: "## bundle",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {

@@ -152,3 +152,29 @@ def test_narrow_tables_fit_and_cut_nothing() -> None:
         assert max(len(line) for line in text.splitlines()) <= width
         assert "…" not in text
         assert "0.700 [0.397, 0.892]" in text  # T1: 7 of 10
+
+
+def test_the_interval_of_a_difference_is_signed_in_every_format() -> None:
+    """Δ pass rate 5/5 against 0/5: its Newcombe interval reads as the delta beside it
+    does (+1.000 [+0.386, +1.000]), in the table and markdown as in github."""
+    runs = [_run("T0", i, False) for i in range(5)] + [_run("T1", i, True) for i in range(5)]
+    report = _report(runs, name="signed")
+    for fmt in ("markdown", "github", "table"):
+        assert "[+0.386, +1.000]" in render(report, fmt), fmt
+
+
+def test_a_judge_share_above_1_is_explained() -> None:
+    """Runs whose transcripts are identical share their cached judgments: their scores
+    do not vary, and the judge's noise exceeds the spread between runs."""
+    from core.report_models import JudgeSummary, TierJudgeNoise
+
+    report = _report([_run("T0", i, True) for i in range(3)], name="share")
+    noise = TierJudgeNoise(
+        judged_runs=3, repeats=3, judge_variance=0.003, judge_sd_of_mean=0.03,
+        run_variance=0.00002, judge_share=50.0,
+    )  # fmt: skip
+    shown = render(
+        report.model_copy(update={"judge": JudgeSummary(tiers={"T0": noise})}), "markdown"
+    )
+    assert "judge share above 1 (T0): the runs' scores vary less than the judge alone" in shown
+    assert "runs with the same transcript get the same judgments from the judgment cache" in shown

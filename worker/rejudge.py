@@ -16,6 +16,7 @@ from core.rejudge import RejudgePlan, rejudge_run
 from core.results import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
 from core.workspace_archive import ArchivedWorkspace, unpack
+from worker.files import local_matrix
 from worker.run import REDIS_DOWN, agent_env
 from worker.workspace import RunDir
 
@@ -38,6 +39,9 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
     result = original
     if inputs is not None or archive is not None:
         try:
+            # The rubric, prompt file and gate scripts: this machine's copy of the
+            # experiment's files (worker/files.py), as its runs had them.
+            matrix = local_matrix(db, experiment_id)
             gates = None if archive is None else regate(matrix, plan, original, archive, secrets)
             result = rejudge_run(original, inputs, matrix, plan, os.environ, db, secrets, gates)
         except REDIS_DOWN:

@@ -34,6 +34,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
+from core.bundle import BundleError
 from core.config import Matrix, WorkspaceArchive
 from core.evaluate import evaluate_run
 from core.evidence import RunEvidence
@@ -50,6 +51,7 @@ from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
 from worker.evidence import end_delivery, keep_evidence
+from worker.files import local_matrix
 from worker.lease import Lease
 from worker.phase_clock import PhaseClock
 from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
@@ -224,12 +226,17 @@ def _attempt(
             started,
         )
         return gave_up, None
+    try:
+        # Its paths lead to this machine's copy of the experiment's files.
+        local = _patiently(lambda: local_matrix(store, spec.experiment_id))
+    except (BundleError, OSError) as exc:
+        return error_result(spec, f"the experiment's files: {exc}", attempts, started), None
     if matrix.budget is not None:
         reservation = store.ledger.reserve(spec, matrix)
         if not reservation.fits:
             reason = f"not run: {reservation.refused}"
             return error_result(spec, reason, attempts, started, RunStatus.not_run), None
-    result, evidence = _run(spec, matrix, on_phase, started, secrets, store)
+    result, evidence = _run(spec, local, on_phase, started, secrets, store)
     return result.model_copy(update={"attempts": attempts}), evidence
 
 

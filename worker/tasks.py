@@ -12,25 +12,28 @@ provider failed is retried (`self.retry`) after the wait worker/run.py names.
 
 from __future__ import annotations
 
+import logging
 import time
 from functools import cache
 from typing import Any
 
 from celery import Celery, Task, shared_task
-from celery.exceptions import Reject
+from celery.exceptions import Ignore, Reject
 
 from core.aggregate import aggregate
 from core.config import Budget, Matrix
 from core.rejudge import RejudgePlan
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunResult, RunSpec
-from core.store import Store
+from core.store import ExperimentNotFound, Store
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.rejudge import rejudged
 from worker.run import REDIS_DOWN, RetryLater, execute
 from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
 from worker.waves import adaptive_report
+
+log = logging.getLogger(__name__)
 
 
 def store_of(app: Celery) -> Store:
@@ -77,6 +80,12 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
         ) from None
     except HandBack as exc:
         raise Reject(str(exc), requeue=True) from None
+    except ExperimentNotFound:
+        # Deleted while its runs were queued (`scheduler delete --force`): nothing to
+        # run and nothing to write back, not even the chord's count (Ignore: the
+        # message is acknowledged, the chord left alone).
+        log.warning("run %s dropped: its experiment was deleted", run_spec.run_id)
+        raise Ignore() from None
     except REDIS_DOWN as exc:
         # Not the run's fault and not acknowledged: the message goes back to the
         # queue (or, Redis still away, the broker redelivers it); the lease, if

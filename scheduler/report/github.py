@@ -85,6 +85,8 @@ def github_report(report: ExperimentReport) -> str:
     notes = [
         sections.multiplicity_note(report.multiplicity),
         sections.detectable_note(report.multiplicity),
+        # A verdict above that the judge's noise alone could explain: the PR reader's caveat.
+        *sections.within_noise_notes(report),
     ]
     if c.frontier_tier is not None:
         notes.append(

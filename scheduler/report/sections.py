@@ -92,7 +92,8 @@ def signed(value: float | None) -> str:
 
 
 def bracket(interval: Interval | None) -> str:
-    return "-" if interval is None else f"[{num(interval.low)}, {num(interval.high)}]"
+    """The interval of a difference, signed as the difference is (and as github shows it)."""
+    return "-" if interval is None else f"[{signed(interval.low)}, {signed(interval.high)}]"
 
 
 def signed_interval(value: float | None, interval: Interval | None) -> str:
@@ -569,6 +570,21 @@ def context_growth(report: ExperimentReport) -> Table:
     )
 
 
+def within_noise_notes(report: ExperimentReport) -> list[str]:
+    """One note per tier whose result against the baseline lies within the judge's noise."""
+    notes = []
+    for flag in report.judge.within_noise if report.judge is not None else []:
+        uplift = "" if flag.uplift is None else f"uplift {pct(flag.uplift)}, "
+        note = (
+            f"{flag.tier}: {uplift}Δ median composite {signed(flag.difference)}, lies within the "
+            f"judge's noise (less than 2 judge SDs of the difference, {num(flag.band, 4)})"
+        )
+        if flag.verdict in (Verdict.better, Verdict.worse, Verdict.mixed):
+            note += f"; its verdict ({flag.verdict.value}) could be the judge's noise alone"
+        notes.append(note)
+    return notes
+
+
 def judge_noise(report: ExperimentReport) -> Table | None:
     """The judge's own noise beside the runs' spread, per tier (core/judge_noise.py);
     None when no run was judged."""
@@ -596,15 +612,15 @@ def judge_noise(report: ExperimentReport) -> Table | None:
     ]
     if all(t.judge_variance is None for t in summary.tiers.values()):
         notes.append("one judgment per run: set `judge: {repeats: 3}` to measure the noise")
-    for flag in summary.within_noise:
-        uplift = "" if flag.uplift is None else f"uplift {pct(flag.uplift)}, "
-        note = (
-            f"{flag.tier}: {uplift}Δ median composite {signed(flag.difference)}, lies within the "
-            f"judge's noise (less than 2 judge SDs of the difference, {num(flag.band, 4)})"
+    above = [tier_id for tier_id, t in summary.tiers.items() if (t.judge_share or 0) > 1]
+    if above:
+        # Not a share any more: say what can make the runs vary less than the judge alone.
+        notes.append(
+            f"judge share above 1 ({', '.join(above)}): the runs' scores vary less than the "
+            "judge alone would make them, by chance with few runs, or because runs with the "
+            "same transcript get the same judgments from the judgment cache"
         )
-        if flag.verdict in (Verdict.better, Verdict.worse, Verdict.mixed):
-            note += f"; its verdict ({flag.verdict.value}) could be the judge's noise alone"
-        notes.append(note)
+    notes += within_noise_notes(report)
     return Table(
         "Judge noise",
         [
