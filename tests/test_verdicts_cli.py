@@ -67,6 +67,9 @@ def experiments(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dic
         "hand": seed_experiment(store, folder, HAND, name="hand"),
         "before": seed_experiment(store, folder, one),
         "broken": seed_experiment(store, folder, broken),
+        "slipped": seed_experiment(
+            store, folder, {("T0", "s"): Cell(_passing(5)), ("T1", "s"): Cell(_passing(8))}
+        ),
     }
 
 
@@ -266,6 +269,17 @@ def test_compare_github_gates_on_the_corrected_verdict(
     fine = run_cli("compare", a, a, "--fail-on-regression", "--format", "github", env=fleet_env)
     assert fine.returncode == 0, fine.stderr
     assert fine.stdout.startswith(f"**✅ No regression: no tier significantly worse in {a}")
+    assert "can detect" not in fine.stdout
+    # A fall too small for these runs to detect is said under the verdict line.
+    slipped = experiments["slipped"]
+    unseen = run_cli(
+        "compare", a, slipped, "--fail-on-regression", "--format", "github", env=fleet_env
+    )
+    assert unseen.returncode == 0, unseen.stderr
+    lines = unseen.stdout.splitlines()
+    assert lines[0].startswith("**✅ No regression")
+    assert lines[2].startswith("⚠️ fell by less than these runs can detect: T1 ")
+    assert "T0" not in lines[2]
 
 
 def test_bad_corrections_are_clear_errors(

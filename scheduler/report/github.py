@@ -105,6 +105,7 @@ def github_comparison(result: ExperimentComparison) -> str:
         head = f"✅ No regression: no tier significantly worse in {b.id}"
     lines = [
         f"**{md(head)} than in {md(a.id)}** ({_corrected(result.multiplicity)})",
+        *_unseen_falls(result),
         "",
         md(sections.comparison_title(result)),
     ]
@@ -137,6 +138,24 @@ def github_comparison(result: ExperimentComparison) -> str:
     if result.unmatched_tiers:
         notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
     return _document(lines, tiers, scenarios, notes, f"{a.id} {b.id}", "compare")
+
+
+def _unseen_falls(result: ExperimentComparison) -> list[str]:
+    """Tiers whose pass rate fell by more than these runs could detect: "no regression"
+    must not read as "no fall" when the test could not have seen it."""
+    unseen = [
+        f"{tier} {sections.pass_rate(c.reference_passes, c.reference_runs)} -> "
+        f"{sections.pass_rate(c.passes, c.runs)}"
+        for tier, c in result.tiers.items()
+        if c.pass_rate_delta is not None
+        and c.pass_rate_delta < 0
+        and c.detectable is not None
+        and (c.detectable.regression is None or -c.pass_rate_delta < c.detectable.regression)
+        and tier not in result.regressions
+    ]
+    if not unseen:
+        return []
+    return ["", md("⚠️ fell by less than these runs can detect: " + "; ".join(unseen))]
 
 
 def _mark(comparisons: Iterable[Comparison]) -> str:
