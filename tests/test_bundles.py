@@ -166,8 +166,8 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
     assert not any(store.redis.exists(k) for g in chords for k in store.keys.chord(g))
     assert exp_id not in store.redis.zrange(store.keys.experiments(), 0, -1)
     assert sorted(store.redis.scan_iter(match=f"{PREFIX}exp:{other}*")) == other_keys
-    again = run_cli("delete", exp_id, "--yes", env=fleet_env)
-    assert again.returncode == 2 and f"no experiment {exp_id!r}" in again.stderr
+    twice = run_cli("delete", exp_id, "--yes", env=fleet_env)
+    assert twice.returncode == 2 and f"no experiment {exp_id!r}" in twice.stderr
 
 
 # --- the bundle itself ---------------------------------------------------------------------------

@@ -171,7 +171,7 @@ def test_corrected_verdicts_gate_the_regression(
     assert cells[6:9] == [
         f"{t1['fisher_p']:.3f}",
         f"{t1['fisher_p_adjusted']:.3f}",
-        f"[{newcombe[0]:.3f}, {newcombe[1]:.3f}]",
+        f"[{newcombe[0]:+.3f}, {newcombe[1]:+.3f}]",
     ]
     assert cells[-1] == (
         f"no significant difference (could not detect any rise or a fall < "
