@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from support import ROOT, SCHEDULER, require_bash, show, write_matrix
+from support import ROOT, SCHEDULER, require_bash, shell_loop, show, write_matrix
 
 AGENT = "true"
 GATES = ("true", "true")
@@ -73,19 +73,6 @@ def inspect_cold() -> float:
         return elapsed
 
 
-def shell_loop(runs: int, workers: int) -> float:
-    with tempfile.TemporaryDirectory() as root:
-        started = time.perf_counter()
-        subprocess.run(
-            ["xargs", "-P", str(workers), "-I{}", "bash", "-c", SHELL_RUN],
-            input="\n".join(str(i) for i in range(runs)) + "\n",
-            text=True,
-            check=True,
-            env={**os.environ, "ROOT": root},
-        )
-        return time.perf_counter() - started
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -101,7 +88,7 @@ def main() -> None:
         one.append(evalfleet_cold(1, None))
         inspect.append(inspect_cold())
         many.append(evalfleet_cold(args.runs, args.workers))
-        loop.append(shell_loop(args.runs, args.workers))
+        loop.append(shell_loop(SHELL_RUN, args.runs, args.workers))
     one_s, inspect_s = statistics.median(one), statistics.median(inspect)
     many_s, loop_s = statistics.median(many), statistics.median(loop)
     turns = ", ".join(f"{a / b:.2f}" for a, b in zip(one, inspect, strict=True))

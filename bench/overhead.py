@@ -28,6 +28,7 @@ from support import (
     Fleet,
     private_fleet,
     require_bash,
+    shell_loop,
     show,
     submit,
     wait_for_report,
@@ -44,19 +45,6 @@ SHELL_RUN = (
     f"&& bash -c {AGENT!r} && bash -c 'test -f out.txt' && bash -c 'cat out.txt' | grep -q ok "
     '&& cd / && rm -rf "$d"'
 )
-
-
-def shell_loop(runs: int, workers: int) -> float:
-    with tempfile.TemporaryDirectory() as root:
-        started = time.perf_counter()
-        subprocess.run(
-            ["xargs", "-P", str(workers), "-I{}", "bash", "-c", SHELL_RUN],
-            input="\n".join(str(i) for i in range(runs)) + "\n",
-            text=True,
-            check=True,
-            env={**os.environ, "ROOT": root},
-        )
-        return time.perf_counter() - started
 
 
 def evalfleet_warm(fleet: Fleet, runs: int) -> tuple[float, float]:
@@ -101,7 +89,7 @@ def main() -> None:
     with private_fleet() as fleet:  # one Redis and one set of workers for every turn
         fleet.start_workers(workers)
         for _ in range(args.repeat):
-            shell.append(shell_loop(runs, workers))
+            shell.append(shell_loop(SHELL_RUN, runs, workers))
             warm_s, agent_s = evalfleet_warm(fleet, runs)
             warm.append(warm_s)
             agent.append(agent_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -200,3 +201,18 @@ def show(title: str, figures: dict[str, str]) -> None:
 def require_bash() -> None:
     if shutil.which("bash") is None or shutil.which("xargs") is None:
         sys.exit("these benchmarks need bash and xargs on PATH")
+
+
+def shell_loop(script: str, runs: int, workers: int) -> float:
+    """Seconds for `runs` runs of a bash `script` by `xargs -P workers`: the bare loop
+    evalfleet is measured against ($ROOT: a fresh folder for the runs' own)."""
+    with tempfile.TemporaryDirectory() as root:
+        started = time.perf_counter()
+        subprocess.run(
+            ["xargs", "-P", str(workers), "-I{}", "bash", "-c", script],
+            input="\n".join(str(i) for i in range(runs)) + "\n",
+            text=True,
+            check=True,
+            env={**os.environ, "ROOT": root},
+        )
+        return time.perf_counter() - started
