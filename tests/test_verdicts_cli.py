@@ -172,7 +172,7 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
         "+0.250",
         fisher,
         fisher_adjusted,
-        f"[{risk['low']:.3f}, {risk['high']:.3f}]",
+        f"[{risk['low']:+.3f}, {risk['high']:+.3f}]",
     ]
     assert (
         significance[7] == f"{t2['cliffs_delta']:+.3f} [{cliff['low']:+.3f}, {cliff['high']:+.3f}]"
