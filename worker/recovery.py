@@ -59,6 +59,8 @@ from worker.waves import advance
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = float(os.environ.get("EVALFLEET_SWEEP_S", "10"))
+# Containers a killed worker left behind cost memory, not results: once a minute.
+ORPHAN_SWEEP_S = 60.0
 # Redis away, seen through redis-py or through kombu: wait for it, sweep later.
 BROKER_DOWN = REDIS_DOWN
 
@@ -216,15 +218,27 @@ class Sweeper(bootsteps.StartStopStep):
         threading.Thread(
             target=self._loop, args=(worker.app, store_of(worker.app)), name="sweeper", daemon=True
         ).start()
+        # Orphan containers on a thread of their own: a docker CLI that hangs (an
+        # engine under load; its timeout is minutes) must not hold up lost runs.
+        threading.Thread(target=self._orphans, name="orphan-sweeper", daemon=True).start()
 
     def stop(self, worker: Any) -> None:
         self.stop_event.set()
 
     def _loop(self, app: Celery, store: Store) -> None:
-        sweep_orphans()
         while not self.stop_event.wait(SWEEP_INTERVAL_S):
-            sweep_orphans()
             try:
                 recover_all(app, store)
             except BROKER_DOWN as exc:
                 log.warning("recovery sweep skipped, Redis unreachable: %s", exc)
+            except Exception:  # the next sweep tries again: this thread must not end
+                log.exception("recovery sweep failed")
+
+    def _orphans(self) -> None:
+        while True:
+            try:
+                sweep_orphans()
+            except Exception:
+                log.exception("sweeping orphan sandbox containers failed")
+            if self.stop_event.wait(ORPHAN_SWEEP_S):
+                return
