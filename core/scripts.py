@@ -77,23 +77,21 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(list))
 return 'ended'
 """
 
-# A run's evidence within the experiment's cap, in one step: the whole evidence
-# when the bytes stored so far leave room for it, else the minimal one. Either
-# way the bytes are counted.
+# A run's evidence within the experiment's cap, in one step: stored and counted
+# when the bytes stored so far leave room for it; else nothing is written (the
+# caller then stores the run's minimal evidence, which is kept whatever the cap,
+# and only then pays for making it).
 # KEYS[1] evidence, KEYS[2] experiment. ARGV[1] run id, ARGV[2] the evidence (a
-# blob or a file pointer), ARGV[3] the bytes it takes, ARGV[4] the minimal
-# evidence's blob, ARGV[5] the experiment's cap in bytes.
-# Returns 'whole' or 'minimal'.
+# blob or a file pointer), ARGV[3] the bytes it takes, ARGV[4] the experiment's
+# cap in bytes. Returns 'whole' or 'over'.
 SAVE_EVIDENCE = """
 local used = tonumber(redis.call('HGET', KEYS[2], 'evidence_bytes') or '0')
-if used + tonumber(ARGV[3]) <= tonumber(ARGV[5]) then
+if used + tonumber(ARGV[3]) <= tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   redis.call('HINCRBY', KEYS[2], 'evidence_bytes', ARGV[3])
   return 'whole'
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
-redis.call('HINCRBY', KEYS[2], 'evidence_bytes', #ARGV[4])
-return 'minimal'
+return 'over'
 """
 
 # KEYS[1] leases. ARGV[1] run id, ARGV[2] holder, ARGV[3] seconds.

@@ -477,16 +477,20 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(blob)
             value = FILE_POINTER + str(path).encode()
-        small = zlib.compress((minimal or evidence).model_dump_json().encode(), 6)
         exp_id = evidence.experiment_id
         kept = self._save_evidence(
             keys=[self.keys.evidence(exp_id), self.keys.experiment(exp_id)],
-            args=[evidence.run_id, value, len(blob), small, cap_bytes or NO_CAP],
+            args=[evidence.run_id, value, len(blob), cap_bytes or NO_CAP],
         )
         if kept == b"whole":
             return SavedEvidence("whole", len(blob), path)
         if path is not None:
             path.unlink(missing_ok=True)
+        small = blob if minimal is None else zlib.compress(minimal.model_dump_json().encode(), 6)
+        pipe = self.binary.pipeline()  # a transaction: stored and counted together
+        pipe.hset(self.keys.evidence(exp_id), evidence.run_id, small)
+        pipe.hincrby(self.keys.experiment(exp_id), "evidence_bytes", len(small))
+        pipe.execute()
         return SavedEvidence("minimal", len(small))
 
     def evidence(self, exp_id: str, run_id: str) -> RunEvidence | None:
