@@ -31,8 +31,9 @@ Ours, under the prefix (no TTL on any of them):
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
   (rejudge, rescore); version 1 is ``exp:{id}:report``; the ``exp:{id}`` hash
   field ``versions`` counts the versions after the first;
-- ``exp:{id}:version_runs`` "VERSION RUN_ID" -> the RunResult JSON of that run in
-  that later version (runs: version 1's);
+- ``exp:{id}:v{N}:runs`` run id -> the RunResult JSON of that run in the later
+  version N (``exp:{id}:runs``: version 1's), one hash a version so that its
+  follower counts them with HLEN;
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
   needs on workers (its manifest names them by digest; workers cache the
   materialised folder by the manifest's digest);
@@ -135,8 +136,8 @@ class Keys:
     def waves(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:waves"
 
-    def version_runs(self, exp_id: str) -> str:
-        return f"{self.prefix}exp:{exp_id}:version_runs"
+    def version_runs(self, exp_id: str, version: int) -> str:
+        return f"{self.prefix}exp:{exp_id}:v{version}:runs"
 
     def workspaces(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:workspaces"

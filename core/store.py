@@ -579,17 +579,18 @@ class Store:
 
     def save_version_run(self, version: int, result: RunResult) -> bool:
         """A run's result in a later version; False when it has one there already."""
-        field = f"{version} {result.run_id}"
-        key = self.keys.version_runs(result.experiment_id)
-        return bool(self.redis.hsetnx(key, field, result.model_dump_json()))
+        key = self.keys.version_runs(result.experiment_id, version)
+        return bool(self.redis.hsetnx(key, result.run_id, result.model_dump_json()))
+
+    def version_run(self, exp_id: str, version: int, run_id: str) -> RunResult | None:
+        raw = self.redis.hget(self.keys.version_runs(exp_id, version), run_id)
+        return RunResult.model_validate_json(raw) if raw else None
 
     def version_run_count(self, exp_id: str, version: int) -> int:
-        fields = self.redis.hkeys(self.keys.version_runs(exp_id))
-        return sum(1 for f in fields if f.startswith(f"{version} "))
+        return int(self.redis.hlen(self.keys.version_runs(exp_id, version)))
 
     def version_runs(self, exp_id: str, version: int) -> list[RunResult]:
-        key = self.keys.version_runs(exp_id)
-        raw = [v for _, v in self.redis.hscan_iter(key, match=f"{version} *", count=1000)]
+        raw = self.redis.hvals(self.keys.version_runs(exp_id, version))
         runs = [RunResult.model_validate_json(v) for v in raw]
         return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
 

@@ -25,9 +25,9 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
     """The run's result in the plan's version: stored once (a redelivery returns it).
     A run with nothing to do again (no judge inputs, no archived workspace) is kept
     as it was; any failure is an infrastructure error of this version, not raised."""
-    stored = db.redis.hget(db.keys.version_runs(experiment_id), f"{plan.version} {run_id}")
-    if stored:
-        return RunResult.model_validate_json(stored)
+    stored = db.version_run(experiment_id, plan.version, run_id)
+    if stored is not None:
+        return stored
     original = db.run(experiment_id, run_id)
     if original is None:
         raise LookupError(f"run {run_id} of {experiment_id} has no result to judge again")
