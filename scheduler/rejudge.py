@@ -20,7 +20,7 @@ from core.rejudge import RejudgePlan
 from core.report_models import ExperimentReport
 from core.store import Store
 from scheduler.follow import Workers, WorkersDied
-from worker.sending import AGGREGATE_VERSION_TASK, REJUDGE_TASK
+from worker.sending import AGGREGATE_VERSION_TASK, REJUDGE_TASK, task_options
 from worker.tasks import finish_version
 
 _POLL_S = 0.25
@@ -46,25 +46,18 @@ def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: R
     app.backend.set_chord_size(group_id, len(runs))
     task = app.tasks[REJUDGE_TASK]
     for index, run in enumerate(runs):
+        tier, scenario = matrix.tier(run.tier), matrix.scenario(run.scenario)
         task.apply_async(
             (exp_id, run.run_id, payload),
             group_id=group_id,
             group_index=index,
             chord=body,
-            soft_time_limit=budget,
-            time_limit=budget + 60,
-            # The result is the run's entry in the version, in our keys: none in Celery's.
-            ignore_result=True,
-            argsrepr=run.run_id,
             # The run's own queue: a fleet of per-tier queues has no one on the default
-            # queue, and a rescore's gates need the tier's tools.
-            **_queue(matrix.queue_for(matrix.tier(run.tier), matrix.scenario(run.scenario))),
+            # queue, and a rescore's gates need the tier's tools. The result is the
+            # run's entry in the version, in our keys: none in Celery's.
+            **task_options(budget, run.run_id, matrix.queue_for(tier, scenario)),
         )
     return len(runs)
-
-
-def _queue(queue: str | None) -> dict[str, str]:
-    return {"queue": queue} if queue else {}
 
 
 def task_budget_s(matrix: Matrix, plan: RejudgePlan) -> float:

@@ -4,6 +4,7 @@ result is a new report version beside the untouched original. Asking again is fr
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -238,3 +239,14 @@ def test_rejudge_goes_to_each_runs_own_queue(
         assert rejudged.returncode == 0, rejudged.stderr
         assert [r.body["model"] for r in stub.requests].count("judge-b") == 2
     assert json.loads(rejudged.stdout)["tiers"]["T0"]["passes"] == 0
+    # The version's chord body waits on the default queue, which this fleet does not
+    # serve (the CLI aggregated the version itself): taken away, as its task would be.
+    waiting = [raw for raw in store.redis.lrange(QUEUE, 0, -1) if exp_id in _body(raw)]
+    assert [json.loads(raw)["headers"]["task"] for raw in waiting] == [
+        "evalfleet.aggregate_version"
+    ]
+    store.redis.lrem(QUEUE, 0, waiting[0])
+
+
+def _body(raw: str) -> str:
+    return base64.b64decode(json.loads(raw)["body"]).decode()

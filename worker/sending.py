@@ -41,17 +41,22 @@ def run_signature(app: Celery, matrix: Matrix, spec: RunSpec) -> Signature:
 
 def run_options(matrix: Matrix, spec: RunSpec) -> dict[str, Any]:
     """A run's task options, whether it is sent in the chord or on its own."""
-    budget = run_budget_s(matrix, spec)
+    return task_options(run_budget_s(matrix, spec), spec.run_id, spec.queue)
+
+
+def task_options(budget_s: float, run_id: str, queue: str | None) -> dict[str, Any]:
+    """The options of a task about one run (its run, its rejudge): the time it may
+    take, no result in Celery's keys (ours hold it), the run's queue."""
     options: dict[str, Any] = {
-        "soft_time_limit": budget,
-        "time_limit": budget + 60,
+        "soft_time_limit": budget_s,
+        "time_limit": budget_s + 60,
         "ignore_result": True,
-        # Flower shows the run id instead of the whole spec.
-        "argsrepr": spec.run_id,
+        # Flower shows the run id instead of the whole arguments.
+        "argsrepr": run_id,
         "kwargsrepr": "{}",
     }
-    if spec.queue:
-        options["queue"] = spec.queue
+    if queue:
+        options["queue"] = queue
     return options
 
 
