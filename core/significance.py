@@ -33,6 +33,7 @@ import random
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
 
@@ -116,6 +117,9 @@ def _quantile(ordered: list[float], q: float) -> float:
 # --- Fisher's exact test --------------------------------------------------------------------
 
 
+# Cached: a report asks for the same tables again when it corrects its tests as a family
+# (core/comparison.py), and each costs a sum over up to 100,000s of tables.
+@lru_cache(maxsize=1024)
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     """Two-sided p-value of Fisher's exact test on the 2x2 table [[a, b], [c, d]]."""
     if min(a, b, c, d) < 0:
