@@ -72,9 +72,7 @@ def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
     default_queue = store.sent_to(exp_id)  # None until every run was sent
 
     def send_again(specs: list[RunSpec], why: str) -> list[str]:
-        return [
-            s.run_id for s in specs if _send_again(app, store, matrix, s, default_queue, why)
-        ]
+        return [s.run_id for s in specs if _send_again(app, store, matrix, s, default_queue, why)]
 
     resent = send_again(store.claim_lost_runs(exp_id), "its lease expired")
     resent += _requeue_never_started(app, store, exp_id, matrix.lease_s)
