@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
@@ -309,16 +309,18 @@ def cliffs_delta(x: Sequence[float], y: Sequence[float], confidence: float = 0.9
     if n == 0 or m == 0:
         raise ValueError("both samples need at least one value")
     z = _z(confidence)
-    ordered_y = sorted(y)
-    ordered_x = sorted(x)
+    # (#y below, #y above) each value of x, and (#x below, #x above) each value of y: by
+    # distinct value, as runs' scores repeat (pass or fail, a share of gates).
+    y_around = _around(sorted(y), x)
+    x_around = _around(sorted(x), y)
     # Row i: (#y below x_i) - (#y above x_i); column j likewise for x against y_j.
-    rows = [_below(ordered_y, v) - _above(ordered_y, v) for v in x]
-    cols = [_above(ordered_x, v) - _below(ordered_x, v) for v in y]
+    rows = [below - above for below, above in map(y_around.__getitem__, x)]
+    cols = [above - below for below, above in map(x_around.__getitem__, y)]
     pairs = n * m
     delta = math.fsum(rows) / pairs
     if n < 2 or m < 2:
         return CliffsDelta(delta, None, None)
-    not_tied = sum(_below(ordered_y, v) + _above(ordered_y, v) for v in x)
+    not_tied = sum(below + above for below, above in map(y_around.__getitem__, x))
     row_dev = math.fsum((r / m - delta) ** 2 for r in rows)
     col_dev = math.fsum((c / n - delta) ** 2 for c in cols)
     cell_dev = not_tied - pairs * delta * delta
@@ -334,12 +336,11 @@ def cliffs_delta(x: Sequence[float], y: Sequence[float], confidence: float = 0.9
     return CliffsDelta(delta, (centre - spread) / denominator, (centre + spread) / denominator)
 
 
-def _below(ordered: list[float], value: float) -> int:
-    return bisect_left(ordered, value)
-
-
-def _above(ordered: list[float], value: float) -> int:
-    return len(ordered) - bisect_right(ordered, value)
+def _around(ordered: list[float], values: Iterable[float]) -> dict[float, tuple[int, int]]:
+    """value -> (how many of `ordered` are below it, how many above), for each of `values`."""
+    return {
+        v: (bisect_left(ordered, v), len(ordered) - bisect_right(ordered, v)) for v in set(values)
+    }
 
 
 # --- power ----------------------------------------------------------------------------------
