@@ -37,7 +37,7 @@ from core.retention import (
     experiment_keys,
     stored_bytes,
 )
-from core.settings import BrokerURLError, configured_broker
+from core.settings import BrokerURLError, SettingError, configured_broker
 from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
@@ -54,7 +54,7 @@ from scheduler.report.render import (
 )
 from scheduler.show import render_run
 from worker.broker import STATE_DIR, running_embedded_broker
-from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S, longest_run_s, run_queues
+from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s, longest_run_s, run_queues
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -506,11 +506,11 @@ def _check_artifacts(matrix: Matrix, source: str) -> None:
 
 
 def _check_visibility(matrix: Matrix) -> None:
-    longest = longest_run_s(matrix)
-    if longest >= VISIBILITY_TIMEOUT_S:
+    longest, visibility_s = longest_run_s(matrix), configured_visibility_timeout_s()
+    if longest >= visibility_s:
         fail(
             f"the longest run may take {longest:.0f} s, more than the broker's visibility timeout "
-            f"({VISIBILITY_TIMEOUT_S} s): Redis would hand it to a second worker. Lower "
+            f"({visibility_s} s): Redis would hand it to a second worker. Lower "
             "agent.timeout_s or raise EVALFLEET_VISIBILITY_TIMEOUT on workers and scheduler."
         )
 
@@ -1460,6 +1460,9 @@ def run() -> NoReturn:
         code: object = 0
     except SystemExit as exc:
         code = exc.code
+    except SettingError as exc:  # read where used: any command may meet one
+        err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        code = USAGE_ERROR
     if isinstance(code, str):  # what sys.exit would print
         print(code, file=sys.stderr)
     status = code if isinstance(code, int) else int(code is not None)

@@ -40,7 +40,6 @@ start, also remove `sandbox: docker` containers whose worker process died
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -52,6 +51,7 @@ from core import keys
 from core.config import Matrix
 from core.report_models import ExperimentInfo
 from core.results import RunSpec
+from core.settings import setting
 from core.store import Store
 from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
@@ -61,7 +61,7 @@ from worker.waves import advance
 
 log = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_S = float(os.environ.get("EVALFLEET_SWEEP_S", "10"))
+ENV_SWEEP_S = "EVALFLEET_SWEEP_S"
 # Containers a killed worker left behind cost memory, not results: once a minute.
 ORPHAN_SWEEP_S = 60.0
 # Redis away, seen through redis-py or through kombu: wait for it, sweep later.
@@ -222,13 +222,14 @@ def register(app: Celery) -> None:
 
 
 class Sweeper(bootsteps.StartStopStep):
-    """Worker bootstep: `recover_all` every SWEEP_INTERVAL_S in a daemon thread."""
+    """Worker bootstep: `recover_all` every EVALFLEET_SWEEP_S seconds in a daemon thread."""
 
     label = "sweeper"
 
     def __init__(self, worker: Any, **kwargs: Any):
         super().__init__(worker, **kwargs)
         self.stop_event = threading.Event()
+        self.interval_s = setting(ENV_SWEEP_S)
 
     def start(self, worker: Any) -> None:
         threading.Thread(
@@ -242,7 +243,7 @@ class Sweeper(bootsteps.StartStopStep):
         self.stop_event.set()
 
     def _loop(self, app: Celery, store: Store) -> None:
-        while not self.stop_event.wait(SWEEP_INTERVAL_S):
+        while not self.stop_event.wait(self.interval_s):
             try:
                 recover_all(app, store)
             except BROKER_DOWN as exc:
