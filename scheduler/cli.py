@@ -673,7 +673,12 @@ def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
 @click.argument("experiment", required=False)
 @broker_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("--runs", is_flag=True, help="JSON: include every RunResult under `runs`.")
+@click.option(
+    "--runs",
+    is_flag=True,
+    help="Every run: json puts each RunResult under `runs`, csv gives one row per run "
+    "instead of the tier rows (html always has its run table).",
+)
 @correction_option(None, "Default: as the experiment's report was made (matrix `report:`).")
 @click.option(
     "--alpha",
@@ -731,12 +736,18 @@ def report(
       scheduler report EXP --format html > report.html
       scheduler report EXP --scenario create_notes
       scheduler report EXP --format json --runs --json-nonfinite null | jq .tiers
+      scheduler report EXP --format csv --runs > runs.csv   # one row per run
       scheduler report EXP --version 1      # the original, before any rejudge
     """
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         fail(
             f"--scenario is a view for --format {', '.join(SCENARIO_FORMATS)}; {fmt} carries "
             "every scenario already"
+        )
+    if runs and fmt not in ("json", "csv", "html"):
+        fail(
+            f"--runs lists every run in --format json or csv, not {fmt} (html always has its "
+            "run table; `scheduler show RUN` gives one run's evidence)"
         )
     with open_store(broker) as (store, _):
         exp_id = _experiment(store, experiment)

@@ -300,3 +300,23 @@ def test_html_renders_its_charts_in_headless_chromium(
     series = {s["label"]: s for s in charts["context-growth"]["series"]}
     assert series["T0"]["points"] == 3 and series["T1"]["points"] == 4
     assert all(s["width"] > 100 for s in series.values())
+
+
+def test_csv_with_runs_gives_one_row_per_run_and_other_formats_refuse_runs(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    rows = list(
+        csv.DictReader(io.StringIO(_report(experiment, fleet_env, "--format", "csv", "--runs")))
+    )
+    assert len(rows) == RUNS * len(OUTCOMES)
+    for (tier, scenario), (passes, _) in OUTCOMES.items():
+        cell = [r for r in rows if (r["tier"], r["scenario"]) == (tier, scenario)]
+        assert sorted(int(r["run_index"]) for r in cell) == list(range(RUNS))
+        assert sum(r["passed"] == "True" for r in cell) == passes
+        assert {r["status"] for r in cell} == {"completed"}
+        assert all(r["run_id"].endswith(f":{tier}:{scenario}:{r['run_index']}") for r in cell)
+    refused = run_cli("report", experiment, "--format", "markdown", "--runs", env=fleet_env)
+    assert (
+        refused.returncode == 2
+        and "--runs lists every run in --format json or csv" in refused.stderr
+    )
