@@ -26,7 +26,7 @@ from rich.console import Console
 from core.bundle import Bundle, BundleError, collect
 from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
-from core.evidence import RunEvidence, RunRecord
+from core.evidence import RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunSpec, RunStatus
@@ -515,18 +515,19 @@ def _check_visibility(matrix: Matrix) -> None:
         )
 
 
-def _evidence(store: Store, exp_id: str) -> dict[str, RunEvidence]:
-    """Every run's evidence, for the html run table. Evidence kept as a file in an
-    artifacts folder this machine does not see is left out, and stderr says so."""
+def _evidence(store: Store, exp_id: str) -> dict[str, bytes]:
+    """Every run's evidence as stored (compressed JSON), for the html run table.
+    Evidence kept as a file in an artifacts folder this machine does not see is
+    left out, and stderr says so."""
     try:
-        return store.all_evidence(exp_id)
+        return store.all_evidence_blobs(exp_id)
     except OSError:
         pass
-    found: dict[str, RunEvidence] = {}
+    found: dict[str, bytes] = {}
     unreadable: list[str] = []
     for run in store.runs(exp_id):
         try:
-            evidence = store.evidence(exp_id, run.run_id)
+            evidence = store.evidence_blob(exp_id, run.run_id)
         except OSError as exc:
             unreadable.append(f"{run.run_id}: {exc}")
             continue

@@ -220,8 +220,19 @@ def test_html_is_one_self_contained_file_with_four_charts(
 def run_details(page: str) -> list[dict[str, Any]]:
     """What an HTML report's run table carries per run (its result, evidence and note),
     inflated, in the table's order."""
-    blobs = re.findall(r'<script type="application/x-evalfleet-run" id="run-\d+">([^<]*)<', page)
-    return [json.loads(zlib.decompress(base64.b64decode(blob))) for blob in blobs]
+    runs = re.findall(r'<script type="application/x-evalfleet-run" id="run-(\d+)">([^<]*)<', page)
+    kept = dict(
+        re.findall(
+            r'<script type="application/x-evalfleet-evidence" id="evidence-(\d+)">([^<]*)<', page
+        )
+    )
+
+    def inflate(blob: str) -> Any:
+        return json.loads(zlib.decompress(base64.b64decode(blob)))
+
+    return [
+        {**inflate(blob), "evidence": inflate(kept[i]) if i in kept else None} for i, blob in runs
+    ]
 
 
 def _chromium() -> str | None:

@@ -18,7 +18,6 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
-from core.evidence import RunEvidence
 from core.metrics import RUN_METRICS
 from core.report_models import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from core.results import RunResult
@@ -51,11 +50,12 @@ def render(
     *,
     width: int | None = None,
     nonfinite: str = "string",
-    evidence: Mapping[str, RunEvidence] | None = None,
+    evidence: Mapping[str, bytes] | None = None,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
     `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
-    `evidence`: of html, the runs' evidence by run id for its run table."""
+    `evidence`: of html, the runs' evidence by run id as the store keeps it
+    (compressed JSON), for its run table."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
