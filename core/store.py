@@ -500,10 +500,16 @@ class Store:
         blob = self.binary.hget(self.keys.evidence(exp_id), run_id)
         return _evidence(blob) if blob else None
 
-    def all_evidence(self, exp_id: str) -> dict[str, RunEvidence]:
-        """Every stored run's evidence by run id (streamed: hscan, not one reply)."""
+    def evidence_blob(self, exp_id: str, run_id: str) -> bytes | None:
+        """A run's evidence as stored: its JSON, zlib-compressed (OSError as `evidence`)."""
+        blob = self.binary.hget(self.keys.evidence(exp_id), run_id)
+        return _evidence_blob(blob) if blob else None
+
+    def all_evidence_blobs(self, exp_id: str) -> dict[str, bytes]:
+        """Every stored run's evidence by run id, as stored (zlib-compressed JSON): a
+        page passes it through to the browser, which inflates it (streamed: hscan)."""
         return {
-            _text(run_id): _evidence(blob)
+            _text(run_id): _evidence_blob(blob)
             for run_id, blob in self.binary.hscan_iter(self.keys.evidence(exp_id))
         }
 
@@ -625,9 +631,13 @@ def _spec(exp_id: str, run_id: str, raw: str) -> RunSpec:
 
 
 def _evidence(blob: bytes) -> RunEvidence:
+    return RunEvidence.model_validate_json(zlib.decompress(_evidence_blob(blob)))
+
+
+def _evidence_blob(blob: bytes) -> bytes:
     if blob.startswith(FILE_POINTER):
-        blob = Path(blob[len(FILE_POINTER) :].decode()).read_bytes()
-    return RunEvidence.model_validate_json(zlib.decompress(blob))
+        return Path(blob[len(FILE_POINTER) :].decode()).read_bytes()
+    return blob
 
 
 def _attempts(raw: str | None) -> list[Attempt]:
