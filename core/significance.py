@@ -129,18 +129,21 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     if 0 in (row1, row2, col1, total - col1):
         return 1.0
     low, high = max(0, col1 - row2), min(row1, col1)
-    # Unnormalized log-probabilities; dividing by their sum (instead of by C(total, col1))
-    # cancels most of lgamma's rounding, and all tables sum to exactly 1.
-    logs = [_log_comb(row1, x) + _log_comb(row2, col1 - x) for x in range(low, high + 1)]
+    # Unnormalized log-probabilities, log C(row1, x) + log C(row2, col1 - x); dividing by
+    # their sum (instead of by C(total, col1)) cancels most of lgamma's rounding, and all
+    # tables sum to exactly 1. Written out, log(n!) of the margins taken once: there can
+    # be 100,000s of tables.
+    lgamma, log_row1, log_row2 = math.lgamma, math.lgamma(row1 + 1), math.lgamma(row2 + 1)
+    logs = [
+        (log_row1 - lgamma(x + 1) - lgamma(row1 - x + 1))
+        + (log_row2 - lgamma(col1 - x + 1) - lgamma(row2 - col1 + x + 1))
+        for x in range(low, high + 1)
+    ]
     top = max(logs)
     weights = [math.exp(lp - top) for lp in logs]
     cutoff = logs[a - low] + math.log(_FISHER_RELATIVE_TOLERANCE)
     extreme = math.fsum(w for w, lp in zip(weights, logs, strict=True) if lp <= cutoff)
     return min(1.0, extreme / math.fsum(weights))
-
-
-def _log_comb(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 # --- Mann-Whitney U -------------------------------------------------------------------------
