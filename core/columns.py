@@ -5,9 +5,8 @@ dict, its nested models, each value an object of its own), so a pass over
 100,000 of them misses the CPU's caches about once a run, whatever the pass
 reads. A report made a pass per figure, per group of runs and per filter: about
 120 passes for 100,000 runs, most of its time. A Group reads each run once, in
-one C call (operator.attrgetter) in the order the runs come, which is their
-order in memory when just parsed; each figure is then a column of those small
-rows.
+one C call (operator.attrgetter) for all the fields; each figure is then a
+column of those small rows, made together and so close together in memory.
 """
 
 from __future__ import annotations
@@ -35,10 +34,11 @@ _OWN = (
     "process",
     "llm_calls",
 )
-_METRIC_FIELDS = (f for m in (*RUN_METRICS, *INTERACTION_METRICS) for f in m.fields)
-FIELDS = tuple(dict.fromkeys([*_OWN, *_METRIC_FIELDS]))
-_INDEX = {field: i for i, field in enumerate(FIELDS)}
-_READ = attrgetter(*FIELDS)
+_FIELDS = tuple(
+    dict.fromkeys([*_OWN, *(f for m in (*RUN_METRICS, *INTERACTION_METRICS) for f in m.fields)])
+)
+_INDEX = {field: i for i, field in enumerate(_FIELDS)}
+_READ = attrgetter(*_FIELDS)
 _ORDER = itemgetter(0, 1, 2, 3)
 _STATUS = _INDEX["status"]
 _COUNTED = frozenset(status for status in RunStatus if status.counted)
@@ -46,7 +46,7 @@ _COUNTED = frozenset(status for status in RunStatus if status.counted)
 
 class Group:
     """Runs (an experiment's, a tier's, a tier x scenario's) in (tier, scenario,
-    run_index, run_id) order, a row of FIELDS' values each; `column(field)` holds
+    run_index, run_id) order, a row of the fields' values each; `column(field)` holds
     the i-th run's value at index i."""
 
     def __init__(self, rows: list[tuple[Any, ...]] | None = None, *, all_counted: bool = False):
