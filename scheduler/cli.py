@@ -28,6 +28,7 @@ from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_repo
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
 from core.evidence import RunRecord
 from core.loading import load_matrix
+from core.pricing import price_for
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunSpec, RunStatus
 from core.retention import (
@@ -170,12 +171,13 @@ def validate(matrix_file: str) -> None:
     """
     matrix = _load(matrix_file)
     _check_size(matrix)
+    _check_visibility(matrix)
     bundle = _bundle(matrix)
+    click.echo(summary(matrix))
     click.echo(
         f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
         f"{_size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
     )
-    click.echo(summary(matrix))
     for cli, tiers in _missing_clis(matrix).items():
         click.echo(
             f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "
@@ -216,18 +218,28 @@ def summary(matrix: Matrix) -> str:
         lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
     lines.append(_judge_line(matrix))
     if matrix.budget is not None:
-        lines.append(_budget_line(matrix.budget))
+        lines.append(_budget_line(matrix, matrix.budget))
     return "\n".join(lines)
 
 
-def _budget_line(budget: Budget) -> str:
+def _budget_line(matrix: Matrix, budget: Budget) -> str:
     ceilings = [
         f"{who} ${limit:g}"
         for who, limit in (("agents", budget.agent_usd), ("judge", budget.judge_usd))
         if limit is not None
     ]
-    prior = f"; a run's cost before its tier x scenario has one: ${budget.prior_usd:g}"
-    return f"budget: {', '.join(ceilings)}" + (prior if budget.prior_usd is not None else "")
+    line = f"budget: {', '.join(ceilings)}"
+    if budget.prior_usd is not None:
+        line += f"; a run's cost before its tier x scenario has one: ${budget.prior_usd:g}"
+    judge = matrix.judge
+    judged = any(s.evaluation.judge_enabled for s in matrix.scenarios)
+    unpriced = judge is not None and price_for(judge.model, matrix.pricing) is None
+    if budget.judge_usd is not None and judged and judge is not None and unpriced:
+        line += (
+            f"\nwarning: the judge model {judge.model!r} has no price, so its spend is "
+            "unknown and judge_usd cannot count it: give it one under `pricing:`"
+        )
+    return line
 
 
 def _judge_line(matrix: Matrix) -> str:
