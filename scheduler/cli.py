@@ -53,6 +53,7 @@ from scheduler.report.render import (
     render_comparison,
     terminal_width,
 )
+from scheduler.report.sections import banner
 from scheduler.show import render_run
 from worker.broker import STATE_DIR, running_embedded_broker
 from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s, longest_run_s, run_queues
@@ -527,6 +528,16 @@ def _check_visibility(matrix: Matrix) -> None:
         )
 
 
+def _print(rendered: str, report: ExperimentReport, fmt: str, notice: bool = True) -> None:
+    """A rendered report on stdout, ending in one newline. CSV is rows only: what a
+    reader must see first (the budget's notice) goes to stderr, unless the caller
+    says it (`notice`)."""
+    if fmt == "csv" and notice:
+        for line in banner(report):
+            err.print(line, markup=False, soft_wrap=True)
+    click.echo(rendered, nl=not rendered.endswith("\n"))
+
+
 def _evidence(store: Store, exp_id: str) -> dict[str, bytes]:
     """Every run's evidence as stored (compressed JSON), for the html run table.
     Evidence kept as a file in an artifacts folder this machine does not see is
@@ -572,7 +583,7 @@ def _follow_and_print(
     if fmt == "html":  # its run table: every run with its evidence
         report = report.model_copy(update={"runs": store.runs(exp_id)})
         evidence = _evidence(store, exp_id)
-    click.echo(render(report, fmt, nonfinite=nonfinite, evidence=evidence))
+    _print(render(report, fmt, nonfinite=nonfinite, evidence=evidence), report, fmt, notice=False)
     if report.budget is not None and report.budget.reached:
         err.print(
             f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
@@ -796,7 +807,7 @@ def report(
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
-    click.echo(render(result, fmt, scenario, nonfinite=nonfinite, evidence=evidence))
+    _print(render(result, fmt, scenario, nonfinite=nonfinite, evidence=evidence), result, fmt)
 
 
 @main.command()
@@ -1251,7 +1262,7 @@ def _judge_again(
                 result = follow_version(store, exp_id, plan, err, local)
     except WorkersDied as exc:
         fail(f"{exc}; version {version} is incomplete", 1)
-    click.echo(render(result, fmt, nonfinite=nonfinite))
+    _print(render(result, fmt, nonfinite=nonfinite), result, fmt)
     if result.judge is not None:
         err.print(
             f"{result.judge.judgments} judgments, {result.judge.cached} from cache",
