@@ -52,12 +52,22 @@ def experiment_info(
 def plan(matrix: Matrix, experiment_id: str) -> Iterator[RunSpec]:
     """Every run of the experiment's first wave (every run, unless it is adaptive), one
     at a time (100,000 runs never sit in memory at once), with ids that depend only on
-    their coordinates."""
-    for tier in matrix.tiers:
-        for scenario in matrix.scenarios:
-            queue = matrix.queue_for(tier, scenario)
-            indices = range(matrix.first_wave(scenario))
-            yield from cell_specs(experiment_id, tier.id, scenario.id, indices, queue)
+    their coordinates.
+
+    Interleaved: run 0 of every tier x scenario, then run 1 of each, and so on, the
+    order workers take them in. Every tier makes progress from the start: a budget
+    that runs out leaves each tier with runs to compare (not the first tiers with all
+    of theirs and the last with none), a broken tier's first runs come early enough
+    for fail-fast to stop it, and a report of a stopped experiment covers every tier."""
+    cells = [
+        (tier.id, scenario.id, matrix.queue_for(tier, scenario), matrix.first_wave(scenario))
+        for tier in matrix.tiers
+        for scenario in matrix.scenarios
+    ]
+    for index in range(max((runs for *_, runs in cells), default=0)):
+        for tier, scenario, queue, runs in cells:
+            if index < runs:
+                yield from cell_specs(experiment_id, tier, scenario, (index,), queue)
 
 
 def check_size(matrix: Matrix) -> None:

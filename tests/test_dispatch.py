@@ -60,10 +60,11 @@ def test_each_run_gets_the_message_celery_would_send(
     assert len(ours) == 6  # oldest first: the order workers take them in
     messages = [json.loads(m) for m in ours]
     group = messages[0]["headers"]["group"]
-    assert [m["headers"]["group_index"] for m in messages] == list(range(6))
+    # Interleaved by cell (T0 and T1 take turns), in order within each queue.
+    assert [m["headers"]["group_index"] for m in messages] == [0, 2, 4, 1, 3, 5]
     assert len({m["headers"]["id"] for m in messages}) == 6
     assert len({m["properties"]["delivery_tag"] for m in messages}) == 6
-    assert store.specs(exp_id) == specs
+    assert sorted(store.specs(exp_id), key=str) == sorted(specs, key=str)
 
     # Celery's own way, each message to the real Redis, for the same runs.
     store.redis.delete(QUEUE, other)
@@ -80,3 +81,20 @@ def test_each_run_gets_the_message_celery_would_send(
     store.redis.delete(QUEUE, other)
     assert [_without_ids(m) for m in ours] == [_without_ids(m) for m in celerys]
 
+
+
+def test_runs_are_planned_in_turns_across_tiers_and_scenarios(tmp_path: Path) -> None:
+    """Run 0 of every cell, then run 1 of each...: every tier makes progress from the
+    start (a budget that runs out cuts every tier, not the last ones whole)."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        "name: turns\nruns_per_tier: 2\nagent: {command: 'true', timeout_s: 30}\n"
+        "tiers: [{id: T0}, {id: T1}]\n"
+        "scenarios: [{id: a, prompt: go}, {id: b, prompt: go, runs: 3}]\n"
+    )
+    order = [(s.run_index, s.tier, s.scenario) for s in plan(load_matrix(path), "exp")]
+    assert order == [
+        (0, "T0", "a"), (0, "T0", "b"), (0, "T1", "a"), (0, "T1", "b"),
+        (1, "T0", "a"), (1, "T0", "b"), (1, "T1", "a"), (1, "T1", "b"),
+        (2, "T0", "b"), (2, "T1", "b"),
+    ]  # fmt: skip
