@@ -106,7 +106,8 @@ broker_option = click.option(
     metavar="URL",
     callback=_checked_broker,
     help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
-    "else the embedded Redis under ./.evalfleet.",
+    "else the embedded Redis under ./.evalfleet (`scheduler worker` joins it only while "
+    "it runs).",
 )
 
 
@@ -1470,7 +1471,10 @@ def worker(
     """
     url = configured_broker(broker) or running_embedded_broker()
     if url is None:
-        fail("no broker: pass --broker URL or set EVALFLEET_BROKER_URL")
+        fail(
+            "no broker: pass --broker URL or set EVALFLEET_BROKER_URL (a worker joins the "
+            "embedded Redis under ./.evalfleet only while a `scheduler submit` here runs it)"
+        )
     # Celery's default, celery@HOST, is the same for every worker of a machine:
     # Flower then shows one. The pid stays the worker's own across the exec below.
     command = worker_command(

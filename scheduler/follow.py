@@ -55,7 +55,7 @@ def follow(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("passed {task.fields[passes]}  errors {task.fields[errors]}"),
+        TextColumn("passed {task.fields[passes]}  infra errors {task.fields[errors]}"),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
