@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
 
     worker = app.Worker(
         hostname=host_format(default_nodename(args.hostname)),
-        pool_cls="prefork",
         concurrency=args.concurrency,
         queues=args.queues.split(","),
         loglevel=mlevel(args.loglevel.upper()),
