@@ -552,6 +552,8 @@ def _follow_and_print(
         follow(app, store, exp_id, err, local)
     except WorkersDied as exc:
         fail(f"{exc}; the experiment can continue with `scheduler resume {exp_id}`", 1)
+    if local is not None:
+        local.leave()  # the report is stored: the workers stop while it is read and printed
     report = store.report(exp_id)
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)

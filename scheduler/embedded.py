@@ -22,6 +22,7 @@ from pathlib import Path
 import redis
 
 from core.shell import kill_group
+from scheduler import standby
 from worker.broker import EMBEDDED_STATE, STATE_DIR, running_embedded_broker
 
 _START_TIMEOUT_S = 20.0
@@ -146,6 +147,7 @@ class LocalWorkers:
         # its event loop reads between events, and an idle worker's next event is its
         # next timer, up to a second away. The CLI sends a control message (a ping).
         self.nudge: Callable[[], object] | None = None
+        self.leaving = False
 
     def __enter__(self) -> LocalWorkers:
         self.start()
@@ -156,10 +158,15 @@ class LocalWorkers:
 
     def start(self) -> None:
         env = {**os.environ, "EVALFLEET_BROKER_URL": self.broker_url}
+        args = worker_args(self.concurrency, self.queues, hostname=self.hostname)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The CLI's standby process, when it started one, has its imports behind it.
+        self.proc = standby.hand_over(args, env, str(self.log_path))
+        if self.proc is not None:
+            return
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                worker_command(self.concurrency, self.queues, hostname=self.hostname),
+                [*WORKER_MODULE, *args],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -169,41 +176,47 @@ class LocalWorkers:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def leave(self) -> None:
+        """Start the worker's warm shutdown (TERM) and return; `stop` waits for its end.
+        Once is enough: a second TERM is Celery's cold shutdown."""
+        if self.proc is None or self.leaving or self.proc.poll() is not None:
+            return
+        self.leaving = True
+        self.proc.send_signal(signal.SIGTERM)
+        if self.nudge is not None:
+            with contextlib.suppress(Exception):  # only ever sooner: TERM stops it anyway
+                self.nudge()
+
     def stop(self, grace_s: float = 10.0) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            # TERM is Celery's warm shutdown; the group kill catches pool children.
-            self.proc.send_signal(signal.SIGTERM)
-            if self.nudge is not None:
-                with contextlib.suppress(Exception):  # only ever sooner: TERM stops it anyway
-                    self.nudge()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace_s)
+        self.leave()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace_s)
+        # The group kill catches pool children a worker that did not stop left behind.
         kill_group(self.proc.pid)
         self.proc.wait()
         self.proc = None
+        self.leaving = False
+
+
+# Not the current folder first on sys.path (-P: this interpreter's only, the agents
+# keep the default): a user's project with a `core/` or `worker/` package of its own
+# would stand in for evalfleet's. scheduler/standby.py starts its process the same way.
+WORKER_MODULE = [sys.executable, "-P", "-m", "worker"]
 
 
 def worker_command(
     concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
 ) -> list[str]:
     """The worker every mode starts (worker/__main__.py): prefork, task events on."""
-    command = [
-        sys.executable,
-        # Not the current folder first on sys.path (-P: this interpreter's only, the
-        # agents keep the default): a user's project with a `core/` or `worker/` package
-        # of its own would stand in for evalfleet's.
-        "-P",
-        "-m",
-        "worker",
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        loglevel,
-        "--queues",
-        ",".join(queues),
-    ]
+    return [*WORKER_MODULE, *worker_args(concurrency, queues, hostname, loglevel)]
+
+
+def worker_args(
+    concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
+) -> list[str]:
+    args = ["--concurrency", str(concurrency), "--loglevel", loglevel, "--queues", ",".join(queues)]
     if hostname:
-        command += ["--hostname", hostname]
-    return command
+        args += ["--hostname", hostname]
+    return args
