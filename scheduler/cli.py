@@ -447,8 +447,9 @@ def _drive(
     with LocalWorkers(url, concurrency, _queues(matrix)) as local:
         app = _app(url)
         local.nudge = lambda: _wake(app, local.hostname)
-        send_runs(app, concurrency)
         try:
+            # Sending too: the workers can be running the first runs by then.
+            send_runs(app, concurrency)
             _follow_and_print(app, store, exp_id, fmt, nonfinite, local)
         except KeyboardInterrupt:
             err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")
@@ -552,8 +553,6 @@ def _follow_and_print(
         follow(app, store, exp_id, err, local)
     except WorkersDied as exc:
         fail(f"{exc}; the experiment can continue with `scheduler resume {exp_id}`", 1)
-    if local is not None:
-        local.leave()  # the report is stored: the workers stop while it is read and printed
     report = store.report(exp_id)
     if report is None:
         fail(f"experiment {exp_id} ended without a report", 1)

@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ import redis
 
 from core.shell import kill_group
 from scheduler import standby
+from scheduler.standby import WORKER_MODULE
 from worker.broker import EMBEDDED_STATE, STATE_DIR, running_embedded_broker
 
 _START_TIMEOUT_S = 20.0
@@ -147,7 +147,6 @@ class LocalWorkers:
         # its event loop reads between events, and an idle worker's next event is its
         # next timer, up to a second away. The CLI sends a control message (a ping).
         self.nudge: Callable[[], object] | None = None
-        self.leaving = False
 
     def __enter__(self) -> LocalWorkers:
         self.start()
@@ -176,34 +175,20 @@ class LocalWorkers:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def leave(self) -> None:
-        """Start the worker's warm shutdown (TERM) and return; `stop` waits for its end.
-        Once is enough: a second TERM is Celery's cold shutdown."""
-        if self.proc is None or self.leaving or self.proc.poll() is not None:
-            return
-        self.leaving = True
-        self.proc.send_signal(signal.SIGTERM)
-        if self.nudge is not None:
-            with contextlib.suppress(Exception):  # only ever sooner: TERM stops it anyway
-                self.nudge()
-
     def stop(self, grace_s: float = 10.0) -> None:
         if self.proc is None:
             return
-        self.leave()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=grace_s)
-        # The group kill catches pool children a worker that did not stop left behind.
+        if self.proc.poll() is None:
+            # TERM is Celery's warm shutdown; the group kill catches pool children.
+            self.proc.send_signal(signal.SIGTERM)
+            if self.nudge is not None:
+                with contextlib.suppress(Exception):  # only ever sooner: TERM stops it anyway
+                    self.nudge()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace_s)
         kill_group(self.proc.pid)
         self.proc.wait()
         self.proc = None
-        self.leaving = False
-
-
-# Not the current folder first on sys.path (-P: this interpreter's only, the agents
-# keep the default): a user's project with a `core/` or `worker/` package of its own
-# would stand in for evalfleet's. scheduler/standby.py starts its process the same way.
-WORKER_MODULE = [sys.executable, "-P", "-m", "worker"]
 
 
 def worker_command(

@@ -31,6 +31,12 @@ from collections.abc import Mapping, Sequence
 _ENV_BROKER = "EVALFLEET_BROKER_URL"
 _COMMANDS = {"submit", "resume"}  # those that start local workers as they begin (cli._drive)
 
+# How every local worker is started (scheduler/embedded.py worker_command). Not the
+# current folder first on sys.path (-P: this interpreter's only, the agents keep the
+# default): a user's project with a `core/` or `worker/` package of its own would
+# stand in for evalfleet's.
+WORKER_MODULE = [sys.executable, "-P", "-m", "worker"]
+
 _standby: subprocess.Popen[bytes] | None = None
 
 
@@ -43,7 +49,7 @@ def prestart(args: Sequence[str]) -> None:
     if any(a.startswith("--broker") or a in ("-h", "--help") for a in args):
         return
     _standby = subprocess.Popen(
-        [sys.executable, "-P", "-m", "worker", "--standby"],  # as worker_command: -P
+        [*WORKER_MODULE, "--standby"],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
