@@ -3,28 +3,66 @@
 2 tiers x 2 scenarios x 25,000 runs whose results (two gates each, passes,
 costs, durations and token counts that vary from run to run) are stored the
 way workers store them (Store.save_run), on a private Redis; then the chord
-body's work, timed: read and parse every result, the report (statistics,
-intervals, tests against the baseline, pass@k), stored. Its CPU time is shown
-beside the wall time: on a shared machine it is the steadier figure.
+body's work (worker.tasks.finish_experiment), timed: read and parse every
+result, the report (statistics, intervals, tests against the baseline,
+pass@k), stored. Its CPU time is shown beside the wall time: on a shared
+machine it is the steadier figure.
 
-    python bench/aggregate.py [--runs-per-cell 25000]
+The same work is done by this checkout ("after") and by the code at --before
+(a git revision, exported with `git archive`), each in a fresh process, in
+turns (before, after, before, after...) on the same stored results, so the
+ratio is measured in one run; each turn's stored report must be the same
+bytes.
+
+    python bench/aggregate.py [--runs-per-cell 25000] [--repeat 3] [--before REV | none]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import json
+import os
 import random
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
-from support import private_fleet, show
+from support import ROOT, Fleet, private_fleet, show
 
 from core.config import Matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
-from worker.tasks import finish_experiment
 
 TIERS, SCENARIOS = ("T0", "T1"), ("s0", "s1")
+TARGET_S = 10.0
+# The code before issue 13's aggregation work.
+BEFORE = "4e1dae1"
+
+# One turn, in a process of its own with the code under test first on sys.path:
+# read every result (Store.runs, its figure), then the chord body's whole work.
+_TURN = """
+import json, sys, time
+import core
+from core.store import Store
+from worker.tasks import finish_experiment
+
+store = Store.from_url(sys.argv[1])
+wall, cpu = time.perf_counter(), time.process_time()
+runs = store.runs(sys.argv[2])
+read = time.perf_counter() - wall, time.process_time() - cpu
+del runs
+wall, cpu = time.perf_counter(), time.process_time()
+finish_experiment(store, sys.argv[2])
+finish = time.perf_counter() - wall, time.process_time() - cpu
+print(json.dumps({"code": core.__file__, "read": read, "finish": finish}))
+"""
 
 
 def seed(store: Store, per_cell: int) -> str:
@@ -79,35 +117,94 @@ def _result(spec: RunSpec, rng: random.Random) -> RunResult:
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def code_at(revision: str) -> Iterator[Path]:
+    """The repository's code at `revision`, in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="evalfleet-before-") as folder:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", revision], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+        yield Path(folder)
+
+
+def turn(fleet: Fleet, exp_id: str, code: Path) -> dict[str, tuple[float, float]]:
+    """(wall, CPU) seconds of reading every result and of finish_experiment, by `code`."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    out = subprocess.run(
+        [sys.executable, "-c", _TURN, fleet.url, exp_id],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    figures = json.loads(out.splitlines()[-1])
+    assert Path(figures["code"]).is_relative_to(code), f"{figures['code']} is not from {code}"
+    return {"read": tuple(figures["read"]), "finish": tuple(figures["finish"])}
+
+
+def stored_report(fleet: Fleet, exp_id: str) -> str:
+    raw = fleet.store.redis.get(fleet.store.keys.report(exp_id))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _median(turns: list[dict[str, tuple[float, float]]], what: str, i: int) -> float:
+    return statistics.median(t[what][i] for t in turns)
+
+
+def _seconds(values: Iterable[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs-per-cell", type=int, default=25_000)
+    parser.add_argument("--repeat", type=int, default=3, help="turns of each side")
+    parser.add_argument("--before", default=BEFORE, help="git revision, or none: after only")
     args = parser.parse_args()
     total = args.runs_per_cell * len(TIERS) * len(SCENARIOS)
-    with private_fleet() as fleet:
+    sides = ["after"] if args.before == "none" else ["before", "after"]
+    turns: dict[str, list[dict[str, tuple[float, float]]]] = {side: [] for side in sides}
+    reports = set()
+    with contextlib.ExitStack() as stack:
+        code = {"after": ROOT}
+        if args.before != "none":
+            code["before"] = stack.enter_context(code_at(args.before))
+        fleet = stack.enter_context(private_fleet())
         began = time.perf_counter()
         exp_id = seed(fleet.store, args.runs_per_cell)
         seeded_s = time.perf_counter() - began
-
-        wall, cpu = time.perf_counter(), time.process_time()
-        runs = fleet.store.runs(exp_id)
-        read_s, read_cpu = time.perf_counter() - wall, time.process_time() - cpu
-        wall, cpu = time.perf_counter(), time.process_time()
-        finish_experiment(fleet.store, exp_id)  # reads them again: the chord body's whole work
-        aggregate_s, aggregate_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        for _ in range(args.repeat):
+            for side in sides:
+                turns[side].append(turn(fleet, exp_id, code[side]))
+                reports.add(stored_report(fleet, exp_id))
         report = fleet.store.report(exp_id)
-        assert report is not None and report.experiment.completed_runs == total == len(runs)
+        assert report is not None and report.experiment.completed_runs == total
 
+    figures = {"results stored (Store.save_run each)": f"{seeded_s:.1f} s"}
+    for side in sides:
+        done = turns[side]
+        figures[f"{side}: read and parse every result (Store.runs)"] = (
+            f"{_median(done, 'read', 0):.2f} s  ({_median(done, 'read', 1):.2f} s CPU)"
+        )
+        figures[f"{side}: aggregate (read, report, store)"] = (
+            f"{_median(done, 'finish', 0):.2f} s  ({_median(done, 'finish', 1):.2f} s CPU);"
+            f" turns {_seconds(t['finish'][0] for t in done)}"
+        )
+    if "before" in turns:
+        ratios = [a["finish"][0] / b["finish"][0] for b, a in zip(*turns.values(), strict=True)]
+        figures["after / before (each turn's pair)"] = (
+            f"{statistics.median(ratios):.2f}  (turns {_seconds(ratios)})"
+        )
+        figures["report the same bytes before and after"] = "yes" if len(reports) == 1 else "NO"
+    after = _median(turns["after"], "finish", 0)
+    figures[f"after against the {TARGET_S:.0f} s target"] = (
+        f"{after:.2f} s: {after / TARGET_S:.2f} of it ({'met' if after < TARGET_S else 'not met'})"
+    )
     show(
-        f"aggregate: {total:,} stored results (2 tiers x 2 scenarios)",
-        {
-            "results stored (Store.save_run each)": f"{seeded_s:.1f} s",
-            "read and parse every result": f"{read_s:.2f} s  ({read_cpu:.2f} s CPU)",
-            "aggregate (read, report, store)": (
-                f"{aggregate_s:.2f} s  ({aggregate_cpu:.2f} s CPU)  (target < 10 s)"
-            ),
-            "ratio (time / target)": f"{aggregate_s / 10:.2f}",
-        },
+        f"aggregate: {total:,} stored results (2 tiers x 2 scenarios), {args.repeat} turns"
+        + ("" if args.before == "none" else f", before = {args.before}"),
+        figures,
     )
 
 

@@ -164,6 +164,23 @@ class PeakMemory(threading.Thread):
         self.join()
 
 
+def group_cpu_s(group: int) -> float:
+    """CPU seconds of a process group's live members, with the children each has reaped
+    (a worker's pool processes count their agents' and gates' bash processes)."""
+    ticks = 0
+    for pid in _group_members(group):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # After the command name: utime, stime, cutime, cstime are fields 11-14.
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += sum(int(f) for f in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu_s(store: Store) -> float:
+    info = store.redis.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
 def _group_members(group: int) -> list[int]:
     members = []
     for entry in Path("/proc").iterdir():

@@ -11,9 +11,10 @@ results and stay in (DESIGN.md, README "Outcomes").
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from core.analysis import analyse, context_by_call
+from core.columns import Group
 from core.comparison import ALPHA, CORRECTION, correct_report
 from core.config import Budget, Scoring
 from core.formulas import (
@@ -58,59 +59,61 @@ def aggregate(
     the experiment's), followed by any others the runs name, sorted; listed ones
     without runs still appear, with empty statistics and no grade. Every test against
     the baseline is corrected with the others (`correction` at `alpha`)."""
-    ordered = sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index, r.run_id))
-    tiers = ordered_ids(info.tiers if tier_order is None else tier_order, (r.tier for r in ordered))
+    everything = Group.of(runs)
+    seen = everything.split("tier")
+    cells = {tier: group.split("scenario") for tier, group in seen.items()}
+    tiers = ordered_ids(info.tiers if tier_order is None else tier_order, seen)
     scenarios = ordered_ids(
         info.scenarios if scenario_order is None else scenario_order,
-        (r.scenario for r in ordered),
+        everything.column("scenario"),
     )
-    by_tier = {tier: [r for r in ordered if r.tier == tier] for tier in tiers}
-    baseline_runs = by_tier.get(baseline, [])
+    by_tier = {tier: seen.get(tier, Group()) for tier in tiers}
+    baseline_cells = cells.get(baseline, {})
     reports: dict[str, TierReport] = {}
-    for tier, tier_runs in by_tier.items():
+    for tier, group in by_tier.items():
         compared = tier != baseline
         reports[tier] = tier_report(
-            tier_runs,
+            group,
             scoring,
             scenarios={
                 scenario: tier_report(
-                    [r for r in tier_runs if r.scenario == scenario],
+                    cells.get(tier, {}).get(scenario, Group()),
                     scoring,
-                    baseline=(baseline, [r for r in baseline_runs if r.scenario == scenario])
+                    baseline=(baseline, baseline_cells.get(scenario, Group()))
                     if compared
                     else None,
                 )
                 for scenario in scenarios
             },
-            baseline=(baseline, baseline_runs) if compared else None,
+            baseline=(baseline, by_tier.get(baseline, Group())) if compared else None,
         )
-    valid = [r for r in ordered if r.counted]
+    statuses = Counter(everything.column("status"))
     experiment = info.model_copy(
         update={
-            "completed_runs": len(ordered),
-            "errors": sum(1 for r in ordered if r.is_infra_error),
-            "cancelled": sum(1 for r in ordered if r.status is RunStatus.cancelled),
-            "not_run": sum(1 for r in ordered if r.status is RunStatus.not_run),
-            "passes": sum(1 for r in valid if r.passed),
+            "completed_runs": len(everything),
+            "errors": statuses[RunStatus.infra_error],
+            "cancelled": statuses[RunStatus.cancelled],
+            "not_run": statuses[RunStatus.not_run],
+            "passes": sum(everything.counted.column("passed")),
         }
     )
     cross = cross_tier(reports, baseline)
     report = ExperimentReport(
-        budget=None if budget is None else budget_report(budget, ordered),
+        budget=None if budget is None else budget_report(budget, everything),
         experiment=experiment,
         tiers=reports,
         cross_tier=cross,
-        error_reasons=error_reasons(ordered),
-        judge=judge_summary(ordered, reports, cross, scoring),
+        error_reasons=error_reasons(everything),
+        judge=judge_summary(by_tier, reports, cross, scoring),
     )
     return correct_report(report, correction, alpha)
 
 
-def budget_report(budget: Budget, runs: Sequence[RunResult]) -> BudgetReport:
+def budget_report(budget: Budget, runs: Group) -> BudgetReport:
     """The spend against each ceiling; the notice leads with the agent's, the judge's beside."""
-    agent = sum(r.cost_usd for r in runs if r.cost_usd is not None)
-    judge = sum(r.judge_cost_usd for r in runs if r.judge_cost_usd is not None)
-    not_run = sum(1 for r in runs if r.status is RunStatus.not_run)
+    agent = sum(c for c in runs.column("cost_usd") if c is not None)
+    judge = sum(c for c in runs.column("judge_cost_usd") if c is not None)
+    not_run = runs.column("status").count(RunStatus.not_run)
     spends = [
         f"{what}${spent:.2f} of ${limit:.2f} spent"
         for what, spent, limit in (
@@ -130,41 +133,46 @@ def budget_report(budget: Budget, runs: Sequence[RunResult]) -> BudgetReport:
     )
 
 
-def error_reasons(runs: Iterable[RunResult]) -> dict[str, int]:
+def error_reasons(runs: Group) -> dict[str, int]:
     """Infrastructure errors by reason, most common first (ties by reason)."""
-    counts = Counter(error_key(r.fail_reason) for r in runs if r.is_infra_error)
+    counts = Counter(
+        error_key(reason)
+        for status, reason in zip(runs.column("status"), runs.column("fail_reason"), strict=True)
+        if status.is_infra
+    )
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def tier_report(
-    runs: Sequence[RunResult],
+    runs: Group,
     scoring: Scoring,
     scenarios: dict[str, TierReport] | None = None,
-    baseline: tuple[str, Sequence[RunResult]] | None = None,
+    baseline: tuple[str, Group] | None = None,
 ) -> TierReport:
     """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
     baseline tier's id and its runs of the same scenarios, to test the group against."""
-    valid = [r for r in runs if r.counted]
+    valid = runs.counted
     seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
     composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
+    statuses = Counter(runs.column("status"))
     return TierReport(
         runs=len(runs),
-        errors=sum(1 for r in runs if r.is_infra_error),
-        cancelled=sum(1 for r in runs if r.status is RunStatus.cancelled),
-        not_run=sum(1 for r in runs if r.status is RunStatus.not_run),
+        errors=statuses[RunStatus.infra_error],
+        cancelled=statuses[RunStatus.cancelled],
+        not_run=statuses[RunStatus.not_run],
         counted=len(valid),
-        passes=sum(1 for r in valid if r.passed),
+        passes=sum(valid.column("passed")),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),
         consistency=None
         if composite.mean is None or composite.std_dev is None
         else consistency(composite.mean, composite.std_dev),
         cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
-        cost_unknown_runs=sum(1 for r in valid if r.cost_usd is None),
-        approximate_exit_code_runs=sum(1 for r in valid if r.interaction.exit_codes_approximate),
+        cost_unknown_runs=valid.column("cost_usd").count(None),
+        approximate_exit_code_runs=sum(valid.column("interaction.exit_codes_approximate")),
         **seed,
-        interaction={m.name: _stats(valid, m.of_run) for m in INTERACTION_METRICS},
+        interaction={m.name: statistics(valid.values(m)) for m in INTERACTION_METRICS},
         process=_process_stats(valid),
-        statuses=_statuses(runs),
+        statuses={status.value: statuses[status] for status in RunStatus if statuses[status]},
         context_by_call=context_by_call(valid),
         analysis=analyse(valid, baseline),
         scenarios=scenarios or {},
@@ -244,16 +252,12 @@ def _share(report: TierReport) -> float | None:
     return report.passes / report.counted if report.counted else None
 
 
-def _stats(runs: Sequence[RunResult], metric: Callable[[RunResult], float | None]) -> Statistics:
-    """Statistics of `metric` over the runs that have it."""
-    return statistics([value for value in map(metric, runs) if value is not None])
-
-
-def _metric_stats(runs: Sequence[RunResult], metric: Metric) -> Statistics | None:
+def _metric_stats(runs: Group, metric: Metric) -> Statistics | None:
     """None for an optional metric no run has; else its Statistics, empty or not."""
-    if metric.optional and all(metric.of_run(r) is None for r in runs):
+    values = runs.values(metric)
+    if metric.optional and not values:
         return None
-    return _stats(runs, metric.of_run)
+    return statistics(values)
 
 
 def _tier_cost_of_pass(cost: Statistics, pass_rate: Statistics) -> float | None:
@@ -264,20 +268,15 @@ def _tier_cost_of_pass(cost: Statistics, pass_rate: Statistics) -> float | None:
     return cost_of_pass(cost.mean, pass_rate.mean)
 
 
-def _process_stats(runs: Sequence[RunResult]) -> dict[str, Statistics]:
+def _process_stats(runs: Group) -> dict[str, Statistics]:
     """Statistics of each process metric some run has."""
     result = {}
-    measured = [r.process for r in runs if r.process is not None]
+    measured = [p for p in runs.column("process") if p is not None]
     for name in ProcessMetrics.model_fields if measured else ():
         values = [value for p in measured if (value := getattr(p, name)) is not None]
         if values:
             result[name] = statistics(values)
     return result
-
-
-def _statuses(runs: Sequence[RunResult]) -> dict[str, int]:
-    counts = Counter(r.status for r in runs)
-    return {status.value: counts[status] for status in RunStatus if counts[status]}
 
 
 def _medians(groups: Iterable[Statistics]) -> list[float]:

@@ -8,14 +8,12 @@ Pure and deterministic, like core.aggregate: the bootstrap has a fixed seed.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
 from statistics import fmean
 
-from core.comparison import ALPHA, CONFIDENCE, compare_runs
+from core.columns import Group
+from core.comparison import ALPHA, CONFIDENCE, compare
 from core.formulas import pass_at_k, pass_hat_k
 from core.report_models import Interval, Statistics, TierAnalysis
-from core.results import RunResult
 from core.significance import bootstrap_median_interval, wilson_interval
 from core.stats import statistics
 
@@ -33,20 +31,20 @@ _BOOTSTRAP = (
 
 
 def analyse(
-    runs: Sequence[RunResult],
-    baseline: tuple[str, Sequence[RunResult]] | None = None,
+    runs: Group,
+    baseline: tuple[str, Group] | None = None,
     alpha: float = ALPHA,
 ) -> TierAnalysis:
     """Intervals, pass@k, flakiness of `runs`; with a baseline (tier id, its runs, same
     scenarios), the test against it. Infrastructure errors are left out."""
-    valid = [r for r in runs if r.counted]
-    vs_baseline = None if baseline is None else compare_runs(valid, baseline[1], baseline[0], alpha)
+    valid = runs.counted
+    vs_baseline = None if baseline is None else compare(valid, baseline[1], baseline[0], alpha)
     if not valid:
         return TierAnalysis(vs_baseline=vs_baseline)
-    passes = sum(1 for r in valid if r.passed)
+    passes = sum(valid.column("passed"))
     low, high = wilson_interval(passes, len(valid), CONFIDENCE)
     median_low, median_high = bootstrap_median_interval(
-        [r.composite_score for r in valid], CONFIDENCE, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+        valid.column("composite_score"), CONFIDENCE, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
     )
     outcomes = _outcomes_by_scenario(valid)
     # pass@k needs k runs of every scenario; a tier's figure is the mean over its
@@ -64,21 +62,21 @@ def analyse(
     )
 
 
-def _outcomes_by_scenario(runs: Sequence[RunResult]) -> dict[str, tuple[int, int]]:
+def _outcomes_by_scenario(runs: Group) -> dict[str, tuple[int, int]]:
     """scenario -> (runs, passes)."""
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for r in runs:
-        counts[r.scenario][0] += 1
-        counts[r.scenario][1] += r.passed
-    return {scenario: (n, c) for scenario, (n, c) in counts.items()}
+    return {
+        scenario: (len(cell), sum(cell.column("passed")))
+        for scenario, cell in runs.split("scenario").items()
+    }
 
 
-def context_by_call(runs: Sequence[RunResult]) -> list[Statistics]:
+def context_by_call(runs: Group) -> list[Statistics]:
     """Statistics of the input tokens of the first, second, ... LLM call, over the runs
     that made that many calls (count says how many did)."""
-    valid = [r for r in runs if r.counted]
-    longest = min(MAX_CALLS_TRACKED, max((len(r.llm_calls) for r in valid), default=0))
-    return [
-        statistics([r.llm_calls[i].input_tokens for r in valid if len(r.llm_calls) > i])
-        for i in range(longest)
+    calls = [
+        [call.input_tokens for call in run_calls[:MAX_CALLS_TRACKED]]
+        for run_calls in runs.counted.column("llm_calls")
+        if run_calls
     ]
+    longest = max(map(len, calls), default=0)
+    return [statistics([tokens[i] for tokens in calls if len(tokens) > i]) for i in range(longest)]

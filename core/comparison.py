@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.columns import Group
 from core.ordering import ordered_ids
 from core.report_models import (
     Comparison,
@@ -55,19 +56,19 @@ _NEWCOMBE = f"Newcombe hybrid score, {CONFIDENCE:.0%}"
 _CLIFF = f"Cliff consistent variance, Feng-Cliff asymmetric, {CONFIDENCE:.0%}"
 
 
-def compare_runs(
-    runs: Sequence[RunResult],
-    reference_runs: Sequence[RunResult],
+def compare(
+    runs: Group,
+    reference_runs: Group,
     reference: str,
     alpha: float = ALPHA,
 ) -> Comparison:
     """`runs` against `reference_runs`; infrastructure errors are left out of both."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be within (0, 1), got {alpha}")
-    valid = [r for r in runs if r.counted]
-    base = [r for r in reference_runs if r.counted]
-    passes = sum(1 for r in valid if r.passed)
-    base_passes = sum(1 for r in base if r.passed)
+    valid = runs.counted
+    base = reference_runs.counted
+    passes = sum(valid.column("passed"))
+    base_passes = sum(base.column("passed"))
     counts = Comparison(
         reference=reference,
         runs=len(valid),
@@ -81,8 +82,8 @@ def compare_runs(
         return counts
     pass_rate, base_rate = passes / len(valid), base_passes / len(base)
     fisher_p = fisher_exact(passes, len(valid) - passes, base_passes, len(base) - base_passes)
-    composites = [r.composite_score for r in valid]
-    base_composites = [r.composite_score for r in base]
+    composites = valid.column("composite_score")
+    base_composites = base.column("composite_score")
     test = mann_whitney_u(composites, base_composites)
     prob_superior = test.u / (len(valid) * len(base))
     risk = risk_difference_interval(passes, len(valid), base_passes, len(base), CONFIDENCE)
@@ -284,16 +285,17 @@ def compare_experiments(
     scenarios = [
         s for s in ordered_ids(experiment.scenarios, (r.scenario for r in runs)) if s in scenarios_a
     ]
+    groups, reference_groups = Group.of(runs).split("tier"), Group.of(reference_runs).split("tier")
     by_tier: dict[str, Comparison] = {}
     by_scenario: dict[str, dict[str, Comparison]] = {}
     for tier in (t for t in tiers_b if t in tiers_a):
-        mine = [r for r in runs if r.tier == tier]
-        theirs = [r for r in reference_runs if r.tier == tier]
-        by_tier[tier] = compare_runs(mine, theirs, reference.id, alpha)
+        mine, theirs = groups.get(tier, Group()), reference_groups.get(tier, Group())
+        by_tier[tier] = compare(mine, theirs, reference.id, alpha)
+        cells, reference_cells = mine.split("scenario"), theirs.split("scenario")
         by_scenario[tier] = {
-            scenario: compare_runs(
-                [r for r in mine if r.scenario == scenario],
-                [r for r in theirs if r.scenario == scenario],
+            scenario: compare(
+                cells.get(scenario, Group()),
+                reference_cells.get(scenario, Group()),
                 reference.id,
                 alpha,
             )

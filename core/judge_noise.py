@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
 
+from core.columns import Group
 from core.config import Scoring
 from core.report_models import (
     CrossTierResult,
@@ -32,23 +32,22 @@ from core.report_models import (
     TierJudgeNoise,
     TierReport,
 )
-from core.results import RunResult
 
 # How many judge SDs a difference must exceed to be more than the judge's noise.
 NOISE_SDS = 2.0
 
 
 def judge_summary(
-    runs: Sequence[RunResult],
+    runs: dict[str, Group],
     tiers: dict[str, TierReport],
     cross: CrossTierResult,
     scoring: Scoring,
 ) -> JudgeSummary | None:
-    """None when no run was judged."""
-    judged = [r for r in runs if r.judge is not None]
+    """None when no run was judged. `runs`: each tier's (the keys of `tiers`)."""
+    judged = [j for tier in tiers for j in runs[tier].column("judge") if j is not None]
     if not judged:
         return None
-    noise = {tier: tier_noise([r for r in judged if r.tier == tier]) for tier in tiers}
+    noise = {tier: tier_noise(runs[tier]) for tier in tiers}
     impl_share = scoring.impl_weight / (scoring.pass_weight + scoring.impl_weight)
     base = noise.get(cross.baseline)
     flags = []
@@ -71,19 +70,17 @@ def judge_summary(
                 )
             )
     return JudgeSummary(
-        judgments=sum(r.judge.repeats for r in judged if r.judge is not None),
-        cached=sum(r.judge.cached for r in judged if r.judge is not None),
+        judgments=sum(j.repeats for j in judged),
+        cached=sum(j.cached for j in judged),
         tiers=noise,
         within_noise=flags,
     )
 
 
-def tier_noise(runs: Sequence[RunResult]) -> TierJudgeNoise:
+def tier_noise(runs: Group) -> TierJudgeNoise:
     """The noise figures of one tier's judged runs (the counted ones with a score)."""
     judges = [
-        r.judge
-        for r in runs
-        if r.counted and r.judge is not None and r.judge.weighted_score is not None
+        j for j in runs.counted.column("judge") if j is not None and j.weighted_score is not None
     ]
     scores = [j.weighted_score for j in judges if j.weighted_score is not None]
     repeated = [j.scores for j in judges if len(j.scores) > 1]

@@ -1,7 +1,8 @@
 """The per-run numbers every report summarizes, described once.
 
-Each Metric names a number, says how to read it from a RunResult and how a
-reader sees it. Aggregation (core/aggregate.py) gives each its Statistics on
+Each Metric names a number, says which RunResult fields it is read from (so
+that core/columns.py reads every field of a run in one pass) and how a reader
+sees it. Aggregation (core/aggregate.py) gives each its Statistics on
 the TierReport; every report format and the CSV (scheduler/report/) iterate
 over these tuples, so a metric added here appears everywhere at once.
 """
@@ -10,33 +11,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import attrgetter
 
 from core.formulas import cost_of_pass
-from core.results import RunResult
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str  # its key in the report JSON and the CSV
     label: str  # what a reader sees in a table
-    of_run: Callable[[RunResult], float | None]  # None: the run does not have it
+    fields: tuple[str, ...]  # the RunResult fields it is computed from (dotted: nested)
+    # From those fields' values; None: the one field's value as it is. None: the run
+    # does not have the metric.
+    compute: Callable[..., float | None] | None = None
     optional: bool = False  # no Statistics at all (not empty ones) when no run has it
     in_csv: bool = False  # one of the CSV's columns (in this order)
 
 
-def _cost_of_pass(run: RunResult) -> float | None:
+def _cost_of_pass(cost_usd: float | None, pass_rate: float) -> float | None:
     # Recomputed from cost and pass rate, so a run stored without it still counts.
-    return None if run.cost_usd is None else cost_of_pass(run.cost_usd, run.pass_rate)
+    return None if cost_usd is None else cost_of_pass(cost_usd, pass_rate)
 
 
-# attrgetter: read for every run of every group of a report, 100,000s of times.
 def _run_field(name: str, *, optional: bool = False, in_csv: bool = False) -> Metric:
-    return Metric(name, name, attrgetter(name), optional=optional, in_csv=in_csv)
+    return Metric(name, name, (name,), optional=optional, in_csv=in_csv)
 
 
 def _interaction(name: str, label: str) -> Metric:
-    return Metric(name, label, attrgetter(f"interaction.{name}"))
+    return Metric(name, label, (f"interaction.{name}",))
 
 
 # The seed's metrics: TierReport fields of the same names, shown under their names.
@@ -47,7 +48,12 @@ RUN_METRICS = (
     _run_field("layered_composite", optional=True),
     _run_field("cost_usd", in_csv=True),
     _run_field("judge_cost_usd"),
-    Metric("cost_of_pass_per_run", "cost_of_pass_per_run", _cost_of_pass),
+    Metric(
+        "cost_of_pass_per_run",
+        "cost_of_pass_per_run",
+        ("cost_usd", "pass_rate"),
+        _cost_of_pass,
+    ),
     _run_field("duration_seconds", in_csv=True),
     _run_field("input_tokens"),
     _run_field("output_tokens"),

@@ -2,8 +2,10 @@
 
 A model is priced only by its exact name, or by that name without a release
 date suffix (`claude-sonnet-4-20250514`, `gpt-4o-2024-08-06`). Never by prefix:
-`gpt-4o-mini` is not `gpt-4o` and must stay unpriced rather than be charged
-four times too much. An unpriced model leaves the cost unknown (DESIGN.md).
+`gpt-4o-audio-preview` is not `gpt-4o` and must stay unpriced rather than be
+charged at another model's price. An unpriced model leaves the cost unknown
+(DESIGN.md). The default judge (gpt-4o-mini) is priced, so that a budget counts
+its spend.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ BUILTIN_PRICES: Mapping[str, ModelPrice] = {
     "claude-opus-4.5": _OPUS_4_5,
     "claude-sonnet-4": ModelPrice(input=3.0, output=15.0),
     "gpt-4o": ModelPrice(input=5.0, output=15.0),
+    "gpt-4o-mini": ModelPrice(input=0.15, output=0.6, cache_read=0.075),
 }
 
 # Anthropic dates its releases -YYYYMMDD, OpenAI -YYYY-MM-DD.

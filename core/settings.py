@@ -22,6 +22,47 @@ class BrokerURLError(ValueError):
     """A broker URL that Celery and redis-py cannot use; the message names the fix."""
 
 
+class SettingError(ValueError):
+    """An EVALFLEET_* number that is not one; the message names the variable and the fix."""
+
+
+# Every numeric EVALFLEET_* setting and its default (docs/RELIABILITY.md lists them).
+NUMBERS: dict[str, float] = {
+    "EVALFLEET_MAX_RUNS": 200_000,  # the most runs one experiment may have
+    "EVALFLEET_MAX_CONFIG_BYTES": 1_000_000,  # the largest matrix or rubric file
+    "EVALFLEET_VISIBILITY_TIMEOUT": 6 * 3600,  # Redis redelivers an unacked message after
+    "EVALFLEET_SWEEP_S": 10,  # seconds between a worker's recovery sweeps
+    "EVALFLEET_OUTAGE_BACKOFF_S": 30,  # the first wait after a provider outage
+    "EVALFLEET_SHUTDOWN_GRACE": 30,  # seconds a leaving worker lets its runs finish
+}
+
+
+def setting(name: str) -> float:
+    """The non-negative number in environment variable `name`, else its default. Read
+    when used, not at import, so that a bad value is an error the CLI and the worker
+    report (exit 2, `check_settings` at their start), not a traceback."""
+    default = NUMBERS[name]
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):  # NaN too
+        raise SettingError(
+            f"{name}={raw!r} is not a number of 0 or more: set it to one "
+            f"(default {default:g}) or unset it"
+        )
+    return value
+
+
+def check_settings() -> None:
+    """SettingError for the first numeric setting that is not a number."""
+    for name in NUMBERS:
+        setting(name)
+
+
 def configured_broker(explicit: str | None = None) -> str | None:
     """The broker the user asked for, or None for embedded mode."""
     url = explicit or os.environ.get(ENV_BROKER) or None

@@ -31,8 +31,9 @@ from __future__ import annotations
 import math
 import random
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
 
@@ -116,6 +117,9 @@ def _quantile(ordered: list[float], q: float) -> float:
 # --- Fisher's exact test --------------------------------------------------------------------
 
 
+# Cached: a report asks for the same tables again when it corrects its tests as a family
+# (core/comparison.py), and each costs a sum over up to 100,000s of tables.
+@lru_cache(maxsize=1024)
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     """Two-sided p-value of Fisher's exact test on the 2x2 table [[a, b], [c, d]]."""
     if min(a, b, c, d) < 0:
@@ -125,18 +129,21 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     if 0 in (row1, row2, col1, total - col1):
         return 1.0
     low, high = max(0, col1 - row2), min(row1, col1)
-    # Unnormalized log-probabilities; dividing by their sum (instead of by C(total, col1))
-    # cancels most of lgamma's rounding, and all tables sum to exactly 1.
-    logs = [_log_comb(row1, x) + _log_comb(row2, col1 - x) for x in range(low, high + 1)]
+    # Unnormalized log-probabilities, log C(row1, x) + log C(row2, col1 - x); dividing by
+    # their sum (instead of by C(total, col1)) cancels most of lgamma's rounding, and all
+    # tables sum to exactly 1. Written out, log(n!) of the margins taken once: there can
+    # be 100,000s of tables.
+    lgamma, log_row1, log_row2 = math.lgamma, math.lgamma(row1 + 1), math.lgamma(row2 + 1)
+    logs = [
+        (log_row1 - lgamma(x + 1) - lgamma(row1 - x + 1))
+        + (log_row2 - lgamma(col1 - x + 1) - lgamma(row2 - col1 + x + 1))
+        for x in range(low, high + 1)
+    ]
     top = max(logs)
     weights = [math.exp(lp - top) for lp in logs]
     cutoff = logs[a - low] + math.log(_FISHER_RELATIVE_TOLERANCE)
     extreme = math.fsum(w for w, lp in zip(weights, logs, strict=True) if lp <= cutoff)
     return min(1.0, extreme / math.fsum(weights))
-
-
-def _log_comb(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 # --- Mann-Whitney U -------------------------------------------------------------------------
@@ -305,16 +312,18 @@ def cliffs_delta(x: Sequence[float], y: Sequence[float], confidence: float = 0.9
     if n == 0 or m == 0:
         raise ValueError("both samples need at least one value")
     z = _z(confidence)
-    ordered_y = sorted(y)
-    ordered_x = sorted(x)
+    # (#y below, #y above) each value of x, and (#x below, #x above) each value of y: by
+    # distinct value, as runs' scores repeat (pass or fail, a share of gates).
+    y_around = _around(sorted(y), x)
+    x_around = _around(sorted(x), y)
     # Row i: (#y below x_i) - (#y above x_i); column j likewise for x against y_j.
-    rows = [_below(ordered_y, v) - _above(ordered_y, v) for v in x]
-    cols = [_above(ordered_x, v) - _below(ordered_x, v) for v in y]
+    rows = [below - above for below, above in map(y_around.__getitem__, x)]
+    cols = [above - below for below, above in map(x_around.__getitem__, y)]
     pairs = n * m
     delta = math.fsum(rows) / pairs
     if n < 2 or m < 2:
         return CliffsDelta(delta, None, None)
-    not_tied = sum(_below(ordered_y, v) + _above(ordered_y, v) for v in x)
+    not_tied = sum(below + above for below, above in map(y_around.__getitem__, x))
     row_dev = math.fsum((r / m - delta) ** 2 for r in rows)
     col_dev = math.fsum((c / n - delta) ** 2 for c in cols)
     cell_dev = not_tied - pairs * delta * delta
@@ -330,12 +339,11 @@ def cliffs_delta(x: Sequence[float], y: Sequence[float], confidence: float = 0.9
     return CliffsDelta(delta, (centre - spread) / denominator, (centre + spread) / denominator)
 
 
-def _below(ordered: list[float], value: float) -> int:
-    return bisect_left(ordered, value)
-
-
-def _above(ordered: list[float], value: float) -> int:
-    return len(ordered) - bisect_right(ordered, value)
+def _around(ordered: list[float], values: Iterable[float]) -> dict[float, tuple[int, int]]:
+    """value -> (how many of `ordered` are below it, how many above), for each of `values`."""
+    return {
+        v: (bisect_left(ordered, v), len(ordered) - bisect_right(ordered, v)) for v in set(values)
+    }
 
 
 # --- power ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ upstream that a number in a report would hide.
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from collections.abc import Sequence
 
@@ -27,13 +28,14 @@ def statistics(values: Sequence[float]) -> Statistics:
     if not checked:
         return Statistics(count=0)
     ordered = sorted(checked)
+    mean = _mean(ordered)
     return Statistics(
         median=_median(ordered),
-        mean=_mean(ordered),
+        mean=mean,
         mode=_mode(ordered),
         min=ordered[0],
         max=ordered[-1],
-        std_dev=math.sqrt(_population_variance(ordered)),
+        std_dev=math.sqrt(_population_variance(ordered, mean)),
         count=len(ordered),
     )
 
@@ -43,7 +45,7 @@ def variance(values: Sequence[float]) -> float:
     checked = _checked(values)
     if not checked:
         raise ValueError("variance of no values is undefined")
-    return _population_variance(checked)
+    return _population_variance(checked, _mean(checked))
 
 
 def _checked(values: Sequence[float]) -> list[float]:
@@ -75,10 +77,11 @@ def _mode(ordered: list[float]) -> float:
     return min(value for value, count in counts.items() if count == top)
 
 
-def _population_variance(values: list[float]) -> float:
+def _population_variance(values: list[float], mean: float) -> float:
+    """`mean`: _mean(values)."""
     if values.count(values[0]) == len(values):
         return 0.0
     if math.inf in values:
         return math.inf
-    mean = math.fsum(values) / len(values)
-    return math.fsum((v - mean) * (v - mean) for v in values) / len(values)
+    deviations = [v - mean for v in values]
+    return math.fsum(map(operator.mul, deviations, deviations)) / len(values)

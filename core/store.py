@@ -12,6 +12,7 @@ import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -49,6 +50,8 @@ FILE_POINTER = b"file:"
 NO_CAP = 1 << 62
 # What a delivery that recorded no end is known to have done.
 NO_RESULT = "ended without a result (its worker was killed or lost, or a later delivery took over)"
+# The order runs are read in: by tier, scenario and index.
+_RUN_ORDER = attrgetter("tier", "scenario", "run_index")
 
 
 @dataclass(frozen=True)
@@ -295,9 +298,8 @@ class Store:
 
     def runs(self, exp_id: str) -> list[RunResult]:
         raw = self.redis.hvals(self.keys.runs(exp_id))
-        with _gc_paused():
-            runs = [RunResult.model_validate_json(v) for v in raw]
-        return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
+        with gc_paused():
+            return sorted(map(RunResult.model_validate_json, raw), key=_RUN_ORDER)
 
     def begin_delivery(
         self,
@@ -498,10 +500,16 @@ class Store:
         blob = self.binary.hget(self.keys.evidence(exp_id), run_id)
         return _evidence(blob) if blob else None
 
-    def all_evidence(self, exp_id: str) -> dict[str, RunEvidence]:
-        """Every stored run's evidence by run id (streamed: hscan, not one reply)."""
+    def evidence_blob(self, exp_id: str, run_id: str) -> bytes | None:
+        """A run's evidence as stored: its JSON, zlib-compressed (OSError as `evidence`)."""
+        blob = self.binary.hget(self.keys.evidence(exp_id), run_id)
+        return _evidence_blob(blob) if blob else None
+
+    def all_evidence_blobs(self, exp_id: str) -> dict[str, bytes]:
+        """Every stored run's evidence by run id, as stored (zlib-compressed JSON): a
+        page passes it through to the browser, which inflates it (streamed: hscan)."""
         return {
-            _text(run_id): _evidence(blob)
+            _text(run_id): _evidence_blob(blob)
             for run_id, blob in self.binary.hscan_iter(self.keys.evidence(exp_id))
         }
 
@@ -591,8 +599,8 @@ class Store:
 
     def version_runs(self, exp_id: str, version: int) -> list[RunResult]:
         raw = self.redis.hvals(self.keys.version_runs(exp_id, version))
-        runs = [RunResult.model_validate_json(v) for v in raw]
-        return sorted(runs, key=lambda r: (r.tier, r.scenario, r.run_index))
+        with gc_paused():
+            return sorted(map(RunResult.model_validate_json, raw), key=_RUN_ORDER)
 
 
 def evidence_file(folder: Path, exp_id: str, run_id: str) -> Path:
@@ -602,10 +610,12 @@ def evidence_file(folder: Path, exp_id: str, run_id: str) -> Path:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Python's cycle collector off while 100,000s of objects are made, none of them
     garbage: it would walk the growing heap every few hundred of them (reading
-    100,000 results took 3-4 times as long)."""
+    100,000 results took 3-4 times as long). As a decorator (`@gc_paused()`) it
+    also covers the function's locals being freed, so runs it read and dropped are
+    never walked at all."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -621,9 +631,13 @@ def _spec(exp_id: str, run_id: str, raw: str) -> RunSpec:
 
 
 def _evidence(blob: bytes) -> RunEvidence:
+    return RunEvidence.model_validate_json(zlib.decompress(_evidence_blob(blob)))
+
+
+def _evidence_blob(blob: bytes) -> bytes:
     if blob.startswith(FILE_POINTER):
-        blob = Path(blob[len(FILE_POINTER) :].decode()).read_bytes()
-    return RunEvidence.model_validate_json(zlib.decompress(blob))
+        return Path(blob[len(FILE_POINTER) :].decode()).read_bytes()
+    return blob
 
 
 def _attempts(raw: str | None) -> list[Attempt]:

@@ -7,18 +7,18 @@ matrix (core/loading.py) and rubrics (core/config.py) are both read here.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from core.settings import setting
+
 M = TypeVar("M", bound=BaseModel)
 # Matrix and rubric files: a real one is a few KB. Larger ones cost memory on
 # every worker (the matrix is stored with the experiment and read by each one).
 ENV_MAX_CONFIG_BYTES = "EVALFLEET_MAX_CONFIG_BYTES"
-MAX_CONFIG_BYTES = int(os.environ.get(ENV_MAX_CONFIG_BYTES, 1_000_000))
 
 
 class ConfigProblem(BaseModel):
@@ -54,19 +54,20 @@ def load_yaml_model(path: Path, model: type[M], base_dir: Path | None = None) ->
 
 
 def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+    most = int(setting(ENV_MAX_CONFIG_BYTES))
     try:
         if path.is_fifo() or path.is_socket():  # opening one would wait for a writer
             raise ConfigError([ConfigProblem(file=str(path), message="a pipe, not a file")])
         # At most one byte past the limit: /dev/zero or a huge file is refused
         # without being read whole.
         with path.open("rb") as file:
-            raw = file.read(MAX_CONFIG_BYTES + 1)
-        if len(raw) > MAX_CONFIG_BYTES:
+            raw = file.read(most + 1)
+        if len(raw) > most:
             raise ConfigError(
                 [
                     ConfigProblem(
                         file=str(path),
-                        message=f"larger than {MAX_CONFIG_BYTES:,} bytes, the most a config file "
+                        message=f"larger than {most:,} bytes, the most a config file "
                         f"may have (raise {ENV_MAX_CONFIG_BYTES} to allow more)",
                     )
                 ]

@@ -26,7 +26,7 @@ from rich.console import Console
 from core.bundle import Bundle, BundleError, collect
 from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
-from core.evidence import RunEvidence, RunRecord
+from core.evidence import RunRecord
 from core.loading import load_matrix
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunSpec, RunStatus
@@ -37,7 +37,7 @@ from core.retention import (
     experiment_keys,
     stored_bytes,
 )
-from core.settings import BrokerURLError, configured_broker
+from core.settings import BrokerURLError, SettingError, configured_broker
 from core.significance import CORRECTIONS, Correction
 from core.store import ExperimentNotFound, Store
 from core.yaml_loading import ConfigError
@@ -54,7 +54,7 @@ from scheduler.report.render import (
 )
 from scheduler.show import render_run
 from worker.broker import STATE_DIR, running_embedded_broker
-from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S, longest_run_s, run_queues
+from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s, longest_run_s, run_queues
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -507,27 +507,28 @@ def _check_artifacts(matrix: Matrix, source: str) -> None:
 
 
 def _check_visibility(matrix: Matrix) -> None:
-    longest = longest_run_s(matrix)
-    if longest >= VISIBILITY_TIMEOUT_S:
+    longest, visibility_s = longest_run_s(matrix), configured_visibility_timeout_s()
+    if longest >= visibility_s:
         fail(
             f"the longest run may take {longest:.0f} s, more than the broker's visibility timeout "
-            f"({VISIBILITY_TIMEOUT_S} s): Redis would hand it to a second worker. Lower "
+            f"({visibility_s} s): Redis would hand it to a second worker. Lower "
             "agent.timeout_s or raise EVALFLEET_VISIBILITY_TIMEOUT on workers and scheduler."
         )
 
 
-def _evidence(store: Store, exp_id: str) -> dict[str, RunEvidence]:
-    """Every run's evidence, for the html run table. Evidence kept as a file in an
-    artifacts folder this machine does not see is left out, and stderr says so."""
+def _evidence(store: Store, exp_id: str) -> dict[str, bytes]:
+    """Every run's evidence as stored (compressed JSON), for the html run table.
+    Evidence kept as a file in an artifacts folder this machine does not see is
+    left out, and stderr says so."""
     try:
-        return store.all_evidence(exp_id)
+        return store.all_evidence_blobs(exp_id)
     except OSError:
         pass
-    found: dict[str, RunEvidence] = {}
+    found: dict[str, bytes] = {}
     unreadable: list[str] = []
     for run in store.runs(exp_id):
         try:
-            evidence = store.evidence(exp_id, run.run_id)
+            evidence = store.evidence_blob(exp_id, run.run_id)
         except OSError as exc:
             unreadable.append(f"{run.run_id}: {exc}")
             continue
@@ -674,7 +675,12 @@ def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
 @click.argument("experiment", required=False)
 @broker_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("--runs", is_flag=True, help="JSON: include every RunResult under `runs`.")
+@click.option(
+    "--runs",
+    is_flag=True,
+    help="Every run: json puts each RunResult under `runs`, csv gives one row per run "
+    "instead of the tier rows (html always has its run table).",
+)
 @correction_option(None, "Default: as the experiment's report was made (matrix `report:`).")
 @click.option(
     "--alpha",
@@ -732,12 +738,18 @@ def report(
       scheduler report EXP --format html > report.html
       scheduler report EXP --scenario create_notes
       scheduler report EXP --format json --runs --json-nonfinite null | jq .tiers
+      scheduler report EXP --format csv --runs > runs.csv   # one row per run
       scheduler report EXP --version 1      # the original, before any rejudge
     """
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         fail(
             f"--scenario is a view for --format {', '.join(SCENARIO_FORMATS)}; {fmt} carries "
             "every scenario already"
+        )
+    if runs and fmt not in ("json", "csv", "html"):
+        fail(
+            f"--runs lists every run in --format json or csv, not {fmt} (html always has its "
+            "run table; `scheduler show RUN` gives one run's evidence)"
         )
     with open_store(broker) as (store, _):
         exp_id = _experiment(store, experiment)
@@ -1461,6 +1473,9 @@ def run() -> NoReturn:
         code: object = 0
     except SystemExit as exc:
         code = exc.code
+    except SettingError as exc:  # read where used: any command may meet one
+        err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        code = USAGE_ERROR
     if isinstance(code, str):  # what sys.exit would print
         print(code, file=sys.stderr)
     status = code if isinstance(code, int) else int(code is not None)

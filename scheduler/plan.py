@@ -4,7 +4,6 @@ Their task options and time budgets are the worker's (worker/sending.py)."""
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import time
@@ -13,11 +12,15 @@ from collections.abc import Iterator
 from core.config import Matrix
 from core.report_models import ExperimentInfo, ExperimentStatus
 from core.results import RunSpec, cell_specs
+from core.settings import setting
 
 # The most runs one experiment may have. Submitting streams runs to the broker in
 # bounded memory, but each queued run costs the broker about 2 KB until it runs.
 ENV_MAX_RUNS = "EVALFLEET_MAX_RUNS"
-MAX_RUNS = int(os.environ.get(ENV_MAX_RUNS, 200_000))
+
+
+def max_runs() -> int:
+    return int(setting(ENV_MAX_RUNS))
 
 
 class PlanTooLarge(ValueError):
@@ -58,12 +61,13 @@ def plan(matrix: Matrix, experiment_id: str) -> Iterator[RunSpec]:
 
 
 def check_size(matrix: Matrix) -> None:
-    """Refuse a plan above MAX_RUNS (PlanTooLarge), before anything is stored or sent."""
-    if matrix.total_runs() > MAX_RUNS:
+    """Refuse a plan above max_runs() (PlanTooLarge), before anything is stored or sent."""
+    most = max_runs()
+    if matrix.total_runs() > most:
         raise PlanTooLarge(
             f"{len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
             f"{describe_runs(matrix)} = {matrix.total_runs():,} runs, more than one "
-            f"experiment may have ({MAX_RUNS:,}, {ENV_MAX_RUNS}): lower runs_per_tier or "
+            f"experiment may have ({most:,}, {ENV_MAX_RUNS}): lower runs_per_tier or "
             "split the matrix"
         )
 

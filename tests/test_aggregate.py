@@ -324,6 +324,7 @@ def test_a_dead_judge_is_one_infrastructure_error_whatever_the_gates_said() -> N
     """The gates that failed besides are not part of the error: one reason, counted 3
     times (fail-fast keys its health by the same error_key)."""
     from core.aggregate import error_reasons
+    from core.columns import Group
 
     dead = "judge error: connection failed after 3 attempts: ConnectError"
     reasons = [dead, f"{dead}; gates failed: no_transcript_errors", f"{dead}; gates failed: a, b"]
@@ -331,4 +332,4 @@ def test_a_dead_judge_is_one_infrastructure_error_whatever_the_gates_said() -> N
         make_run(index=i, passed=False, status=RunStatus.infra_error, fail_reason=reason)
         for i, reason in enumerate(reasons)
     ]
-    assert error_reasons(runs) == {dead: 3}
+    assert error_reasons(Group.of(runs)) == {dead: 3}

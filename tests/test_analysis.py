@@ -10,9 +10,10 @@ from scipy import stats
 
 from core.aggregate import aggregate
 from core.analysis import MAX_CALLS_TRACKED, analyse, context_by_call
-from core.comparison import compare_experiments, compare_runs
+from core.columns import Group
+from core.comparison import compare, compare_experiments
 from core.config import Scoring
-from core.report_models import ExperimentInfo, Verdict
+from core.report_models import Comparison, ExperimentInfo, Verdict
 from core.results import RunResult, RunStatus
 from core.transcript_models import LLMCallMetrics
 from tests.experiments import make_run
@@ -44,10 +45,14 @@ def _runs(tier: str, scenario: str, passes: int, total: int, **extra: object) ->
     return [_run(tier, scenario, i, passed=i < passes, **extra) for i in range(total)]  # type: ignore[arg-type]
 
 
+def _compare(runs: list[RunResult], reference_runs: list[RunResult], reference: str) -> Comparison:
+    return compare(Group.of(runs), Group.of(reference_runs), reference)
+
+
 def test_intervals_pass_at_k_and_flaky_scenarios_of_a_tier() -> None:
     runs = _runs("T", "a", 3, 10) + _runs("T", "b", 10, 10) + _runs("T", "c", 0, 4)
     infra = _run("T", "a", 99, passed=False, status=RunStatus.infra_error)
-    result = analyse([*runs, infra])
+    result = analyse(Group.of([*runs, infra]))
     ci = stats.binomtest(13, 24).proportion_ci(method="wilson")
     assert result.pass_rate_ci is not None
     assert (result.pass_rate_ci.low, result.pass_rate_ci.high) == pytest.approx((ci.low, ci.high))
@@ -58,20 +63,20 @@ def test_intervals_pass_at_k_and_flaky_scenarios_of_a_tier() -> None:
     assert result.pass_hat_k[3] == pytest.approx((1 / 120 + 1.0 + 0.0) / 3)
     assert result.flaky_scenarios == ["a"]
     assert result.vs_baseline is None
-    assert analyse([infra]).pass_rate_ci is None  # infrastructure errors are not results
+    assert analyse(Group.of([infra])).pass_rate_ci is None  # infrastructure errors are not results
 
 
 def test_bootstrap_interval_of_the_median_composite_is_deterministic() -> None:
     runs = _runs("T", "a", 6, 20)
     shuffled = random.Random(3).sample(runs, len(runs))
-    first = analyse(runs).composite_median_ci
-    assert first is not None and first == analyse(shuffled).composite_median_ci
+    first = analyse(Group.of(runs)).composite_median_ci
+    assert first is not None and first == analyse(Group.of(shuffled)).composite_median_ci
     median = statistics.median(r.composite_score for r in runs)
     assert first.low < median < first.high
 
 
-def test_compare_runs_against_scipy_and_the_verdicts() -> None:
-    worse = compare_runs(_runs("B", "s", 2, 12), _runs("A", "s", 10, 12), "A")
+def test_compare_against_scipy_and_the_verdicts() -> None:
+    worse = _compare(_runs("B", "s", 2, 12), _runs("A", "s", 10, 12), "A")
     assert worse.fisher_p == pytest.approx(stats.fisher_exact([[2, 10], [10, 2]]).pvalue)
     composites = [r.composite_score for r in _runs("B", "s", 2, 12)]
     reference = [r.composite_score for r in _runs("A", "s", 10, 12)]
@@ -80,12 +85,10 @@ def test_compare_runs_against_scipy_and_the_verdicts() -> None:
     assert worse.prob_superior == pytest.approx(mwu.statistic / 144)
     assert worse.verdict is Verdict.worse and worse.pass_rate_delta == pytest.approx(-8 / 12)
 
-    assert (
-        compare_runs(_runs("A", "s", 10, 12), _runs("B", "s", 2, 12), "B").verdict is Verdict.better
-    )
-    same = compare_runs(_runs("A", "s", 5, 10), _runs("B", "s", 5, 10), "B")
+    assert _compare(_runs("A", "s", 10, 12), _runs("B", "s", 2, 12), "B").verdict is Verdict.better
+    same = _compare(_runs("A", "s", 5, 10), _runs("B", "s", 5, 10), "B")
     assert same.verdict is Verdict.no_difference and same.fisher_p == 1.0
-    empty = compare_runs([], _runs("B", "s", 5, 10), "B")
+    empty = _compare([], _runs("B", "s", 5, 10), "B")
     assert empty.verdict is Verdict.not_enough_runs and empty.fisher_p is None
 
 
@@ -93,7 +96,7 @@ def test_a_better_pass_rate_with_worse_scores_is_mixed() -> None:
     # B passes more often, but its runs score lower than the reference's.
     b = [_run("B", "s", i, passed=i < 6, composite=0.5 if i < 6 else 0.0) for i in range(20)]
     a = [_run("A", "s", i, passed=False, composite=0.45) for i in range(20)]
-    result = compare_runs(b, a, "A")
+    result = _compare(b, a, "A")
     assert result.fisher_p is not None and result.fisher_p < 0.05
     assert result.mann_whitney_p is not None and result.mann_whitney_p < 0.05
     assert result.prob_superior is not None and result.prob_superior < 0.5
@@ -120,10 +123,10 @@ def test_context_by_call_counts_the_runs_that_made_each_call() -> None:
         _run("T", "s", 1, passed=True, calls=(200, 400, 900)),
         _run("T", "s", 2, passed=True, status=RunStatus.infra_error, calls=(5,)),
     ]
-    by_call = context_by_call(runs)
+    by_call = context_by_call(Group.of(runs))
     assert [(s.mean, s.count) for s in by_call] == [(150, 2), (350, 2), (900, 1)]
     long = [_run("T", "s", 0, passed=True, calls=tuple(range(MAX_CALLS_TRACKED + 20)))]
-    assert len(context_by_call(long)) == MAX_CALLS_TRACKED
+    assert len(context_by_call(Group.of(long))) == MAX_CALLS_TRACKED
 
 
 def test_aggregate_tests_each_tier_and_scenario_against_the_baseline() -> None:

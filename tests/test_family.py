@@ -10,7 +10,8 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 
 from core.aggregate import aggregate
-from core.comparison import Row, compare_runs, correct_report, correct_rows
+from core.columns import Group
+from core.comparison import Row, compare, correct_report, correct_rows
 from core.config import Scoring
 from core.report_models import Comparison, ExperimentInfo, ExperimentReport, Verdict
 from core.results import RunResult
@@ -39,9 +40,11 @@ def _null_family(rng: random.Random) -> dict[Row, Comparison]:
     for tier in TIERS[1:]:
         mine = [r for s in SCENARIOS for r in cells[tier, s]]
         base = [r for s in SCENARIOS for r in cells[TIERS[0], s]]
-        rows[tier, None] = compare_runs(mine, base, TIERS[0])
+        rows[tier, None] = compare(Group.of(mine), Group.of(base), TIERS[0])
         for s in SCENARIOS:
-            rows[tier, s] = compare_runs(cells[tier, s], cells[TIERS[0], s], TIERS[0])
+            rows[tier, s] = compare(
+                Group.of(cells[tier, s]), Group.of(cells[TIERS[0], s]), TIERS[0]
+            )
     return rows
 
 
@@ -127,17 +130,17 @@ def test_correcting_a_stored_report_again_gives_the_same_report() -> None:
 def test_a_handful_of_runs_can_detect_nothing() -> None:
     """3 of 3 against 0 of 3: Fisher's p is 0.1, so no rise is detectable at 0.05 whatever
     the normal approximation says; with 10 a side the approximation's figure stands."""
-    few = compare_runs(
-        [make_run("T1", "s", i, passed=True) for i in range(3)],
-        [make_run("T0", "s", i, passed=False) for i in range(3)],
+    few = compare(
+        Group.of(make_run("T1", "s", i, passed=True) for i in range(3)),
+        Group.of(make_run("T0", "s", i, passed=False) for i in range(3)),
         "T0",
     )
     assert few.fisher_p == pytest.approx(0.1)
     assert few.detectable is not None
     assert (few.detectable.improvement, few.detectable.regression) == (None, None)
-    ten = compare_runs(
-        [make_run("T1", "s", i, passed=i < 5) for i in range(10)],
-        [make_run("T0", "s", i, passed=i < 5) for i in range(10)],
+    ten = compare(
+        Group.of(make_run("T1", "s", i, passed=i < 5) for i in range(10)),
+        Group.of(make_run("T0", "s", i, passed=i < 5) for i in range(10)),
         "T0",
     )
     assert ten.detectable is not None

@@ -225,7 +225,8 @@ def test_date_suffix_is_stripped(model: str, base: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "model", ["gpt-4o-mini", "gpt-4o-mini-2024-07-18", "claude-sonnet-4-5", "gpt-4", "x", "", None]
+    "model",
+    ["gpt-4o-audio-preview", "gpt-4o-mini-tts", "claude-sonnet-4-5", "gpt-4", "x", "", None],
 )
 def test_no_prefix_matching_and_unknown_models_are_unpriced(model: str | None) -> None:
     assert price_for(model, {}) is None
@@ -263,3 +264,11 @@ def test_explicit_cache_prices_including_zero() -> None:
 def test_negative_tokens_are_refused() -> None:
     with pytest.raises(ValueError):
         cost_usd(-1, 0, ModelPrice(input=3.0, output=15.0))
+
+
+def test_the_default_judge_is_priced_so_a_budget_counts_its_spend() -> None:
+    from core.config import JudgeConfig
+
+    default = JudgeConfig.model_fields["model"].default
+    assert price_for(default, {}) == ModelPrice(input=0.15, output=0.6, cache_read=0.075)
+    assert price_for(f"{default}-2024-07-18", {}) == price_for(default, {})

@@ -204,3 +204,28 @@ def test_submit_streams_runs_to_the_broker_in_bounded_memory(
         for exp_id in ids:
             store.redis.zrem(f"{PREFIX}experiments", exp_id)
             store.redis.delete(*store.redis.keys(f"{PREFIX}exp:{exp_id}*"))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("variable", "command"),
+    [
+        ("EVALFLEET_MAX_CONFIG_BYTES", "validate"),
+        ("EVALFLEET_MAX_RUNS", "submit"),
+        ("EVALFLEET_VISIBILITY_TIMEOUT", "submit"),
+        ("EVALFLEET_SHUTDOWN_GRACE", "worker"),
+        ("EVALFLEET_SWEEP_S", "worker"),
+    ],
+)
+def test_a_setting_that_is_not_a_number_is_one_clear_error(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store, variable: str, command: str
+) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(matrix_text())
+    queued = store.redis.llen(QUEUE)
+    args = ["worker", "--concurrency", "1"] if command == "worker" else [command, str(matrix)]
+    result = run_cli(*args, env={**fleet_env, variable: "10k"}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"{variable}='10k' is not a number of 0 or more" in result.stderr, result.stderr
+    assert store.redis.llen(QUEUE) == queued

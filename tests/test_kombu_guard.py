@@ -61,3 +61,19 @@ def test_a_channel_whose_connection_is_gone_raises_a_connection_error_and_keeps_
         transport.client, channel.connection = conn, transport
     # Neither restored nor acknowledged: the sweep's to put back or drop.
     assert client.hexists(channel.unacked_key, tag) and client.llen(queue) == 0
+
+
+def test_a_channel_keeps_one_client_per_pool_and_builds_a_new_one_after_its_pools_drop(
+    held: tuple[Connection, str, str],
+) -> None:
+    conn, queue, tag = held
+    channel: Any = conn.default_channel
+    with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+        assert first is second and first.connection_pool is channel.pool
+    mine = object()
+    with channel.conn_or_acquire(mine) as given:
+        assert given is mine  # a client passed in is used as it is
+    channel._disconnect_pools()  # what Celery does when the connection is lost
+    with channel.conn_or_acquire() as after:
+        assert after is not first and after.connection_pool is channel.pool
+        assert after.hexists(channel.unacked_key, tag) and after.llen(queue) == 0

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import zlib
 
 from core.aggregate import aggregate
 from core.config import Scoring
@@ -23,6 +24,11 @@ HOSTILE = 'x <script>alert("1")</script> | & y'
 def _report(runs: list[RunResult], name: str = HOSTILE) -> ExperimentReport:
     info = ExperimentInfo(id="e1", name=name, created_at=0.0, tiers=["T0", "T1"], scenarios=["s"])
     return aggregate(info, runs, baseline="T0", scoring=Scoring())
+
+
+def _stored(evidence: RunEvidence) -> bytes:
+    """Evidence as the store keeps it (Store.save_evidence)."""
+    return zlib.compress(evidence.model_dump_json().encode(), 6)
 
 
 def _run(tier: str, index: int, passed: bool) -> RunResult:
@@ -63,7 +69,7 @@ def test_run_text_cannot_break_out_of_the_run_table() -> None:
     evidence = RunEvidence(
         experiment_id="e1", run_id=failed.run_id, stderr=Excerpt(text=HOSTILE, total_bytes=30)
     )
-    page = render(report, "html", evidence={failed.run_id: evidence})
+    page = render(report, "html", evidence={failed.run_id: _stored(evidence)})
 
     assert "<script>alert" not in page
     # The run table's own script, its rows and one element per run: nothing else.
@@ -71,6 +77,7 @@ def test_run_text_cannot_break_out_of_the_run_table() -> None:
         '<script type="application/json" id="runs-data">',
         '<script type="application/x-evalfleet-run" id="run-0">',
         '<script type="application/x-evalfleet-run" id="run-1">',
+        '<script type="application/x-evalfleet-evidence" id="evidence-1">',
         "<script>",
     ]
     rows = re.search(r'id="runs-data">(.*?)</script>', page)
@@ -94,8 +101,9 @@ def test_a_page_holds_evidence_up_to_its_budget_failed_runs_first() -> None:
         )
         for r in runs
     }
+    stored = {run_id: _stored(e) for run_id, e in evidence.items()}
     # Room for one run's: the failed one, though the passing run 0 comes first.
-    page = runs_section(report, runs, evidence, evidence_budget=60_000)
+    page = runs_section(report, runs, stored, evidence_budget=60_000)
 
     failed, passed = run_details(page)[1], run_details(page)[0]
     assert failed["evidence"]["stdout"]["text"] == evidence["T0-1"].stdout.text

@@ -220,8 +220,19 @@ def test_html_is_one_self_contained_file_with_four_charts(
 def run_details(page: str) -> list[dict[str, Any]]:
     """What an HTML report's run table carries per run (its result, evidence and note),
     inflated, in the table's order."""
-    blobs = re.findall(r'<script type="application/x-evalfleet-run" id="run-\d+">([^<]*)<', page)
-    return [json.loads(zlib.decompress(base64.b64decode(blob))) for blob in blobs]
+    runs = re.findall(r'<script type="application/x-evalfleet-run" id="run-(\d+)">([^<]*)<', page)
+    kept = dict(
+        re.findall(
+            r'<script type="application/x-evalfleet-evidence" id="evidence-(\d+)">([^<]*)<', page
+        )
+    )
+
+    def inflate(blob: str) -> Any:
+        return json.loads(zlib.decompress(base64.b64decode(blob)))
+
+    return [
+        {**inflate(blob), "evidence": inflate(kept[i]) if i in kept else None} for i, blob in runs
+    ]
 
 
 def _chromium() -> str | None:
@@ -300,3 +311,23 @@ def test_html_renders_its_charts_in_headless_chromium(
     series = {s["label"]: s for s in charts["context-growth"]["series"]}
     assert series["T0"]["points"] == 3 and series["T1"]["points"] == 4
     assert all(s["width"] > 100 for s in series.values())
+
+
+def test_csv_with_runs_gives_one_row_per_run_and_other_formats_refuse_runs(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    rows = list(
+        csv.DictReader(io.StringIO(_report(experiment, fleet_env, "--format", "csv", "--runs")))
+    )
+    assert len(rows) == RUNS * len(OUTCOMES)
+    for (tier, scenario), (passes, _) in OUTCOMES.items():
+        cell = [r for r in rows if (r["tier"], r["scenario"]) == (tier, scenario)]
+        assert sorted(int(r["run_index"]) for r in cell) == list(range(RUNS))
+        assert sum(r["passed"] == "True" for r in cell) == passes
+        assert {r["status"] for r in cell} == {"completed"}
+        assert all(r["run_id"].endswith(f":{tier}:{scenario}:{r['run_index']}") for r in cell)
+    refused = run_cli("report", experiment, "--format", "markdown", "--runs", env=fleet_env)
+    assert (
+        refused.returncode == 2
+        and "--runs lists every run in --format json or csv" in refused.stderr
+    )

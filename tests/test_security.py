@@ -267,8 +267,14 @@ scenarios:
                 assert submitted.returncode == 0, submitted.stderr
                 exp_id = json.loads(submitted.stdout)["experiment"]["id"]
                 outputs += [submitted.stdout, submitted.stderr]
-                for fmt in ("json", "markdown", "csv", "html"):
-                    shown = run_cli("report", exp_id, "--format", fmt, "--runs", env=env)
+                for fmt, every in (
+                    ("json", "--runs"),
+                    ("markdown", ""),
+                    ("csv", "--runs"),
+                    ("html", ""),
+                ):
+                    args = ["report", exp_id, "--format", fmt, *filter(None, [every])]
+                    shown = run_cli(*args, env=env)
                     assert shown.returncode == 0, shown.stderr
                     outputs += [shown.stdout, shown.stderr]
             finally:

@@ -43,20 +43,27 @@ def main(argv: list[str] | None = None) -> int:
     from celery.utils.log import mlevel
     from celery.utils.nodenames import default_nodename, host_format
 
-    from worker.app import app
+    from core.settings import SettingError, check_settings
 
-    worker = app.Worker(
-        hostname=host_format(default_nodename(args.hostname)),
-        concurrency=args.concurrency,
-        queues=args.queues.split(","),
-        loglevel=mlevel(args.loglevel.upper()),
-        task_events=True,
-        without_mingle=True,
-        without_gossip=True,
-        # evalfleet's own worker options (worker/idle.py, worker/grace.py).
-        until_idle=args.until_idle,
-        grace=args.grace,
-    )
+    try:
+        check_settings()
+        from worker.app import app
+
+        worker = app.Worker(
+            hostname=host_format(default_nodename(args.hostname)),
+            concurrency=args.concurrency,
+            queues=args.queues.split(","),
+            loglevel=mlevel(args.loglevel.upper()),
+            task_events=True,
+            without_mingle=True,
+            without_gossip=True,
+            # evalfleet's own worker options (worker/idle.py, worker/grace.py).
+            until_idle=args.until_idle,
+            grace=args.grace,
+        )
+    except SettingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     worker.start()
     return int(worker.exitcode or 0)
 

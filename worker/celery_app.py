@@ -17,18 +17,20 @@ from celery import Celery, signals
 from core.keys import key_prefix
 from core.settings import ENV_BROKER
 from worker import environ, grace, idle, kombu_guard, prefork, recovery
-from worker.sending import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S
+from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s
 
 
 def create_app(
     broker_url: str,
     *,
     default_queue: str = DEFAULT_QUEUE,
-    visibility_timeout_s: int = VISIBILITY_TIMEOUT_S,
+    visibility_timeout_s: int | None = None,
 ) -> Celery:
     """The app on `broker_url` (also its result backend), with evalfleet's tasks and
     worker options (`--until-idle`, `--grace`, the recovery sweep)."""
     kombu_guard.install()
+    if visibility_timeout_s is None:
+        visibility_timeout_s = configured_visibility_timeout_s()
     app = Celery("evalfleet", broker=broker_url, backend=broker_url, include=["worker.tasks"])
     app.conf.update(
         task_serializer="json",

@@ -28,7 +28,9 @@ import click
 from celery import Celery, bootsteps, signals
 from celery.worker import state
 
-DEFAULT_GRACE_S = float(os.environ.get("EVALFLEET_SHUTDOWN_GRACE", "30"))
+from core.settings import NUMBERS, setting
+
+ENV_GRACE_S = "EVALFLEET_SHUTDOWN_GRACE"
 
 
 class HandBack(BaseException):
@@ -42,7 +44,7 @@ class HandBack(BaseException):
 class _PoolProcess:
     """This pool process's view: is a run in progress, is the worker leaving."""
 
-    grace_s = DEFAULT_GRACE_S  # set in the parent before the pool forks
+    grace_s = NUMBERS[ENV_GRACE_S]  # set in the parent before the pool forks (Grace)
     in_pool = False
     leaving = False
     running = False
@@ -114,8 +116,7 @@ class Grace(bootsteps.StartStopStep):
 
     def __init__(self, worker: Any, grace: float | None = None, **kwargs: Any):
         super().__init__(worker, **kwargs)
-        if grace is not None:
-            _PoolProcess.grace_s = grace
+        _PoolProcess.grace_s = grace if grace is not None else setting(ENV_GRACE_S)
         self.worker = worker
         signals.worker_process_init.connect(_mark_pool_process, weak=False)
         signals.worker_shutting_down.connect(self._forward, weak=False)

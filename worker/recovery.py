@@ -17,7 +17,10 @@ A sweep of one experiment (`recover`) does three things:
   going away in between loses it. Once every sweep for a lease has found the
   run nowhere, one sweeper sends it again. Looking for it means reading the
   queues, so a sweep does that only when the experiment's missing runs
-  outnumber everything that could hold them.
+  outnumber everything that could hold them, and a sweeper reads them again
+  only after SCAN_SPACING times the last read took: a run between a worker's
+  fetch and its lease is missing from both at almost every sweep, and reading
+  100,000 queued messages takes seconds.
 - An adaptive experiment whose wave has finished gets its next wave
   (worker/waves.py).
 - An experiment whose every run has a result but which is not aggregated yet
@@ -37,7 +40,6 @@ start, also remove `sandbox: docker` containers whose worker process died
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -49,6 +51,7 @@ from core import keys
 from core.config import Matrix
 from core.report_models import ExperimentInfo
 from core.results import RunSpec
+from core.settings import setting
 from core.store import Store
 from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
@@ -58,11 +61,15 @@ from worker.waves import advance
 
 log = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_S = float(os.environ.get("EVALFLEET_SWEEP_S", "10"))
+ENV_SWEEP_S = "EVALFLEET_SWEEP_S"
 # Containers a killed worker left behind cost memory, not results: once a minute.
 ORPHAN_SWEEP_S = 60.0
 # Redis away, seen through redis-py or through kombu: wait for it, sweep later.
 BROKER_DOWN = REDIS_DOWN
+# Reading the queues for vanished runs takes at most 1/SCAN_SPACING of a sweeper's time.
+SCAN_SPACING = 20.0
+# When this process may read an experiment's queues again (time.monotonic()).
+_next_scan: dict[str, float] = {}
 
 
 def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
@@ -72,9 +79,7 @@ def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
     default_queue = store.sent_to(exp_id)  # None until every run was sent
 
     def send_again(specs: list[RunSpec], why: str) -> list[str]:
-        return [
-            s.run_id for s in specs if _send_again(app, store, matrix, s, default_queue, why)
-        ]
+        return [s.run_id for s in specs if _send_again(app, store, matrix, s, default_queue, why)]
 
     resent = send_again(store.claim_lost_runs(exp_id), "its lease expired")
     resent += _requeue_never_started(app, store, exp_id, matrix.lease_s)
@@ -85,8 +90,9 @@ def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
     # sweeping worker's own default queue may be another).
     if default_queue is not None:
         unaccounted = _unaccounted(app, store, info, run_queues(matrix, default_queue))
-        vanished = store.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
-        resent += send_again(vanished, "its message vanished")
+        if unaccounted is not None:  # None: not looked for this time, nothing learnt
+            vanished = store.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
+            resent += send_again(vanished, "its message vanished")
     if info.finished_at is None and info.completed_runs >= info.total_runs:
         finish_experiment(store, exp_id)
     return resent
@@ -133,8 +139,11 @@ def _requeue_never_started(app: Celery, store: Store, exp_id: str, lease_s: floa
     return requeued
 
 
-def _unaccounted(app: Celery, store: Store, info: ExperimentInfo, queues: set[str]) -> set[str]:
-    """Runs without a result, a live lease, or a message in `queues` or unacknowledged."""
+def _unaccounted(
+    app: Celery, store: Store, info: ExperimentInfo, queues: set[str]
+) -> set[str] | None:
+    """Runs without a result, a live lease, or a message in `queues` or unacknowledged;
+    None when the queues were read too recently to be read again."""
     missing = info.total_runs - info.completed_runs
     if not missing:
         return set()
@@ -147,7 +156,12 @@ def _unaccounted(app: Celery, store: Store, info: ExperimentInfo, queues: set[st
         # the broker, and one stale entry of another would hide a lost run here forever.
         if missing <= len(live) + sum(pipe.execute()):
             return set()  # they may all be somewhere: not worth reading the queues
-    return store.unfinished_runs(info.id) - live - on_the_broker(app, info.id, queues)
+    began = time.monotonic()
+    if began < _next_scan.get(info.id, 0.0):
+        return None
+    unaccounted = store.unfinished_runs(info.id) - live - on_the_broker(app, info.id, queues)
+    _next_scan[info.id] = time.monotonic() + SCAN_SPACING * (time.monotonic() - began)
+    return unaccounted
 
 
 def on_the_broker(app: Celery, exp_id: str, queues: set[str]) -> set[str]:
@@ -206,13 +220,14 @@ def register(app: Celery) -> None:
 
 
 class Sweeper(bootsteps.StartStopStep):
-    """Worker bootstep: `recover_all` every SWEEP_INTERVAL_S in a daemon thread."""
+    """Worker bootstep: `recover_all` every EVALFLEET_SWEEP_S seconds in a daemon thread."""
 
     label = "sweeper"
 
     def __init__(self, worker: Any, **kwargs: Any):
         super().__init__(worker, **kwargs)
         self.stop_event = threading.Event()
+        self.interval_s = setting(ENV_SWEEP_S)
 
     def start(self, worker: Any) -> None:
         threading.Thread(
@@ -226,7 +241,7 @@ class Sweeper(bootsteps.StartStopStep):
         self.stop_event.set()
 
     def _loop(self, app: Celery, store: Store) -> None:
-        while not self.stop_event.wait(SWEEP_INTERVAL_S):
+        while not self.stop_event.wait(self.interval_s):
             try:
                 recover_all(app, store)
             except BROKER_DOWN as exc:

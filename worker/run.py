@@ -42,6 +42,7 @@ from core.pricing import price_for
 from core.redact import redact, redact_record, secret_values
 from core.report_models import ExperimentStatus
 from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
+from core.settings import setting
 from core.shell import kill_groups_by_env, pid_mark
 from core.store import Delivery, Store
 from core.transcript_models import AgentOutcome, CommandRecord
@@ -65,7 +66,7 @@ REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, OperationalError)
 _RETRY_WAITS_S = (1, 2, 4, 8, 15)
 # After a provider outage: the first wait when the provider stated none (doubled per
 # delivery), and the longest wait honoured (a "resets tomorrow" is not waited for).
-OUTAGE_BACKOFF_S = float(os.environ.get("EVALFLEET_OUTAGE_BACKOFF_S", "30"))
+ENV_OUTAGE_BACKOFF_S = "EVALFLEET_OUTAGE_BACKOFF_S"
 MAX_OUTAGE_WAIT_S = 900.0
 T = TypeVar("T")
 # What a run's attempt produced: its result, and its evidence when it got as far as an agent.
@@ -152,7 +153,8 @@ def execute(
 def outage_wait_s(stated_s: float | None, attempts: int) -> float:
     """The wait before the next delivery: what the provider stated, else a back-off
     doubling per delivery; never more than MAX_OUTAGE_WAIT_S."""
-    wait_s = stated_s if stated_s is not None else OUTAGE_BACKOFF_S * 2 ** (attempts - 1)
+    backoff_s = setting(ENV_OUTAGE_BACKOFF_S)
+    wait_s = stated_s if stated_s is not None else backoff_s * 2 ** (attempts - 1)
     return min(max(wait_s, 0.0), MAX_OUTAGE_WAIT_S)
 
 

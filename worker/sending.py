@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config import Matrix
 from core.results import RunSpec
+from core.settings import setting
 
 if TYPE_CHECKING:  # the CLI reads budgets and queues without importing Celery
     from celery import Celery, Signature
@@ -19,7 +20,10 @@ if TYPE_CHECKING:  # the CLI reads budgets and queues without importing Celery
 DEFAULT_QUEUE = os.environ.get("EVALFLEET_QUEUE", "evalfleet")
 # Redis redelivers an unacked message after this many seconds; `scheduler
 # submit` refuses a matrix whose longest run could outlast it.
-VISIBILITY_TIMEOUT_S = int(os.environ.get("EVALFLEET_VISIBILITY_TIMEOUT", 6 * 3600))
+def configured_visibility_timeout_s() -> int:
+    return int(setting("EVALFLEET_VISIBILITY_TIMEOUT"))
+
+
 RUN_TASK = "evalfleet.run"
 AGGREGATE_TASK = "evalfleet.aggregate"
 REJUDGE_TASK = "evalfleet.rejudge"

@@ -101,4 +101,3 @@ def _overlay_events(stdout: Transcript, events: Transcript) -> Transcript:
             update[kind] = getattr(events, kind)
             update["recognised"] = True  # the events file tells what stdout did not
     return stdout.model_copy(update=update)
-

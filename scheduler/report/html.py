@@ -12,7 +12,6 @@ import re
 from collections.abc import Mapping
 from html import escape
 
-from core.evidence import RunEvidence
 from core.report_models import ExperimentReport, Interval, TierReport
 from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
 from scheduler.report.runs import RUNS_STYLE, runs_section
@@ -51,11 +50,11 @@ ul.notes { color: #555; font-size: .85rem; }
 def html_report(
     report: ExperimentReport,
     scenario: str | None = None,
-    evidence: Mapping[str, RunEvidence] | None = None,
+    evidence: Mapping[str, bytes] | None = None,
 ) -> str:
     """The full report, or with `scenario` the view of that scenario (its tiers side by side).
     With the report's runs (`report.runs`), the run table too (of that scenario's runs),
-    each run with its `evidence` (by run id) when there is some."""
+    each run with its `evidence` (by run id, as the store keeps it) when there is some."""
     title = header(report) + (f" — scenario {scenario}" if scenario else "")
     groups = _groups(report, scenario)
     tables = report_tables(report) if scenario is None else scenario_tables(report, scenario)

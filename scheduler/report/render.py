@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from core.analysis import PASS_K
-from core.evidence import RunEvidence
 from core.metrics import RUN_METRICS
 from core.report_models import Comparison, ExperimentComparison, ExperimentReport, Statistics
+from core.results import RunResult
 from scheduler.report import sections
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
@@ -50,11 +50,12 @@ def render(
     *,
     width: int | None = None,
     nonfinite: str = "string",
-    evidence: Mapping[str, RunEvidence] | None = None,
+    evidence: Mapping[str, bytes] | None = None,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
     `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
-    `evidence`: of html, the runs' evidence by run id for its run table."""
+    `evidence`: of html, the runs' evidence by run id as the store keeps it
+    (compressed JSON), for its run table."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
@@ -62,7 +63,8 @@ def render(
     banner = sections.banner(report)
     if fmt == "csv":
         # Comment lines before the header row (pandas: comment="#").
-        return "".join(f"# {line}\n" for line in banner) + _csv(report)
+        rows = _csv(report) if report.runs is None else _runs_csv(report.runs)
+        return "".join(f"# {line}\n" for line in banner) + rows
     if fmt == "html":
         return html_report(report, scenario, evidence)
     if fmt == "github":
@@ -195,6 +197,25 @@ def _csv_table(table: Table) -> str:
 
 
 _CSV_METRICS = [m.name for m in RUN_METRICS if m.in_csv]
+
+
+# One row per run (`report --format csv --runs`): what a spreadsheet of runs needs.
+_RUN_COLUMNS = (
+    "run_id", "tier", "scenario", "run_index", "status", "passed", "impl_rate",
+    "composite_score", "cost_usd", "duration_seconds", "input_tokens", "output_tokens",
+    "gates_passed", "gates_total", "attempts", "worker", "fail_reason",
+)  # fmt: skip
+
+
+def _runs_csv(runs: list[RunResult]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([*_RUN_COLUMNS, "judge_score"])
+    for run in runs:
+        values = [getattr(run, column) for column in _RUN_COLUMNS]
+        values[_RUN_COLUMNS.index("status")] = run.status.value
+        writer.writerow([*values, run.judge.weighted_score if run.judge else None])
+    return out.getvalue()
 
 
 def _csv(report: ExperimentReport) -> str:

@@ -103,15 +103,25 @@
 
   // --- one run -----------------------------------------------------------------------------
 
+  // A run's details: its result and note, and its evidence (another element) when the
+  // page holds it. Each is base64 of zlib-compressed JSON.
   function details(i) {
     if (!opened.has(i)) {
-      const text = atob(document.getElementById(`run-${i}`).textContent);
-      const bytes = new Uint8Array(text.length);
-      for (let k = 0; k < text.length; k++) bytes[k] = text.charCodeAt(k);
-      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
-      opened.set(i, new Response(stream).text().then(JSON.parse));
+      const evidence = document.getElementById(`evidence-${i}`);
+      opened.set(i, Promise.all([
+        inflate(document.getElementById(`run-${i}`)),
+        evidence ? inflate(evidence) : null,
+      ]).then(([run, kept]) => ({...run, evidence: kept})));
     }
     return opened.get(i);
+  }
+
+  function inflate(element) {
+    const text = atob(element.textContent);
+    const bytes = new Uint8Array(text.length);
+    for (let k = 0; k < text.length; k++) bytes[k] = text.charCodeAt(k);
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Response(stream).text().then(JSON.parse);
   }
 
   async function open(i) {

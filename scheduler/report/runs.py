@@ -3,10 +3,12 @@ outcome, and per run its evidence, opened on a click (README, "Reading a report"
 
 The page must open as fast with thousands of runs as with ten, so nothing is laid
 out up front: the rows travel as one compact JSON array and the page draws only
-the rows in view (runs.js); each run's details (its RunResult and RunEvidence) are
-one zlib-compressed, base64 JSON blob in an inert <script> element, decoded only
-when that run is opened. Base64 also keeps a user's text from ever closing the
-element it travels in.
+the rows in view (runs.js); each run's RunResult is a zlib-compressed, base64 JSON
+blob in an inert <script> element, and its evidence another, decoded only when that
+run is opened. The evidence travels as the store keeps it (its JSON, compressed by
+the worker that ran the run): writing the page of 10,000 runs neither parses nor
+compresses it again. Base64 also keeps a user's text from ever closing the element
+it travels in.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from dataclasses import dataclass
 from html import escape
 from importlib.resources import files
 
-from core.evidence import RunEvidence
 from core.report_models import ExperimentReport
 from core.results import OUTCOMES, RunResult
 from scheduler.report.sections import num
@@ -41,18 +42,25 @@ RUNS_STYLE = files("scheduler.report").joinpath("runs.css").read_text(encoding="
 def runs_section(
     report: ExperimentReport,
     runs: Sequence[RunResult],
-    evidence: Mapping[str, RunEvidence],
+    evidence: Mapping[str, bytes],
     evidence_budget: int = EVIDENCE_BUDGET_BYTES,
 ) -> str:
-    """The "Runs" section: filters, the table (drawn by its script), the blobs. The
-    runs' evidence takes at most `evidence_budget` bytes of the page, failed runs'
-    first; a run left out says where its evidence is."""
+    """The "Runs" section: filters, the table (drawn by its script), the blobs.
+    `evidence`: each run's as the store keeps it (zlib-compressed JSON). The runs'
+    evidence takes at most `evidence_budget` bytes of the page, failed runs' first;
+    a run left out says where its evidence is."""
     ordered = sorted(runs, key=_order(report))
     rows = [_row(run) for run in ordered]
     blobs = _blobs(ordered, evidence, evidence_budget)
-    embedded = sum(blob.evidence for blob in blobs)
+    embedded = sum(blob.evidence is not None for blob in blobs)
     elements = "".join(
         f'<script type="application/x-evalfleet-run" id="run-{i}">{blob.text}</script>'
+        + (
+            ""
+            if blob.evidence is None
+            else f'<script type="application/x-evalfleet-evidence" id="evidence-{i}">'
+            f"{blob.evidence}</script>"
+        )
         for i, blob in enumerate(blobs)
     )
     left_out = sum(run.run_id in evidence for run in ordered) - embedded
@@ -145,13 +153,11 @@ def _filters(rows: list[list[str | int]]) -> str:
 
 @dataclass(frozen=True)
 class _Blob:
-    text: str  # base64 of the zlib-compressed details
-    evidence: bool  # the run's evidence is in it
+    text: str  # base64 of the zlib-compressed {"run": RunResult, "note": ...}
+    evidence: str | None  # base64 of the run's stored evidence, when the page holds it
 
 
-def _blobs(
-    runs: Sequence[RunResult], evidence: Mapping[str, RunEvidence], budget: int
-) -> list[_Blob]:
+def _blobs(runs: Sequence[RunResult], evidence: Mapping[str, bytes], budget: int) -> list[_Blob]:
     """Each run's details, with its evidence while the budget lasts: failed runs first
     (the ones a reader opens), then the rest in order."""
     blobs: dict[int, _Blob] = {}
@@ -159,13 +165,14 @@ def _blobs(
     for i in sorted(range(len(runs)), key=lambda i: runs[i].passed):
         run = runs[i]
         found = evidence.get(run.run_id)
-        blob = _blob(run, found)
-        if found is not None and spent + len(blob.text) > budget:
+        # Base64 makes 4 bytes of every 3.
+        if found is not None and spent + len(found) * 4 // 3 > budget:
             note = f"{_left_out(1, budget)} `scheduler show {run.run_id}` shows it."
-            blob = _blob(run, None, note)
-        elif found is not None:
-            spent += len(blob.text)
-        blobs[i] = blob
+            blobs[i] = _Blob(_details(run, note), None)
+            continue
+        if found is not None:
+            spent += len(found) * 4 // 3
+        blobs[i] = _Blob(_details(run), None if found is None else _base64(found))
     return [blobs[i] for i in range(len(runs))]
 
 
@@ -177,16 +184,15 @@ def _left_out(count: int, budget: int) -> str:
     )
 
 
-def _blob(run: RunResult, evidence: RunEvidence | None, note: str | None = None) -> _Blob:
-    details = (
-        f'{{"run":{run.model_dump_json()},'
-        f'"evidence":{evidence.model_dump_json() if evidence else "null"},'
-        f'"note":{json.dumps(note)}}}'
-    )
+def _details(run: RunResult, note: str | None = None) -> str:
+    details = f'{{"run":{run.model_dump_json()},"note":{json.dumps(note)}}}'
     # Level 1: a report of thousands of runs is written in a fraction of the time of the
     # default level, for a page a few percent larger.
-    text = base64.b64encode(zlib.compress(details.encode(), 1)).decode("ascii")
-    return _Blob(text, evidence is not None)
+    return _base64(zlib.compress(details.encode(), 1))
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _json(value: object) -> str:
