@@ -115,7 +115,7 @@ def budget_report(budget: Budget, runs: Group) -> BudgetReport:
     judge = sum(c for c in runs.column("judge_cost_usd") if c is not None)
     not_run = runs.column("status").count(RunStatus.not_run)
     spends = [
-        f"{what}${spent:.2f} of ${limit:.2f} spent"
+        f"{what}{_usd(spent)} of {_usd(limit)} spent"
         for what, spent, limit in (
             ("", agent, budget.agent_usd),
             ("judge ", judge, budget.judge_usd),
@@ -131,6 +131,12 @@ def budget_report(budget: Budget, runs: Group) -> BudgetReport:
         not_run=not_run,
         notice=state if not_run else f"budget: {', '.join(spends)}",
     )
+
+
+def _usd(amount: float) -> str:
+    """Cents from a dollar up; below it two significant digits, so that $0.027 of a
+    $0.03 budget does not read as all of it."""
+    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.2g}"
 
 
 def error_reasons(runs: Group) -> dict[str, int]:

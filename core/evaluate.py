@@ -147,9 +147,17 @@ def evaluate_run(
     result = _with_tokens_and_cost(result, transcript, price, model)
     result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets)
     if not_started is not None:
+        # Nothing gated, nothing judged: no credit either (an empty gate list's rates
+        # would read as all of it).
         result = result.model_copy(
             update={
                 "status": RunStatus.infra_error,
+                "passed": False,
+                "pass_rate": 0.0,
+                "impl_rate": 0.0,
+                "composite_score": 0.0,
+                "layered_composite": None,
+                "cost_of_pass": None,
                 "fail_reason": not_started,
                 "outage": outage is not None,
                 "retry_after_s": transcript.retry_after_s if outage is not None else None,

@@ -1,13 +1,17 @@
-"""The broker the user configured: an explicit URL, else EVALFLEET_BROKER_URL, else None.
+"""What the user configured through the environment: the broker, and the numeric settings.
 
-None is "embedded mode" to the CLI; a bare Celery worker looks further
+The broker: an explicit URL, else EVALFLEET_BROKER_URL, else None. None is
+"embedded mode" to the CLI; a bare Celery worker looks further
 (worker/broker.py). A configured URL is checked here, once, so a malformed one
-is a clear error wherever it is used.
+is a clear error wherever it is used. The numeric EVALFLEET_* settings
+(`setting`) are checked where read, each against what it can be.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from typing import Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import redis
@@ -26,33 +30,46 @@ class SettingError(ValueError):
     """An EVALFLEET_* number that is not one; the message names the variable and the fix."""
 
 
-# Every numeric EVALFLEET_* setting and its default (docs/RELIABILITY.md lists them).
-NUMBERS: dict[str, float] = {
-    "EVALFLEET_MAX_RUNS": 200_000,  # the most runs one experiment may have
-    "EVALFLEET_MAX_CONFIG_BYTES": 1_000_000,  # the largest matrix or rubric file
-    "EVALFLEET_VISIBILITY_TIMEOUT": 6 * 3600,  # Redis redelivers an unacked message after
-    "EVALFLEET_SWEEP_S": 10,  # seconds between a worker's recovery sweeps
-    "EVALFLEET_OUTAGE_BACKOFF_S": 30,  # the first wait after a provider outage
-    "EVALFLEET_SHUTDOWN_GRACE": 30,  # seconds a leaving worker lets its runs finish
+# What a numeric setting may be: a whole count of 1 or more, seconds above 0 (an
+# interval: 0 would spin), or seconds of 0 or more (a wait that may be none).
+Kind = Literal["count", "interval", "wait"]
+_KIND_WORDS = {
+    "count": "a whole number of 1 or more",
+    "interval": "a number of seconds above 0",
+    "wait": "a number of seconds, 0 or more",
+}
+# Every numeric EVALFLEET_* setting: its default and kind (docs/RELIABILITY.md lists them).
+NUMBERS: dict[str, tuple[float, Kind]] = {
+    "EVALFLEET_MAX_RUNS": (200_000, "count"),  # the most runs one experiment may have
+    "EVALFLEET_MAX_CONFIG_BYTES": (1_000_000, "count"),  # the largest matrix or rubric file
+    "EVALFLEET_VISIBILITY_TIMEOUT": (6 * 3600, "interval"),  # Redis redelivers unacked after
+    "EVALFLEET_SWEEP_S": (10, "interval"),  # seconds between a worker's recovery sweeps
+    "EVALFLEET_OUTAGE_BACKOFF_S": (30, "wait"),  # the first wait after a provider outage
+    "EVALFLEET_SHUTDOWN_GRACE": (30, "wait"),  # seconds a leaving worker lets its runs finish
 }
 
 
 def setting(name: str) -> float:
-    """The non-negative number in environment variable `name`, else its default. Read
-    when used, not at import, so that a bad value is an error the CLI and the worker
-    report (exit 2, `check_settings` at their start), not a traceback."""
-    default = NUMBERS[name]
+    """The number in environment variable `name`, else its default. Read when used,
+    not at import, so that a bad value is an error the CLI and the worker report
+    (exit 2; a worker checks them all before it starts), not a traceback."""
+    default, kind = NUMBERS[name]
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):  # NaN too
+        value = math.nan
+    fits = {
+        "count": value >= 1 and value.is_integer(),
+        "interval": 0 < value < math.inf,
+        "wait": 0 <= value < math.inf,
+    }[kind]
+    if not fits:  # NaN fits none
         raise SettingError(
-            f"{name}={raw!r} is not a number of 0 or more: set it to one "
-            f"(default {default:g}) or unset it"
+            f"{name}={raw!r} is not {_KIND_WORDS[kind]}: set it to one (default {default:g}) "
+            "or unset it"
         )
     return value
 

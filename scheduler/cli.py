@@ -28,6 +28,7 @@ from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_repo
 from core.config import Artifacts, Budget, Matrix, matrix_json_schema
 from core.evidence import RunRecord
 from core.loading import load_matrix
+from core.pricing import price_for
 from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results import RunSpec, RunStatus
 from core.retention import (
@@ -52,6 +53,7 @@ from scheduler.report.render import (
     render_comparison,
     terminal_width,
 )
+from scheduler.report.sections import banner
 from scheduler.show import render_run
 from worker.broker import STATE_DIR, running_embedded_broker
 from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s, longest_run_s, run_queues
@@ -170,12 +172,13 @@ def validate(matrix_file: str) -> None:
     """
     matrix = _load(matrix_file)
     _check_size(matrix)
+    _check_visibility(matrix)
     bundle = _bundle(matrix)
+    click.echo(summary(matrix))
     click.echo(
         f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
         f"{_size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
     )
-    click.echo(summary(matrix))
     for cli, tiers in _missing_clis(matrix).items():
         click.echo(
             f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "
@@ -216,18 +219,28 @@ def summary(matrix: Matrix) -> str:
         lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
     lines.append(_judge_line(matrix))
     if matrix.budget is not None:
-        lines.append(_budget_line(matrix.budget))
+        lines.append(_budget_line(matrix, matrix.budget))
     return "\n".join(lines)
 
 
-def _budget_line(budget: Budget) -> str:
+def _budget_line(matrix: Matrix, budget: Budget) -> str:
     ceilings = [
         f"{who} ${limit:g}"
         for who, limit in (("agents", budget.agent_usd), ("judge", budget.judge_usd))
         if limit is not None
     ]
-    prior = f"; a run's cost before its tier x scenario has one: ${budget.prior_usd:g}"
-    return f"budget: {', '.join(ceilings)}" + (prior if budget.prior_usd is not None else "")
+    line = f"budget: {', '.join(ceilings)}"
+    if budget.prior_usd is not None:
+        line += f"; a run's cost before its tier x scenario has one: ${budget.prior_usd:g}"
+    judge = matrix.judge
+    judged = any(s.evaluation.judge_enabled for s in matrix.scenarios)
+    unpriced = judge is not None and price_for(judge.model, matrix.pricing) is None
+    if budget.judge_usd is not None and judged and judge is not None and unpriced:
+        line += (
+            f"\nwarning: the judge model {judge.model!r} has no price, so its spend is "
+            "unknown and judge_usd cannot count it: give it one under `pricing:`"
+        )
+    return line
 
 
 def _judge_line(matrix: Matrix) -> str:
@@ -516,6 +529,16 @@ def _check_visibility(matrix: Matrix) -> None:
         )
 
 
+def _print(rendered: str, report: ExperimentReport, fmt: str, notice: bool = True) -> None:
+    """A rendered report on stdout, ending in one newline. CSV is rows only: what a
+    reader must see first (the budget's notice) goes to stderr, unless the caller
+    says it (`notice`)."""
+    if fmt == "csv" and notice:
+        for line in banner(report):
+            err.print(line, markup=False, soft_wrap=True)
+    click.echo(rendered, nl=not rendered.endswith("\n"))
+
+
 def _evidence(store: Store, exp_id: str) -> dict[str, bytes]:
     """Every run's evidence as stored (compressed JSON), for the html run table.
     Evidence kept as a file in an artifacts folder this machine does not see is
@@ -561,7 +584,7 @@ def _follow_and_print(
     if fmt == "html":  # its run table: every run with its evidence
         report = report.model_copy(update={"runs": store.runs(exp_id)})
         evidence = _evidence(store, exp_id)
-    click.echo(render(report, fmt, nonfinite=nonfinite, evidence=evidence))
+    _print(render(report, fmt, nonfinite=nonfinite, evidence=evidence), report, fmt, notice=False)
     if report.budget is not None and report.budget.reached:
         err.print(
             f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
@@ -785,7 +808,7 @@ def report(
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
         fail(f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}")
-    click.echo(render(result, fmt, scenario, nonfinite=nonfinite, evidence=evidence))
+    _print(render(result, fmt, scenario, nonfinite=nonfinite, evidence=evidence), result, fmt)
 
 
 @main.command()
@@ -1240,7 +1263,7 @@ def _judge_again(
                 result = follow_version(store, exp_id, plan, err, local)
     except WorkersDied as exc:
         fail(f"{exc}; version {version} is incomplete", 1)
-    click.echo(render(result, fmt, nonfinite=nonfinite))
+    _print(render(result, fmt, nonfinite=nonfinite), result, fmt)
     if result.judge is not None:
         err.print(
             f"{result.judge.judgments} judgments, {result.judge.cached} from cache",

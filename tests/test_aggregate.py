@@ -333,3 +333,21 @@ def test_a_dead_judge_is_one_infrastructure_error_whatever_the_gates_said() -> N
         for i, reason in enumerate(reasons)
     ]
     assert error_reasons(Group.of(runs)) == {dead: 3}
+
+
+def test_a_budget_notice_keeps_small_spends_apart_from_their_limit() -> None:
+    from core.aggregate import budget_report
+    from core.columns import Group
+    from core.config import Budget
+
+    runs = Group.of(
+        [make_run(index=0, cost=0.0166), make_run(index=1, cost=0.01), make_run(index=2, cost=None,
+         status=RunStatus.not_run)]
+    )  # fmt: skip
+    small = budget_report(Budget(agent_usd=0.03, judge_usd=2), runs)
+    assert (
+        small.notice
+        == "budget reached: $0.027 of $0.03 spent, judge $0.00 of $2.00 spent, 1 runs not run"
+    )
+    large = budget_report(Budget(agent_usd=1250), Group.of([make_run(cost=1234.5)]))
+    assert large.notice == "budget: $1,234.50 of $1,250.00 spent"

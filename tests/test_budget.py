@@ -106,10 +106,11 @@ def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
     assert next(iter(report)) == "budget"  # the JSON document says it first
     assert notice in submitted.stderr
 
-    # Every format says it at the top.
-    def fmt(name: str) -> str:
-        result = run_cli("report", exp_id, "--format", name, env=fleet_env)
+    # Every format says it at the top; csv, rows only for csv readers, on stderr.
+    def fmt(name: str, *more: str) -> str:
+        result = run_cli("report", exp_id, "--format", name, *more, env=fleet_env)
         assert result.returncode == 0, result.stderr
+        assert (notice in result.stderr) is (name == "csv")
         return result.stdout
 
     assert fmt("table").splitlines()[0] == notice
@@ -119,12 +120,14 @@ def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
     html = fmt("html")
     assert f'<p class="banner"><strong>{notice}</strong></p><h1>' in html
     text = fmt("csv")
-    assert text.splitlines()[0] == f"# {notice}"
-    rows = list(csv.DictReader(io.StringIO(text.split("\n", 1)[1])))
+    assert text.endswith("\n") and not text.endswith("\n\n") and "\r" not in text
+    rows = list(csv.DictReader(io.StringIO(text)))
     assert {(row["scenario"], row["not_run"]) for row in rows} == {
         ("", str(len(not_run))),
         ("s", str(len(not_run))),
     }
+    per_run = list(csv.DictReader(io.StringIO(fmt("csv", "--runs"))))
+    assert sum(row["status"] == "not_run" for row in per_run) == len(not_run)
     assert f"{len(not_run)} not run (budget)" in run_cli("status", exp_id, env=fleet_env).stdout
 
     # A resume without a new budget leaves them as they are, and says so.

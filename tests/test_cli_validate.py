@@ -92,10 +92,10 @@ def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Pa
     text = text.replace("judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}\n", "")
     result = run_cli("validate", str(write(tmp_path, text)), env=None)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == (
+    assert (
         "judge: off: scenarios ask for one with `enabled: auto` but the matrix has no "
         "top-level `judge:` section"
-    )
+    ) in result.stdout.splitlines()
 
 
 def test_validate_accepts_the_example() -> None:
@@ -197,3 +197,28 @@ def test_tier_files_outside_the_matrix_folder_are_refused_unless_allowed(
     allowed = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
     assert allowed.returncode == 0, allowed.stderr
     assert "tier T1: " in allowed.stdout and "files: AGENTS.md" in allowed.stdout
+
+
+@pytest.mark.parametrize(
+    ("judge_model", "warned"), [("gpt-4o-mini", False), ("house-judge-7b", True)]
+)
+def test_validate_shows_a_budget_and_warns_when_the_judge_cannot_be_counted(
+    tmp_path: Path, judge_model: str, warned: bool
+) -> None:
+    text = GOOD.replace("model: gpt-4o-mini", f"model: {judge_model}")
+    text += "budget: {agent_usd: 5, judge_usd: 0.5}\n"  # no prior_usd: nothing to show of it
+    result = run_cli("validate", str(write(tmp_path, text)), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "budget: agents $5, judge $0.5\n" in result.stdout + "\n"
+    warning = f"the judge model {judge_model!r} has no price"
+    assert (warning in result.stdout) is warned
+
+
+def test_validate_refuses_a_run_longer_than_the_visibility_timeout(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "EVALFLEET_VISIBILITY_TIMEOUT": "10"}
+    result = run_cli("validate", str(write(tmp_path, GOOD)), env=env)
+    assert result.returncode == 2, result.stdout
+    assert "more than the broker's visibility timeout (10 s)" in result.stderr

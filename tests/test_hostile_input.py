@@ -208,24 +208,32 @@ def test_submit_streams_runs_to_the_broker_in_bounded_memory(
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    ("variable", "command"),
+    ("variable", "value", "command", "expected"),
     [
-        ("EVALFLEET_MAX_CONFIG_BYTES", "validate"),
-        ("EVALFLEET_MAX_RUNS", "submit"),
-        ("EVALFLEET_VISIBILITY_TIMEOUT", "submit"),
-        ("EVALFLEET_SHUTDOWN_GRACE", "worker"),
-        ("EVALFLEET_SWEEP_S", "worker"),
+        ("EVALFLEET_MAX_CONFIG_BYTES", "10k", "validate", "a whole number of 1 or more"),
+        ("EVALFLEET_MAX_RUNS", "62.9", "submit", "a whole number of 1 or more"),
+        ("EVALFLEET_MAX_RUNS", "0", "validate", "a whole number of 1 or more"),
+        ("EVALFLEET_VISIBILITY_TIMEOUT", "0", "submit", "a number of seconds above 0"),
+        ("EVALFLEET_SHUTDOWN_GRACE", "x", "worker", "a number of seconds, 0 or more"),
+        ("EVALFLEET_SWEEP_S", "0", "worker", "a number of seconds above 0"),
+        ("EVALFLEET_OUTAGE_BACKOFF_S", "nan", "worker", "a number of seconds, 0 or more"),
     ],
 )
-def test_a_setting_that_is_not_a_number_is_one_clear_error(
-    tmp_path: Path, fleet_env: dict[str, str], store: Store, variable: str, command: str
+def test_a_setting_that_is_not_what_it_can_be_is_one_clear_error(
+    tmp_path: Path,
+    fleet_env: dict[str, str],
+    store: Store,
+    variable: str,
+    value: str,
+    command: str,
+    expected: str,
 ) -> None:
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(matrix_text())
     queued = store.redis.llen(QUEUE)
     args = ["worker", "--concurrency", "1"] if command == "worker" else [command, str(matrix)]
-    result = run_cli(*args, env={**fleet_env, variable: "10k"}, timeout=60)
+    result = run_cli(*args, env={**fleet_env, variable: value}, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert f"{variable}='10k' is not a number of 0 or more" in result.stderr, result.stderr
+    assert f"{variable}={value!r} is not {expected}" in result.stderr, result.stderr
     assert store.redis.llen(QUEUE) == queued

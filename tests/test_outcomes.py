@@ -102,6 +102,8 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
     assert len(runs) == 8
     assert all(r.status == RunStatus.infra_error and not r.passed for r in runs)
     assert all(r.gates == [] and r.judge is None for r in runs)  # nothing was gated
+    # Nor credited: an empty gate list is no implementation.
+    assert {(r.impl_rate, r.composite_score, r.pass_rate) for r in runs} == {(0.0, 0.0, 0.0)}
     reason = "agent could not start (exit 127): bash: line 1: ./agnet.sh: No such file or directory"
     started = [r for r in runs if r.fail_reason == reason]
     not_run = [r for r in runs if r.fail_reason == reason + NOT_RUN_NOTE]

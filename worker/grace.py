@@ -44,7 +44,7 @@ class HandBack(BaseException):
 class _PoolProcess:
     """This pool process's view: is a run in progress, is the worker leaving."""
 
-    grace_s = NUMBERS[ENV_GRACE_S]  # set in the parent before the pool forks (Grace)
+    grace_s = NUMBERS[ENV_GRACE_S][0]  # set in the parent before the pool forks (Grace)
     in_pool = False
     leaving = False
     running = False

@@ -60,11 +60,9 @@ def render(
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
         return to_json_text(report, nonfinite)
+    if fmt == "csv":  # rows only, for csv readers: the CLI says the banner on stderr
+        return _csv(report) if report.runs is None else _runs_csv(report.runs)
     banner = sections.banner(report)
-    if fmt == "csv":
-        # Comment lines before the header row (pandas: comment="#").
-        rows = _csv(report) if report.runs is None else _runs_csv(report.runs)
-        return "".join(f"# {line}\n" for line in banner) + rows
     if fmt == "html":
         return html_report(report, scenario, evidence)
     if fmt == "github":
@@ -190,7 +188,7 @@ def _rich_table(table: Table, value_columns: list[int], continued: bool = False)
 
 def _csv_table(table: Table) -> str:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv.writer(out, lineterminator="\n")
     writer.writerow(table.columns)
     writer.writerows(table.rows)
     return out.getvalue()
@@ -209,7 +207,7 @@ _RUN_COLUMNS = (
 
 def _runs_csv(runs: list[RunResult]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*_RUN_COLUMNS, "judge_score"])
     for run in runs:
         values = [getattr(run, column) for column in _RUN_COLUMNS]
@@ -221,7 +219,7 @@ def _runs_csv(runs: list[RunResult]) -> str:
 def _csv(report: ExperimentReport) -> str:
     """One row per tier and tier x scenario, raw numbers (no formatting), for spreadsheets."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv.writer(out, lineterminator="\n")
     writer.writerow(
         ["tier", "scenario", "runs", "errors", "passes", "grade", "cost_of_pass"]
         + [f"{m}_{s}" for m in _CSV_METRICS for s in ("median", "mean", "std_dev", "min", "max")]
