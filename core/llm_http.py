@@ -34,10 +34,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import certifi
-import httpx
+
+if TYPE_CHECKING:
+    # Imported where a call is made: httpx (and the rich console its command line
+    # loads) is ~50 ms of every worker's and CLI's start, and most runs call no LLM.
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +133,8 @@ class LLMHttp:
         # No kept-alive connections: the watchdog learns a request's socket when
         # it connects, and a reused connection would not tell it. A new
         # connection per LLM call costs a handshake, little beside the answer.
+        import httpx
+
         self._client = httpx.Client(
             headers=headers,
             verify=_tls_context(),
@@ -172,6 +178,8 @@ class LLMHttp:
     def _try(
         self, url: str, payload: Any, headers: Mapping[str, str] | None, deadline: Deadline
     ) -> LLMReply | _Retryable:
+        import httpx
+
         left = deadline.left()
         if left <= 0:
             raise DeadlineExceeded(_too_late(deadline, "before the request could start"))
@@ -300,6 +308,8 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def _retryable(exc: httpx.TransportError, read_s: float, connect_s: float) -> _Retryable:
+    import httpx
+
     if isinstance(exc, httpx.ConnectTimeout):
         return _Retryable("connect timeout", f"no connection within {connect_s:g} s")
     if isinstance(exc, httpx.TimeoutException):

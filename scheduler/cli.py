@@ -461,8 +461,9 @@ def _drive(
     with LocalWorkers(url, concurrency, _queues(matrix)) as local:
         app = _app(url)
         local.nudge = lambda: _wake(app, local.hostname)
-        send_runs(app, concurrency)
         try:
+            # Sending too: the workers can be running the first runs by then.
+            send_runs(app, concurrency)
             _follow_and_print(app, store, exp_id, fmt, nonfinite, local)
         except KeyboardInterrupt:
             err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")

@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,9 +21,12 @@ from pathlib import Path
 import redis
 
 from core.shell import kill_group
+from scheduler import standby
+from scheduler.standby import WORKER_MODULE
 from worker.broker import EMBEDDED_STATE, STATE_DIR, running_embedded_broker
 
 _START_TIMEOUT_S = 20.0
+_UNBLOCK_EVERY_S = 0.02
 
 
 class EmbeddedError(RuntimeError):
@@ -156,10 +158,15 @@ class LocalWorkers:
 
     def start(self) -> None:
         env = {**os.environ, "EVALFLEET_BROKER_URL": self.broker_url}
+        args = worker_args(self.concurrency, self.queues, hostname=self.hostname)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The CLI's standby process, when it started one, has its imports behind it.
+        self.proc = standby.hand_over(args, env, str(self.log_path))
+        if self.proc is not None:
+            return
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                worker_command(self.concurrency, self.queues, hostname=self.hostname),
+                [*WORKER_MODULE, *args],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -178,32 +185,42 @@ class LocalWorkers:
             if self.nudge is not None:
                 with contextlib.suppress(Exception):  # only ever sooner: TERM stops it anyway
                     self.nudge()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace_s)
+            self._wait_unblocking(self.proc, grace_s)
         kill_group(self.proc.pid)
         self.proc.wait()
         self.proc = None
+
+    def _wait_unblocking(self, proc: subprocess.Popen[bytes], grace_s: float) -> None:
+        """Wait up to `grace_s` for the worker to leave. Closing its broker connection
+        waits for the BRPOP it has in flight, up to kombu's polling interval (0.25 s)
+        after its shutdown began: each BRPOP blocked in Redis meanwhile is ended as its
+        timeout would end it (CLIENT UNBLOCK: nothing popped), a moment sooner."""
+        deadline = time.monotonic() + grace_s
+        with contextlib.closing(redis.Redis.from_url(self.broker_url)) as client:
+            while True:
+                with contextlib.suppress(redis.RedisError):
+                    for blocked in client.client_list():
+                        if blocked.get("cmd") == "brpop" and "b" in blocked.get("flags", ""):
+                            client.client_unblock(int(blocked["id"]))
+                try:
+                    proc.wait(timeout=_UNBLOCK_EVERY_S)
+                    return
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        return
 
 
 def worker_command(
     concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
 ) -> list[str]:
     """The worker every mode starts (worker/__main__.py): prefork, task events on."""
-    command = [
-        sys.executable,
-        # Not the current folder first on sys.path (-P: this interpreter's only, the
-        # agents keep the default): a user's project with a `core/` or `worker/` package
-        # of its own would stand in for evalfleet's.
-        "-P",
-        "-m",
-        "worker",
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        loglevel,
-        "--queues",
-        ",".join(queues),
-    ]
+    return [*WORKER_MODULE, *worker_args(concurrency, queues, hostname, loglevel)]
+
+
+def worker_args(
+    concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
+) -> list[str]:
+    args = ["--concurrency", str(concurrency), "--loglevel", loglevel, "--queues", ",".join(queues)]
     if hostname:
-        command += ["--hostname", hostname]
-    return command
+        args += ["--hostname", hostname]
+    return args

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -16,11 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from core.results import RunStatus
 from core.store import Store
 from scheduler.embedded import redis_server_binary
-from tests.conftest import QUEUE, run_cli
+from tests.conftest import QUEUE, _own_unacked, run_cli
 from tests.experiments import command_matrix
 from tests.fleet import Service, cli_worker, executable, free_port, services, wait_until
 from tests.test_distributed import alive
@@ -297,3 +299,38 @@ def test_two_workers_on_one_machine_get_distinct_node_names_by_default(
         wait_until(both_answer, "both workers answering a ping under their own names")
         for worker in fleet:
             assert "DuplicateNodenameWarning" not in worker.output()
+
+
+def _logged_at(log: str, text: str) -> float:
+    """When the worker's log first says `text`: seconds of the day, from Celery's stamp
+    ([2026-01-02 03:04:05,678: LEVEL/Process] text)."""
+    line = next(line for line in log.splitlines() if text in line)
+    stamp = re.match(r"\[\S+ (\d+):(\d+):(\d+),(\d+):", line)
+    assert stamp is not None, line
+    hours, minutes, seconds, millis = (int(part) for part in stamp.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def test_a_worker_leaving_after_its_runs_stops_its_pool_at_once(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """The pool of a worker with nothing left to do stops as soon as its processes have
+    left (worker/prefork.py): Celery's timer thread slept 0.5 s past the join, each pool
+    process 0.2-1 s past its exit message."""
+    client = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
+    with services() as fleet:
+        worker = cli_worker(
+            fleet_env, tmp_path / "worker.log", "--concurrency", "2", "--loglevel", "DEBUG"
+        )
+        fleet.append(worker)
+        exp_id = _submit(command_matrix(tmp_path, "touch out.txt", runs=2), fleet_env)
+        wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=90)
+        # The aggregation acknowledged too: the report is stored before it returns.
+        wait_until(lambda: not _own_unacked(client), "every message acknowledged")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, worker.output()[-3000:]
+    log = worker.output()
+    stopping = _logged_at(log, "Worker: Stopping Pool...")
+    stopped = _logged_at(log, "Worker: Stopping Hub...")  # the step after the pool's
+    assert stopped - stopping < 0.4, log[-3000:]
+    assert "exited with" not in log  # no pool process was lost on the way out

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
 import sys
 
@@ -50,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
         worker = app.Worker(
             hostname=host_format(default_nodename(args.hostname)),
-            pool_cls="prefork",
             concurrency=args.concurrency,
             queues=args.queues.split(","),
             loglevel=mlevel(args.loglevel.upper()),
@@ -68,8 +68,39 @@ def main(argv: list[str] | None = None) -> int:
     return int(worker.exitcode or 0)
 
 
+def standby() -> list[str] | None:
+    """`python -m worker --standby` (scheduler/standby.py): the worker's code imported
+    first, then its arguments, environment and log file read from stdin, as one JSON
+    line. None when stdin ends first: the CLI did not need this worker."""
+    # The bulk of a worker's start: Celery's app, worker program and prefork pool,
+    # kombu, evalfleet's tasks and models. The app itself is built once the broker is
+    # known (worker/app.py).
+    import celery.apps.worker  # noqa: F401
+    import kombu.transport.redis  # noqa: F401
+
+    import worker.celery_app
+    import worker.tasks  # noqa: F401
+
+    line = sys.stdin.readline()
+    if not line:
+        return None
+    order = json.loads(line)
+    os.environ.clear()
+    os.environ.update(order["env"])
+    log = os.open(order["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for stream in (1, 2):
+        os.dup2(log, stream)
+    os.close(log)
+    return list(order["argv"])
+
+
 if __name__ == "__main__":
-    code = main()
+    argv: list[str] | None = sys.argv[1:]
+    if argv == ["--standby"]:
+        argv = standby()
+        if argv is None:
+            os._exit(0)
+    code = main(argv)
     atexit._run_exitfuncs()  # logging's flush among them
     sys.stdout.flush()
     sys.stderr.flush()

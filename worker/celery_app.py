@@ -16,7 +16,7 @@ from celery import Celery, signals
 
 from core.keys import key_prefix
 from core.settings import ENV_BROKER
-from worker import environ, grace, idle, kombu_guard, pool_exit, recovery
+from worker import environ, grace, idle, kombu_guard, prefork, recovery
 from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s
 
 
@@ -67,11 +67,13 @@ def create_app(
         },
         task_default_queue=default_queue,
         worker_hijack_root_logger=False,
+        # Celery's prefork pool, stopped without its fixed sleeps (worker/prefork.py).
+        worker_pool=prefork.NAME,
     )
     idle.register(app)
     grace.register(app)
     recovery.register(app)
-    pool_exit.register()
+    prefork.register()
     return app
 
 
