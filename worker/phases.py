@@ -2,25 +2,31 @@
 
 Flower shows the latest event of a task as its state (AGENT, GATES, JUDGE).
 Not `update_state`: that would leave a result key per run in Redis, which run
-tasks avoid (they ignore their result). Each event is a Redis PUBLISH that
-keeps a run waiting about half a millisecond on a busy machine, so a run hands
-its events to one sender thread per process and goes on; they keep their
-order. Best effort: an event that cannot be sent (Redis away) is dropped, never
-the run's problem. Flower ranks SUCCESS above these states, so one that
-arrives after the task's end does not hide it.
+tasks avoid (they ignore their result). A run hands its events to one sender
+thread per process and goes on; they keep their order. The sender waits
+LINGER_S after an event for the ones that follow it and publishes them together
+as one `task.multi` message, as the worker's own task events travel: a quick
+run's three phases cost one publish, not three (each woke the sender and took
+the GIL from the run: 10% of a 2-slot fleet's throughput of no-op runs), and a
+phase reaches Flower at most LINGER_S late. Best effort: an event that cannot be
+sent (Redis away) is dropped, never the run's problem. Flower ranks SUCCESS above
+these states, so one that arrives after the task's end does not hide it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from functools import cache
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any
 
 from celery import Celery
 
 log = logging.getLogger(__name__)
+
+LINGER_S = 0.05
 
 
 class PhaseEvents:
@@ -38,14 +44,25 @@ class PhaseEvents:
 
     def _send_all(self) -> None:
         dispatcher = self.app.events.Dispatcher(
-            self.app.connection_for_write(), hostname=self.hostname, enabled=True
+            self.app.connection_for_write(),
+            hostname=self.hostname,
+            enabled=True,
+            buffer_group=["task"],  # held until flush: one task.multi message
         )
         while True:
-            event = self.pending.get()
+            batch = [self.pending.get()]
+            time.sleep(LINGER_S)
             try:
-                dispatcher.send(event.pop("type"), retry=False, **event)
-            except Exception as exc:  # a phase shown late or not at all
-                log.debug("phase event not sent: %s", exc)
+                while True:
+                    batch.append(self.pending.get_nowait())
+            except Empty:
+                pass
+            try:
+                for event in batch:
+                    dispatcher.send(event.pop("type"), retry=False, **event)
+                dispatcher.flush()
+            except Exception as exc:  # phases shown late or not at all
+                log.debug("phase events not sent: %s", exc)
 
 
 @cache
