@@ -166,3 +166,38 @@ def test_runs_found_nowhere_for_long_enough_are_claimed_once(store: Store) -> No
     # a is no longer reported (sent again) and b is tracked anew.
     assert store.redis.hkeys(store.keys.unaccounted(exp)) == [b.run_id]
     assert store.unfinished_runs(exp) == {a.run_id, b.run_id, c.run_id}
+
+
+def test_held_leases_are_renewed_while_held_and_never_after(store: Store) -> None:
+    """worker/lease.py: one heartbeat thread a process renews every held lease (two at
+    once here, as threads); once a block ends its lease is left alone, so the longer
+    lease a retry's wait takes is not cut short by a late renewal."""
+    import threading
+
+    from worker.lease import Lease
+
+    spec, other, _ = _experiment(store)
+    exp = spec.experiment_id
+    leases = [Lease(store, s, 0.6) for s in (spec, other)]
+    for lease in leases:
+        store.leases.take(exp, lease.spec.run_id, lease.holder, lease.seconds)
+
+    def expiry(run_id: str) -> float:
+        return float(store.redis.hget(store.keys.leases(exp), run_id).split(" ")[0])
+
+    def hold(lease: Lease, seconds: float) -> None:
+        with lease.held():
+            time.sleep(seconds)
+
+    threads = [threading.Thread(target=hold, args=(lease, 1.5)) for lease in leases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # 1.5 s held with 0.6 s leases: alive only if renewed along the way.
+    assert store.leases.live(exp) == {spec.run_id, other.run_id}
+    leases[0].hold_through(30)  # a retry's wait, just after the block
+    kept = expiry(spec.run_id)
+    time.sleep(0.5)  # more than a renewal's interval (0.2 s)
+    assert expiry(spec.run_id) == kept
+    assert expiry(other.run_id) < time.time() + 0.2  # lapsing: nobody renews it now
