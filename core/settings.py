@@ -46,6 +46,8 @@ NUMBERS: dict[str, tuple[float, Kind]] = {
     "EVALFLEET_SWEEP_S": (10, "interval"),  # seconds between a worker's recovery sweeps
     "EVALFLEET_OUTAGE_BACKOFF_S": (30, "wait"),  # the first wait after a provider outage
     "EVALFLEET_SHUTDOWN_GRACE": (30, "wait"),  # seconds a leaving worker lets its runs finish
+    # How long a worker holds task events to publish them together (Flower is that late).
+    "EVALFLEET_EVENTS_LINGER_S": (0.05, "wait"),
 }
 
 

@@ -16,7 +16,7 @@ from celery import Celery, signals
 
 from core.keys import key_prefix
 from core.settings import ENV_BROKER
-from worker import environ, grace, idle, kombu_guard, prefork, recovery
+from worker import environ, grace, idle, kombu_guard, prefork, recovery, task_events
 from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s
 
 
@@ -73,6 +73,7 @@ def create_app(
     idle.register(app)
     grace.register(app)
     recovery.register(app)
+    task_events.register(app)
     prefork.register()
     return app
 

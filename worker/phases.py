@@ -3,14 +3,15 @@
 Flower shows the latest event of a task as its state (AGENT, GATES, JUDGE).
 Not `update_state`: that would leave a result key per run in Redis, which run
 tasks avoid (they ignore their result). A run hands its events to one sender
-thread per process and goes on; they keep their order. The sender waits
-LINGER_S after an event for the ones that follow it and publishes them together
-as one `task.multi` message, as the worker's own task events travel: a quick
-run's three phases cost one publish, not three (each woke the sender and took
-the GIL from the run: 10% of a 2-slot fleet's throughput of no-op runs), and a
-phase reaches Flower at most LINGER_S late. Best effort: an event that cannot be
-sent (Redis away) is dropped, never the run's problem. Flower ranks SUCCESS above
-these states, so one that arrives after the task's end does not hide it.
+thread per process and goes on; they keep their order. The sender waits the
+linger (EVALFLEET_EVENTS_LINGER_S, default 0.05 s) after an event for the ones
+that follow it and publishes them together as one `task.multi` message, as the
+worker's own task events travel (worker/task_events.py): a quick run's three
+phases cost one publish, not three that each woke the sender and took the GIL
+from the run (10% of a 2-slot fleet's throughput of no-op runs), and a phase
+reaches Flower at most the linger late. Best effort: an event that cannot be
+sent (Redis away) is dropped, never the run's problem. Flower ranks SUCCESS
+above these states, so one that arrives after the task's end does not hide it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,15 @@ from typing import Any
 
 from celery import Celery
 
+from core.settings import setting
+
 log = logging.getLogger(__name__)
 
-LINGER_S = 0.05
+ENV_LINGER_S = "EVALFLEET_EVENTS_LINGER_S"
+
+
+def linger_s() -> float:
+    return setting(ENV_LINGER_S)
 
 
 class PhaseEvents:
@@ -37,6 +44,7 @@ class PhaseEvents:
         self.app = app
         self.hostname = hostname
         self.pending: SimpleQueue[dict[str, Any]] = SimpleQueue()
+        self.linger_s = linger_s()
         threading.Thread(target=self._send_all, name="phase-events", daemon=True).start()
 
     def send(self, task_id: str, phase: str, **fields: Any) -> None:
@@ -51,7 +59,7 @@ class PhaseEvents:
         )
         while True:
             batch = [self.pending.get()]
-            time.sleep(LINGER_S)
+            time.sleep(self.linger_s)
             try:
                 while True:
                     batch.append(self.pending.get_nowait())
