@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from core.store import Store
-from tests.conftest import SESSION, StartWorker, run_cli
+from tests.conftest import QUEUE, SESSION, StartWorker, run_cli
 from tests.experiments import command_matrix
 from tests.fleet import wait_until
 from worker.celery_app import create_app
@@ -66,13 +66,21 @@ def test_a_workers_task_events_travel_together_and_its_last_leave_with_it(
     """worker/task_events.py: received/started/succeeded of a worker's runs go out
     batched, every run's all three, and what is buffered when the worker stops is
     published as it stops. The linger (60 s) outlasts the test: only the stop can
-    have published them, and its message is the only one."""
+    have published them, and its message is the only one. A queue of its own: the
+    session's may hold other tests' leftovers, whose events would fill the buffer."""
+    queue = f"{QUEUE}-events"  # under the session's name: the conftest removes it
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
     pubsub = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
     pubsub.psubscribe("*celeryev/task.*")
     try:
-        worker = start_worker({"EVALFLEET_EVENTS_LINGER_S": "60"}, concurrency=1, name="evt")
+        worker = start_worker(
+            {"EVALFLEET_EVENTS_LINGER_S": "60", "EVALFLEET_QUEUE": queue},
+            concurrency=1,
+            name="evt",
+            queues=queue,
+        )
         matrix = command_matrix(tmp_path, "touch out.txt", runs=3)
-        submitted = run_cli("submit", str(matrix), env=fleet_env)
+        submitted = run_cli("submit", str(matrix), env=env)
         assert submitted.returncode == 0, submitted.stderr
         exp_id = submitted.stdout.strip()
         wait_until(lambda: store.report(exp_id), "the report", timeout=60)
