@@ -12,10 +12,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
@@ -425,8 +427,9 @@ def submit(
 
             total = start(app, store, matrix, exp_id, bundle)
             if local_workers is None:
-                # Machine-readable output is one JSON document on stdout: the id goes aside.
-                click.echo(exp_id, err=fmt == "json")
+                # Machine-readable output is the report alone on stdout: the id goes aside.
+                aside = fmt == "json" or (wait and fmt in ("csv", "html"))
+                click.echo(exp_id, err=aside)
             else:
                 err.print(f"experiment {exp_id}: {total} runs on {local_workers} local workers")
 
@@ -455,7 +458,15 @@ def _drive(
         app = _app(url)
         send_runs(app, None)
         if wait:
-            _follow_and_print(app, store, exp_id, fmt, nonfinite)
+            try:
+                _follow_and_print(app, store, exp_id, fmt, nonfinite)
+            except KeyboardInterrupt:
+                err.print(
+                    f"\nstopped following; the fleet goes on running it: `scheduler status "
+                    f"{exp_id}` follows it, `scheduler cancel {exp_id}` stops it",
+                    soft_wrap=True,
+                )
+                sys.exit(130)
         return
     concurrency = workers or os.cpu_count() or 1
     with LocalWorkers(url, concurrency, _queues(matrix)) as local:
@@ -466,7 +477,12 @@ def _drive(
             send_runs(app, concurrency)
             _follow_and_print(app, store, exp_id, fmt, nonfinite, local)
         except KeyboardInterrupt:
-            err.print(f"\ninterrupted; finish it later with `scheduler resume {exp_id}`")
+            err.print(
+                f"\ninterrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
+                f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "
+                "would run them first)",
+                soft_wrap=True,
+            )
             sys.exit(130)
 
 
@@ -1491,10 +1507,20 @@ def worker(
     os.execvpe(command[0], command, {**os.environ, "EVALFLEET_BROKER_URL": url})
 
 
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def run() -> NoReturn:
     """The `scheduler` console script: `main`, then an exit without the interpreter's
     teardown of Celery's, pydantic's and rich's objects, 0.1-0.3 s of CPU after
-    every command had finished. Exit handlers (logging's flush) still run."""
+    every command had finished. Exit handlers (logging's flush) still run.
+
+    TERM (a cancelled CI job, `kill`) and HUP (a closed terminal) stop a command as
+    Ctrl-C does: an embedded experiment's workers and Redis run in sessions of their
+    own, out of the signal's reach, and only the CLI's own clean-up stops them."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupted)
     try:
         main()
         code: object = 0

@@ -66,9 +66,12 @@ def test_commands_without_a_store_say_what_to_do(
     assert "pass --broker URL or run `scheduler submit` here first" in result.stderr
 
 
-def test_ctrl_c_stops_the_redis_and_workers_it_started(
-    embedded_env: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_or_a_kill_stops_the_redis_and_workers_it_started(
+    embedded_env: dict[str, str], tmp_path: Path, signum: signal.Signals
 ) -> None:
+    """Ctrl-C, a cancelled CI job (TERM), a closed terminal (HUP): the workers and the
+    Redis run in sessions of their own, so the CLI must stop them itself."""
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text("""
 name: slow
@@ -85,10 +88,10 @@ scenarios: [{id: s, prompt: wait}]
     # Interrupt once a run is under way.
     wait_until(lambda: "evalfleet.run" in _read(worker_log), "a run under way")
     redis_pid = json.loads(state.read_text())["pid"]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert "scheduler resume" in stderr
+    assert "scheduler resume" in stderr and "scheduler cancel" in stderr
     assert not alive(redis_pid)
     assert not state.exists()
     assert _processes_with(f"{marker}=1") == []

@@ -238,3 +238,25 @@ def test_status_says_when_no_worker_takes_the_experiments_runs(
     wait_until(lambda: store.report(exp_id), "the report once a worker takes the runs")
     done = run_cli("status", exp_id, env=fleet_env)
     assert "complete" in done.stdout and "no worker" not in done.stderr
+
+
+def test_a_waited_csv_submit_prints_rows_only_and_the_id_aside(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """`submit --broker ... --wait --format csv` is piped into csv readers: the
+    experiment id goes to stderr, not above the header."""
+    start_worker(concurrency=2)
+    matrix = command_matrix(tmp_path, "touch out.txt", runs=2)
+    result = run_cli("submit", str(matrix), "--wait", "--format", "csv", env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["tier"], r["scenario"], r["passes"]) for r in rows] == [
+        ("T0", "", "2"),
+        ("T0", "s", "2"),
+    ]
+    exp_id = result.stderr.strip().splitlines()[0]
+    assert exp_id.startswith("t-") and exp_id not in result.stdout
+    # Without --wait the id is all there is to print: on stdout, for $(...).
+    quiet = run_cli("submit", str(matrix), "--format", "csv", env=fleet_env)
+    assert quiet.returncode == 0 and quiet.stdout.strip().startswith("t-"), quiet.stderr
+    wait_until(lambda: store.report(quiet.stdout.strip()), "its runs done")  # no leftovers
