@@ -1529,6 +1529,9 @@ def run() -> NoReturn:
     except SettingError as exc:  # read where used: any command may meet one
         err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         code = USAGE_ERROR
+    except KeyboardInterrupt:  # before a command could say more (while importing)
+        print("\ninterrupted", file=sys.stderr)
+        code = 130
     if isinstance(code, str):  # what sys.exit would print
         print(code, file=sys.stderr)
     status = code if isinstance(code, int) else int(code is not None)
