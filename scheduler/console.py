@@ -10,7 +10,10 @@ from scheduler import standby
 
 
 def run() -> NoReturn:
-    standby.prestart(sys.argv[1:])
-    from scheduler.cli import run as cli_run
-
+    try:
+        standby.prestart(sys.argv[1:])
+        from scheduler.cli import run as cli_run
+    except KeyboardInterrupt:  # while importing: one line, not a traceback (a standby
+        print("\ninterrupted", file=sys.stderr)  # worker leaves when its stdin closes)
+        sys.exit(130)
     cli_run()
