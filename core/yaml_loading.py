@@ -126,9 +126,15 @@ def _problem(path: Path, root: yaml.Node | None, err: Any) -> ConfigProblem:
 
 
 def _is_union_tag(part: Any) -> bool:
-    # Discriminated unions add the tag ("command_succeeds") and function-wrapper
-    # names to the location; they are not keys in the file.
-    return isinstance(part, str) and (part.startswith("function-") or part in _GATE_TAGS)
+    # Discriminated unions add the tag ("command_succeeds", a run count's "count") and
+    # function-wrapper names to the location; they are not keys in the file (no model
+    # has a field of those names).
+    return isinstance(part, str) and (
+        part.startswith("function-") or part in _GATE_TAGS or part in _RUNS_TAGS
+    )
+
+
+_RUNS_TAGS = {"count", "adaptive"}  # core/config.py RunsPerTier
 
 
 _GATE_TAGS = {

@@ -123,6 +123,8 @@ BAD = [
     ("runs_per_tier: 3", "runs_per_tier: 3\nbaseline: T9", ["baseline 'T9' is not a tier"]),
     ("model: gpt-4o-mini", "model: claude-sonnet-4", ["allow_self_judge"]),
     ("runs_per_tier: 3", "runs_per_tier: .nan", ["runs_per_tier"]),
+    # The union's tag ("count") is no key of the file: not in the path.
+    ("runs_per_tier: 3", "runs_per_tier: 0", ["matrix.yaml:3:16: runs_per_tier: Input should be"]),
     ('command: "echo hi", ', "", ["needs `command`"]),
 ]
 
