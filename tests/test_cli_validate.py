@@ -124,7 +124,7 @@ BAD = [
     ("model: gpt-4o-mini", "model: claude-sonnet-4", ["allow_self_judge"]),
     ("runs_per_tier: 3", "runs_per_tier: .nan", ["runs_per_tier"]),
     # The union's tag ("count") is no key of the file: not in the path.
-    ("runs_per_tier: 3", "runs_per_tier: 0", ["matrix.yaml:3:16: runs_per_tier: Input should be"]),
+    ("runs_per_tier: 3", "runs_per_tier: 0", ["matrix.yaml:2:16: runs_per_tier: Input should be"]),
     ('command: "echo hi", ', "", ["needs `command`"]),
 ]
 
