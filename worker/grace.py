@@ -29,6 +29,7 @@ from celery import Celery, bootsteps, signals
 from celery.worker import state
 
 from core.settings import NUMBERS, setting
+from worker.sending import RUN_TASK
 
 ENV_GRACE_S = "EVALFLEET_SHUTDOWN_GRACE"
 
@@ -122,16 +123,26 @@ class Grace(bootsteps.StartStopStep):
         signals.worker_shutting_down.connect(self._forward, weak=False)
 
     def _forward(self, **_: Any) -> None:
-        """In the parent's SIGTERM/SIGINT handler: tell the pool processes running a run.
-
-        Idle ones are left to exit with the pool (signalled, they would die and
-        log an error). A run sent to a pool process that has not yet reported
-        starting it has no pid here; then every pool process is told.
-        """
-        pids = {request.worker_pid for request in list(state.reserved_requests)}
-        if None in pids:
-            pool = getattr(self.worker, "pool", None)
-            pids = set(pool.info.get("processes", [])) if pool is not None else set()
-        for pid in pids - {None}:
+        """In the parent's SIGTERM/SIGINT handler: tell the pool processes running a run."""
+        pool = getattr(self.worker, "pool", None)
+        processes = pool.info.get("processes", []) if pool is not None else []
+        for pid in to_tell(list(state.reserved_requests), processes):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+
+
+def to_tell(requests: list[Any], processes: list[int]) -> set[int]:
+    """The pool processes to tell that the worker leaves: those running a run.
+
+    Idle ones are left to exit with the pool (signalled, they would die and log an
+    error), and so are those running another task (an aggregation, a rejudge): one
+    has no grace to hand back in, and signalled it would die and be redelivered; the
+    warm shutdown waits for it. A run sent to a pool process that has not yet
+    reported starting it has no pid here; then every pool process not known to run
+    another task is told."""
+    runs = [r for r in requests if r.name == RUN_TASK]
+    others = {r.worker_pid for r in requests if r.name != RUN_TASK} - {None}
+    pids = {r.worker_pid for r in runs}
+    if None in pids:
+        pids = set(processes) - others
+    return pids - {None}
