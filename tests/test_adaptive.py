@@ -157,13 +157,13 @@ scenarios: [{{id: s, prompt: go}}]
     [
         (
             "runs_per_tier: {min: 8, max: 4, until: {decided: true}}",
-            "matrix.yaml:2:16: runs_per_tier.adaptive: min (8) must not be above max (4)",
+            "matrix.yaml:2:16: runs_per_tier: min (8) must not be above max (4)",
         ),
         (
             "runs_per_tier: {min: 2, max: 4, until: {}}",
-            "runs_per_tier.adaptive.until: `until` needs `width: W` or `decided: true`",
+            "runs_per_tier.until: `until` needs `width: W` or `decided: true`",
         ),
-        ("runs_per_tier: 0", "matrix.yaml:2:16: runs_per_tier.count: Input should be greater"),
+        ("runs_per_tier: 0", "matrix.yaml:2:16: runs_per_tier: Input should be greater"),
         ("budget: {prior_usd: 1}", "matrix.yaml:2:9: budget: `budget` needs `agent_usd`"),
         ("budget: {agent_usd: -3}", "budget.agent_usd: Input should be greater than 0"),
     ],
