@@ -48,15 +48,17 @@ def _without_ids(raw: str) -> dict:
 def test_each_run_gets_the_message_celery_would_send(
     redis_url: str, store: Store, tmp_path: Path
 ) -> None:
-    app = create_app(redis_url, default_queue=QUEUE)
-    other = f"{QUEUE}-other"  # under the session's name: the conftest removes it
+    # Queues of its own, under the session's name (the conftest removes them): the
+    # session's may hold what other tests' workers sent again after them.
+    mine, other = f"{QUEUE}-dispatch", f"{QUEUE}-other"
+    app = create_app(redis_url, default_queue=mine)
     matrix = _matrix(tmp_path, other)
     exp_id = f"dispatch-{uuid.uuid4().hex[:8]}"
     store.create_experiment(experiment_info(matrix, exp_id, matrix.total_runs()), matrix)
     specs = list(plan(matrix, exp_id))
     send(app, store, matrix, exp_id, specs, len(specs), record=True)
 
-    ours = store.redis.lrange(QUEUE, 0, -1)[::-1] + store.redis.lrange(other, 0, -1)[::-1]
+    ours = store.redis.lrange(mine, 0, -1)[::-1] + store.redis.lrange(other, 0, -1)[::-1]
     assert len(ours) == 6  # oldest first: the order workers take them in
     messages = [json.loads(m) for m in ours]
     group = messages[0]["headers"]["group"]
@@ -67,7 +69,7 @@ def test_each_run_gets_the_message_celery_would_send(
     assert sorted(store.specs(exp_id), key=str) == sorted(specs, key=str)
 
     # Celery's own way, each message to the real Redis, for the same runs.
-    store.redis.delete(QUEUE, other)
+    store.redis.delete(mine, other)
     chord = _without_ids(ours[0])["body"][2]["chord"]  # the aggregate task, frozen in the group
     for index, spec in enumerate(specs):
         app.tasks[RUN_TASK].apply_async(
@@ -77,8 +79,8 @@ def test_each_run_gets_the_message_celery_would_send(
             chord=app.signature(chord),
             **run_options(matrix, spec),
         )
-    celerys = store.redis.lrange(QUEUE, 0, -1)[::-1] + store.redis.lrange(other, 0, -1)[::-1]
-    store.redis.delete(QUEUE, other)
+    celerys = store.redis.lrange(mine, 0, -1)[::-1] + store.redis.lrange(other, 0, -1)[::-1]
+    store.redis.delete(mine, other)
     assert [_without_ids(m) for m in ours] == [_without_ids(m) for m in celerys]
 
 
