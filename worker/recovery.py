@@ -93,8 +93,10 @@ def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
         if unaccounted is not None:  # None: not looked for this time, nothing learnt
             vanished = store.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
             resent += send_again(vanished, "its message vanished")
-    if info.finished_at is None and info.completed_runs >= info.total_runs:
-        finish_experiment(store, exp_id)
+    if info.completed_runs >= info.total_runs:
+        _next_scan.pop(exp_id, None)  # nothing left to look for: a worker sweeps for weeks
+        if info.finished_at is None:
+            finish_experiment(store, exp_id)
     return resent
 
 
