@@ -35,9 +35,9 @@ from pathlib import Path
 
 from support import ROOT, Fleet, private_fleet, show
 
-from core.config import Matrix
-from core.report_models import ExperimentInfo, ExperimentStatus
-from core.results import GateResult, RunResult, RunSpec, RunStatus
+from core.matrix.models import Matrix
+from core.results.report import ExperimentInfo, ExperimentStatus
+from core.results.run import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
 
 TIERS, SCENARIOS = ("T0", "T1"), ("s0", "s1")

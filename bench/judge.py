@@ -1,7 +1,7 @@
 """Judge throughput: N judge calls against a loopback stub answering after 50 ms.
 
-The stub is the test suite's OpenAI-compatible server (tests/llm_stub.py, a
-separate process); each call is a full `core.judge.judge_run`: prompt with a
+The stub is the test suite's OpenAI-compatible server (tests/support/llm_stub.py, a
+separate process); each call is a full `core.evaluation.judge.judge_run`: prompt with a
 transcript, HTTP, answer parsing and validation, weighted score. C calls are
 in flight at once (threads, as C worker processes would each judge one run);
 the ideal is N * 50 ms / C.
@@ -23,10 +23,10 @@ from pathlib import Path
 
 from support import ROOT, show
 
-from core.config import JudgeConfig, Rubric, ScenarioJudge
-from core.evidence import Excerpt, JudgeInputs
-from core.judge import judge_run
-from core.results import GateResult, JudgeResult
+from core.evaluation.judge import judge_run
+from core.evidence.models import Excerpt, JudgeInputs
+from core.matrix.models import JudgeConfig, Rubric, ScenarioJudge
+from core.results.run import GateResult, JudgeResult
 
 CRITERIA = {"correctness": 0.5, "completion": 0.3, "efficiency": 0.2}
 ANSWER = {
@@ -49,7 +49,7 @@ def start_stub(folder: Path, latency_s: float) -> tuple[subprocess.Popen[str], s
     stub = subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "tests" / "llm_stub.py"),
+            str(ROOT / "tests" / "support" / "llm_stub.py"),
             "--port",
             "0",
             "--script",

@@ -33,7 +33,7 @@ from support import (
     write_matrix,
 )
 
-from core.aggregate import aggregate
+from core.analysis.aggregate import aggregate
 from core.store import Store
 from worker.tasks import finish_experiment
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.bundle import collect
-from core.loading import load_matrix
+from core.files.bundle import collect
+from core.matrix.loading import load_matrix
 from core.store import Store
 from scheduler.dispatch import start
 from scheduler.embedded import EmbeddedRedis, LocalWorkers

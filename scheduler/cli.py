@@ -25,25 +25,26 @@ import click
 import redis
 from rich.console import Console
 
-from core.bundle import Bundle, BundleError, collect
-from core.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
-from core.config import Artifacts, Budget, Matrix, matrix_json_schema
-from core.evidence import RunRecord
-from core.loading import load_matrix
-from core.pricing import price_for
-from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
-from core.results import RunSpec, RunStatus
-from core.retention import (
+from core.analysis.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
+from core.broker_url import BrokerURLError, configured_broker
+from core.evidence.models import RunRecord
+from core.files.bundle import Bundle, BundleError, collect
+from core.matrix.loading import load_matrix
+from core.matrix.models import Artifacts, Budget, Matrix, matrix_json_schema
+from core.matrix.yaml_model import ConfigError
+from core.metrics.pricing import price_for
+from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
+from core.results.run import RunSpec, RunStatus
+from core.settings import SettingError
+from core.stats.significance import CORRECTIONS, Correction
+from core.store.retention import (
     Deleted,
     created_before,
     delete_experiment,
     experiment_keys,
     stored_bytes,
 )
-from core.settings import BrokerURLError, SettingError, configured_broker
-from core.significance import CORRECTIONS, Correction
-from core.store import ExperimentNotFound, Store
-from core.yaml_loading import ConfigError
+from core.store.store import ExperimentNotFound, Store
 from scheduler.embedded import EmbeddedError, EmbeddedRedis, LocalWorkers, worker_command
 from scheduler.plan import PlanTooLarge, check_size, describe_runs, new_experiment_id
 from scheduler.report.render import (
@@ -1121,7 +1122,7 @@ def rejudge(
       scheduler rejudge EXP --rubric rubrics/strict.yaml --broker redis://host:6379/0 --wait
       scheduler report EXP --version 1                      # the original again
     """
-    from core.config import load_rubric
+    from core.matrix.models import load_rubric
 
     if judge_model is not None and not judge_model.strip():
         fail("--judge-model is empty: give the judge model's name, e.g. --judge-model gpt-4o")
@@ -1249,7 +1250,7 @@ def _judge_again(
 ) -> None:
     """What rejudge and rescore share: a new version, sent through the fleet (embedded:
     local workers), followed to its report unless a shared broker without --wait."""
-    from core.rejudge import RejudgePlan
+    from core.evaluation.rejudge import RejudgePlan
     from scheduler.follow import WorkersDied
     from scheduler.rejudge import follow_version, send_rejudge
 

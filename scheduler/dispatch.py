@@ -18,7 +18,7 @@ Redis result backend, without the per-task costs that make that call take
   kombu's in-memory transport; every run's message is that one with its own
   ids, index and arguments, pushed in pipelines of LPUSHes as kombu's Redis
   transport pushes it. Celery's and kombu's own path costs ~0.3 ms a message
-  (6,000 runs/s); this one ~0.03 ms. tests/test_dispatch.py holds the two
+  (6,000 runs/s); this one ~0.03 ms. tests/integration/test_dispatch.py holds the two
   messages equal, ids aside.
 """
 
@@ -35,11 +35,10 @@ from celery.utils import uuid
 from kombu import Connection
 from kombu.utils import json
 
-from core import keys
-from core.bundle import Bundle
-from core.config import Matrix
-from core.results import RunSpec
-from core.store import Store
+from core.files.bundle import Bundle
+from core.matrix.models import Matrix
+from core.results.run import RunSpec
+from core.store import Store, keys
 from scheduler.plan import experiment_info, plan
 from worker.sending import AGGREGATE_TASK, RUN_TASK, run_options, run_queues
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from core.shell import kill_group
+from core.evaluation.shell import kill_group
 from scheduler import standby
 from scheduler.standby import WORKER_MODULE
 from worker.broker import EMBEDDED_STATE, STATE_DIR, running_embedded_broker

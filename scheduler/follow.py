@@ -26,7 +26,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from core.report_models import ExperimentStatus
+from core.results.report import ExperimentStatus
 from core.store import Store
 from worker.recovery import BROKER_DOWN, recover
 

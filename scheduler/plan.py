@@ -9,9 +9,9 @@ import secrets
 import time
 from collections.abc import Iterator
 
-from core.config import Matrix
-from core.report_models import ExperimentInfo, ExperimentStatus
-from core.results import RunSpec, cell_specs
+from core.matrix.models import Matrix
+from core.results.report import ExperimentInfo, ExperimentStatus
+from core.results.run import RunSpec, cell_specs
 from core.settings import setting
 
 # The most runs one experiment may have. Submitting streams runs to the broker in

@@ -15,9 +15,9 @@ from celery.utils import uuid
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from core.config import Matrix
-from core.rejudge import RejudgePlan
-from core.report_models import ExperimentReport
+from core.evaluation.rejudge import RejudgePlan
+from core.matrix.models import Matrix
+from core.results.report import ExperimentReport
 from core.store import Store
 from scheduler.follow import Workers, WorkersDied
 from worker.sending import AGGREGATE_VERSION_TASK, REJUDGE_TASK, task_options

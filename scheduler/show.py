@@ -3,7 +3,7 @@ its outcome and why, then its gates (command, exit code, output), the judge's
 scores and reasons, a compact transcript (LLM calls with tokens, tool calls with
 exit codes, messages), the tails of stdout and stderr, and every delivery.
 
-Everything shown comes from the stored RunResult and RunEvidence (core/evidence.py);
+Everything shown comes from the stored RunResult and RunEvidence (core/evidence/models.py);
 the agent's own text is printed as text, never read as rich markup.
 """
 
@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from core.evidence import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
-from core.results import GateResult, JudgeResult, RunResult
+from core.evidence.models import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
+from core.results.run import GateResult, JudgeResult, RunResult
 
 # Lines of a text shown in the terminal (the whole stored text: --json).
 TAIL_LINES = 40

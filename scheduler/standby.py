@@ -27,7 +27,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-# core.settings.ENV_BROKER, named here so as not to import redis first.
+# core.broker_url.ENV_BROKER, named here so as not to import redis first.
 _ENV_BROKER = "EVALFLEET_BROKER_URL"
 _COMMANDS = {"submit", "resume"}  # those that start local workers as they begin (cli._drive)
 

@@ -28,13 +28,14 @@ from typing import Any
 import pytest
 import redis
 
-from core import keys
-from core.shell import kill_group
-from core.store import Store
+from core.evaluation.shell import kill_group
+from core.store import Store, keys
 from scheduler.embedded import worker_command
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+FIXTURES = ROOT / "tests" / "fixtures"
+SUPPORT = ROOT / "tests" / "support"
 # Test modules import this file as `tests.conftest` while pytest loads it as
 # `conftest`: both must agree on the session's names.
 SESSION = os.environ.setdefault("EVALFLEET_TEST_SESSION", uuid.uuid4().hex[:8])

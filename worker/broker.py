@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from core.settings import configured_broker
+from core.broker_url import configured_broker
 
 STATE_DIR = Path(".evalfleet")
 EMBEDDED_STATE = "redis.json"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from celery import Celery, signals
 
-from core.keys import key_prefix
-from core.settings import ENV_BROKER
+from core.broker_url import ENV_BROKER
+from core.store.keys import key_prefix
 from worker import environ, grace, idle, kombu_guard, prefork, recovery, task_events
 from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s
 

@@ -26,7 +26,7 @@ anonymous volumes included, when its run ends, and `sweep_orphans` (at worker
 start and in every recovery sweep) removes those whose worker process died.
 
 The engine is driven through the `docker` CLI, not the Docker SDK for Python:
-the agent and the gates then go through core.shell like every other command
+the agent and the gates then go through core.evaluation.shell like every other command
 (its timeout, process-group kill and output cap), workers need no extra Python
 dependency (nor its version skew with the engine), DOCKER_HOST and docker
 contexts work as the user configured them for the CLI, and every step is a
@@ -51,8 +51,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.config import AgentConfig, DockerSandbox
-from core.gates import Enclosure
+from core.evaluation.gates import Enclosure
+from core.matrix.models import AgentConfig, DockerSandbox
 from worker.workspace import RunDir, SetupError
 
 log = logging.getLogger(__name__)

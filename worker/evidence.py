@@ -1,5 +1,5 @@
 """A run's evidence, stored once its result is (README, "Evidence"): redacted, cut
-to the matrix's caps (core/evidence_caps.py), with every delivery of the run (the
+to the matrix's caps (core/evidence/caps.py), with every delivery of the run (the
 record begin_delivery keeps, so one that died without a result shows too) and
 the seconds each phase took. In the artifacts folder when the matrix names one
 and this worker can write there, else in Redis.
@@ -16,11 +16,11 @@ import time
 
 import redis
 
-from core.config import Matrix
-from core.evidence import Attempt, RunEvidence
-from core.evidence_caps import bounded, minimal
-from core.results import RunResult, error_key
-from core.store import Delivery, Store
+from core.evidence.caps import bounded, minimal
+from core.evidence.models import Attempt, RunEvidence
+from core.matrix.models import Matrix
+from core.results.run import RunResult, error_key
+from core.store.store import Delivery, Store
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The experiment's files on this worker: its matrix, with every path leading to this
-machine's copy of the files shipped with it (core/bundle.py).
+machine's copy of the files shipped with it (core/files/bundle.py).
 
 The copy lives in the worker's cache (EVALFLEET_CACHE_DIR; by default beside the
 work folder, named after it plus `-files`, so the work folder keeps only run
@@ -14,8 +14,8 @@ import functools
 import os
 from pathlib import Path
 
-from core.bundle import materialise
-from core.config import Matrix
+from core.files.bundle import materialise
+from core.matrix.models import Matrix
 from core.store import Store
 from worker.workspace import work_root
 

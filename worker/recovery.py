@@ -47,12 +47,11 @@ from typing import Any
 from celery import Celery, bootsteps
 from pydantic import ValidationError
 
-from core import keys
-from core.config import Matrix
-from core.report_models import ExperimentInfo
-from core.results import RunSpec
+from core.matrix.models import Matrix
+from core.results.report import ExperimentInfo
+from core.results.run import RunSpec
 from core.settings import setting
-from core.store import Store
+from core.store import Store, keys
 from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
 from worker.sending import RUN_TASK, run_queues, run_signature

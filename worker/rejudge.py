@@ -9,13 +9,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from core.config import Matrix
-from core.gates import run_gates
-from core.redact import redact_record, secret_values
-from core.rejudge import RejudgePlan, rejudge_run
-from core.results import GateResult, RunResult, RunSpec, RunStatus
+from core.evaluation.gates import run_gates
+from core.evaluation.rejudge import RejudgePlan, rejudge_run
+from core.evidence.redact import redact_record, secret_values
+from core.files.archive import ArchivedWorkspace, unpack
+from core.matrix.models import Matrix
+from core.results.run import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
-from core.workspace_archive import ArchivedWorkspace, unpack
 from worker.files import local_matrix
 from worker.run import REDIS_DOWN, agent_env
 from worker.workspace import RunDir

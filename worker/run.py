@@ -11,7 +11,7 @@ Deliveries are counted in Redis and capped. While a delivery runs it holds the
 run's lease (worker/lease.py), so a run whose worker died is sent again
 within minutes (worker/recovery.py). Secrets are taken out of the result
 before it is stored. With a `budget:`, a run reserves its projected cost
-before it starts and settles it once its result is stored (core/ledger.py);
+before it starts and settles it once its result is stored (core/store/ledger.py);
 one that does not fit is recorded `not_run` without starting.
 
 A run that stores its result stores its evidence next (worker/evidence.py).
@@ -34,20 +34,20 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from core.bundle import BundleError
-from core.config import Matrix, WorkspaceArchive
-from core.evaluate import evaluate_run
-from core.evidence import RunEvidence
-from core.pricing import price_for
-from core.redact import redact, redact_record, secret_values
-from core.report_models import ExperimentStatus
-from core.results import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
+from core.evaluation.evaluate import evaluate_run
+from core.evaluation.shell import kill_groups_by_env, pid_mark
+from core.evidence.models import RunEvidence
+from core.evidence.redact import redact, redact_record, secret_values
+from core.files.archive import TooLarge, pack
+from core.files.bundle import BundleError
+from core.files.changes import snapshot
+from core.matrix.models import Matrix, WorkspaceArchive
+from core.metrics.pricing import price_for
+from core.results.report import ExperimentStatus
+from core.results.run import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
+from core.results.transcript import AgentOutcome, CommandRecord
 from core.settings import setting
-from core.shell import kill_groups_by_env, pid_mark
-from core.store import Delivery, Store
-from core.transcript_models import AgentOutcome, CommandRecord
-from core.workspace_archive import TooLarge, pack
-from core.workspace_changes import snapshot
+from core.store.store import Delivery, Store
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from core.config import Matrix
-from core.results import RunSpec
+from core.matrix.models import Matrix
+from core.results.run import RunSpec
 from core.settings import setting
 
 if TYPE_CHECKING:  # the CLI reads budgets and queues without importing Celery

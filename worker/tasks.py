@@ -1,4 +1,4 @@
-"""Celery tasks: a thin shell over worker.run and core.aggregate.
+"""Celery tasks: a thin shell over worker.run and core.analysis.aggregate.
 
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
@@ -20,12 +20,12 @@ from typing import Any
 from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore, Reject
 
-from core.aggregate import aggregate
-from core.config import Budget, Matrix
-from core.rejudge import RejudgePlan
-from core.report_models import ExperimentInfo, ExperimentReport, ExperimentStatus
-from core.results import RunResult, RunSpec
-from core.store import ExperimentNotFound, Store, gc_paused
+from core.analysis.aggregate import aggregate
+from core.evaluation.rejudge import RejudgePlan
+from core.matrix.models import Budget, Matrix
+from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
+from core.results.run import RunResult, RunSpec
+from core.store.store import ExperimentNotFound, Store, gc_paused
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.rejudge import rejudged

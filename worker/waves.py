@@ -4,7 +4,7 @@ when the last has finished.
 The first wave (every cell's `min` runs) goes out with the submit, as one chord. After
 that, a sweep (worker/recovery.py: the follower every second, every worker every
 EVALFLEET_SWEEP_S) that finds every run sent so far with a result asks the stopping
-rule (core/sequential.py) which cells have their answer; those close, and the
+rule (core/analysis/sequential.py) which cells have their answer; those close, and the
 experiment's total drops by the runs they will never have. The other cells get their
 next runs, least settled (widest interval) first, so that with a budget the runs
 that still fit go where the answer is least known. Claiming the wave is one Lua step
@@ -20,10 +20,10 @@ from collections import Counter
 
 from celery import Celery
 
-from core.config import Matrix
-from core.report_models import AdaptiveReport, CellStop
-from core.results import RunResult, cell_specs
-from core.sequential import PROCEDURE, Cell, CellRuns, next_wave
+from core.analysis.sequential import PROCEDURE, Cell, CellRuns, next_wave
+from core.matrix.models import Matrix
+from core.results.report import AdaptiveReport, CellStop
+from core.results.run import RunResult, cell_specs
 from core.store import Store
 from worker.sending import run_signature
 

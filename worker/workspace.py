@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from core.config import Scenario, Tier
-from core.shell import Watch, kill_groups_by_env, run_shell
+from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
+from core.matrix.models import Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
 # the delivery's folder name: what it left running is found by it.

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from core.formulas import with_cumulative_input
-from core.transcript_models import Transcript
+from core.metrics.formulas import with_cumulative_input
+from core.results.transcript import Transcript
 from core.transcripts.claude import parse_claude
 from core.transcripts.codex import parse_codex
 from core.transcripts.events import parse_events

@@ -43,7 +43,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from core.transcript_models import CommandRecord, LLMCallMetrics, Transcript
+from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
 from core.transcripts.jsonlines import JsonObject, count, read_json_lines, text
 
 FORMAT = "codex-exec-json"

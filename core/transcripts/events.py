@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.transcript_models import CommandRecord, ComponentTokens, LLMCallMetrics, Transcript
+from core.results.transcript import CommandRecord, ComponentTokens, LLMCallMetrics, Transcript
 from core.transcripts.jsonlines import JsonObject, read_json_lines
 
 FORMAT = "events-jsonl"

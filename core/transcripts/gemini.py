@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from core.transcript_models import CommandRecord, LLMCallMetrics, Transcript
+from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
 from core.transcripts.jsonlines import JsonObject, as_object, count, number, read_json_lines, text
 
 JSON_FORMAT = "gemini-json"

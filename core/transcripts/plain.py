@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from core.transcript_models import CommandRecord, Transcript
+from core.results.transcript import CommandRecord, Transcript
 
 FORMAT = "plain"
 _LOOKAHEAD = 20

@@ -8,7 +8,7 @@ and only the lines that are not JSON (interleaved stderr, warnings) are kept as
 
 from __future__ import annotations
 
-from core.transcript_models import CommandRecord, Transcript
+from core.results.transcript import CommandRecord, Transcript
 from core.transcripts import claude, codex, gemini, opencode
 from core.transcripts.jsonlines import read_json_lines
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.report_models import (
+from core.results.report import (
     Comparison,
     ExperimentComparison,
     ExperimentReport,

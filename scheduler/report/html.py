@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from html import escape
 
-from core.report_models import ExperimentReport, Interval, TierReport
+from core.results.report import ExperimentReport, Interval, TierReport
 from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
 from scheduler.report.runs import RUNS_STYLE, runs_section
 from scheduler.report.sections import (

@@ -17,10 +17,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from core.analysis import PASS_K
-from core.metrics import RUN_METRICS
-from core.report_models import Comparison, ExperimentComparison, ExperimentReport, Statistics
-from core.results import RunResult
+from core.analysis.group import PASS_K
+from core.metrics.catalog import RUN_METRICS
+from core.results.report import Comparison, ExperimentComparison, ExperimentReport, Statistics
+from core.results.run import RunResult
 from scheduler.report import sections
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report

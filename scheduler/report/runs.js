@@ -357,7 +357,7 @@
       el("ul", {className: "notes"}, evidence.cuts.map(c => el("li", {}, c)))];
   }
 
-  // A cut text marks the cut in itself (core/evidence_caps.py); its size says how much.
+  // A cut text marks the cut in itself (core/evidence/caps.py); its size says how much.
   function text(value) {
     return el("pre", {}, value.text);
   }

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from html import escape
 from importlib.resources import files
 
-from core.report_models import ExperimentReport
-from core.results import OUTCOMES, RunResult
+from core.results.report import ExperimentReport
+from core.results.run import OUTCOMES, RunResult
 from scheduler.report.sections import num
 
 COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration s", "judge score")

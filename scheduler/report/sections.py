@@ -10,10 +10,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from core.analysis import BOOTSTRAP_RESAMPLES, CONFIDENCE, PASS_K
-from core.comparison import ALPHA, POWER
-from core.metrics import INTERACTION_METRICS, RUN_METRICS
-from core.report_models import (
+from core.analysis.comparison import ALPHA, POWER
+from core.analysis.group import BOOTSTRAP_RESAMPLES, CONFIDENCE, PASS_K
+from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
+from core.results.report import (
     Comparison,
     Detectable,
     ExperimentComparison,
@@ -24,7 +24,7 @@ from core.report_models import (
     TierReport,
     Verdict,
 )
-from core.significance import wilson_interval
+from core.stats.significance import wilson_interval
 
 ALL = "(all)"
 # Distinct infrastructure errors named under the summary; the JSON has them all.
@@ -586,7 +586,7 @@ def within_noise_notes(report: ExperimentReport) -> list[str]:
 
 
 def judge_noise(report: ExperimentReport) -> Table | None:
-    """The judge's own noise beside the runs' spread, per tier (core/judge_noise.py);
+    """The judge's own noise beside the runs' spread, per tier (core/analysis/judge_noise.py);
     None when no run was judged."""
     summary = report.judge
     if summary is None:

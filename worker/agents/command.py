@@ -1,6 +1,6 @@
 """The `command` agent: the configured bash command, run in the workspace.
 
-Bounded like every command (core.shell: its process group killed at the
+Bounded like every command (core.evaluation.shell: its process group killed at the
 timeout, output capped) and, per the agent's config, in its workspace size
 (`max_workspace_mb`, checked while it runs and once after) and sandboxed
 (`sandbox: bwrap`, worker/sandbox.py; `sandbox: docker`, worker/docker_sandbox.py,
@@ -16,10 +16,10 @@ import shutil
 import time
 from collections.abc import Mapping
 
-from core.config import AgentConfig, Limits, ModelPrice
-from core.limits import crossed, spend_of
-from core.shell import run_shell
-from core.transcript_models import AgentOutcome
+from core.evaluation.shell import run_shell
+from core.matrix.models import AgentConfig, Limits, ModelPrice
+from core.metrics.limits import crossed, spend_of
+from core.results.transcript import AgentOutcome
 from core.transcripts import parse_transcript
 from worker.docker_sandbox import Container
 from worker.sandbox import sandbox_argv
@@ -78,7 +78,7 @@ def run_command_agent(
     started = time.time()
     missing = agent.cli is not None and agent.sandbox != "docker"
     if missing and shutil.which(agent.cli or "", path=env.get("PATH")) is None:
-        # An infrastructure error (core/evaluate.py): the worker lacks the CLI.
+        # An infrastructure error (core/evaluation/evaluate.py): the worker lacks the CLI.
         return AgentOutcome(
             error=f"agent CLI not found: {agent.cli} (preset {agent.preset}; not on the "
             "worker's PATH)",

@@ -3,7 +3,7 @@
 The tier gives the system prompt, skill files (appended to the system prompt),
 tools (`bash` or none) and `max_turns`. Each turn POSTs the conversation to
 `{base_url}/chat/completions`; every `bash` tool call runs in the workspace
-through `core.shell.run_shell` and its bounded output goes back to the model.
+through `core.evaluation.shell.run_shell` and its bounded output goes back to the model.
 
 How a run ends (the `AgentOutcome`):
 - the model answers without tool calls: exit code 0;
@@ -16,7 +16,7 @@ How a run ends (the `AgentOutcome`):
   `max_llm_calls`: checked before every call, so the loop stops within one call of
   the limit; exit code None, `stopped` and `limit` say which and at what figure;
 - HTTP or protocol errors: `error` set, exit code 1. The LLM calls go through
-  core/llm_http.py: 429/5xx and transport errors are retried twice (Retry-After
+  core/llm/client.py: 429/5xx and transport errors are retried twice (Retry-After
   honoured, else back-off with jitter), and a response body past its size cap
   is an error naming the cap.
 
@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from core.config import AgentConfig, Limits, ModelPrice
-from core.limits import crossed, spend_of
-from core.llm_http import Deadline, DeadlineExceeded, LLMError, LLMHttp, LLMReply
-from core.redact import redact as redact_secrets
-from core.shell import HeadTail, ShellResult, run_shell
-from core.transcript_models import AgentOutcome, ComponentType, LLMCallMetrics, Transcript
+from core.evaluation.shell import HeadTail, ShellResult, run_shell
+from core.evidence.redact import redact as redact_secrets
+from core.llm.client import Deadline, DeadlineExceeded, LLMError, LLMHttp, LLMReply
+from core.matrix.models import AgentConfig, Limits, ModelPrice
+from core.metrics.limits import crossed, spend_of
+from core.results.transcript import AgentOutcome, ComponentType, LLMCallMetrics, Transcript
 
 BASH_TOOL: dict[str, Any] = {
     "type": "function",

@@ -1,0 +1,289 @@
+"""RunResults -> ExperimentReport: statistics per tier and per tier x scenario,
+letter grades and the cross-tier comparison. Pure and deterministic: the same
+runs in any order give the same report, byte for byte.
+
+Infrastructure errors (`errors`), cancelled runs (`cancelled`) and runs the
+budget kept from starting (`not_run`) are counted apart and kept out of every
+statistic; timeouts and agent failures are real
+results and stay in (DESIGN.md, README "Outcomes").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from core.analysis.columns import Group
+from core.analysis.comparison import ALPHA, CORRECTION, correct_report
+from core.analysis.group import analyse, context_by_call
+from core.analysis.judge_noise import judge_summary
+from core.analysis.ordering import ordered_ids
+from core.matrix.models import Budget, Scoring
+from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS, Metric
+from core.metrics.formulas import (
+    best_value_tier,
+    consistency,
+    cost_delta,
+    cost_of_pass,
+    frontier_cost_of_pass,
+    letter_grade,
+    tier_uplift,
+)
+from core.results.report import (
+    BudgetReport,
+    CrossTierResult,
+    ExperimentInfo,
+    ExperimentReport,
+    MetricUplift,
+    Statistics,
+    TierReport,
+)
+from core.results.run import ProcessMetrics, RunResult, RunStatus, error_key
+from core.stats.descriptive import statistics, variance
+from core.stats.significance import Correction
+
+
+def aggregate(
+    info: ExperimentInfo,
+    runs: Sequence[RunResult],
+    *,
+    baseline: str,
+    scoring: Scoring,
+    tier_order: Sequence[str] | None = None,
+    scenario_order: Sequence[str] | None = None,
+    correction: Correction = CORRECTION,
+    alpha: float = ALPHA,
+    budget: Budget | None = None,
+) -> ExperimentReport:
+    """The experiment's report. Tiers and scenarios come in the given order (default:
+    the experiment's), followed by any others the runs name, sorted; listed ones
+    without runs still appear, with empty statistics and no grade. Every test against
+    the baseline is corrected with the others (`correction` at `alpha`)."""
+    everything = Group.of(runs)
+    seen = everything.split("tier")
+    cells = {tier: group.split("scenario") for tier, group in seen.items()}
+    tiers = ordered_ids(info.tiers if tier_order is None else tier_order, seen)
+    scenarios = ordered_ids(
+        info.scenarios if scenario_order is None else scenario_order,
+        everything.column("scenario"),
+    )
+    by_tier = {tier: seen.get(tier, Group()) for tier in tiers}
+    baseline_cells = cells.get(baseline, {})
+    reports: dict[str, TierReport] = {}
+    for tier, group in by_tier.items():
+        compared = tier != baseline
+        reports[tier] = tier_report(
+            group,
+            scoring,
+            scenarios={
+                scenario: tier_report(
+                    cells.get(tier, {}).get(scenario, Group()),
+                    scoring,
+                    baseline=(baseline, baseline_cells.get(scenario, Group()))
+                    if compared
+                    else None,
+                )
+                for scenario in scenarios
+            },
+            baseline=(baseline, by_tier.get(baseline, Group())) if compared else None,
+        )
+    statuses = Counter(everything.column("status"))
+    experiment = info.model_copy(
+        update={
+            "completed_runs": len(everything),
+            "errors": statuses[RunStatus.infra_error],
+            "cancelled": statuses[RunStatus.cancelled],
+            "not_run": statuses[RunStatus.not_run],
+            "passes": sum(everything.counted.column("passed")),
+        }
+    )
+    cross = cross_tier(reports, baseline)
+    report = ExperimentReport(
+        budget=None if budget is None else budget_report(budget, everything),
+        experiment=experiment,
+        tiers=reports,
+        cross_tier=cross,
+        error_reasons=error_reasons(everything),
+        judge=judge_summary(by_tier, reports, cross, scoring),
+    )
+    return correct_report(report, correction, alpha)
+
+
+def budget_report(budget: Budget, runs: Group) -> BudgetReport:
+    """The spend against each ceiling; the notice leads with the agent's, the judge's beside."""
+    agent = sum(c for c in runs.column("cost_usd") if c is not None)
+    judge = sum(c for c in runs.column("judge_cost_usd") if c is not None)
+    not_run = runs.column("status").count(RunStatus.not_run)
+    spends = [
+        f"{what}{_usd(spent)} of {_usd(limit)} spent"
+        for what, spent, limit in (
+            ("", agent, budget.agent_usd),
+            ("judge ", judge, budget.judge_usd),
+        )
+        if limit is not None
+    ]
+    state = f"budget reached: {', '.join(spends)}, {not_run} runs not run"
+    return BudgetReport(
+        agent_usd=budget.agent_usd,
+        judge_usd=budget.judge_usd,
+        agent_spent_usd=agent,
+        judge_spent_usd=judge,
+        not_run=not_run,
+        notice=state if not_run else f"budget: {', '.join(spends)}",
+    )
+
+
+def _usd(amount: float) -> str:
+    """Cents from a dollar up; below it two significant digits, so that $0.027 of a
+    $0.03 budget does not read as all of it."""
+    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.2g}"
+
+
+def error_reasons(runs: Group) -> dict[str, int]:
+    """Infrastructure errors by reason, most common first (ties by reason)."""
+    counts = Counter(
+        error_key(reason)
+        for status, reason in zip(runs.column("status"), runs.column("fail_reason"), strict=True)
+        if status.is_infra
+    )
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def tier_report(
+    runs: Group,
+    scoring: Scoring,
+    scenarios: dict[str, TierReport] | None = None,
+    baseline: tuple[str, Group] | None = None,
+) -> TierReport:
+    """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
+    baseline tier's id and its runs of the same scenarios, to test the group against."""
+    valid = runs.counted
+    seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
+    composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
+    statuses = Counter(runs.column("status"))
+    return TierReport(
+        runs=len(runs),
+        errors=statuses[RunStatus.infra_error],
+        cancelled=statuses[RunStatus.cancelled],
+        not_run=statuses[RunStatus.not_run],
+        counted=len(valid),
+        passes=sum(valid.column("passed")),
+        grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),
+        consistency=None
+        if composite.mean is None or composite.std_dev is None
+        else consistency(composite.mean, composite.std_dev),
+        cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
+        cost_unknown_runs=valid.column("cost_usd").count(None),
+        approximate_exit_code_runs=sum(valid.column("interaction.exit_codes_approximate")),
+        **seed,
+        interaction={m.name: statistics(valid.values(m)) for m in INTERACTION_METRICS},
+        process=_process_stats(valid),
+        statuses={status.value: statuses[status] for status in RunStatus if statuses[status]},
+        context_by_call=context_by_call(valid),
+        analysis=analyse(valid, baseline),
+        scenarios=scenarios or {},
+    )
+
+
+def cross_tier(reports: dict[str, TierReport], baseline: str) -> CrossTierResult:
+    """Uplift of each tier's median composite over the baseline's, and the spread of
+    pass rate and cost medians across tiers (tiers without valid runs left out)."""
+    composites = {tier: r.composite_score.median for tier, r in reports.items()}
+    base = composites.get(baseline)
+    notes = []
+    if base is None:
+        notes.append(f"baseline tier {baseline!r} has no valid runs, so uplift is undefined")
+    elif base == 0:
+        notes.append(
+            f"baseline tier {baseline!r} has a median composite score of 0; "
+            "uplift relative to 0 is undefined"
+        )
+    uplift: dict[str, float | None] = {}
+    for tier, score in composites.items():
+        if tier == baseline:
+            continue
+        uplift[tier] = None if base is None or score is None else tier_uplift(score, base)
+    empty = [tier for tier, score in composites.items() if score is None and tier != baseline]
+    if empty and base is not None:
+        notes.append(f"tiers without valid runs have no uplift: {', '.join(empty)}")
+    pass_medians = _medians(r.pass_rate for r in reports.values())
+    impl_medians = _medians(r.impl_rate for r in reports.values())
+    cost_medians = _medians(r.cost_usd for r in reports.values())
+    frontier = frontier_cost_of_pass(
+        {t: r.cost_of_pass for t, r in reports.items() if r.cost_of_pass is not None}
+    )
+    return CrossTierResult(
+        baseline=baseline,
+        tier_uplift=uplift,
+        uplift_note="; ".join(notes) or None,
+        uplift={
+            tier: _metric_uplift(report, reports[baseline], uplift[tier])
+            for tier, report in reports.items()
+            if tier != baseline and baseline in reports
+        },
+        pass_rate_variance=variance(pass_medians) if pass_medians else None,
+        impl_rate_variance=variance(impl_medians) if impl_medians else None,
+        cost_variance=variance(cost_medians) if cost_medians else None,
+        cost_delta=cost_delta(cost_medians) if cost_medians else None,
+        frontier_cost_of_pass=None if frontier is None else frontier[0],
+        frontier_tier=None if frontier is None else frontier[1],
+        best_value_tier=best_value_tier(
+            {
+                t: (r.composite_score.median, r.cost_usd.median)
+                for t, r in reports.items()
+                if r.composite_score.median is not None and r.cost_usd.median is not None
+            }
+        ),
+    )
+
+
+def _metric_uplift(tier: TierReport, base: TierReport, composite: float | None) -> MetricUplift:
+    """Per-metric relative change against the baseline: the pass rate is passes / counted
+    (a median of 0/1 outcomes says little), impl rate and cost their medians."""
+
+    def change(value: float | None, reference: float | None) -> float | None:
+        if value is None or reference is None:
+            return None
+        return tier_uplift(value, reference)
+
+    return MetricUplift(
+        pass_rate=change(_share(tier), _share(base)),
+        impl_rate=change(tier.impl_rate.median, base.impl_rate.median),
+        composite=composite,
+        cost_change=change(tier.cost_usd.median, base.cost_usd.median),
+    )
+
+
+def _share(report: TierReport) -> float | None:
+    return report.passes / report.counted if report.counted else None
+
+
+def _metric_stats(runs: Group, metric: Metric) -> Statistics | None:
+    """None for an optional metric no run has; else its Statistics, empty or not."""
+    values = runs.values(metric)
+    if metric.optional and not values:
+        return None
+    return statistics(values)
+
+
+def _tier_cost_of_pass(cost: Statistics, pass_rate: Statistics) -> float | None:
+    """mean(cost_usd) / mean(pass_rate). The cost mean is over the runs whose cost is
+    known, the pass rate over all valid runs: it is known for every one of them."""
+    if cost.mean is None or pass_rate.mean is None:
+        return None
+    return cost_of_pass(cost.mean, pass_rate.mean)
+
+
+def _process_stats(runs: Group) -> dict[str, Statistics]:
+    """Statistics of each process metric some run has."""
+    result = {}
+    measured = [p for p in runs.column("process") if p is not None]
+    for name in ProcessMetrics.model_fields if measured else ():
+        values = [value for p in measured if (value := getattr(p, name)) is not None]
+        if values:
+            result[name] = statistics(values)
+    return result
+
+
+def _medians(groups: Iterable[Statistics]) -> list[float]:
+    return [s.median for s in groups if s.median is not None]

@@ -1,0 +1,312 @@
+"""Layer 2 of the evaluation seed: the nine generic gates, run against a workspace.
+
+Gates run in declaration order and all of them run (no short-circuit). A gate
+never raises: whatever goes wrong (a hung command, an unreadable file, a path
+outside the workspace) is a failed GateResult whose message says why.
+
+Commands run through core.evaluation.shell: ``bash -c COMMAND`` in the workspace, in their
+own process group, killed whole at the gate's ``timeout_s``. ``env`` is the complete
+environment of gate commands (default: this process's environment). Given an
+``Enclosure`` (the agent's container, `sandbox: docker`), command gates run in it
+unless they say ``where: host``; file gates read the same workspace either way.
+
+``command_json_path``: stdout is parsed as JSON and the JSONPath applied
+(jsonpath_ng.ext). The assertion sees ``found`` = at least one match and as
+value the match's value when there is exactly one, else the list of all matched
+values (so ``$.notes[*].title`` with ``len >= 3`` counts the titles).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from jsonpath_ng.ext import parse as parse_jsonpath
+
+from core.evaluation.shell import ShellResult, run_shell
+from core.evidence.models import Excerpt, GateEvidence
+from core.matrix.models import (
+    CommandJsonPath,
+    CommandOutputContains,
+    CommandOutputMatches,
+    CommandSucceeds,
+    FileContains,
+    FileExists,
+    FileMatches,
+    Gate,
+    NoTranscriptErrors,
+    Script,
+)
+from core.results.run import GateResult
+from core.results.transcript import CommandRecord
+
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream: room for a large `list --format json`
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_LISTED_FAILURES = 5
+
+
+@dataclass(frozen=True)
+class Enclosure:
+    """Where command gates run instead of on this machine: the argv that goes before
+    `bash -c COMMAND` and the environment of that argv's process."""
+
+    argv_prefix: Sequence[str]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """A gate's verdict and what it ran and saw (the run's evidence)."""
+
+    result: GateResult
+    evidence: GateEvidence
+
+
+def gate_runs(
+    gates: Sequence[Gate],
+    workspace: Path,
+    *,
+    target_commands: Sequence[CommandRecord],
+    env: Mapping[str, str] | None = None,
+    enclosure: Enclosure | None = None,
+) -> list[GateRun]:
+    """Evaluate every gate in order; one GateRun each."""
+    return [_run_gate(gate, workspace, target_commands, env, enclosure) for gate in gates]
+
+
+def run_gates(
+    gates: Sequence[Gate],
+    workspace: Path,
+    *,
+    target_commands: Sequence[CommandRecord],
+    env: Mapping[str, str] | None = None,
+    enclosure: Enclosure | None = None,
+) -> list[GateResult]:
+    """The verdicts alone, when the evidence is not wanted."""
+    runs = gate_runs(
+        gates, workspace, target_commands=target_commands, env=env, enclosure=enclosure
+    )
+    return [run.result for run in runs]
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    passed: bool
+    message: str
+    details: Any = None
+    out: ShellResult | None = None  # a command gate's command, as it ended
+
+
+def _run_gate(
+    gate: Gate,
+    workspace: Path,
+    target_commands: Sequence[CommandRecord],
+    env: Mapping[str, str] | None,
+    enclosure: Enclosure | None,
+) -> GateRun:
+    started = time.monotonic()
+    try:
+        verdict = _evaluate(gate, workspace, target_commands, env, enclosure)
+    except Exception as exc:  # a gate must never take the run down with it
+        verdict = _Verdict(False, f"gate could not be evaluated: {type(exc).__name__}: {exc}")
+    result = GateResult(
+        gate_type=gate.type,
+        name=gate.name,
+        passed=verdict.passed,
+        message=verdict.message,
+        duration_s=round(time.monotonic() - started, 3),
+        details=verdict.details,
+    )
+    return GateRun(result, _evidence(gate, verdict.out))
+
+
+def _evidence(gate: Gate, out: ShellResult | None) -> GateEvidence:
+    """The command and its whole captured output (bounded later, with the rest of the
+    run's evidence): stdout, then stderr under a line that says so."""
+    command = getattr(gate, "command", None)  # file and transcript gates run none
+    if out is None:
+        return GateEvidence(command=command)
+    text = out.stdout
+    if out.stderr:
+        text += ("" if text.endswith("\n") or not text else "\n") + f"--- stderr ---\n{out.stderr}"
+    if out.error is not None:
+        text += f"\ncould not run command: {out.error}"
+    return GateEvidence(
+        command=command,
+        exit_code=out.exit_code,
+        output=Excerpt.whole(text),
+    )
+
+
+def _evaluate(
+    gate: Gate,
+    workspace: Path,
+    target_commands: Sequence[CommandRecord],
+    env: Mapping[str, str] | None,
+    enclosure: Enclosure | None,
+) -> _Verdict:
+    if isinstance(gate, NoTranscriptErrors):
+        return _no_transcript_errors(target_commands)
+    if isinstance(gate, FileExists | FileContains | FileMatches):
+        return _file_gate(gate, workspace)
+
+    if enclosure is not None and gate.where == "container":
+        env, prefix = enclosure.env, enclosure.argv_prefix
+    else:
+        prefix = ()
+    out = run_shell(
+        gate.command,
+        workspace,
+        timeout_s=gate.timeout_s,
+        env=env,
+        max_output_bytes=MAX_OUTPUT_BYTES,
+        argv_prefix=prefix,
+    )
+    return replace(_command_verdict(gate, out), out=out)
+
+
+def _command_verdict(
+    gate: CommandSucceeds | CommandOutputContains | CommandOutputMatches | CommandJsonPath | Script,
+    out: ShellResult,
+) -> _Verdict:
+    if out.error is not None:
+        return _Verdict(False, f"could not run command: {out.error}")
+    if out.timed_out:
+        return _Verdict(False, f"timed out after {gate.timeout_s:g} s")
+    if isinstance(gate, CommandSucceeds):
+        return _Verdict(out.exit_code == 0, _exit_summary(out))
+    if isinstance(gate, CommandOutputContains):
+        ok = gate.substring in out.stdout
+        said = "contains" if ok else "does not contain"
+        return _Verdict(ok, _with_exit(f"stdout {said} {gate.substring!r}", out, ok))
+    if isinstance(gate, CommandOutputMatches):
+        ok = re.search(gate.pattern, out.stdout, re.MULTILINE) is not None
+        said = "matches" if ok else "does not match"
+        return _Verdict(ok, _with_exit(f"stdout {said} /{gate.pattern}/", out, ok))
+    if isinstance(gate, CommandJsonPath):
+        return _json_path(gate, out)
+    assert isinstance(gate, Script)
+    return _script(gate, out)
+
+
+# --- command output ---------------------------------------------------------------------
+
+
+def _tail(text: str, limit: int = 200) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _exit_summary(out: ShellResult) -> str:
+    if out.exit_code == 0:
+        return "exit code 0"
+    stderr = _tail(out.stderr)
+    return f"exit code {out.exit_code}" + (f": {stderr}" if stderr else "")
+
+
+def _with_exit(message: str, out: ShellResult, passed: bool) -> str:
+    """A failed output check also says how the command ended, often the real cause."""
+    if passed or out.exit_code == 0:
+        return message
+    return f"{message} ({_exit_summary(out)})"
+
+
+def _json_path(gate: CommandJsonPath, out: ShellResult) -> _Verdict:
+    if not out.stdout.strip():
+        return _Verdict(False, _with_exit("stdout is empty, expected JSON", out, False))
+    try:
+        document = json.loads(out.stdout)
+    # JSONDecodeError, a number too long to convert, or nesting too deep to decode.
+    except (ValueError, RecursionError) as exc:
+        cut = f" (output over {MAX_OUTPUT_BYTES} bytes was cut)" if out.truncated else ""
+        head = out.stdout.strip()[:80]
+        return _Verdict(
+            False, _with_exit(f"stdout is not JSON{cut}: {exc}; starts {head!r}", out, False)
+        )
+    values = [match.value for match in parse_jsonpath(gate.path).find(document)]
+    value = values[0] if len(values) == 1 else values
+    ok, message = gate.parsed_assertion.check(bool(values), value)
+    return _Verdict(ok, f"{gate.path}: {message}")
+
+
+def _script(gate: Script, out: ShellResult) -> _Verdict:
+    label = gate.description or "script"
+    return _Verdict(out.exit_code == 0, f"{label}: {_exit_summary(out)}", _json_from(out.stdout))
+
+
+def _json_from(stdout: str) -> Any:
+    """The JSON a script printed: its whole stdout, or else its last non-empty line."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    for candidate in (stdout, lines[-1] if lines else ""):
+        try:
+            return json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+    return None
+
+
+# --- transcript ---------------------------------------------------------------------------
+
+
+def _no_transcript_errors(commands: Sequence[CommandRecord]) -> _Verdict:
+    if not commands:
+        # "No errors" among no commands is vacuous: it would give credit to an
+        # agent that did nothing (README, "Gates that check nothing").
+        return _Verdict(False, "no target commands in the transcript: nothing to check")
+    failed = [c for c in commands if c.exit_code not in (None, 0)]
+    if not failed:
+        return _Verdict(True, f"no failed target commands ({len(commands)} checked)")
+    listed = "; ".join(
+        f"{_clip(c.command)} (exit {c.exit_code})" for c in failed[:MAX_LISTED_FAILURES]
+    )
+    more = len(failed) - MAX_LISTED_FAILURES
+    suffix = f"; and {more} more" if more > 0 else ""
+    return _Verdict(
+        False, f"{len(failed)} of {len(commands)} target commands failed: {listed}{suffix}"
+    )
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- files ------------------------------------------------------------------------------
+
+
+def _file_gate(gate: FileExists | FileContains | FileMatches, workspace: Path) -> _Verdict:
+    path, refusal = _inside(workspace, gate.path)
+    if refusal is not None:
+        return _Verdict(False, refusal)
+    if isinstance(gate, FileExists):
+        kind = "directory" if path.is_dir() else "file"
+        ok = path.exists()
+        return _Verdict(
+            ok, f"{kind} {gate.path!r} exists" if ok else f"{gate.path!r} does not exist"
+        )
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        return _Verdict(False, f"{gate.path!r} {what}")
+    with path.open("rb") as fh:
+        text = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
+    if isinstance(gate, FileContains):
+        ok = gate.substring in text
+        said = "contains" if ok else "does not contain"
+        return _Verdict(ok, f"{gate.path!r} {said} {gate.substring!r}")
+    ok = re.search(gate.pattern, text, re.MULTILINE) is not None
+    return _Verdict(ok, f"{gate.path!r} {'matches' if ok else 'does not match'} /{gate.pattern}/")
+
+
+def _inside(workspace: Path, relative: str) -> tuple[Path, str | None]:
+    """The path inside the workspace, or a refusal: gates must not read the host."""
+    if Path(relative).is_absolute():
+        return Path(), f"path {relative!r} is absolute; gate paths are relative to the workspace"
+    root = workspace.resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        return Path(), f"path {relative!r} resolves outside the workspace; refused"
+    return path, None

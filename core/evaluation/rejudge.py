@@ -1,0 +1,88 @@
+"""Rejudge and rescore: a run's judging (and, for rescore, its gates) done again from
+what it left, never its agent (README, "Rejudge", "Rescore"). The verdict is
+recomputed as at the run's end (core.evaluation.evaluate.scored) from the stored result's
+status and the new gates and judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pydantic import Field
+
+from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
+from core.evaluation.judge import JudgmentCache
+from core.evidence.models import JudgeInputs
+from core.matrix.models import Gate, JudgeConfig, Matrix, Rubric
+from core.results.record import Record
+from core.results.run import GATES_FAILED, GateResult, RunResult, RunStatus
+
+
+class RejudgePlan(Record):
+    """What one rejudge or rescore asks of every run: each of its tasks carries it."""
+
+    version: int = Field(ge=2, description="the report version it makes")
+    judge: JudgeConfig | None = Field(
+        None, description="the matrix's judge with the overrides applied (None: it has none)"
+    )
+    rubric: Rubric | None = Field(None, description="replaces every scenario's rubric")
+    rescore: bool = Field(False, description="run the gates again on archived workspaces")
+    gates: dict[str, list[Gate]] = Field(
+        default_factory=dict, description="scenario id -> gates replacing its own (rescore)"
+    )
+    note: str = Field(description="what changed, shown with the report version")
+
+
+def rejudged_matrix(matrix: Matrix, plan: RejudgePlan) -> Matrix:
+    return matrix.model_copy(update={"judge": plan.judge or matrix.judge})
+
+
+def rejudge_run(
+    result: RunResult,
+    inputs: JudgeInputs | None,
+    matrix: Matrix,
+    plan: RejudgePlan,
+    environ: Mapping[str, str],
+    judgments: JudgmentCache | None,
+    secrets: Sequence[str] = (),
+    gates: list[GateResult] | None = None,
+) -> RunResult:
+    """`result` with `gates` (when rescored) and judged again on `inputs` (its stored
+    JudgeInputs; None: its judge is kept) under `plan`; `secrets` are kept out of the
+    cached answers."""
+    matrix = rejudged_matrix(matrix, plan)
+    scenario = matrix.scenario(result.scenario)
+    if gates is not None:
+        passed = sum(g.passed for g in gates)
+        result = result.model_copy(
+            update={"gates": gates, "gates_passed": passed, "gates_total": len(gates)}
+        )
+    judge = result.judge
+    if inputs is not None:
+        judge, _ = judge_with(
+            matrix, scenario, inputs, result.gates, environ, judgments, plan.rubric, secrets
+        )
+    agent = agent_reasons(result)
+    before = result.model_copy(update={"judge": judge, "status": _status_before_judge(result)})
+    return scored(before, matrix, scenario, agent)
+
+
+def agent_reasons(result: RunResult) -> list[str]:
+    """The fail reasons of the agent's own part of the run: the stored reason without
+    what its gates and its judge said (they are said again from the new judge)."""
+    parts = (result.fail_reason or "").split("; ") if result.fail_reason else []
+    verdict = (JUDGE_ERROR, GATES_FAILED, JUDGE_SCORE)
+    return [p for p in parts if not p.startswith(verdict)]
+
+
+def _status_before_judge(result: RunResult) -> RunStatus:
+    """The agent's status, which a judge error had turned into an infrastructure error
+    (a judge that answers now gives the run back its own result)."""
+    if not (result.is_infra_error and (result.fail_reason or "").startswith(JUDGE_ERROR)):
+        return result.status
+    reasons = agent_reasons(result)
+    if "agent timed out" in reasons:
+        return RunStatus.timeout
+    if result.limit is not None:
+        return RunStatus.limit
+    return RunStatus.agent_error if reasons else RunStatus.completed

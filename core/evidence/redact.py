@@ -1,0 +1,100 @@
+"""The one redactor: secret values out of every text and record that is stored,
+rendered, or sent to the judge.
+
+The secrets are the values of every variable the matrix names (`secret_env`,
+the judge's `api_key_env`, every agent's `api_key_env`) and the broker URL in
+each form it can leak in: whole, without its query, its password alone (as
+written and percent-decoded), and with the password masked as kombu and the
+CLI print it. Each becomes MARKER.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel
+
+from core.matrix.models import Matrix
+
+MARKER = "[REDACTED]"
+# Shorter values would redact ordinary words; real keys and passwords are longer.
+MIN_SECRET_CHARS = 6
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def secret_values(
+    matrix: Matrix, environ: Mapping[str, str], broker_url: str | None = None
+) -> list[str]:
+    """What to redact for runs of `matrix`: its secret variables' values and the broker URL."""
+    names = set(matrix.secret_env)
+    if matrix.judge is not None and matrix.judge.api_key_env:
+        names.add(matrix.judge.api_key_env)
+    for tier in matrix.tiers:
+        key_env = matrix.agent_for(tier).api_key_env
+        if key_env:
+            names.add(key_env)
+    values = [environ.get(name, "") for name in names]
+    return _worth_redacting([*values, *broker_url_forms(broker_url)])
+
+
+def broker_url_forms(url: str | None) -> list[str]:
+    """Every form of a broker URL that gives its password or its address away."""
+    if not url:
+        return []
+    bare = url.split("?", 1)[0]
+    forms = [url, bare]
+    password = urlsplit(url).password
+    if password:
+        forms += [password, unquote(password)]
+        for mask in ("**", "***"):  # kombu's, and the CLI's (scheduler/cli.py)
+            forms += [u.replace(f":{password}@", f":{mask}@") for u in (url, bare)]
+    return forms
+
+
+def _worth_redacting(values: Iterable[str]) -> list[str]:
+    # Longest first: a secret that contains another is taken out whole.
+    return sorted({v for v in values if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Sequence[str | None]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, MARKER)
+    return text
+
+
+def redact_record(record: R, secrets: Sequence[str]) -> R:
+    """The record with the secrets taken out of every string in it, keys included.
+
+    Applied to gate results before the judge sees them and to the RunResult
+    before it leaves the worker: whatever field a command's output or an error
+    ends up in, no secret value is sent or stored.
+    """
+    if not secrets or not _mentions(record.model_dump_json(), secrets):
+        return record
+    return type(record).model_validate(_redact_json(record.model_dump(mode="json"), secrets))
+
+
+def _mentions(text: str, secrets: Sequence[str]) -> bool:
+    """Whether the record's JSON may hold a secret: one substring search each, where
+    the walk below costs a run ~1 ms a record (the broker URL is always a secret).
+    A secret that JSON writes escaped (a quote, a backslash, a control character)
+    is not searched for as written: such a record is always walked."""
+    return any(secret in text or _ESCAPED.search(secret) for secret in secrets)
+
+
+_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+
+
+def _redact_json(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [_redact_json(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {redact(k, secrets): _redact_json(v, secrets) for k, v in value.items()}
+    return value

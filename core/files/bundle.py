@@ -1,0 +1,316 @@
+"""The files an experiment needs, shipped with it so no worker depends on the submitter's paths.
+
+At submit, `collect` reads the matrix folder (`base_dir`, what runs see as
+$EVALFLEET_MATRIX_DIR: agent scripts, tools, checks, guidance) and every file or
+folder the matrix names outside it (prompt files, rubrics, tier files, skills,
+workspace templates, a Dockerfile) into a Bundle: a Manifest (path in the bundle
+-> the sha256 of its content, or a symlink's target) and the contents by
+digest, bounded by the matrix's `bundle:` limits. The contents go to the
+experiment's Redis (core/store/keys.py `files`), the manifest beside its matrix.
+
+A worker `materialise`s a manifest once into its cache, under the manifest's
+own digest: built in a private temporary folder and renamed into place, so
+several worker processes of one machine may race and every one of them sees a
+complete folder or none. The stored matrix keeps the submitter's absolute
+paths; `Manifest.relocation` maps each to its copy in the materialised folder
+(core/matrix/models.py applies it to every input path while the matrix is read).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from core.matrix.models import Artifacts, BundleConfig, Matrix
+from core.results.record import Record
+
+# Bundle paths: the matrix folder under MATRIX, each named path outside it under OUTSIDE.
+MATRIX = "matrix"
+OUTSIDE = "outside"
+MB = 1024 * 1024
+# The embedded broker's state folder (worker/broker.py), in the folder `scheduler`
+# runs in: never shipped, whatever `bundle.exclude` says.
+STATE_DIR = ".evalfleet"
+
+
+class BundleError(ValueError):
+    """The files cannot be shipped (too large, unreadable): the submit stops, nothing sent."""
+
+
+class Entry(Record):
+    """One path of the bundle: a file (digest), a symlink (link) or else a folder."""
+
+    digest: str | None = Field(None, description="sha256 of a regular file's content")
+    link: str | None = Field(None, description="a symlink's target, recreated as a link")
+    executable: bool = False
+
+
+class Manifest(Record):
+    root: str | None = Field(None, description="the submitter's matrix folder (base_dir)")
+    entries: dict[str, Entry] = Field(default_factory=dict)
+    outside: dict[str, str] = Field(
+        default_factory=dict,
+        description="a path the matrix names outside its folder -> its path in the bundle",
+    )
+
+    @field_validator("entries")
+    @classmethod
+    def _inside(cls, entries: dict[str, Entry]) -> dict[str, Entry]:
+        # A manifest comes from Redis: none of its paths may lead out of the folder
+        # it is materialised in.
+        for name in entries:
+            parts = PurePosixPath(name).parts
+            if not parts or name.startswith("/") or ".." in parts or "." in parts:
+                raise ValueError(f"bundle path {name!r} is not a plain relative path")
+        return entries
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    def digests(self) -> set[str]:
+        return {e.digest for e in self.entries.values() if e.digest is not None}
+
+    def relocation(self, folder: Path) -> Callable[[Path], Path]:
+        """The submitter's path -> the same file in `folder` (the materialised bundle)."""
+        root = Path(self.root) if self.root else None
+
+        def relocate(path: Path) -> Path:
+            if root is not None and path.is_relative_to(root):
+                return folder / MATRIX / path.relative_to(root)
+            moved = self.outside.get(str(path))
+            return folder / moved if moved is not None else path
+
+        return relocate
+
+
+@dataclass
+class Bundle:
+    manifest: Manifest
+    contents: dict[str, bytes] = field(default_factory=dict)  # digest -> bytes
+
+    @property
+    def size(self) -> int:
+        return sum(len(c) for c in self.contents.values())
+
+
+# --- submit: collecting --------------------------------------------------------------------
+
+
+def collect(matrix: Matrix) -> Bundle:
+    """The bundle of `matrix`'s files, within its `bundle:` limits; raises BundleError."""
+    limits = matrix.bundle
+    root = matrix.base_dir
+    collector = _Collector(limits, root)
+    if root is not None:
+        names = excluded_by([*limits.exclude, STATE_DIR])
+        # The artifacts folder is the experiments' output, even inside the matrix folder.
+        outputs = {matrix.artifacts.dir} if matrix.artifacts is not None else set()
+        collector.add_tree(root, MATRIX, excluded=lambda path: names(path.name) or path in outputs)
+    for path in sorted(set(named_paths(matrix)) - {root}):
+        if root is not None and path.is_relative_to(root):
+            # Named explicitly: shipped whole even where an exclude pattern matches.
+            collector.add(path, f"{MATRIX}/{path.relative_to(root).as_posix()}")
+        else:
+            place = f"{OUTSIDE}/{hashlib.sha256(str(path).encode()).hexdigest()[:16]}/{path.name}"
+            collector.add(path, place)
+            collector.manifest.outside[str(path)] = place
+    return collector.bundle()
+
+
+def named_paths(value: Any) -> Iterator[Path]:
+    """Every input path a matrix (or any part of one) holds, however deep."""
+    if isinstance(value, Path):
+        yield value
+    elif isinstance(value, Artifacts):  # an output folder all machines share, not an input
+        return
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from named_paths(getattr(value, name))
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from named_paths(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from named_paths(item)
+
+
+class _Collector:
+    def __init__(self, limits: BundleConfig, root: Path | None):
+        self.limits = limits
+        self.root = root
+        self.manifest = Manifest(root=str(root) if root is not None else None)
+        self.contents: dict[str, bytes] = {}
+        self.sizes: dict[str, tuple[int, Path]] = {}  # digest -> size, a file with it
+        self.total = 0
+
+    def add_tree(self, top: Path, place: str, excluded: Callable[[Path], bool]) -> None:
+        self._entry(top, place)
+        if not top.is_dir() or top.is_symlink():
+            return
+        for folder, dirs, files in os.walk(top, onerror=_unreadable):
+            relative = Path(folder).relative_to(top)
+            for name in sorted(dirs):
+                if excluded(Path(folder) / name):
+                    dirs.remove(name)
+            for name in sorted(dirs) + sorted(files):
+                if excluded(Path(folder) / name):
+                    continue
+                # A symlinked folder is listed here and kept as a link (os.walk
+                # does not follow it).
+                self._entry(Path(folder) / name, f"{place}/{(relative / name).as_posix()}")
+
+    def add(self, path: Path, place: str) -> None:
+        self.add_tree(path, place, excluded=lambda path: False)
+
+    def _entry(self, path: Path, place: str) -> None:
+        if place in self.manifest.entries:
+            return
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            raise BundleError(f"{path}: gone since the matrix was read") from None
+        except OSError as exc:
+            raise BundleError(f"{path}: cannot be read ({exc.strerror})") from None
+        if len(self.manifest.entries) >= self.limits.max_files:
+            raise BundleError(
+                f"{path}: the experiment ships more than {self.limits.max_files} files and "
+                f"folders to its workers (bundle.max_files). Exclude what runs do not need "
+                "with `bundle.exclude`, set `base_dir` to a smaller folder, or raise "
+                "`bundle.max_files` in the matrix"
+            )
+        if stat.S_ISLNK(info.st_mode):
+            self.manifest.entries[place] = Entry(link=self._link_target(path))
+        elif stat.S_ISDIR(info.st_mode):
+            self.manifest.entries[place] = Entry()
+        elif stat.S_ISREG(info.st_mode):
+            self.manifest.entries[place] = Entry(
+                digest=self._content(path, info.st_size),
+                executable=bool(info.st_mode & stat.S_IXUSR),
+            )
+        # Pipes, sockets and devices are no files to ship (opening a pipe would wait).
+
+    def _link_target(self, path: Path) -> str:
+        target = os.readlink(path)
+        # An absolute link into the matrix folder points at the submitter's copy:
+        # made relative, it points at the worker's.
+        inside = self.root is not None and Path(target).is_relative_to(self.root)
+        if os.path.isabs(target) and inside:
+            return os.path.relpath(target, path.parent)
+        return target
+
+    def _content(self, path: Path, size: int) -> str:
+        limit = int(self.limits.max_file_mb * MB)
+        if size > limit:
+            raise BundleError(
+                f"{path}: {size / MB:.1f} MB, more than one file the experiment ships to its "
+                f"workers may be (bundle.max_file_mb: {self.limits.max_file_mb:g}). Raise "
+                "`bundle.max_file_mb` in the matrix, or exclude the file with `bundle.exclude` "
+                "if no run needs it"
+            )
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(limit + 1)
+        except OSError as exc:
+            raise BundleError(f"{path}: cannot be read ({exc.strerror})") from None
+        if len(data) > limit:  # grew since lstat
+            raise BundleError(f"{path}: grew past bundle.max_file_mb while it was read")
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self.contents:
+            self.contents[digest] = data
+            self.sizes[digest] = (len(data), path)
+            self.total += len(data)
+            self._check_total()
+        return digest
+
+    def _check_total(self) -> None:
+        if self.total <= self.limits.max_mb * MB:
+            return
+        largest = sorted(self.sizes.values(), key=lambda item: -item[0])[:3]
+        named = ", ".join(f"{path} ({size / MB:.1f} MB)" for size, path in largest)
+        raise BundleError(
+            f"the files the experiment ships to its workers take more than "
+            f"bundle.max_mb ({self.limits.max_mb:g} MB); the largest: {named}. Exclude what "
+            "runs do not need with `bundle.exclude`, set `base_dir` to a smaller folder, or "
+            "raise `bundle.max_mb` in the matrix"
+        )
+
+    def bundle(self) -> Bundle:
+        return Bundle(self.manifest, self.contents)
+
+
+# --- worker: materialising --------------------------------------------------------------------
+
+Fetch = Callable[[list[str]], dict[str, bytes]]  # digests -> their contents
+FETCH_BATCH = 100
+
+
+def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
+    """The folder holding `manifest`'s files in `cache`, built on first use."""
+    final = cache / manifest.digest()
+    if final.is_dir():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    building = cache / f".building-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
+    try:
+        _build(manifest, fetch, building)
+        try:
+            os.rename(building, final)
+        except OSError:
+            if not final.is_dir():  # not a lost race: a real failure
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return final
+
+
+def _build(manifest: Manifest, fetch: Fetch, folder: Path) -> None:
+    folder.mkdir()
+    entries = sorted(manifest.entries.items())
+    for name, entry in entries:
+        if entry.digest is None and entry.link is None:
+            (folder / name).mkdir(parents=True, exist_ok=True)
+    files = [(name, entry) for name, entry in entries if entry.digest is not None]
+    for batch in _batches(files, FETCH_BATCH):
+        contents = fetch(sorted({e.digest for _, e in batch if e.digest is not None}))
+        for name, entry in batch:
+            assert entry.digest is not None
+            data = contents.get(entry.digest)
+            if data is None or hashlib.sha256(data).hexdigest() != entry.digest:
+                raise BundleError(f"the experiment's file {name} is missing or damaged in Redis")
+            target = folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            if entry.executable:
+                target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    # Links last: a link never stands where a later entry is written through it
+    # (symlink refuses a path that exists).
+    for name, entry in entries:
+        if entry.link is not None:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(entry.link, folder / name)
+
+
+def _unreadable(error: OSError) -> None:
+    # A folder left out silently would be missing on every worker.
+    raise BundleError(f"{error.filename}: cannot be read ({error.strerror})")
+
+
+def _batches(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def excluded_by(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """A file or folder name matched by any of the glob `patterns`."""
+    wanted = list(patterns)
+    return lambda name: any(fnmatch.fnmatchcase(name, pattern) for pattern in wanted)

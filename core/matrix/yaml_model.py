@@ -1,0 +1,185 @@
+"""Reading YAML config files into models, with errors a person can act on.
+
+A validation error names the file, the YAML line and column of the offending
+value, the field path and what was expected. Generic over the model: the
+matrix (core/matrix/loading.py) and rubrics (core/matrix/models.py) are both read here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from core.settings import setting
+
+M = TypeVar("M", bound=BaseModel)
+# Matrix and rubric files: a real one is a few KB. Larger ones cost memory on
+# every worker (the matrix is stored with the experiment and read by each one).
+ENV_MAX_CONFIG_BYTES = "EVALFLEET_MAX_CONFIG_BYTES"
+
+
+class ConfigProblem(BaseModel):
+    file: str
+    line: int | None = None
+    column: int | None = None
+    field: str = ""
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}:{self.column or 1}"
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+
+class ConfigError(Exception):
+    """One or more problems in a config file. The CLI prints them and exits 2."""
+
+    def __init__(self, problems: list[ConfigProblem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+def load_yaml_model(path: Path, model: type[M], base_dir: Path | None = None) -> M:
+    data, root = _read_yaml(path)
+    context = {"base_dir": base_dir or path.resolve().parent}
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise ConfigError([_problem(path, root, err) for err in exc.errors()]) from None
+
+
+def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+    most = int(setting(ENV_MAX_CONFIG_BYTES))
+    try:
+        if path.is_fifo() or path.is_socket():  # opening one would wait for a writer
+            raise ConfigError([ConfigProblem(file=str(path), message="a pipe, not a file")])
+        # At most one byte past the limit: /dev/zero or a huge file is refused
+        # without being read whole.
+        with path.open("rb") as file:
+            raw = file.read(most + 1)
+        if len(raw) > most:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        file=str(path),
+                        message=f"larger than {most:,} bytes, the most a config file "
+                        f"may have (raise {ENV_MAX_CONFIG_BYTES} to allow more)",
+                    )
+                ]
+            )
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError([ConfigProblem(file=str(path), message="file not found")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([ConfigProblem(file=str(path), message=f"cannot read: {exc}")]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = f"YAML syntax error: {exc.problem or exc.context}"
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    file=str(path),
+                    line=mark.line + 1 if mark else None,
+                    column=mark.column + 1 if mark else None,
+                    message=message,
+                )
+            ]
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([ConfigProblem(file=str(path), message=f"YAML error: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError(
+            [ConfigProblem(file=str(path), message="YAML nested too deeply to read")]
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    file=str(path), line=1, message="expected a mapping of keys at the top level"
+                )
+            ]
+        )
+    return data, root
+
+
+def _problem(path: Path, root: yaml.Node | None, err: Any) -> ConfigProblem:
+    loc = [part for part in err["loc"] if not _is_union_tag(part)]
+    node = _node_at(root, loc)
+    message = _message(err)
+    return ConfigProblem(
+        file=str(path),
+        line=node.start_mark.line + 1 if node is not None else None,
+        column=node.start_mark.column + 1 if node is not None else None,
+        field=".".join(str(p) for p in loc),
+        message=message,
+    )
+
+
+def _is_union_tag(part: Any) -> bool:
+    # Discriminated unions add the tag ("command_succeeds", a run count's "count") and
+    # function-wrapper names to the location; they are not keys in the file (no model
+    # has a field of those names).
+    return isinstance(part, str) and (
+        part.startswith("function-") or part in _GATE_TAGS or part in _RUNS_TAGS
+    )
+
+
+_RUNS_TAGS = {"count", "adaptive"}  # core/matrix/models.py RunsPerTier
+
+
+_GATE_TAGS = {
+    "command_succeeds",
+    "command_output_contains",
+    "command_output_matches",
+    "command_json_path",
+    "file_exists",
+    "file_contains",
+    "file_matches",
+    "no_transcript_errors",
+    "script",
+}
+
+
+def _message(err: Any) -> str:
+    kind = err["type"]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; `scheduler schema` lists every key)"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "union_tag_invalid":
+        gate = err.get("input")
+        return f"unknown gate type {gate!r}; expected one of: {', '.join(sorted(_GATE_TAGS))}"
+    if kind == "union_tag_not_found":
+        return f"missing `type`; expected one of: {', '.join(sorted(_GATE_TAGS))}"
+    return msg
+
+
+def _node_at(root: yaml.Node | None, loc: list[Any]) -> yaml.Node | None:
+    """The deepest YAML node along `loc` (a missing key points at its parent)."""
+    node = root
+    for part in loc:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if str(key.value) == str(part):
+                    child = value
+                    break
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
+            child = node.value[part]
+        if child is None:
+            return node
+        node = child
+    return node

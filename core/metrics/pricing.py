@@ -1,0 +1,66 @@
+"""Model prices ($ per 1M tokens) and what a run's tokens cost.
+
+A model is priced only by its exact name, or by that name without a release
+date suffix (`claude-sonnet-4-20250514`, `gpt-4o-2024-08-06`). Never by prefix:
+`gpt-4o-audio-preview` is not `gpt-4o` and must stay unpriced rather than be
+charged at another model's price. An unpriced model leaves the cost unknown
+(DESIGN.md). The default judge (gpt-4o-mini) is priced, so that a budget counts
+its spend.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from core.matrix.models import ModelPrice
+
+_OPUS_4_5 = ModelPrice(input=15.0, output=75.0)
+
+BUILTIN_PRICES: Mapping[str, ModelPrice] = {
+    "claude-opus-4-5": _OPUS_4_5,
+    "claude-opus-4.5": _OPUS_4_5,
+    "claude-sonnet-4": ModelPrice(input=3.0, output=15.0),
+    "gpt-4o": ModelPrice(input=5.0, output=15.0),
+    "gpt-4o-mini": ModelPrice(input=0.15, output=0.6, cache_read=0.075),
+}
+
+# Anthropic dates its releases -YYYYMMDD, OpenAI -YYYY-MM-DD.
+_DATE_SUFFIX = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+
+_PRICE_UNIT_TOKENS = 1_000_000  # prices are per 1M tokens
+
+
+def price_for(model: str | None, overrides: Mapping[str, ModelPrice]) -> ModelPrice | None:
+    """The price of `model`: the matrix's `pricing:` first, then the built-ins."""
+    if not model:
+        return None
+    undated = _DATE_SUFFIX.sub("", model)
+    for name in dict.fromkeys((model, undated)):
+        for table in (overrides, BUILTIN_PRICES):
+            if name in table:
+                return table[name]
+    return None
+
+
+def cost_usd(
+    input_tokens: int,
+    output_tokens: int,
+    price: ModelPrice,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> float:
+    """Dollars for these tokens. Cache reads and writes cost the input price unless
+    the price says otherwise; `input_tokens` are the uncached ones."""
+    counts = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+    if min(counts) < 0:
+        raise ValueError(f"token counts must not be negative, got {counts}")
+    cache_read = price.input if price.cache_read is None else price.cache_read
+    cache_write = price.input if price.cache_write is None else price.cache_write
+    weighted_tokens = (
+        input_tokens * price.input
+        + output_tokens * price.output
+        + cache_read_tokens * cache_read
+        + cache_write_tokens * cache_write
+    )
+    return weighted_tokens / _PRICE_UNIT_TOKENS

@@ -1,0 +1,334 @@
+"""What reports are made of: Statistics, tier and experiment reports, comparisons."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from core.results.record import Record
+from core.results.run import RunResult
+
+
+class Statistics(Record):
+    """The seed's aggregate statistics. Empty input gives count 0 and None values."""
+
+    median: float | None = None
+    mean: float | None = None
+    mode: float | None = None
+    min: float | None = None
+    max: float | None = None
+    std_dev: float | None = None
+    count: int = 0
+
+
+class Interval(Record):
+    """A confidence interval and how it was computed (core/stats/significance.py)."""
+
+    low: float
+    high: float
+    confidence: float = 0.95
+    method: str
+
+
+class Verdict(StrEnum):
+    """What the two tests of a Comparison say at its alpha."""
+
+    better = "better"
+    worse = "worse"
+    mixed = "mixed"  # one test significantly better, the other significantly worse
+    no_difference = "no significant difference"
+    not_enough_runs = "not enough runs"
+
+
+class Detectable(Record):
+    """The smallest pass-rate differences the runs compared could detect (normal
+    approximation, two-sided, at the level one test of the family must reach alone)."""
+
+    improvement: float | None = Field(
+        description="smallest rise over the reference rate; None: no rise within [0, 1] is"
+    )
+    regression: float | None = Field(
+        description="smallest fall below the reference rate; None: no fall within [0, 1] is"
+    )
+    power: float
+    alpha: float = Field(description="the per-test level used (Multiplicity.lone_test_alpha)")
+
+
+class Multiplicity(Record):
+    """How a report's or a comparison's tests were corrected for multiple comparisons."""
+
+    correction: str = Field(description="holm, bh (Benjamini-Hochberg) or none")
+    alpha: float = Field(description="family-wise error rate (holm), false discovery rate (bh)")
+    tests: int = Field(description="tests in the family (two per comparison with runs)")
+    lone_test_alpha: float = Field(
+        description="the level one test must reach when every other one is null"
+    )
+
+
+class Comparison(Record):
+    """A group of runs against a reference group: a tier against the baseline tier, or a
+    tier (x scenario) against the same one in an earlier experiment. Only valid runs count.
+    Deltas are this group minus the reference."""
+
+    reference: str = Field(description="the baseline tier, or the reference experiment's id")
+    runs: int
+    passes: int
+    reference_runs: int
+    reference_passes: int
+    pass_rate: float | None = None
+    reference_pass_rate: float | None = None
+    pass_rate_delta: float | None = None
+    fisher_p: float | None = Field(None, description="two-sided Fisher's exact test on passes")
+    composite_median: float | None = None
+    reference_composite_median: float | None = None
+    composite_median_delta: float | None = None
+    mann_whitney_u: float | None = Field(None, description="U of this group's composite scores")
+    mann_whitney_p: float | None = Field(None, description="two-sided Mann-Whitney U test")
+    mann_whitney_method: str | None = Field(None, description="exact or asymptotic")
+    prob_superior: float | None = Field(
+        None, description="U / (n*m): chance a run here scores above a reference run, ties half"
+    )
+    fisher_p_adjusted: float | None = Field(
+        None, description="fisher_p corrected across the family (Multiplicity)"
+    )
+    mann_whitney_p_adjusted: float | None = Field(
+        None, description="mann_whitney_p corrected across the family (Multiplicity)"
+    )
+    risk_difference_ci: Interval | None = Field(
+        None, description="interval of pass_rate_delta (Newcombe hybrid score)"
+    )
+    cliffs_delta: float | None = Field(
+        None, description="of composite scores: P(here > reference) - P(here < reference)"
+    )
+    cliffs_delta_ci: Interval | None = None
+    detectable: Detectable | None = None
+    alpha: float
+    verdict: Verdict = Field(description="from the adjusted p-values when corrected")
+
+
+class TierAnalysis(Record):
+    """Beyond the seed statistics: intervals, pass@k, flakiness, the test against the baseline."""
+
+    pass_rate_ci: Interval | None = None
+    composite_median_ci: Interval | None = None
+    pass_at_k: dict[int, float] = Field(
+        default_factory=dict, description="1 - C(n-c,k)/C(n,k); a tier averages its scenarios"
+    )
+    pass_hat_k: dict[int, float] = Field(
+        default_factory=dict, description="C(c,k)/C(n,k); a tier averages its scenarios"
+    )
+    flaky_scenarios: list[str] = Field(
+        default_factory=list, description="scenarios where some runs passed and some failed"
+    )
+    vs_baseline: Comparison | None = None
+
+
+class TierReport(Record):
+    """Per tier (and, under `scenarios`, per tier x scenario): the same shape."""
+
+    runs: int = Field(description="runs with a result, infrastructure errors included")
+    errors: int = Field(description="infrastructure errors, kept out of the statistics")
+    cancelled: int = Field(0, description="runs cancelled before they started, kept out")
+    not_run: int = Field(0, description="runs the budget kept from starting, kept out")
+    counted: int = Field(
+        0, description="runs in the statistics: completed, agent_error and timeout"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counted_of_older_reports(cls, data: Any) -> Any:
+        # Reports stored before `counted` existed knew only infrastructure errors.
+        if isinstance(data, dict) and "counted" not in data and "runs" in data:
+            data = {**data, "counted": data["runs"] - data.get("errors", 0)}
+        return data
+
+    passes: int = 0
+    grade: str | None = None
+    consistency: float | None = Field(
+        None, description="1 - std_dev / mean of the composite score, clamped to [0, 1]"
+    )
+    cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")
+    cost_unknown_runs: int = 0
+    approximate_exit_code_runs: int = Field(
+        0, description="runs whose exit codes came from the plain regex fallback (approximate)"
+    )
+    pass_rate: Statistics = Field(default_factory=Statistics)
+    impl_rate: Statistics = Field(default_factory=Statistics)
+    cost_usd: Statistics = Field(default_factory=Statistics)
+    judge_cost_usd: Statistics = Field(default_factory=Statistics)
+    duration_seconds: Statistics = Field(default_factory=Statistics)
+    composite_score: Statistics = Field(default_factory=Statistics)
+    layered_composite: Statistics | None = None
+    cost_of_pass_per_run: Statistics = Field(default_factory=Statistics)
+    input_tokens: Statistics = Field(default_factory=Statistics)
+    output_tokens: Statistics = Field(default_factory=Statistics)
+    base_context: Statistics = Field(default_factory=Statistics)
+    context_growth_avg: Statistics = Field(default_factory=Statistics)
+    interaction: dict[str, Statistics] = Field(default_factory=dict)
+    process: dict[str, Statistics] = Field(default_factory=dict)
+    statuses: dict[str, int] = Field(default_factory=dict)
+    context_by_call: list[Statistics] = Field(
+        default_factory=list, description="input tokens of the i-th LLM call, over the runs"
+    )
+    analysis: TierAnalysis = Field(default_factory=TierAnalysis)
+    scenarios: dict[str, TierReport] = Field(default_factory=dict)
+
+
+class MetricUplift(Record):
+    """One tier against the baseline, metric by metric: (tier - baseline) / baseline,
+    None where the baseline's figure is 0 or either is missing (docs/METRICS.md)."""
+
+    pass_rate: float | None = Field(None, description="of the pass rate (passes / counted)")
+    impl_rate: float | None = Field(None, description="of the median impl rate")
+    composite: float | None = Field(None, description="of the median composite (tier_uplift)")
+    cost_change: float | None = Field(None, description="of the median cost; + costs more")
+
+
+class CrossTierResult(Record):
+    baseline: str
+    tier_uplift: dict[str, float | None] = Field(default_factory=dict)
+    uplift_note: str | None = Field(None, description="why uplift is undefined, when it is")
+    uplift: dict[str, MetricUplift] = Field(default_factory=dict)
+    pass_rate_variance: float | None = None
+    impl_rate_variance: float | None = Field(None, description="of the tiers' median impl rate")
+    cost_variance: float | None = None
+    cost_delta: float | None = None
+    frontier_cost_of_pass: float | None = Field(
+        None, description="the lowest tier cost_of_pass; None when no tier passed"
+    )
+    frontier_tier: str | None = Field(None, description="the tier with frontier_cost_of_pass")
+    best_value_tier: str | None = Field(
+        None, description="highest median composite per median dollar (docs/METRICS.md)"
+    )
+
+
+class ExperimentStatus(StrEnum):
+    pending = "pending"
+    running = "running"
+    complete = "complete"
+    cancelled = "cancelled"
+
+
+class ExperimentInfo(Record):
+    id: str
+    name: str
+    status: ExperimentStatus = ExperimentStatus.pending
+    total_runs: int = 0
+    completed_runs: int = Field(0, description="runs with a stored result, of any status")
+    errors: int = Field(0, description="infrastructure errors")
+    cancelled: int = Field(0, description="runs cancelled before they started")
+    not_run: int = Field(0, description="runs the budget kept from starting")
+    passes: int = 0
+    created_at: float
+    finished_at: float | None = None
+    tiers: list[str] = Field(default_factory=list)
+    scenarios: list[str] = Field(default_factory=list)
+    runs_per_tier: int = 0
+
+
+class BudgetReport(Record):
+    """What the experiment spent against its budget (core.store.ledger): first in every report."""
+
+    agent_usd: float | None = Field(None, description="the agent spend ceiling")
+    judge_usd: float | None = Field(None, description="the judge spend ceiling")
+    agent_spent_usd: float = Field(description="what the agents spent (unknown costs left out)")
+    judge_spent_usd: float
+    not_run: int = Field(description="runs never started because their cost did not fit")
+    notice: str = Field(description='"budget reached: $X of $Y spent, N runs not run" or the spend')
+
+    @property
+    def reached(self) -> bool:
+        return self.not_run > 0
+
+
+class CellStop(Record):
+    """Why an adaptive tier x scenario cell stopped taking runs."""
+
+    runs: int
+    reason: str
+
+
+class AdaptiveReport(Record):
+    """How an adaptive experiment decided how many runs each cell got (core.analysis.sequential)."""
+
+    procedure: str
+    cells: dict[str, dict[str, CellStop]] = Field(
+        default_factory=dict, description="tier -> scenario -> why its runs stopped"
+    )
+
+
+class TierJudgeNoise(Record):
+    """The judge's own noise beside the runs' spread, in one tier (core/analysis/judge_noise.py)."""
+
+    judged_runs: int = Field(description="counted runs with a judge score")
+    repeats: int = Field(description="judgments per run (the fewest, when runs differ)")
+    judge_variance: float | None = Field(
+        None, description="mean over runs of the sample variance of their K judgments"
+    )
+    judge_sd_of_mean: float | None = Field(
+        None, description="sqrt(judge_variance / K): the judge's SD of one run's score"
+    )
+    run_variance: float | None = Field(
+        None, description="sample variance of the runs' scores (each the mean of its K)"
+    )
+    judge_share: float | None = Field(
+        None, description="(judge_variance / K) / run_variance: the judge's part of the spread"
+    )
+
+
+class JudgeNoiseFlag(Record):
+    """A tier's result against the baseline that the judge's noise alone could explain."""
+
+    tier: str
+    difference: float = Field(description="Δ median composite against the baseline")
+    band: float = Field(description="2 x impl share x sqrt(sd_tier² + sd_baseline²)")
+    verdict: Verdict
+    uplift: float | None = None
+
+
+class JudgeSummary(Record):
+    """How the runs were judged: judgments asked, from cache, and the judge's noise."""
+
+    judgments: int = 0
+    cached: int = Field(0, description="judgments answered from the judgment cache")
+    tiers: dict[str, TierJudgeNoise] = Field(default_factory=dict)
+    within_noise: list[JudgeNoiseFlag] = Field(default_factory=list)
+
+
+class ExperimentReport(Record):
+    budget: BudgetReport | None = Field(None, description="with a budget: what it came to")
+    experiment: ExperimentInfo
+    adaptive: AdaptiveReport | None = Field(None, description="with adaptive runs_per_tier")
+    version: int = Field(1, description="1: the runs' own; 2, 3...: rejudged (`report --version`)")
+    version_note: str | None = Field(None, description="what made this version")
+    tiers: dict[str, TierReport] = Field(default_factory=dict)
+    cross_tier: CrossTierResult
+    multiplicity: Multiplicity | None = Field(
+        None, description="the correction of every test against the baseline"
+    )
+    error_reasons: dict[str, int] = Field(
+        default_factory=dict,
+        description="infrastructure errors by reason (error_key), most common first",
+    )
+    judge: JudgeSummary | None = Field(None, description="None when no run was judged")
+    runs: list[RunResult] | None = Field(None, description="every RunResult, with --runs")
+
+
+class ExperimentComparison(Record):
+    """`scheduler compare A B`: each tier and tier x scenario of B against A."""
+
+    reference: ExperimentInfo
+    experiment: ExperimentInfo
+    alpha: float
+    multiplicity: Multiplicity | None = None
+    tiers: dict[str, Comparison] = Field(default_factory=dict)
+    scenarios: dict[str, dict[str, Comparison]] = Field(default_factory=dict)
+    unmatched_tiers: list[str] = Field(
+        default_factory=list, description="tiers in only one of the two experiments"
+    )
+    regressions: list[str] = Field(
+        default_factory=list,
+        description="tiers significantly worse in B (verdict worse or mixed, corrected)",
+    )

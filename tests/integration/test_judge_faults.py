@@ -1,0 +1,173 @@
+"""A judge API that misbehaves, end to end: a loopback server, real workers, the CLI.
+
+One scenario per fault (the server answers by the task text in the judge's
+prompt): a 429 storm, 500s, malformed bodies, malformed answers, a server that
+never answers, and one healthy scenario. Every faulty run ends as a recorded
+infrastructure error with its reason after bounded retries, and the
+experiment completes. Likewise a judge that dribbles its answer or sends one
+without end, and a model under test that does the latter.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from core.llm.client import MAX_RESPONSE_BYTES
+from core.results.run import RunStatus
+from core.store import Store
+from tests.conftest import StartWorker, run_cli
+from tests.support.llm_stub import (
+    LLMStub,
+    RecordedRequest,
+    Step,
+    dribble,
+    endless,
+    malformed,
+    reply,
+    slow,
+    status,
+)
+
+pytestmark = pytest.mark.integration
+
+GOOD = {"scores": {"quality": 0.9}, "weighted_score": 0.9, "confidence": 0.8,
+        "issues": [], "highlights": ["fine"]}  # fmt: skip
+
+FAULTS: dict[str, Step] = {
+    "storm": status(429, {"Retry-After": "0"}),
+    "crash": status(500),
+    "garbled": malformed("<html>bad gateway</html>"),
+    "nonsense": reply(content="I think it went well, 8/10."),
+    "silent": slow(60),
+    "healthy": reply(content=json.dumps(GOOD)),
+}
+
+
+def _by_scenario(request: RecordedRequest) -> Step:
+    prompt = json.dumps(request.body)
+    return next(step for name, step in FAULTS.items() if f"task:{name}" in prompt)
+
+
+def test_judge_faults_are_bounded_recorded_and_the_experiment_completes(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
+    )
+    scenarios = "\n".join(
+        f"  - {{id: {name}, prompt: 'task:{name}', evaluation: {{judge: {{rubric: rubric.yaml}}}}}}"
+        for name in FAULTS
+    )
+    with LLMStub([_by_scenario]) as stub:
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: judge-faults
+runs_per_tier: 1
+agent: {{kind: command, command: "echo did it", timeout_s: 30}}
+tiers: [{{id: T0}}]
+judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null,
+         timeout_s: 1, connect_timeout_s: 1, max_attempts: 2}}
+scenarios:
+{scenarios}
+""")
+        start_worker(concurrency=3)
+        started = time.monotonic()
+        result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
+        elapsed = time.monotonic() - started
+    assert result.returncode == 3, result.stderr  # its runs were infrastructure errors
+    report = json.loads(result.stdout)
+    exp_id = report["experiment"]["id"]
+    runs = {r.scenario: r for r in store.runs(exp_id.strip())}
+
+    expected = {
+        "storm": "judge error: HTTP 429 after 2 attempts",
+        "crash": "judge error: HTTP 500 after 2 attempts",
+        "garbled": "judge error: malformed answer after 2 attempts: response body is not JSON",
+        "nonsense": "judge error: malformed answer after 2 attempts: answer is not valid JSON",
+        "silent": "judge error: read timeout after 2 attempts",
+    }
+    for scenario, reason in expected.items():
+        run = runs[scenario]
+        assert run.status == RunStatus.infra_error, scenario
+        assert (run.fail_reason or "").startswith(reason), (scenario, run.fail_reason)
+        assert run.judge is not None and 1 <= run.judge.attempts <= 4  # at most N*N requests
+    assert runs["healthy"].passed and runs["healthy"].judge is not None
+    assert runs["healthy"].judge.weighted_score == pytest.approx(0.9)
+    assert report["experiment"]["status"] == "complete"
+    assert report["tiers"]["T0"]["errors"] == 5 and report["tiers"]["T0"]["passes"] == 1
+    assert elapsed < 90  # bounded: no fault holds a run for long
+
+
+STREAMS: dict[str, Step] = {
+    "dribbling": dribble(reply(content=json.dumps(GOOD)), interval_s=2.0),
+    "endless": endless(),
+    "answered": reply(content=json.dumps({**GOOD, "scores": {"quality": 0.2}})),
+}
+
+
+def test_a_dribbling_or_endless_llm_is_stopped_and_recorded_well_before_the_soft_limit(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
+    )
+    scenarios = "\n".join(
+        f"  - {{id: {name}, prompt: 'task:{name}', evaluation: {{judge: {{rubric: rubric.yaml}}}}}}"
+        for name in STREAMS
+    )
+
+    def by_scenario(request: RecordedRequest) -> Step:
+        prompt = json.dumps(request.body)
+        return next(step for name, step in STREAMS.items() if f"task:{name}" in prompt)
+
+    with LLMStub([by_scenario]) as judge, LLMStub([endless()]) as model:
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: llm-streams
+runs_per_tier: 1
+agent: {{kind: command, command: "echo did it", timeout_s: 30}}
+tiers:
+  - {{id: T0}}
+  - {{id: LLM, agent: {{kind: openai, base_url: "{model.base_url}", model: m, timeout_s: 30}}}}
+judge: {{base_url: "{judge.base_url}", model: judge-model, api_key_env: null,
+         timeout_s: 10, max_attempts: 2, deadline_s: 4}}
+scenarios:
+{scenarios}
+""")
+        start_worker(concurrency=3)
+        result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
+    assert result.returncode == 3, result.stderr  # the judge's faults are infrastructure errors
+    exp_id = json.loads(result.stdout)["experiment"]["id"]
+    runs = {(r.tier, r.scenario): r for r in store.runs(exp_id)}
+
+    deadline = "judge error: no complete response within the 4 s deadline: the body was still"
+    cap = f"judge error: response body over the {MAX_RESPONSE_BYTES}-byte limit"
+    dribbled, flooded = runs[("T0", "dribbling")], runs[("T0", "endless")]
+    assert dribbled.status == flooded.status == RunStatus.infra_error
+    assert (dribbled.fail_reason or "").startswith(deadline), dribbled.fail_reason
+    assert (flooded.fail_reason or "").startswith(cap), flooded.fail_reason
+    # The judge's deadline ended it, not the Celery soft limit (30 s agent + 4 s judge + ...).
+    assert dribbled.duration_seconds < 4 + 10
+    answered = runs[("T0", "answered")]
+    assert answered.status == RunStatus.completed and answered.judge is not None
+    assert answered.judge.weighted_score == pytest.approx(0.2)
+    # The provider of the model under test flooding its answer is an outage on the
+    # agent's side, not the agent's failure: an infrastructure error with the reason,
+    # and nothing is judged.
+    for scenario in ("answered", "dribbling", "endless"):
+        flooded_agent = runs[("LLM", scenario)]
+        assert flooded_agent.status == RunStatus.infra_error and flooded_agent.judge is None
+        assert (flooded_agent.fail_reason or "").startswith(
+            f"agent could not run: LLM call to {model.base_url}/chat/completions failed: "
+            f"response body over the {MAX_RESPONSE_BYTES}-byte limit"
+        ), flooded_agent.fail_reason

@@ -1,0 +1,262 @@
+"""Every recorded outcome means what a reader takes it to mean, through the CLI and
+real workers: a run that did not finish never passes, an agent that cannot start
+is an infrastructure error (and stops its tier early), and a cancelled run is
+never reported as one that ran.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from core.results.run import NOT_RUN_NOTE, RunStatus
+from core.store import Store
+from tests.conftest import StartWorker, run_cli
+from tests.support.experiments import command_matrix
+from tests.support.fleet import wait_until
+
+pytestmark = pytest.mark.integration
+
+# Writes what its gate checks for, then does not finish by itself.
+HANGS_AFTER_WORK = "touch out.txt; sleep 300"
+FAILS_AFTER_WORK = "touch out.txt; echo 'gave up' >&2; exit 1"
+
+
+def submit(matrix: Path, env: dict[str, str], *extra: str) -> tuple[int, dict, str]:
+    result = run_cli("submit", str(matrix), "--wait", "--json", *extra, env=env)
+    return result.returncode, json.loads(result.stdout, parse_constant=_refuse), result.stderr
+
+
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"not strict JSON: bare {constant}")
+
+
+@pytest.mark.parametrize(
+    ("command", "status", "reason"),
+    [
+        (HANGS_AFTER_WORK, RunStatus.timeout, "agent timed out"),
+        (FAILS_AFTER_WORK, RunStatus.agent_error, "agent exited with code 1: gave up"),
+    ],
+)
+def test_an_agent_that_did_not_finish_never_passes_even_when_its_gates_do(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+    command: str,
+    status: RunStatus,
+    reason: str,
+) -> None:
+    start_worker(concurrency=2)
+    matrix = command_matrix(tmp_path, command, runs=2, timeout_s=2)
+    code, report, stderr = submit(matrix, fleet_env, "--json-nonfinite", "null")
+    assert code == 0, stderr  # a real, failed result: not an infrastructure error
+    # No pass: an infinite cost of a pass, written as null for strict JSON readers.
+    assert report["tiers"]["T0"]["cost_of_pass"] is None
+    exp_id = report["experiment"]["id"]
+
+    runs = store.runs(exp_id)
+    assert [(r.status, r.passed, r.gates_passed, r.gates_total) for r in runs] == [
+        (status, False, 1, 1)
+    ] * 2
+    assert all(reason in (r.fail_reason or "") for r in runs)
+    tier = report["tiers"]["T0"]
+    assert (tier["counted"], tier["passes"], tier["errors"]) == (2, 0, 0)
+    assert tier["pass_rate"]["max"] == 0.0
+
+    # Every format says 0 passes.
+    with_runs = json.loads(_report(exp_id, "json", fleet_env, "--runs"))
+    assert with_runs["tiers"]["T0"]["cost_of_pass"] == "Infinity"  # DESIGN's default
+    assert [(r["status"], r["passed"]) for r in with_runs["runs"]] == [(status.value, False)] * 2
+    rows = list(csv.DictReader(io.StringIO(_report(exp_id, "csv", fleet_env))))
+    assert {(row["scenario"], row["passes"]) for row in rows} == {("", "0"), ("s", "0")}
+    for fmt in ("markdown", "table", "html"):
+        assert "2 counted, 0 passed, 0 infrastructure errors" in _report(exp_id, fmt, fleet_env)
+
+
+def _report(exp_id: str, fmt: str, env: dict[str, str], *extra: str) -> str:
+    result = run_cli("report", exp_id, "--format", fmt, *extra, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """The agent misnamed: bash cannot find it (exit 127). Nothing is scored, the
+    tier stops after its first 3 runs, and submit says why and exits 3."""
+    start_worker(concurrency=1)
+    matrix = command_matrix(tmp_path, "./agnet.sh", runs=8, extra="fail_fast: 3")
+    code, report, stderr = submit(matrix, fleet_env)
+
+    assert code == 3, stderr
+    runs = store.runs(report["experiment"]["id"])
+    assert len(runs) == 8
+    assert all(r.status == RunStatus.infra_error and not r.passed for r in runs)
+    assert all(r.gates == [] and r.judge is None for r in runs)  # nothing was gated
+    # Nor credited: an empty gate list is no implementation.
+    assert {(r.impl_rate, r.composite_score, r.pass_rate) for r in runs} == {(0.0, 0.0, 0.0)}
+    reason = "agent could not start (exit 127): bash: line 1: ./agnet.sh: No such file or directory"
+    started = [r for r in runs if r.fail_reason == reason]
+    not_run = [r for r in runs if r.fail_reason == reason + NOT_RUN_NOTE]
+    # One worker slot: exactly the first three ran before the tier was stopped.
+    assert (len(started), len(not_run)) == (3, 5)
+
+    tier = report["tiers"]["T0"]
+    assert (tier["errors"], tier["counted"], tier["passes"]) == (8, 0, 0)
+    assert tier["grade"] is None and tier["pass_rate"]["count"] == 0
+    assert report["error_reasons"] == {reason: 8}
+    assert report["experiment"]["errors"] == 8
+    # The follower says so at once, with the failing command; the last line names the reason.
+    assert "tier T0 stopped: its first 3 runs all ended with the same infrastructure error" in (
+        stderr
+    )
+    assert "agent: ./agnet.sh" in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"8 of 8 runs were infrastructure errors, kept out of the statistics; most common (8): "
+        f"{reason}"
+    )
+    # The reports name it too.
+    markdown = _report(report["experiment"]["id"], "markdown", fleet_env)
+    assert f"infrastructure error (8 runs): {reason}" in markdown
+    # The experiment's status line says it too.
+    listed = run_cli("status", report["experiment"]["id"], env=fleet_env)
+    assert "complete with 8 infrastructure errors" in listed.stdout
+
+
+def test_fail_fast_leaves_a_tier_alone_once_it_has_a_result_of_its_own(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """Runs 0 and 1 work, the rest cannot start: a flaky set-up is reported, not cut short."""
+    start_worker(concurrency=1)
+    command = '[ "$EVALFLEET_RUN_INDEX" -lt 2 ] && touch out.txt || ./missing.sh'
+    matrix = command_matrix(tmp_path, command, runs=6, extra="fail_fast: 2")
+    code, report, _ = submit(matrix, fleet_env)
+    assert code == 3
+    runs = store.runs(report["experiment"]["id"])
+    assert [r.status for r in runs] == [RunStatus.completed] * 2 + [RunStatus.infra_error] * 4
+    assert not any(NOT_RUN_NOTE in (r.fail_reason or "") for r in runs)
+    assert report["tiers"]["T0"]["counted"] == 2 and report["tiers"]["T0"]["passes"] == 2
+
+
+def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    executions = tmp_path / "executions"
+    matrix = command_matrix(
+        tmp_path, f"echo $EVALFLEET_RUN_INDEX >> {executions}; touch out.txt", runs=6
+    )
+    submitted = run_cli("submit", str(matrix), env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    # Two runs finish before the cancel, as if a worker had taken them.
+    from worker.run import execute
+
+    for spec in store.specs(exp_id)[:2]:
+        assert execute(spec, store).passed
+    assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
+    start_worker(concurrency=2)
+    wait_until(lambda: store.report(exp_id), "the cancelled experiment's report", timeout=90)
+
+    cancelled = run_cli("status", exp_id, env=fleet_env).stdout
+    assert "cancelled" in cancelled and "2/6 runs ran" in cancelled and "4 cancelled" in cancelled
+    listed = run_cli("list", env=fleet_env).stdout
+    assert (
+        f"{exp_id}  cancelled" in listed
+        and "complete" not in listed.split(exp_id)[1].split("\n")[0]
+    )
+
+    resumed = run_cli("resume", exp_id, "--wait", "--format", "json", env=fleet_env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "re-sending 4 runs: 4 cancelled before they started, 0 with no result" in (
+        resumed.stderr
+    )
+    report = json.loads(resumed.stdout)
+    assert report["experiment"]["status"] == "complete"
+    assert (report["experiment"]["cancelled"], report["experiment"]["errors"]) == (0, 0)
+    assert report["tiers"]["T0"]["counted"] == 6 and report["tiers"]["T0"]["passes"] == 6
+    # Every run ran exactly once: the two before the cancel were not run again.
+    assert sorted(executions.read_text().split()) == [str(i) for i in range(6)]
+    assert all(r.status == RunStatus.completed for r in store.runs(exp_id))
+
+    again = run_cli("resume", exp_id, env=fleet_env)
+    assert again.returncode == 0 and "nothing to resume" in again.stderr
+
+
+def test_a_resume_with_nothing_to_send_changes_nothing(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """A cancel that came too late (every run had finished) leaves a cancelled
+    experiment that resume must not turn into a complete one it never re-ran."""
+    start_worker(concurrency=2)
+    _, report, _ = submit(command_matrix(tmp_path, "touch out.txt", runs=2), fleet_env)
+    exp_id = report["experiment"]["id"]
+    assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
+    before = store.info(exp_id)
+    resumed = run_cli("resume", exp_id, env=fleet_env)
+    assert resumed.returncode == 0 and "nothing to resume" in resumed.stderr
+    time.sleep(1)
+    assert store.info(exp_id) == before
+
+
+def test_status_says_when_no_worker_takes_the_experiments_runs(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """ "running 0/2" alone reads as slow progress; the runs' queue has no consumer."""
+    from tests.conftest import QUEUE
+
+    idle_queue = f"{QUEUE}-idle"
+    matrix = command_matrix(tmp_path, "touch out.txt", runs=2, extra=f"queue: {idle_queue}")
+    submitted = run_cli("submit", str(matrix), env=fleet_env)
+    exp_id = submitted.stdout.strip()
+    status = run_cli("status", exp_id, env=fleet_env)
+    assert status.returncode == 0
+    assert "0/2 runs ran" in status.stdout
+    assert f"no worker is taking runs from queue {idle_queue}" in status.stderr
+
+    start_worker(concurrency=1, queues=idle_queue)
+    wait_until(lambda: store.report(exp_id), "the report once a worker takes the runs")
+    done = run_cli("status", exp_id, env=fleet_env)
+    assert "complete" in done.stdout and "no worker" not in done.stderr
+
+
+def test_a_waited_csv_submit_prints_rows_only_and_the_id_aside(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """`submit --broker ... --wait --format csv` is piped into csv readers: the
+    experiment id goes to stderr, not above the header."""
+    start_worker(concurrency=2)
+    matrix = command_matrix(tmp_path, "touch out.txt", runs=2)
+    result = run_cli("submit", str(matrix), "--wait", "--format", "csv", env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["tier"], r["scenario"], r["passes"]) for r in rows] == [
+        ("T0", "", "2"),
+        ("T0", "s", "2"),
+    ]
+    exp_id = result.stderr.strip().splitlines()[0]
+    assert exp_id.startswith("t-") and exp_id not in result.stdout
+    # Without --wait the id is all there is to print: on stdout, for $(...).
+    quiet = run_cli("submit", str(matrix), "--format", "csv", env=fleet_env)
+    assert quiet.returncode == 0 and quiet.stdout.strip().startswith("t-"), quiet.stderr
+    wait_until(lambda: store.report(quiet.stdout.strip()), "its runs done")  # no leftovers

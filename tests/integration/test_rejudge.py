@@ -1,0 +1,252 @@
+"""`scheduler rejudge` through the CLI with real workers: the stored judge inputs are
+judged again with another judge model, once per run, no agent is started, and the
+result is a new report version beside the untouched original. Asking again is free."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from core.store import Store
+from tests.conftest import QUEUE, StartWorker, run_cli
+from tests.support.experiments import command_matrix, judged_matrix
+from tests.support.llm_stub import LLMStub, scripted_judge
+
+pytestmark = pytest.mark.integration
+
+# The fixed gate: any case, and the secret the agent wrote is redacted in the archive.
+FIXED_GATE = "grep -qi hello out.txt && grep -q REDACTED out.txt"
+# Judge A passes every run; judge B fails every run.
+MARKERS = {f"run=T0/{i};": [0.9] for i in range(3)}
+
+
+def report(exp_id: str, env: dict[str, str], *extra: str) -> str:
+    shown = run_cli("report", exp_id, *extra, env=env)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    start_worker(concurrency=2)
+    starts = tmp_path / "agent-starts.log"
+    with LLMStub([scripted_judge(MARKERS, model_scores={"judge-b": 0.3})]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=3, tiers="T0", repeats=1)
+        done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        assert len(starts.read_text().splitlines()) == 3
+        original = report(exp_id, fleet_env, "--format", "json", "--runs")
+        assert json.loads(original)["tiers"]["T0"]["passes"] == 3
+        before = len(stub.requests)
+
+        rejudged = run_cli(
+            "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
+            env=fleet_env,
+        )  # fmt: skip
+        assert rejudged.returncode == 0, rejudged.stderr
+        asked = stub.requests[before:]
+        # Exactly one judge call per run, each run's transcript once, all to judge-b.
+        assert [r.body["model"] for r in asked] == ["judge-b"] * 3
+        prompts = [r.body["messages"][-1]["content"] for r in asked]
+        assert sorted(m for p in prompts for m in MARKERS if m in p) == sorted(MARKERS)
+        # No agent started again.
+        assert len(starts.read_text().splitlines()) == 3
+
+    version2 = json.loads(rejudged.stdout)
+    assert version2["version"] == 2
+    assert version2["version_note"] == "rejudged: model judge-b"
+    assert version2["tiers"]["T0"]["passes"] == 0
+    assert "3 judgments, 0 from cache" in rejudged.stderr
+    runs = store.version_runs(exp_id, 2)
+    assert [(r.judge.model, r.judge.weighted_score, r.passed) for r in runs if r.judge] == [
+        ("judge-b", 0.3, False)
+    ] * 3
+    assert all(r.fail_reason == "judge score 0.30 < 0.70" for r in runs)
+    assert runs[0].judge is not None and runs[0].judge.response is not None
+    assert runs[0].judge.response.reasons == {"quality": "scripted 0.3"}
+
+    # The original is unchanged, byte for byte; the default is the latest version.
+    assert report(exp_id, fleet_env, "--format", "json", "--runs", "--version", "1") == original
+    latest = run_cli("report", exp_id, "--format", "json", env=fleet_env)
+    assert json.loads(latest.stdout)["version"] == 2
+    assert "report version 2 of 2 (rejudged: model judge-b)" in latest.stderr
+    assert "report version 2 (rejudged: model judge-b)" in report(exp_id, fleet_env)
+    listed = run_cli("list", env=fleet_env).stdout
+    assert any(exp_id in line and "report versions 1-2" in line for line in listed.splitlines())
+    compared = run_cli("compare", exp_id, exp_id, env=fleet_env)
+    assert compared.returncode == 0, compared.stderr
+    assert f"note: {exp_id} has report versions 1-2; compare reads its runs as they ran" in (
+        compared.stderr
+    )
+    shown = run_cli("show", runs[0].run_id, env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    assert "note: this is the run as it ran (report version 1 of 2)" in shown.stderr
+    missing = run_cli("report", exp_id, "--version", "7", env=fleet_env)
+    assert missing.returncode == 2 and "its versions: 1, 2" in missing.stderr
+
+    # The same question again costs nothing, and says so: version 3 without a request
+    # (the judge's stub is closed: a request would fail the judging).
+    again = run_cli(
+        "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
+        env=fleet_env,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "3 judgments, 3 from cache" in again.stderr
+    version3 = json.loads(again.stdout)
+    assert version3["version"] == 3 and version3["judge"]["cached"] == 3
+    assert version3["tiers"]["T0"]["passes"] == 0  # judge-b's verdicts, from the cache
+    assert len(starts.read_text().splitlines()) == 3
+
+    # A judge that cannot be reached: every run an infrastructure error, and the exit
+    # code says so as submit's does.
+    down = run_cli("rejudge", exp_id, "--judge-model", "judge-c", "--wait", env=fleet_env)
+    assert down.returncode == 3, down.stderr
+    assert "3 of 3 runs were infrastructure errors" in down.stderr
+
+
+def test_rejudge_refuses_bad_input_and_starts_nothing(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    bad = tmp_path / "strict.yaml"
+    bad.write_text("criteria: []\n")
+    refused = run_cli("rejudge", "no-such-exp", "--rubric", str(bad), env=fleet_env)
+    assert refused.returncode == 2
+    assert "strict.yaml" in refused.stderr and "nothing was started" in refused.stderr
+    unknown = run_cli("rejudge", "no-such-exp", env=fleet_env)
+    assert unknown.returncode == 2 and "no experiment 'no-such-exp'" in unknown.stderr
+    empty = run_cli("rejudge", "no-such-exp", "--judge-model", " ", env=fleet_env)
+    assert empty.returncode == 2 and "--judge-model is empty" in empty.stderr
+
+
+def test_embedded_rejudge_with_more_repeats_asks_only_the_new_ones(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """No broker: rejudge starts its own workers, as submit does. Raising repeats from 2
+    to 3 asks each run's third judgment only: the first two come from the cache. Without
+    the judge's key in this shell (the local workers' environment) nothing is started."""
+    env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    keyed = {**env, "JUDGE_KEY": "sk-judge-0123456789"}
+    starts = tmp_path / "agent-starts.log"
+    scores = {"run=T0/0;": [0.2, 0.6, 1.0], "run=T0/1;": [0.9, 0.9, 0.3]}
+    with LLMStub([scripted_judge(scores)]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=2, tiers="T0", repeats=2)
+        matrix.write_text(matrix.read_text().replace("api_key_env: null", "api_key_env: JUDGE_KEY"))
+        done = run_cli("submit", str(matrix), "--json", "--workers", "2", env=keyed, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        assert len(stub.requests) == 4
+        keyless = run_cli("rejudge", exp_id, "--repeats", "3", env=env, cwd=tmp_path)
+        assert keyless.returncode == 2
+        assert "JUDGE_KEY is not set" in keyless.stderr and "nothing was started" in keyless.stderr
+        again = run_cli(
+            "rejudge", exp_id, "--repeats", "3", "--format", "json", "--workers", "2",
+            env=keyed, cwd=tmp_path,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert len(stub.requests) == 6  # one new judgment per run
+    assert len(starts.read_text().splitlines()) == 2
+    assert "6 judgments, 4 from cache" in again.stderr
+    # Nothing printed at exit (the result channels chord(header)(body) subscribed to).
+    assert "Traceback" not in again.stderr
+    version2 = json.loads(again.stdout)
+    assert version2["version"] == 2 and version2["version_note"] == "rejudged: repeats 3"
+    noise = version2["judge"]["tiers"]["T0"]
+    # Run variances: [.2 .6 1] .16, [.9 .9 .3] .12; their mean .14.
+    assert noise["repeats"] == 3 and noise["judge_variance"] == pytest.approx(0.14)
+
+
+def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """The gate looked for "hello" where the agent wrote "Hello": fixed in a new matrix
+    file, rescore passes both runs from their archived workspaces."""
+    start_worker(concurrency=2, extra_env={"AGENT_SECRET": "sk-agent-secret-0123456789"})
+    starts = tmp_path / "agent-starts.log"
+    agent = f'echo "Hello $AGENT_SECRET" > out.txt; echo started >> {starts}'
+    extra = "workspace_archive: {keep: failed}\nsecret_env: [AGENT_SECRET]"
+    matrix = command_matrix(
+        tmp_path / "v1", agent, runs=2,
+        gates="[{type: file_contains, path: out.txt, substring: hello}]", extra=extra,
+    )  # fmt: skip
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 0, done.stderr
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    assert json.loads(done.stdout)["tiers"]["T0"]["passes"] == 0
+    original = report(exp_id, fleet_env, "--format", "json", "--runs")
+    # The agent's secret never reaches the archive, though the file held it.
+    archive = store.workspace(exp_id, store.runs(exp_id)[0].run_id)
+    assert archive is not None and "sk-agent-secret" not in archive.model_dump_json()
+
+    fixed = command_matrix(
+        tmp_path / "v2", agent, runs=2,
+        gates=f"[{{type: command_succeeds, command: '{FIXED_GATE}'}}]", extra=extra,
+    )  # fmt: skip
+    rescored = run_cli(
+        "rescore", exp_id, "--matrix", str(fixed), "--wait", "--format", "json", env=fleet_env
+    )
+    assert rescored.returncode == 0, rescored.stderr
+    assert "gating 2 of 2 runs again on their archived workspaces" in rescored.stderr
+    assert "rescore v2" in rescored.stderr
+    version2 = json.loads(rescored.stdout)
+    assert version2["version"] == 2 and version2["tiers"]["T0"]["passes"] == 2
+    assert version2["version_note"] == f"rescored: gates of {fixed}"
+    runs = store.version_runs(exp_id, 2)
+    assert [(r.passed, r.gates[0].gate_type, r.gates_passed) for r in runs] == [
+        (True, "command_succeeds", 1)
+    ] * 2
+    assert len(starts.read_text().splitlines()) == 2  # no agent started again
+    assert report(exp_id, fleet_env, "--format", "json", "--runs", "--version", "1") == original
+
+
+def test_rescore_without_archived_workspaces_says_how_to_keep_them(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    start_worker(concurrency=1)
+    matrix = command_matrix(tmp_path, "true", runs=1)
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    refused = run_cli("rescore", exp_id, env=fleet_env)
+    assert refused.returncode == 2
+    assert "set `workspace_archive: {keep: failed}` in the matrix" in refused.stderr
+
+
+def test_rejudge_goes_to_each_runs_own_queue(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A fleet that serves only per-tier queues rejudges too: each run's judgment is
+    sent where its run went, not to the default queue no worker of that fleet reads."""
+    tier_queue = f"{QUEUE}-t0"
+    with LLMStub([scripted_judge(MARKERS, model_scores={"judge-b": 0.3})]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=2, tiers="T0", repeats=1)
+        own_queue = f"tiers: [{{id: T0, queue: {tier_queue}}}]"
+        matrix.write_text(matrix.read_text().replace("tiers: [{id: T0}]", own_queue))
+        first = start_worker(concurrency=2, queues=f"{QUEUE},{tier_queue}")
+        done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        first.stop()
+        # Only the tier's queue is served now.
+        start_worker(concurrency=2, queues=tier_queue)
+        rejudged = run_cli(
+            "rejudge", exp_id, "--judge-model", "judge-b", "--wait", "--format", "json",
+            env=fleet_env, timeout=120,
+        )  # fmt: skip
+        assert rejudged.returncode == 0, rejudged.stderr
+        assert [r.body["model"] for r in stub.requests].count("judge-b") == 2
+    assert json.loads(rejudged.stdout)["tiers"]["T0"]["passes"] == 0
+    # The version's chord body waits on the default queue, which this fleet does not
+    # serve (the CLI aggregated the version itself): taken away, as its task would be.
+    waiting = [raw for raw in store.redis.lrange(QUEUE, 0, -1) if exp_id in _body(raw)]
+    assert [json.loads(raw)["headers"]["task"] for raw in waiting] == [
+        "evalfleet.aggregate_version"
+    ]
+    store.redis.lrem(QUEUE, 0, waiting[0])
+
+
+def _body(raw: str) -> str:
+    return base64.b64decode(json.loads(raw)["body"]).decode()

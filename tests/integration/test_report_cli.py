@@ -1,0 +1,333 @@
+"""`scheduler report` in every format, end to end: a finished experiment in Redis, the CLI.
+
+The figures beyond the seeds (intervals, tests, pass@k) are checked against
+scipy and plain combinatorics; the HTML report is opened in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+import re
+import shutil
+import statistics
+import subprocess
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scipy import stats
+
+from core.store import Store
+from tests.conftest import PREFIX, run_cli
+from tests.support.experiments import Cell, impl_rate, seed_experiment
+
+pytestmark = pytest.mark.integration
+
+NAME = "guidance-v2"
+# The evaluation seed's guidance example: v2 of the docs is better.
+OUTCOMES = {
+    ("T0", "s1"): (2, dict(error_rate=0.35, help_invocations=4, first_try_success_rate=0.55)),
+    ("T0", "s2"): (0, dict(error_rate=0.35, help_invocations=4, first_try_success_rate=0.55)),
+    ("T1", "s1"): (8, dict(error_rate=0.10, help_invocations=1, first_try_success_rate=0.82)),
+    ("T1", "s2"): (10, dict(error_rate=0.10, help_invocations=1, first_try_success_rate=0.82)),
+}
+CONTEXT = {"T0": (1000, 1500, 2000), "T1": (1000, 1200, 1400, 1600)}
+RUNS = 10
+
+
+def _passed(passes: int) -> tuple[bool, ...]:
+    return tuple(i < passes for i in range(RUNS))
+
+
+def _composites(tier: str) -> list[float]:
+    values = []
+    for (t, _), (passes, _) in OUTCOMES.items():
+        if t == tier:
+            values += [
+                ((1.0 if p else 0.0) + impl_rate(p, i)) / 2 for i, p in enumerate(_passed(passes))
+            ]
+    return values
+
+
+@pytest.fixture(scope="module")
+def experiment(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    cells = {
+        key: Cell(_passed(passes), context=CONTEXT[key[0]], **interaction)  # type: ignore[arg-type]
+        for key, (passes, interaction) in OUTCOMES.items()
+    }
+    return seed_experiment(store, tmp_path_factory.mktemp("matrices"), cells, name=NAME)
+
+
+def _report(exp_id: str, env: dict[str, str], *args: str) -> str:
+    result = run_cli("report", exp_id, *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_json_carries_intervals_tests_pass_at_k_flakiness_and_context_growth(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    report = json.loads(_report(experiment, fleet_env, "--format", "json"))
+    t0, t1 = report["tiers"]["T0"], report["tiers"]["T1"]
+
+    wilson = stats.binomtest(18, 20).proportion_ci(confidence_level=0.95, method="wilson")
+    assert t1["analysis"]["pass_rate_ci"]["low"] == pytest.approx(wilson.low)
+    assert t1["analysis"]["pass_rate_ci"]["high"] == pytest.approx(wilson.high)
+    ci = t1["analysis"]["composite_median_ci"]
+    assert ci["low"] <= t1["composite_score"]["median"] <= ci["high"]
+
+    versus = t1["analysis"]["vs_baseline"]
+    assert versus["reference"] == "T0" and t0["analysis"]["vs_baseline"] is None
+    assert versus["fisher_p"] == pytest.approx(stats.fisher_exact([[18, 2], [2, 18]]).pvalue)
+    mwu = stats.mannwhitneyu(_composites("T1"), _composites("T0"), alternative="two-sided")
+    assert versus["mann_whitney_u"] == pytest.approx(mwu.statistic)
+    assert versus["mann_whitney_p"] == pytest.approx(mwu.pvalue)
+    assert versus["pass_rate_delta"] == pytest.approx(0.9 - 0.1)
+    assert versus["verdict"] == "better"
+    # Per scenario, against the baseline's runs of the same scenario.
+    s1 = t1["scenarios"]["s1"]["analysis"]["vs_baseline"]
+    assert s1["fisher_p"] == pytest.approx(stats.fisher_exact([[8, 2], [2, 8]]).pvalue)
+
+    def pass_at(n: int, c: int, k: int) -> float:
+        return 1 - math.comb(n - c, k) / math.comb(n, k)
+
+    # A tier's pass@k is the mean over its scenarios (T0: 2/10 and 0/10 passed).
+    assert t0["analysis"]["pass_at_k"]["3"] == pytest.approx(
+        (pass_at(10, 2, 3) + pass_at(10, 0, 3)) / 2
+    )
+    assert t1["scenarios"]["s1"]["analysis"]["pass_hat_k"]["5"] == pytest.approx(
+        math.comb(8, 5) / math.comb(10, 5)
+    )
+    assert set(t1["analysis"]["pass_at_k"]) == {"1", "3", "5", "10"}
+    assert t0["analysis"]["flaky_scenarios"] == ["s1"]  # s2 always fails: not flaky
+    assert t1["analysis"]["flaky_scenarios"] == ["s1"]  # s2 always passes
+
+    by_call = [c["mean"] for c in t1["context_by_call"]]
+    assert by_call == [1000, 1200, 1400, 1600]
+    assert t1["context_growth_avg"]["median"] == 200
+
+
+def test_markdown_has_every_section_and_the_guidance_comparison(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    markdown = _report(experiment, fleet_env, "--format", "markdown")
+    titles = re.findall(r"^## (.+)$", markdown, re.MULTILINE)
+    t1_grade = json.loads(_report(experiment, fleet_env, "--format", "json"))["tiers"]["T1"][
+        "grade"
+    ]
+    assert titles == [
+        "Summary",
+        "Cross-tier against the baseline (T0)",
+        "Confidence and significance against the baseline (T0)",
+        "pass@k and pass^k",
+        "Interaction metrics (mean per run)",
+        "Guidance comparison: s1",
+        "Guidance comparison: s2",
+        "Context growth per LLM call",
+        # cost of pass = mean cost / mean pass rate: 0.0145 / 0.1 and 0.0145 / 0.9
+        "Seed metrics: T0 (grade F, cost of pass $0.1450)",
+        f"Seed metrics: T1 (grade {t1_grade}, cost of pass $0.0161)",
+    ]
+    guidance = markdown.split("## Guidance comparison: s1")[1].split("##")[0]
+    assert "| metric | T0 | T1 |" in guidance
+    assert "| error rate | 0.350 | 0.100 |" in guidance
+    assert "| help-seeking (--help per run) | 4.000 | 1.000 |" in guidance
+    assert "| first-try success | 0.550 | 0.820 |" in guidance
+    wilson = stats.binomtest(18, 20).proportion_ci(method="wilson")
+    assert f"| T1 | (all) | 0.900 [{wilson.low:.3f}, {wilson.high:.3f}] |" in markdown
+    assert "| +0.800 | <0.001 |" in markdown  # Fisher's p of 18/20 against 2/20
+    seed_t1 = markdown.split("## Seed metrics: T1")[1]
+    # The seed's Statistics under their own names: median, mean, mode, std_dev, min, max.
+    assert "| metric | median | mean | mode | std_dev | min | max | n |" in seed_t1
+    assert (
+        "| (all) | pass_rate | 1.0000 | 0.9000 | 1.0000 | 0.3000 | 0.0000 | 1.0000 | 20 |"
+        in seed_t1
+    )
+    assert "| s1 | context_growth_avg |" in seed_t1
+    context = markdown.split("## Context growth per LLM call")[1].split("##")[0]
+    assert "| T1 | 1000 | 200.0 | 1000 | 1200 | 1400 | 1600 |" in context
+    assert "| T0 | 1000 | 500.0 | 1000 | 1500 | 2000 | - |" in context
+
+
+def test_scenario_view_puts_tiers_side_by_side_and_only_that_scenario(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    view = _report(experiment, fleet_env, "--format", "markdown", "--scenario", "s2")
+    titles = re.findall(r"^## (.+)$", view, re.MULTILINE)
+    assert titles[0] == "Guidance comparison: s2"
+    rows = [line for line in view.splitlines() if line.startswith("| T")]
+    assert rows and all(line.split(" | ")[1] == "s2" for line in rows)
+    terminal = _report(experiment, fleet_env, "--scenario", "s2")
+    assert "Guidance comparison: s2" in terminal and "first-try success" in terminal
+
+    unknown = run_cli("report", experiment, "--scenario", "nope", env=fleet_env)
+    assert unknown.returncode == 2 and "its scenarios: s1, s2" in unknown.stderr
+    as_json = run_cli("report", experiment, "--format", "json", "--scenario", "s1", env=fleet_env)
+    assert as_json.returncode == 2 and "--scenario is a view" in as_json.stderr
+
+
+def test_csv_rows_carry_the_new_figures(experiment: str, fleet_env: dict[str, str]) -> None:
+    rows = list(csv.DictReader(io.StringIO(_report(experiment, fleet_env, "--format", "csv"))))
+    assert [(r["tier"], r["scenario"]) for r in rows] == [
+        ("T0", ""),
+        ("T0", "s1"),
+        ("T0", "s2"),
+        ("T1", ""),
+        ("T1", "s1"),
+        ("T1", "s2"),
+    ]
+    t1 = rows[3]
+    assert float(t1["vs_baseline_fisher_p"]) == pytest.approx(
+        stats.fisher_exact([[18, 2], [2, 18]]).pvalue
+    )
+    assert t1["vs_baseline_verdict"] == "better" and t1["flaky_scenarios"] == "s1"
+    assert rows[0]["vs_baseline_verdict"] == ""
+    assert float(rows[0]["pass_at_1"]) == pytest.approx(0.1)
+
+
+def _html(exp_id: str, env: dict[str, str]) -> str:
+    page = _report(exp_id, env, "--format", "html")
+    # Self-contained: nothing fetched; its one script (the run table's) is inline.
+    assert not re.search(r"""\s(src|href)\s*=|url\(|@import""", page)
+    assert page.count("<script>") == 1
+    assert f"<h1>{NAME} ({exp_id})" in page
+    assert page.count('<figure class="chart"') == 4
+    return page
+
+
+def test_html_is_one_self_contained_file_with_four_charts(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    page = _html(experiment, fleet_env)
+    assert re.findall(r'<rect class="bar" data-label="(\w+)" data-value="([\d.]+)"', page) == [
+        ("T0", "0.1"),
+        ("T1", "0.9"),
+        ("T0", f"{statistics.median(_composites('T0')):.6g}"),
+        ("T1", f"{statistics.median(_composites('T1')):.6g}"),
+    ]
+    assert page.count('class="error-bar"') == 4
+    assert page.count('class="point"') == 2 and page.count('class="series"') == 2
+    assert "<h2>Guidance comparison: s1</h2>" in page
+
+
+def run_details(page: str) -> list[dict[str, Any]]:
+    """What an HTML report's run table carries per run (its result, evidence and note),
+    inflated, in the table's order."""
+    runs = re.findall(r'<script type="application/x-evalfleet-run" id="run-(\d+)">([^<]*)<', page)
+    kept = dict(
+        re.findall(
+            r'<script type="application/x-evalfleet-evidence" id="evidence-(\d+)">([^<]*)<', page
+        )
+    )
+
+    def inflate(blob: str) -> Any:
+        return json.loads(zlib.decompress(base64.b64decode(blob)))
+
+    return [
+        {**inflate(blob), "evidence": inflate(kept[i]) if i in kept else None} for i, blob in runs
+    ]
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if found := shutil.which(name):
+            return found
+    return None
+
+
+def rendered_json(page: str, script: str, pre_id: str, tmp_path: Path) -> Any:
+    """What `script` (appended to the page; it writes JSON into <pre id=PRE_ID>) read
+    of the page as headless Chromium laid it out. Skips without Chromium."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH")
+    path = tmp_path / "report.html"
+    path.write_text(page.replace("</body>", script + "</body>"), encoding="utf-8")
+    dom = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            # A laptop's window; the page's own script may wait (an opened run decompresses).
+            "--window-size=1280,1000",
+            "--virtual-time-budget=10000",
+            "--disable-background-networking",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    found = re.search(f'<pre id="{pre_id}">(.*?)</pre>', dom, re.DOTALL)
+    assert found, f"Chromium did not render the page: {dom[:500]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+# Appended by the test only: it measures what Chromium laid out.
+_MEASURE = """<script>
+const charts = [...document.querySelectorAll("figure.chart")].map(fig => {
+  const svg = fig.querySelector("svg");
+  const size = el => el.getBoundingClientRect();
+  return {
+    id: fig.id, width: size(svg).width, height: size(svg).height,
+    bars: [...svg.querySelectorAll("rect.bar")].map(
+      r => ({label: r.dataset.label, value: +r.dataset.value, height: size(r).height})),
+    whiskers: [...svg.querySelectorAll(".error-bar line")].map(l => size(l).height),
+    points: [...svg.querySelectorAll("circle.point")].map(c => size(c).width),
+    series: [...svg.querySelectorAll("polyline.series")].map(
+      p => ({label: p.dataset.label, points: p.points.numberOfItems, width: size(p).width})),
+  };
+});
+const out = document.createElement("pre");
+out.id = "measured";
+out.textContent = JSON.stringify(charts);
+document.body.appendChild(out);
+</script>"""
+
+
+def test_html_renders_its_charts_in_headless_chromium(
+    experiment: str, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    measured = rendered_json(_html(experiment, fleet_env), _MEASURE, "measured", tmp_path)
+    charts = {c["id"]: c for c in measured}
+    assert set(charts) == {"pass-rate", "composite", "cost-composite", "context-growth"}
+    assert all(c["width"] > 300 and c["height"] > 200 for c in charts.values())
+    t0, t1 = charts["pass-rate"]["bars"]
+    assert (t0["label"], t1["label"]) == ("T0", "T1")
+    # Laid out to scale: 0.9 is nine times as tall as 0.1.
+    assert t1["height"] / t0["height"] == pytest.approx(9, rel=0.03)
+    assert all(h > 1 for h in charts["pass-rate"]["whiskers"][::3])
+    assert len(charts["cost-composite"]["points"]) == 2
+    series = {s["label"]: s for s in charts["context-growth"]["series"]}
+    assert series["T0"]["points"] == 3 and series["T1"]["points"] == 4
+    assert all(s["width"] > 100 for s in series.values())
+
+
+def test_csv_with_runs_gives_one_row_per_run_and_other_formats_refuse_runs(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    rows = list(
+        csv.DictReader(io.StringIO(_report(experiment, fleet_env, "--format", "csv", "--runs")))
+    )
+    assert len(rows) == RUNS * len(OUTCOMES)
+    for (tier, scenario), (passes, _) in OUTCOMES.items():
+        cell = [r for r in rows if (r["tier"], r["scenario"]) == (tier, scenario)]
+        assert sorted(int(r["run_index"]) for r in cell) == list(range(RUNS))
+        assert sum(r["passed"] == "True" for r in cell) == passes
+        assert {r["status"] for r in cell} == {"completed"}
+        assert all(r["run_id"].endswith(f":{tier}:{scenario}:{r['run_index']}") for r in cell)
+    refused = run_cli("report", experiment, "--format", "markdown", "--runs", env=fleet_env)
+    assert (
+        refused.returncode == 2
+        and "--runs lists every run in --format json or csv" in refused.stderr
+    )

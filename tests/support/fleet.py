@@ -1,0 +1,130 @@
+"""Long-running fleet processes for tests: a command with a log, waited on and stopped.
+
+Workers started through the `scheduler worker` CLI (as a CI job starts them),
+Flower and redis-server all go through `Service`, so every test stops what it
+started, its whole process group included, even when an assertion fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from core.evaluation.shell import kill_group
+from tests.conftest import ROOT, SESSION
+
+BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+def executable(name: str) -> str:
+    """A console script of this venv (scheduler, celery) first, else one on PATH."""
+    found = shutil.which(name, path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if found is None:
+        raise FileNotFoundError(name)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    """Poll `check` until it returns something truthy; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class Service:
+    """A process in its own group, output to a log file."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: dict[str, str],
+        log: Path,
+        cwd: Path = ROOT,
+    ):
+        self.command = [executable(command[0]), *command[1:]]
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.command,
+                env=env,
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> None:
+        def seen() -> bool:
+            if self.proc.poll() is not None and text not in self.output():
+                raise AssertionError(
+                    f"{self.command[0]} exited ({self.proc.returncode}) before printing "
+                    f"{text!r}:\n{self.output()[-3000:]}"
+                )
+            return text in self.output()
+
+        wait_until(seen, f"{text!r} from {' '.join(self.command)}", timeout)
+
+    def signal(self, signum: int, *, group: bool = False) -> None:
+        if group:
+            os.killpg(self.proc.pid, signum)
+        else:
+            self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
+        kill_group(self.proc.pid)
+        self.proc.wait()
+
+
+@contextlib.contextmanager
+def services() -> Iterator[list[Service]]:
+    """Collects Services and stops them all, newest first, whatever happens."""
+    started: list[Service] = []
+    try:
+        yield started
+    finally:
+        for service in reversed(started):
+            service.stop()
+
+
+def cli_worker(env: dict[str, str], log: Path, *args: str, name: str = "fleet") -> Service:
+    """`scheduler worker ...` as a CI job runs it, ready to take runs."""
+    hostname = f"{name}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
+    worker = Service(["scheduler", "worker", "--hostname", hostname, *args], env, log)
+    worker.wait_for("ready.")
+    return worker

@@ -1,0 +1,824 @@
+"""Transcript parsers against real agent-CLI captures (tests/fixtures/transcripts/SOURCES.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from core.results.transcript import ComponentType, Transcript
+from core.transcripts import FORMATS, parse_transcript, render_transcript
+from core.transcripts.codex import unwrap_shell
+from core.transcripts.jsonlines import read_json_lines
+from core.transcripts.render import bound_text
+from tests.conftest import FIXTURES
+
+TRANSCRIPTS = FIXTURES / "transcripts"
+
+
+def fixture(name: str) -> str:
+    return (TRANSCRIPTS / name).read_text(encoding="utf-8")
+
+
+def parse(fmt: str, name: str, **kwargs: str | None) -> Transcript:
+    return parse_transcript(fmt, fixture(name), **kwargs)
+
+
+def token_sums(transcript: Transcript) -> tuple[int, int, int, int]:
+    calls = transcript.llm_calls
+    return (
+        sum(call.input_tokens for call in calls),
+        sum(call.cache_write_tokens for call in calls),
+        sum(call.cache_read_tokens for call in calls),
+        sum(call.output_tokens for call in calls),
+    )
+
+
+def commands(transcript: Transcript) -> list[tuple[str, int | None]]:
+    return [(command.command, command.exit_code) for command in transcript.commands]
+
+
+def assert_cumulative(transcript: Transcript) -> None:
+    running = 0
+    for call in transcript.llm_calls:
+        running += call.input_tokens
+        assert call.cumulative_input == running
+
+
+# --- Claude Code -------------------------------------------------------------------------
+
+
+def test_claude_1_single_call_with_result_totals() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-1.jsonl")
+    assert len(transcript.llm_calls) == 1
+    assert token_sums(transcript)[:3] == (10, 21570, 0)
+    assert transcript.llm_calls[0].output_tokens == 5  # the per-line placeholder, kept
+    assert transcript.reported_output_tokens == 25  # the authoritative total
+    assert transcript.reported_cost_usd == 0.1354875
+    assert transcript.reported_duration_ms == 2360
+    assert transcript.finished and transcript.agent_reported_error is None
+    assert transcript.model == "claude-opus-4-5-20251101"
+    assert transcript.messages == ["assistant: 4"]
+    assert transcript.commands == [] and transcript.malformed_lines == 0
+
+
+def test_claude_2_dedupes_split_interleaved_lines_and_counts_subagents() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-2.jsonl")
+    assert len(transcript.llm_calls) == 8
+    assert token_sums(transcript) == (74, 20714, 126124, 15)
+    assert all(call.model == "claude-haiku-4-5-20251001" for call in transcript.llm_calls)
+    subagent = [m for m in transcript.messages if m.startswith("subagent: ")]
+    assert len(subagent) == 1
+    assert commands(transcript) == [
+        ("sleep 15; echo bash-done", 0),
+        ("sleep 20; echo agent-done", 0),
+    ]
+    # The main call at lines 4, 5 and 9 issued the Agent and the Bash tool calls.
+    assert transcript.llm_calls[0].tool_calls_made == 2
+    assert not transcript.finished
+    assert transcript.reported_cost_usd is None and transcript.reported_duration_ms is None
+    assert_cumulative(transcript)
+
+
+def test_claude_background_bash_exit_comes_from_task_notification() -> None:
+    stream = fixture("claude-stream-json-2.jsonl").replace(
+        'completed (exit code 0)"', 'failed (exit code 7)"'
+    )
+    transcript = parse_transcript("claude-stream-json", stream)
+    assert commands(transcript)[0] == ("sleep 15; echo bash-done", 7)
+
+
+def test_claude_3_bash_paired_with_later_result() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-3.jsonl")
+    assert len(transcript.llm_calls) == 1
+    assert token_sums(transcript)[:3] == (10, 3556, 17254)
+    assert transcript.llm_calls[0].tool_calls_made == 1
+    assert commands(transcript) == [("ls -la", 0)]
+    assert transcript.commands[0].id == "toolu_01BeipFBP3sUY3EAwVg3qQnE"
+    assert transcript.reported_cost_usd == 0.24722425
+    assert transcript.reported_output_tokens == 424
+    # result.usage, not modelUsage (which also covers background models)
+    assert transcript.reported_input_tokens == 18
+    assert transcript.reported_cache_write_tokens == 25067
+    assert transcript.reported_cache_read_tokens == 17254
+    assert transcript.messages == ["result: Here are the files in the current directory."]
+
+
+def test_claude_output_format_json_single_result_object() -> None:
+    transcript = parse("claude-stream-json", "claude-json-1.json")
+    assert transcript.finished
+    assert transcript.reported_cost_usd == 0.24722425
+    assert transcript.reported_duration_ms == 8722
+    [aggregate] = transcript.llm_calls  # the session usage as one aggregate call
+    assert (aggregate.input_tokens, aggregate.output_tokens) == (18, 424)
+    assert (aggregate.cache_read_tokens, aggregate.cache_write_tokens) == (17254, 25067)
+
+
+def test_claude_api_error_result_is_an_agent_error_even_with_subtype_success() -> None:
+    transcript = parse("claude-stream-json", "claude-json-2.json")
+    assert transcript.agent_reported_error == "API Error: 400 <provider message>"
+    assert transcript.finished
+    assert transcript.llm_calls == []  # zero usage: no aggregate call invented
+    assert transcript.reported_cost_usd == 0
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_claude_output_format_json_as_array_of_messages(indent: int | None) -> None:
+    messages = [json.loads(line) for line in fixture("claude-stream-json-3.jsonl").splitlines()]
+    as_array = parse_transcript("claude-stream-json", json.dumps(messages, indent=indent))
+    as_stream = parse("claude-stream-json", "claude-stream-json-3.jsonl")
+    assert as_array == as_stream
+
+
+def test_claude_exit_codes_dedupe_fallbacks_and_damaged_lines() -> None:
+    transcript = parse("claude-stream-json", "claude-stream-json-errors.jsonl")
+    assert commands(transcript) == [
+        ("my-tool create x", 2),  # is_error + "Exit code 2"
+        ("my-tool list", 1),  # is_error without a number; its line had a `Stdout: ` prefix
+        ("my-tool create x --title y", 0),  # is_error absent
+    ]
+    calls = transcript.llm_calls
+    assert len(calls) == 2  # msg_A (2 lines), req_C (2 lines, no message.id); not <synthetic>
+    assert [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in calls] == [
+        (12, 9, 2),  # copies disagreed on output_tokens (3, 9): the max is kept
+        (30, 6, 2),
+    ]
+    assert [c.cumulative_input for c in calls] == [12, 42]
+    assert transcript.agent_reported_error == "overloaded"
+    assert transcript.malformed_lines == 2  # the stderr line and the truncated last line
+    assert not transcript.finished
+    assert transcript.messages == ["assistant: Retrying."]
+
+
+# --- Codex -------------------------------------------------------------------------------
+
+
+def test_codex_1_cached_input_is_a_subset_of_input() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-1.jsonl")
+    [call] = transcript.llm_calls
+    assert call.input_tokens + call.cache_read_tokens == 24763
+    assert call.cache_read_tokens == 24448
+    assert call.output_tokens == 122
+    assert call.tool_calls_made == 1
+    assert commands(transcript) == [("ls", 0)]
+    assert transcript.finished and transcript.agent_reported_error is None
+
+
+def test_codex_2_unwraps_quoted_command() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-2.jsonl")
+    assert commands(transcript) == [("cat sample.txt", 0)]
+    assert token_sums(transcript) == (6032 - 4992, 0, 4992, 114)
+
+
+def test_codex_3_running_thread_totals_become_per_run_deltas() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-3.jsonl")
+    calls = transcript.llm_calls
+    assert [c.input_tokens + c.cache_read_tokens for c in calls] == [10656, 10672, 10689]
+    assert [c.cache_read_tokens for c in calls] == [5888, 5888, 9984]
+    assert [c.output_tokens for c in calls] == [6, 7, 8]
+    assert_cumulative(transcript)
+    assert transcript.messages == [
+        "assistant: Hi!",
+        "assistant: Hi again!",
+        "assistant: Hi once more!",
+    ]
+
+
+def test_codex_failed_declined_and_turn_failure() -> None:
+    transcript = parse("codex-exec-json", "codex-exec-json-failed.jsonl")
+    assert commands(transcript) == [
+        ('my-tool create --title "a b"', 127),
+        ("rm -rf /", None),  # declined: never ran
+        ("cat missing.txt", 1),  # status failed without an exit code
+        ("python3 -c 'print(1)'", 0),  # not a shell wrapper: kept as is
+    ]
+    [call] = transcript.llm_calls
+    assert (call.input_tokens, call.cache_read_tokens, call.output_tokens) == (2000, 3000, 200)
+    assert call.tool_calls_made == 5  # 4 commands and a file change
+    assert transcript.agent_reported_error == "stream disconnected before completion"
+    assert transcript.finished
+
+
+def test_codex_transient_error_is_forgotten_once_the_turn_completes() -> None:
+    recovered = "\n".join(
+        [
+            '{"type":"turn.started"}',
+            '{"type":"error","message":"Reconnecting... 1/5"}',
+            '{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":1}}',
+        ]
+    )
+    assert parse_transcript("codex-exec-json", recovered).agent_reported_error is None
+    killed = recovered.rsplit("\n", 1)[0]
+    transcript = parse_transcript("codex-exec-json", killed)
+    assert transcript.agent_reported_error == "Reconnecting... 1/5"
+    assert not transcript.finished
+
+
+@pytest.mark.parametrize(
+    ("wrapped", "inner"),
+    [
+        ("bash -lc ls", "ls"),
+        ("/bin/bash -lc 'git status --short'", "git status --short"),
+        ("/bin/zsh -lc \"echo 'hi there'\"", "echo 'hi there'"),
+        ("bash -c 'a && b'", "a && b"),
+        ("bash script.sh", "bash script.sh"),
+        ("bash -lc 'unbalanced", "bash -lc 'unbalanced"),
+        ("ls -la", "ls -la"),
+    ],
+)
+def test_unwrap_shell(wrapped: str, inner: str) -> None:
+    assert unwrap_shell(wrapped) == inner
+
+
+# --- OpenCode ----------------------------------------------------------------------------
+
+
+def test_opencode_1_steps_are_calls() -> None:
+    transcript = parse("opencode-json", "opencode-json-1.jsonl")
+    assert len(transcript.llm_calls) == 2
+    input_tokens, cache_write, cache_read, output = token_sums(transcript)
+    assert (input_tokens, output, cache_read, cache_write) == (22443, 118, 21415, 0)
+    assert transcript.reported_cost_usd == pytest.approx(0.001)
+    assert commands(transcript) == [("echo hello", 0)]
+    assert transcript.commands[0].id == "r9bQWsNLvOrJGIOz"
+    # step 1: 1767036061205 - 1767036059338 minus the 50 ms the tool ran
+    assert transcript.llm_calls[0].latency_ms == 1817
+    assert transcript.reported_duration_ms == 1767036064273 - 1767036059338
+    assert transcript.finished
+
+
+def test_opencode_2_exit_codes_from_metadata_and_invalid_tool_ignored() -> None:
+    transcript = parse("opencode-json", "opencode-json-2.jsonl")
+    assert len(transcript.llm_calls) == 10
+    input_tokens, _, _, output = token_sums(transcript)
+    assert (input_tokens, output) == (129122, 3157)
+    assert transcript.reported_cost_usd == 0
+    exit_codes = [code for _, code in commands(transcript)]
+    assert len(exit_codes) == 8
+    assert exit_codes.count(1) == 2 and exit_codes.count(0) == 6
+    assert commands(transcript)[2] == ("cd output && go build", 1)
+    assert transcript.llm_calls[0].tool_calls_made == 1  # the invalid call is still a call
+    assert transcript.finished
+    assert_cumulative(transcript)
+
+
+def test_opencode_3_error_line_only() -> None:
+    transcript = parse("opencode-json", "opencode-json-3.jsonl")
+    assert transcript.agent_reported_error == (
+        "Unexpected server error. Check server logs for details."
+    )
+    assert transcript.llm_calls == [] and not transcript.finished
+
+
+def test_opencode_error_status_reasoning_and_duplicate_step() -> None:
+    transcript = parse("opencode-json", "opencode-json-error-status.jsonl")
+    assert commands(transcript) == [("my-tool sync", 1), ("my-tool list", 4)]
+    [call] = transcript.llm_calls  # the repeated step_finish (same part.id) is one call
+    assert (call.input_tokens, call.output_tokens) == (1000, 130)  # reasoning is additive
+    assert (call.cache_read_tokens, call.cache_write_tokens) == (500, 100)
+    assert call.latency_ms == 2000 - 1000 - (300 + 100 + 50)
+    assert call.tool_calls_made == 3
+    assert transcript.reported_cost_usd == pytest.approx(0.002)
+    assert transcript.agent_reported_error == "invalid api key"
+    assert not transcript.finished  # last step asked for tools and nothing followed
+
+
+# --- events.jsonl ------------------------------------------------------------------------
+
+
+def test_events_jsonl_every_type_and_malformed_lines() -> None:
+    transcript = parse_transcript(
+        "events-jsonl", "agent says hi", events_text=fixture("events-all-types.jsonl")
+    )
+    assert transcript.structured and not transcript.exit_codes_approximate
+    assert [
+        (c.input_tokens, c.output_tokens, c.latency_ms, c.tool_calls_made)
+        for c in transcript.llm_calls
+    ] == [(1200, 80, 900, 1), (1500, 40, 700.5, 2)]
+    second = transcript.llm_calls[1]
+    assert (second.cache_read_tokens, second.cache_write_tokens) == (1000, 200)
+    assert [c.cumulative_input for c in transcript.llm_calls] == [1200, 2700]
+    assert transcript.model == "m-1"
+    assert commands(transcript) == [
+        ("my-tool create --title x", 0),
+        ("my-tool list --bogus", 1),
+        ("my-tool list", 2),  # its result came first
+        ("my-tool  create   --title x", None),  # its result's exit code was malformed
+    ]
+    assert [(c.component, c.tokens) for c in transcript.components] == [
+        (ComponentType.SYSTEM_PROMPT, 800),
+        (ComponentType.TOOL_SCHEMA, 5400),  # "tool_schema": names match case-insensitively
+    ]
+    assert transcript.messages == ["assistant: Created the three notes."]
+    assert transcript.events_file_malformed_lines == 6
+    assert transcript.malformed_lines == 0
+
+
+def test_events_jsonl_without_events_falls_back_to_plain_regex() -> None:
+    for events_text in (None, "", " \n"):
+        transcript = parse_transcript(
+            "events-jsonl", fixture("plain-session.txt"), events_text, r"my-tool\s+(\S+)"
+        )
+        assert transcript.format == "events-jsonl"
+        assert not transcript.structured and transcript.exit_codes_approximate
+        assert len(transcript.commands) == 5
+
+
+def test_events_file_overrides_stdout_kind_by_kind() -> None:
+    events = "\n".join(
+        [
+            '{"type":"tool_call","id":"a","command":"my-tool create"}',
+            '{"type":"tool_result","id":"a","exit_code":3}',
+            '{"type":"component","component":"SKILL_PROMPT","tokens":42}',
+            "not json",
+        ]
+    )
+    transcript = parse("claude-stream-json", "claude-stream-json-3.jsonl", events_text=events)
+    assert commands(transcript) == [("my-tool create", 3)]  # events' tool calls win
+    assert token_sums(transcript)[:3] == (10, 3556, 17254)  # no llm_call events: Claude's
+    assert [c.component for c in transcript.components] == [ComponentType.SKILL_PROMPT]
+    assert transcript.reported_cost_usd == 0.24722425  # CLI totals stay
+    assert transcript.events_file_malformed_lines == 1
+
+    without_tool_calls = parse(
+        "claude-stream-json",
+        "claude-stream-json-3.jsonl",
+        events_text='{"type":"llm_call","input_tokens":7,"output_tokens":1}',
+    )
+    assert commands(without_tool_calls) == [("ls -la", 0)]
+    assert [c.input_tokens for c in without_tool_calls.llm_calls] == [7]
+
+
+def test_plain_with_events_file_uses_its_exact_commands() -> None:
+    transcript = parse(
+        "plain",
+        "plain-session.txt",
+        command_pattern=r"my-tool",
+        events_text='{"type":"tool_call","id":1,"command":"my-tool list"}\n'
+        '{"type":"tool_result","id":1,"exit_code":0}',
+    )
+    assert commands(transcript) == [("my-tool list", 0)]
+    assert transcript.structured and not transcript.exit_codes_approximate
+
+
+# --- plain ---------------------------------------------------------------------------------
+
+
+def test_plain_regex_fallback_guesses_exit_codes() -> None:
+    transcript = parse("plain", "plain-session.txt", command_pattern=r"my-tool\s+(\S+)")
+    assert commands(transcript) == [
+        ('my-tool create --title "Rust ownership"', 0),
+        ("my-tool link n1 n2", 1),  # "Error: ..." follows
+        ("my-tool --help", 0),
+        ("my-tool link n1 n3", 3),  # "exited with code 3" follows
+        ("my-tool list", 0),
+    ]
+    assert not transcript.structured and transcript.exit_codes_approximate
+    assert transcript.format == "plain"
+
+
+def test_plain_without_pattern_identifies_no_commands() -> None:
+    assert parse("plain", "plain-session.txt").commands == []
+
+
+def test_unknown_format_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"unknown transcript format 'gemini'.*claude-stream-json"):
+        parse_transcript("gemini", "")
+
+
+# --- robustness ------------------------------------------------------------------------------
+
+
+def test_reader_skips_blank_lines_counts_noise_and_tolerates_prefixes() -> None:
+    lines = read_json_lines('\n{"a":1}\n\nStdout: {"b":2}\nwarning: x\n[{"c":3},{"d":4}]\n{"e":')
+    assert lines.objects == [{"a": 1}, {"b": 2}, {"c": 3}, {"d": 4}]
+    assert lines.malformed == 2
+    assert lines.other_lines == ["warning: x", '{"e":']
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("output", ["", "garbage\n\x00\n{", "[1, 2]", "null"])
+def test_every_format_survives_garbage(fmt: str, output: str) -> None:
+    transcript = parse_transcript(fmt, output, events_text=output, command_pattern="x")
+    assert transcript.llm_calls == []
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name"),
+    [
+        ("claude-stream-json", "claude-stream-json-2.jsonl"),
+        ("codex-exec-json", "codex-exec-json-1.jsonl"),
+        ("opencode-json", "opencode-json-2.jsonl"),
+    ],
+)
+def test_truncated_last_line_keeps_everything_before_it(fmt: str, name: str) -> None:
+    text = fixture(name).rstrip("\n")
+    cut = text[: text.rfind("\n") + 40]  # the last line loses all but 39 characters
+    whole, truncated = parse_transcript(fmt, text), parse_transcript(fmt, cut)
+    assert truncated.malformed_lines == whole.malformed_lines + 1
+    assert len(truncated.commands) == len(whole.commands)
+
+
+DEEP_LINES = ["[" * 1000, "[" * 1000 + "]" * 1000, '{"a":' * 1000 + "1" + "}" * 1000]
+
+
+@pytest.mark.parametrize("deep", DEEP_LINES, ids=["open", "closed", "objects"])
+@pytest.mark.parametrize(
+    ("fmt", "name"),
+    [
+        ("claude-stream-json", "claude-stream-json-2.jsonl"),
+        ("codex-exec-json", "codex-exec-json-1.jsonl"),
+        ("opencode-json", "opencode-json-2.jsonl"),
+        ("events-jsonl", "events-all-types.jsonl"),
+    ],
+)
+def test_a_deeply_nested_line_is_one_malformed_line(fmt: str, name: str, deep: str) -> None:
+    """JSON nested past the decoder's recursion limit raises RecursionError, not
+    ValueError: it must count as one malformed line, the rest parsed as before."""
+    lines = fixture(name).splitlines()
+    damaged = "\n".join([*lines[:2], deep, *lines[2:]])
+    field = "events_file_malformed_lines" if fmt == "events-jsonl" else "malformed_lines"
+    if fmt == "events-jsonl":
+        whole = parse_transcript(fmt, "", events_text=fixture(name))
+        parsed = parse_transcript(fmt, "", events_text=damaged)
+        alone = parse_transcript(fmt, "", events_text=deep)
+    else:
+        texts = (fixture(name), damaged, deep)
+        whole, parsed, alone = (parse_transcript(fmt, text) for text in texts)
+        assert deep[:20] in render_transcript(parsed, damaged, 10_000_000)
+    assert getattr(parsed, field) == getattr(whole, field) + 1
+    assert commands(parsed) == commands(whole)
+    assert parsed.llm_calls == whole.llm_calls
+    assert getattr(alone, field) == 1
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def test_render_events_transcript_shows_stdout_commands_and_messages() -> None:
+    transcript = parse_transcript(
+        "events-jsonl", "agent log line\n", events_text=fixture("events-all-types.jsonl")
+    )
+    text = render_transcript(transcript, "agent log line\n", 10_000)
+    assert "agent log line" in text
+    assert "$ my-tool list --bogus  [exit 1]" in text
+    assert "$ my-tool  create   --title x  [exit unknown]" in text
+    assert "assistant: Created the three notes." in text
+    assert text.index("## Agent output") < text.index("## Commands") < text.index("## Messages")
+
+
+def test_render_json_stream_shows_rendering_not_raw_json() -> None:
+    output = fixture("claude-stream-json-errors.jsonl")
+    text = render_transcript(parse_transcript("claude-stream-json", output), output, 10_000)
+    assert '"type":"user"' not in text and '"type":"system"' not in text
+    assert "[hook] stderr noise between lines" in text
+    assert "$ my-tool create x  [exit 2]" in text
+    assert "The agent reported an error: overloaded" in text
+    assert "killed or crashed" in text
+
+
+def test_render_plain_shows_output_only() -> None:
+    output = fixture("plain-session.txt")
+    transcript = parse_transcript("plain", output, command_pattern="my-tool")
+    assert render_transcript(transcript, output, 10_000) == "## Agent output\n" + output.strip("\n")
+
+
+def test_render_is_bounded_with_head_tail_and_cut_marker() -> None:
+    output = "".join(f"line {i}\n" for i in range(5000))
+    transcript = parse_transcript("plain", output)
+    full = render_transcript(transcript, output, 10**9)
+    bounded = render_transcript(transcript, output, 2000)
+    assert len(full) > 2000 >= len(bounded) >= 1900
+    marker = re.search(r"\n\n\[\.\.\. (\d+) characters cut \.\.\.\]\n\n", bounded)
+    assert marker is not None
+    head, tail = bounded[: marker.start()], bounded[marker.end() :]
+    assert full.startswith(head) and full.endswith(tail)
+    assert len(head) + int(marker.group(1)) + len(tail) == len(full)
+    assert bound_text("short", 2000) == "short"
+
+
+# --- the fixes of issue 11: real output of every CLI variant ---------------------------------
+
+
+def _claude_call_lines(usages: list[dict[str, int]]) -> str:
+    """One API call printed as several lines with disagreeing usage, as Claude Code 2.x
+    does (a thinking block's line first, then the text line with the cache counts)."""
+    lines = []
+    for number, usage in enumerate(usages):
+        thinking = {"type": "thinking", "thinking": "..."}
+        block = thinking if number == 0 else {"type": "text", "text": "ok"}
+        message = {"id": "msg_1", "model": "claude-sonnet-4", "content": [block], "usage": usage}
+        lines.append(json.dumps({"type": "assistant", "message": message}))
+    return "\n".join(lines)
+
+
+def test_claude_lines_of_one_call_keep_the_max_of_each_usage_field() -> None:
+    stream = _claude_call_lines(
+        [
+            {"input_tokens": 3, "cache_creation_input_tokens": 9642, "output_tokens": 8},
+            {
+                "input_tokens": 3,
+                "cache_creation_input_tokens": 14392,
+                "cache_read_input_tokens": 17254,
+                "output_tokens": 2,
+            },
+        ]
+    )
+    [call] = parse_transcript("claude-stream-json", stream).llm_calls
+    assert (call.input_tokens, call.cache_write_tokens, call.cache_read_tokens) == (3, 14392, 17254)
+    assert call.output_tokens == 8
+
+
+def test_claude_background_bash_without_notification_has_an_unknown_exit() -> None:
+    lines = [
+        line
+        for line in fixture("claude-stream-json-2.jsonl").splitlines()
+        if '"subtype":"task_notification"' not in line
+    ]
+    transcript = parse_transcript("claude-stream-json", "\n".join(lines))
+    # The background one returned at once; the subagent's own Bash finished in the stream.
+    assert commands(transcript) == [
+        ("sleep 15; echo bash-done", None),
+        ("sleep 20; echo agent-done", 0),
+    ]
+
+
+def test_codex_legacy_protocol_commands_and_completion() -> None:
+    transcript = parse("codex-exec-json", "codex-legacy-json-1.jsonl")
+    assert transcript.recognised and transcript.finished
+    assert commands(transcript) == [("ls -1", 0)]
+    assert transcript.commands[0].id == "call_I1o1QnQDtlLjGMg4Vd9HXJLd"
+    assert transcript.llm_calls == [] and transcript.agent_reported_error is None
+
+
+def test_codex_legacy_missing_api_key_is_reported_as_an_outage() -> None:
+    transcript = parse("codex-exec-json", "codex-legacy-json-2.jsonl")
+    assert transcript.recognised
+    assert transcript.agent_reported_error is not None
+    assert transcript.agent_reported_error.startswith(
+        "Missing environment variable: `OPENAI_API_KEY`"
+    )
+    assert transcript.outage == transcript.agent_reported_error
+    assert transcript.malformed_lines == 0  # the config and prompt lines are JSON, just not events
+
+
+def test_codex_legacy_token_counts() -> None:
+    transcript = parse("codex-exec-json", "codex-legacy-json-3.jsonl")
+    assert token_sums(transcript) == (47, 0, 1627, 384)
+    first = {"input_tokens": 100, "output_tokens": 5}
+    events = [
+        {"type": "task_started"},
+        {"type": "token_count", "info": None},
+        {"type": "token_count", "info": {"total_token_usage": first, "last_token_usage": first}},
+        # a rate-limit update repeats the figures: not a new call
+        {"type": "token_count", "info": {"total_token_usage": first, "last_token_usage": first}},
+        # no last usage: the growth of the total
+        {
+            "type": "token_count",
+            "info": {"total_token_usage": {"input_tokens": 250, "output_tokens": 9}},
+        },
+        {"type": "task_complete"},
+    ]
+    text = "\n".join(json.dumps({"id": "1", "msg": event}) for event in events)
+    calls = parse_transcript("codex-exec-json", text).llm_calls
+    assert [(c.input_tokens, c.output_tokens) for c in calls] == [(100, 5), (150, 4)]
+
+
+def _codex_run(thread: str | None, input_tokens: int) -> list[str]:
+    started = {"type": "thread.started", **({"thread_id": thread} if thread else {})}
+    usage = {"input_tokens": input_tokens, "output_tokens": 1}
+    return [
+        json.dumps(started),
+        '{"type":"turn.started"}',
+        json.dumps({"type": "turn.completed", "usage": usage}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("runs", "inputs"),
+    [
+        # exec, then exec resume of the same thread: the total goes on
+        ([("t1", 1000), ("t1", 2100)], [1000, 1100]),
+        # another thread starts from zero, though its total is larger
+        ([("t1", 1000), ("t2", 1200)], [1000, 1200]),
+        # a thread that names no id cannot be a resumed one
+        ([(None, 1000), (None, 1200)], [1000, 1200]),
+        # a total that went down restarted
+        ([("t1", 1000), ("t1", 400)], [1000, 400]),
+    ],
+)
+def test_codex_running_totals_restart_at_thread_boundaries(
+    runs: list[tuple[str | None, int]], inputs: list[int]
+) -> None:
+    text = "\n".join(line for thread, total in runs for line in _codex_run(thread, total))
+    calls = parse_transcript("codex-exec-json", text).llm_calls
+    assert [call.input_tokens for call in calls] == inputs
+
+
+def test_gemini_json_one_aggregate_call_per_model() -> None:
+    transcript = parse("gemini-json", "gemini-json-1.json")
+    calls = {call.model: call for call in transcript.llm_calls}
+    pro, flash = calls["gemini-2.5-pro"], calls["gemini-2.5-flash"]
+    assert (pro.input_tokens, pro.cache_read_tokens, pro.output_tokens) == (3676, 21263, 174)
+    assert (flash.input_tokens, flash.cache_read_tokens, flash.output_tokens) == (8993, 0, 40)
+    assert pro.input_tokens + pro.cache_read_tokens + pro.output_tokens == 25113  # its `total`
+    assert flash.input_tokens + flash.output_tokens == 9033
+    assert transcript.reported_llm_calls == 3
+    assert transcript.messages == ["assistant: The capital of France is Paris."]
+    assert transcript.recognised and transcript.finished
+    assert transcript.agent_reported_error is None and transcript.reported_cost_usd is None
+
+
+def test_gemini_stream_json() -> None:
+    transcript = parse("gemini-stream-json", "gemini-stream-json-1.jsonl")
+    [call] = transcript.llm_calls
+    assert (call.input_tokens, call.output_tokens, call.cache_read_tokens) == (50, 200, 0)
+    assert transcript.reported_duration_ms == 3000
+    assert commands(transcript) == [("ls -la", None)]  # Gemini prints no exit code
+    assert transcript.messages == ["assistant: Here are the files..."]
+    assert transcript.model == "gemini-2.0-flash-exp"
+    assert transcript.recognised and transcript.finished
+
+
+def test_gemini_stream_after_warning_lines_with_exit_codes_and_cache() -> None:
+    events = [
+        {"type": "init", "session_id": "s", "model": "gemini-2.5-pro"},
+        {
+            "type": "tool_use",
+            "tool_name": "run_shell_command",
+            "tool_id": "a",
+            "parameters": {"command": "false"},
+        },
+        {
+            "type": "tool_result",
+            "tool_id": "a",
+            "status": "success",
+            "output": "Command: false\nExit Code: 1",
+        },
+        {
+            "type": "tool_use",
+            "tool_name": "run_shell_command",
+            "tool_id": "b",
+            "parameters": {"command": "nope"},
+        },
+        {
+            "type": "tool_result",
+            "tool_id": "b",
+            "status": "error",
+            "error": {"type": "x", "message": "denied"},
+        },
+        {"type": "message", "role": "assistant", "content": "Do", "delta": True},
+        {"type": "message", "role": "assistant", "content": "ne", "delta": True},
+        {
+            "type": "result",
+            "status": "success",
+            "stats": {"input_tokens": 900, "cached": 600, "input": 300, "output_tokens": 20},
+        },
+    ]
+    noise = "Loaded cached credentials.\n[WARN] Skipping unreadable directory\n"
+    stream = noise + "\n".join(map(json.dumps, events))
+    transcript = parse_transcript("gemini-stream-json", stream)
+    assert commands(transcript) == [("false", 1), ("nope", 1)]
+    assert token_sums(transcript) == (300, 0, 600, 20)
+    assert transcript.messages == ["assistant: Done"]
+    assert transcript.malformed_lines == 2
+
+
+def test_gemini_quota_error_is_an_outage_with_its_wait() -> None:
+    quota = {
+        "response": "",
+        "error": {
+            "type": "Error",
+            "message": "[API Error: You exceeded your current quota. Please retry in 27.5s.] "
+            "RESOURCE_EXHAUSTED",
+            "code": 429,
+        },
+    }
+    transcript = parse_transcript("gemini-json", json.dumps(quota))
+    assert transcript.outage is not None and "quota" in transcript.outage
+    assert transcript.retry_after_s == 27.5
+    error = {"type": "x", "message": "429 Too Many Requests"}
+    failed = json.dumps({"type": "result", "status": "error", "error": error, "stats": {}})
+    assert parse_transcript("gemini-stream-json", failed).outage == "429 Too Many Requests"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "line", "wait"),
+    [
+        (
+            "claude-stream-json",
+            '{"type":"result","subtype":"success","is_error":true,"api_error_status":429,'
+            '"result":"API Error: 429 {\\"type\\":\\"rate_limit_error\\"}"}',
+            None,
+        ),
+        (
+            "claude-stream-json",
+            '{"type":"result","subtype":"success","is_error":true,'
+            '"result":"Claude AI usage limit reached|4102444800"}',
+            "epoch",
+        ),
+        (
+            "codex-exec-json",
+            '{"type":"turn.started"}\n{"type":"turn.failed","error":{"message":'
+            '"unexpected status 503 Service Unavailable; retry after 30 seconds"}}',
+            30.0,
+        ),
+        (
+            "opencode-json",
+            '{"type":"error","error":{"name":"APIError","data":'
+            '{"message":"Overloaded","statusCode":529}}}',
+            None,
+        ),
+    ],
+)
+def test_provider_outages_are_set_apart(fmt: str, line: str, wait: object) -> None:
+    transcript = parse_transcript(fmt, line)
+    assert transcript.outage is not None and transcript.outage == transcript.agent_reported_error
+    if wait == "epoch":
+        assert transcript.retry_after_s is not None and transcript.retry_after_s > 3600
+    else:
+        assert transcript.retry_after_s == wait
+
+
+def test_an_agents_own_error_is_not_an_outage() -> None:
+    assert parse("claude-stream-json", "claude-json-2.json").outage is None  # a 400
+    assert parse("codex-exec-json", "codex-exec-json-failed.jsonl").outage is None
+
+
+ALL_SAMPLES = {
+    "claude-stream-json": [
+        "claude-stream-json-1.jsonl",
+        "claude-stream-json-2.jsonl",
+        "claude-stream-json-3.jsonl",
+        "claude-json-1.json",
+        "claude-json-2.json",
+        "claude-stream-json-errors.jsonl",
+    ],
+    "codex-exec-json": [
+        "codex-exec-json-1.jsonl",
+        "codex-exec-json-2.jsonl",
+        "codex-exec-json-3.jsonl",
+        "codex-exec-json-failed.jsonl",
+        "codex-legacy-json-1.jsonl",
+        "codex-legacy-json-2.jsonl",
+        "codex-legacy-json-3.jsonl",
+    ],
+    "opencode-json": [
+        "opencode-json-1.jsonl",
+        "opencode-json-2.jsonl",
+        "opencode-json-3.jsonl",
+        "opencode-json-error-status.jsonl",
+    ],
+    "gemini-json": ["gemini-json-1.json"],
+    "gemini-stream-json": ["gemini-stream-json-1.jsonl"],
+}
+
+
+@pytest.mark.parametrize("fmt", list(ALL_SAMPLES))
+def test_each_parser_recognises_its_own_samples_and_no_other(fmt: str) -> None:
+    """A transcript read with the wrong parser says so instead of passing for an
+    empty session: Gemini's stream read as Claude's was `finished` with 0 calls."""
+    for other, names in ALL_SAMPLES.items():
+        for name in names:
+            recognised = parse_transcript(fmt, fixture(name)).recognised
+            gemini_pair = {fmt, other} == {"gemini-json", "gemini-stream-json"}
+            assert recognised == (other == fmt or gemini_pair), (fmt, name)
+    assert not parse_transcript(fmt, "plain words\n").recognised
+
+
+def test_every_fixture_is_listed_in_sources() -> None:
+    sources = fixture("SOURCES.md")
+    for path in TRANSCRIPTS.iterdir():
+        assert path.name == "SOURCES.md" or path.name in sources, path.name
+
+
+@pytest.mark.parametrize(
+    ("message", "outage"),
+    [
+        ("API Error: 529 Overloaded", True),
+        ("unexpected status 502 Bad Gateway", True),
+        ("HTTP 401 Unauthorized", True),
+        ("LLM call to http://x/chat/completions failed: HTTP 429: slow down", True),
+        ("Missing environment variable: `OPENAI_API_KEY`. Create an API key", True),
+        ("the file has 500 lines; refusing to read it", False),
+        ("Error: Exit code 1", False),
+        ("API Error: 400 prompt is too long", False),
+    ],
+)
+def test_what_counts_as_a_provider_outage(message: str, outage: bool) -> None:
+    from core.transcripts.outage import outage_of
+
+    assert (outage_of(message) is not None) == outage
+
+
+def test_auto_recognises_every_sample_and_records_its_choice() -> None:
+    for fmt, names in ALL_SAMPLES.items():
+        for name in names:
+            chosen = parse_transcript("auto", fixture(name))
+            assert chosen == parse(fmt, name), name  # the same as naming the format
+    nothing = parse_transcript("auto", "just words\n")
+    assert nothing.format == "auto" and not nothing.recognised
+    # An events file stands in for stdout that no parser knows.
+    events = parse_transcript("auto", "words\n", events_text=fixture("events-all-types.jsonl"))
+    assert events.recognised and events.llm_calls
