@@ -35,7 +35,7 @@ from pathlib import Path
 
 from support import ROOT, Fleet, private_fleet, show
 
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store

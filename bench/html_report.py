@@ -33,7 +33,7 @@ from typing import Any
 from support import SCHEDULER, private_fleet, show, write_matrix
 
 from core.evidence.models import Excerpt, GateEvidence, RunEvidence
-from core.matrix.loading import load_matrix
+from core.matrix import load_matrix
 from core.results.run import GateResult, RunResult, RunStatus
 from core.store import Store
 from scheduler.plan import experiment_info, new_experiment_id, plan

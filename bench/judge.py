@@ -25,7 +25,7 @@ from support import ROOT, show
 
 from core.evaluation.judge import judge_run
 from core.evidence.models import Excerpt, JudgeInputs
-from core.matrix.models import JudgeConfig, Rubric, ScenarioJudge
+from core.matrix import JudgeConfig, Rubric, ScenarioJudge
 from core.results.run import GateResult, JudgeResult
 
 CRITERIA = {"correctness": 0.5, "completion": 0.3, "efficiency": 0.2}

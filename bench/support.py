@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.files.bundle import collect
-from core.matrix.loading import load_matrix
+from core.matrix import load_matrix
 from core.store import Store
 from scheduler.dispatch import start
 from scheduler.embedded import EmbeddedRedis, LocalWorkers

@@ -29,8 +29,7 @@ from core.analysis.comparison import ALPHA, CORRECTION, compare_experiments, cor
 from core.broker_url import BrokerURLError, configured_broker
 from core.evidence.models import RunRecord
 from core.files.bundle import Bundle, BundleError, collect
-from core.matrix.loading import load_matrix
-from core.matrix.models import Artifacts, Budget, Matrix, matrix_json_schema
+from core.matrix import Artifacts, Budget, Matrix, load_matrix, matrix_json_schema
 from core.matrix.yaml_model import ConfigError
 from core.metrics.pricing import price_for
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
@@ -1122,7 +1121,7 @@ def rejudge(
       scheduler rejudge EXP --rubric rubrics/strict.yaml --broker redis://host:6379/0 --wait
       scheduler report EXP --version 1                      # the original again
     """
-    from core.matrix.models import load_rubric
+    from core.matrix import load_rubric
 
     if judge_model is not None and not judge_model.strip():
         fail("--judge-model is empty: give the judge model's name, e.g. --judge-model gpt-4o")

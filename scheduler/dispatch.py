@@ -36,7 +36,7 @@ from kombu import Connection
 from kombu.utils import json
 
 from core.files.bundle import Bundle
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.run import RunSpec
 from core.store import Store, keys
 from scheduler.plan import experiment_info, plan

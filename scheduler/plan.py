@@ -9,7 +9,7 @@ import secrets
 import time
 from collections.abc import Iterator
 
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec, cell_specs
 from core.settings import setting

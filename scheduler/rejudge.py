@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.evaluation.rejudge import RejudgePlan
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.report import ExperimentReport
 from core.store import Store
 from scheduler.follow import Workers, WorkersDied

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.evaluation.gates import Enclosure
-from core.matrix.models import AgentConfig, DockerSandbox
+from core.matrix import AgentConfig, DockerSandbox
 from worker.workspace import RunDir, SetupError
 
 log = logging.getLogger(__name__)

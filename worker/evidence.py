@@ -18,7 +18,7 @@ import redis
 
 from core.evidence.caps import bounded, minimal
 from core.evidence.models import Attempt, RunEvidence
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.run import RunResult, error_key
 from core.store.store import Delivery, Store
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from core.files.bundle import materialise
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.store import Store
 from worker.workspace import work_root
 

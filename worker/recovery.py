@@ -47,7 +47,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from pydantic import ValidationError
 
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.report import ExperimentInfo
 from core.results.run import RunSpec
 from core.settings import setting

@@ -13,7 +13,7 @@ from core.evaluation.gates import run_gates
 from core.evaluation.rejudge import RejudgePlan, rejudge_run
 from core.evidence.redact import redact_record, secret_values
 from core.files.archive import ArchivedWorkspace, unpack
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.run import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
 from worker.files import local_matrix

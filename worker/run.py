@@ -41,7 +41,7 @@ from core.evidence.redact import redact, redact_record, secret_values
 from core.files.archive import TooLarge, pack
 from core.files.bundle import BundleError
 from core.files.changes import snapshot
-from core.matrix.models import Matrix, WorkspaceArchive
+from core.matrix import Matrix, WorkspaceArchive
 from core.metrics.pricing import price_for
 from core.results.report import ExperimentStatus
 from core.results.run import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.run import RunSpec
 from core.settings import setting
 

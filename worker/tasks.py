@@ -22,7 +22,7 @@ from celery.exceptions import Ignore, Reject
 
 from core.analysis.aggregate import aggregate
 from core.evaluation.rejudge import RejudgePlan
-from core.matrix.models import Budget, Matrix
+from core.matrix import Budget, Matrix
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results.run import RunResult, RunSpec
 from core.store.store import ExperimentNotFound, Store, gc_paused

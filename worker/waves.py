@@ -21,7 +21,7 @@ from collections import Counter
 from celery import Celery
 
 from core.analysis.sequential import PROCEDURE, Cell, CellRuns, next_wave
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.report import AdaptiveReport, CellStop
 from core.results.run import RunResult, cell_specs
 from core.store import Store

@@ -37,7 +37,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
-from core.matrix.models import Scenario, Tier
+from core.matrix import Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
 # the delivery's folder name: what it left running is found by it.

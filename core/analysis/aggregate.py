@@ -18,7 +18,7 @@ from core.analysis.comparison import ALPHA, CORRECTION, correct_report
 from core.analysis.group import analyse, context_by_call
 from core.analysis.judge_noise import judge_summary
 from core.analysis.ordering import ordered_ids
-from core.matrix.models import Budget, Scoring
+from core.matrix import Budget, Scoring
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.metrics.formulas import (
     best_value_tier,

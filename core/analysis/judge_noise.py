@@ -24,7 +24,7 @@ import math
 import statistics
 
 from core.analysis.columns import Group
-from core.matrix.models import Scoring
+from core.matrix import Scoring
 from core.results.report import (
     CrossTierResult,
     JudgeNoiseFlag,

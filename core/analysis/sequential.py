@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from core.matrix.models import AdaptiveRuns
+from core.matrix import AdaptiveRuns
 
 PROCEDURE = (
     "always-valid beta-binomial mixture confidence sequences (Robbins' mixture, Beta(1, 1) "

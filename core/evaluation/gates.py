@@ -30,7 +30,7 @@ from jsonpath_ng.ext import parse as parse_jsonpath
 
 from core.evaluation.shell import ShellResult, run_shell
 from core.evidence.models import Excerpt, GateEvidence
-from core.matrix.models import (
+from core.matrix import (
     CommandJsonPath,
     CommandOutputContains,
     CommandOutputMatches,

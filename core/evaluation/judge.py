@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from core.evidence.models import Excerpt, JudgeCall, JudgeEvidence, JudgeInputs
 from core.evidence.redact import redact, redact_record
 from core.llm.client import Deadline, LLMError, LLMHttp, LLMReply, UnusableURL, excerpt
-from core.matrix.models import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
+from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
 from core.results.record import Record
 from core.results.run import GateResult, JudgeResponse, JudgeResult
 

@@ -13,7 +13,7 @@ from pydantic import Field
 from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
 from core.evaluation.judge import JudgmentCache
 from core.evidence.models import JudgeInputs
-from core.matrix.models import Gate, JudgeConfig, Matrix, Rubric
+from core.matrix import Gate, JudgeConfig, Matrix, Rubric
 from core.results.record import Record
 from core.results.run import GATES_FAILED, GateResult, RunResult, RunStatus
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from core.evidence.models import Excerpt, GateEvidence, RunEvidence
 from core.evidence.redact import redact_record
-from core.matrix.models import EvidenceLimits
+from core.matrix import EvidenceLimits
 
 CUT_MARKER = "\n[... {} bytes cut ...]\n"
 

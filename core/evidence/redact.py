@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel
 
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 
 MARKER = "[REDACTED]"
 # Shorter values would redact ordinary words; real keys and passwords are longer.

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from core.matrix.models import Artifacts, BundleConfig, Matrix
+from core.matrix import Artifacts, BundleConfig, Matrix
 from core.results.record import Record
 
 # Bundle paths: the matrix folder under MATRIX, each named path outside it under OUTSIDE.

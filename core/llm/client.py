@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import certifi
 
-from core.matrix.models import MAX_WAIT_S
+from core.matrix import MAX_WAIT_S
 
 if TYPE_CHECKING:
     # Imported where a call is made: httpx (and the rich console its command line

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from core.matrix.models import DEFAULT_GRADES, CompositeWeights
+from core.matrix import DEFAULT_GRADES, CompositeWeights
 from core.results.run import InteractionMetrics
 from core.results.transcript import LLMCallMetrics
 

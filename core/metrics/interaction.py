@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from core.matrix.models import Target
+from core.matrix import Target
 from core.results.run import InteractionMetrics, SubcommandStats
 from core.results.transcript import CommandRecord, Transcript
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.matrix.models import Limits, ModelPrice
+from core.matrix import Limits, ModelPrice
 from core.metrics.pricing import cost_usd
 from core.results.transcript import Transcript
 

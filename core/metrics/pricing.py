@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from core.matrix.models import ModelPrice
+from core.matrix import ModelPrice
 
 _OPUS_4_5 = ModelPrice(input=15.0, output=75.0)
 

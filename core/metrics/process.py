@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from core.matrix.models import ExpectedStep, ProcessConfig
+from core.matrix import ExpectedStep, ProcessConfig
 from core.metrics.formulas import fraction_of
 from core.results.run import ProcessMetrics
 from core.results.transcript import CommandRecord

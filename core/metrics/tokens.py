@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.matrix.models import ModelPrice
+from core.matrix import ModelPrice
 from core.metrics.pricing import cost_usd
 from core.results.run import TokenMetrics
 from core.results.transcript import ComponentTokens, ComponentType

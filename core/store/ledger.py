@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.matrix.models import Budget, Matrix
+from core.matrix import Budget, Matrix
 from core.results.run import RunResult, RunSpec
 from core.store import scripts
 from core.store.keys import Keys

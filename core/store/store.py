@@ -23,7 +23,7 @@ from core.evaluation.judge import CachedJudgment
 from core.evidence.models import Attempt, RunEvidence
 from core.files.archive import ArchivedWorkspace
 from core.files.bundle import Bundle, Manifest
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.store import scripts

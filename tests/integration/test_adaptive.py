@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.analysis.sequential import PROCEDURE
-from core.matrix.models import AdaptiveRuns, StopWhen
+from core.matrix import AdaptiveRuns, StopWhen
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli

@@ -164,8 +164,7 @@ def test_tier_presets_merge_as_written_and_as_stored(tmp_path: Path) -> None:
     """A tier naming another preset starts from it; one changing only the permission
     flags gets the matrix preset's command rebuilt. The same after the matrix's JSON
     round trip through the store, where the filled fields look given."""
-    from core.matrix.loading import load_matrix
-    from core.matrix.models import Matrix
+    from core.matrix import Matrix, load_matrix
 
     path = tmp_path / "matrix.yaml"
     path.write_text("""

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.matrix.loading import load_matrix
-from core.matrix.models import Matrix
+from core.matrix import Matrix, load_matrix
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 from core.files.bundle import Manifest, collect, materialise
-from core.matrix.loading import load_matrix
-from core.matrix.models import Matrix
+from core.matrix import Matrix, load_matrix
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, run_cli
 from tests.support.experiments import Cell, seed_experiment

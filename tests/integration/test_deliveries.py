@@ -27,7 +27,7 @@ import pytest
 import redis
 
 from core.evaluation.shell import PidMark, kill_groups_by_env, pid_mark
-from core.matrix.models import Scenario, Tier
+from core.matrix import Scenario, Tier
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import QUEUE, StartWorker, Worker, run_cli
@@ -263,7 +263,7 @@ def test_runs_and_deliveries_never_share_a_folder(
 # of its own that left its group.
 DIES = """
 import os, subprocess, sys
-from core.matrix.models import Scenario, Tier
+from core.matrix import Scenario, Tier
 from worker.workspace import MARKER, prepare
 run_dir = prepare("exp:T0:s:0", Tier(id="T0"), Scenario.model_validate(
     {"id": "s", "prompt": "go"}, context={"check_files": False}), "go")

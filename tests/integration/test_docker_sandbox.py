@@ -27,7 +27,7 @@ import redis
 import yaml
 from pydantic import ValidationError
 
-from core.matrix.models import AgentConfig
+from core.matrix import AgentConfig
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import EXAMPLES, StartWorker, run_cli

@@ -363,7 +363,7 @@ def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
 ) -> None:
     """Redis away mid-run is not the run's fault: no "internal error" result is stored."""
     import worker.run
-    from core.matrix.loading import load_matrix
+    from core.matrix import load_matrix
     from scheduler.plan import plan
 
     monkeypatch.setattr(worker.run, "_RETRY_WAITS_S", (0.2,))  # patience: 0.2 s, not 30 s

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.store import Store

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.matrix.loading import load_matrix
+from core.matrix import load_matrix
 from core.store import Store
 from scheduler.dispatch import send
 from scheduler.plan import experiment_info, plan

@@ -28,7 +28,7 @@ import redis
 from kombu import Connection, Exchange, Queue
 
 from core.evidence.models import Excerpt
-from core.matrix.models import Matrix, Scenario, Tier
+from core.matrix import Matrix, Scenario, Tier
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.matrix.loading import load_matrix
+from core.matrix import load_matrix
 from core.metrics import formulas
 from core.results.run import InteractionMetrics, RunResult, RunSpec, RunStatus
 from core.results.transcript import LLMCallMetrics

@@ -17,8 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.evaluation.judge import AnswerError, parse_answer
-from core.matrix.loading import load_matrix
-from core.matrix.models import AgentConfig, Matrix, Rubric, load_rubric
+from core.matrix import AgentConfig, Matrix, Rubric, load_matrix, load_rubric
 from core.matrix.yaml_model import ConfigError
 from core.results.run import JudgeResponse
 from core.results.transcript import Transcript

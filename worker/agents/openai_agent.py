@@ -46,7 +46,7 @@ from typing import IO, Any
 from core.evaluation.shell import HeadTail, ShellResult, run_shell
 from core.evidence.redact import redact as redact_secrets
 from core.llm.client import Deadline, DeadlineExceeded, LLMError, LLMHttp, LLMReply
-from core.matrix.models import AgentConfig, Limits, ModelPrice
+from core.matrix import AgentConfig, Limits, ModelPrice
 from core.metrics.limits import crossed, spend_of
 from core.results.transcript import AgentOutcome, ComponentType, LLMCallMetrics, Transcript
 

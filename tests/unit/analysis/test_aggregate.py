@@ -9,7 +9,7 @@ import random
 import pytest
 
 from core.analysis.aggregate import aggregate
-from core.matrix.models import Scoring
+from core.matrix import Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
 from core.results.run import InteractionMetrics, ProcessMetrics, RunResult, RunStatus
 from tests.support.experiments import make_run
@@ -338,7 +338,7 @@ def test_a_dead_judge_is_one_infrastructure_error_whatever_the_gates_said() -> N
 def test_a_budget_notice_keeps_small_spends_apart_from_their_limit() -> None:
     from core.analysis.aggregate import budget_report
     from core.analysis.columns import Group
-    from core.matrix.models import Budget
+    from core.matrix import Budget
 
     runs = Group.of(
         [make_run(index=0, cost=0.0166), make_run(index=1, cost=0.01), make_run(index=2, cost=None,

@@ -21,7 +21,7 @@ import random
 import pytest
 
 from core.analysis.aggregate import aggregate
-from core.matrix.models import Budget, Scoring
+from core.matrix import Budget, Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
 from core.results.run import (
     GateResult,

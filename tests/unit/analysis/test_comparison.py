@@ -12,7 +12,7 @@ from statsmodels.stats.multitest import multipletests
 from core.analysis.aggregate import aggregate
 from core.analysis.columns import Group
 from core.analysis.comparison import Row, compare, correct_report, correct_rows
-from core.matrix.models import Scoring
+from core.matrix import Scoring
 from core.results.report import Comparison, ExperimentInfo, ExperimentReport, Verdict
 from core.results.run import RunResult
 from tests.support.experiments import make_run

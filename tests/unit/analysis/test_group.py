@@ -13,7 +13,7 @@ from core.analysis.aggregate import aggregate
 from core.analysis.columns import Group
 from core.analysis.comparison import compare, compare_experiments
 from core.analysis.group import MAX_CALLS_TRACKED, analyse, context_by_call
-from core.matrix.models import Scoring
+from core.matrix import Scoring
 from core.results.report import Comparison, ExperimentInfo, Verdict
 from core.results.run import RunResult, RunStatus
 from core.results.transcript import LLMCallMetrics

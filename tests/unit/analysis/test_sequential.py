@@ -10,7 +10,7 @@ import random
 import pytest
 
 from core.analysis.sequential import CellRuns, interval, next_wave
-from core.matrix.models import AdaptiveRuns, StopWhen
+from core.matrix import AdaptiveRuns, StopWhen
 
 ALPHA = 0.05
 DECIDED = AdaptiveRuns(min=5, max=40, until=StopWhen(decided=True), alpha=ALPHA)

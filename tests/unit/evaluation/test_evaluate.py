@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from core.evaluation.evaluate import evaluate_run
-from core.matrix.loading import load_matrix
+from core.matrix import load_matrix
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.results.transcript import AgentOutcome
 from tests.conftest import EXAMPLES

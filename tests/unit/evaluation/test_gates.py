@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 from core.evaluation.gates import MAX_OUTPUT_BYTES, run_gates
 from core.evaluation.shell import run_shell
-from core.matrix.models import Gate
+from core.matrix import Gate
 from core.results.run import GateResult
 from core.results.transcript import CommandRecord
 from tests.conftest import EXAMPLES

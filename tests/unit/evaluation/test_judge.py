@@ -15,7 +15,7 @@ import pytest
 from core.evaluation.judge import clip_middle, judge_run
 from core.evidence.models import Excerpt, JudgeInputs
 from core.llm.client import MAX_RESPONSE_BYTES
-from core.matrix.models import JudgeConfig, ModelPrice, Rubric, ScenarioJudge, load_rubric
+from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge, load_rubric
 from core.results.run import GateResult, JudgeResult
 from tests.support.llm_stub import LLMStub, Step, dribble, endless, malformed, reply, slow, status
 

@@ -13,7 +13,7 @@ import pytest
 
 from core.evaluation.judge import Judgment, judge_run
 from core.evidence.models import Excerpt, JudgeInputs
-from core.matrix.models import JudgeConfig, Rubric, ScenarioJudge, load_rubric
+from core.matrix import JudgeConfig, Rubric, ScenarioJudge, load_rubric
 from core.store import Store
 from tests.support.llm_stub import LLMStub, reply, scripted_judge
 

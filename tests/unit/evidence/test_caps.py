@@ -14,7 +14,7 @@ from core.evidence.models import (
     RunEvidence,
 )
 from core.evidence.redact import MARKER
-from core.matrix.models import EvidenceLimits
+from core.matrix import EvidenceLimits
 
 
 def evidence(**texts: str) -> RunEvidence:

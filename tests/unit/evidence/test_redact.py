@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.evidence.redact import MARKER, redact, redact_record, secret_values
-from core.matrix.models import Matrix
+from core.matrix import Matrix
 from core.results.run import GateResult
 
 PASSWORD = "p@ss/w0rd-123456"  # percent-encoded in the URL

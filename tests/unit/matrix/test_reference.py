@@ -22,9 +22,7 @@ import yaml
 from pydantic import BaseModel
 
 from core.evaluation.gates import run_gates
-from core.matrix.assertions import FORMS, parse_assertion
-from core.matrix.loading import load_matrix
-from core.matrix.models import (
+from core.matrix import (
     AdaptiveRuns,
     AgentConfig,
     AgentOverride,
@@ -53,8 +51,10 @@ from core.matrix.models import (
     Target,
     Tier,
     WorkspaceArchive,
+    load_matrix,
     load_rubric,
 )
+from core.matrix.assertions import FORMS, parse_assertion
 from core.results.run import RunSpec
 from core.results.transcript import CommandRecord
 from tests.conftest import ROOT

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from core.matrix.models import DEFAULT_GRADES, CompositeWeights, ModelPrice
+from core.matrix import DEFAULT_GRADES, CompositeWeights, ModelPrice
 from core.metrics import formulas
 from core.metrics.pricing import BUILTIN_PRICES, cost_usd, price_for
 from core.results.run import InteractionMetrics
@@ -267,7 +267,7 @@ def test_negative_tokens_are_refused() -> None:
 
 
 def test_the_default_judge_is_priced_so_a_budget_counts_its_spend() -> None:
-    from core.matrix.models import JudgeConfig
+    from core.matrix import JudgeConfig
 
     default = JudgeConfig.model_fields["model"].default
     assert price_for(default, {}) == ModelPrice(input=0.15, output=0.6, cache_read=0.075)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import pytest
 
 from core.analysis.aggregate import aggregate
-from core.matrix.models import Scoring
+from core.matrix import Scoring
 from core.metrics import formulas
 from core.results.report import CrossTierResult, ExperimentInfo, ExperimentReport
 from core.results.run import RunResult

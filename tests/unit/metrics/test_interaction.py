@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.matrix.models import Target
+from core.matrix import Target
 from core.metrics.interaction import interaction_metrics, target_commands
 from core.results.run import SubcommandStats
 from core.results.transcript import CommandRecord, Transcript

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.matrix.models import ExpectedStep, ModelPrice, ProcessConfig
+from core.matrix import ExpectedStep, ModelPrice, ProcessConfig
 from core.metrics.process import (
     change_fail_percentage,
     pr_revert_rate,

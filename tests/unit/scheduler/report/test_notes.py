@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.analysis.aggregate import aggregate
-from core.matrix.models import Scoring
+from core.matrix import Scoring
 from core.results.report import ExperimentInfo
 from core.results.run import InteractionMetrics, RunResult, RunStatus
 from scheduler.report.render import render

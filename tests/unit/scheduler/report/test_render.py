@@ -10,7 +10,7 @@ import zlib
 
 from core.analysis.aggregate import aggregate
 from core.evidence.models import Excerpt, RunEvidence
-from core.matrix.models import Scoring
+from core.matrix import Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
 from core.results.run import RunResult, RunStatus
 from scheduler.report.charts import Bar, bar_chart, line_chart

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.llm.client import MAX_RESPONSE_BYTES
-from core.matrix.models import AgentConfig
+from core.matrix import AgentConfig
 from core.results.transcript import AgentOutcome, ComponentType
 from core.transcripts import parse_transcript
 from tests.support.llm_stub import (
@@ -441,7 +441,7 @@ def test_response_without_choices_is_a_protocol_error(tmp_path: Path) -> None:
 def test_spend_limits_stop_the_loop_between_calls(tmp_path: Path) -> None:
     """Each call costs $0.0012 (1000 in at $1/M, 100 out at $2/M): past max_cost_usd
     0.003 after the third, so no fourth is made; max_llm_calls 2 allows two."""
-    from core.matrix.models import Limits, ModelPrice
+    from core.matrix import Limits, ModelPrice
 
     step = reply(tool_calls=[bash("true")], prompt_tokens=1000, completion_tokens=100)
     price = ModelPrice(input=1.0, output=2.0)
