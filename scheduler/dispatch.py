@@ -12,13 +12,13 @@ Redis result backend, without the per-task costs that make that call take
 - the messages go out in Redis pipelines (kombu's `Producer.batch`) instead
   of one round trip each;
 - run tasks ignore their Celery result: their RunResult lives in our own keys
-  (DESIGN.md), so the scheduler neither subscribes to a result channel per
+  (core.store.keys), so the scheduler neither subscribes to a result channel per
   run nor leaves a result key per run in Redis;
 - Celery and kombu build one message per tier x scenario (`Template`), into
   kombu's in-memory transport; every run's message is that one with its own
   ids, index and arguments, pushed in pipelines of LPUSHes as kombu's Redis
   transport pushes it. Celery's and kombu's own path costs ~0.3 ms a message
-  (6,000 runs/s); this one ~0.03 ms. tests/integration/test_dispatch.py holds the two
+  (6,000 runs/s); this one ~0.03 ms. tests.integration.test_dispatch holds the two
   messages equal, ids aside.
 """
 

@@ -1,11 +1,12 @@
 """The Celery app, built from explicit settings: `create_app(broker_url)`.
 
-The settings are DESIGN.md's: JSON only, late acks with redelivery on worker
-loss, one message prefetched per process, and a visibility timeout longer than
-any run so Redis does not hand a live run to a second worker.
+The settings (docs/ARCHITECTURE.md, "Celery decisions"): JSON only, late acks
+with redelivery on worker loss, one message prefetched per process, and a
+visibility timeout longer than any run so Redis does not hand a live run to a
+second worker.
 
 Nothing here is global: the scheduler builds the app for the broker it was
-given, `celery -A worker.app` builds it for this machine's (worker/app.py).
+given, `celery -A worker.app` builds it for this machine's (worker.app).
 Tasks are `shared_task`s and bootsteps are added by the modules that own them,
 so no worker module imports an app.
 """
@@ -60,14 +61,14 @@ def create_app(
         },
         # Celery's result keys (celery-task-meta-*, the chord's celery-taskset-meta-*)
         # under our prefix too. kombu's own keys (queues, unacked, bindings) keep
-        # their names: worker/recovery.py and Flower read them as kombu lays them out.
+        # their names: worker.recovery and Flower read them as kombu lays them out.
         result_backend_transport_options={
             "visibility_timeout": visibility_timeout_s,
             "global_keyprefix": key_prefix(),
         },
         task_default_queue=default_queue,
         worker_hijack_root_logger=False,
-        # Celery's prefork pool, stopped without its fixed sleeps (worker/prefork.py).
+        # Celery's prefork pool, stopped without its fixed sleeps (worker.prefork).
         worker_pool=prefork.NAME,
     )
     idle.register(app)
@@ -80,6 +81,6 @@ def create_app(
 
 @signals.worker_init.connect
 def _forget_the_broker_url(**_: object) -> None:
-    """A worker has read its broker URL: its agents must not find it (worker/environ.py).
+    """A worker has read its broker URL: its agents must not find it (worker.environ).
     Before the pool forks, so its processes never hold it either."""
     environ.forget(ENV_BROKER)

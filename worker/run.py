@@ -351,7 +351,8 @@ def _run_agent(
 
 
 def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:
-    """DESIGN.md's agent environment: the worker's, minus the broker URL, plus the run's."""
+    """The agent's environment (README, "matrix.yaml"): the worker's, minus the broker URL,
+    plus the run's."""
     agent = matrix.agent_for(matrix.tier(spec.tier))
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALFLEET_")}
     env.update(

@@ -5,7 +5,7 @@ runs in any order give the same report, byte for byte.
 Infrastructure errors (`errors`), cancelled runs (`cancelled`) and runs the
 budget kept from starting (`not_run`) are counted apart and kept out of every
 statistic; timeouts and agent failures are real
-results and stay in (DESIGN.md, README "Outcomes").
+results and stay in (README, "Outcomes").
 """
 
 from __future__ import annotations

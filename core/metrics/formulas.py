@@ -1,9 +1,10 @@
-"""The seeds' per-run, grading, cross-tier and per-call formulas, as pure functions.
+"""ProjectScylla's per-run, grading and cross-tier formulas and onetool's per-call ones,
+as pure functions (docs/ARCHITECTURE.md, "Where the definitions come from").
 
-DESIGN.md's "resolved conflicts" decide where the seeds disagree: impl_rate falls
-back to the gates without a judge, composite_score is the metrics seed's formula
-(grades come from it), and the evaluation seed's gate/judge/interaction blend is
-the separate `layered_composite`.
+Where the specifications disagree: impl_rate falls back to the gates without a
+judge, composite_score is ProjectScylla's formula (grades come from it), and the
+gate/judge/interaction blend of the evaluation layers (llm-tool-test) is the
+separate `layered_composite`.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def composite_score(
 
 
 def interaction_score(interaction: InteractionMetrics) -> float:
-    """Layer 1 as one number: the first-try success rate, the seed's combined signal
+    """Layer 1 as one number: the first-try success rate, llm-tool-test's combined signal
     of documentation and CLI quality (errors and retries both lower it)."""
     return interaction.first_try_success_rate
 
@@ -77,7 +78,7 @@ def layered_composite(
     interaction: InteractionMetrics,
     weights: CompositeWeights,
 ) -> float | None:
-    """The evaluation seed's optional composite over the layers a run has.
+    """The evaluation layers' (llm-tool-test's) optional composite over the layers a run has.
 
     Gates score passed/total, the judge its weighted score, interaction its
     `interaction_score`. A layer that is absent (no gates, judge disabled or
@@ -160,7 +161,7 @@ def cost_delta(costs: Sequence[float]) -> float:
     return max(costs) - min(costs)
 
 
-# --- per-call metrics (per-call metrics seed) -------------------------------------------
+# --- per-call metrics (onetool's) ---------------------------------------------------------
 
 
 def with_cumulative_input(calls: list[LLMCallMetrics]) -> list[LLMCallMetrics]:

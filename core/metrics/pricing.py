@@ -4,8 +4,8 @@ A model is priced only by its exact name, or by that name without a release
 date suffix (`claude-sonnet-4-20250514`, `gpt-4o-2024-08-06`). Never by prefix:
 `gpt-4o-audio-preview` is not `gpt-4o` and must stay unpriced rather than be
 charged at another model's price. An unpriced model leaves the cost unknown
-(DESIGN.md). The default judge (gpt-4o-mini) is priced, so that a budget counts
-its spend.
+(docs/ARCHITECTURE.md, glossary: cost). The default judge (gpt-4o-mini) is priced,
+so that a budget counts its spend.
 """
 
 from __future__ import annotations

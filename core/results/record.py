@@ -1,5 +1,5 @@
 """The base of every evalfleet model: unknown keys are errors, and non-finite floats
-serialize as the strings "Infinity"/"NaN" (DESIGN.md): a cost of pass that never
+serialize as the strings "Infinity"/"NaN" (the report's JSON contract): a cost of pass that never
 passes is infinite, and bare `Infinity` is not JSON."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""events.jsonl: the runner's own transcript contract (DESIGN.md).
+"""events.jsonl: the runner's own transcript contract (README, "matrix.yaml").
 
     {"type":"llm_call","input_tokens":1200,"output_tokens":80,"latency_ms":900,"tool_calls":1,"model":"m"}
     {"type":"tool_call","id":"c1","command":"my-tool create --title x"}

@@ -1,4 +1,4 @@
-"""The readable transcript a judge reads (DESIGN.md: stdout plus a rendering of events).
+"""The readable transcript a judge reads (stdout plus a rendering of its events).
 
 For the agent-CLI JSON formats the stdout IS the event stream: its JSON lines are
 shown through the rendering (messages, commands with exit codes) rather than raw,

@@ -2,7 +2,7 @@
 
 Every test here submits with `scheduler` as a user would, against workers
 started as separate processes, and checks what lands in Redis under
-DESIGN.md's keys.
+the keys core.store.keys names.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
     t2 = report["tiers"]["T2"]["composite_score"]["median"]
     assert cross["tier_uplift"]["T2"] == pytest.approx((t2 - t0) / t0)
 
-    # DESIGN.md's keys, with no TTL.
+    # The keys core.store.keys names, with no TTL.
     r = store.redis
     assert exp_id in r.zrange(f"{PREFIX}experiments", 0, -1)
     assert r.hget(f"{PREFIX}exp:{exp_id}", "status") == "complete"

@@ -20,7 +20,7 @@ How a run ends (the `AgentOutcome`):
   honoured, else back-off with jitter), and a response body past its size cap
   is an error naming the cap.
 
-events.jsonl gets the DESIGN.md events: `llm_call` per response (tokens exactly
+events.jsonl gets the events of core.transcripts.events: `llm_call` per response (tokens exactly
 from `usage`, plus `cumulative_input`), `message` per assistant text,
 `tool_call`/`tool_result` per tool call, and `component` events, which are
 additive: a component's tokens are the sum of its events. A tool call the loop
