@@ -1,6 +1,6 @@
 """Judge throughput: N judge calls against a loopback stub answering after 50 ms.
 
-The stub is the test suite's OpenAI-compatible server (tests/support/llm_stub.py, a
+The stub is the test suite's OpenAI-compatible server (tests.support.llm_stub, a
 separate process); each call is a full `core.evaluation.judge.judge_run`: prompt with a
 transcript, HTTP, answer parsing and validation, weighted score. C calls are
 in flight at once (threads, as C worker processes would each judge one run);

@@ -213,7 +213,7 @@ class LocalWorkers:
 def worker_command(
     concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
 ) -> list[str]:
-    """The worker every mode starts (worker/__main__.py): prefork, task events on."""
+    """The worker every mode starts (worker.__main__): prefork, task events on."""
     return [*WORKER_MODULE, *worker_args(concurrency, queues, hostname, loglevel)]
 
 

@@ -2,7 +2,7 @@
 
 The follower wakes on each status change the store announces (Store.set_status),
 so the end of an experiment is seen at once, and every _POLL_S otherwise for the
-progress bar. The follower also sweeps the experiment every second (worker/recovery.py):
+progress bar. The follower also sweeps the experiment every second (worker.recovery):
 runs whose worker died are sent again, and the experiment is aggregated once
 every run has a result, even when its chord never fires. A broker that goes
 away for a while (a Redis restart) is waited for, not fatal.
@@ -50,7 +50,7 @@ def follow(
     app: Celery, store: Store, exp_id: str, console: Console, workers: Workers | None = None
 ) -> None:
     """Block until the experiment is complete (or cancelled and aggregated), sweeping it
-    for lost runs on the way (worker/recovery.py)."""
+    for lost runs on the way (worker.recovery)."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -76,7 +76,7 @@ def follow(
             try:
                 waits.subscribe()  # before reading: no change falls between the two
                 info = store.info(exp_id)
-                # An adaptive experiment's total drops as its cells stop (worker/waves.py).
+                # An adaptive experiment's total drops as its cells stop (worker.waves).
                 progress.update(
                     task,
                     total=info.total_runs,

@@ -1,6 +1,6 @@
 """From a validated Matrix to the runs to send: the experiment's record and its runs' ids.
 
-Their task options and time budgets are the worker's (worker/sending.py)."""
+Their task options and time budgets are the worker's (worker.sending)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sending a rejudge or rescore to the fleet and following it to its report version.
 
-One chord like a submit's: a `evalfleet.rejudge` task per run (worker/rejudge.py:
+One chord like a submit's: a `evalfleet.rejudge` task per run (worker.rejudge:
 it runs the gates again on the run's archived workspace for a rescore, judges it
 again from its stored evidence, or keeps a run with neither as it was) and
 `evalfleet.aggregate_version` as body. No agent is started.
@@ -38,7 +38,7 @@ def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: R
         kwargs={"experiment_id": exp_id, "plan": payload},
         options={"ignore_result": True},
     )
-    # Wired as scheduler/dispatch.py wires a submit's chord, not with chord(header)(body):
+    # Wired as scheduler.dispatch wires a submit's chord, not with chord(header)(body):
     # that call subscribes this process to every header task's result channel, and
     # unsubscribing at exit, once the embedded Redis is gone, printed a traceback.
     group_id = uuid()

@@ -3,7 +3,7 @@ its outcome and why, then its gates (command, exit code, output), the judge's
 scores and reasons, a compact transcript (LLM calls with tokens, tool calls with
 exit codes, messages), the tails of stdout and stderr, and every delivery.
 
-Everything shown comes from the stored RunResult and RunEvidence (core/evidence/models.py);
+Everything shown comes from the stored RunResult and RunEvidence (core.evidence.models);
 the agent's own text is printed as text, never read as rich markup.
 """
 

@@ -4,12 +4,12 @@ A cold embedded `scheduler submit` (or `resume`) waited twice on imports: the
 CLI's (click, pydantic's models, redis, rich: ~0.45 s) before it could read
 the matrix, start Redis and spawn the worker, then the worker's (Celery,
 kombu, the same models again: ~0.6 s) before it could take a run. The
-`scheduler` console script (scheduler/console.py) now spawns the worker's
+`scheduler` console script (scheduler.console) now spawns the worker's
 process first, as `python -m worker --standby`: it imports the worker's code
 beside the CLI's and waits on its stdin. LocalWorkers.start hands it what it
 would have been started with (its arguments, environment and log file), once
 the matrix is known to be good and Redis answers; from there it is the worker
-every mode starts (worker/__main__.py).
+every mode starts (worker.__main__).
 
 Standard library only: this module runs before anything else is imported.
 A CLI that ends without using its standby (bad input, --help) kills it; one
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 _ENV_BROKER = "EVALFLEET_BROKER_URL"
 _COMMANDS = {"submit", "resume"}  # those that start local workers as they begin (cli._drive)
 
-# How every local worker is started (scheduler/embedded.py worker_command). Not the
+# How every local worker is started (scheduler.embedded.worker_command). Not the
 # current folder first on sys.path (-P: this interpreter's only, the agents keep the
 # default): a user's project with a `core/` or `worker/` package of its own would
 # stand in for evalfleet's.

@@ -1,5 +1,5 @@
 """`python -m worker`: one Celery worker of evalfleet's app, as the embedded mode and
-`scheduler worker` start it (scheduler/embedded.py worker_command).
+`scheduler worker` start it (scheduler.embedded.worker_command).
 
 The same WorkController that `celery -A worker.app worker` builds (`app.Worker`,
 Celery's program class: banner, logging, signal handlers), started without
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             task_events=True,
             without_mingle=True,
             without_gossip=True,
-            # evalfleet's own worker options (worker/idle.py, worker/grace.py).
+            # evalfleet's own worker options (worker.idle, worker.grace).
             until_idle=args.until_idle,
             grace=args.grace,
         )
@@ -69,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def standby() -> list[str] | None:
-    """`python -m worker --standby` (scheduler/standby.py): the worker's code imported
+    """`python -m worker --standby` (scheduler.standby): the worker's code imported
     first, then its arguments, environment and log file read from stdin, as one JSON
     line. None when stdin ends first: the CLI did not need this worker."""
     # The bulk of a worker's start: Celery's app, worker program and prefork pool,
     # kombu, evalfleet's tasks and models. The app itself is built once the broker is
-    # known (worker/app.py).
+    # known (worker.app).
     import celery.apps.worker  # noqa: F401
     import kombu.transport.redis  # noqa: F401
 

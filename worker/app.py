@@ -1,4 +1,4 @@
-"""`celery -A worker.app worker|flower`: the app on this machine's broker (worker/broker.py)."""
+"""`celery -A worker.app worker|flower`: the app on this machine's broker (worker.broker)."""
 
 from worker.broker import worker_broker
 from worker.celery_app import create_app

@@ -1,9 +1,9 @@
 """Which broker a worker started without one joins: `celery -A worker.app` and Flower.
 
-Order: the configured URL (core/settings.py), then the embedded Redis that
+Order: the configured URL (core.settings), then the embedded Redis that
 `scheduler` started under ./.evalfleet (while it runs), else Redis on this
 machine's default port. The embedded Redis leaves its URL in
-./.evalfleet/redis.json (scheduler/embedded.py writes it) so that a worker or
+./.evalfleet/redis.json (scheduler.embedded writes it) so that a worker or
 Flower started by hand in the same folder finds it.
 """
 

@@ -1,6 +1,6 @@
 """Keep the broker URL, password included, from the agents a worker runs.
 
-Agents get an environment without EVALFLEET_* (worker/run.py agent_env), but
+Agents get an environment without EVALFLEET_* (worker.run.agent_env), but
 an unsandboxed agent can still read its parent's /proc/PID/environ: the
 environment the worker process was started with, which taking the variable
 out of os.environ does not change (the kernel shows the original block of

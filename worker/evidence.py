@@ -1,5 +1,5 @@
 """A run's evidence, stored once its result is (README, "Evidence"): redacted, cut
-to the matrix's caps (core/evidence/caps.py), with every delivery of the run (the
+to the matrix's caps (core.evidence.caps), with every delivery of the run (the
 record begin_delivery keeps, so one that died without a result shows too) and
 the seconds each phase took. In the artifacts folder when the matrix names one
 and this worker can write there, else in Redis.

@@ -1,5 +1,5 @@
 """The experiment's files on this worker: its matrix, with every path leading to this
-machine's copy of the files shipped with it (core/files/bundle.py).
+machine's copy of the files shipped with it (core.files.bundle).
 
 The copy lives in the worker's cache (EVALFLEET_CACHE_DIR; by default beside the
 work folder, named after it plus `-files`, so the work folder keeps only run

@@ -13,7 +13,7 @@ take the whole fleet down with it.
 Guarded, it is the connection error it really is, which Celery knows how to
 live with: it reconnects, and the messages stay in Redis's unacknowledged set,
 as they would had the worker been killed; the sweep puts each back once a lease
-has passed, or drops it if its run has finished (worker/recovery.py).
+has passed, or drops it if its run has finished (worker.recovery).
 
 kombu's channel builds a new redis-py client for each publish, ack and
 reservation (`conn_or_acquire`), and redis-py 8 fills a table of some 300

@@ -1,4 +1,4 @@
-"""The heartbeat of a running run's lease (core/store/leases.py): renewed every third of
+"""The heartbeat of a running run's lease (core.store.leases): renewed every third of
 `lease_s` while the run runs, given back when a leaving worker hands the run back."""
 
 from __future__ import annotations

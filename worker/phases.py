@@ -6,7 +6,7 @@ tasks avoid (they ignore their result). A run hands its events to one sender
 thread per process and goes on; they keep their order. The sender waits the
 linger (EVALFLEET_EVENTS_LINGER_S, default 0.05 s) after an event for the ones
 that follow it and publishes them together as one `task.multi` message, as the
-worker's own task events travel (worker/task_events.py): a quick run's three
+worker's own task events travel (worker.task_events): a quick run's three
 phases cost one publish, not three that each woke the sender and took the GIL
 from the run (10% of a 2-slot fleet's throughput of no-op runs), and a phase
 reaches Flower at most the linger late. Best effort: an event that cannot be

@@ -5,7 +5,7 @@ A sweep of one experiment (`recover`) does three things:
 - A run whose lease expired without a result is lost: its worker died (SIGKILL,
   a torn-down CI runner, Redis restarted under it). The store hands each such
   run to one sweeper only, which sends it again as a plain run task, outside
-  the chord. Idempotency (worker/run.py) makes a late original harmless.
+  the chord. Idempotency (worker.run) makes a late original harmless.
 - A run a worker took from the queue but never started (it died, or lost
   Redis, in between) has no lease to expire: its message waits in Redis's
   unacknowledged set for the visibility timeout, hours. Once it has waited
@@ -22,7 +22,7 @@ A sweep of one experiment (`recover`) does three things:
   fetch and its lease is missing from both at almost every sweep, and reading
   100,000 queued messages takes seconds.
 - An adaptive experiment whose wave has finished gets its next wave
-  (worker/waves.py).
+  (worker.waves).
 - An experiment whose every run has a result but which is not aggregated yet
   is aggregated here. Normally the chord body does that, but a chord waits for
   every header task, and the header task of a lost run comes back only after
@@ -30,11 +30,11 @@ A sweep of one experiment (`recover`) does three things:
   Aggregation is idempotent, so the chord firing later changes nothing.
 
 Who sweeps: whoever follows an experiment (`scheduler submit`, `resume --wait`:
-scheduler/follow.py, every second) and every worker, for all unfinished
+scheduler.follow, every second) and every worker, for all unfinished
 experiments, every EVALFLEET_SWEEP_S seconds (default 10), in a thread of the
 worker's main process (the `Sweeper` bootstep). The workers' sweeps, the first at
 start, also remove `sandbox: docker` containers whose worker process died
-(worker/docker_sandbox.py).
+(worker.docker_sandbox).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
     if inputs is not None or archive is not None:
         try:
             # The rubric, prompt file and gate scripts: this machine's copy of the
-            # experiment's files (worker/files.py), as its runs had them.
+            # experiment's files (worker.files), as its runs had them.
             matrix = local_matrix(db, experiment_id)
             gates = None if archive is None else regate(matrix, plan, original, archive, secrets)
             result = rejudge_run(original, inputs, matrix, plan, os.environ, db, secrets, gates)

@@ -8,13 +8,13 @@ send it again (the wait the provider stated, else a doubling back-off), and the
 next delivery's result lists the outages before it. The last allowed delivery
 stores its outage as the infrastructure error it is.
 Deliveries are counted in Redis and capped. While a delivery runs it holds the
-run's lease (worker/lease.py), so a run whose worker died is sent again
-within minutes (worker/recovery.py). Secrets are taken out of the result
+run's lease (worker.lease), so a run whose worker died is sent again
+within minutes (worker.recovery). Secrets are taken out of the result
 before it is stored. With a `budget:`, a run reserves its projected cost
-before it starts and settles it once its result is stored (core/store/ledger.py);
+before it starts and settles it once its result is stored (core.store.ledger);
 one that does not fit is recorded `not_run` without starting.
 
-A run that stores its result stores its evidence next (worker/evidence.py).
+A run that stores its result stores its evidence next (worker.evidence).
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
         return
     error = error_key(result.fail_reason) if result.is_infra_error else None
     try:
-        if result.transcript_unrecognised:  # the follower warns once (scheduler/follow.py)
+        if result.transcript_unrecognised:  # the follower warns once (scheduler.follow)
             store.note_unrecognised(
                 result.experiment_id, result.tier, result.transcript_format or "?"
             )

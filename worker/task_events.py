@@ -5,7 +5,7 @@ event loop's next turn: the three events of a quick run were three messages,
 each a PUBLISH to Redis and to every subscriber (Flower), and a fifth of a
 2-slot fleet's throughput of no-op runs. Here the buffer is published the
 linger (EVALFLEET_EVENTS_LINGER_S, default 0.05 s) after its first event, as
-worker/phases.py does for the phases: one task.multi message for the runs of
+worker.phases does for the phases: one task.multi message for the runs of
 that while, a state reaching Flower at most the linger late. What is buffered
 when the consumer stops is published then, so no run's SUCCESS is lost.
 """

@@ -3,11 +3,11 @@
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
 stored RunResult and the task returns a small summary. `evalfleet.rejudge`, the
-header task of a rejudge or rescore (worker/rejudge.py), never raises either. The exceptions are a
-run handed back by a leaving worker (worker/grace.py) and a run that Redis left
-(a restart longer than worker/run.py waits): the message is rejected with
+header task of a rejudge or rescore (worker.rejudge), never raises either. The exceptions are a
+run handed back by a leaving worker (worker.grace) and a run that Redis left
+(a restart longer than worker.run waits): the message is rejected with
 requeue, which neither fails nor counts toward the chord. A run whose model
-provider failed is retried (`self.retry`) after the wait worker/run.py names.
+provider failed is retried (`self.retry`) after the wait worker.run names.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def summary(result: RunResult) -> dict[str, Any]:
     }
 
 
-# max_retries=None: the matrix's max_attempts caps a run's deliveries (worker/run.py).
+# max_retries=None: the matrix's max_attempts caps a run's deliveries (worker.run).
 @shared_task(bind=True, name=RUN_TASK, max_retries=None)
 def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> dict[str, Any]:
     run_spec = RunSpec.model_validate(spec)
@@ -131,7 +131,7 @@ def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str
 def aggregate_experiment(
     self: Task, _results: list[Any] | None, experiment_id: str
 ) -> dict[str, Any]:
-    """Chord body (worker/recovery.py calls finish_experiment too, for lost runs' experiments)."""
+    """Chord body (worker.recovery calls finish_experiment too, for lost runs' experiments)."""
     return finish_experiment(store_of(self.app), experiment_id)
 
 

@@ -2,9 +2,9 @@
 when the last has finished.
 
 The first wave (every cell's `min` runs) goes out with the submit, as one chord. After
-that, a sweep (worker/recovery.py: the follower every second, every worker every
+that, a sweep (worker.recovery: the follower every second, every worker every
 EVALFLEET_SWEEP_S) that finds every run sent so far with a result asks the stopping
-rule (core/analysis/sequential.py) which cells have their answer; those close, and the
+rule (core.analysis.sequential) which cells have their answer; those close, and the
 experiment's total drops by the runs they will never have. The other cells get their
 next runs, least settled (widest interval) first, so that with a budget the runs
 that still fit go where the answer is least known. Claiming the wave is one Lua step
@@ -67,7 +67,7 @@ def advance(app: Celery, store: Store, exp_id: str, matrix: Matrix, default_queu
     if store.claim_wave(exp_id, wave, fewer, closing, specs) != "claimed":
         return 0
     for spec in specs:
-        # Where the first wave went, as a lost run is sent again (worker/recovery.py).
+        # Where the first wave went, as a lost run is sent again (worker.recovery).
         run_signature(app, matrix, spec).apply_async(queue=spec.queue or default_queue)
     log.info(
         "experiment %s: wave %d: %d runs to %d cells, %d cells closed",

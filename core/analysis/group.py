@@ -1,4 +1,4 @@
-"""What a group of runs (a tier, or a tier x scenario) says beyond the seed statistics.
+"""What a group of runs (a tier, or a tier x scenario) says beyond ProjectScylla's Statistics.
 
 Confidence intervals (Wilson for the pass rate, a seeded bootstrap for the
 median composite), pass@k and pass^k, flaky scenarios, the test against the

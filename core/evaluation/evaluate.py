@@ -41,7 +41,7 @@ CAPTURE_CUT = (
 @dataclass(frozen=True)
 class Evaluated:
     """A run's result and its evidence. The evidence is whole: the caller redacts
-    and bounds it (core/evidence/caps.py) before it is stored."""
+    and bounds it (core.evidence.caps) before it is stored."""
 
     result: RunResult
     evidence: RunEvidence

@@ -1,4 +1,4 @@
-"""Layer 2 of the evaluation seed: the nine generic gates, run against a workspace.
+"""Layer 2 of llm-tool-test's evaluation: the nine generic gates, run against a workspace.
 
 Gates run in declaration order and all of them run (no short-circuit). A gate
 never raises: whatever goes wrong (a hung command, an unreadable file, a path

@@ -1,4 +1,4 @@
-"""Layer 3 of the evaluation seed: a rubric-driven LLM judge over plain HTTP.
+"""Layer 3 of llm-tool-test's evaluation: a rubric-driven LLM judge over plain HTTP.
 
 Two protocols: ``openai`` (POST {base_url}/chat/completions) and ``anthropic``
 (POST {base_url}/messages). ``judge_run`` never raises; when no usable answer
@@ -8,7 +8,7 @@ infrastructure error.
 Retry policy (``config.max_attempts`` = N): up to N answers are asked for; an
 answer that is not valid is asked for again with a reminder of the exact
 format and what was wrong. Each of those requests is made through the shared
-LLM client (core/llm/client.py): tried up to N times on 429, 5xx, timeouts and
+LLM client (core.llm.client): tried up to N times on 429, 5xx, timeouts and
 connection errors, reading at most its size cap. So at most N*N requests are
 made (``JudgeResult.attempts`` counts them), and all of them within one
 deadline, ``config.deadline``, from the start of the call.
@@ -20,7 +20,7 @@ figure is kept as ``reported_weighted_score``).
 
 Repeats (``config.repeats`` = K): the run is judged K times, each judgment with
 its own retries and deadline; its score is the mean of the K weighted scores and
-their sample standard deviation is kept (the judge's noise, core/analysis/judge_noise.py).
+their sample standard deviation is kept (the judge's noise, core.analysis.judge_noise).
 Each judgment is looked up first in the judgment cache (``cache_key``: judge
 model and endpoint, prompt, PROMPT_VERSION, repeat index) and only asked for when missing.
 

@@ -9,7 +9,7 @@ larger ones. The parsed events count toward the run's cap as a whole and keep
 their first and last events. The judge's prompts and answers are texts like the
 others; what the judge was shown (its inputs) is kept whole, since rejudge asks
 again with it, and counts toward the run's cap. When the experiment's cap is
-reached the store keeps `minimal` evidence instead (core/store/store.py): without
+reached the store keeps `minimal` evidence instead (core.store): without
 the judge's record, so rejudge keeps such a run as it was.
 """
 

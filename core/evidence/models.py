@@ -1,6 +1,6 @@
 """What a run leaves behind besides its numbers: the evidence behind them (README,
 "Evidence"). One RunEvidence per run, stored compressed beside its RunResult
-(core/store/store.py) and shown by `scheduler show`, the HTML report and rejudge.
+(core.store) and shown by `scheduler show`, the HTML report and rejudge.
 
 Every text here is bounded (an Excerpt keeps head and tail with a cut marker) and
 redacted before it is stored."""
@@ -24,7 +24,7 @@ class Excerpt(Record):
 
     @classmethod
     def whole(cls, text: str) -> Excerpt:
-        """All of `text`, before any cap (core/evidence/caps.py cuts it)."""
+        """All of `text`, before any cap (core.evidence.caps cuts it)."""
         return cls(text=text, total_bytes=len(text.encode()))
 
 

@@ -50,7 +50,7 @@ def broker_url_forms(url: str | None) -> list[str]:
     password = urlsplit(url).password
     if password:
         forms += [password, unquote(password)]
-        for mask in ("**", "***"):  # kombu's, and the CLI's (scheduler/cli.py)
+        for mask in ("**", "***"):  # kombu's, and the CLI's (scheduler.cli)
             forms += [u.replace(f":{password}@", f":{mask}@") for u in (url, bare)]
     return forms
 

@@ -6,14 +6,14 @@ folder the matrix names outside it (prompt files, rubrics, tier files, skills,
 workspace templates, a Dockerfile) into a Bundle: a Manifest (path in the bundle
 -> the sha256 of its content, or a symlink's target) and the contents by
 digest, bounded by the matrix's `bundle:` limits. The contents go to the
-experiment's Redis (core/store/keys.py `files`), the manifest beside its matrix.
+experiment's Redis (core.store.keys, `files`), the manifest beside its matrix.
 
 A worker `materialise`s a manifest once into its cache, under the manifest's
 own digest: built in a private temporary folder and renamed into place, so
 several worker processes of one machine may race and every one of them sees a
 complete folder or none. The stored matrix keeps the submitter's absolute
 paths; `Manifest.relocation` maps each to its copy in the materialised folder
-(core/matrix/models.py applies it to every input path while the matrix is read).
+(core.matrix applies it to every input path while the matrix is read).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from core.results.record import Record
 MATRIX = "matrix"
 OUTSIDE = "outside"
 MB = 1024 * 1024
-# The embedded broker's state folder (worker/broker.py), in the folder `scheduler`
+# The embedded broker's state folder (worker.broker), in the folder `scheduler`
 # runs in: never shipped, whatever `bundle.exclude` says.
 STATE_DIR = ".evalfleet"
 

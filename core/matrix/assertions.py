@@ -1,4 +1,4 @@
-"""The `command_json_path` assertion language of the evaluation seed.
+"""The `command_json_path` assertion language of llm-tool-test's evaluation layers.
 
 Forms: ``exists``, ``equals <value>``, ``contains <substring>``, ``len >= N``,
 ``len == N``, ``len > N``. Parsed once at load time so a typo is a config error,

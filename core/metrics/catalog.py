@@ -1,8 +1,8 @@
 """The per-run numbers every report summarizes, described once.
 
 Each Metric names a number, says which RunResult fields it is read from (so
-that core/analysis/columns.py reads every field of a run in one pass) and how a reader
-sees it. Aggregation (core/analysis/aggregate.py) gives each its Statistics on
+that core.analysis.columns reads every field of a run in one pass) and how a reader
+sees it. Aggregation (core.analysis.aggregate) gives each its Statistics on
 the TierReport; every report format and the CSV (scheduler/report/) iterate
 over these tuples, so a metric added here appears everywhere at once.
 """
@@ -40,7 +40,7 @@ def _interaction(name: str, label: str) -> Metric:
     return Metric(name, label, (f"interaction.{name}",))
 
 
-# The seed's metrics: TierReport fields of the same names, shown under their names.
+# ProjectScylla's metrics: TierReport fields of the same names, shown under their names.
 RUN_METRICS = (
     _run_field("pass_rate", in_csv=True),
     _run_field("impl_rate", in_csv=True),
@@ -61,7 +61,7 @@ RUN_METRICS = (
     _run_field("context_growth_avg"),
 )
 
-# The interaction metrics (TierReport.interaction), in the order of the seed's
+# The interaction metrics (TierReport.interaction), in the order of llm-tool-test's
 # guidance comparison: what a guidance author compares between AGENTS.md versions.
 INTERACTION_METRICS = (
     _interaction("error_rate", "error rate"),

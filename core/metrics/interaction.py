@@ -1,18 +1,18 @@
-"""Layer 1 of the evaluation seed: interaction metrics over the target tool's commands.
+"""Layer 1 of llm-tool-test's evaluation: interaction metrics over the target tool's commands.
 
-Definitions (the seed's table, made precise):
+Definitions (llm-tool-test's table, made precise):
 - Target commands: the transcript's commands whose text matches
   `target.command_pattern` (re.search); every command when there is no pattern.
 - Two commands are "the same" when their text is equal after collapsing whitespace.
 - Failed: a known, non-zero exit code. An unknown exit code (None) is NOT a failure:
   the metrics never invent errors the transcript does not show.
 - error_rate = failed / total.
-- retry_count = total - unique and retry_rate = retry_count / total, as the seed's
+- retry_count = total - unique and retry_rate = retry_count / total, as llm-tool-test's
   formula says: every repetition of a command counts, whether or not it followed
   a failure (a repeat after success is still a wasted command).
 - help_invocations: target commands matching `target.help_pattern`.
 - first_try_success_rate = (unique commands whose FIRST execution did not fail) /
-  total commands, the seed's "succeeded on first attempt / total commands": so
+  total commands, llm-tool-test's "succeeded on first attempt / total commands": so
   repetition lowers it as well as failure.
 - iteration_ratio = unique / total.
 - completed: given by the caller (the agent exited by itself with code 0).

@@ -4,7 +4,7 @@ has spent so far, and the first limit it crossed.
 One reckoning for every place that asks: the worker while a streaming CLI runs
 (its stdout parsed as it arrives), the built-in agent between its LLM calls, and
 the evaluation of the finished run (which gives the run its `limit` status).
-Spend is counted like the run's own figures (core/evaluation/evaluate.py): the CLI's reported
+Spend is counted like the run's own figures (core.evaluation.evaluate): the CLI's reported
 totals over summed calls, the matrix's price over a reported cost. A cost that
 cannot be known (no price, none reported) cannot cross `max_cost_usd`.
 """

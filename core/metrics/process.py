@@ -1,4 +1,4 @@
-"""The seed's process metrics: how the agent got there, read from its commands.
+"""ProjectScylla's process metrics: how the agent got there, read from its commands.
 
 A scenario's `process:` names regular expressions (matched with `re.search`
 against each command the agent ran): expected steps for progress, goal patterns
@@ -40,7 +40,7 @@ def strategic_drift_binary(aligned_actions: int, total_actions: int) -> float:
 
 
 def change_fail_percentage(failed_changes: int, total_changes: int) -> float:
-    """Failed changes / changes, as a fraction in [0, 1] (the seed's formula)."""
+    """Failed changes / changes, as a fraction in [0, 1] (ProjectScylla's formula)."""
     return fraction_of(failed_changes, total_changes, "failed changes")
 
 

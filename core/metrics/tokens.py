@@ -1,8 +1,8 @@
-"""Token tracking by prompt component (the seed's T2 skills vs T3 tooling analysis).
+"""Token tracking by prompt component (ProjectScylla's T2 skills vs T3 tooling analysis).
 
 Components are parts of the prompt (system prompt, skills, tool schemas, ...),
 so their tokens are priced as input tokens. Skill tokens are the T2 guidance:
-SKILL_PROMPT plus DOMAIN_EXPERTISE, both "T2" components in the seed's table.
+SKILL_PROMPT plus DOMAIN_EXPERTISE, both "T2" components in ProjectScylla's table.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ SKILL_COMPONENTS = frozenset({ComponentType.SKILL_PROMPT, ComponentType.DOMAIN_E
 
 def token_metrics(components: list[ComponentTokens], price: ModelPrice | None) -> TokenMetrics:
     """Per-component sums, their input-token cost (empty when the price is unknown)
-    and share of all component tokens in percent (0..100), plus the seed's
+    and share of all component tokens in percent (0..100), plus ProjectScylla's
     schema overhead, skill efficiency and token efficiency ratio."""
     by_component = _sums(components)
     schema = by_component.get(ComponentType.TOOL_SCHEMA, 0)
@@ -43,7 +43,7 @@ def token_metrics(components: list[ComponentTokens], price: ModelPrice | None) -
 
 
 def _sums(components: Iterable[ComponentTokens]) -> dict[ComponentType, int]:
-    """Token sums in the seed's component order, only the components present."""
+    """Token sums in ProjectScylla's component order, only the components present."""
     sums = dict.fromkeys(ComponentType, 0)
     present: set[ComponentType] = set()
     for part in components:

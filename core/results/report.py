@@ -12,7 +12,7 @@ from core.results.run import RunResult
 
 
 class Statistics(Record):
-    """The seed's aggregate statistics. Empty input gives count 0 and None values."""
+    """ProjectScylla's aggregate statistics. Empty input gives count 0 and None values."""
 
     median: float | None = None
     mean: float | None = None
@@ -24,7 +24,7 @@ class Statistics(Record):
 
 
 class Interval(Record):
-    """A confidence interval and how it was computed (core/stats/significance.py)."""
+    """A confidence interval and how it was computed (core.stats.significance)."""
 
     low: float
     high: float
@@ -109,7 +109,7 @@ class Comparison(Record):
 
 
 class TierAnalysis(Record):
-    """Beyond the seed statistics: intervals, pass@k, flakiness, the test against the baseline."""
+    """Beyond ProjectScylla's Statistics: intervals, pass@k, flakiness, the baseline test."""
 
     pass_rate_ci: Interval | None = None
     composite_median_ci: Interval | None = None
@@ -260,7 +260,7 @@ class AdaptiveReport(Record):
 
 
 class TierJudgeNoise(Record):
-    """The judge's own noise beside the runs' spread, in one tier (core/analysis/judge_noise.py)."""
+    """The judge's own noise beside the runs' spread, in one tier (core.analysis.judge_noise)."""
 
     judged_runs: int = Field(description="counted runs with a judge score")
     repeats: int = Field(description="judgments per run (the fewest, when runs differ)")

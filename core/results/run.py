@@ -1,6 +1,6 @@
 """What a run produces: its spec, its status, the three evaluation layers and the
-RunResult stored in Redis (transcripts: core/results/transcript.py; reports:
-core/results/report.py)."""
+RunResult stored in Redis (transcripts: core.results.transcript; reports:
+core.results.report)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class RunStatus(StrEnum):
 NOT_RUN_NOTE = " (not run: its tier was stopped after its first runs all failed this way)"
 
 
-# How a fail reason names the run's failed gates (core/evaluation/evaluate.py writes it).
+# How a fail reason names the run's failed gates (core.evaluation.evaluate writes it).
 GATES_FAILED = "gates failed: "
 
 
@@ -74,7 +74,7 @@ class SubcommandStats(Record):
 
 
 class InteractionMetrics(Record):
-    """Layer 1 of the evaluation seed."""
+    """Layer 1 of llm-tool-test's evaluation."""
 
     total_commands: int = 0
     unique_commands: int = 0
@@ -107,7 +107,7 @@ class GateResult(Record):
 
 
 class JudgeResponse(Record):
-    """The judge's answer, as the seed's schema demands."""
+    """The judge's answer, as llm-tool-test's schema demands."""
 
     model_config = ConfigDict(extra="ignore", ser_json_inf_nan="strings")
 
@@ -200,7 +200,7 @@ def cell_specs(
 
 
 class RunResult(Record):
-    """Everything one run produced: per-run metrics of the seeds and the three layers."""
+    """Everything one run produced: ProjectScylla's per-run metrics and the three layers."""
 
     experiment_id: str
     run_id: str
@@ -225,7 +225,7 @@ class RunResult(Record):
         description="the provider outages of this run's deliveries, each retried but the last",
     )
 
-    # outcome and the seed's per-run metrics
+    # outcome and ProjectScylla's per-run metrics
     passed: bool = False
     pass_rate: float = 0.0
     impl_rate: float = 0.0

@@ -12,7 +12,7 @@ from core.results.record import Record
 
 
 class ComponentType(StrEnum):
-    """The seed's ten token components (metrics formulas, token tracking)."""
+    """ProjectScylla's ten token components (its token tracking)."""
 
     SYSTEM_PROMPT = "SYSTEM_PROMPT"
     SKILL_PROMPT = "SKILL_PROMPT"
@@ -30,7 +30,7 @@ class ComponentType(StrEnum):
 
 
 class LLMCallMetrics(Record):
-    """One LLM API call (per-call metrics seed)."""
+    """One LLM API call (onetool's per-call metrics)."""
 
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
@@ -112,7 +112,7 @@ class AgentOutcome(Record):
 
     @property
     def completed(self) -> bool:
-        """The seed's completion: exited by itself with code 0."""
+        """llm-tool-test's completion: exited by itself with code 0."""
         return (
             not self.timed_out
             and self.error is None

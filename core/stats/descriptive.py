@@ -1,4 +1,4 @@
-"""The seed's aggregate statistics over one metric's per-run values.
+"""ProjectScylla's aggregate statistics over one metric's per-run values.
 
 Median of an even count is the mean of the middle two, mode is the most common
 value (the smallest of ties), std_dev is the population one: we hold every run,

@@ -1,4 +1,4 @@
-"""Inference beyond the seeds' descriptive statistics, in pure Python (scipy is for tests only).
+"""Inference beyond ProjectScylla's descriptive statistics, in pure Python (scipy: tests only).
 
 - Wilson score interval for a pass rate (no continuity correction).
 - Percentile bootstrap interval for a median, seeded and deterministic. It does
@@ -118,7 +118,7 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 
 # Cached: a report asks for the same tables again when it corrects its tests as a family
-# (core/analysis/comparison.py), and each costs a sum over up to 100,000s of tables.
+# (core.analysis.comparison), and each costs a sum over up to 100,000s of tables.
 @lru_cache(maxsize=1024)
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     """Two-sided p-value of Fisher's exact test on the 2x2 table [[a, b], [c, d]]."""

@@ -5,7 +5,7 @@ Ours, under the prefix (no TTL on any of them):
 - ``experiments`` zset: experiment id by created time;
 - ``exp:{id}`` hash: info, matrix, counts (done, passes, errors, cancelled),
   status, finished_at, ``files``: the manifest of the files shipped with it
-  (core/files/bundle.py), ``chords``: the group ids of the chords its runs were sent
+  (core.files.bundle), ``chords``: the group ids of the chords its runs were sent
   in (space-separated; their Celery keys go when the experiment is deleted), and
   once every run is on the broker ``sent``: their default queue;
 - ``exp:{id}:runs`` run id -> RunResult JSON; ``exp:{id}:specs`` run id ->
@@ -14,9 +14,9 @@ Ours, under the prefix (no TTL on any of them):
   of its deliveries (worker, started_at; ended_at and outcome once known), so
   that one that died without a result still shows;
 - ``exp:{id}:leases`` run id -> "EXPIRY HOLDER" of the runs in progress
-  (core/store/leases.py);
+  (core.store.leases);
 - ``exp:{id}:unaccounted`` run id -> when a sweep first found the run nowhere
-  (worker/recovery.py);
+  (worker.recovery);
 - ``exp:{id}:health`` the first results of each tier, for fail-fast (TIER +
   newline: the tier has a result of its own; TIER + newline + REASON: how many
   of its runs ended with that infrastructure error); ``exp:{id}:unrecognised``
@@ -25,7 +25,7 @@ Ours, under the prefix (no TTL on any of them):
   the infrastructure error that stopped its runs;
 - ``exp:{id}:report`` the ExperimentReport JSON;
 - ``exp:{id}:evidence`` run id -> the run's RunEvidence, zlib-compressed JSON
-  (core/evidence/models.py), or ``file:`` and the path of that blob in the
+  (core.evidence.models), or ``file:`` and the path of that blob in the
   experiment's artifacts folder; the experiment's hash counts the stored
   bytes under ``evidence_bytes``;
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
@@ -37,12 +37,12 @@ Ours, under the prefix (no TTL on any of them):
 - ``exp:{id}:files`` sha256 -> the compressed bytes of one file the experiment
   needs on workers (its manifest names them by digest; workers cache the
   materialised folder by the manifest's digest);
-- ``exp:{id}:budget`` the spend ledger (core/store/ledger.py): per kind (agent, judge)
+- ``exp:{id}:budget`` the spend ledger (core.store.ledger): per kind (agent, judge)
   ``KIND:limit``, ``KIND:spent``, ``KIND:reserved``, ``KIND:max`` and per tier x
   scenario ``KIND:n:CELL`` / ``KIND:sum:CELL`` of finished runs; ``stopped``: why
   the first reservation that did not fit was refused;
   ``exp:{id}:reservations`` run id -> "AGENT JUDGE" projected dollars it holds;
-- ``exp:{id}:waves`` an adaptive experiment's waves (worker/waves.py): ``wave``
+- ``exp:{id}:waves`` an adaptive experiment's waves (worker.waves): ``wave``
   the number sent, and per closed tier x scenario cell why it stopped;
 - ``exp:{id}:workspaces`` run id -> an ArchivedWorkspace JSON (matrix
   ``workspace_archive:``; what ``scheduler rescore`` runs the gates on);
@@ -55,7 +55,7 @@ carries each status the experiment is set to, so that a follower waiting for
 the end wakes when it comes instead of at its next poll.
 
 Celery's result keys (celery-task-meta-*, the chord's counters) carry the same
-prefix (worker/celery_app.py). kombu's own keys keep kombu's names: the
+prefix (worker.celery_app). kombu's own keys keep kombu's names: the
 recovery sweep and Flower read them as kombu's Redis transport lays them out,
 described at the end of this module with the helpers that decode its messages.
 """
@@ -158,7 +158,7 @@ class Keys:
 
     def chord(self, group_id: str) -> list[str]:
         """Celery's result-backend keys of one chord (the group's meta and the Redis
-        backend's .j/.t/.s/.d/.c counters, under our prefix: worker/celery_app.py)."""
+        backend's .j/.t/.s/.d/.c counters, under our prefix: worker.celery_app)."""
         base = f"{self.prefix}celery-taskset-meta-{group_id}"
         return [base, *(base + suffix for suffix in (".j", ".t", ".s", ".d", ".c"))]
 

@@ -2,15 +2,15 @@
 
 A delivery takes its run's lease when it starts (Store.begin_delivery, in the
 same step as counting the delivery) and a heartbeat renews it every third of
-its duration (worker/lease.py, `lease_s` in the matrix). A worker that dies
+its duration (worker.lease, `lease_s` in the matrix). A worker that dies
 stops renewing; once the lease has expired, a sweep claims the run and sends
-it again (worker/recovery.py). Saving the run's result ends its lease
+it again (worker.recovery). Saving the run's result ends its lease
 (Store.save_run), in the same step as storing it.
 
 Taking a lease always succeeds: the newest delivery of a run wins. An older
 delivery still alive fails to renew and, at its save, finds the run is no
 longer its own, so it cannot count. Each entry is "EXPIRY HOLDER", the expiry
-on the Redis server's clock; the scripts are in core/store/scripts.py.
+on the Redis server's clock; the scripts are in core.store.scripts.
 """
 
 from __future__ import annotations

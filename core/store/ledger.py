@@ -1,8 +1,8 @@
 """The budget ledger: an experiment's spend, reserved before each run and settled after.
 
-A run about to start reserves its projected cost (Ledger.reserve, worker/run.py);
+A run about to start reserves its projected cost (Ledger.reserve, worker.run);
 a finished run settles the reservation with its real cost (Ledger.settle). Both
-are one Lua step each (core/store/scripts.py), so every worker of the fleet sees one
+are one Lua step each (core.store.scripts), so every worker of the fleet sees one
 ledger. The first reservation that does not fit stops the ledger: no later run
 starts (each is recorded `not_run`), runs in flight finish and settle. So the
 final spend is at most the limit plus, over the runs in flight when the last

@@ -1,7 +1,7 @@
 """Retention: what each experiment takes in Redis, and removing experiments whole
 (their evidence files in an artifacts folder included).
 
-An experiment's keys are found by SCAN (core/store/keys.py `of_experiment`), not by a
+An experiment's keys are found by SCAN (Keys.of_experiment in core.store.keys), not by a
 list of kinds, so a key kind added later is removed too; Celery's chord keys of
 its runs are named by the chord ids its record keeps.
 """

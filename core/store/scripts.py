@@ -1,9 +1,9 @@
 """Every Lua script evalfleet runs in Redis, each one atomic step of the store (rq's scripts.py).
 
-Each is headed by what its KEYS and ARGV are (key names: core/store/keys.py) and
+Each is headed by what its KEYS and ARGV are (key names: core.store.keys) and
 returns a named outcome rather than a number to decode. Times come from the
 Redis server's clock (TIME), so the workers' and the scheduler's clocks never
-have to agree. A lease is stored as "EXPIRY HOLDER" (core/store/leases.py); expiry 0
+have to agree. A lease is stored as "EXPIRY HOLDER" (core.store.leases); expiry 0
 marks a lapsed lease whose run was sent again (holder "resent") or must be
 (holder "lost").
 """
@@ -183,7 +183,7 @@ redis.call('HDEL', KEYS[3], 'finished_at', 'sent')
 return n
 """
 
-# The budget ledger (core/store/ledger.py): a run about to start reserves its projected
+# The budget ledger (core.store.ledger): a run about to start reserves its projected
 # cost, agent and judge apart. The projection of a kind: the mean of the finished
 # runs of the same tier x scenario, else the prior, else the most a finished run
 # cost, else the fallback (the run's own cost limit), else 0. It fits when spent +

@@ -20,7 +20,7 @@ A CLI format whose parser recognised no line of stdout, and no events file to
 stand in, is `recognised=False`: the run says so rather than score an empty
 session. An error the CLI reported that is the model provider's outage (rate
 limit, overload, quota, authentication) is set apart as `outage` here, once for
-every format (core/transcripts/outage.py).
+every format (core.transcripts.outage).
 """
 
 from __future__ import annotations

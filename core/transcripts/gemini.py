@@ -20,7 +20,7 @@ The traps, and how they are handled:
   is unknown (a failing command still has status "success").
 - Errors: `error` in the json object, `result.status` "error", and `error` events of
   severity "error" (warnings are not errors). Quota and rate-limit errors are outages
-  (core/transcripts/outage.py), not the agent's failure.
+  (core.transcripts.outage), not the agent's failure.
 """
 
 from __future__ import annotations

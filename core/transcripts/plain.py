@@ -1,4 +1,4 @@
-"""The regex fallback over plain stdout (seed evaluation spec, "Transcript fallback").
+"""The regex fallback over plain stdout (llm-tool-test's evaluation layers, "Transcript fallback").
 
 Every line matching the target's `command_pattern` (re.search) is a command; its text
 runs from the match to the end of the line, so shell prompts such as `$ ` drop off.

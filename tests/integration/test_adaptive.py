@@ -3,7 +3,7 @@
 Agents pass or fail as scripted by tier: against an always-failing baseline, a tier
 that always passes is decided better early; a tier identical to the baseline runs
 (with the baseline) to its max. Where each stops is checked against a simulation of
-the same procedure (core/analysis/sequential.py, tests/unit/analysis/test_sequential.py).
+the same procedure (core.analysis.sequential, tests.unit.analysis.test_sequential).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Real agent CLIs out of the box, through `scheduler submit` and real workers.
 
-The presets' CLIs are stand-ins named like the real ones (tests/support/agent_clis/standin.py):
+The presets' CLIs are stand-ins named like the real ones (tests.support.agent_clis.standin):
 they check the command line the preset built (flags, model, the prompt byte for byte)
 and replay a recorded real output of that CLI, so the real command line, the
 environment and the parser are all exercised.

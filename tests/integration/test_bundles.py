@@ -1,4 +1,4 @@
-"""The experiment's files travel with it (core/files/bundle.py, worker/files.py).
+"""The experiment's files travel with it (core.files.bundle, worker.files).
 
 Through the CLI with real workers: the submitter's matrix folder is gone before
 any worker starts, and two workers with their own working folders and caches

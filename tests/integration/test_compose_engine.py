@@ -7,7 +7,7 @@ and without its password; then submitted again while the redis service restarts;
 `down -v` whatever happens. The example is slowed (a `sleep` before each agent,
 more runs) so the scale-up and the restart land mid-experiment.
 
-Skipped, with the reason, where no engine answers (tests/support/engine.py). CI starts
+Skipped, with the reason, where no engine answers (tests.support.engine). CI starts
 one and provides the base images (.ci/docker-engine).
 """
 

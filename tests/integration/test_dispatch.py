@@ -1,4 +1,4 @@
-"""Submitting's messages, against the real Redis: each run's message as `scheduler/dispatch.py`
+"""Submitting's messages, against the real Redis: each run's message as `scheduler.dispatch`
 pushes it is the one Celery and kombu would push for the same run, ids aside."""
 
 from __future__ import annotations

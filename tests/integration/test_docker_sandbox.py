@@ -1,4 +1,4 @@
-"""`sandbox: docker` through real workers and a real Docker engine (worker/docker_sandbox.py).
+"""`sandbox: docker` through real workers and a real Docker engine (worker.docker_sandbox).
 
 - isolation: the agent cannot read another run's workspace, the worker's
   environment or reach the broker, runs as a non-root user with the env contract,
@@ -10,7 +10,7 @@
 - nothing stays: no container, no volume (the image declares one) after a run,
   and a container whose worker process died is swept away.
 
-Skipped, with the reason, where no engine answers (tests/support/engine.py).
+Skipped, with the reason, where no engine answers (tests.support.engine).
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def test_the_container_env_is_the_run_contract_the_allow_list_and_env_over_the_i
         docker={"image": IMAGE, "pass_env": ["ALLOWED", "NOT_SET"]},
         env={"PATH": "/tools:${PATH}"},
     )
-    run_env = {  # what worker/run.py's agent_env gives an unconfined agent
+    run_env = {  # what worker.run.agent_env gives an unconfined agent
         "PATH": "/host/bin",
         "WORKER_SECRET": "kept out",
         "PROMPT": "go",

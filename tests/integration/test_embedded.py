@@ -155,7 +155,7 @@ def test_the_worker_started_beside_the_cli_runs_the_experiment(
     embedded_env: dict[str, str], tmp_path: Path
 ) -> None:
     """`scheduler submit` starts its worker's process before it imports its own code
-    (scheduler/standby.py): that process runs the runs, without the broker's URL."""
+    (scheduler.standby): that process runs the runs, without the broker's URL."""
     seen = tmp_path / "seen"
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(

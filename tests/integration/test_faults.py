@@ -354,7 +354,7 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     assert all(r.passed for r in runs), [r.fail_reason for r in runs]
     assert report["experiment"]["completed_runs"] == report["experiment"]["total_runs"] == 8
     assert report["tiers"]["T0"]["runs"] == 8 and report["tiers"]["T0"]["passes"] == 8
-    for i in range(2):  # the workers rode the restart out (worker/kombu_guard.py)
+    for i in range(2):  # the workers rode the restart out (worker.kombu_guard)
         assert "Unrecoverable error" not in (tmp_path / f"w{i}.log").read_text()
 
 

@@ -315,7 +315,7 @@ def test_a_worker_leaving_after_its_runs_stops_its_pool_at_once(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
     """The pool of a worker with nothing left to do stops as soon as its processes have
-    left (worker/prefork.py): Celery's timer thread slept 0.5 s past the join, each pool
+    left (worker.prefork): Celery's timer thread slept 0.5 s past the join, each pool
     process 0.2-1 s past its exit message."""
     client = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
     with services() as fleet:

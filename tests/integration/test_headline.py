@@ -113,7 +113,7 @@ def test_seven_of_ten_reads_0_700_with_its_interval_in_every_format(
     assert float(t1_csv["pass_share"]) == pytest.approx(0.7)
     assert float(t1_csv["pass_share_ci_low"]) == pytest.approx(WILSON_7_10.low)
     assert float(t1_csv["pass_share_ci_high"]) == pytest.approx(WILSON_7_10.high)
-    # The seed statistic keeps its name and meaning: the median of 0/1 values.
+    # ProjectScylla's statistic keeps its name and meaning: the median of 0/1 values.
     assert float(t1_csv["pass_rate_median"]) == 1.0
 
     page = _cli(fleet_env, "report", exp, "--format", "html")

@@ -1,4 +1,4 @@
-"""worker/kombu_guard.py, against the real Redis: a channel used after its broker
+"""worker.kombu_guard, against the real Redis: a channel used after its broker
 connection was closed under it fails with a connection error, which Celery
 survives, not an AttributeError, which stops the worker; what it held stays."""
 

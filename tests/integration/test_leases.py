@@ -169,7 +169,7 @@ def test_runs_found_nowhere_for_long_enough_are_claimed_once(store: Store) -> No
 
 
 def test_held_leases_are_renewed_while_held_and_never_after(store: Store) -> None:
-    """worker/lease.py: one heartbeat thread a process renews every held lease (two at
+    """worker.lease: one heartbeat thread a process renews every held lease (two at
     once here, as threads); once a block ends its lease is left alone, so the longer
     lease a retry's wait takes is not cut short by a late renewal."""
     import threading

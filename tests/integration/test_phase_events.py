@@ -1,5 +1,5 @@
-"""Task events for Flower, against the real Redis: a quick run's phases (worker/phases.py)
-and a worker's received/started/succeeded events (worker/task_events.py) travel
+"""Task events for Flower, against the real Redis: a quick run's phases (worker.phases)
+and a worker's received/started/succeeded events (worker.task_events) travel
 together, in order, as task.multi messages, and none is lost when a worker stops."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_a_workers_task_events_travel_together_and_its_last_leave_with_it(
     redis_url: str, fleet_env: dict[str, str], start_worker: StartWorker, store: Store,
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    """worker/task_events.py: received/started/succeeded of a worker's runs go out
+    """worker.task_events: received/started/succeeded of a worker's runs go out
     batched, every run's all three, and what is buffered when the worker stops is
     published as it stops. The linger (60 s) outlasts the test: only the stop can
     have published them, and its message is the only one. A queue of its own: the

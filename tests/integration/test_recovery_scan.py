@@ -1,6 +1,6 @@
 """The sweep's search for vanished runs, against the real Redis: it reads the queues
 only when runs are missing from everywhere cheaper to look, and a sweeper reads them
-again only once SCAN_SPACING times its last read has passed (worker/recovery.py)."""
+again only once SCAN_SPACING times its last read has passed (worker.recovery)."""
 
 from __future__ import annotations
 

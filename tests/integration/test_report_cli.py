@@ -1,6 +1,6 @@
 """`scheduler report` in every format, end to end: a finished experiment in Redis, the CLI.
 
-The figures beyond the seeds (intervals, tests, pass@k) are checked against
+The figures beyond ProjectScylla's (intervals, tests, pass@k) are checked against
 scipy and plain combinatorics; the HTML report is opened in headless Chromium.
 """
 
@@ -30,7 +30,7 @@ from tests.support.experiments import Cell, impl_rate, seed_experiment
 pytestmark = pytest.mark.integration
 
 NAME = "guidance-v2"
-# The evaluation seed's guidance example: v2 of the docs is better.
+# llm-tool-test's guidance example: v2 of the docs is better.
 OUTCOMES = {
     ("T0", "s1"): (2, dict(error_rate=0.35, help_invocations=4, first_try_success_rate=0.55)),
     ("T0", "s2"): (0, dict(error_rate=0.35, help_invocations=4, first_try_success_rate=0.55)),
@@ -144,7 +144,7 @@ def test_markdown_has_every_section_and_the_guidance_comparison(
     assert f"| T1 | (all) | 0.900 [{wilson.low:.3f}, {wilson.high:.3f}] |" in markdown
     assert "| +0.800 | <0.001 |" in markdown  # Fisher's p of 18/20 against 2/20
     seed_t1 = markdown.split("## Seed metrics: T1")[1]
-    # The seed's Statistics under their own names: median, mean, mode, std_dev, min, max.
+    # ProjectScylla's Statistics under their own names: median, mean, mode, std_dev, min, max.
     assert "| metric | median | mean | mode | std_dev | min | max | n |" in seed_t1
     assert (
         "| (all) | pass_rate | 1.0000 | 0.9000 | 1.0000 | 0.3000 | 0.0000 | 1.0000 | 20 |"

@@ -3,7 +3,7 @@ experiment, `scheduler list` sizes. The experiments live under a key prefix of t
 test's own, so pruning by age cannot touch another test's experiments.
 
 (That `delete` removes every key of an experiment that really ran, its files,
-attempts and Celery chord keys included: tests/integration/test_bundles.py.) A running
+attempts and Celery chord keys included: tests.integration.test_bundles.) A running
 experiment deleted with --force: its queued runs are dropped by the workers,
 which write nothing back.
 """

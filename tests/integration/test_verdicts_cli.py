@@ -44,7 +44,7 @@ FAMILY = {
     ("T2", "s1"): Cell(_passing(6)),
     ("T2", "s2"): Cell(_passing(5)),
 }
-# The hand-computed example of tests/unit/metrics/test_formulas_cross_tier.py, four runs a tier.
+# The hand-computed example of tests.unit.metrics.test_formulas_cross_tier, four runs a tier.
 HAND = {
     ("T0", "s"): Cell((True, False, False, False), impls=(0.8, 0.2, 0.2, 0.4), cost=1.0),
     ("T1", "s"): Cell((True, True, True, False), impls=(1.0, 1.0, 0.8, 0.6), cost=2.0),

@@ -33,7 +33,7 @@ def make_run(
     status: RunStatus = RunStatus.completed,
     **extra: object,
 ) -> RunResult:
-    """A finished run as a worker stores it; the composite by the seed's formula
+    """A finished run as a worker stores it; the composite by ProjectScylla's formula
     with equal weights unless given."""
     pass_rate = formulas.pass_rate(passed)
     if composite is None:

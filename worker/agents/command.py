@@ -3,7 +3,7 @@
 Bounded like every command (core.evaluation.shell: its process group killed at the
 timeout, output capped) and, per the agent's config, in its workspace size
 (`max_workspace_mb`, checked while it runs and once after) and sandboxed
-(`sandbox: bwrap`, worker/sandbox.py; `sandbox: docker`, worker/docker_sandbox.py,
+(`sandbox: bwrap`, worker.sandbox; `sandbox: docker`, worker.docker_sandbox,
 in the container the caller started). A preset's CLI missing from the worker's
 PATH is said as such, before anything runs (in a container, the image must have
 it). A streaming CLI's spend is watched against the run's `limits` as its stdout
@@ -78,7 +78,7 @@ def run_command_agent(
     started = time.time()
     missing = agent.cli is not None and agent.sandbox != "docker"
     if missing and shutil.which(agent.cli or "", path=env.get("PATH")) is None:
-        # An infrastructure error (core/evaluation/evaluate.py): the worker lacks the CLI.
+        # An infrastructure error (core.evaluation.evaluate): the worker lacks the CLI.
         return AgentOutcome(
             error=f"agent CLI not found: {agent.cli} (preset {agent.preset}; not on the "
             "worker's PATH)",
@@ -86,7 +86,7 @@ def run_command_agent(
             ended_at=time.time(),
         )
     if agent.sandbox == "docker":
-        assert container is not None  # worker/run.py starts it around the agent and gates
+        assert container is not None  # worker.run starts it around the agent and gates
         argv_prefix, env = container.exec_argv(), container.client_env
     else:
         argv_prefix = sandbox_argv(agent.sandbox, run_dir)

@@ -16,7 +16,7 @@ How a run ends (the `AgentOutcome`):
   `max_llm_calls`: checked before every call, so the loop stops within one call of
   the limit; exit code None, `stopped` and `limit` say which and at what figure;
 - HTTP or protocol errors: `error` set, exit code 1. The LLM calls go through
-  core/llm/client.py: 429/5xx and transport errors are retried twice (Retry-After
+  core.llm.client: 429/5xx and transport errors are retried twice (Retry-After
   honoured, else back-off with jitter), and a response body past its size cap
   is an error naming the cap.
 

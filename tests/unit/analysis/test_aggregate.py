@@ -32,7 +32,7 @@ def _report(runs: list[RunResult], tiers: list[str]) -> ExperimentReport:
     return aggregate(_info(tiers), runs, baseline=tiers[0], scoring=SCORING)
 
 
-# --- seed examples -----------------------------------------------------------------------------
+# --- ProjectScylla's examples ---------------------------------------------------------------
 
 
 def test_seed_example_2_through_aggregation() -> None:

@@ -1,7 +1,7 @@
 """The whole report of a varied experiment, byte for byte against the one stored in
 tests/fixtures/aggregate_golden.json.
 
-Aggregation is written for speed (core/analysis/columns.py reads each run once); this
+Aggregation is written for speed (core.analysis.columns reads each run once); this
 pins every number it reports so that no rewrite changes one unnoticed. The runs
 cover what the per-run reads branch on: every status, unknown and zero costs,
 never-passing runs (an infinite cost of pass), judged runs with and without

@@ -1,5 +1,5 @@
-"""core.analysis.group and core.analysis.comparison: what a report says beyond the
-seed statistics."""
+"""core.analysis.group and core.analysis.comparison: what a report says beyond
+ProjectScylla's Statistics."""
 
 from __future__ import annotations
 

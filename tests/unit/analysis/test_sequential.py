@@ -1,4 +1,4 @@
-"""The adaptive stopping rule (core/analysis/sequential.py) by simulation: valid under continuous
+"""The adaptive stopping rule (core.analysis.sequential) by simulation: valid under continuous
 monitoring (its false-decision rate under no difference stays within alpha), quick to stop
 a tier far better than the baseline, and running an identical tier to its max."""
 
@@ -22,7 +22,7 @@ def simulate(
 ) -> dict[str, tuple[int, str]]:
     """One adaptive experiment of one scenario, tier "B" the baseline, each tier's runs
     passing with its rate: the runs each cell got and why it stopped. Waves as the
-    workers' sweep sends them (worker/waves.py)."""
+    workers' sweep sends them (worker.waves)."""
     cells = {(tier, "s"): CellRuns(0, 0, 0) for tier in rates}
     closed: dict[tuple[str, str], str] = {}
     wave = {cell: rule.min for cell in cells}

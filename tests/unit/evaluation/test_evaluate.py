@@ -196,7 +196,7 @@ def test_a_run_with_all_three_layers(tmp_path: Path, workspace: Workspace) -> No
     assert sent.headers["authorization"] == "Bearer sk-test-secret-123456"
     assert "sk-test-secret" not in result.model_dump_json()
 
-    # Outcome and the seed's metrics: gates failed, so the run fails.
+    # Outcome and ProjectScylla's metrics: gates failed, so the run fails.
     assert not result.passed and result.pass_rate == 0.0
     assert result.impl_rate == pytest.approx(0.7)
     assert result.composite_score == pytest.approx(0.35)

@@ -380,9 +380,9 @@ def test_unrunnable_command_is_a_failed_gate(tmp_path: Path) -> None:
     assert result.message.startswith("could not run command:")
 
 
-# --- the seed's migration table, against the real my-tool fixture ---------------------------
+# --- llm-tool-test's migration table, against the real my-tool fixture ---------------------------
 
-MIGRATED = {  # old domain gate -> its generic equivalent (seed evaluation spec)
+MIGRATED = {  # old domain gate -> its generic equivalent (llm-tool-test)
     "MinNotes": {
         "type": "command_json_path",
         "command": "my-tool list --format json",

@@ -12,7 +12,7 @@ from core.metrics.pricing import BUILTIN_PRICES, cost_usd, price_for
 from core.results.run import InteractionMetrics
 from core.results.transcript import LLMCallMetrics
 
-# --- seed example 1 ----------------------------------------------------------------------
+# --- ProjectScylla's example 1 ------------------------------------------------------------
 
 
 def test_seed_example_1_single_run() -> None:

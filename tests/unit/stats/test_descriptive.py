@@ -1,4 +1,4 @@
-"""core.stats.descriptive against the seed's examples and Python's `statistics` module."""
+"""core.stats.descriptive against ProjectScylla's examples and Python's `statistics` module."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which pool processes a leaving worker tells (worker/grace.py `to_tell`): those
+"""Which pool processes a leaving worker tells (worker.grace.to_tell): those
 running a run, never one running an aggregation, which would die and be redelivered."""
 
 from __future__ import annotations
