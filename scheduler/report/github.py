@@ -2,7 +2,8 @@
 
 The verdict line comes first (what a reviewer reads in a notification), then
 one row per tier; the per-scenario rows fold away under <details>. Figures
-and wording come from sections.py, so they say what every other format says.
+and wording come from the modules the other formats use (scheduler.report.formatting,
+.verdicts, .noise), so they say what every other format says.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from core.results.report import (
     Multiplicity,
     Verdict,
 )
-from scheduler.report import sections
+from scheduler.report import compare, formatting, noise, sections, verdicts
+from scheduler.report.formatting import ALL, Table
 from scheduler.report.markdown import md, table_lines
-from scheduler.report.sections import ALL, Table
 
 # Scenario rows shown under <details>; a PR comment holds 65,536 characters at most.
 MAX_SCENARIO_ROWS = 60
@@ -36,16 +37,16 @@ TEST_COLUMNS = [
 
 def github_report(report: ExperimentReport) -> str:
     baseline = report.cross_tier.baseline
-    verdicts = {
+    against = {
         tier_id: t.analysis.vs_baseline
         for tier_id, t in report.tiers.items()
         if t.analysis.vs_baseline is not None
     }
-    said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in verdicts.items())
+    said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in against.items())
     verdict = (
-        f"**{_mark(verdicts.values())} Against baseline {md(baseline)}: {md(said)}** "
+        f"**{_mark(against.values())} Against baseline {md(baseline)}: {md(said)}** "
         f"({_corrected(report.multiplicity)})"
-        if verdicts
+        if against
         else f"**{_MARKS['none']} {md(baseline)} is the only tier: no test against a baseline**"
     )
     lines = [
@@ -57,13 +58,13 @@ def github_report(report: ExperimentReport) -> str:
     ]
     tiers = Table(
         "tiers",
-        ["tier", sections.PASS_RATE, "grade", "cost of pass $", *TEST_COLUMNS],
+        ["tier", formatting.PASS_RATE, "grade", "cost of pass $", *TEST_COLUMNS],
         [
             [
                 tier_id,
-                sections.pass_rate(t.passes, t.counted),
+                formatting.pass_rate(t.passes, t.counted),
                 t.grade or "-",
-                sections.num(t.cost_of_pass, 4),
+                formatting.num(t.cost_of_pass, 4),
                 *(["baseline"] + [""] * (len(TEST_COLUMNS) - 1) if vs is None else _test(vs)),
             ]
             for tier_id, t in report.tiers.items()
@@ -71,26 +72,27 @@ def github_report(report: ExperimentReport) -> str:
         ],
     )
     scenario_rows = [
-        [tier_id, scope, sections.pass_rate(t.passes, t.counted), *_test(vs)]
-        for tier_id, scope, t in sections.cells(report)
+        [tier_id, scope, formatting.pass_rate(t.passes, t.counted), *_test(vs)]
+        for tier_id, scope, t in formatting.cells(report)
         # A lone scenario's row is its tier's: shown once, above.
         if scope != ALL
         and len(report.tiers[tier_id].scenarios) > 1
         and (vs := t.analysis.vs_baseline) is not None
     ]
     scenarios = Table(
-        "per scenario", ["tier", "scenario", sections.PASS_RATE, *TEST_COLUMNS], scenario_rows
+        "per scenario", ["tier", "scenario", formatting.PASS_RATE, *TEST_COLUMNS], scenario_rows
     )
     c = report.cross_tier
     notes = [
-        sections.multiplicity_note(report.multiplicity),
-        sections.detectable_note(report.multiplicity),
+        verdicts.multiplicity_note(report.multiplicity),
+        verdicts.detectable_note(report.multiplicity),
         # A verdict above that the judge's noise alone could explain: the PR reader's caveat.
-        *sections.within_noise_notes(report),
+        *noise.within_noise_notes(report),
     ]
     if c.frontier_tier is not None:
         notes.append(
-            f"frontier cost of pass ${sections.num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier})"
+            f"frontier cost of pass ${formatting.num(c.frontier_cost_of_pass, 4)} "
+            f"({c.frontier_tier})"
         )
     if c.best_value_tier is not None:
         notes.append(f"best value: {c.best_value_tier} (median composite per median $)")
@@ -107,15 +109,15 @@ def github_comparison(result: ExperimentComparison) -> str:
         f"**{md(head)} than in {md(a.id)}** ({_corrected(result.multiplicity)})",
         *_unseen_falls(result),
         "",
-        md(sections.comparison_title(result)),
+        md(compare.comparison_title(result)),
     ]
-    columns = ["tier", f"A {sections.PASS_RATE}", f"B {sections.PASS_RATE}", *TEST_COLUMNS]
+    columns = ["tier", f"A {formatting.PASS_RATE}", f"B {formatting.PASS_RATE}", *TEST_COLUMNS]
 
     def row(label: list[str], c: Comparison) -> list[str]:
         return [
             *label,
-            sections.pass_rate(c.reference_passes, c.reference_runs),
-            sections.pass_rate(c.passes, c.runs),
+            formatting.pass_rate(c.reference_passes, c.reference_runs),
+            formatting.pass_rate(c.passes, c.runs),
             *_test(c),
         ]
 
@@ -132,8 +134,8 @@ def github_comparison(result: ExperimentComparison) -> str:
     )
     notes = [
         f"A = {a.id}, B = {b.id}; deltas are B - A",
-        sections.multiplicity_note(result.multiplicity),
-        sections.detectable_note(result.multiplicity),
+        verdicts.multiplicity_note(result.multiplicity),
+        verdicts.detectable_note(result.multiplicity),
     ]
     if result.unmatched_tiers:
         notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
@@ -144,8 +146,8 @@ def _unseen_falls(result: ExperimentComparison) -> list[str]:
     """Tiers whose pass rate fell by more than these runs could detect: "no regression"
     must not read as "no fall" when the test could not have seen it."""
     unseen = [
-        f"{tier} {sections.pass_rate(c.reference_passes, c.reference_runs)} -> "
-        f"{sections.pass_rate(c.passes, c.runs)}"
+        f"{tier} {formatting.pass_rate(c.reference_passes, c.reference_runs)} -> "
+        f"{formatting.pass_rate(c.passes, c.runs)}"
         for tier, c in result.tiers.items()
         if c.pass_rate_delta is not None
         and c.pass_rate_delta < 0
@@ -159,12 +161,12 @@ def _unseen_falls(result: ExperimentComparison) -> list[str]:
 
 
 def _mark(comparisons: Iterable[Comparison]) -> str:
-    verdicts = {c.verdict for c in comparisons}
-    if Verdict.mixed in verdicts or {Verdict.better, Verdict.worse} <= verdicts:
+    seen = {c.verdict for c in comparisons}
+    if Verdict.mixed in seen or {Verdict.better, Verdict.worse} <= seen:
         return _MARKS["mixed"]
-    if Verdict.worse in verdicts:
+    if Verdict.worse in seen:
         return _MARKS["regression"]
-    if Verdict.better in verdicts:
+    if Verdict.better in seen:
         return _MARKS["improvement"]
     return _MARKS["none"]
 
@@ -174,17 +176,17 @@ def _corrected(m: Multiplicity | None) -> str:
         return "not corrected for multiple comparisons"
     if m.correction == "none":
         return f"{m.tests} tests at alpha {m.alpha:g} each, not corrected"
-    name = sections.CORRECTION_NAMES[m.correction]
+    name = verdicts.CORRECTION_NAMES[m.correction]
     return f"{name}-corrected across {m.tests} tests, alpha {m.alpha:g}"
 
 
 def _test(c: Comparison) -> list[str]:
     return [
-        sections.signed_interval(c.pass_rate_delta, c.risk_difference_ci),
-        f"{sections.p_value(c.fisher_p)} / {sections.p_value(c.fisher_p_adjusted)}",
-        sections.signed_interval(c.cliffs_delta, c.cliffs_delta_ci),
-        f"{sections.p_value(c.mann_whitney_p)} / {sections.p_value(c.mann_whitney_p_adjusted)}",
-        sections.verdict(c),
+        formatting.signed_interval(c.pass_rate_delta, c.risk_difference_ci),
+        f"{formatting.p_value(c.fisher_p)} / {formatting.p_value(c.fisher_p_adjusted)}",
+        formatting.signed_interval(c.cliffs_delta, c.cliffs_delta_ci),
+        f"{formatting.p_value(c.mann_whitney_p)} / {formatting.p_value(c.mann_whitney_p_adjusted)}",
+        verdicts.verdict(c),
     ]
 
 

@@ -1,5 +1,5 @@
 """The report as one self-contained HTML file: charts (inline SVG), the report's tables
-and, given the runs, the run table with each run's evidence (runs.py).
+and, given the runs, the run table with each run's evidence (scheduler.report.runs).
 
 No script, stylesheet or font fetched from anywhere: it opens offline, in a
 browser or as a CI artifact. Its only script is the run table's, inline. Nothing
@@ -14,15 +14,9 @@ from html import escape
 
 from core.results.report import ExperimentReport, Interval, TierReport
 from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
+from scheduler.report.formatting import Table, pass_share
 from scheduler.report.runs import RUNS_STYLE, runs_section
-from scheduler.report.sections import (
-    Table,
-    banner,
-    header,
-    pass_share,
-    report_tables,
-    scenario_tables,
-)
+from scheduler.report.sections import banner, header, report_tables, scenario_tables
 
 # An interval as the tables write it: "[0.541, 0.773]".
 _INTERVAL = re.compile(r"\[[^\]]*\]")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from scheduler.report.sections import Table
+from scheduler.report.formatting import Table
 
 # `<` opening an HTML tag in markdown (a user's text), not `<0.001`.
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")

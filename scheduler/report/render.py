@@ -1,7 +1,7 @@
 """ExperimentReport -> what people read: a terminal table, markdown, HTML, CSV or JSON.
 
-The tables themselves (which numbers, how written) come from sections.py;
-here they are laid out per format.
+The tables themselves (which numbers, how written) come from scheduler.report.sections
+and scheduler.report.compare; here they are laid out per format.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from core.analysis.group import PASS_K
 from core.metrics.catalog import RUN_METRICS
 from core.results.report import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from core.results.run import RunResult
-from scheduler.report import sections
+from scheduler.report import compare, formatting, sections
+from scheduler.report.formatting import Table
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
 from scheduler.report.markdown import md, table_lines
-from scheduler.report.sections import Table
 
 FORMATS = ("table", "markdown", "github", "json", "csv", "html")
 COMPARE_FORMATS = ("table", "markdown", "github", "json", "csv")
@@ -89,10 +89,10 @@ def render_comparison(
         return to_json_text(result, nonfinite)
     if fmt == "github":
         return github_comparison(result)
-    table = sections.comparison(result)
+    table = compare.comparison(result)
     if fmt == "csv":
         return _csv_table(table)
-    title = sections.comparison_title(result)
+    title = compare.comparison_title(result)
     if fmt == "markdown":
         return _markdown(title, [table])
     return _terminal(title, [table], width)
@@ -237,7 +237,7 @@ def _csv(report: ExperimentReport) -> str:
         + ["detectable_improvement", "detectable_regression", "consistency"]
         + ["not_run"]
     )
-    for tier_id, scope, cell in sections.cells(report):
+    for tier_id, scope, cell in formatting.cells(report):
         a = cell.analysis
         vs = a.vs_baseline
         values: list[object] = []
@@ -249,7 +249,7 @@ def _csv(report: ExperimentReport) -> str:
         values += [None, None, None] if vs is None else [vs.fisher_p, vs.mann_whitney_p, vs.verdict]
         values += [a.pass_at_k.get(k) for k in PASS_K] + [a.pass_hat_k.get(k) for k in PASS_K]
         values.append(";".join(a.flaky_scenarios))
-        share = sections.pass_share(cell.passes, cell.counted)
+        share = formatting.pass_share(cell.passes, cell.counted)
         values += [cell.counted, cell.cancelled]
         if share is None:
             values += [None, None, None]
@@ -260,7 +260,7 @@ def _csv(report: ExperimentReport) -> str:
         writer.writerow(
             [
                 tier_id,
-                "" if scope == sections.ALL else scope,
+                "" if scope == formatting.ALL else scope,
                 cell.runs,
                 cell.errors,
                 cell.passes,

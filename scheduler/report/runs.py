@@ -23,7 +23,7 @@ from importlib.resources import files
 
 from core.results.report import ExperimentReport
 from core.results.run import OUTCOMES, RunResult
-from scheduler.report.sections import num
+from scheduler.report.formatting import num
 
 COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration s", "judge score")
 # The columns of text (left-aligned), by position.

@@ -1,0 +1,152 @@
+"""The headline: the summary table a report opens with, what its figures are computed
+from, and the caveats under it (failures a median hides, approximate exit codes,
+unknown costs, infrastructure errors)."""
+
+from __future__ import annotations
+
+from core.analysis.group import CONFIDENCE
+from core.results.report import ExperimentReport
+from scheduler.report.formatting import (
+    ALL,
+    PASS_RATE,
+    Table,
+    cells,
+    median_spread,
+    num,
+    pass_rate,
+    pct,
+)
+
+# Distinct infrastructure errors named under the summary; the JSON has them all.
+MAX_ERROR_REASONS = 3
+
+# A composite score is a weighted mean of values in [0, 1]: a median at this value
+# says nothing about the runs below it.
+COMPOSITE_MAX = 1.0
+
+SUMMARY_COLUMNS = [
+    "tier",
+    "scenario",
+    "runs counted",
+    "infra errors",
+    "cancelled",
+    "passes",
+    PASS_RATE,
+    "composite median / mean",
+    "grade (median composite)",
+    "uplift (median composite)",
+    "impl rate median (±std)",
+    "cost $ (median)",
+    "cost of pass $",
+    "duration s (median)",
+]
+
+# Detail a narrow terminal can do without; the counts and headline figures stay.
+# With a budget: runs it kept from starting, beside the cancelled ones.
+NOT_RUN_COLUMN = "not run (budget)"
+
+SUMMARY_NARROW_DROP = (
+    "duration s (median)",
+    "cost of pass $",
+    "impl rate median (±std)",
+    "cost $ (median)",
+)
+
+
+def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
+    uplift = report.cross_tier.tier_uplift
+    rows = []
+    for tier_id, scope, t in cells(report, scenario):
+        if scope != ALL:
+            up = ""
+        elif tier_id == report.cross_tier.baseline:
+            up = "baseline"
+        else:
+            up = pct(uplift.get(tier_id))
+        rows.append(
+            [
+                tier_id,
+                scope,
+                str(t.counted),
+                str(t.errors),
+                str(t.cancelled),
+                *([str(t.not_run)] if report.budget is not None else []),
+                str(t.passes),
+                pass_rate(t.passes, t.counted),
+                f"{num(t.composite_score.median)} / {num(t.composite_score.mean)}",
+                t.grade or "-",
+                up,
+                median_spread(t.impl_rate),
+                num(t.cost_usd.median, 4),
+                num(t.cost_of_pass, 4),
+                num(t.duration_seconds.median, 1),
+            ]
+        )
+    columns = list(SUMMARY_COLUMNS)
+    if report.budget is not None:
+        columns.insert(columns.index("cancelled") + 1, NOT_RUN_COLUMN)
+    return Table(
+        "Summary",
+        columns,
+        rows,
+        definitions() + hidden_failures(report, scenario) + footer(report),
+        label_columns=2,
+        narrow_drop=SUMMARY_NARROW_DROP,
+    )
+
+
+def definitions() -> list[str]:
+    """What the headline figures are computed from (README, "Reading a report")."""
+    return [
+        f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
+        "runs counted = completed + agent_error + timeout + limit; infrastructure errors, "
+        "cancelled runs and runs not run for the budget are counted apart and kept out of "
+        "every figure",
+        "grade: from the median composite score; uplift = (the tier's median composite - "
+        "the baseline's) / the baseline's",
+    ]
+
+
+def hidden_failures(report: ExperimentReport, scenario: str | None = None) -> list[str]:
+    """A note for each row whose median composite is the best possible although some runs
+    failed: its grade and uplift cannot tell it from a tier where every run passed."""
+    notes = []
+    for tier_id, scope, t in cells(report, scenario):
+        median = t.composite_score.median
+        if median is None or median < COMPOSITE_MAX - 1e-9 or t.passes >= t.counted:
+            continue
+        where = tier_id if scope == ALL else f"{tier_id} / {scope}"
+        notes.append(
+            f"{where}: the median composite is {num(median)} (grade {t.grade or '-'}) although "
+            f"{t.counted - t.passes} of {t.counted} counted runs failed; the mean composite is "
+            f"{num(t.composite_score.mean)} and the pass rate {num(t.passes / t.counted)}"
+        )
+    return notes
+
+
+def footer(report: ExperimentReport) -> list[str]:
+    c = report.cross_tier
+    lines = [
+        f"baseline {c.baseline}; variance of the tiers' median pass_rate "
+        f"{num(c.pass_rate_variance, 4)}; of their median cost {num(c.cost_variance, 6)}; "
+        f"cost delta ${num(c.cost_delta, 4)}"
+    ]
+    if c.uplift_note:
+        lines.append(f"uplift: {c.uplift_note}")
+    approximate = sum(t.approximate_exit_code_runs for t in report.tiers.values())
+    if approximate:
+        lines.append(
+            f"exit codes are approximate for {approximate} runs (plain transcript fallback: "
+            "error rates may be off; write events.jsonl for exact ones)"
+        )
+    unknown = sum(t.cost_unknown_runs for t in report.tiers.values())
+    if unknown:
+        lines.append(
+            f"cost unknown for {unknown} runs (model without a price; add it under `pricing:`)"
+        )
+    for reason, count in list(report.error_reasons.items())[:MAX_ERROR_REASONS]:
+        lines.append(f"infrastructure error ({count} runs): {reason}")
+    more = len(report.error_reasons) - MAX_ERROR_REASONS
+    if more > 0:
+        lines.append(f"and {more} other infrastructure errors: `report --format json --runs`")
+    return lines

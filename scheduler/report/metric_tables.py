@@ -1,0 +1,205 @@
+"""The tables of the metrics beside the headline: ProjectScylla's cross-tier figures,
+pass@k, the interaction metrics, the guidance comparison of one scenario, context
+growth, each tier's seed metrics, and where an adaptive experiment's cells stopped."""
+
+from __future__ import annotations
+
+from core.analysis.group import PASS_K
+from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
+from core.results.report import ExperimentReport, Statistics
+from scheduler.report.formatting import ALL, Table, cells, num, pct
+
+# Columns of per-call context growth in a table; the HTML chart shows every call.
+CONTEXT_CALLS_SHOWN = 10
+
+
+def cross_tier(report: ExperimentReport) -> Table:
+    """ProjectScylla's cross-tier figures: each metric's uplift, consistency, the cheapest
+    tier per pass and the best value (docs/METRICS.md defines them and their edge cases)."""
+    c = report.cross_tier
+    rows = []
+    for tier_id, t in report.tiers.items():
+        up = c.uplift.get(tier_id)
+        if tier_id == c.baseline:
+            changes = ["baseline"] * 4
+        elif up is None:
+            changes = ["n/a"] * 4
+        else:
+            changes = [pct(up.pass_rate), pct(up.impl_rate), pct(up.composite), pct(up.cost_change)]
+        rows.append([tier_id, *changes, num(t.consistency), num(t.cost_of_pass, 4)])
+    frontier = (
+        "no tier passed, so there is no frontier cost of pass"
+        if c.frontier_tier is None
+        else f"frontier cost of pass ${num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier}, "
+        "the cheapest tier per pass)"
+    )
+    value = (
+        "no tier scored above 0, so no tier is the best value"
+        if c.best_value_tier is None
+        else f"best value: {c.best_value_tier} (highest median composite per median $)"
+    )
+    return Table(
+        f"Cross-tier against the baseline ({c.baseline})",
+        [
+            "tier",
+            "pass rate uplift",
+            "impl rate uplift (median)",
+            "composite uplift (median)",
+            "cost change (median)",
+            "consistency (composite)",
+            "cost of pass $",
+        ],
+        rows,
+        [
+            f"{frontier}; {value}",
+            f"variance of the tiers' median impl rate {num(c.impl_rate_variance, 4)}, "
+            f"median pass_rate {num(c.pass_rate_variance, 4)}",
+            "uplift = (tier - baseline) / baseline, n/a where the baseline's figure is 0; "
+            "consistency = 1 - std/mean of the composite score, clamped to [0, 1]",
+        ],
+    )
+
+
+def pass_at_k(report: ExperimentReport, scenario: str | None = None) -> Table:
+    ks = [
+        k for k in PASS_K if any(k in t.analysis.pass_at_k for _, _, t in cells(report, scenario))
+    ]
+    rows = [
+        [
+            tier_id,
+            scope,
+            *(num(t.analysis.pass_at_k.get(k)) for k in ks),
+            *(num(t.analysis.pass_hat_k.get(k)) for k in ks),
+            ", ".join(t.analysis.flaky_scenarios) or "-",
+        ]
+        for tier_id, scope, t in cells(report, scenario)
+    ]
+    return Table(
+        "pass@k and pass^k",
+        ["tier", "scenario", *(f"pass@{k}" for k in ks), *(f"pass^{k}" for k in ks), "flaky"],
+        rows,
+        [
+            "pass@k = 1 - C(n-c,k)/C(n,k): chance at least one of k runs passes; "
+            "pass^k = C(c,k)/C(n,k): chance all k pass; a tier averages its scenarios",
+            "flaky: scenarios where some runs passed and some failed",
+        ],
+        label_columns=2,
+    )
+
+
+def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
+    tier = report.tiers[tier_id]
+    rows = []
+    for scenario, cell in [(ALL, tier), *tier.scenarios.items()]:
+        for metric in RUN_METRICS:
+            stats: Statistics | None = getattr(cell, metric.name)
+            if stats is not None and stats.count:
+                rows.append([scenario, metric.label, *_stat_cells(stats)])
+        for name, stats in cell.process.items():
+            rows.append([scenario, name, *_stat_cells(stats)])
+    return Table(
+        f"Seed metrics: {tier_id} (grade {tier.grade or '-'}, "
+        f"cost of pass ${num(tier.cost_of_pass, 4)})",
+        ["scenario", "metric", "median", "mean", "mode", "std_dev", "min", "max", "n"],
+        rows,
+        label_columns=2,
+    )
+
+
+def _stat_cells(s: Statistics) -> list[str]:
+    values = (s.median, s.mean, s.mode, s.std_dev, s.min, s.max)
+    return [*(num(v, 4) for v in values), str(s.count)]
+
+
+def interaction(report: ExperimentReport, scenario: str | None = None) -> Table:
+    rows = [
+        [tier_id, scope, *(num(_mean(t.interaction.get(m.name))) for m in INTERACTION_METRICS)]
+        for tier_id, scope, t in cells(report, scenario)
+    ]
+    return Table(
+        "Interaction metrics (mean per run)",
+        ["tier", "scenario", *(m.label for m in INTERACTION_METRICS)],
+        rows,
+        label_columns=2,
+    )
+
+
+def guidance(report: ExperimentReport, scenario: str) -> Table:
+    """One scenario, each tier side by side (the evaluation seed's guidance comparison)."""
+    tiers = {tier_id: t.scenarios.get(scenario) for tier_id, t in report.tiers.items()}
+    rows = [
+        [
+            "pass rate (passes/counted)",
+            *(num(c.passes / c.counted) if c and c.counted else "-" for c in tiers.values()),
+        ],
+        *(
+            [
+                m.label,
+                *(num(_mean(c.interaction.get(m.name))) if c else "-" for c in tiers.values()),
+            ]
+            for m in INTERACTION_METRICS
+        ),
+        ["runs counted", *(str(c.counted) if c else "0" for c in tiers.values())],
+    ]
+    return Table(
+        f"Guidance comparison: {scenario}",
+        ["metric", *tiers],
+        rows,
+        [
+            "means over each tier's runs of this scenario; lower error rate and help-seeking, "
+            "higher first-try success mean the guidance works"
+        ],
+    )
+
+
+def _mean(stats: Statistics | None) -> float | None:
+    return None if stats is None else stats.mean
+
+
+def context_growth(report: ExperimentReport) -> Table:
+    calls = min(
+        CONTEXT_CALLS_SHOWN, max((len(t.context_by_call) for t in report.tiers.values()), default=0)
+    )
+    rows = [
+        [
+            tier_id,
+            num(t.base_context.median, 0),
+            num(t.context_growth_avg.median, 1),
+            *(
+                num(t.context_by_call[i].mean, 0) if i < len(t.context_by_call) else "-"
+                for i in range(calls)
+            ),
+        ]
+        for tier_id, t in report.tiers.items()
+    ]
+    return Table(
+        "Context growth per LLM call",
+        [
+            "tier",
+            "base context (median)",
+            "growth per call (median)",
+            *(f"call {i + 1}" for i in range(calls)),
+        ],
+        rows,
+        ["call i: mean input tokens of the i-th LLM call over the runs that made it"],
+    )
+
+
+def adaptive(report: ExperimentReport) -> list[Table]:
+    """How many runs each cell of an adaptive experiment got, why, and by which procedure."""
+    if report.adaptive is None:
+        return []
+    rows = [
+        [tier, scenario, str(stop.runs), stop.reason]
+        for tier, scenarios in report.adaptive.cells.items()
+        for scenario, stop in scenarios.items()
+    ]
+    return [
+        Table(
+            "Adaptive runs: where each tier x scenario stopped",
+            ["tier", "scenario", "runs", "stopped because"],
+            rows,
+            [f"procedure: {report.adaptive.procedure}"],
+            label_columns=2,
+        )
+    ]

@@ -1,0 +1,140 @@
+"""The tests of each tier against a reference, and their verdicts: the significance
+table, its columns (which compare shows too) and the notes on how the p-values were
+corrected and what the runs could not have detected."""
+
+from __future__ import annotations
+
+from core.analysis.comparison import ALPHA, POWER
+from core.analysis.group import BOOTSTRAP_RESAMPLES
+from core.results.report import Comparison, Detectable, ExperimentReport, Multiplicity, Verdict
+from scheduler.report.formatting import (
+    PASS_RATE,
+    Table,
+    bracket,
+    cells,
+    num,
+    p_value,
+    pass_rate,
+    signed,
+    signed_interval,
+    with_interval,
+)
+
+CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}
+
+
+def multiplicity_note(m: Multiplicity | None) -> str:
+    """How the p-values were corrected and what the verdicts are read from."""
+    if m is None:
+        return (
+            f"verdicts at alpha {ALPHA:g} per test, not corrected for multiple comparisons "
+            "(a report stored before corrections: `--correction holm` corrects it)"
+        )
+    if m.correction == "none":
+        return (
+            f"verdicts at alpha {m.alpha:g} per test, not corrected for multiple comparisons "
+            f"({m.tests} tests: some raw p-values fall under alpha by chance)"
+        )
+    guards = "false discovery rate" if m.correction == "bh" else "family-wise error rate"
+    return (
+        f"p adj.: {CORRECTION_NAMES[m.correction]}-adjusted across all {m.tests} tests "
+        f"({guards} {m.alpha:g}); verdicts come from the adjusted p-values"
+    )
+
+
+def detectable_note(m: Multiplicity | None) -> str:
+    level = ALPHA if m is None else m.lone_test_alpha
+    return (
+        f"could not detect: the smallest rise / fall of the pass rate from the reference's "
+        f"rate that these runs detect with {POWER:.0%} power (normal approximation, two-sided, "
+        f"at {level:.4g}, the level one test must reach alone); a smaller difference may "
+        "exist and go unseen"
+    )
+
+
+def verdict(c: Comparison) -> str:
+    """The verdict; "no significant difference" says what the runs could not have seen."""
+    if c.verdict is not Verdict.no_difference or c.detectable is None:
+        return c.verdict.value
+    return f"{c.verdict.value} ({undetectable(c.detectable)})"
+
+
+def undetectable(d: Detectable) -> str:
+    rise = "any rise" if d.improvement is None else f"a rise < {num(d.improvement)}"
+    fall = "any fall" if d.regression is None else f"a fall < {num(d.regression)}"
+    return f"could not detect {rise} or {fall}"
+
+
+# The columns of one test against a reference, in a report and in compare.
+TEST_COLUMNS = [
+    "Δ pass rate",
+    "Fisher p",
+    "Fisher p adj.",
+    "Δ pass rate 95% CI",
+    "Δ median composite",
+    "Mann-Whitney p",
+    "Mann-Whitney p adj.",
+    "Cliff's δ composite [95% CI]",
+    "verdict",
+]
+
+
+def test_notes(m: Multiplicity | None) -> list[str]:
+    return [
+        "Fisher's exact test (two-sided) on passes; Mann-Whitney U (two-sided) on composite scores",
+        "effect sizes: Δ pass rate with Newcombe's hybrid score interval; Cliff's δ = "
+        "P(a run here scores above a reference run) - P(below), its interval from Cliff's "
+        "consistent variance estimator (Feng & Cliff's asymmetric form)",
+        multiplicity_note(m),
+        detectable_note(m),
+    ]
+
+
+def versus(c: Comparison) -> list[str]:
+    return [
+        signed(c.pass_rate_delta),
+        p_value(c.fisher_p),
+        p_value(c.fisher_p_adjusted),
+        bracket(c.risk_difference_ci),
+        signed(c.composite_median_delta),
+        p_value(c.mann_whitney_p),
+        p_value(c.mann_whitney_p_adjusted),
+        signed_interval(c.cliffs_delta, c.cliffs_delta_ci),
+        verdict(c),
+    ]
+
+
+def significance(report: ExperimentReport, scenario: str | None = None) -> Table:
+    baseline = report.cross_tier.baseline
+    rows = []
+    for tier_id, scope, t in cells(report, scenario):
+        a = t.analysis
+        vs = a.vs_baseline
+        rows.append(
+            [
+                tier_id,
+                scope,
+                pass_rate(t.passes, t.counted),
+                with_interval(t.composite_score.median, a.composite_median_ci),
+                *(versus(vs) if vs is not None else ["baseline"] + [""] * (len(TEST_COLUMNS) - 1)),
+            ]
+        )
+    return Table(
+        f"Confidence and significance against the baseline ({baseline})",
+        [
+            "tier",
+            "scenario",
+            PASS_RATE,
+            "median composite [95% CI]",
+            *TEST_COLUMNS,
+        ],
+        rows,
+        [
+            "pass rate intervals: Wilson score; median composite intervals: percentile "
+            f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, fixed seed)",
+            *test_notes(report.multiplicity),
+        ],
+        label_columns=2,
+        # The composite's medians; its test, effect size and every p-value stay.
+        narrow_drop=("median composite [95% CI]", "Δ median composite"),
+    )
