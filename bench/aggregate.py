@@ -2,7 +2,7 @@
 
 2 tiers x 2 scenarios x 25,000 runs whose results (two gates each, passes,
 costs, durations and token counts that vary from run to run) are stored the
-way workers store them (Store.save_run), on a private Redis; then the chord
+way workers store them (Results.save), on a private Redis; then the chord
 body's work (worker.tasks.finish_experiment), timed: read and parse every
 result, the report (statistics, intervals, tests against the baseline,
 pass@k), stored. Its CPU time is shown beside the wall time: on a shared
@@ -46,7 +46,8 @@ TARGET_S = 10.0
 BEFORE = "4e1dae1"
 
 # One turn, in a process of its own with the code under test first on sys.path:
-# read every result (Store.runs, its figure), then the chord body's whole work.
+# read every result (Results.all, its figure), then the chord body's whole work.
+# The code at --before has no store.results: its Store reads them as store.runs.
 _TURN = """
 import json, sys, time
 import core
@@ -55,7 +56,8 @@ from worker.tasks import finish_experiment
 
 store = Store.from_url(sys.argv[1])
 wall, cpu = time.perf_counter(), time.process_time()
-runs = store.runs(sys.argv[2])
+read_all = store.results.all if hasattr(store, "results") else store.runs
+runs = read_all(sys.argv[2])
 read = time.perf_counter() - wall, time.process_time() - cpu
 del runs
 wall, cpu = time.perf_counter(), time.process_time()
@@ -81,7 +83,7 @@ def seed(store: Store, per_cell: int) -> str:
         id=exp_id, name="aggregate", status=ExperimentStatus.running, total_runs=total,
         created_at=time.time(),
     )  # fmt: skip
-    store.create_experiment(info, matrix)
+    store.experiments.create(info, matrix)
     rng = random.Random(7)
     for tier in TIERS:
         for scenario in SCENARIOS:
@@ -91,8 +93,8 @@ def seed(store: Store, per_cell: int) -> str:
                 spec = RunSpec(experiment_id=exp_id, run_id=run_id, tier=tier,
                                scenario=scenario, run_index=i)  # fmt: skip
                 specs.append(spec)
-                store.save_run(_result(spec, rng))
-            store.add_specs(exp_id, specs)
+                store.results.save(_result(spec, rng))
+            store.specs.add(exp_id, specs)
     return exp_id
 
 
@@ -145,6 +147,7 @@ def turn(fleet: Fleet, exp_id: str, code: Path) -> dict[str, tuple[float, float]
 
 def stored_report(fleet: Fleet, exp_id: str) -> str:
     raw = fleet.store.redis.get(fleet.store.keys.report(exp_id))
+    assert raw is not None
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -178,13 +181,13 @@ def main() -> None:
             for side in sides:
                 turns[side].append(turn(fleet, exp_id, code[side]))
                 reports.add(stored_report(fleet, exp_id))
-        report = fleet.store.report(exp_id)
+        report = fleet.store.reports.get(exp_id)
         assert report is not None and report.experiment.completed_runs == total
 
-    figures = {"results stored (Store.save_run each)": f"{seeded_s:.1f} s"}
+    figures = {"results stored (Results.save each)": f"{seeded_s:.1f} s"}
     for side in sides:
         done = turns[side]
-        figures[f"{side}: read and parse every result (Store.runs)"] = (
+        figures[f"{side}: read and parse every result (Results.all)"] = (
             f"{_median(done, 'read', 0):.2f} s  ({_median(done, 'read', 1):.2f} s CPU)"
         )
         figures[f"{side}: aggregate (read, report, store)"] = (

@@ -87,7 +87,7 @@ def seed(store: Store, folder: Path, runs_per_cell: int) -> str:
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
     specs = list(plan(matrix, exp_id))
-    store.create_experiment(experiment_info(matrix, exp_id, len(specs)), matrix, specs)
+    store.experiments.create(experiment_info(matrix, exp_id, len(specs)), matrix, specs)
     for spec in specs:
         i = spec.run_index
         status = RunStatus.agent_error if i % 10 == 9 else RunStatus.completed
@@ -96,7 +96,7 @@ def seed(store: Store, folder: Path, runs_per_cell: int) -> str:
             GateResult(gate_type="file_exists", name="out", passed=True, message="found"),
             GateResult(gate_type="command_succeeds", name="tests", passed=passed, message="exit"),
         ]
-        store.save_run(
+        store.results.save(
             RunResult(
                 experiment_id=exp_id,
                 run_id=spec.run_id,
@@ -115,7 +115,7 @@ def seed(store: Store, folder: Path, runs_per_cell: int) -> str:
                 gates_passed=1 + passed,
             )
         )
-        store.save_evidence(_evidence(exp_id, spec.run_id, passed))
+        store.run_evidence.save(_evidence(exp_id, spec.run_id, passed))
     finish_experiment(store, exp_id)
     return exp_id
 

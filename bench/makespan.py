@@ -35,7 +35,7 @@ def main() -> None:
         started, wall = time.monotonic(), time.time()
         exp_id = submit(fleet, matrix)
         finish = wait_for_report(fleet.store, exp_id, timeout_s=ideal * 3 + 120)
-        results = fleet.store.runs(exp_id)
+        results = fleet.store.results.all(exp_id)
 
     makespan = finish.report_at - started
     first_start = min(r.started_at or wall for r in results)

@@ -69,7 +69,7 @@ def evalfleet_warm(fleet: Fleet, runs: int) -> Warm:
     exp_id = submit(fleet, matrix)
     finish = wait_for_report(fleet.store, exp_id, timeout_s=runs * 5 + 60)
     cpu, redis_cpu = group_cpu_s(group) - cpu, redis_cpu_s(fleet.store) - redis_cpu
-    results = fleet.store.runs(exp_id)
+    results = fleet.store.results.all(exp_id)
     assert all(r.passed for r in results), "every run should pass both gates"
     agent_s = sum(r.duration_seconds for r in results) / len(results)
     return Warm(finish.report_at - started, agent_s, cpu / runs, redis_cpu / runs)

@@ -94,10 +94,10 @@ def main() -> None:
         began = time.perf_counter()
         finish_experiment(fleet.store, exp_id)
         aggregate_s = time.perf_counter() - began
-        runs = fleet.store.runs(exp_id)
-        report = fleet.store.report(exp_id)
+        runs = fleet.store.results.all(exp_id)
+        report = fleet.store.reports.get(exp_id)
         assert report is not None and len(runs) == total
-        matrix_model = fleet.store.matrix(exp_id)
+        matrix_model = fleet.store.experiments.matrix(exp_id)
         began = time.perf_counter()
         aggregate(report.experiment, runs, baseline="T0", scoring=matrix_model.scoring)
         pure_s = time.perf_counter() - began

@@ -134,10 +134,10 @@ def wait_for_report(store: Store, exp_id: str, timeout_s: float, poll_s: float =
     deadline = time.monotonic() + timeout_s
     done_at = None
     while time.monotonic() < deadline:
-        info = store.info(exp_id)
+        info = store.experiments.info(exp_id)
         if done_at is None and info.completed_runs >= info.total_runs:
             done_at = time.monotonic()
-        if done_at is not None and store.report(exp_id) is not None:
+        if done_at is not None and store.reports.get(exp_id) is not None:
             return Finish(done_at, time.monotonic())
         time.sleep(poll_s)
     raise TimeoutError(f"experiment {exp_id} has no report after {timeout_s:.0f} s")

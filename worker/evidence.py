@@ -20,7 +20,8 @@ from core.evidence.caps import bounded, minimal
 from core.evidence.models import Attempt, RunEvidence
 from core.matrix import Matrix
 from core.results.run import RunResult, error_key
-from core.store.store import Delivery, Store
+from core.store import Store
+from core.store.attempts import Delivery
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def end_delivery(store: Store, result: RunResult, number: int, then: str) -> Non
     """Delivery `number` of the run ends without storing `result` (`then`: what follows)."""
     try:
         ended = f"{outcome(result)}; {then}"
-        store.end_delivery(result.experiment_id, result.run_id, number, ended)
+        store.attempts.end(result.experiment_id, result.run_id, number, ended)
     except redis.RedisError as exc:  # only the record of how the delivery ended
         log.warning("run %s: end of delivery %d not recorded: %s", result.run_id, number, exc)
 
@@ -86,9 +87,9 @@ def _save(store: Store, matrix: Matrix, whole: RunEvidence) -> None:
     cap = int(limits.max_experiment_mb * 1024 * 1024)
     folder = matrix.artifacts.dir if matrix.artifacts is not None else None
     try:
-        store.save_evidence(whole, minimal=summary, cap_bytes=cap, folder=folder)
+        store.run_evidence.save(whole, minimal=summary, cap_bytes=cap, folder=folder)
     except OSError as exc:  # the artifacts folder is not there or not writable here
         log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
         note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
         kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
-        store.save_evidence(kept, minimal=summary, cap_bytes=cap)
+        store.run_evidence.save(kept, minimal=summary, cap_bytes=cap)

@@ -40,8 +40,10 @@ def local_matrix(store: Store, exp_id: str) -> Matrix:
 
 @functools.lru_cache(maxsize=32)
 def _prepared(store: Store, exp_id: str) -> tuple[Matrix, Path | None]:
-    manifest = store.manifest(exp_id)
+    manifest = store.bundles.manifest(exp_id)
     if manifest is None:
-        return store.matrix(exp_id), None
-    folder = materialise(manifest, lambda digests: store.files(exp_id, digests), cache_root())
-    return store.matrix(exp_id, relocate=manifest.relocation(folder)), folder
+        return store.experiments.matrix(exp_id), None
+    folder = materialise(
+        manifest, lambda digests: store.bundles.files(exp_id, digests), cache_root()
+    )
+    return store.experiments.matrix(exp_id, relocate=manifest.relocation(folder)), folder

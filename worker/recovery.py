@@ -74,23 +74,23 @@ _next_scan: dict[str, float] = {}
 def recover(app: Celery, store: Store, exp_id: str) -> list[str]:
     """One sweep of one experiment; returns the ids of the runs sent again."""
     # One read of what every step needs: the matrix is parsed and validated on each.
-    matrix = store.matrix(exp_id)
-    default_queue = store.sent_to(exp_id)  # None until every run was sent
+    matrix = store.experiments.matrix(exp_id)
+    default_queue = store.experiments.sent_to(exp_id)  # None until every run was sent
 
     def send_again(specs: list[RunSpec], why: str) -> list[str]:
         return [s.run_id for s in specs if _send_again(app, store, matrix, s, default_queue, why)]
 
-    resent = send_again(store.claim_lost_runs(exp_id), "its lease expired")
+    resent = send_again(store.results.claim_lost(exp_id), "its lease expired")
     resent += _requeue_never_started(app, store, exp_id, matrix.lease_s)
     if default_queue is not None and matrix.adaptive is not None:
         advance(app, store, exp_id, matrix, default_queue)
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     # Looked for only once every run was sent, where the sender sent them (a
     # sweeping worker's own default queue may be another).
     if default_queue is not None:
         unaccounted = _unaccounted(app, store, info, run_queues(matrix, default_queue))
         if unaccounted is not None:  # None: not looked for this time, nothing learnt
-            vanished = store.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
+            vanished = store.results.claim_unaccounted(exp_id, unaccounted, matrix.lease_s)
             resent += send_again(vanished, "its message vanished")
     if info.completed_runs >= info.total_runs:
         _next_scan.pop(exp_id, None)  # nothing left to look for: a worker sweeps for weeks
@@ -130,7 +130,7 @@ def _requeue_never_started(app: Celery, store: Store, exp_id: str, lease_s: floa
             spec = _run_spec(keys.unacked_message(raw))
             if spec is None or spec.experiment_id != exp_id or spec.run_id in leases.live:
                 continue
-            if spec.run_id in leases.lapsed or store.run(exp_id, spec.run_id) is not None:
+            if spec.run_id in leases.lapsed or store.results.get(exp_id, spec.run_id) is not None:
                 # Stale: left here, it would hide a lost run from `_unaccounted`.
                 client.pipeline().zrem(keys.UNACKED_INDEX, tag).hdel(keys.UNACKED, tag).execute()
             else:
@@ -160,7 +160,7 @@ def _unaccounted(
     began = time.monotonic()
     if began < _next_scan.get(info.id, 0.0):
         return None
-    unaccounted = store.unfinished_runs(info.id) - live - on_the_broker(app, info.id, queues)
+    unaccounted = store.results.unfinished(info.id) - live - on_the_broker(app, info.id, queues)
     _next_scan[info.id] = time.monotonic() + SCAN_SPACING * (time.monotonic() - began)
     return unaccounted
 
@@ -189,11 +189,11 @@ def to_resend(app: Celery, store: Store, exp_id: str) -> list[RunSpec]:
     progress (a live lease) nor on their way (a message queued, or taken and not
     yet acknowledged). Sending those too would run them twice at once. A message
     whose worker died is the sweep's to put back or drop (`recover`)."""
-    matrix = store.matrix(exp_id)
+    matrix = store.experiments.matrix(exp_id)
     # Where they went; a submit stopped mid-send recorded nothing: where resume sends.
-    queues = run_queues(matrix, store.sent_to(exp_id) or app.conf.task_default_queue)
+    queues = run_queues(matrix, store.experiments.sent_to(exp_id) or app.conf.task_default_queue)
     waiting = on_the_broker(app, exp_id, queues)
-    return [spec for spec in store.pending_specs(exp_id) if spec.run_id not in waiting]
+    return [spec for spec in store.results.pending(exp_id) if spec.run_id not in waiting]
 
 
 def _run_spec(message: Any) -> RunSpec | None:
@@ -206,7 +206,7 @@ def _run_spec(message: Any) -> RunSpec | None:
 
 
 def recover_all(app: Celery, store: Store) -> None:
-    for exp_id in store.active_experiments():
+    for exp_id in store.experiments.active():
         try:
             recover(app, store, exp_id)
         except BROKER_DOWN:

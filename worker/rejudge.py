@@ -25,17 +25,17 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
     """The run's result in the plan's version: stored once (a redelivery returns it).
     A run with nothing to do again (no judge inputs, no archived workspace) is kept
     as it was; any failure is an infrastructure error of this version, not raised."""
-    stored = db.version_run(experiment_id, plan.version, run_id)
+    stored = db.reports.run(experiment_id, plan.version, run_id)
     if stored is not None:
         return stored
-    original = db.run(experiment_id, run_id)
+    original = db.results.get(experiment_id, run_id)
     if original is None:
         raise LookupError(f"run {run_id} of {experiment_id} has no result to judge again")
-    matrix = db.matrix(experiment_id)
+    matrix = db.experiments.matrix(experiment_id)
     secrets = secret_values(matrix, os.environ, db.url)
-    evidence = db.evidence(experiment_id, run_id)
+    evidence = db.run_evidence.get(experiment_id, run_id)
     inputs = evidence.judge.inputs if evidence is not None and evidence.judge is not None else None
-    archive = db.workspace(experiment_id, run_id) if plan.rescore else None
+    archive = db.workspaces.get(experiment_id, run_id) if plan.rescore else None
     result = original
     if inputs is not None or archive is not None:
         try:
@@ -43,7 +43,9 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
             # experiment's files (worker.files), as its runs had them.
             matrix = local_matrix(db, experiment_id)
             gates = None if archive is None else regate(matrix, plan, original, archive, secrets)
-            result = rejudge_run(original, inputs, matrix, plan, os.environ, db, secrets, gates)
+            result = rejudge_run(
+                original, inputs, matrix, plan, os.environ, db.judgments, secrets, gates
+            )
         except REDIS_DOWN:
             raise
         except Exception as exc:  # the chord must fire: the run is an error of this version
@@ -55,7 +57,7 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
                 }
             )
     result = redact_record(result, secrets)
-    db.save_version_run(plan.version, result)
+    db.reports.save_run(plan.version, result)
     return result
 
 

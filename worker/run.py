@@ -47,7 +47,8 @@ from core.results.report import ExperimentStatus
 from core.results.run import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
 from core.results.transcript import AgentOutcome, CommandRecord
 from core.settings import setting
-from core.store.store import Delivery, Store
+from core.store import Store
+from core.store.attempts import Delivery
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
@@ -101,7 +102,7 @@ def execute(
     # Patient here too: a run that neither holds a lease nor keeps its message
     # (a reject cannot requeue while Redis is away) would be lost.
     delivery = _patiently(
-        lambda: store.begin_delivery(
+        lambda: store.attempts.begin(
             spec.experiment_id,
             spec.run_id,
             lease.holder,
@@ -140,14 +141,14 @@ def execute(
         end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
-    if _patiently(lambda: store.save_run(result, holder=lease.holder)):
+    if _patiently(lambda: store.results.save(result, holder=lease.holder)):
         if matrix.budget is not None:
             _patiently(lambda: store.ledger.settle(result))
         _note_health(store, matrix, result)
         keep_evidence(store, matrix, result, evidence, delivery, started, phases, secrets)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
-    return store.run(spec.experiment_id, spec.run_id) or result
+    return store.results.get(spec.experiment_id, spec.run_id) or result
 
 
 def outage_wait_s(stated_s: float | None, attempts: int) -> float:
@@ -166,10 +167,10 @@ def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
     error = error_key(result.fail_reason) if result.is_infra_error else None
     try:
         if result.transcript_unrecognised:  # the follower warns once (scheduler.follow)
-            store.note_unrecognised(
+            store.health.note_unrecognised(
                 result.experiment_id, result.tier, result.transcript_format or "?"
             )
-        stopped = store.note_health(result.experiment_id, result.tier, error, matrix.fail_fast)
+        stopped = store.health.note(result.experiment_id, result.tier, error, matrix.fail_fast)
     except redis.RedisError as exc:  # the result is stored; this is only bookkeeping
         log.warning("run %s: fail-fast bookkeeping skipped: %s", result.run_id, exc)
         return
@@ -180,7 +181,7 @@ def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
 @functools.lru_cache(maxsize=32)
 def _matrix(store: Store, experiment_id: str) -> Matrix:
     """A submitted matrix never changes: validate it once per worker process, not per run."""
-    return _patiently(lambda: store.matrix(experiment_id))
+    return _patiently(lambda: store.experiments.matrix(experiment_id))
 
 
 def _patiently(call: Callable[[], T]) -> T:
@@ -292,7 +293,7 @@ def _run(
             secrets=secrets,
             prepared=prepared,
             enclosure=container.enclosure() if container is not None else None,
-            judgments=store,
+            judgments=store.judgments,
             on_gated=gated.extend,
         )
         result = evaluated.result
@@ -327,7 +328,7 @@ def _archive(
     except (TooLarge, OSError) as exc:
         log.warning("run %s: %s", spec.run_id, exc)
         return
-    store.save_workspace(spec.experiment_id, spec.run_id, archive)
+    store.workspaces.save(spec.experiment_id, spec.run_id, archive)
 
 
 def _run_agent(

@@ -25,7 +25,8 @@ from core.evaluation.rejudge import RejudgePlan
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results.run import RunResult, RunSpec
-from core.store.store import ExperimentNotFound, Store, gc_paused
+from core.store import ExperimentNotFound, Store
+from core.store.results import gc_paused
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.rejudge import rejudged
@@ -118,12 +119,12 @@ def aggregate_version(
 @gc_paused()  # see finish_experiment
 def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str, Any]:
     """The version's report once each of the experiment's runs has a result in it."""
-    info = db.info(experiment_id)
-    runs = db.version_runs(experiment_id, plan.version)
+    info = db.experiments.info(experiment_id)
+    runs = db.reports.runs(experiment_id, plan.version)
     if len(runs) < info.completed_runs:
         return {"experiment_id": experiment_id, "status": "waiting for runs"}
-    report = _report(db, info, runs, db.matrix(experiment_id))
-    db.save_report(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
+    report = _report(db, info, runs, db.experiments.matrix(experiment_id))
+    db.reports.save(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
     return {"experiment_id": experiment_id, "version": plan.version}
 
 
@@ -145,18 +146,18 @@ def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
     nothing to do: a chord can fire early (a superseded delivery answered for a
     run another delivery holds), and the recovery sweep finishes it later.
     """
-    matrix = db.matrix(experiment_id)
-    info = db.info(experiment_id)
+    matrix = db.experiments.matrix(experiment_id)
+    info = db.experiments.info(experiment_id)
     if info.completed_runs < info.total_runs:
         return {"experiment_id": experiment_id, "status": "waiting for runs"}
     if info.status != ExperimentStatus.cancelled:
         info = info.model_copy(update={"status": ExperimentStatus.complete})
-    runs = db.runs(experiment_id)
+    runs = db.results.all(experiment_id)
     # The first aggregation fixes finished_at, so re-running it changes nothing.
     finished = info.finished_at or max((r.ended_at or 0.0 for r in runs), default=time.time())
     info = info.model_copy(update={"finished_at": finished})
-    db.save_report(_report(db, info, runs, matrix))
-    db.set_status(experiment_id, info.status, finished_at=finished)
+    db.reports.save(_report(db, info, runs, matrix))
+    db.experiments.set_status(experiment_id, info.status, finished_at=finished)
     return {"experiment_id": experiment_id, "status": info.status.value}
 
 

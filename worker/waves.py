@@ -38,13 +38,13 @@ def advance(app: Celery, store: Store, exp_id: str, matrix: Matrix, default_queu
     rule = matrix.adaptive
     if rule is None:
         return 0
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     if info.completed_runs >= info.total_runs:
         return 0  # every cell closed or at its max
-    if info.completed_runs < store.recorded_runs(exp_id):
+    if info.completed_runs < store.specs.count(exp_id):
         return 0  # the wave is still running
-    wave, closed = store.waves(exp_id)
-    runs = store.runs(exp_id)
+    wave, closed = store.waves.state(exp_id)
+    runs = store.results.all(exp_id)
     cells = _cells(matrix, runs)
     if matrix.budget is not None and store.ledger.state(exp_id).stopped:
         closing = {cell: BUDGET_REACHED for cell in cells if cell not in closed}
@@ -64,7 +64,7 @@ def advance(app: Celery, store: Store, exp_id: str, matrix: Matrix, default_queu
             matrix.queue_for(matrix.tier(tier), matrix.scenario(scenario)),
         )
     ]
-    if store.claim_wave(exp_id, wave, fewer, closing, specs) != "claimed":
+    if store.waves.claim(exp_id, wave, fewer, closing, specs) != "claimed":
         return 0
     for spec in specs:
         # Where the first wave went, as a lost run is sent again (worker.recovery).
@@ -101,7 +101,7 @@ def adaptive_report(
     """The procedure, and for each adaptive cell the runs it got and why it stopped (a
     cell the last wave took to its max is not closed by a wave after it)."""
     assert matrix.adaptive is not None
-    _, closed = store.waves(exp_id)
+    _, closed = store.waves.state(exp_id)
     cells: dict[str, dict[str, CellStop]] = {}
     for (tier, scenario), cell in _cells(matrix, runs).items():
         why = closed.get((tier, scenario))

@@ -66,17 +66,17 @@ PROMPT_VERSION = "2"
 
 
 class CachedJudgment(Record):
-    """A judge's usable answer as the judgment cache keeps it (core/store/store.py)."""
+    """A judge's usable answer as the judgment cache keeps it (Judgments, in Redis)."""
 
     raw_answer: str
 
 
 class JudgmentCache(Protocol):
-    """Where answers are kept by cache_key (core/store/store.py implements it in Redis)."""
+    """Where answers are kept by cache_key (the store's Judgments keeps them in Redis)."""
 
-    def cached_judgment(self, key: str) -> CachedJudgment | None: ...
+    def get(self, key: str) -> CachedJudgment | None: ...
 
-    def cache_judgment(self, key: str, judgment: CachedJudgment) -> None: ...
+    def put(self, key: str, judgment: CachedJudgment) -> None: ...
 
 
 class Judgment(NamedTuple):
@@ -168,7 +168,7 @@ def _judge_once(
     """One judgment, from the cache or asked; `secrets` (the key among them) are taken
     out of everything it keeps."""
     key = cache_key(config, prompt, repeat)
-    kept = cache.cached_judgment(key) if cache is not None else None
+    kept = cache.get(key) if cache is not None else None
     if kept is not None:
         with contextlib.suppress(AnswerError):  # an answer the parser no longer takes: ask
             answer = parse_answer(kept.raw_answer, rubric)
@@ -180,7 +180,7 @@ def _judge_once(
     if error is not None:
         error = redact(error, secrets)
     if response is not None and raw is not None and cache is not None:
-        cache.cache_judgment(key, CachedJudgment(raw_answer=raw))
+        cache.put(key, CachedJudgment(raw_answer=raw))
     cost = _Call(
         response, session.requests, session.input_tokens, session.output_tokens, session.latency_ms
     )

@@ -1,11 +1,11 @@
 """Run leases: a running run's proof of life in Redis, one hash per experiment.
 
-A delivery takes its run's lease when it starts (Store.begin_delivery, in the
+A delivery takes its run's lease when it starts (Attempts.begin, in the
 same step as counting the delivery) and a heartbeat renews it every third of
 its duration (worker.lease, `lease_s` in the matrix). A worker that dies
 stops renewing; once the lease has expired, a sweep claims the run and sends
 it again (worker.recovery). Saving the run's result ends its lease
-(Store.save_run), in the same step as storing it.
+(Results.save), in the same step as storing it.
 
 Taking a lease always succeeds: the newest delivery of a run wins. An older
 delivery still alive fails to renew and, at its save, finds the run is no
@@ -16,9 +16,9 @@ on the Redis server's clock; the scripts are in core.store.scripts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from core.store import scripts
+from core.store.client import TextClient
 from core.store.keys import Keys
 
 # The holder of a lapsed lease whose run was sent again, and of one whose
@@ -34,7 +34,7 @@ class LeaseState:
 
 
 class Leases:
-    def __init__(self, client: Any, keys: Keys):
+    def __init__(self, client: TextClient, keys: Keys):
         self.redis = client
         self.keys = keys
         self._take = client.register_script(scripts.TAKE_LEASE)

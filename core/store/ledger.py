@@ -12,11 +12,11 @@ run was admitted, what each cost beyond its projection (docs/RELIABILITY.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from core.matrix import Budget, Matrix
 from core.results.run import RunResult, RunSpec
 from core.store import scripts
+from core.store.client import TextClient
 from core.store.keys import Keys
 
 KINDS = ("agent", "judge")
@@ -43,7 +43,7 @@ def cell(tier: str, scenario: str) -> str:
 
 
 class Ledger:
-    def __init__(self, client: Any, keys: Keys):
+    def __init__(self, client: TextClient, keys: Keys):
         self.redis = client
         self.keys = keys
         self._reserve = client.register_script(scripts.RESERVE)

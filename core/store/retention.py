@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.store.store import FILE_POINTER, Store
+from core.store import Store
+from core.store.client import SCAN_COUNT
 
-SCAN_COUNT = 1000
 DELETE_BATCH = 500
 
 
@@ -47,7 +47,7 @@ def delete_experiment(store: Store, exp_id: str) -> Deleted:
     folder where this machine reaches them. Out of the experiments list first, so no
     reader finds it half deleted."""
     keys = experiment_keys(store, exp_id)
-    files = evidence_files(store, exp_id)
+    files = store.run_evidence.files(exp_id)
     store.redis.zrem(store.keys.experiments(), exp_id)
     removed, unreachable = 0, []
     for path in files:
@@ -64,15 +64,6 @@ def delete_experiment(store: Store, exp_id: str) -> Deleted:
     for start in range(0, len(keys), DELETE_BATCH):
         store.redis.unlink(*keys[start : start + DELETE_BATCH])
     return Deleted(len(keys), removed, unreachable)
-
-
-def evidence_files(store: Store, exp_id: str) -> list[Path]:
-    """The files of the experiment's evidence kept in an artifacts folder."""
-    return [
-        Path(value[len(FILE_POINTER) :].decode())
-        for _, value in store.binary.hscan_iter(store.keys.evidence(exp_id), count=SCAN_COUNT)
-        if value.startswith(FILE_POINTER)
-    ]
 
 
 def stored_bytes(store: Store) -> dict[str, int]:

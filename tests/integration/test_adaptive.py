@@ -89,9 +89,9 @@ def test_an_adaptive_experiment_stops_a_far_better_tier_early_and_runs_an_identi
         total,
     )
     assert report["experiment"]["status"] == "complete"
-    assert all(r.status is RunStatus.completed for r in store.runs(exp_id))
+    assert all(r.status is RunStatus.completed for r in store.results.all(exp_id))
     indices = sorted(
-        r.run_index for r in store.runs(exp_id) if (r.tier, r.scenario) == ("better", "s")
+        r.run_index for r in store.results.all(exp_id) if (r.tier, r.scenario) == ("better", "s")
     )
     assert indices == list(range(expected["better"][0]))
 
@@ -142,7 +142,7 @@ scenarios: [{{id: s, prompt: go}}]
     submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert submitted.returncode == 0, submitted.stderr
     report = json.loads(submitted.stdout)
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     ran = [r for r in runs if r.status is RunStatus.completed]
     assert len(ran) == 8  # exact: every projection is right, so the budget holds exactly
     assert len(runs) == 12  # two waves of 3 per tier, the second's last 4 not run

@@ -66,7 +66,7 @@ def test_each_preset_runs_its_cli_and_reads_its_real_output(
     start_worker(concurrency=2)
     code, report, stderr = submit(matrix, fleet_env)
     assert code == 0, stderr
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     assert len(runs) == 8
     for run in runs:
         assert run.status == RunStatus.completed and run.passed, (run.tier, run.fail_reason)
@@ -122,7 +122,7 @@ def test_a_worker_without_the_cli_records_an_infrastructure_error_and_stops_the_
     start_worker(concurrency=1)
     code, report, stderr = submit(matrix, fleet_env)
     assert code == 3, stderr
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     reason = (
         "agent could not run: agent CLI not found: codex (preset codex; not on the worker's PATH)"
     )
@@ -150,7 +150,7 @@ def test_a_transcript_in_another_format_is_said_and_never_scores(
     # The follower says so once, whatever the number of runs.
     warning = "tier wrong: the agent's output is not claude-stream-json"
     assert stderr.count(warning) == 1, stderr
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     assert len(runs) == 3 and all(r.transcript_unrecognised for r in runs)
     run = runs[0]
     assert run.transcript_unrecognised and run.status == RunStatus.agent_error
@@ -217,7 +217,7 @@ def test_a_provider_outage_is_retried_and_never_scored(
     start_worker(concurrency=2)
     code, report, stderr = submit(matrix, fleet_env)
     assert code == 0, stderr
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     assert len(runs) == 3 and all(r.status == RunStatus.completed and r.passed for r in runs)
     assert len(state.read_text().split()) == 5  # 3 runs, 2 of the deliveries again
     assert sum(r.attempts for r in runs) == 5
@@ -246,7 +246,7 @@ def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
     start_worker(concurrency=1)
     code, report, stderr = submit(matrix, fleet_env)
     assert code == 3, stderr
-    [run] = store.runs(report["experiment"]["id"])
+    [run] = store.results.all(report["experiment"]["id"])
     assert run.status == RunStatus.infra_error and run.outage and run.attempts == 2
     quota = "You exceeded your current quota. Please retry in 1s."
     assert run.fail_reason is not None and quota in run.fail_reason
@@ -255,7 +255,7 @@ def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
     assert len(state.read_text().split()) == 2
     assert report["tiers"]["gemini"]["counted"] == 0
     # Both deliveries are in the run's evidence, the first with how it ended.
-    evidence = store.evidence(run.experiment_id, run.run_id)
+    evidence = store.run_evidence.get(run.experiment_id, run.run_id)
     assert evidence is not None
     first, last = evidence.attempts
     assert first.ended_at is not None and first.outcome.endswith("; sent again")
@@ -287,7 +287,7 @@ def test_a_streaming_cli_is_stopped_within_one_llm_call_of_its_cost_limit(
     start_worker(concurrency=1)
     code, report, stderr = submit(matrix, fleet_env)
     assert code == 0, stderr  # a real, failed result
-    [run] = store.runs(report["experiment"]["id"])
+    [run] = store.results.all(report["experiment"]["id"])
     assert run.status == RunStatus.limit and not run.passed
     assert run.limit is not None
     assert run.limit.startswith("limit max_cost_usd 0.025 crossed: $0.0259604 after 3 LLM calls")

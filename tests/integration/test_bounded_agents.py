@@ -58,7 +58,7 @@ scenarios:
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=240)
     assert result.returncode == 0, result.stderr
     exp_id = json.loads(result.stdout)["experiment"]["id"]
-    runs = {r.tier: r for r in store.runs(exp_id)}
+    runs = {r.tier: r for r in store.results.all(exp_id)}
 
     assert runs["hang"].status == RunStatus.timeout
     assert runs["hang"].duration_seconds < 15
@@ -75,7 +75,7 @@ scenarios:
     assert not any(Path(fleet_env["EVALFLEET_WORKDIR"]).glob(f"{exp_id}*"))  # cleaned up
 
     assert runs["ok"].passed
-    report = store.report(exp_id)
+    report = store.reports.get(exp_id)
     assert report is not None and report.experiment.completed_runs == 5
     assert report.tiers["disk"].errors == 0  # the agent's fault: a real, failed result
     assert worker.proc.poll() is None

@@ -73,7 +73,7 @@ def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
     report = json.loads(submitted.stdout)
     exp_id = report["experiment"]["id"]
 
-    runs = store.runs(exp_id)
+    runs = store.results.all(exp_id)
     ran = [r for r in runs if r.status is RunStatus.completed]
     not_run = [r for r in runs if r.status is RunStatus.not_run]
     assert len(ran) + len(not_run) == RUNS
@@ -160,7 +160,7 @@ def test_without_a_prior_the_runs_started_unprojected_are_the_overshoot(
     )
     assert submitted.returncode == 0, submitted.stderr
     report = json.loads(submitted.stdout)
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     spent = sum(r.cost_usd or 0.0 for r in runs if r.status is RunStatus.completed)
     not_run = sum(r.status is RunStatus.not_run for r in runs)
     assert not_run > 0

@@ -123,7 +123,7 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
         _worker(tmp_path / "first", fleet_env, f"{QUEUE}-one", started)
         # The second also takes the default queue, where the aggregates go.
         _worker(tmp_path / "second", fleet_env, f"{QUEUE}-two,{QUEUE}", started)
-        wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=240)
+        wait_until(lambda: store.reports.get(exp_id), "the experiment's report", timeout=240)
         prompts = [json.dumps(request.body) for request in stub.requests]
         # Judging again (on the second worker) reads the shipped rubric too.
         rejudged = run_cli(
@@ -154,7 +154,8 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
         assert len(mine) == 2 and all(f"matrix-dir={copy}/matrix" in p for p in mine)
 
     # Retention: delete leaves no key of the experiment, the other is untouched.
-    chords = store.redis.hget(store.keys.experiment(exp_id), "chords").split()
+    record = store.redis.hgetall(store.keys.experiment(exp_id))
+    chords = record["chords"].split()
     assert chords and store.redis.hlen(store.keys.files(exp_id)) >= 6
     listed = json.loads(run_cli("list", "--json", env=fleet_env).stdout)
     sizes = {entry["id"]: entry["stored_bytes"] for entry in listed}

@@ -108,7 +108,9 @@ def test_the_compose_fleet_runs_the_example_under_a_real_engine_through_scale_up
         compose("up", "-d", "--wait", "--no-recreate", "--scale", "worker=3", "worker")
         every_worker = wait_until(lambda: _workers(api, auth, 3), "a third worker in Flower")
         assert every_worker > workers
-        assert store.info(submit.exp_id).completed_runs < TOTAL_RUNS, "ended before the scale-up"
+        assert store.experiments.info(submit.exp_id).completed_runs < TOTAL_RUNS, (
+            "ended before the scale-up"
+        )
         report = submit.report()
     for tier in ("T0", "T1", "T2"):
         assert f"| {tier} |" in report
@@ -176,9 +178,9 @@ class _Submit:
 
 
 def _assert_complete(store: Store, exp_id: str) -> None:
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     assert (info.completed_runs, info.errors, info.finished_at is not None) == (TOTAL_RUNS, 0, True)
-    assert len(store.runs(exp_id)) == TOTAL_RUNS
+    assert len(store.results.all(exp_id)) == TOTAL_RUNS
 
 
 def _first_line(path: Path) -> str | None:
@@ -227,6 +229,6 @@ def _follow(api: str, auth: tuple[str, str], exp_id: str, until: Any) -> set[str
 
 def _info(store: Store, exp_id: str) -> Any:
     try:
-        return store.info(exp_id)
+        return store.experiments.info(exp_id)
     except Exception:  # redis still loading its AOF, or not up yet
         return None

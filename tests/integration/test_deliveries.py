@@ -67,13 +67,13 @@ def overlapped(log: Path, run_index: int) -> bool:
 
 def assert_each_run_earned(store: Store, exp_id: str, runs: int) -> None:
     """One result per run, each the one its agent earned: completed, passed iff even."""
-    results = store.runs(exp_id)
+    results = store.results.all(exp_id)
     assert sorted(r.run_index for r in results) == list(range(runs))
     for r in results:
         assert (r.status, r.passed) == (RunStatus.completed, r.run_index % 2 == 0), (
             r.run_id, r.status, r.passed, r.attempts, r.fail_reason,
         )  # fmt: skip
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     assert (info.completed_runs, info.passes) == (runs, (runs + 1) // 2)
 
 
@@ -131,14 +131,14 @@ def test_a_pool_process_killed_while_its_lease_sends_the_run_again_corrupts_noth
         exp_id = submit(matrix, env)
         first = wait_until(lambda: list(deliveries(log, 0).values()), "run 0 to start")[0]
         os.kill(int(first["ppid"]), signal.SIGKILL)  # the pool process running run 0
-        wait_until(lambda: store.report(exp_id), "the report", timeout=180)
+        wait_until(lambda: store.reports.get(exp_id), "the report", timeout=180)
         logs = "".join(w.log.read_text() for w in workers)
 
     assert_each_run_earned(store, exp_id, runs=5)
     # Delivered three times: the killed one, Celery's requeue, the lease's re-send;
     # the last is the live one, and the other two overlapped on this machine.
     assert len(deliveries(log, 0)) == 3 and overlapped(log, 0), deliveries(log, 0)
-    assert store.run(exp_id, f"{exp_id}:T0:s:0").attempts == 3  # type: ignore[union-attr]
+    assert store.results.get(exp_id, f"{exp_id}:T0:s:0").attempts == 3  # type: ignore[union-attr]
     # The orphan of the killed delivery was stopped by the next delivery here, and
     # every folder is gone: the dead delivery's too.
     assert not alive(int(first["pid"]))
@@ -169,11 +169,11 @@ def test_a_worker_frozen_past_its_lease_resumes_beside_its_replacement_and_corru
         finally:
             os.killpg(frozen.proc.pid, signal.SIGCONT)
         resumed_at = time.time()
-        wait_until(lambda: store.report(exp_id), "the report", timeout=120)
+        wait_until(lambda: store.reports.get(exp_id), "the report", timeout=120)
 
     assert_each_run_earned(store, exp_id, runs=4)
     for i in on_frozen:  # the live delivery's result, not the frozen one's
-        assert store.run(exp_id, f"{exp_id}:T0:s:{i}").attempts == 2  # type: ignore[union-attr]
+        assert store.results.get(exp_id, f"{exp_id}:T0:s:{i}").attempts == 2  # type: ignore[union-attr]
         # The frozen delivery went on while its replacement's agent was still at work.
         assert max(d.get("end", 0.0) for d in deliveries(log, i).values()) > resumed_at
     assert "was taken over by a newer delivery" in frozen.log.read_text()
@@ -202,12 +202,12 @@ def test_resume_while_runs_are_queued_sends_only_the_lost_one(
     assert "re-sending 1 runs" in resumed.stderr
     assert broker.llen(queue) == 2  # run 0 once, run 1 again
     with two_workers(env, tmp_path, queues=queue):
-        wait_until(lambda: store.report(exp_id), "the report", timeout=120)
+        wait_until(lambda: store.reports.get(exp_id), "the report", timeout=120)
 
     assert_each_run_earned(store, exp_id, runs=2)
     for i in range(2):  # each delivered once
         assert len(deliveries(log, i)) == 1
-        assert store.run(exp_id, f"{exp_id}:T0:s:{i}").attempts == 1  # type: ignore[union-attr]
+        assert store.results.get(exp_id, f"{exp_id}:T0:s:{i}").attempts == 1  # type: ignore[union-attr]
 
 
 def _run_index(message: bytes | str) -> int:
@@ -229,7 +229,7 @@ def test_a_process_that_left_the_agents_group_does_not_outlive_the_run(
     assert result.returncode == 0, result.stderr
     escaped = int(pid_file.read_text())
     wait_until(lambda: not alive(escaped), "the escaped process to be gone", timeout=10)
-    runs = store.runs(json.loads(result.stdout)["experiment"]["id"])
+    runs = store.results.all(json.loads(result.stdout)["experiment"]["id"])
     assert len(runs) == 1 and runs[0].passed
 
 

@@ -53,7 +53,7 @@ def test_each_run_gets_the_message_celery_would_send(
     app = create_app(redis_url, default_queue=mine)
     matrix = _matrix(tmp_path, other)
     exp_id = f"dispatch-{uuid.uuid4().hex[:8]}"
-    store.create_experiment(experiment_info(matrix, exp_id, matrix.total_runs()), matrix)
+    store.experiments.create(experiment_info(matrix, exp_id, matrix.total_runs()), matrix)
     specs = list(plan(matrix, exp_id))
     send(app, store, matrix, exp_id, specs, len(specs), record=True)
 
@@ -65,7 +65,7 @@ def test_each_run_gets_the_message_celery_would_send(
     assert [m["headers"]["group_index"] for m in messages] == [0, 2, 4, 1, 3, 5]
     assert len({m["headers"]["id"] for m in messages}) == 6
     assert len({m["properties"]["delivery_tag"] for m in messages}) == 6
-    assert sorted(store.specs(exp_id), key=str) == sorted(specs, key=str)
+    assert sorted(store.specs.all(exp_id), key=str) == sorted(specs, key=str)
 
     # Celery's own way, each message to the real Redis, for the same runs.
     store.redis.delete(mine, other)

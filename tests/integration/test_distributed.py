@@ -72,7 +72,8 @@ def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
     assert exp_id in r.zrange(f"{PREFIX}experiments", 0, -1)
     assert r.hget(f"{PREFIX}exp:{exp_id}", "status") == "complete"
     assert r.hlen(f"{PREFIX}exp:{exp_id}:runs") == 30
-    assert json.loads(r.get(f"{PREFIX}exp:{exp_id}:report"))["cross_tier"] == cross
+    stored = r.get(f"{PREFIX}exp:{exp_id}:report")
+    assert stored is not None and json.loads(stored)["cross_tier"] == cross
     for key in (
         f"exp:{exp_id}",
         f"exp:{exp_id}:runs",
@@ -81,14 +82,14 @@ def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
     ):
         assert r.ttl(PREFIX + key) == -1
 
-    run = store.runs(exp_id)[0]
+    run = store.results.all(exp_id)[0]
     assert run.status == RunStatus.completed
     assert run.gates_total == 5 and len(run.llm_calls) >= 2
     assert run.llm_calls[-1].cumulative_input == sum(c.input_tokens for c in run.llm_calls)
     assert run.interaction.source == "events"
     # The stand-in agent makes one LLM call per command plus a closing one; its
     # command count varies with the (random) experiment id, this relation does not.
-    for each in store.runs(exp_id):
+    for each in store.results.all(exp_id):
         assert len(each.llm_calls) == each.interaction.total_commands + 1 >= 3, each.run_id
     assert run.cost_usd is not None and run.cost_usd > 0
 
@@ -143,7 +144,7 @@ def test_timed_out_agent_is_killed_with_its_child_and_recorded(
     pidfile = tmp_path / "child.pid"
     command = f"(trap '' TERM; sleep 300) & echo $! > {pidfile}; sleep 300"
     exp_id, report = submit_and_wait(_matrix(tmp_path, command, timeout=2), fleet_env)
-    run = store.runs(exp_id)[0]
+    run = store.results.all(exp_id)[0]
     assert run.status == RunStatus.timeout
     assert "timed out" in (run.fail_reason or "")
     assert report["tiers"]["T0"]["errors"] == 0  # a timeout is a real, failed result
@@ -169,7 +170,7 @@ def test_crashing_agent_and_failing_setup_are_recorded_and_the_chord_completes(
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     exp_crash, report = submit_and_wait(_matrix(tmp_path / "a", "echo boom >&2; exit 3"), fleet_env)
-    crashed = store.runs(exp_crash)[0]
+    crashed = store.results.all(exp_crash)[0]
     assert crashed.status == RunStatus.agent_error and crashed.exit_code == 3
     assert "boom" in (crashed.fail_reason or "")
     assert report["experiment"]["status"] == "complete"
@@ -177,7 +178,7 @@ def test_crashing_agent_and_failing_setup_are_recorded_and_the_chord_completes(
     exp_setup, report = submit_and_wait(
         _matrix(tmp_path / "b", "touch out.txt", setup="exit 7", runs=2), fleet_env, code=3
     )
-    runs = store.runs(exp_setup)
+    runs = store.results.all(exp_setup)
     assert [r.status for r in runs] == [RunStatus.infra_error] * 2
     assert "setup command 'exit 7' failed" in (runs[0].fail_reason or "")
     assert report["tiers"]["T0"]["errors"] == 2
@@ -211,18 +212,18 @@ def test_a_redelivered_run_returns_its_stored_result(
     counter = tmp_path / "executions"
     exp_id, _ = submit_and_wait(_matrix(tmp_path, f"echo x >> {counter}; touch out.txt"), fleet_env)
     assert counter.read_text().count("x") == 1
-    first = store.runs(exp_id)[0]
+    first = store.results.all(exp_id)[0]
 
     # Send the very same run again, as a broker redelivery would.
-    spec = store.specs(exp_id)[0]
+    spec = store.specs.all(exp_id)[0]
     summary = create_app(fleet_env["EVALFLEET_BROKER_URL"]).send_task(
         RUN_TASK,
         args=(spec.model_dump(mode="json"),), queue=fleet_env["EVALFLEET_QUEUE"]
     )
     assert summary.get(timeout=30)["run_id"] == first.run_id
     assert counter.read_text().count("x") == 1  # not executed again
-    assert store.runs(exp_id)[0] == first
-    assert store.info(exp_id).completed_runs == 1  # not counted twice
+    assert store.results.all(exp_id)[0] == first
+    assert store.experiments.info(exp_id).completed_runs == 1  # not counted twice
 
 
 def test_resume_finishes_a_half_done_experiment_without_rerunning_finished_runs(
@@ -244,11 +245,11 @@ def test_resume_finishes_a_half_done_experiment_without_rerunning_finished_runs(
     _purge_queue(store, fleet_env["EVALFLEET_QUEUE"])  # the fleet went away with its queue
     from worker.run import execute
 
-    spec = next(s for s in store.specs(exp_id) if s.run_index == 2)
+    spec = next(s for s in store.specs.all(exp_id) if s.run_index == 2)
     monkeypatch.setenv("EVALFLEET_WORKDIR", fleet_env["EVALFLEET_WORKDIR"])
     done = execute(spec, store)
     assert done.passed and counter.read_text().split() == ["2"]
-    assert store.info(exp_id).status.value == "running"
+    assert store.experiments.info(exp_id).status.value == "running"
 
     start_worker(concurrency=2)
     resumed = run_cli("resume", exp_id, "--wait", "--format", "json", env=fleet_env)
@@ -257,7 +258,7 @@ def test_resume_finishes_a_half_done_experiment_without_rerunning_finished_runs(
     assert report["experiment"]["status"] == "complete"
     assert report["tiers"]["T0"]["runs"] == 4
     assert sorted(counter.read_text().split()) == ["0", "1", "2", "3"]  # run 2 ran once
-    assert store.run(exp_id, spec.run_id) == done
+    assert store.results.get(exp_id, spec.run_id) == done
 
 
 def _purge_queue(store: Store, queue: str) -> None:
@@ -275,12 +276,12 @@ def test_cancel_records_unstarted_runs_as_cancelled(
     cancelled = run_cli("cancel", exp_id, env=fleet_env)
     assert cancelled.returncode == 0 and exp_id in cancelled.stdout
     start_worker(concurrency=2)
-    report = wait_until(lambda: store.report(exp_id), "the report")
+    report = wait_until(lambda: store.reports.get(exp_id), "the report")
     assert report.experiment.status.value == "cancelled"
     tier = report.tiers["T0"]
     assert (tier.cancelled, tier.errors, tier.counted) == (5, 0, 0)
     assert report.experiment.cancelled == 5 and report.experiment.errors == 0
-    assert all(r.status == RunStatus.cancelled for r in store.runs(exp_id))
+    assert all(r.status == RunStatus.cancelled for r in store.results.all(exp_id))
 
 
 def test_unknown_experiment_and_unreachable_broker_are_clear_errors(
@@ -349,7 +350,7 @@ scenarios:
         exp_id, report = submit_and_wait(path, fleet_env)
         assert len(stub.requests) == 3
         assert stub.requests[0].headers["authorization"] == "Bearer sk-stub-key-0000"
-    run = store.runs(exp_id)[0]
+    run = store.results.all(exp_id)[0]
     assert run.passed and run.status == RunStatus.completed
     assert [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in run.llm_calls] == [
         (900, 30, 1),

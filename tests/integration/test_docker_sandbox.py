@@ -67,7 +67,7 @@ def _submit(matrix: Path, fleet_env: dict[str, str], store: Store) -> tuple[str,
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=600)
     assert result.returncode in (0, 1), result.stderr + result.stdout[-2000:]  # 1: some runs failed
     exp_id = json.loads(result.stdout)["experiment"]["id"]
-    return exp_id, {run.tier: run for run in store.runs(exp_id)}
+    return exp_id, {run.tier: run for run in store.results.all(exp_id)}
 
 
 PROBE = """
@@ -292,9 +292,9 @@ def test_the_docker_example_runs_after_building_its_image_as_the_readme_says(
     _docker("build", "--quiet", "--tag", "evalfleet-example-agent", str(EXAMPLES / "docker"))
     start_worker(concurrency=2)
     exp_id, _ = _submit(EXAMPLES / "matrix-docker.yaml", fleet_env, store)
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     assert (info.completed_runs, info.errors) == (30, 0)
-    runs = store.runs(exp_id)
+    runs = store.results.all(exp_id)
     assert {run.status for run in runs} <= {RunStatus.completed, RunStatus.agent_error}
     assert all(run.gates_total for run in runs) and any(run.passed for run in runs)
     assert _left_behind(exp_id) == []

@@ -15,7 +15,9 @@ from urllib.parse import quote
 import pytest
 
 from core.evidence.redact import MARKER
-from core.store.store import FILE_POINTER, NO_RESULT, Store, evidence_file
+from core.store import Store
+from core.store.attempts import NO_RESULT
+from core.store.run_evidence import FILE_POINTER, evidence_file
 from tests.conftest import StartWorker, run_cli
 from tests.support.experiments import command_matrix
 
@@ -176,7 +178,7 @@ def test_caps_cut_each_text_and_the_experiment_with_a_note(
             "of the run was kept"
         ]
         assert evidence["attempts"] and evidence["phases"]
-    stored = int(store.redis.hget(store.keys.experiment(exp_id), "evidence_bytes"))
+    stored = int(store.redis.hgetall(store.keys.experiment(exp_id))["evidence_bytes"])
     blobs = store.binary.hvals(store.keys.evidence(exp_id))
     assert stored == sum(len(b) for b in blobs)
     assert sum(len(b) for b in blobs if len(b) > 1000) <= 0.01 * 1024 * 1024
@@ -203,7 +205,9 @@ def test_secrets_are_redacted_from_every_text_before_it_is_stored(
     exp_id = submit(matrix, fleet_env)
     run_id = f"{exp_id}:T0:s:0"
 
-    raw = zlib.decompress(store.binary.hget(store.keys.evidence(exp_id), run_id)).decode()
+    blob = store.binary.hget(store.keys.evidence(exp_id), run_id)
+    assert blob is not None
+    raw = zlib.decompress(blob).decode()
     assert secret not in raw
     evidence = json.loads(raw)
     assert evidence["stdout"]["text"] == f"key={MARKER}\n"
@@ -262,11 +266,11 @@ def test_an_artifacts_folder_holds_the_evidence_and_redis_its_path(
     assert "note: the run's evidence file cannot be read here: [Errno 2]" in shown
 
     # A folder that cannot be made is refused before anything is sent.
-    before = store.list_experiments()
+    before = store.experiments.all()
     refused = run_cli("submit", str(matrix), "--artifacts", "/dev/null/evidence", env=fleet_env)
     assert refused.returncode == 2
     assert "--artifacts: cannot create /dev/null/evidence" in refused.stderr
-    assert store.list_experiments() == before
+    assert store.experiments.all() == before
 
 
 def test_show_gives_the_judges_scores_per_criterion_and_its_issues(

@@ -74,18 +74,18 @@ def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
         os.killpg(doomed.proc.pid, signal.SIGKILL)  # the whole worker: a CI runner torn down
         kill_agents(on_doomed)
         killed_at = time.monotonic()
-        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
+        wait_until(lambda: store.reports.get(exp_id) is not None, "the report", timeout=90)
         recovered_in = time.monotonic() - killed_at
     finally:
         doomed.stop()
         survivor.stop()
 
     lost = {line.split()[0] for line in on_doomed}
-    runs = store.runs(exp_id)
+    runs = store.results.all(exp_id)
     assert len(runs) == 4 and len({r.run_id for r in runs}) == 4
     assert all(r.passed for r in runs), [r.fail_reason for r in runs]
     assert {r.run_id for r in runs if r.attempts == 2} == lost
-    report = store.report(exp_id)
+    report = store.reports.get(exp_id)
     assert report is not None and report.experiment.completed_runs == 4
     assert report.tiers["T0"].runs == 4 and report.tiers["T0"].passes == 4
     # Lease expiry (3 s), a sweep (1 s), the re-run (3 s), and a generous margin.
@@ -103,7 +103,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
         wait_until(lambda: not _unacked_runs(store, exp_id), "the stale messages dropped", 30)
     finally:
         sweeper.stop()
-    assert store.info(exp_id).completed_runs == 4
+    assert store.experiments.info(exp_id).completed_runs == 4
     assert [line.split()[0] for line in started(log)] == executions  # nothing ran again
     assert store.redis.get(f"{PREFIX}exp:{exp_id}:report") == before
 
@@ -143,7 +143,7 @@ def _sweeping_worker(fleet_env: dict[str, str], tmp_path: Path, queue: str) -> W
 
 
 def _each_ran_once(store: Store, exp_id: str, log: Path, runs: int) -> None:
-    results = store.runs(exp_id)
+    results = store.results.all(exp_id)
     assert len(results) == runs and all(r.passed and r.attempts == 1 for r in results)
     assert sorted(line.split()[0] for line in started(log)) == sorted(r.run_id for r in results)
 
@@ -164,7 +164,7 @@ def test_a_run_taken_but_never_started_goes_back_to_its_queue(
 
     worker = _sweeping_worker(fleet_env, tmp_path, queue)
     try:
-        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
+        wait_until(lambda: store.reports.get(exp_id) is not None, "the report", timeout=90)
     finally:
         worker.stop()
     assert time.monotonic() - taken_at < LEASE_S + 1 + 60  # not hours; generous under load
@@ -186,13 +186,15 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
 
     worker = _sweeping_worker(fleet_env, tmp_path, queue)
     try:
-        wait_until(lambda: store.info(exp_id).completed_runs >= 2, "the other runs", timeout=60)
+        wait_until(
+            lambda: store.experiments.info(exp_id).completed_runs >= 2, "the other runs", timeout=60
+        )
         # A stale unacknowledged copy of a finished run's message, as a restart can
         # leave: it must not hide the vanished run.
         tag = uuid.uuid4().hex
         broker.hset("unacked", tag, json.dumps([other, queue, queue]))
         broker.zadd("unacked_index", {tag: time.time() - 3600})
-        wait_until(lambda: store.report(exp_id) is not None, "the report", timeout=90)
+        wait_until(lambda: store.reports.get(exp_id) is not None, "the report", timeout=90)
         recovered_in = time.monotonic() - lost_at
         time.sleep(2 * LEASE_S)  # sweeps go on: the run must not be sent a second time
     finally:
@@ -252,7 +254,7 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     report = json.loads(result.stdout)
     exp_id = report["experiment"]["id"]
 
-    killer = next(r for r in store.runs(exp_id.strip()) if r.run_index == 0)
+    killer = next(r for r in store.results.all(exp_id.strip()) if r.run_index == 0)
     assert killer.status == RunStatus.infra_error
     assert killer.attempts == 3
     assert "gave up after 2 deliveries" in (killer.fail_reason or "")
@@ -349,7 +351,7 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     assert follower.returncode == 0, err
     assert "broker unreachable" in err  # the follower waited for it
     report = json.loads(out)
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     assert len(runs) == 8 and len({r.run_id for r in runs}) == 8
     assert all(r.passed for r in runs), [r.fail_reason for r in runs]
     assert report["experiment"]["completed_runs"] == report["experiment"]["total_runs"] == 8
@@ -374,7 +376,7 @@ def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
     spec = next(plan(matrix, exp_id))
     info = ExperimentInfo(id=exp_id, name="left", status=ExperimentStatus.running,
                           total_runs=1, created_at=time.time())  # fmt: skip
-    store.create_experiment(info, matrix, [spec])
+    store.experiments.create(info, matrix, [spec])
 
     def on_phase(phase: str) -> None:
         if phase == "gates":  # a Redis call mid-run, as Celery's progress events make
@@ -387,19 +389,22 @@ def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
     with pytest.raises(worker.run.REDIS_DOWN):
         worker.run.execute(spec, store, on_phase)
 
-    assert store.run(exp_id, spec.run_id) is None and store.info(exp_id).completed_runs == 0
+    assert (
+        store.results.get(exp_id, spec.run_id) is None
+        and store.experiments.info(exp_id).completed_runs == 0
+    )
     wait_until(lambda: not store.leases.live(exp_id), "the lease to expire", timeout=10)
-    assert store.claim_lost_runs(exp_id) == [spec]  # the sweep sends it again
+    assert store.results.claim_lost(exp_id) == [spec]  # the sweep sends it again
 
 
 def _where_runs_are(store: Store) -> str:
-    exp_id = store.latest()
+    exp_id = store.experiments.latest()
     assert exp_id is not None
     keys = store.redis.keys(f"{PREFIX}exp:{exp_id}*")
     return json.dumps(
         {
-            "info": store.info(exp_id).model_dump(mode="json"),
-            "unfinished": sorted(store.unfinished_runs(exp_id)),
+            "info": store.experiments.info(exp_id).model_dump(mode="json"),
+            "unfinished": sorted(store.results.unfinished(exp_id)),
             "keys": sorted(keys),
             "leases": store.redis.hgetall(f"{PREFIX}exp:{exp_id}:leases"),
             "unaccounted": store.redis.hgetall(f"{PREFIX}exp:{exp_id}:unaccounted"),
@@ -423,8 +428,8 @@ def _where_runs_are(store: Store) -> str:
 
 def _results(store: Store) -> int:
     try:
-        latest = store.latest()
-        return store.info(latest).completed_runs if latest else 0
+        latest = store.experiments.latest()
+        return store.experiments.info(latest).completed_runs if latest else 0
     except redis.RedisError:
         return 0
 
@@ -449,9 +454,9 @@ def test_embedded_stack_killed_mid_experiment_resumes_from_its_aof(
         store = Store.from_url(json.loads(state.read_text())["url"], prefix=PREFIX)
         wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
         time.sleep(1.5)  # AOF `everysec`: let the results reach the disk
-        exp_id = store.latest()
+        exp_id = store.experiments.latest()
         assert exp_id is not None
-        kept = {r.run_id: r for r in store.runs(exp_id)}
+        kept = {r.run_id: r for r in store.results.all(exp_id)}
         _kill_tree(cli.pid)
         kill_agents(started(log))
     finally:

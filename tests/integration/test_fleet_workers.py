@@ -56,9 +56,9 @@ def test_until_idle_worker_drains_the_experiment_then_exits_zero(
     assert worker.returncode == 0, worker.stderr[-3000:]
     assert "until-idle" in worker.stderr and "shutting down" in worker.stderr
     # It left only after every run and the aggregation were done.
-    report = store.report(exp_id)
+    report = store.reports.get(exp_id)
     assert report is not None and report.experiment.status.value == "complete"
-    assert store.info(exp_id).completed_runs == 3
+    assert store.experiments.info(exp_id).completed_runs == 3
     assert time.monotonic() - started < 120
 
 
@@ -105,16 +105,16 @@ def test_sigterm_past_the_grace_hands_the_run_back_and_another_worker_runs_it(
         assert leaving.wait(timeout=60) == 0, leaving.output()[-3000:]
         first_agent_pid = int(_lines(started)[0].split()[1])
         assert not alive(first_agent_pid)  # its agent was stopped, not left running
-        wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=90)
+        wait_until(lambda: store.reports.get(exp_id), "the experiment's report", timeout=90)
 
     assert [line.split()[0] for line in _lines(started)] == ["a", "b"]
     assert _lines(finished) == ["b"]
-    [run] = store.runs(exp_id)
+    [run] = store.results.all(exp_id)
     assert run.status == RunStatus.completed and run.passed
     assert run.attempts == 2  # the handed-back delivery, then the one that finished
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     assert info.completed_runs == info.total_runs == 1 and info.passes == 1
-    report = store.report(exp_id)
+    report = store.reports.get(exp_id)
     assert report is not None and report.tiers["T0"].runs == 1
 
 
@@ -132,12 +132,12 @@ def test_sigterm_within_the_grace_lets_the_run_finish_on_the_same_worker(
         leaving.signal(signal.SIGTERM)
         assert leaving.wait(timeout=60) == 0, leaving.output()[-3000:]
         assert _lines(finished) == ["a"]  # it finished before the worker exited
-        wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=90)
+        wait_until(lambda: store.reports.get(exp_id), "the experiment's report", timeout=90)
 
     assert [line.split()[0] for line in _lines(started)] == ["a"]
-    [run] = store.runs(exp_id)
+    [run] = store.results.all(exp_id)
     assert run.status == RunStatus.completed and run.attempts == 1
-    assert store.info(exp_id).completed_runs == 1
+    assert store.experiments.info(exp_id).completed_runs == 1
 
 
 def test_runs_go_to_the_queue_their_tier_or_scenario_names(
@@ -183,8 +183,8 @@ scenarios:
         ("T1", "plain"): {"gpu"},  # the tier's queue
         ("T1", "licensed"): {"gpu"},  # the tier's queue (it wins over the scenario's)
     }
-    assert {s.queue for s in store.specs(exp_id) if s.tier == "T1"} == {gpu}
-    assert store.info(exp_id).completed_runs == 8
+    assert {s.queue for s in store.specs.all(exp_id) if s.tier == "T1"} == {gpu}
+    assert store.experiments.info(exp_id).completed_runs == 8
 
 
 def _certificate_authority(folder: Path) -> Path:
@@ -324,7 +324,7 @@ def test_a_worker_leaving_after_its_runs_stops_its_pool_at_once(
         )
         fleet.append(worker)
         exp_id = _submit(command_matrix(tmp_path, "touch out.txt", runs=2), fleet_env)
-        wait_until(lambda: store.report(exp_id), "the experiment's report", timeout=90)
+        wait_until(lambda: store.reports.get(exp_id), "the experiment's report", timeout=90)
         # The aggregation acknowledged too: the report is stored before it returns.
         wait_until(lambda: not _own_unacked(client), "every message acknowledged")
         worker.signal(signal.SIGTERM)

@@ -63,7 +63,7 @@ scenarios:
         "claude": 0,
         "events": 0,
     }
-    runs = store.runs(exp_id)
+    runs = store.results.all(exp_id)
     assert len(runs) == 4
     for run in runs:
         assert run.status == RunStatus.completed, run.fail_reason

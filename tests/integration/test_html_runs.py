@@ -153,7 +153,7 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
         submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert submitted.returncode == 0, submitted.stderr
     exp_id = json.loads(submitted.stdout)["experiment"]["id"]
-    runs = store.runs(exp_id)
+    runs = store.results.all(exp_id)
     failing = [r for r in runs if not r.passed]
     assert [(r.status, r.run_index) for r in failing] == [(RunStatus.completed, 1)] * 4
     read = rendered_json(_html(exp_id, fleet_env), _READ, "read", tmp_path)
@@ -350,10 +350,10 @@ def test_nothing_is_wider_than_a_1280_px_window(
     exp_id = seed_experiment(store, tmp_path, cells, name="wide")
     opened = next(
         r
-        for r in store.runs(exp_id)
+        for r in store.results.all(exp_id)
         if (r.tier, r.scenario, r.run_index) == (tiers[0], scenarios[0], 1)
     )
-    store.save_evidence(
+    store.run_evidence.save(
         RunEvidence(
             experiment_id=exp_id,
             run_id=opened.run_id,
@@ -389,7 +389,7 @@ def test_evidence_in_an_artifacts_folder_not_seen_here_is_left_out_with_a_note(
     exp_id = seed_experiment(store, tmp_path, {("T0", "s1"): Cell((True, False))})
     folder = tmp_path / "artifacts"
     saved = {
-        run.run_id: store.save_evidence(
+        run.run_id: store.run_evidence.save(
             RunEvidence(
                 experiment_id=exp_id,
                 run_id=run.run_id,
@@ -397,7 +397,7 @@ def test_evidence_in_an_artifacts_folder_not_seen_here_is_left_out_with_a_note(
             ),
             folder=folder,
         )
-        for run in store.runs(exp_id)
+        for run in store.results.all(exp_id)
     }
     lost = f"{exp_id}:T0:s1:1"
     path = saved[lost].path

@@ -84,7 +84,7 @@ scenarios:
     assert result.returncode == 3, result.stderr  # its runs were infrastructure errors
     report = json.loads(result.stdout)
     exp_id = report["experiment"]["id"]
-    runs = {r.scenario: r for r in store.runs(exp_id.strip())}
+    runs = {r.scenario: r for r in store.results.all(exp_id.strip())}
 
     expected = {
         "storm": "judge error: HTTP 429 after 2 attempts",
@@ -148,7 +148,7 @@ scenarios:
         result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
     assert result.returncode == 3, result.stderr  # the judge's faults are infrastructure errors
     exp_id = json.loads(result.stdout)["experiment"]["id"]
-    runs = {(r.tier, r.scenario): r for r in store.runs(exp_id)}
+    runs = {(r.tier, r.scenario): r for r in store.results.all(exp_id)}
 
     deadline = "judge error: no complete response within the 4 s deadline: the body was still"
     cap = f"judge error: response body over the {MAX_RESPONSE_BYTES}-byte limit"

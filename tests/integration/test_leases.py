@@ -35,7 +35,7 @@ def _experiment(store: Store, runs: int = 3) -> list[RunSpec]:
         id=exp_id, name="lease", status=ExperimentStatus.running, total_runs=runs,
         created_at=time.time(),
     )  # fmt: skip
-    store.create_experiment(info, MATRIX, specs)
+    store.experiments.create(info, MATRIX, specs)
     return specs
 
 
@@ -52,19 +52,19 @@ def test_an_expired_lease_without_a_result_is_claimed_once(store: Store) -> None
     store.leases.take(exp, lost.run_id, "dead-worker", 1)
     store.leases.take(exp, alive.run_id, "live-worker", 60)
     store.leases.take(exp, finished.run_id, "finished-worker", 1)
-    store.save_run(_result(finished))  # no holder: the lease stays, expires, is dropped
+    store.results.save(_result(finished))  # no holder: the lease stays, expires, is dropped
     assert store.leases.live(exp) >= {lost.run_id, alive.run_id}
     time.sleep(1.2)
 
     assert store.leases.live(exp) == {alive.run_id}
-    assert store.claim_lost_runs(exp) == [lost]
-    assert store.claim_lost_runs(exp) == []  # a second sweeper gets nothing
+    assert store.results.claim_lost(exp) == [lost]
+    assert store.results.claim_lost(exp) == []  # a second sweeper gets nothing
     # The finished run's lease is gone; the lost run is marked as sent again.
     leases = store.leases.state(exp)
     assert (leases.live, leases.lapsed) == ({alive.run_id}, {lost.run_id})
     assert store.redis.hget(store.keys.leases(exp), lost.run_id) == "0 resent"
     # Resume leaves the live run alone; the lost one was claimed for re-sending.
-    assert {s.run_id for s in store.pending_specs(exp)} == {lost.run_id}
+    assert {s.run_id for s in store.results.pending(exp)} == {lost.run_id}
 
 
 def test_the_newest_delivery_owns_the_run_and_an_older_one_cannot_save(store: Store) -> None:
@@ -74,15 +74,18 @@ def test_the_newest_delivery_owns_the_run_and_an_older_one_cannot_save(store: St
     store.leases.take(exp, spec.run_id, "second", 60)  # a redelivery takes over
 
     assert not store.leases.renew(exp, spec.run_id, "first", 60)
-    assert not store.save_run(_result(spec), holder="first")
-    assert store.run(exp, spec.run_id) is None and store.info(exp).completed_runs == 0
+    assert not store.results.save(_result(spec), holder="first")
+    assert (
+        store.results.get(exp, spec.run_id) is None
+        and store.experiments.info(exp).completed_runs == 0
+    )
 
     assert store.leases.renew(exp, spec.run_id, "second", 60)
-    assert store.save_run(_result(spec), holder="second")
-    assert store.info(exp).completed_runs == 1
+    assert store.results.save(_result(spec), holder="second")
+    assert store.experiments.info(exp).completed_runs == 1
     assert store.leases.live(exp) == set()  # the save ended the lease
-    assert not store.save_run(_result(spec), holder="second")  # and counts once
-    assert store.info(exp).completed_runs == 1
+    assert not store.results.save(_result(spec), holder="second")  # and counts once
+    assert store.experiments.info(exp).completed_runs == 1
 
 
 def test_a_lease_swept_while_its_holder_was_away_still_lets_it_save(store: Store) -> None:
@@ -90,10 +93,10 @@ def test_a_lease_swept_while_its_holder_was_away_still_lets_it_save(store: Store
     exp = spec.experiment_id
     store.leases.take(exp, spec.run_id, "slow", 1)
     time.sleep(1.2)
-    assert store.claim_lost_runs(exp) == [spec]
+    assert store.results.claim_lost(exp) == [spec]
     # The re-sent delivery has not started: the slow holder's result is valid.
-    assert store.save_run(_result(spec), holder="slow")
-    assert store.info(exp).completed_runs == 1
+    assert store.results.save(_result(spec), holder="slow")
+    assert store.experiments.info(exp).completed_runs == 1
 
 
 def test_giving_a_lease_back_and_marking_a_run_lost(store: Store) -> None:
@@ -104,20 +107,22 @@ def test_giving_a_lease_back_and_marking_a_run_lost(store: Store) -> None:
     assert store.leases.live(exp) == {spec.run_id}
     store.leases.release(exp, spec.run_id, "leaving")
     assert store.leases.live(exp) == set()
-    assert store.claim_lost_runs(exp) == []  # given back: queued, not lost
+    assert store.results.claim_lost(exp) == []  # given back: queued, not lost
 
     store.leases.mark_lost(exp, other.run_id)
-    assert store.claim_lost_runs(exp) == [other]
+    assert store.results.claim_lost(exp) == [other]
 
 
 def test_active_experiments_are_those_not_aggregated(store: Store) -> None:
     running, *_ = _experiment(store)
     done, *_ = _experiment(store)
-    store.set_status(done.experiment_id, ExperimentStatus.complete, finished_at=time.time())
-    active = store.active_experiments()
+    store.experiments.set_status(
+        done.experiment_id, ExperimentStatus.complete, finished_at=time.time()
+    )
+    active = store.experiments.active()
     assert running.experiment_id in active and done.experiment_id not in active
-    store.reopen(done.experiment_id)
-    assert done.experiment_id in store.active_experiments()
+    store.experiments.reopen(done.experiment_id)
+    assert done.experiment_id in store.experiments.active()
 
 
 @pytest.mark.parametrize("seconds", [0.5, 5.0])
@@ -125,6 +130,7 @@ def test_a_lease_records_its_holder_and_expiry(store: Store, seconds: float) -> 
     spec, *_ = _experiment(store)
     store.leases.take(spec.experiment_id, spec.run_id, "h", seconds)
     raw = store.redis.hget(store.keys.leases(spec.experiment_id), spec.run_id)
+    assert raw is not None
     expiry, holder = raw.split(" ")
     seconds_now, micros = store.redis.time()
     server_now = seconds_now + micros / 1e6
@@ -135,37 +141,37 @@ def test_a_lease_records_its_holder_and_expiry(store: Store, seconds: float) -> 
 def test_a_delivery_begins_by_counting_itself_and_taking_the_lease(store: Store) -> None:
     spec, other, _ = _experiment(store)
     exp = spec.experiment_id
-    first = store.begin_delivery(exp, spec.run_id, "d1", 60)
+    first = store.attempts.begin(exp, spec.run_id, "d1", 60)
     assert (first.stored, first.attempts, first.status) == (None, 1, ExperimentStatus.running)
     assert store.leases.live(exp) == {spec.run_id}
-    store.set_status(exp, ExperimentStatus.cancelled)
-    second = store.begin_delivery(exp, spec.run_id, "d2", 60)  # a redelivery takes over
+    store.experiments.set_status(exp, ExperimentStatus.cancelled)
+    second = store.attempts.begin(exp, spec.run_id, "d2", 60)  # a redelivery takes over
     assert (second.attempts, second.status) == (2, ExperimentStatus.cancelled)
-    assert not store.save_run(_result(spec), holder="d1")
+    assert not store.results.save(_result(spec), holder="d1")
 
-    assert store.save_run(_result(spec), holder="d2")
-    late = store.begin_delivery(exp, spec.run_id, "d3", 60)
+    assert store.results.save(_result(spec), holder="d2")
+    late = store.attempts.begin(exp, spec.run_id, "d3", 60)
     assert late.stored == _result(spec)  # nothing counted, no lease taken
     assert store.redis.hget(store.keys.attempts(exp), spec.run_id) == "2"
     assert store.leases.live(exp) == set()
-    assert store.begin_delivery(exp, other.run_id, "d4", 60).attempts == 1
+    assert store.attempts.begin(exp, other.run_id, "d4", 60).attempts == 1
 
 
 def test_runs_found_nowhere_for_long_enough_are_claimed_once(store: Store) -> None:
     a, b, c = _experiment(store)
     exp = a.experiment_id
-    assert store.claim_unaccounted(exp, {a.run_id, b.run_id}, 2) == []  # first seen
+    assert store.results.claim_unaccounted(exp, {a.run_id, b.run_id}, 2) == []  # first seen
     time.sleep(1.2)
-    assert store.claim_unaccounted(exp, {a.run_id, b.run_id, c.run_id}, 2) == []
+    assert store.results.claim_unaccounted(exp, {a.run_id, b.run_id, c.run_id}, 2) == []
     time.sleep(1.0)
     # b turned up (queued, leased or done): no longer tracked. a is overdue, c not yet.
-    assert store.claim_unaccounted(exp, {a.run_id, c.run_id}, 2) == [a]
-    assert store.claim_unaccounted(exp, {a.run_id, c.run_id}, 2) == []  # claimed once
+    assert store.results.claim_unaccounted(exp, {a.run_id, c.run_id}, 2) == [a]
+    assert store.results.claim_unaccounted(exp, {a.run_id, c.run_id}, 2) == []  # claimed once
     time.sleep(1.2)
-    assert store.claim_unaccounted(exp, {b.run_id, c.run_id}, 2) == [c]
+    assert store.results.claim_unaccounted(exp, {b.run_id, c.run_id}, 2) == [c]
     # a is no longer reported (sent again) and b is tracked anew.
     assert store.redis.hkeys(store.keys.unaccounted(exp)) == [b.run_id]
-    assert store.unfinished_runs(exp) == {a.run_id, b.run_id, c.run_id}
+    assert store.results.unfinished(exp) == {a.run_id, b.run_id, c.run_id}
 
 
 def test_held_leases_are_renewed_while_held_and_never_after(store: Store) -> None:
@@ -183,7 +189,9 @@ def test_held_leases_are_renewed_while_held_and_never_after(store: Store) -> Non
         store.leases.take(exp, lease.spec.run_id, lease.holder, lease.seconds)
 
     def expiry(run_id: str) -> float:
-        return float(store.redis.hget(store.keys.leases(exp), run_id).split(" ")[0])
+        raw = store.redis.hget(store.keys.leases(exp), run_id)
+        assert raw is not None
+        return float(raw.split(" ")[0])
 
     def hold(lease: Lease, seconds: float) -> None:
         with lease.held():

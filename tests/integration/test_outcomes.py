@@ -60,7 +60,7 @@ def test_an_agent_that_did_not_finish_never_passes_even_when_its_gates_do(
     assert report["tiers"]["T0"]["cost_of_pass"] is None
     exp_id = report["experiment"]["id"]
 
-    runs = store.runs(exp_id)
+    runs = store.results.all(exp_id)
     assert [(r.status, r.passed, r.gates_passed, r.gates_total) for r in runs] == [
         (status, False, 1, 1)
     ] * 2
@@ -98,7 +98,7 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
     code, report, stderr = submit(matrix, fleet_env)
 
     assert code == 3, stderr
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     assert len(runs) == 8
     assert all(r.status == RunStatus.infra_error and not r.passed for r in runs)
     assert all(r.gates == [] and r.judge is None for r in runs)  # nothing was gated
@@ -144,7 +144,7 @@ def test_fail_fast_leaves_a_tier_alone_once_it_has_a_result_of_its_own(
     matrix = command_matrix(tmp_path, command, runs=6, extra="fail_fast: 2")
     code, report, _ = submit(matrix, fleet_env)
     assert code == 3
-    runs = store.runs(report["experiment"]["id"])
+    runs = store.results.all(report["experiment"]["id"])
     assert [r.status for r in runs] == [RunStatus.completed] * 2 + [RunStatus.infra_error] * 4
     assert not any(NOT_RUN_NOTE in (r.fail_reason or "") for r in runs)
     assert report["tiers"]["T0"]["counted"] == 2 and report["tiers"]["T0"]["passes"] == 2
@@ -166,11 +166,11 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     # Two runs finish before the cancel, as if a worker had taken them.
     from worker.run import execute
 
-    for spec in store.specs(exp_id)[:2]:
+    for spec in store.specs.all(exp_id)[:2]:
         assert execute(spec, store).passed
     assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
     start_worker(concurrency=2)
-    wait_until(lambda: store.report(exp_id), "the cancelled experiment's report", timeout=90)
+    wait_until(lambda: store.reports.get(exp_id), "the cancelled experiment's report", timeout=90)
 
     cancelled = run_cli("status", exp_id, env=fleet_env).stdout
     assert "cancelled" in cancelled and "2/6 runs ran" in cancelled and "4 cancelled" in cancelled
@@ -191,7 +191,7 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     assert report["tiers"]["T0"]["counted"] == 6 and report["tiers"]["T0"]["passes"] == 6
     # Every run ran exactly once: the two before the cancel were not run again.
     assert sorted(executions.read_text().split()) == [str(i) for i in range(6)]
-    assert all(r.status == RunStatus.completed for r in store.runs(exp_id))
+    assert all(r.status == RunStatus.completed for r in store.results.all(exp_id))
 
     again = run_cli("resume", exp_id, env=fleet_env)
     assert again.returncode == 0 and "nothing to resume" in again.stderr
@@ -209,11 +209,11 @@ def test_a_resume_with_nothing_to_send_changes_nothing(
     _, report, _ = submit(command_matrix(tmp_path, "touch out.txt", runs=2), fleet_env)
     exp_id = report["experiment"]["id"]
     assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
-    before = store.info(exp_id)
+    before = store.experiments.info(exp_id)
     resumed = run_cli("resume", exp_id, env=fleet_env)
     assert resumed.returncode == 0 and "nothing to resume" in resumed.stderr
     time.sleep(1)
-    assert store.info(exp_id) == before
+    assert store.experiments.info(exp_id) == before
 
 
 def test_status_says_when_no_worker_takes_the_experiments_runs(
@@ -235,7 +235,7 @@ def test_status_says_when_no_worker_takes_the_experiments_runs(
     assert f"no worker is taking runs from queue {idle_queue}" in status.stderr
 
     start_worker(concurrency=1, queues=idle_queue)
-    wait_until(lambda: store.report(exp_id), "the report once a worker takes the runs")
+    wait_until(lambda: store.reports.get(exp_id), "the report once a worker takes the runs")
     done = run_cli("status", exp_id, env=fleet_env)
     assert "complete" in done.stdout and "no worker" not in done.stderr
 
@@ -259,4 +259,4 @@ def test_a_waited_csv_submit_prints_rows_only_and_the_id_aside(
     # Without --wait the id is all there is to print: on stdout, for $(...).
     quiet = run_cli("submit", str(matrix), "--format", "csv", env=fleet_env)
     assert quiet.returncode == 0 and quiet.stdout.strip().startswith("t-"), quiet.stderr
-    wait_until(lambda: store.report(quiet.stdout.strip()), "its runs done")  # no leftovers
+    wait_until(lambda: store.reports.get(quiet.stdout.strip()), "its runs done")  # no leftovers

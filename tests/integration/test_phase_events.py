@@ -83,7 +83,7 @@ def test_a_workers_task_events_travel_together_and_its_last_leave_with_it(
         submitted = run_cli("submit", str(matrix), env=env)
         assert submitted.returncode == 0, submitted.stderr
         exp_id = submitted.stdout.strip()
-        wait_until(lambda: store.report(exp_id), "the report", timeout=60)
+        wait_until(lambda: store.reports.get(exp_id), "the report", timeout=60)
         before_stop = _published(pubsub, 0.5)
         worker.stop()
         messages = _published(pubsub, 1.0)

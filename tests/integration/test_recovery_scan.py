@@ -32,11 +32,11 @@ def test_a_vanished_run_is_found_by_reading_the_queues_at_most_so_often(
     )
     matrix = load_matrix(path)
     exp_id = f"scan-{uuid.uuid4().hex[:8]}"
-    store.create_experiment(experiment_info(matrix, exp_id, matrix.total_runs()), matrix)
+    store.experiments.create(experiment_info(matrix, exp_id, matrix.total_runs()), matrix)
     specs = list(plan(matrix, exp_id))
     send(app, store, matrix, exp_id, specs, len(specs), record=True)
     try:
-        info = store.info(exp_id)
+        info = store.experiments.info(exp_id)
         # Every run is queued: nothing is missing, the queues are not read.
         assert recovery._unaccounted(app, store, info, {QUEUE}) == set()
         assert exp_id not in recovery._next_scan

@@ -62,7 +62,7 @@ def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
     assert version2["version_note"] == "rejudged: model judge-b"
     assert version2["tiers"]["T0"]["passes"] == 0
     assert "3 judgments, 0 from cache" in rejudged.stderr
-    runs = store.version_runs(exp_id, 2)
+    runs = store.reports.runs(exp_id, 2)
     assert [(r.judge.model, r.judge.weighted_score, r.passed) for r in runs if r.judge] == [
         ("judge-b", 0.3, False)
     ] * 3
@@ -179,7 +179,7 @@ def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     assert json.loads(done.stdout)["tiers"]["T0"]["passes"] == 0
     original = report(exp_id, fleet_env, "--format", "json", "--runs")
     # The agent's secret never reaches the archive, though the file held it.
-    archive = store.workspace(exp_id, store.runs(exp_id)[0].run_id)
+    archive = store.workspaces.get(exp_id, store.results.all(exp_id)[0].run_id)
     assert archive is not None and "sk-agent-secret" not in archive.model_dump_json()
 
     fixed = command_matrix(
@@ -195,7 +195,7 @@ def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     version2 = json.loads(rescored.stdout)
     assert version2["version"] == 2 and version2["tiers"]["T0"]["passes"] == 2
     assert version2["version_note"] == f"rescored: gates of {fixed}"
-    runs = store.version_runs(exp_id, 2)
+    runs = store.reports.runs(exp_id, 2)
     assert [(r.passed, r.gates[0].gate_type, r.gates_passed) for r in runs] == [
         (True, "command_succeeds", 1)
     ] * 2

@@ -53,12 +53,12 @@ def test_prune_removes_only_old_experiments_and_delete_spares_running_ones(
     old = seed_experiment(store, tmp_path / "a", cells, "old", created_at=now - 60 * DAY)
     running = seed_experiment(store, tmp_path / "b", cells, "running", created_at=now - 40 * DAY)
     recent = seed_experiment(store, tmp_path / "c", cells, "recent", created_at=now - 1 * DAY)
-    store.set_status(running, ExperimentStatus.running)
-    store.save_bundle(old, Bundle(Manifest(), {"d" * 64: b"shipped file"}))
+    store.experiments.set_status(running, ExperimentStatus.running)
+    store.bundles.save(old, Bundle(Manifest(), {"d" * 64: b"shipped file"}))
     # Evidence in Redis for one run, as a file in an artifacts folder for another.
-    store.save_evidence(RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:0"))
+    store.run_evidence.save(RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:0"))
     artifacts = tmp_path / "artifacts"
-    on_disk = store.save_evidence(
+    on_disk = store.run_evidence.save(
         RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:1"), folder=artifacts
     ).path
     assert on_disk is not None and on_disk.is_file()
@@ -115,7 +115,8 @@ def test_a_running_experiment_deleted_with_force_leaves_no_key_once_workers_drop
     submitted = _cli("submit", str(matrix), env=fleet_env)
     assert submitted.returncode == 0, submitted.stderr
     exp_id = submitted.stdout.strip()
-    chords = store.redis.hget(store.keys.experiment(exp_id), "chords").split()
+    record = store.redis.hgetall(store.keys.experiment(exp_id))
+    chords = record["chords"].split()
 
     deleted = _cli("delete", exp_id, "--yes", "--force", env=fleet_env)
     assert deleted.returncode == 0, deleted.stderr

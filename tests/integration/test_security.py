@@ -67,7 +67,7 @@ def _experiment(store: Store, runs: int) -> list[RunSpec]:
     ]  # fmt: skip
     info = ExperimentInfo(id=exp_id, name="pickle", status=ExperimentStatus.running,
                           total_runs=runs, created_at=time.time())  # fmt: skip
-    store.create_experiment(info, matrix, specs)
+    store.experiments.create(info, matrix, specs)
     return specs
 
 
@@ -100,10 +100,10 @@ def test_a_pickle_message_on_the_broker_is_refused_and_never_unpickled(
     app.send_task(
         RUN_TASK, args=(control.model_dump(mode="json"),), queue=QUEUE, ignore_result=True
     )
-    wait_until(lambda: store.run(control.experiment_id, control.run_id), "the control run")
+    wait_until(lambda: store.results.get(control.experiment_id, control.run_id), "the control run")
 
     assert not canary.exists()  # never unpickled
-    assert store.run(pickled.experiment_id, pickled.run_id) is None  # never run
+    assert store.results.get(pickled.experiment_id, pickled.run_id) is None  # never run
     assert store.redis.hget(store.keys.attempts(pickled.experiment_id), pickled.run_id) is None
     log = worker.log.read_text()
     assert "Refusing to deserialize untrusted content of type pickle" in log
@@ -135,7 +135,7 @@ exit 1
 
 @pytest.mark.integration
 def test_secret_values_reach_no_record_report_or_log(
-    fleet_env: dict[str, str], store: Store, tmp_path: Path
+    fleet_env: dict[str, str], redis_url: str, store: Store, tmp_path: Path
 ) -> None:
     agent_secret = f"sk-agent-{uuid.uuid4().hex}"
     judge_secret = f"jk-judge-{uuid.uuid4().hex}"
@@ -184,7 +184,7 @@ scenarios:
 
     # The secrets were really used and echoed everywhere they could be...
     assert stub.requests[0].headers["authorization"] == f"Bearer {judge_secret}"
-    run = store.runs(exp_id)[0]
+    run = store.results.all(exp_id)[0]
     assert run.status == RunStatus.agent_error
     assert "[REDACTED]" in (run.fail_reason or "")
     assert "[REDACTED]" in run.interaction.per_subcommand
@@ -193,10 +193,10 @@ scenarios:
     assert run.judge.response.issues == ["saw [REDACTED]", "[REDACTED]"]
     # ... and stored nowhere: not in the judge's prompt, any Redis key, output or log.
     assert not any(s in r.raw.decode() for r in stub.requests for s in secrets)
-    leaks = [key for key, value in _every_value(store.binary) if any(s in value for s in secrets)]
+    leaks = [key for key, value in _every_value(redis_url) if any(s in value for s in secrets)]
     assert leaks == []
     # The run's evidence (compressed, so not readable above) holds the judge's raw answer.
-    evidence = store.evidence(exp_id, run.run_id)
+    evidence = store.run_evidence.get(exp_id, run.run_id)
     assert evidence is not None and evidence.judge is not None
     assert "[REDACTED]" in (evidence.judge.calls[0].raw_answer or Excerpt()).text
     assert not any(s in evidence.model_dump_json() for s in secrets)
@@ -280,8 +280,8 @@ scenarios:
             finally:
                 worker.stop()
         store = Store.from_url(broker.url, prefix=PREFIX)
-        stored = [run.model_dump_json() for run in store.runs(exp_id)]
-        every_value = _every_value(store.binary)
+        stored = [run.model_dump_json() for run in store.results.all(exp_id)]
+        every_value = _every_value(broker.url)
     finally:
         broker.stop()
 
@@ -298,9 +298,10 @@ scenarios:
     assert not any(password in value for _, value in every_value)
 
 
-def _every_value(client: redis.Redis) -> list[tuple[str, str]]:
-    """Every key of the test database with all its content as text, whatever its type;
-    `client` leaves replies undecoded, and compressed values (evidence) are read inflated."""
+def _every_value(url: str) -> list[tuple[str, str]]:
+    """Every key of the database at `url` with all its content as text, whatever its
+    type; compressed values (evidence) are read inflated."""
+    client = redis.Redis.from_url(url)  # replies undecoded: the blobs are not text
     found = []
     for key in client.scan_iter(count=1000):
         kind = client.type(key)
@@ -454,7 +455,7 @@ scenarios:
     start_worker(concurrency=2)
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert result.returncode == 0, result.stderr
-    runs = {r.tier: r for r in store.runs(json.loads(result.stdout)["experiment"]["id"])}
+    runs = {r.tier: r for r in store.results.all(json.loads(result.stdout)["experiment"]["id"])}
 
     jailed = runs["jailed"]
     assert jailed.passed, [g.message for g in jailed.gates]

@@ -37,7 +37,7 @@ def _experiment(store: Store, runs: int) -> list[RunSpec]:
         id=exp_id, name="bytes", status=ExperimentStatus.running, total_runs=runs,
         created_at=time.time(),
     )  # fmt: skip
-    store.create_experiment(info, MATRIX, specs)
+    store.experiments.create(info, MATRIX, specs)
     return specs
 
 
@@ -46,10 +46,10 @@ def test_specs_are_stored_without_their_ids_and_read_back_whole(store: Store) ->
     exp_id = specs[0].experiment_id
 
     raw = store.redis.hget(store.keys.specs(exp_id), specs[0].run_id)
-    assert exp_id not in raw  # the key and the field say it already
+    assert raw is not None and exp_id not in raw  # the key and the field say it already
     assert json.loads(raw) == {"tier": "T0", "scenario": "s", "run_index": 0}
-    assert store.specs(exp_id) == specs  # the queue of run 1 included
-    assert store.pending_specs(exp_id) == specs
+    assert store.specs.all(exp_id) == specs  # the queue of run 1 included
+    assert store.results.pending(exp_id) == specs
 
 
 def test_a_result_is_stored_without_its_defaults_and_read_back_equal(store: Store) -> None:
@@ -61,14 +61,15 @@ def test_a_result_is_stored_without_its_defaults_and_read_back_equal(store: Stor
         gates=[GateResult(gate_type="command_succeeds", passed=True, message="exit code 0")],
         gates_passed=1, gates_total=1, transcript_format="events-jsonl",
     )  # fmt: skip
-    assert store.save_run(result)
+    assert store.results.save(result)
 
     raw = store.redis.hget(store.keys.runs(spec.experiment_id), spec.run_id)
+    assert raw is not None
     assert "fail_reason" not in raw and "llm_calls" not in raw  # defaults left out
     assert '"cost_usd":0.0' in raw  # a zero that is not the default (None: unknown) stays
     assert len(raw) < 800  # was 1.6 KB with every default written out
-    assert store.run(spec.experiment_id, spec.run_id) == result
-    assert store.runs(spec.experiment_id) == [result]
+    assert store.results.get(spec.experiment_id, spec.run_id) == result
+    assert store.results.all(spec.experiment_id) == [result]
     # A second delivery finds the stored result, whole.
-    delivery = store.begin_delivery(spec.experiment_id, spec.run_id, "late-holder", 60)
+    delivery = store.attempts.begin(spec.experiment_id, spec.run_id, "late-holder", 60)
     assert delivery.stored == result

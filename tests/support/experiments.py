@@ -112,9 +112,9 @@ def seed_experiment(
     exp_id = new_experiment_id(matrix)
     specs = list(plan(matrix, exp_id))
     info = experiment_info(matrix, exp_id, len(specs), created_at=created_at)
-    store.create_experiment(info, matrix, specs)
+    store.experiments.create(info, matrix, specs)
     for spec in specs:
-        store.save_run(_result(spec, cells[spec.tier, spec.scenario]))
+        store.results.save(_result(spec, cells[spec.tier, spec.scenario]))
     from worker.tasks import finish_experiment
 
     finish_experiment(store, exp_id)

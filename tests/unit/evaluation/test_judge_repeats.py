@@ -15,6 +15,7 @@ from core.evaluation.judge import Judgment, judge_run
 from core.evidence.models import Excerpt, JudgeInputs
 from core.matrix import JudgeConfig, Rubric, ScenarioJudge, load_rubric
 from core.store import Store
+from core.store.judgments import Judgments
 from tests.support.llm_stub import LLMStub, reply, scripted_judge
 
 # Unique per session: the judgment cache outlives a test (it is shared under the prefix).
@@ -38,7 +39,7 @@ def judged(
     stub: LLMStub,
     scenario: ScenarioJudge,
     rubric: Rubric,
-    store: Store | None = None,
+    cache: Judgments | None = None,
     transcript: str = f"$ my-tool create\n{MARKER}\n",
     **config: Any,
 ) -> Judgment:
@@ -50,7 +51,7 @@ def judged(
         JudgeInputs(task_prompt="Create a note.", transcript_text=Excerpt.whole(transcript)),
         gates=[],
         api_key=None,
-        cache=store,
+        cache=cache,
     )
 
 
@@ -108,25 +109,25 @@ def test_the_same_question_twice_is_answered_from_the_cache(
     scenario: ScenarioJudge, rubric: Rubric, store: Store
 ) -> None:
     with LLMStub([scripted_judge({MARKER: [0.4, 0.8], OTHER: [0.6]})]) as stub:
-        first, _ = judged(stub, scenario, rubric, store, repeats=2)
+        first, _ = judged(stub, scenario, rubric, store.judgments, repeats=2)
         assert len(stub.requests) == 2 and first.cached == 0
-        again, evidence = judged(stub, scenario, rubric, store, repeats=2)
+        again, evidence = judged(stub, scenario, rubric, store.judgments, repeats=2)
         # Same transcript, rubric, judge and repeat index: no request, and it says so.
         assert len(stub.requests) == 2
         assert again.cached == 2 and [c.cached for c in evidence.calls] == [True, True]
         assert again.scores == pytest.approx([0.4, 0.8]) and again.cost_usd in (None, 0.0)
         assert (again.input_tokens, again.attempts) == (0, 0)
         # A third repeat was never asked: only it is a request.
-        more, _ = judged(stub, scenario, rubric, store, repeats=3)
+        more, _ = judged(stub, scenario, rubric, store.judgments, repeats=3)
         assert len(stub.requests) == 3 and more.cached == 2
         assert more.scores == pytest.approx([0.4, 0.8, 0.8])
         # Another judge model, or another transcript, is another question.
-        judged(stub, scenario, rubric, store, model="judge-other")
-        judged(stub, scenario, rubric, store, transcript=OTHER)
+        judged(stub, scenario, rubric, store.judgments, model="judge-other")
+        judged(stub, scenario, rubric, store.judgments, transcript=OTHER)
         assert len(stub.requests) == 5
     # The same model name at another endpoint is another judge.
     with LLMStub([scripted_judge({MARKER: [0.5, 0.5]})]) as elsewhere:
-        moved, _ = judged(elsewhere, scenario, rubric, store, repeats=2)
+        moved, _ = judged(elsewhere, scenario, rubric, store.judgments, repeats=2)
         assert len(elsewhere.requests) == 2 and moved.cached == 0
 
 
@@ -135,7 +136,7 @@ def test_repeats_are_not_collapsed_by_the_cache(
 ) -> None:
     marker = f"run={uuid.uuid4().hex[:8]}/0;"
     with LLMStub([scripted_judge({marker: [0.2, 0.6, 1.0]})]) as stub:
-        result, _ = judged(stub, scenario, rubric, store, marker, repeats=3)
+        result, _ = judged(stub, scenario, rubric, store.judgments, marker, repeats=3)
     assert len(stub.requests) == 3 and result.cached == 0
     assert result.scores == pytest.approx([0.2, 0.6, 1.0])
     assert result.scores_sd == pytest.approx(statistics.stdev([0.2, 0.6, 1.0]))

@@ -27,7 +27,7 @@ def _report(runs: list[RunResult], name: str = HOSTILE) -> ExperimentReport:
 
 
 def _stored(evidence: RunEvidence) -> bytes:
-    """Evidence as the store keeps it (Store.save_evidence)."""
+    """Evidence as the store keeps it (Evidence.save)."""
     return zlib.compress(evidence.model_dump_json().encode(), 6)
 
 

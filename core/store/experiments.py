@@ -1,0 +1,163 @@
+"""The experiments: the ``experiments`` zset (ids by created time) and each one's
+``exp:{id}`` record hash (info, matrix, status, counts, the files' manifest).
+
+The record's counts are written by the scripts that store results (Results.save,
+Attempts, Waves), so `info` is always live; `status` changes are announced on the
+experiment's status channel in the same step as they are written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from redis.client import PubSub
+
+from core.files.bundle import Manifest
+from core.matrix import Matrix
+from core.results.report import ExperimentInfo, ExperimentStatus
+from core.results.run import RunSpec
+from core.store.client import TextClient, Value
+from core.store.keys import Keys
+from core.store.ledger import Ledger
+from core.store.specs import Specs
+
+
+class ExperimentNotFound(KeyError):
+    def __str__(self) -> str:
+        return f"no experiment {self.args[0]!r} in this store (see `scheduler list`)"
+
+
+class Experiments:
+    def __init__(self, client: TextClient, keys: Keys, ledger: Ledger, specs: Specs):
+        self.redis = client
+        self.keys = keys
+        self._ledger = ledger
+        self._specs = specs
+
+    def create(
+        self,
+        info: ExperimentInfo,
+        matrix: Matrix,
+        specs: Sequence[RunSpec] = (),
+        manifest: Manifest | None = None,
+    ) -> None:
+        """The experiment's record, its budget's limits and `specs`; a submit streams
+        its specs in batches instead (Specs.add). `manifest`: its files, saved before
+        (Bundles.save)."""
+        key = self.keys.experiment(info.id)
+        record: dict[str, Value] = {
+            "info": info.model_dump_json(),
+            "matrix": matrix.model_dump_json(),
+            "status": info.status.value,
+            "total": info.total_runs,
+            "done": 0,
+            "passes": 0,
+            "errors": 0,
+        }
+        if manifest is not None:
+            record["files"] = manifest.model_dump_json()
+        pipe = self.redis.pipeline()
+        pipe.hset(key, mapping=record)
+        pipe.zadd(self.keys.experiments(), {info.id: info.created_at})
+        pipe.execute()
+        if matrix.budget is not None:
+            self._ledger.set_limits(info.id, matrix.budget)
+        self._specs.add(info.id, specs)
+
+    def exists(self, exp_id: str) -> bool:
+        return bool(self.redis.exists(self.keys.experiment(exp_id)))
+
+    def info(self, exp_id: str) -> ExperimentInfo:
+        """The experiment's info with live status and counts."""
+        raw = self.redis.hgetall(self.keys.experiment(exp_id))
+        if not raw:
+            raise ExperimentNotFound(exp_id)
+        info = ExperimentInfo.model_validate_json(raw["info"])
+        return info.model_copy(
+            update={
+                # An adaptive experiment's total drops as its cells close (Waves.claim).
+                "total_runs": int(raw.get("total", info.total_runs)),
+                "status": ExperimentStatus(raw["status"]),
+                "completed_runs": int(raw.get("done", 0)),
+                "passes": int(raw.get("passes", 0)),
+                "errors": int(raw.get("errors", 0)),
+                "cancelled": int(raw.get("cancelled", 0)),
+                "not_run": int(raw.get("not_run", 0)),
+                "finished_at": float(raw["finished_at"]) if raw.get("finished_at") else None,
+            }
+        )
+
+    def matrix(self, exp_id: str, relocate: Callable[[Path], Path] | None = None) -> Matrix:
+        """The submitted matrix; `relocate` maps each of its paths (the submitter's) to
+        where this machine has the file (Manifest.relocation)."""
+        raw = self.redis.hget(self.keys.experiment(exp_id), "matrix")
+        if raw is None:
+            raise ExperimentNotFound(exp_id)
+        # Paths were resolved and checked at submit; a worker on another machine
+        # reports a missing file when it uses it, per run.
+        context = {"check_files": False, "relocate": relocate}
+        return Matrix.model_validate(json.loads(raw), context=context)
+
+    def set_status(
+        self, exp_id: str, status: ExperimentStatus, finished_at: float | None = None
+    ) -> None:
+        mapping: dict[str, Value] = {"status": status.value}
+        if finished_at is not None:
+            mapping["finished_at"] = finished_at
+        pipe = self.redis.pipeline()
+        pipe.hset(self.keys.experiment(exp_id), mapping=mapping)
+        pipe.publish(self.keys.status_channel(exp_id), status.value)
+        pipe.execute()
+
+    def status_changes(self, exp_id: str) -> PubSub:
+        """A subscription to the experiment's status changes (set_status), whose
+        get_message(timeout=...) waits for the next one."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.keys.status_channel(exp_id))
+        return pubsub
+
+    def reopen(self, exp_id: str) -> None:
+        """Back to running for a resume; the next aggregation sets finished_at again."""
+        key = self.keys.experiment(exp_id)
+        self.redis.hset(key, "status", ExperimentStatus.running.value)
+        self.redis.hdel(key, "finished_at", "sent")
+
+    def mark_sent(self, exp_id: str, default_queue: str) -> None:
+        """Every run of the experiment is on the broker, those without a queue of
+        their own in `default_queue`: from now on, one that is nowhere was lost
+        (the recovery sweep's unaccounted runs)."""
+        self.redis.hset(self.keys.experiment(exp_id), "sent", default_queue)
+
+    def sent_to(self, exp_id: str) -> str | None:
+        """The default queue the experiment's runs were sent to; None while sending."""
+        queue = self.redis.hget(self.keys.experiment(exp_id), "sent")
+        return str(queue) if queue else None
+
+    def note_chord(self, exp_id: str, group_id: str) -> None:
+        """The experiment's runs go out in chord `group_id` (a submit, each resume):
+        deleting the experiment removes that chord's Celery keys too."""
+        key = self.keys.experiment(exp_id)
+        chords = self.redis.hget(key, "chords") or ""
+        self.redis.hset(key, "chords", f"{chords} {group_id}".strip())
+
+    def all(self) -> list[ExperimentInfo]:
+        """Every experiment, oldest first."""
+        ids = self.redis.zrange(self.keys.experiments(), 0, -1)
+        return [self.info(exp_id) for exp_id in ids if self.exists(exp_id)]
+
+    def latest(self) -> str | None:
+        ids = self.redis.zrange(self.keys.experiments(), -1, -1)
+        return ids[0] if ids else None
+
+    def active(self, recent: int = 1000) -> list[str]:
+        """Experiments not yet aggregated (no finished_at), among the `recent` latest."""
+        ids = self.redis.zrange(self.keys.experiments(), -recent, -1)
+        pipe = self.redis.pipeline()
+        for exp_id in ids:
+            pipe.hmget(self.keys.experiment(exp_id), "status", "finished_at")
+        states = pipe.execute()
+        return [
+            i for i, (status, finished) in zip(ids, states, strict=True) if status and not finished
+        ]

@@ -1,0 +1,44 @@
+"""Each tier's health, for fail-fast: ``exp:{id}:health`` (the first results of each
+tier), ``exp:{id}:halted`` (tier -> the infrastructure error that stopped its
+runs) and ``exp:{id}:unrecognised`` (tier -> the transcript format its agent's
+output was not in).
+
+A tier is stopped at most once: counting a result and stopping the tier are one
+step (the NOTE_HEALTH script), and a delivery reads `halted` as it starts.
+"""
+
+from __future__ import annotations
+
+from core.store import scripts
+from core.store.client import TextClient
+from core.store.keys import Keys
+
+
+class Health:
+    def __init__(self, client: TextClient, keys: Keys):
+        self.redis = client
+        self.keys = keys
+        self._note = client.register_script(scripts.NOTE_HEALTH)
+
+    def note(self, exp_id: str, tier: str, infra_error: str | None, threshold: int) -> bool:
+        """Count a finished run toward its tier's fail-fast check (`infra_error`: the
+        run's infrastructure error, None for a result of the agent's own). True when
+        this run stopped the tier."""
+        stopped = self._note(
+            keys=[self.keys.health(exp_id), self.keys.halted(exp_id)],
+            args=[tier, infra_error or "", threshold],
+        )
+        return bool(stopped == "stopped")
+
+    def halted(self, exp_id: str) -> dict[str, str]:
+        """Tiers fail-fast stopped, with the infrastructure error that stopped each."""
+        return dict(self.redis.hgetall(self.keys.halted(exp_id)))
+
+    def note_unrecognised(self, exp_id: str, tier: str, transcript_format: str) -> None:
+        """A run of `tier` whose output its transcript parser did not recognise (the
+        first such run's format is kept)."""
+        self.redis.hsetnx(self.keys.unrecognised(exp_id), tier, transcript_format)
+
+    def unrecognised(self, exp_id: str) -> dict[str, str]:
+        """Tiers with a run whose output was not in their transcript format, and the format."""
+        return dict(self.redis.hgetall(self.keys.unrecognised(exp_id)))

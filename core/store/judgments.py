@@ -1,0 +1,25 @@
+"""The judgment cache: ``judgments``, shared by every experiment under the prefix,
+the judge's cache key -> a CachedJudgment JSON (the JudgmentCache the judge
+reads and fills). A key names everything an answer's meaning depends on, prompt
+version included, so no entry goes stale; two judges asking at once both write,
+and the later answer is kept.
+"""
+
+from __future__ import annotations
+
+from core.evaluation.judge import CachedJudgment
+from core.store.client import TextClient
+from core.store.keys import Keys
+
+
+class Judgments:
+    def __init__(self, client: TextClient, keys: Keys):
+        self.redis = client
+        self.keys = keys
+
+    def get(self, key: str) -> CachedJudgment | None:
+        raw = self.redis.hget(self.keys.judgments(), key)
+        return CachedJudgment.model_validate_json(raw) if raw else None
+
+    def put(self, key: str, judgment: CachedJudgment) -> None:
+        self.redis.hset(self.keys.judgments(), key, judgment.model_dump_json())
