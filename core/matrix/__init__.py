@@ -3,50 +3,35 @@ evaluation, judge, budget, report options), its assertions, and reading a YAML f
 into them. Pure: no broker, no HTTP, no subprocess (import-linter holds it so).
 """
 
-from core.matrix.loading import load_matrix
-from core.matrix.models import (
-    DEFAULT_GRADES,
-    MAX_WAIT_S,
-    AdaptiveRuns,
-    AgentConfig,
-    AgentOverride,
-    Artifacts,
-    Budget,
-    BundleConfig,
+from core.matrix.adaptive import AdaptiveRuns, StopWhen
+from core.matrix.agent import AgentConfig, AgentOverride, DockerSandbox
+from core.matrix.gates import (
     CommandJsonPath,
     CommandOutputContains,
     CommandOutputMatches,
     CommandSucceeds,
-    CompositeWeights,
-    Criterion,
-    DockerSandbox,
-    Evaluation,
-    EvidenceLimits,
-    ExpectedStep,
     FileContains,
     FileExists,
     FileMatches,
     Gate,
-    JudgeConfig,
-    Limits,
-    Matrix,
-    ModelPrice,
     NoTranscriptErrors,
-    ProcessConfig,
-    ReportOptions,
+    Script,
+)
+from core.matrix.judging import (
+    MAX_WAIT_S,
+    Criterion,
+    JudgeConfig,
     Rubric,
     RubricOutput,
-    Scenario,
     ScenarioJudge,
-    Scoring,
-    Script,
-    StopWhen,
-    Target,
-    Tier,
-    WorkspaceArchive,
-    load_rubric,
-    matrix_json_schema,
 )
+from core.matrix.loading import load_matrix, load_rubric
+from core.matrix.matrix import Matrix, matrix_json_schema
+from core.matrix.scenario import ExpectedStep, ProcessConfig, Scenario, Target
+from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, ReportOptions, Scoring
+from core.matrix.spend import Budget, Limits, ModelPrice
+from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
+from core.matrix.tier import Tier
 
 __all__ = [
     "DEFAULT_GRADES",

@@ -2,11 +2,12 @@
 
 A validation error names the file, the YAML line and column of the offending
 value, the field path and what was expected. Generic over the model: the
-matrix (core/matrix/loading.py) and rubrics (core/matrix/models.py) are both read here.
+matrix and its rubrics (core.matrix.loading) are both read here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,9 +45,15 @@ class ConfigError(Exception):
         super().__init__("\n".join(str(p) for p in problems))
 
 
-def load_yaml_model(path: Path, model: type[M], base_dir: Path | None = None) -> M:
+def load_yaml_model(
+    path: Path,
+    model: type[M],
+    base_dir: Path | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> M:
+    """`context`: what the model is given besides `base_dir` (core.matrix.fields)."""
     data, root = _read_yaml(path)
-    context = {"base_dir": base_dir or path.resolve().parent}
+    context = {**(context or {}), "base_dir": base_dir or path.resolve().parent}
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
@@ -134,7 +141,7 @@ def _is_union_tag(part: Any) -> bool:
     )
 
 
-_RUNS_TAGS = {"count", "adaptive"}  # core/matrix/models.py RunsPerTier
+_RUNS_TAGS = {"count", "adaptive"}  # core.matrix.adaptive RunsPerTier
 
 
 _GATE_TAGS = {

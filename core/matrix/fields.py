@@ -1,0 +1,91 @@
+"""What every model of the matrix is built from: the strict base, paths, patterns, numbers.
+
+A model here is a function of the matrix's text and the validation context
+(``model_validate(..., context=...)``), which the loading step (core.matrix.loading)
+fills and a stored matrix's reader (core.store) sets for a worker:
+
+- ``base_dir``: the matrix file's folder; relative paths resolve against it.
+- ``check_files``: whether the files the matrix names must exist (default: they must).
+  A stored matrix is read without: its files are the submitter's.
+- ``relocate``: the submitter's path of an input file -> the worker's copy of it.
+- ``environ``: the environment ``judge: {enabled: auto}`` is decided by (default: none).
+- ``read_rubric``: reads a scenario's rubric file, so that its errors are the matrix's
+  (default: the rubric is not read).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def context_of(info: ValidationInfo) -> dict[str, Any]:
+    return info.context or {}
+
+
+def resolve(value: Path, info: ValidationInfo) -> Path:
+    # Path.resolve reads the file system (links) and expanduser the home folder: they
+    # stay in the validator, as the resolved path is what a stored matrix holds and what
+    # the check that tier files are inside the matrix folder must see (a link in the
+    # folder to a file outside it is outside).
+    base = context_of(info).get("base_dir")
+    path = value.expanduser()
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    return path.resolve() if base is not None else path
+
+
+def relocated(path: Path, info: ValidationInfo) -> Path:
+    """An input file of a stored matrix read on a worker: the submitter's path -> the
+    worker's copy of it (core.files.bundle, Manifest.relocation). Outputs (the artifacts
+    folder) keep their path: every machine shares it."""
+    relocate = context_of(info).get("relocate")
+    return relocate(path) if relocate is not None else path
+
+
+def _existing(kind: Literal["file", "dir"]) -> Any:
+    # The one look at the file system a validator makes unasked: a missing file is an
+    # error at its key and YAML line, reported with the matrix's other problems, which
+    # only pydantic's own error of the field carries. `check_files: False` skips it.
+    def check(value: Path, info: ValidationInfo) -> Path:
+        path = resolve(value, info)
+        if context_of(info).get("check_files", True):
+            exists = path.is_file() if kind == "file" else path.is_dir()
+            if not exists:
+                raise ValueError(f"{kind} not found: {path}")
+        return relocated(path, info)
+
+    return AfterValidator(check)
+
+
+FilePath = Annotated[Path, _existing("file")]
+DirPath = Annotated[Path, _existing("dir")]
+
+
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return pattern
+
+
+Regex = Annotated[str, AfterValidator(_compiles)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
+
+
+def require_unique(values: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate {what} {value!r}; each must be unique")
+        seen.add(value)

@@ -1,0 +1,235 @@
+"""matrix.yaml as a whole: the experiment a user describes, as strict pydantic models.
+
+Everything that can be checked without running anything is checked here, so a
+bad matrix is refused before a single run is enqueued. Relative paths resolve
+against the matrix file's folder (validation context ``base_dir``; core.matrix.fields
+lists what else the context holds).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from core.matrix.adaptive import AdaptiveRuns, RunsPerTier
+from core.matrix.agent import AgentConfig
+from core.matrix.fields import Identifier, Strict, context_of, relocated, require_unique, resolve
+from core.matrix.judging import JudgeConfig
+from core.matrix.scenario import Scenario
+from core.matrix.scoring import ReportOptions, Scoring
+from core.matrix.spend import Budget, Limits, ModelPrice
+from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
+from core.matrix.tier import Tier
+
+
+class Matrix(Strict):
+    name: Identifier
+    description: str = ""
+    runs_per_tier: RunsPerTier = Field(
+        10, description="runs per tier per scenario, or {min, max, until} for adaptive waves"
+    )
+    budget: Budget | None = Field(None, description="a hard ceiling on the experiment's spend")
+    baseline: str | None = Field(None, description="uplift baseline tier (default: the first)")
+    agent: AgentConfig
+    # Before `tiers`: their validator reads it.
+    allow_outside_files: bool = Field(
+        False,
+        description="let tier files come from outside the matrix file's folder (they are "
+        "copied into every workspace, so the agent and the judge may see them)",
+    )
+    tiers: list[Tier] = Field(min_length=1)
+    scenarios: list[Scenario] = Field(min_length=1)
+    judge: JudgeConfig | None = None
+    scoring: Scoring = Field(default_factory=Scoring)
+    report: ReportOptions = Field(default_factory=ReportOptions)
+    pricing: dict[str, ModelPrice] = Field(default_factory=dict)
+    max_attempts: int = Field(
+        3, ge=1, le=20, description="deliveries of one run before it is an infra error"
+    )
+    lease_s: float = Field(
+        60.0,
+        ge=1.0,
+        le=3600.0,
+        allow_inf_nan=False,
+        description="a running run's lease: when its worker stops renewing it for this long, "
+        "the run is sent again",
+    )
+    fail_fast: int = Field(
+        3,
+        ge=0,
+        le=1000,
+        description="stop sending a tier's runs when its first this-many results are all the "
+        "same infrastructure error (the agent cannot start, setup fails); 0: never",
+    )
+    keep_workspaces: bool = False
+    evidence: EvidenceLimits = Field(default_factory=EvidenceLimits)
+    artifacts: Artifacts | None = Field(
+        None, description="store evidence as files in a shared folder instead of Redis"
+    )
+    workspace_archive: WorkspaceArchive | None = Field(
+        None, description="keep runs' workspaces in Redis (compressed, bounded) for rescore"
+    )
+    bundle: BundleConfig = Field(
+        default_factory=BundleConfig,
+        description="limits of the files shipped to workers with the experiment",
+    )
+    queue: str | None = None
+    secret_env: list[str] = Field(
+        default_factory=list, description="environment variables whose values are redacted"
+    )
+    base_dir: Path | None = Field(
+        None,
+        description="the folder agents, setup commands and gates get as $EVALFLEET_MATRIX_DIR "
+        "(default: the matrix file's folder, which relative paths always resolve against)",
+    )
+
+    @field_validator("tiers")
+    @classmethod
+    def _files_inside_matrix_folder(cls, tiers: list[Tier], info: ValidationInfo) -> list[Tier]:
+        # A source such as ../../etc/hostname or ~/.ssh/config would be handed to
+        # every agent. Checked where the matrix file is read; a stored matrix has
+        # absolute paths and no folder to check against.
+        base = context_of(info).get("base_dir")
+        if base is None or info.data.get("allow_outside_files"):
+            return tiers
+        folder = Path(base).resolve()
+        outside = [
+            f"tiers[{index}].files.{dest}: {source} is outside the matrix folder {folder}"
+            for index, tier in enumerate(tiers)
+            for dest, source in tier.files.items()
+            if not source.is_relative_to(folder)
+        ]
+        if outside:
+            raise ValueError(
+                "; ".join(outside) + ". Tier files are copied into every run's workspace, "
+                "where the agent (and the judge) can read them: move the file into the matrix "
+                "folder, or set `allow_outside_files: true` at the top level to allow it"
+            )
+        return tiers
+
+    @field_validator("base_dir")
+    @classmethod
+    def _default_base_dir(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        base = context_of(info).get("base_dir")
+        if value is None:
+            return Path(base).resolve() if base is not None else None
+        return relocated(resolve(value, info), info)
+
+    @model_validator(mode="after")
+    def _resolve_auto_judge(self, info: ValidationInfo) -> Matrix:
+        # Resolved once, against the environment the loading step gives (core.matrix.loading:
+        # the submitter's): workers see a plain bool. Before the cross-checks, which apply
+        # to the judges it turns on.
+        environ = context_of(info).get("environ", {})
+        key_env = self.judge.api_key_env if self.judge is not None else None
+        for scenario in self.scenarios:
+            judge = scenario.evaluation.judge
+            if judge is not None and judge.enabled == "auto":
+                judge.enabled = bool(
+                    self.judge is not None and (not key_env or environ.get(key_env))
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Matrix:
+        require_unique([t.id for t in self.tiers], "tier id")
+        require_unique([s.id for s in self.scenarios], "scenario id")
+        if self.baseline is not None and self.baseline not in {t.id for t in self.tiers}:
+            raise ValueError(
+                f"baseline {self.baseline!r} is not a tier; tiers are {[t.id for t in self.tiers]}"
+            )
+        for tier in self.tiers:
+            self.agent_for(tier)  # raises with the tier named
+        for scenario in self.scenarios:
+            if scenario.evaluation.judge_enabled:
+                self._check_judge(scenario)
+        return self
+
+    def _check_judge(self, scenario: Scenario) -> None:
+        if self.judge is None:
+            raise ValueError(
+                f"scenario {scenario.id!r} enables the judge but the matrix has no "
+                "top-level `judge:` section"
+            )
+        if self.judge.allow_self_judge:
+            return
+        for tier in self.tiers:
+            model = self.agent_for(tier).model
+            if model is not None and model == self.judge.model:
+                raise ValueError(
+                    f"judge model {model!r} is the model under test in tier {tier.id!r}; "
+                    "use another judge model or set judge.allow_self_judge: true"
+                )
+
+    @property
+    def baseline_tier(self) -> str:
+        return self.baseline or self.tiers[0].id
+
+    def tier(self, tier_id: str) -> Tier:
+        return next(t for t in self.tiers if t.id == tier_id)
+
+    def scenario(self, scenario_id: str) -> Scenario:
+        return next(s for s in self.scenarios if s.id == scenario_id)
+
+    def limits_for(self, tier: Tier, scenario: Scenario) -> Limits:
+        """The run's limits: the lower of the tier's and the scenario's, figure by figure."""
+        return (tier.limits or Limits()).combined(scenario.limits)
+
+    def queue_for(self, tier: Tier, scenario: Scenario) -> str | None:
+        """The queue a tier x scenario's runs go to; None: the workers' default."""
+        return tier.queue or scenario.queue or self.queue
+
+    def agent_for(self, tier: Tier) -> AgentConfig:
+        """The matrix agent with the tier's overrides merged in (env merged key by key)."""
+        if tier.agent is None:
+            return self.agent
+        override = tier.agent.model_dump(exclude_none=True)
+        inherited = self.agent.preset_filled()
+        if override.get("preset", self.agent.preset) != self.agent.preset:
+            # Another CLI: nothing of the matrix agent's CLI command line carries over.
+            inherited |= {"command", "transcript", "api_key_env", "permission_flags"}
+        merged = self.agent.model_dump(exclude_none=True, exclude=inherited)
+        merged["env"] = {**self.agent.env, **override.pop("env", {})}
+        merged.update(override)
+        try:
+            return AgentConfig.model_validate(merged, context={"check_files": False})
+        except ValueError as exc:
+            raise ValueError(f"tier {tier.id!r}: agent after overrides is invalid: {exc}") from None
+
+    @property
+    def adaptive(self) -> AdaptiveRuns | None:
+        return self.runs_per_tier if isinstance(self.runs_per_tier, AdaptiveRuns) else None
+
+    def runs_for(self, scenario: Scenario) -> int:
+        """The most runs each tier gets of `scenario`: its own `runs:`, else the matrix's
+        (an adaptive matrix's max)."""
+        if scenario.runs is not None:
+            return scenario.runs
+        adaptive = self.adaptive
+        if adaptive is not None:
+            return adaptive.max
+        assert isinstance(self.runs_per_tier, int)
+        return self.runs_per_tier
+
+    def first_wave(self, scenario: Scenario) -> int:
+        """The runs each tier of `scenario` gets at once: all, unless the matrix is adaptive."""
+        adaptive = self.adaptive
+        if adaptive is None or scenario.runs is not None:
+            return self.runs_for(scenario)
+        return adaptive.min
+
+    def first_wave_runs(self) -> int:
+        return len(self.tiers) * sum(self.first_wave(s) for s in self.scenarios)
+
+    def total_runs(self) -> int:
+        """The most runs the experiment may have (an adaptive one stops cells early)."""
+        return len(self.tiers) * sum(self.runs_for(s) for s in self.scenarios)
+
+
+def matrix_json_schema() -> dict[str, Any]:
+    schema = Matrix.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "evalfleet matrix.yaml"
+    return schema

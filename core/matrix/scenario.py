@@ -1,0 +1,67 @@
+"""`scenarios:`: the tasks every tier is run on, with their workspace, prompt and checks."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from core.matrix.fields import DirPath, FilePath, Identifier, Regex, Strict
+from core.matrix.scoring import Evaluation
+from core.matrix.spend import Limits
+
+
+class Target(Strict):
+    command_pattern: Regex | None = Field(
+        None, description="regex naming target-tool commands; group 1 is the subcommand"
+    )
+    help_pattern: Regex = r"(^|\s)(--help|-h)(\s|$)"
+
+
+class ExpectedStep(Strict):
+    pattern: Regex
+    weight: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
+
+
+class ProcessConfig(Strict):
+    """Inputs of the seed's process metrics, matched against the run's commands."""
+
+    expected_steps: list[ExpectedStep] = Field(default_factory=list)
+    goal_patterns: list[Regex] = Field(default_factory=list)
+    change_patterns: list[Regex] = Field(
+        default_factory=list, description="commands that count as changes (change fail %)"
+    )
+
+
+class Scenario(Strict):
+    id: Identifier
+    description: str = ""
+    workspace: DirPath | None = Field(None, description="template folder copied into each run")
+    setup: list[str] = Field(default_factory=list)
+    setup_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False)
+    prompt: str | None = None
+    prompt_file: FilePath | None = None
+    target: Target = Field(default_factory=Target)
+    evaluation: Evaluation = Field(default_factory=Evaluation)
+    process: ProcessConfig | None = None
+    queue: str | None = None
+    limits: Limits | None = Field(None, description="what each run may spend")
+    runs: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="runs per tier of this scenario, instead of the matrix's runs_per_tier "
+        "(a fixed count, also in an adaptive matrix)",
+    )
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> Scenario:
+        if (self.prompt is None) == (self.prompt_file is None):
+            raise ValueError("give exactly one of `prompt` or `prompt_file`")
+        return self
+
+    def prompt_text(self) -> str:
+        if self.prompt is not None:
+            return self.prompt
+        assert self.prompt_file is not None
+        return self.prompt_file.read_text(encoding="utf-8")
