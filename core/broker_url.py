@@ -10,14 +10,12 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import redis
 
+from core.errors import BrokerURLError
+
 ENV_BROKER = "EVALFLEET_BROKER_URL"
 # The schemes both Celery's broker (kombu) and redis-py read. redis-py's unix://
 # is not one: kombu knows no such transport.
 SCHEMES = ("redis", "rediss")
-
-
-class BrokerURLError(ValueError):
-    """A broker URL that Celery and redis-py cannot use; the message names the fix."""
 
 
 def configured_broker(explicit: str | None = None) -> str | None:

@@ -9,10 +9,7 @@ import math
 import os
 from typing import Literal
 
-
-class SettingError(ValueError):
-    """An EVALFLEET_* number that is not one; the message names the variable and the fix."""
-
+from core.errors import SettingError
 
 # What a numeric setting may be: a whole count of 1 or more, seconds above 0 (an
 # interval: 0 would spin), or seconds of 0 or more (a wait that may be none).

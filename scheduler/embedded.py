@@ -20,6 +20,7 @@ from pathlib import Path
 
 import redis
 
+from core.errors import EmbeddedError
 from core.evaluation.shell import kill_group
 from scheduler import standby
 from scheduler.standby import WORKER_MODULE
@@ -27,10 +28,6 @@ from worker.broker import EMBEDDED_STATE, STATE_DIR, running_embedded_broker
 
 _START_TIMEOUT_S = 20.0
 _UNBLOCK_EVERY_S = 0.02
-
-
-class EmbeddedError(RuntimeError):
-    pass
 
 
 def redis_server_binary() -> str:

@@ -26,6 +26,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from core.errors import WorkersDied
 from core.results.report import ExperimentStatus
 from core.store import Store
 from worker.recovery import BROKER_DOWN, recover
@@ -40,10 +41,6 @@ class Workers(Protocol):
     def log_path(self) -> object: ...
 
     def alive(self) -> bool: ...
-
-
-class WorkersDied(RuntimeError):
-    pass
 
 
 def follow(

@@ -9,6 +9,7 @@ import secrets
 import time
 from collections.abc import Iterator
 
+from core.errors import PlanTooLarge
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec, cell_specs
@@ -21,10 +22,6 @@ ENV_MAX_RUNS = "EVALFLEET_MAX_RUNS"
 
 def max_runs() -> int:
     return int(setting(ENV_MAX_RUNS))
-
-
-class PlanTooLarge(ValueError):
-    pass
 
 
 def new_experiment_id(matrix: Matrix, now: float | None = None) -> str:

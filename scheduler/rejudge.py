@@ -15,11 +15,12 @@ from celery.utils import uuid
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from core.errors import WorkersDied
 from core.evaluation.rejudge import RejudgePlan
 from core.matrix import Matrix
 from core.results.report import ExperimentReport
 from core.store import Store
-from scheduler.follow import Workers, WorkersDied
+from scheduler.follow import Workers
 from worker.sending import AGGREGATE_VERSION_TASK, REJUDGE_TASK, task_options
 from worker.tasks import finish_version
 

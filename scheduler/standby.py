@@ -12,13 +12,13 @@ the matrix is known to be good and Redis answers; from there it is the worker
 every mode starts (worker.__main__).
 
 Standard library only: this module runs before anything else is imported.
-A CLI that ends without using its standby (bad input, --help) kills it; one
-that dies leaves it reading the end of its stdin, on which it exits.
+A CLI that ends without using its standby (bad input, --help) kills it
+(`discard`, called by the console script as it ends); one that dies leaves it
+reading the end of its stdin, on which it exits.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 
 # core.broker_url.ENV_BROKER, named here so as not to import redis first.
 _ENV_BROKER = "EVALFLEET_BROKER_URL"
-_COMMANDS = {"submit", "resume"}  # those that start local workers as they begin (cli._drive)
+_COMMANDS = {"submit", "resume"}  # those that start local workers (Fleet.start_workers)
 
 # How every local worker is started (scheduler.embedded.worker_command). Not the
 # current folder first on sys.path (-P: this interpreter's only, the agents keep the
@@ -55,7 +55,6 @@ def prestart(args: Sequence[str]) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # as LocalWorkers: Ctrl-C reaches the CLI only
     )
-    atexit.register(_discard)
 
 
 def hand_over(
@@ -77,7 +76,8 @@ def hand_over(
     return proc
 
 
-def _discard() -> None:
+def discard() -> None:
+    """Stop the standby if no worker was handed to it."""
     global _standby
     if _standby is not None:
         _kill(_standby)

@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     from celery.utils.log import mlevel
     from celery.utils.nodenames import default_nodename, host_format
 
-    from core.settings import SettingError, check_settings
+    from core.errors import SettingError
+    from core.settings import check_settings
 
     try:
         check_settings()

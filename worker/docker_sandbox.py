@@ -51,9 +51,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import SetupError
 from core.evaluation.gates import Enclosure
 from core.matrix import AgentConfig, DockerSandbox
-from worker.workspace import RunDir, SetupError
+from worker.workspace import RunDir
 
 log = logging.getLogger(__name__)
 

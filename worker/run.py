@@ -34,12 +34,12 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
+from core.errors import BundleError, RetryLater, SetupError, WorkspaceTooLarge
 from core.evaluation.evaluate import evaluate_run
 from core.evaluation.shell import kill_groups_by_env, pid_mark
 from core.evidence.models import RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
-from core.files.archive import TooLarge, pack
-from core.files.bundle import BundleError
+from core.files.archive import pack
 from core.files.changes import snapshot
 from core.matrix import Matrix, WorkspaceArchive
 from core.metrics.pricing import price_for
@@ -56,7 +56,7 @@ from worker.evidence import end_delivery, keep_evidence
 from worker.files import local_matrix
 from worker.lease import Lease
 from worker.phase_clock import PhaseClock
-from worker.workspace import MARKER, RunDir, SetupError, clear_dead_deliveries, prepare, run_setup
+from worker.workspace import MARKER, RunDir, clear_dead_deliveries, prepare, run_setup
 
 Phase = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -72,15 +72,6 @@ MAX_OUTAGE_WAIT_S = 900.0
 T = TypeVar("T")
 # What a run's attempt produced: its result, and its evidence when it got as far as an agent.
 Attempted = tuple[RunResult, RunEvidence | None]
-
-
-class RetryLater(Exception):
-    """The run met a provider outage and has deliveries left: send it again in `wait_s`."""
-
-    def __init__(self, wait_s: float, outages: list[str]):
-        super().__init__(f"retry in {wait_s:g} s after: {outages[-1]}")
-        self.wait_s = wait_s
-        self.outages = outages
 
 
 def execute(
@@ -325,7 +316,7 @@ def _archive(
         return
     try:
         archive = pack(run_dir.workspace, config.max_bytes, commands, secrets)
-    except (TooLarge, OSError) as exc:
+    except (WorkspaceTooLarge, OSError) as exc:
         log.warning("run %s: %s", spec.run_id, exc)
         return
     store.workspaces.save(spec.experiment_id, spec.run_id, archive)

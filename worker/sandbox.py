@@ -16,7 +16,8 @@ from __future__ import annotations
 import shutil
 from typing import Literal
 
-from worker.workspace import RunDir, SetupError
+from core.errors import SetupError
+from worker.workspace import RunDir
 
 
 def sandbox_argv(sandbox: Literal["none", "bwrap"], run_dir: RunDir) -> list[str]:

@@ -21,16 +21,17 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore, Reject
 
 from core.analysis.aggregate import aggregate
+from core.errors import ExperimentNotFound, RetryLater
 from core.evaluation.rejudge import RejudgePlan
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results.run import RunResult, RunSpec
-from core.store import ExperimentNotFound, Store
+from core.store import Store
 from core.store.results import gc_paused
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.rejudge import rejudged
-from worker.run import REDIS_DOWN, RetryLater, execute
+from worker.run import REDIS_DOWN, execute
 from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
 from worker.waves import adaptive_report
 

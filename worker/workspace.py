@@ -36,16 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from core.errors import SetupError
 from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
 from core.matrix import Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
 # the delivery's folder name: what it left running is found by it.
 MARKER = "EVALFLEET_DELIVERY"
-
-
-class SetupError(Exception):
-    """The workspace could not be prepared: an infrastructure error, not the agent's."""
 
 
 def work_root() -> Path:

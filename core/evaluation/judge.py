@@ -43,9 +43,10 @@ from typing import Any, NamedTuple, Protocol
 
 from pydantic import ValidationError
 
+from core.errors import AnswerError, LLMError, UnusableURL
 from core.evidence.models import Excerpt, JudgeCall, JudgeEvidence, JudgeInputs
 from core.evidence.redact import redact, redact_record
-from core.llm.client import Deadline, LLMError, LLMHttp, LLMReply, UnusableURL, excerpt
+from core.llm.client import Deadline, LLMHttp, LLMReply, excerpt
 from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
 from core.results.record import Record
 from core.results.run import GateResult, JudgeResponse, JudgeResult
@@ -350,10 +351,6 @@ def _reminder(problem: str, rubric: Rubric) -> str:
 
 
 # --- the answer -------------------------------------------------------------------------------
-
-
-class AnswerError(ValueError):
-    """The judge's answer does not match the required format; the message says how."""
 
 
 _FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.DOTALL)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from core.errors import WorkspaceTooLarge
 from core.evidence.redact import MARKER, redact_record
 from core.results.record import Record
 from core.results.transcript import CommandRecord
@@ -31,10 +32,6 @@ class ArchivedWorkspace(Record):
     target_commands: list[CommandRecord] = Field(default_factory=list)
 
 
-class TooLarge(ValueError):
-    """The compressed workspace is above the matrix's `workspace_archive.max_bytes`."""
-
-
 def pack(
     workspace: Path,
     max_bytes: int,
@@ -42,7 +39,7 @@ def pack(
     secrets: Sequence[str] = (),
 ) -> ArchivedWorkspace:
     """The workspace with the secrets taken out of its files and of `commands`. Raises
-    TooLarge past `max_bytes` (compressed)."""
+    WorkspaceTooLarge past `max_bytes` (compressed)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
         for path in _entries(workspace):
@@ -58,7 +55,7 @@ def pack(
             tar.addfile(info, io.BytesIO(content))
     data = buffer.getvalue()
     if len(data) > max_bytes:
-        raise TooLarge(
+        raise WorkspaceTooLarge(
             f"workspace not archived: {len(data)} bytes compressed, above "
             f"workspace_archive.max_bytes ({max_bytes})"
         )

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from core.errors import BundleError
 from core.matrix import Artifacts, BundleConfig, Matrix
 from core.results.record import Record
 
@@ -41,10 +42,6 @@ MB = 1024 * 1024
 # The embedded broker's state folder (worker.broker), in the folder `scheduler`
 # runs in: never shipped, whatever `bundle.exclude` says.
 STATE_DIR = ".evalfleet"
-
-
-class BundleError(ValueError):
-    """The files cannot be shipped (too large, unreadable): the submit stops, nothing sent."""
 
 
 class Entry(Record):

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import certifi
 
+from core.errors import DeadlineExceeded, LLMError, UnusableURL
 from core.matrix import MAX_WAIT_S
 
 if TYPE_CHECKING:
@@ -53,18 +54,6 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # a long answer with tool calls is well un
 MAX_ERROR_BODY_CHARS = 200
 
 OnRetry = Callable[[str, float], None]  # (what failed, seconds until the next try)
-
-
-class LLMError(Exception):
-    """The call failed for good; the message is the reason to record."""
-
-
-class UnusableURL(LLMError):
-    """The URL cannot be requested at all (no scheme, unknown scheme)."""
-
-
-class DeadlineExceeded(LLMError):
-    """The call's deadline passed before a complete answer arrived."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from core.errors import ConfigError
 from core.settings import setting
 
 M = TypeVar("M", bound=BaseModel)
@@ -35,14 +36,6 @@ class ConfigProblem(BaseModel):
             where += f":{self.line}:{self.column or 1}"
         field = f" {self.field}:" if self.field else ""
         return f"{where}:{field} {self.message}"
-
-
-class ConfigError(Exception):
-    """One or more problems in a config file. The CLI prints them and exits 2."""
-
-    def __init__(self, problems: list[ConfigProblem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
 
 
 def load_yaml_model(

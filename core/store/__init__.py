@@ -2,6 +2,6 @@
 classes read and write each structure behind the Store facade.
 """
 
-from core.store.store import ExperimentNotFound, Store
+from core.store.store import Store
 
-__all__ = ["ExperimentNotFound", "Store"]
+__all__ = ["Store"]

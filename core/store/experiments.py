@@ -14,6 +14,7 @@ from pathlib import Path
 
 from redis.client import PubSub
 
+from core.errors import ExperimentNotFound
 from core.files.bundle import Manifest
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
@@ -22,11 +23,6 @@ from core.store.client import TextClient, Value
 from core.store.keys import Keys
 from core.store.ledger import Ledger
 from core.store.specs import Specs
-
-
-class ExperimentNotFound(KeyError):
-    def __str__(self) -> str:
-        return f"no experiment {self.args[0]!r} in this store (see `scheduler list`)"
 
 
 class Experiments:

@@ -20,7 +20,7 @@ from core.results.run import RunResult, RunSpec, RunStatus
 from core.store.attempts import Attempts
 from core.store.bundles import Bundles
 from core.store.client import BinaryClient, TextClient, connect
-from core.store.experiments import ExperimentNotFound, Experiments
+from core.store.experiments import Experiments
 from core.store.health import Health
 from core.store.judgments import Judgments
 from core.store.keys import Keys, key_prefix
@@ -32,8 +32,6 @@ from core.store.run_evidence import Evidence
 from core.store.specs import Specs
 from core.store.waves import Waves
 from core.store.workspaces import Workspaces
-
-__all__ = ["ExperimentNotFound", "Store"]
 
 
 class Store:

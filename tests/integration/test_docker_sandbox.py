@@ -27,6 +27,7 @@ import redis
 import yaml
 from pydantic import ValidationError
 
+from core.errors import SetupError
 from core.matrix import AgentConfig
 from core.results.run import RunStatus
 from core.store import Store
@@ -40,7 +41,7 @@ from worker.docker_sandbox import (
     container_env,
     sweep_orphans,
 )
-from worker.workspace import RunDir, SetupError
+from worker.workspace import RunDir
 
 IMAGE = "python:3.11-slim"  # CI provides it (.ci/docker-engine); elsewhere pulled
 

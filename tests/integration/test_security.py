@@ -27,6 +27,7 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Queue
 
+from core.errors import SetupError
 from core.evidence.models import Excerpt
 from core.matrix import Matrix, Scenario, Tier
 from core.results.report import ExperimentInfo, ExperimentStatus
@@ -39,7 +40,7 @@ from tests.support.llm_stub import LLMStub, RecordedRequest, Step, reply
 from worker.celery_app import create_app
 from worker.sandbox import sandbox_argv
 from worker.sending import RUN_TASK
-from worker.workspace import RunDir, SetupError, prepare
+from worker.workspace import RunDir, prepare
 
 # --- pickle -------------------------------------------------------------------------------
 

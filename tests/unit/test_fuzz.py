@@ -16,9 +16,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.evaluation.judge import AnswerError, parse_answer
+from core.errors import AnswerError, ConfigError
+from core.evaluation.judge import parse_answer
 from core.matrix import AgentConfig, Matrix, Rubric, load_matrix, load_rubric
-from core.matrix.yaml_model import ConfigError
 from core.results.run import JudgeResponse
 from core.results.transcript import Transcript
 from core.transcripts import FORMATS, parse_transcript

@@ -43,9 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from core.errors import DeadlineExceeded, LLMError
 from core.evaluation.shell import HeadTail, ShellResult, run_shell
 from core.evidence.redact import redact as redact_secrets
-from core.llm.client import Deadline, DeadlineExceeded, LLMError, LLMHttp, LLMReply
+from core.llm.client import Deadline, LLMHttp, LLMReply
 from core.matrix import AgentConfig, Limits, ModelPrice
 from core.metrics.limits import crossed, spend_of
 from core.results.transcript import AgentOutcome, ComponentType, LLMCallMetrics, Transcript

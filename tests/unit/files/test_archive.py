@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.files.archive import ArchivedWorkspace, TooLarge, pack, unpack
+from core.errors import WorkspaceTooLarge
+from core.files.archive import ArchivedWorkspace, pack, unpack
 from core.results.transcript import CommandRecord
 
 SECRET = "sk-secret-0123456789"
@@ -37,7 +38,7 @@ def test_a_workspace_comes_back_as_it_was_without_its_secrets(tmp_path: Path) ->
 
 def test_a_workspace_above_the_cap_is_not_kept(tmp_path: Path) -> None:
     (tmp_path / "big.bin").write_bytes(os.urandom(50_000))
-    with pytest.raises(TooLarge, match=r"above workspace_archive\.max_bytes"):
+    with pytest.raises(WorkspaceTooLarge, match=r"above workspace_archive\.max_bytes"):
         pack(tmp_path, 10_000, [])
 
 

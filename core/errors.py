@@ -1,0 +1,121 @@
+"""Every error evalfleet raises for a caller to see, in one hierarchy with one base.
+
+    EvalfleetError
+    ├── InputError ─ bad input, said before anything started (the CLI exits 2)
+    │   ├── ConfigError ─ problems in a matrix or rubric file, each with its place
+    │   ├── SettingError (ValueError) ─ an EVALFLEET_* number that is not one
+    │   ├── BrokerURLError (ValueError) ─ a broker URL Celery and redis-py cannot use
+    │   ├── BundleError (ValueError) ─ files that cannot be shipped to the workers
+    │   ├── PlanTooLarge (ValueError) ─ more runs than one experiment may have
+    │   └── ExperimentNotFound (KeyError) ─ no experiment of that id in the store
+    ├── FleetError ─ a good command the fleet could not carry out (the CLI exits 1)
+    │   ├── BrokerUnreachable ─ the configured broker does not answer
+    │   ├── EmbeddedError (RuntimeError) ─ the embedded Redis would not start
+    │   └── WorkersDied (RuntimeError) ─ the local workers exited before the report
+    ├── LLMError ─ a call to a model failed for good; the message is the reason to record
+    │   ├── UnusableURL ─ the URL cannot be requested at all
+    │   └── DeadlineExceeded ─ no complete answer before the call's deadline
+    ├── AnswerError (ValueError) ─ a judge's answer not in the rubric's format
+    ├── WorkspaceTooLarge (ValueError) ─ a workspace above `workspace_archive.max_bytes`
+    ├── SetupError ─ a run's workspace could not be prepared (an infrastructure error)
+    └── RetryLater ─ a provider outage: the run goes back to the queue for later
+
+The second bases keep the callers that catch ValueError, KeyError or RuntimeError
+(pydantic's validators, dict-like lookups) working. InputError and FleetError are
+raised themselves where no narrower class says more. A few exceptions stay private
+to their module, outside the hierarchy, because no caller ever sees them: they
+carry control flow within one function's reach (worker.grace's HandBack, a
+BaseException on purpose, and the OpenAI loop's deadline and API signals).
+
+Pure: imports nothing of evalfleet's, so the pure packages raise these too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class EvalfleetError(Exception):
+    """The base of every error evalfleet raises for a caller to handle."""
+
+
+class InputError(EvalfleetError):
+    """Bad input (a file, an option, an id); nothing was started."""
+
+
+class FleetError(EvalfleetError):
+    """The input was good, but the broker, the embedded Redis or the workers failed it."""
+
+
+class ConfigError(InputError):
+    """One or more problems in a config file. The CLI prints them and exits 2."""
+
+    def __init__(self, problems: Sequence[object]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class SettingError(InputError, ValueError):
+    """An EVALFLEET_* number that is not one; the message names the variable and the fix."""
+
+
+class BrokerURLError(InputError, ValueError):
+    """A broker URL that Celery and redis-py cannot use; the message names the fix."""
+
+
+class BundleError(InputError, ValueError):
+    """The files cannot be shipped (too large, unreadable): the submit stops, nothing sent."""
+
+
+class PlanTooLarge(InputError, ValueError):
+    """More runs than one experiment may have (EVALFLEET_MAX_RUNS)."""
+
+
+class ExperimentNotFound(InputError, KeyError):
+    def __str__(self) -> str:
+        return f"no experiment {self.args[0]!r} in this store (see `scheduler list`)"
+
+
+class BrokerUnreachable(FleetError):
+    """The configured broker does not answer."""
+
+
+class EmbeddedError(FleetError, RuntimeError):
+    """The embedded Redis of ./.evalfleet could not be started."""
+
+
+class WorkersDied(FleetError, RuntimeError):
+    """The local workers exited while an experiment or a report version was followed."""
+
+
+class LLMError(EvalfleetError):
+    """The call failed for good; the message is the reason to record."""
+
+
+class UnusableURL(LLMError):
+    """The URL cannot be requested at all (no scheme, unknown scheme)."""
+
+
+class DeadlineExceeded(LLMError):
+    """The call's deadline passed before a complete answer arrived."""
+
+
+class AnswerError(EvalfleetError, ValueError):
+    """The judge's answer does not match the required format; the message says how."""
+
+
+class WorkspaceTooLarge(EvalfleetError, ValueError):
+    """The compressed workspace is above the matrix's `workspace_archive.max_bytes`."""
+
+
+class SetupError(EvalfleetError):
+    """The workspace could not be prepared: an infrastructure error, not the agent's."""
+
+
+class RetryLater(EvalfleetError):
+    """The run met a provider outage and has deliveries left: send it again in `wait_s`."""
+
+    def __init__(self, wait_s: float, outages: list[str]):
+        super().__init__(f"retry in {wait_s:g} s after: {outages[-1]}")
+        self.wait_s = wait_s
+        self.outages = outages

@@ -1,0 +1,80 @@
+"""`scheduler`: validate, submit, follow and report evalfleet experiments.
+
+With --broker URL (or EVALFLEET_BROKER_URL) every command talks to that shared
+Redis; without, to the embedded Redis of ./.evalfleet, started on demand. One
+small module per command or group of commands, each doing options, prompts and
+printing over the Python API (evalfleet); what they share is scheduler.cli.context.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+import click
+
+from scheduler.cli import deletion, reading, report, running, show, validate, versions, worker
+from scheduler.cli.context import Commands
+
+
+@click.group(
+    cls=Commands,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+def main() -> None:
+    """Run AI-agent evaluation experiments over a Celery worker fleet.
+
+    \b
+    Examples:
+      scheduler validate examples/matrix.yaml
+      scheduler submit examples/matrix.yaml             # embedded: no servers needed
+      scheduler submit matrix.yaml --broker redis://host:6379/0 --wait
+      scheduler report EXP --format markdown
+    """
+
+
+for command in (
+    validate.validate,
+    validate.schema,
+    running.submit,
+    running.resume,
+    running.cancel,
+    versions.rejudge,
+    versions.rescore,
+    reading.list_,
+    reading.status,
+    report.report,
+    reading.compare,
+    show.show,
+    deletion.delete,
+    deletion.prune,
+    worker.worker,
+):
+    main.add_command(command)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run() -> int:
+    """`main` as the `scheduler` console script runs it; its exit status.
+
+    TERM (a cancelled CI job, `kill`) and HUP (a closed terminal) stop a command as
+    Ctrl-C does: an embedded experiment's workers and Redis run in sessions of their
+    own, out of the signal's reach, and only the command's own clean-up (its
+    CLIContext's) stops them."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupted)
+    try:
+        main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    except KeyboardInterrupt:  # before a command could say more (while importing)
+        print("\ninterrupted", file=sys.stderr)
+        code = 130
+    if isinstance(code, str):  # what sys.exit would print
+        print(code, file=sys.stderr)
+    return code if isinstance(code, int) else int(code is not None)

@@ -1,0 +1,212 @@
+"""What every command shares: the options many of them take, defined once and kept on
+one CLIContext; the Fleet, opened on first use and closed when the command ends;
+the stderr console; the printing of reports; and the one mapping of evalfleet's
+errors to exit codes.
+
+Exit codes: 1 an operational failure (broker unreachable, workers died) or, for
+`compare --fail-on-regression`, a regression; 2 bad input, nothing started;
+3 the experiment ran but some runs were infrastructure errors; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from core.broker_url import configured_broker
+from core.errors import ConfigError, EvalfleetError, InputError
+from core.results.report import ExperimentReport
+from core.stats.significance import CORRECTIONS
+from scheduler.fleet import Fleet
+from scheduler.report.render import FORMATS, NONFINITE
+from scheduler.report.sections import banner
+
+err = Console(stderr=True, highlight=False)
+USAGE_ERROR = 2
+INFRA_ERRORS = 3
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CLIContext:
+    """The options shared by many commands, as their options set them, and the Fleet
+    they talk to: opened on first use, closed (with what it started) at the end of
+    the command."""
+
+    def __init__(self) -> None:
+        self.broker: str | None = None
+        self.workers: int | None = None
+        self.wait = False
+        self.fmt = "table"
+        self.nonfinite = "string"
+        self.cleanup = contextlib.ExitStack()
+        self._fleet: Fleet | None = None
+
+    def fleet(self, *, create: bool = False) -> Fleet:
+        """The Fleet on --broker (else the embedded Redis; `create`: even where none
+        was ever started)."""
+        if self._fleet is None:
+            fleet = Fleet(self.broker, create=create, console=err)
+            self._fleet = self.cleanup.enter_context(fleet)
+        return self._fleet
+
+    def print_report(self, rendered: str, report: ExperimentReport, notice: bool = True) -> None:
+        """A rendered report on stdout, ending in one newline. CSV is rows only: what a
+        reader must see first (the budget's notice) goes to stderr, unless the caller
+        says it (`notice`)."""
+        if self.fmt == "csv" and notice:
+            for line in banner(report):
+                err.print(line, markup=False, soft_wrap=True)
+        click.echo(rendered, nl=not rendered.endswith("\n"))
+
+
+pass_cli = click.make_pass_decorator(CLIContext, ensure=True)
+
+
+class Commands(click.Group):
+    """The `scheduler` group: each command runs with a CLIContext, and an
+    EvalfleetError it raises ends it here, as one clear message and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        cli = ctx.ensure_object(CLIContext)
+        ctx.call_on_close(cli.cleanup.close)
+        try:
+            return super().invoke(ctx)
+        except EvalfleetError as exc:
+            ctx.exit(_said(exc))
+
+
+def _said(exc: EvalfleetError) -> int:
+    """Print `exc` for a person; its exit code: 2 for bad input, else 1 (FleetError, the
+    broker's or the workers' failure)."""
+    if isinstance(exc, ConfigError):
+        print_problems(exc)
+        err.print(
+            f"{len(exc.problems)} problem(s); nothing was started. "
+            "`scheduler schema` prints every accepted key."
+        )
+        return USAGE_ERROR
+    fail_line(str(exc))
+    return USAGE_ERROR if isinstance(exc, InputError) else 1
+
+
+def print_problems(exc: ConfigError) -> None:
+    for problem in exc.problems:
+        fail_line(str(problem))
+
+
+def fail_line(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True)
+
+
+def exit_if_infra_errors(report: ExperimentReport) -> None:
+    """Exit 3, naming the most common infrastructure error, when some runs had one."""
+    errors = report.experiment.errors
+    if errors:
+        reason, count = next(iter(report.error_reasons.items()))
+        err.print(
+            f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
+            f"of the statistics; most common ({count}): {reason}",
+            soft_wrap=True,
+            markup=False,
+        )
+        sys.exit(INFRA_ERRORS)
+
+
+def size(value: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def _keep(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """An option's callback that keeps its value on the CLIContext."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if name == "broker":
+            configured_broker(value)  # a malformed URL stops the command before it starts
+        setattr(ctx.ensure_object(CLIContext), name, value)
+
+    return keep
+
+
+broker_option = click.option(
+    "--broker",
+    envvar="EVALFLEET_BROKER_URL",
+    default=None,
+    metavar="URL",
+    expose_value=False,
+    callback=_keep("broker"),
+    help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
+    "else the embedded Redis under ./.evalfleet (`scheduler worker` joins it only while "
+    "it runs).",
+)
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    expose_value=False,
+    callback=_keep("workers"),
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
+nonfinite_option = click.option(
+    "--json-nonfinite",
+    "nonfinite",
+    type=click.Choice(NONFINITE),
+    default="string",
+    show_default=True,
+    expose_value=False,
+    callback=_keep("nonfinite"),
+    help='JSON: write Infinity and NaN as the strings "Infinity"/"NaN", or as null '
+    "(for jq, pandas and other readers of strict JSON numbers).",
+)
+
+
+def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default="table",
+        show_default=True,
+        expose_value=False,
+        callback=_keep("fmt"),
+    )
+
+
+def wait_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--wait", is_flag=True, expose_value=False, callback=_keep("wait"), help=help_text
+    )
+
+
+def budget_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--budget",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="USD",
+        help=help_text,
+    )
+
+
+def correction_option(default: str | None, default_help: str = "") -> Callable[[F], F]:
+    return click.option(
+        "--correction",
+        type=click.Choice(CORRECTIONS),
+        default=default,
+        show_default=default is not None,
+        help=" ".join(
+            [
+                "Multiple-comparison correction of every test: holm (family-wise error rate),",
+                "bh (Benjamini-Hochberg, false discovery rate) or none.",
+                *([default_help] if default_help else []),
+            ]
+        ),
+    )

@@ -1,0 +1,131 @@
+"""`scheduler list`, `status` and `compare`: the experiments, one's progress, two
+side by side."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from core.analysis.comparison import CORRECTION
+from scheduler.cli.context import (
+    CLIContext,
+    broker_option,
+    correction_option,
+    err,
+    format_option,
+    nonfinite_option,
+    pass_cli,
+    size,
+)
+from scheduler.experiments import compare as compare_experiments
+from scheduler.experiments import list_experiments, status_line
+from scheduler.experiments import status as experiment_status
+from scheduler.report.render import COMPARE_FORMATS, render_comparison
+
+
+@click.command("list")
+@broker_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of experiment records.")
+@pass_cli
+def list_(cli: CLIContext, as_json: bool) -> None:
+    """List experiments, oldest first, with what each takes in Redis (MEMORY USAGE of
+    its keys, summed; `stored_bytes` in JSON).
+
+    Example: scheduler list --json
+    """
+    listed = list_experiments(cli.fleet())
+    if as_json:
+        records = [
+            {
+                **e.info.model_dump(mode="json"),
+                "report_versions": e.report_versions,
+                "stored_bytes": e.stored_bytes,
+            }
+            for e in listed
+        ]
+        click.echo(json.dumps(records, indent=2))
+        return
+    if not listed:
+        click.echo("no experiments yet")
+    for e in listed:
+        later = e.report_versions[1:]
+        shown = status_line(e.info) + (f"  report versions 1-{later[-1]}" if later else "")
+        click.echo(f"{shown}  {size(e.stored_bytes)} stored")
+
+
+@click.command()
+@click.argument("experiment", required=False)
+@broker_option
+@click.option("--json", "as_json", is_flag=True)
+@pass_cli
+def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
+    """Progress of an experiment (default: the latest).
+
+    Example: scheduler status notes-guidance-20261122-101500-ab12
+    """
+    found = experiment_status(cli.fleet(), experiment)
+    click.echo(found.info.model_dump_json(indent=2) if as_json else status_line(found.info))
+    idle = found.idle_queues
+    if idle:
+        err.print(
+            f"no worker is taking runs from queue {', '.join(idle)}: start one with "
+            f"`scheduler worker --broker URL --queues {','.join(idle)}`",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+@click.command()
+@click.argument("experiment_a")
+@click.argument("experiment_b")
+@broker_option
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="Significance level of the family of tests.",
+)
+@correction_option(CORRECTION)
+@click.option(
+    "--fail-on-regression",
+    is_flag=True,
+    help="Exit 1 when a tier of B is significantly worse than in A after the correction "
+    "(a CI gate).",
+)
+@format_option(COMPARE_FORMATS)
+@nonfinite_option
+@pass_cli
+def compare(
+    cli: CLIContext,
+    experiment_a: str,
+    experiment_b: str,
+    alpha: float,
+    correction: str,
+    fail_on_regression: bool,
+) -> None:
+    """Compare experiment B against A, per tier and per tier x scenario.
+
+    Deltas of pass rate and median composite score with their effect sizes,
+    Fisher's exact test on passes and Mann-Whitney U on composite scores
+    (two-sided), all of them corrected together (--correction, Holm by
+    default) at --alpha. A tier regressed when either test finds it
+    significantly worse after the correction.
+
+    \b
+    Examples:
+      scheduler compare EXP_BASELINE EXP_CANDIDATE --format markdown
+      scheduler compare EXP_A EXP_B --fail-on-regression --alpha 0.01   # CI gate
+      scheduler compare EXP_A EXP_B --format github >> "$GITHUB_STEP_SUMMARY"
+    """
+    fleet = cli.fleet()
+    result = compare_experiments(
+        fleet, experiment_a, experiment_b, alpha=alpha, correction=correction
+    )
+    click.echo(render_comparison(result, cli.fmt, nonfinite=cli.nonfinite))
+    if result.regressions:
+        err.print(f"significantly worse in {experiment_b}: {', '.join(result.regressions)}")
+        if fail_on_regression:
+            sys.exit(1)

@@ -1,0 +1,126 @@
+"""`scheduler report`: an experiment's report, any version, in any format."""
+
+from __future__ import annotations
+
+import click
+
+from core.errors import InputError
+from scheduler.cli.context import (
+    CLIContext,
+    broker_option,
+    correction_option,
+    err,
+    format_option,
+    nonfinite_option,
+    pass_cli,
+)
+from scheduler.experiments import evidence_blobs, load_report, report_versions
+from scheduler.report.render import SCENARIO_FORMATS, render
+
+
+@click.command()
+@click.argument("experiment", required=False)
+@broker_option
+@format_option()
+@click.option(
+    "--runs",
+    is_flag=True,
+    help="Every run: json puts each RunResult under `runs`, csv gives one row per run "
+    "instead of the tier rows (html always has its run table).",
+)
+@correction_option(None, "Default: as the experiment's report was made (matrix `report:`).")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="Significance level of the family of tests (default: as the report was made).",
+)
+@click.option(
+    "--scenario",
+    metavar="ID",
+    default=None,
+    help="Table, markdown, html: the view of one scenario, its tiers' interaction metrics "
+    "side by side (the guidance comparison).",
+)
+@click.option(
+    "--version",
+    "version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The report version: 1 is the runs' own, 2, 3... each rejudge's or rescore's "
+    "(default: the latest; `scheduler list` shows them).",
+)
+@nonfinite_option
+@pass_cli
+def report(
+    cli: CLIContext,
+    experiment: str | None,
+    runs: bool,
+    correction: str | None,
+    alpha: float | None,
+    scenario: str | None,
+    version: int | None,
+) -> None:
+    """Print an experiment's report (default: the latest experiment, its latest version).
+
+    The table fits the terminal (COLUMNS when set, else 120 columns when stdout
+    is not a terminal). Pass rate is passes / runs counted (completed,
+    agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
+    and cancelled runs are counted apart. Every test against the baseline is
+    corrected with the others (Holm unless the matrix's `report:` or
+    --correction says otherwise); raw and adjusted p-values are both shown.
+    --format github is compact markdown for a PR comment or a job summary,
+    its verdict line first.
+
+    The html format is one file that opens offline: charts, tables and a run
+    table that filters by tier, scenario and outcome; click a run for its
+    evidence (gates, judge, transcript, stderr and stdout, attempts).
+
+    \b
+    Examples:
+      scheduler report EXP --format markdown > report.md
+      scheduler report EXP --format github >> "$GITHUB_STEP_SUMMARY"
+      scheduler report EXP --correction bh --alpha 0.1
+      scheduler report EXP --format html > report.html
+      scheduler report EXP --scenario create_notes
+      scheduler report EXP --format json --runs --json-nonfinite null | jq .tiers
+      scheduler report EXP --format csv --runs > runs.csv   # one row per run
+      scheduler report EXP --version 1      # the original, before any rejudge
+    """
+    fmt = cli.fmt
+    if scenario is not None and fmt not in SCENARIO_FORMATS:
+        raise InputError(
+            f"--scenario is a view for --format {', '.join(SCENARIO_FORMATS)}; {fmt} carries "
+            "every scenario already"
+        )
+    if runs and fmt not in ("json", "csv", "html"):
+        raise InputError(
+            f"--runs lists every run in --format json or csv, not {fmt} (html always has its "
+            "run table; `scheduler show RUN` gives one run's evidence)"
+        )
+    fleet = cli.fleet()
+    exp_id = fleet.experiment_id(experiment)
+    result = load_report(
+        fleet,
+        exp_id,
+        version=version,
+        runs=runs or fmt == "html",  # html: for its run table
+        correction=correction,
+        alpha=alpha,
+    )
+    evidence = evidence_blobs(fleet, exp_id) if fmt == "html" else None
+    latest = report_versions(fleet, exp_id)[-1]  # there is one: load_report found it
+    if latest > 1:
+        note = f" ({result.version_note})" if result.version_note else ""
+        err.print(
+            f"report version {version or latest} of {latest}{note}; --version N for another",
+            markup=False,
+            soft_wrap=True,
+        )
+    known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
+    if scenario is not None and scenario not in known:
+        raise InputError(
+            f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}"
+        )
+    rendered = render(result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence)
+    cli.print_report(rendered, result)

@@ -1,0 +1,193 @@
+"""`scheduler submit`, `resume` and `cancel`: an experiment sent to the fleet,
+followed to its report, sent again, or stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import click
+
+from scheduler.cli.context import (
+    CLIContext,
+    broker_option,
+    budget_option,
+    err,
+    exit_if_infra_errors,
+    format_option,
+    nonfinite_option,
+    pass_cli,
+    wait_option,
+    workers_option,
+)
+from scheduler.experiments import evidence_blobs, iter_runs
+from scheduler.plan import new_experiment_id
+from scheduler.report.render import render
+from scheduler.running import cancel as cancel_experiment
+from scheduler.running import resume as resume_experiment
+from scheduler.running import submit as submit_experiment
+from scheduler.running import wait
+from scheduler.validation import prepare
+
+
+@click.command()
+@click.argument("matrix_file", type=click.Path(dir_okay=False))
+@broker_option
+@wait_option("With a shared broker: follow until the report is ready.")
+@workers_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@format_option()
+@click.option(
+    "--keep-workspaces",
+    is_flag=True,
+    help="Keep each run's folder (under EVALFLEET_WORKDIR, default $TMPDIR/evalfleet) to inspect.",
+)
+@click.option(
+    "--artifacts",
+    metavar="DIR",
+    default=None,
+    help="Store each run's evidence as a file in DIR, a folder every worker shares "
+    "(overrides the matrix's `artifacts: {dir}`); Redis keeps its path.",
+)
+@budget_option(
+    "Ceiling on the agents' spend over the whole experiment, over the matrix's "
+    "budget.agent_usd: runs that do not fit are recorded not_run."
+)
+@nonfinite_option
+@pass_cli
+def submit(
+    cli: CLIContext,
+    matrix_file: str,
+    as_json: bool,
+    keep_workspaces: bool,
+    artifacts: str | None,
+    budget: float | None,
+) -> None:
+    """Validate a matrix and run every (tier, scenario, run) of it.
+
+    \b
+    Embedded (no broker): starts a private Redis under ./.evalfleet and local
+    workers, shows progress, prints the report and stops what it started.
+    Shared broker: enqueues, prints the experiment id and returns (--wait follows).
+
+    \b
+    Examples:
+      scheduler submit examples/matrix.yaml --workers 4
+      scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
+      scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
+      scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
+    """
+    checked = prepare(
+        matrix_file, budget=budget, keep_workspaces=keep_workspaces, artifacts=artifacts
+    )
+    if as_json:
+        cli.fmt = "json"
+    fleet = cli.fleet(create=True)
+    exp_id = new_experiment_id(checked.matrix)
+    if fleet.shared:
+        submit_experiment(fleet, checked, experiment_id=exp_id)
+        # Machine-readable output is the report alone on stdout: the id goes aside.
+        aside = cli.fmt == "json" or (cli.wait and cli.fmt in ("csv", "html"))
+        click.echo(exp_id, err=aside)
+        _follow_shared(cli, exp_id)
+        return
+    with _interrupted_embedded(exp_id):
+        submit_experiment(fleet, checked, workers=cli.workers, experiment_id=exp_id)
+        _print_report(cli, exp_id)
+
+
+@click.command()
+@click.argument("experiment")
+@broker_option
+@workers_option
+@wait_option("With a shared broker: follow until done.")
+@format_option()
+@budget_option(
+    "A new ceiling on the agents' spend of the whole experiment (what it spent so far "
+    "included); the runs not run for the budget are sent again."
+)
+@nonfinite_option
+@pass_cli
+def resume(cli: CLIContext, experiment: str, budget: float | None) -> None:
+    """Re-send the runs that have no result and are neither running nor queued (and,
+    of a cancelled experiment, those cancelled before they started; with --budget,
+    those the budget kept from starting), then aggregate.
+
+    \b
+    Examples:
+      scheduler resume notes-guidance-20261122-101500-ab12
+      scheduler resume EXP --broker redis://host:6379/0 --wait
+      scheduler resume EXP --budget 40     # raise the budget: the not-run runs run
+    """
+    fleet = cli.fleet()
+    if fleet.shared:
+        if resume_experiment(fleet, experiment, budget=budget) is not None:
+            _follow_shared(cli, experiment)
+        return
+    with _interrupted_embedded(experiment):
+        if resume_experiment(fleet, experiment, budget=budget, workers=cli.workers) is not None:
+            _print_report(cli, experiment)
+
+
+@click.command()
+@click.argument("experiment")
+@broker_option
+@pass_cli
+def cancel(cli: CLIContext, experiment: str) -> None:
+    """Cancel an experiment: runs not yet started are recorded as cancelled.
+
+    Example: scheduler cancel notes-guidance-20261122-101500-ab12
+    """
+    exp_id = cancel_experiment(cli.fleet(), experiment)
+    click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
+
+
+def _follow_shared(cli: CLIContext, exp_id: str) -> None:
+    """With --wait, the report once the fleet has run the experiment."""
+    if not cli.wait:
+        return
+    try:
+        _print_report(cli, exp_id)
+    except KeyboardInterrupt:
+        err.print(
+            f"\nstopped following; the fleet goes on running it: `scheduler status "
+            f"{exp_id}` follows it, `scheduler cancel {exp_id}` stops it",
+            soft_wrap=True,
+        )
+        sys.exit(130)
+
+
+@contextlib.contextmanager
+def _interrupted_embedded(exp_id: str) -> Iterator[None]:
+    """Ctrl-C while local workers run the experiment: say how to go on; the CLIContext
+    then stops the workers and the embedded Redis."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err.print(
+            f"\ninterrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
+            f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "
+            "would run them first)",
+            soft_wrap=True,
+        )
+        sys.exit(130)
+
+
+def _print_report(cli: CLIContext, exp_id: str) -> None:
+    """Follow the experiment to its report and print it (exit 3 on infrastructure errors)."""
+    fleet = cli.fleet()
+    report = wait(fleet, exp_id)
+    evidence = None
+    if cli.fmt == "html":  # its run table: every run with its evidence
+        report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id))})
+        evidence = evidence_blobs(fleet, exp_id)
+    rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence)
+    cli.print_report(rendered, report, notice=False)
+    if report.budget is not None and report.budget.reached:
+        err.print(
+            f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
+            soft_wrap=True,
+            markup=False,
+        )
+    exit_if_infra_errors(report)

@@ -1,0 +1,43 @@
+"""`scheduler validate` and `scheduler schema`: a matrix checked, and every key it accepts."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from core.matrix import matrix_json_schema
+from scheduler.cli.context import size
+from scheduler.validation import missing_clis, summary
+from scheduler.validation import validate as check
+
+
+@click.command()
+@click.argument("matrix_file", type=click.Path(dir_okay=False))
+def validate(matrix_file: str) -> None:
+    """Check a matrix file and summarize the plan (exit 2 on any problem).
+
+    Example: scheduler validate examples/matrix.yaml
+    """
+    checked = check(matrix_file)
+    matrix, bundle = checked.matrix, checked.bundle
+    click.echo(summary(matrix))
+    click.echo(
+        f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
+        f"{size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
+    )
+    for cli, tiers in missing_clis(matrix).items():
+        click.echo(
+            f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "
+            "PATH; the workers that run them need it",
+            err=True,
+        )
+
+
+@click.command()
+def schema() -> None:
+    """Print the JSON Schema of matrix.yaml (for editor completion).
+
+    Example: scheduler schema > matrix.schema.json
+    """
+    click.echo(json.dumps(matrix_json_schema(), indent=2))

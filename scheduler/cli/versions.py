@@ -1,0 +1,136 @@
+"""`scheduler rejudge` and `rescore`: a finished experiment's runs judged or gated
+again through the fleet, as a new report version beside the original."""
+
+from __future__ import annotations
+
+import click
+
+from core.errors import ConfigError, InputError
+from scheduler.cli.context import (
+    CLIContext,
+    broker_option,
+    err,
+    exit_if_infra_errors,
+    format_option,
+    nonfinite_option,
+    pass_cli,
+    print_problems,
+    wait_option,
+    workers_option,
+)
+from scheduler.report.render import render
+from scheduler.versions import NewVersion, wait_version
+from scheduler.versions import rejudge as rejudge_experiment
+from scheduler.versions import rescore as rescore_experiment
+
+
+@click.command()
+@click.argument("experiment")
+@broker_option
+@click.option("--judge-model", metavar="MODEL", default=None, help="Another judge model.")
+@click.option(
+    "--rubric",
+    "rubric_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Another rubric for every judged scenario (read here, sent with the tasks).",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(1, 20),
+    default=None,
+    help="Judgments per run (default: the matrix's judge.repeats).",
+)
+@workers_option
+@wait_option("With a shared broker: follow until the report.")
+@format_option()
+@nonfinite_option
+@pass_cli
+def rejudge(
+    cli: CLIContext,
+    experiment: str,
+    judge_model: str | None,
+    rubric_file: str | None,
+    repeats: int | None,
+) -> None:
+    """Judge every run of a finished experiment again from its stored evidence,
+    through the fleet, without starting any agent: a new report version (2, 3...)
+    beside the original, which is never overwritten.
+
+    \b
+    Judgments already asked (same transcript, rubric, judge model and prompt
+    version) come from the judgment cache at no cost; the output says how many.
+
+    \b
+    Examples:
+      scheduler rejudge EXP --judge-model gpt-4o            # a second opinion
+      scheduler rejudge EXP --repeats 5                     # measure the judge's noise
+      scheduler rejudge EXP --rubric rubrics/strict.yaml --broker redis://host:6379/0 --wait
+      scheduler report EXP --version 1                      # the original again
+    """
+    fleet = cli.fleet()
+    try:
+        version = rejudge_experiment(
+            fleet,
+            experiment,
+            judge_model=judge_model,
+            rubric=rubric_file,
+            repeats=repeats,
+            workers=cli.workers,
+        )
+    except ConfigError as exc:  # the rubric's: the matrix was checked when submitted
+        print_problems(exc)
+        raise InputError(
+            f"--rubric {rubric_file} is not a usable rubric; nothing was started"
+        ) from None
+    _print_version(cli, version)
+
+
+@click.command()
+@click.argument("experiment")
+@broker_option
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Take the gates of the experiment's scenarios from this matrix file (say, a fixed "
+    "gate); default: the experiment's own gates.",
+)
+@workers_option
+@wait_option("With a shared broker: follow until the report.")
+@format_option()
+@nonfinite_option
+@pass_cli
+def rescore(cli: CLIContext, experiment: str, matrix_file: str | None) -> None:
+    """Run the gates again on the runs' archived workspaces (matrix `workspace_archive:`),
+    and their judge with the new gates, through the fleet, without starting any agent:
+    a new report version beside the original. Runs without an archived workspace
+    (passed ones with `keep: failed`, ones above `max_bytes`) are kept as they were.
+
+    \b
+    Examples:
+      scheduler rescore EXP --matrix matrix.yaml        # gates fixed since the runs
+      scheduler rescore EXP --broker redis://host:6379/0 --wait
+      scheduler report EXP --version 1                  # the original again
+    """
+    fleet = cli.fleet()
+    version = rescore_experiment(fleet, experiment, gates_from=matrix_file, workers=cli.workers)
+    _print_version(cli, version)
+
+
+def _print_version(cli: CLIContext, version: NewVersion) -> None:
+    """The version's report once the fleet has made it, unless a shared broker without
+    --wait: then its number."""
+    fleet = cli.fleet()
+    if fleet.shared and not cli.wait:
+        click.echo(f"{version.experiment_id} version {version.version}", err=cli.fmt == "json")
+        return
+    result = wait_version(fleet, version)
+    cli.print_report(render(result, cli.fmt, nonfinite=cli.nonfinite), result)
+    if result.judge is not None:
+        err.print(
+            f"{result.judge.judgments} judgments, {result.judge.cached} from cache",
+            markup=False,
+        )
+    exit_if_infra_errors(result)

@@ -1,0 +1,93 @@
+"""`scheduler worker`: this machine joins the fleet (the process becomes a Celery worker)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from core.broker_url import configured_broker
+from core.errors import InputError
+from scheduler.cli.context import CLIContext, broker_option, pass_cli
+from scheduler.embedded import worker_command
+from worker.broker import running_embedded_broker
+from worker.sending import DEFAULT_QUEUE
+
+
+@click.command()
+@broker_option
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Runs at once in this worker (default: the CPU count).",
+)
+@click.option(
+    "--queues",
+    "-Q",
+    default=None,
+    help="Comma-separated queues to take runs from (default: EVALFLEET_QUEUE or evalfleet).",
+)
+@click.option(
+    "--until-idle",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Exit 0 once no task has run and the queues have stayed empty this long "
+    "(for CI jobs that should end when the experiment is drained).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="On SIGTERM, running runs may finish this long; then they go back to the queue "
+    "for another worker (default: EVALFLEET_SHUTDOWN_GRACE or 30).",
+)
+@click.option(
+    "--hostname",
+    "-n",
+    default=None,
+    metavar="NAME",
+    help="Celery node name shown in Flower, e.g. ci-3@%h (default: evalfleet-<pid>@<host>, "
+    "unique among the workers of one machine).",
+)
+@click.option("--loglevel", default="INFO", show_default=True)
+@pass_cli
+def worker(
+    cli: CLIContext,
+    concurrency: int | None,
+    queues: str | None,
+    until_idle: float | None,
+    grace: float | None,
+    hostname: str | None,
+    loglevel: str,
+) -> None:
+    """Start a Celery worker for evalfleet runs on this machine.
+
+    \b
+    Examples:
+      scheduler worker --broker redis://:pw@broker:6379/0 --concurrency 4
+      scheduler worker --queues evalfleet,gpu
+      scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
+    """
+    url = configured_broker(cli.broker) or running_embedded_broker()
+    if url is None:
+        raise InputError(
+            "no broker: pass --broker URL or set EVALFLEET_BROKER_URL (a worker joins the "
+            "embedded Redis under ./.evalfleet only while a `scheduler submit` here runs it)"
+        )
+    # Celery's default, celery@HOST, is the same for every worker of a machine:
+    # Flower then shows one. The pid stays the worker's own across the exec below.
+    command = worker_command(
+        concurrency or os.cpu_count() or 1,
+        (queues or DEFAULT_QUEUE).split(","),
+        hostname or f"evalfleet-{os.getpid()}@%h",
+        loglevel,
+    )
+    if until_idle is not None:
+        command += ["--until-idle", f"{until_idle:g}"]
+    if grace is not None:
+        command += ["--grace", f"{grace:g}"]
+    os.execvpe(command[0], command, {**os.environ, "EVALFLEET_BROKER_URL": url})

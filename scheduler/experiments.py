@@ -1,0 +1,277 @@
+"""Reading experiments back: the list, one's progress, its report (any version), its
+runs, one run with its evidence, and two compared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from core.analysis.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
+from core.errors import FleetError, InputError
+from core.evidence.models import RunRecord
+from core.results.report import (
+    ExperimentComparison,
+    ExperimentInfo,
+    ExperimentReport,
+    ExperimentStatus,
+)
+from core.results.run import RunResult
+from core.stats.significance import Correction
+from core.store.retention import stored_bytes
+from scheduler.fleet import Fleet
+from worker.sending import run_queues
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+
+@dataclass(frozen=True)
+class Listed:
+    info: ExperimentInfo
+    report_versions: list[int]
+    stored_bytes: int  # MEMORY USAGE of its keys, summed
+
+
+def list_experiments(fleet: Fleet) -> list[Listed]:
+    """Every experiment, oldest first, with its report versions and what it takes in Redis.
+
+    for listed in list_experiments(fleet): print(listed.info.id, listed.info.status)
+    """
+    store = fleet.store
+    infos = store.list_experiments()
+    sizes = stored_bytes(store)
+    return [Listed(i, store.report_versions(i.id), sizes.get(i.id, 0)) for i in infos]
+
+
+@dataclass(frozen=True)
+class Status:
+    info: ExperimentInfo
+    idle_queues: list[str]  # shared broker, still running: its queues no live worker takes
+
+
+def status(fleet: Fleet, experiment: str | None = None) -> Status:
+    """Progress of an experiment (default: the latest), and on a shared broker the
+    queues it waits on that no worker consumes."""
+    store = fleet.store
+    exp_id = fleet.experiment_id(experiment)
+    info = store.info(exp_id)
+    idle: list[str] = []
+    if fleet.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
+        app = fleet.app
+        default = store.sent_to(exp_id) or app.conf.task_default_queue
+        idle = _queues_without_workers(app, sorted(run_queues(store.matrix(exp_id), default)))
+    return Status(info, idle)
+
+
+def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
+    """The queues no live worker consumes (Celery's inspect: the workers answer)."""
+    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+    consumed = {q["name"] for worker_queues in replies.values() for q in worker_queues}
+    return [q for q in queues if q not in consumed]
+
+
+def status_line(info: ExperimentInfo) -> str:
+    """An experiment in one line: id, state, runs, passes, errors, when it was created."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
+    state = info.status.value
+    if info.status == ExperimentStatus.complete and info.errors:
+        state = f"complete with {info.errors} infrastructure errors"
+    ran = info.completed_runs - info.cancelled - info.not_run
+    not_run = f"  {info.not_run} not run (budget)" if info.not_run else ""
+    return (
+        f"{info.id}  {state:<9} {ran}/{info.total_runs} runs ran  {info.passes} passed  "
+        f"{info.errors} infrastructure errors  {info.cancelled} cancelled{not_run}  {when}"
+    )
+
+
+def report_versions(fleet: Fleet, experiment: str) -> list[int]:
+    """The experiment's report versions: 1 is the runs' own, 2, 3... each rejudge's or
+    rescore's; empty until it has finished."""
+    return fleet.store.report_versions(fleet.experiment_id(experiment))
+
+
+def load_report(
+    fleet: Fleet,
+    experiment: str | None = None,
+    *,
+    version: int | None = None,
+    runs: bool = False,
+    correction: str | None = None,
+    alpha: float | None = None,
+) -> ExperimentReport:
+    """The report of an experiment (default: the latest), as the pydantic model: its
+    latest version unless `version`, every RunResult under `runs` with `runs=True`,
+    and its tests corrected again with another `correction` (holm, bh, none) or
+    `alpha` if given.
+
+        report = load_report(fleet, exp_id, runs=True)
+        for tier, result in report.tiers.items(): print(tier, result.pass_rate)
+    """
+    store = fleet.store
+    exp_id = fleet.experiment_id(experiment)
+    versions = store.report_versions(exp_id)
+    if not versions:
+        raise FleetError(
+            f"experiment {exp_id} has no report yet ({status_line(store.info(exp_id))})"
+        )
+    if version is not None and version not in versions:
+        raise InputError(
+            f"experiment {exp_id} has no report version {version}; its versions: "
+            + ", ".join(map(str, versions))
+        )
+    shown = version or versions[-1]
+    report = store.report(exp_id, shown)
+    assert report is not None  # listed as stored
+    if runs:
+        report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id, shown))})
+    if correction is None and alpha is None:
+        return report
+    stored = report.multiplicity
+    return correct_report(
+        report,
+        cast(Correction, correction or (CORRECTION if stored is None else stored.correction)),
+        alpha or (ALPHA if stored is None else stored.alpha),
+    )
+
+
+def iter_runs(fleet: Fleet, experiment: str, version: int = 1) -> Iterator[RunResult]:
+    """Every run's RunResult: as it ran (version 1), or as a rejudge or rescore made it.
+
+    failed = [r.run_id for r in iter_runs(fleet, exp_id) if not r.passed]
+    """
+    store, exp_id = fleet.store, fleet.experiment_id(experiment)
+    yield from store.runs(exp_id) if version == 1 else store.version_runs(exp_id, version)
+
+
+def evidence_blobs(fleet: Fleet, exp_id: str) -> dict[str, bytes]:
+    """Every run's evidence as stored (compressed JSON), for the html run table.
+    Evidence kept as a file in an artifacts folder this machine does not see is
+    left out, and the Fleet's console says so."""
+    store = fleet.store
+    try:
+        return store.all_evidence_blobs(exp_id)
+    except OSError:
+        pass
+    found: dict[str, bytes] = {}
+    unreadable: list[str] = []
+    for run in store.runs(exp_id):
+        try:
+            evidence = store.evidence_blob(exp_id, run.run_id)
+        except OSError as exc:
+            unreadable.append(f"{run.run_id}: {exc}")
+            continue
+        if evidence is not None:
+            found[run.run_id] = evidence
+    if unreadable:
+        fleet.console.print(
+            f"note: the evidence of {len(unreadable)} run(s) is in an artifacts folder this "
+            f"machine cannot read, and not in the page (first: {unreadable[0]}); write the "
+            "report where that folder is mounted",
+            markup=False,
+            soft_wrap=True,
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    experiment_id: str
+    run_id: str
+    record: RunRecord  # result, evidence, deliveries
+    unreadable: str | None  # why its evidence is missing, when its file cannot be read here
+
+
+def load_run(fleet: Fleet, run: Sequence[str]) -> LoadedRun:
+    """One run with its evidence and deliveries. `run` is its id as one word
+    (EXP:TIER:SCENARIO:INDEX, or the end of one that only one run of the 100 latest
+    experiments has), or the four words EXP TIER SCENARIO INDEX.
+
+        loaded = load_run(fleet, ["notes-guidance-20261122-101500-ab12:T1:create_notes:3"])
+        print(loaded.record.result.status)
+    """
+    store = fleet.store
+    exp_id, run_id = _run_of(fleet, run)
+    note = None
+    try:
+        evidence = store.evidence(exp_id, run_id)
+    except OSError as exc:  # a file in an artifacts folder this machine does not see
+        evidence, note = None, f"the run's evidence file cannot be read here: {exc}"
+    attempts = evidence.attempts if evidence is not None else None
+    record = RunRecord(
+        result=store.run(exp_id, run_id),
+        evidence=evidence,
+        attempts=attempts or store.deliveries(exp_id, run_id),
+    )
+    return LoadedRun(exp_id, run_id, record, note)
+
+
+def _run_of(fleet: Fleet, words: Sequence[str]) -> tuple[str, str]:
+    """(experiment id, run id) of `load_run`'s words; InputError if there is no such run."""
+    store = fleet.store
+    if len(words) == 4:
+        exp_id = fleet.experiment_id(words[0])
+        run_id = ":".join(words)
+    elif len(words) == 1:
+        exp_id, run_id = words[0].rsplit(":", 3)[0], words[0]
+        if not store.exists(exp_id):
+            found = store.run_ids_ending(words[0])
+            if len(found) != 1:
+                listed = "; ".join(found[:5]) + ("; ..." if len(found) > 5 else "")
+                raise InputError(
+                    f"{len(found)} runs end with {words[0]!r}: {listed}; give more of the run id"
+                    if found
+                    else f"no run {words[0]!r}: give a run id as `report --format json --runs` "
+                    "lists them (EXPERIMENT:TIER:SCENARIO:INDEX), or EXP TIER SCENARIO INDEX"
+                )
+            run_id = found[0]
+            exp_id = run_id.rsplit(":", 3)[0]
+    else:
+        raise InputError(f"give one run id or EXP TIER SCENARIO INDEX, not {len(words)} words")
+    if not store.has_run(exp_id, run_id):
+        raise InputError(
+            f"experiment {exp_id} has no run {run_id.removeprefix(exp_id + ':')!r} "
+            "(its runs are TIER:SCENARIO:INDEX; `scheduler report EXP --format json --runs` "
+            "lists them)"
+        )
+    return exp_id, run_id
+
+
+def compare(
+    fleet: Fleet,
+    experiment_a: str,
+    experiment_b: str,
+    *,
+    alpha: float = ALPHA,
+    correction: str = CORRECTION,
+) -> ExperimentComparison:
+    """Experiment B against A, per tier and per tier x scenario, from their runs as they
+    ran: deltas with effect sizes, Fisher's exact and Mann-Whitney U tests corrected
+    together. The Fleet's console notes an unfinished experiment or a rejudged one.
+
+        result = compare(fleet, baseline_id, candidate_id)
+        assert not result.regressions
+    """
+    store = fleet.store
+    ids = [fleet.experiment_id(e) for e in (experiment_a, experiment_b)]
+    infos = [store.info(exp_id) for exp_id in ids]
+    runs = [store.runs(exp_id) for exp_id in ids]
+    versions = {exp_id: store.report_versions(exp_id) for exp_id in ids}
+    for info in infos:
+        if info.status != ExperimentStatus.complete:
+            fleet.say(f"note: {status_line(info)}: comparing the runs it has", soft_wrap=False)
+    for exp_id, numbers in versions.items():
+        if len(numbers) > 1:
+            # `report` shows the latest version: say that this is not it.
+            fleet.say(
+                f"note: {exp_id} has report versions {numbers[0]}-{numbers[-1]}; compare "
+                "reads its runs as they ran (version 1), not a rejudge's or rescore's"
+            )
+    result = compare_experiments(
+        infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
+    )
+    if not result.tiers:
+        raise InputError(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
+    return result

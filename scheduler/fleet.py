@@ -1,0 +1,168 @@
+"""The connection every command and every Python API call goes through: the store on
+the configured broker, or the embedded Redis of ./.evalfleet, and what was started
+for it.
+
+A Fleet opens nothing until its store is first asked for, and `close` (or the end
+of its `with` block) stops exactly what it started, last started first: the local
+workers, then the embedded Redis. Celery is imported only when a call needs the
+app, so the commands that only read the store never pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import redis
+from rich.console import Console
+
+from core.broker_url import configured_broker
+from core.errors import BrokerUnreachable, ExperimentNotFound, InputError
+from core.matrix import Matrix
+from core.store import Store
+from scheduler.embedded import EmbeddedRedis, LocalWorkers
+from worker.broker import STATE_DIR
+from worker.sending import DEFAULT_QUEUE, run_queues
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+
+class Fleet:
+    """evalfleet's store and workers as one connection.
+
+    `broker` is a redis:// or rediss:// URL of a shared broker; None takes
+    EVALFLEET_BROKER_URL, else the embedded Redis of ./.evalfleet, started on first
+    use (`create=True` lets it start where none was ever started). `queue` is the
+    queue runs are sent to (default: EVALFLEET_QUEUE, else evalfleet). Progress bars
+    and notes go to `console` (default: nowhere).
+
+        with Fleet("redis://broker:6379/0") as fleet:
+            print(fleet.store.latest())
+    """
+
+    def __init__(
+        self,
+        broker: str | None = None,
+        *,
+        create: bool = False,
+        queue: str | None = None,
+        console: Console | None = None,
+    ):
+        self.broker_url = configured_broker(broker)  # BrokerURLError now, not at first use
+        self.create = create
+        self.queue = queue or DEFAULT_QUEUE
+        self.console = console or Console(quiet=True)
+        self._cleanup = contextlib.ExitStack()
+        self._store: Store | None = None
+        self._url = ""
+        self._app: Celery | None = None
+        self.workers: LocalWorkers | None = None  # the local workers, once started
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop what this Fleet started (local workers, the embedded Redis)."""
+        self._cleanup.close()
+
+    @property
+    def shared(self) -> bool:
+        """True on a shared broker: the fleet's workers run elsewhere, on their own."""
+        return self.broker_url is not None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = self._open()
+        return self._store
+
+    @property
+    def url(self) -> str:
+        """The broker's URL, password included (the embedded one's once it runs)."""
+        if self._store is None:
+            self._store = self._open()
+        return self._url
+
+    @property
+    def app(self) -> Celery:
+        """The Celery app on the broker, for the calls that send runs or ask workers.
+        Imported here: Celery and the tasks take a third of a second that
+        `scheduler --help` and `validate` should not pay."""
+        if self._app is None:
+            from worker.celery_app import create_app
+
+            self._app = create_app(self.url, default_queue=self.queue)
+        return self._app
+
+    def start_workers(self, concurrency: int | None, queues: list[str]) -> LocalWorkers:
+        """Local worker processes on the embedded Redis (default: one per CPU), stopped
+        with the Fleet. Started before Celery is imported here: their start-up, the
+        longest wait of a short experiment, runs beside this process's own."""
+        local = LocalWorkers(self.url, concurrency or os.cpu_count() or 1, queues)
+        local.nudge = lambda: self._wake(local.hostname)
+        self.workers = self._cleanup.enter_context(local)
+        return local
+
+    def say(self, line: str, *, soft_wrap: bool = True) -> None:
+        """A note on the console (progress bars have it too)."""
+        self.console.print(line, soft_wrap=soft_wrap)
+
+    def _wake(self, hostname: str) -> None:
+        """A control message to one worker, no reply asked: an event its loop wakes for
+        (none when nothing was sent: the app, and Celery, were never needed)."""
+        if self._app is None:
+            return
+        from celery.utils.nodenames import host_format
+
+        self._app.control.broadcast("ping", destination=[host_format(hostname)], reply=False)
+
+    def queues(self, matrix: Matrix) -> list[str]:
+        """What local workers consume: the default queue first, then every queue the
+        matrix names."""
+        return [self.queue, *sorted(run_queues(matrix, self.queue) - {self.queue})]
+
+    def experiment_id(self, experiment: str | None) -> str:
+        """`experiment` when the store has it, the latest experiment when None."""
+        if experiment is None:
+            latest = self.store.latest()
+            if latest is None:
+                raise InputError(
+                    "no experiments yet; start one with `scheduler submit matrix.yaml`"
+                )
+            return latest
+        if not self.store.exists(experiment):
+            raise ExperimentNotFound(experiment)
+        return experiment
+
+    def _open(self) -> Store:
+        if self.broker_url is not None:
+            store = Store.from_url(self.broker_url)
+            try:
+                store.redis.ping()
+            except redis.RedisError as exc:
+                raise BrokerUnreachable(
+                    f"cannot reach the broker at {_safe(self.broker_url)}: {exc}"
+                ) from None
+            self._url = self.broker_url
+            return store
+        if not self.create and not STATE_DIR.is_dir():
+            raise InputError(
+                "no broker given and no embedded store in this folder (./.evalfleet); "
+                "pass --broker URL or run `scheduler submit` here first"
+            )
+        self._url = self._cleanup.enter_context(EmbeddedRedis()).url
+        return Store.from_url(self._url)
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url

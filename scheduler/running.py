@@ -1,0 +1,165 @@
+"""Running experiments: submit one, resume it, wait for its report, cancel it.
+
+On a shared broker the fleet's workers take the runs and these calls return once
+they are sent. On the embedded Redis the Fleet starts local workers first, and
+they run until the Fleet is closed: `wait` before that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import FleetError, InputError, WorkersDied
+from core.matrix import Budget
+from core.results.report import ExperimentReport, ExperimentStatus
+from core.results.run import RunSpec, RunStatus
+from core.store import Store
+from scheduler.fleet import Fleet
+from scheduler.plan import new_experiment_id
+from scheduler.validation import Checked, prepare
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What a submit or a resume sent."""
+
+    experiment_id: str
+    runs: int  # a submit: how many runs the experiment may have; a resume: how many it re-sent
+    local_workers: int | None  # the local worker processes (embedded); None on a shared broker
+
+
+def submit(
+    fleet: Fleet,
+    matrix: str | Path | Checked,
+    *,
+    workers: int | None = None,
+    experiment_id: str | None = None,
+) -> Sent:
+    """Record a new experiment of `matrix` (a matrix file, or one `prepare` checked)
+    and send its runs. Embedded, `workers` local worker processes (default: one per
+    CPU) start first and take them; the Fleet's console gets a line saying so.
+
+        with Fleet() as fleet:
+            sent = submit(fleet, "examples/matrix.yaml", workers=2)
+            report = wait(fleet, sent.experiment_id)
+    """
+    from scheduler.dispatch import start  # imports Celery (see Fleet.app)
+
+    checked = matrix if isinstance(matrix, Checked) else prepare(matrix)
+    exp_id = experiment_id or new_experiment_id(checked.matrix)
+    local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(checked.matrix))
+    total = start(fleet.app, fleet.store, checked.matrix, exp_id, checked.bundle)
+    if local is not None:
+        line = f"experiment {exp_id}: {total} runs on {local.concurrency} local workers"
+        fleet.say(line, soft_wrap=False)
+    return Sent(exp_id, total, local.concurrency if local is not None else None)
+
+
+def resume(
+    fleet: Fleet,
+    experiment: str,
+    *,
+    budget: float | None = None,
+    workers: int | None = None,
+) -> Sent | None:
+    """Re-send the runs of `experiment` that have no result and are neither running nor
+    queued: of a cancelled one, those cancelled before they started; with `budget` (a
+    new ceiling on the agents' spend of the whole experiment), those it kept from
+    starting. None when every run has a result. The Fleet's console gets what is re-sent.
+
+        with Fleet() as fleet:
+            if resume(fleet, exp_id, budget=40) is not None:
+                report = wait(fleet, exp_id)
+    """
+    from scheduler.dispatch import send  # both import Celery (see Fleet.app)
+    from worker.recovery import to_resend
+
+    store = fleet.store
+    exp_id = fleet.experiment_id(experiment)
+    matrix = store.matrix(exp_id)
+    info = store.info(exp_id)
+    app = fleet.app
+    if budget is not None and matrix.budget is None:
+        raise InputError(
+            f"experiment {exp_id} was submitted without a budget; --budget on resume "
+            "changes an experiment's budget (nothing was sent)"
+        )
+    # Never-started runs first: once they lose their results they are pending too.
+    cancelled = (
+        store.unrecord(exp_id, RunStatus.cancelled)
+        if info.status == ExperimentStatus.cancelled
+        else []
+    )
+    not_run: list[RunSpec] = []
+    if budget is not None and matrix.budget is not None:
+        not_run = raise_budget(store, exp_id, matrix.budget, budget)
+    pending = to_resend(app, store, exp_id)
+    # Runs still queued or running are left where they are: taken by the workers
+    # (the embedded ones started here), not sent a second time.
+    now = store.info(exp_id)  # unrecord took results back
+    waiting = now.total_runs - now.completed_runs - len(pending)
+    kept = (
+        f"; {now.not_run} runs not run for the budget stay so (`--budget USD` raises it)"
+        if now.not_run
+        else ""
+    )
+    if not pending and not waiting and store.report(exp_id) is not None:
+        fleet.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
+        return None
+    if pending:
+        store.reopen(exp_id)
+    unstarted = len(cancelled) + len(not_run)
+    fleet.say(
+        f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
+        f"before they started, "
+        + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
+        + f"{len(pending) - unstarted} with no result, lease or "
+        f"message; {waiting} still queued or running{kept}",
+    )
+    local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(matrix))
+    send(app, store, matrix, exp_id, pending, len(pending))
+    return Sent(exp_id, len(pending), local.concurrency if local is not None else None)
+
+
+def raise_budget(store: Store, exp_id: str, budget: Budget, agent_usd: float) -> list[RunSpec]:
+    """A new ceiling on the agents' spend of the experiment (the judge's stays as it is);
+    returns the runs the old one kept from starting, their results taken back."""
+    limits = store.ledger.state(exp_id).limits
+    store.ledger.set_limits(
+        exp_id, budget.model_copy(update={"agent_usd": agent_usd, "judge_usd": limits.get("judge")})
+    )
+    return store.unrecord(exp_id, RunStatus.not_run)
+
+
+def wait(fleet: Fleet, experiment: str) -> ExperimentReport:
+    """Block until the experiment's report exists, sweeping it for lost runs on the way
+    (a progress bar on the Fleet's console); its report. Raises WorkersDied when the Fleet's
+    local workers exit first.
+
+        report = wait(fleet, "notes-guidance-20261122-101500-ab12")
+        print(report.experiment.passes)
+    """
+    from scheduler.follow import follow  # imports Celery (see Fleet.app)
+
+    try:
+        follow(fleet.app, fleet.store, experiment, fleet.console, fleet.workers)
+    except WorkersDied as exc:
+        raise WorkersDied(
+            f"{exc}; the experiment can continue with `scheduler resume {experiment}`"
+        ) from None
+    report = fleet.store.report(experiment)
+    if report is None:
+        raise FleetError(f"experiment {experiment} ended without a report")
+    return report
+
+
+def cancel(fleet: Fleet, experiment: str) -> str:
+    """Cancel an experiment (its id): runs not yet started are recorded as cancelled,
+    running ones finish.
+
+        cancel(fleet, "notes-guidance-20261122-101500-ab12")
+    """
+    exp_id = fleet.experiment_id(experiment)
+    fleet.store.set_status(exp_id, ExperimentStatus.cancelled)
+    return exp_id

@@ -1,0 +1,190 @@
+"""A matrix file checked before anything starts: loaded, its plan's size and run
+times against the broker's limits, its artifacts folder, the files it ships; and
+the plan summarized in words (`scheduler validate`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import BundleError, InputError, PlanTooLarge
+from core.files.bundle import Bundle, collect
+from core.matrix import Artifacts, Budget, Matrix, load_matrix
+from core.metrics.pricing import price_for
+from scheduler.plan import check_size, describe_runs
+from worker.sending import configured_visibility_timeout_s, longest_run_s
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A matrix ready to run, and the files it ships to the workers."""
+
+    matrix: Matrix
+    bundle: Bundle
+
+
+def validate(matrix_file: str | Path) -> Checked:
+    """The matrix of `matrix_file`, checked as `submit` checks it (ConfigError,
+    PlanTooLarge, BundleError, InputError otherwise); nothing is started.
+
+        checked = validate("examples/matrix.yaml")
+        print(checked.matrix.total_runs(), checked.bundle.size)
+    """
+    matrix = load_matrix(matrix_file)
+    _check_runs(matrix)
+    return Checked(matrix, _bundle(matrix))
+
+
+def prepare(
+    matrix_file: str | Path,
+    *,
+    budget: float | None = None,
+    keep_workspaces: bool = False,
+    artifacts: str | Path | None = None,
+) -> Checked:
+    """`validate`, with what a submit may change: a ceiling on the agents' spend over
+    the matrix's `budget.agent_usd`, runs' folders kept, an artifacts folder over the
+    matrix's (made here, and checked writable)."""
+    matrix = load_matrix(matrix_file)
+    if budget is not None:
+        matrix.budget = (matrix.budget or Budget(agent_usd=budget)).model_copy(
+            update={"agent_usd": budget}
+        )
+    _check_runs(matrix)
+    if keep_workspaces:
+        matrix.keep_workspaces = True
+    if artifacts is not None:
+        matrix.artifacts = Artifacts(dir=os.path.abspath(artifacts))
+    _check_artifacts(matrix, "--artifacts" if artifacts is not None else str(matrix_file))
+    return Checked(matrix, _bundle(matrix))  # after the artifacts: that folder is not shipped
+
+
+def _check_runs(matrix: Matrix) -> None:
+    try:
+        check_size(matrix)
+    except PlanTooLarge as exc:
+        raise PlanTooLarge(f"{exc}; nothing was started") from None
+    longest, visibility_s = longest_run_s(matrix), configured_visibility_timeout_s()
+    if longest >= visibility_s:
+        raise InputError(
+            f"the longest run may take {longest:.0f} s, more than the broker's visibility timeout "
+            f"({visibility_s} s): Redis would hand it to a second worker. Lower "
+            "agent.timeout_s or raise EVALFLEET_VISIBILITY_TIMEOUT on workers and scheduler."
+        )
+
+
+def _bundle(matrix: Matrix) -> Bundle:
+    try:
+        return collect(matrix)
+    except BundleError as exc:
+        raise BundleError(f"{exc}; nothing was started") from None
+
+
+def _check_artifacts(matrix: Matrix, source: str) -> None:
+    """The evidence folder exists (made here) and this machine may write to it."""
+    if matrix.artifacts is None:
+        return
+    folder = matrix.artifacts.dir
+    where = source if source == "--artifacts" else f"{source}: artifacts.dir"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"{where}: cannot create {folder}: {exc.strerror}; give a folder you can write to"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{where}: {folder} is not writable here; give a folder you can write to")
+
+
+def missing_clis(matrix: Matrix) -> dict[str, list[str]]:
+    """The presets' CLIs that are not on PATH here, with the tiers that use them."""
+    missing: dict[str, list[str]] = {}
+    for tier in matrix.tiers:
+        cli = matrix.agent_for(tier).cli
+        if cli is not None and shutil.which(cli) is None:
+            missing.setdefault(cli, []).append(tier.id)
+    return missing
+
+
+def summary(matrix: Matrix) -> str:
+    """The plan in words: runs, tiers, scenarios, the judge and the budget."""
+    lines = [
+        f"{matrix.name}: {len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
+        f"{describe_runs(matrix)} = {matrix.total_runs()} runs"
+        + (" at most" if matrix.adaptive is not None else ""),
+        f"baseline: {matrix.baseline_tier}",
+    ]
+    for tier in matrix.tiers:
+        agent = matrix.agent_for(tier)
+        target = agent.command if agent.kind == "command" else f"openai loop @ {agent.base_url}"
+        extra = f", files: {', '.join(tier.files)}" if tier.files else ""
+        lines.append(
+            f"  tier {tier.id}: {agent.kind} ({target}), model {agent.model or '-'}, "
+            f"timeout {agent.timeout_s:g} s{extra}"
+        )
+    for scenario in matrix.scenarios:
+        gates = ", ".join(g.name or g.type for g in scenario.evaluation.gates) or "none"
+        judge = scenario.evaluation.judge
+        judged = f"judge >= {judge.pass_threshold:g}" if judge and judge.enabled else "no judge"
+        lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
+    lines.append(_judge_line(matrix))
+    if matrix.budget is not None:
+        lines.append(_budget_line(matrix, matrix.budget))
+    return "\n".join(lines)
+
+
+def _budget_line(matrix: Matrix, budget: Budget) -> str:
+    ceilings = [
+        f"{who} ${limit:g}"
+        for who, limit in (("agents", budget.agent_usd), ("judge", budget.judge_usd))
+        if limit is not None
+    ]
+    line = f"budget: {', '.join(ceilings)}"
+    if budget.prior_usd is not None:
+        line += f"; a run's cost before its tier x scenario has one: ${budget.prior_usd:g}"
+    judge = matrix.judge
+    judged = any(s.evaluation.judge_enabled for s in matrix.scenarios)
+    unpriced = judge is not None and price_for(judge.model, matrix.pricing) is None
+    if budget.judge_usd is not None and judged and judge is not None and unpriced:
+        line += (
+            f"\nwarning: the judge model {judge.model!r} has no price, so its spend is "
+            "unknown and judge_usd cannot count it: give it one under `pricing:`"
+        )
+    return line
+
+
+def _judge_line(matrix: Matrix) -> str:
+    """Which judge the runs will get, and why, said once."""
+    judged = [s.id for s in matrix.scenarios if s.evaluation.judge_enabled]
+    judge = matrix.judge
+    if judged and judge is not None:
+        repeats = f", {judge.repeats} judgments per run" if judge.repeats > 1 else ""
+        key = judge.api_key_env
+        unset = (
+            f"; {key} is not set here (the workers need it to judge: without it every judged "
+            "run is an infrastructure error)"
+            if key and not os.environ.get(key)
+            else ""
+        )
+        return (
+            f"judge: {judge.protocol} {judge.model} @ {judge.base_url}, "
+            f"for {len(judged)} of {len(matrix.scenarios)} scenarios{repeats}{unset}"
+        )
+    asked = [s.id for s in matrix.scenarios if s.evaluation.judge is not None]
+    if not asked:
+        return "judge: none (no scenario asks for one)"
+    if judge is None:
+        return (
+            "judge: off: scenarios ask for one with `enabled: auto` but the matrix has no "
+            "top-level `judge:` section"
+        )
+    key = judge.api_key_env
+    if key and not os.environ.get(key):
+        return (
+            f"judge: off: {key} is not set, so scenarios with `judge: {{enabled: auto}}` "
+            "run without one (set it to judge them)"
+        )
+    return "judge: off: every scenario's judge is disabled"

@@ -1,0 +1,179 @@
+"""New report versions of a finished experiment: its runs judged again (rejudge) or
+gated again on their archived workspaces (rescore), through the fleet, without
+starting any agent. Version 1, the runs' own, is never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import InputError, WorkersDied
+from core.evaluation.rejudge import RejudgePlan
+from core.matrix import Matrix, load_matrix, load_rubric
+from core.results.report import ExperimentReport
+from scheduler.experiments import status_line
+from scheduler.fleet import Fleet
+
+
+@dataclass(frozen=True)
+class NewVersion:
+    """A report version on its way: `wait_version` gives its report."""
+
+    experiment_id: str
+    plan: RejudgePlan  # plan.version is its number
+
+    @property
+    def version(self) -> int:
+        return self.plan.version
+
+
+def rejudge(
+    fleet: Fleet,
+    experiment: str,
+    *,
+    judge_model: str | None = None,
+    rubric: str | Path | None = None,
+    repeats: int | None = None,
+    workers: int | None = None,
+) -> NewVersion:
+    """Judge every run of a finished experiment again from its stored evidence, with
+    another judge model, rubric (a file) or number of judgments per run if given.
+    Judgments already asked come from the judgment cache at no cost.
+
+        version = rejudge(fleet, exp_id, judge_model="gpt-4o")
+        report = wait_version(fleet, version)
+    """
+    if judge_model is not None and not judge_model.strip():
+        raise InputError(
+            "--judge-model is empty: give the judge model's name, e.g. --judge-model gpt-4o"
+        )
+    # Read before the store is: a rubric with problems is a ConfigError, nothing started.
+    new_rubric = load_rubric(Path(rubric).resolve()) if rubric is not None else None
+    store = fleet.store
+    exp_id = finished(fleet, experiment)
+    matrix = store.matrix(exp_id)
+    if matrix.judge is None:
+        raise InputError(f"experiment {exp_id} has no judge (no top-level `judge:` in its matrix)")
+    # Whether judge inputs were kept is seen in one run's evidence, not in every
+    # run's (each is a decompression): runs judged before evidence was kept are
+    # kept as they were by the workers.
+    judged = [r.run_id for r in store.runs(exp_id) if r.judge is not None]
+    first = store.evidence(exp_id, judged[0]) if judged else None
+    if first is None or first.judge is None:
+        raise InputError(
+            f"no run of {exp_id} has stored judge inputs (evidence): nothing to judge "
+            "again; runs judged before evidence was kept cannot be rejudged"
+        )
+    overrides = {"model": judge_model, "repeats": repeats}
+    judge = matrix.judge.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    changed = [f"{k} {v}" for k, v in overrides.items() if v is not None]
+    changed += [f"rubric {rubric}"] if rubric else []
+    plan = {
+        "judge": judge,
+        "rubric": new_rubric,
+        "note": "rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
+    }
+    runs = store.info(exp_id).completed_runs
+    what = f"judging {len(judged)} of {runs} runs again with {judge.model} x{judge.repeats}"
+    return _send(fleet, exp_id, matrix, plan, what, workers)
+
+
+def rescore(
+    fleet: Fleet,
+    experiment: str,
+    *,
+    gates_from: str | Path | None = None,
+    workers: int | None = None,
+) -> NewVersion:
+    """Run the gates again on the runs' archived workspaces (matrix `workspace_archive:`),
+    and their judge with the new gates: the experiment's own gates, or those of the
+    scenarios of the matrix file `gates_from` (a gate fixed since). Runs without an
+    archived workspace are kept as they were.
+
+        version = rescore(fleet, exp_id, gates_from="matrix.yaml")
+        report = wait_version(fleet, version)
+    """
+    gates = {}
+    if gates_from is not None:
+        gates = {s.id: s.evaluation.gates for s in load_matrix(gates_from).scenarios}
+    store = fleet.store
+    exp_id = finished(fleet, experiment)
+    matrix = store.matrix(exp_id)
+    unknown = sorted(set(gates) - {s.id for s in matrix.scenarios})
+    if unknown:
+        raise InputError(
+            f"{gates_from}: scenarios {', '.join(unknown)} are not in experiment {exp_id} "
+            f"(its scenarios: {', '.join(s.id for s in matrix.scenarios)})"
+        )
+    archived = store.archived_runs(exp_id)
+    if not archived:
+        raise InputError(
+            f"no run of {exp_id} has an archived workspace: nothing to gate again; set "
+            "`workspace_archive: {keep: failed}` in the matrix to keep them"
+        )
+    plan = {
+        "rescore": True,
+        "gates": gates,
+        "note": "rescored" + (f": gates of {gates_from}" if gates_from else ""),
+    }
+    runs = store.info(exp_id).completed_runs
+    what = f"gating {archived} of {runs} runs again on their archived workspaces"
+    return _send(fleet, exp_id, matrix, plan, what, workers)
+
+
+def finished(fleet: Fleet, experiment: str) -> str:
+    """The id of `experiment`, which has its report (InputError if not yet)."""
+    exp_id = fleet.experiment_id(experiment)
+    if fleet.store.report(exp_id) is None:
+        info = fleet.store.info(exp_id)
+        raise InputError(f"experiment {exp_id} has not finished ({status_line(info)})")
+    return exp_id
+
+
+def _send(
+    fleet: Fleet,
+    exp_id: str,
+    matrix: Matrix,
+    plan_fields: dict[str, Any],
+    what: str,
+    workers: int | None,
+) -> NewVersion:
+    """What rejudge and rescore share: a new version, sent through the fleet (embedded:
+    to local workers started here)."""
+    from scheduler.rejudge import send_rejudge  # imports Celery (see Fleet.app)
+
+    store = fleet.store
+    judge = plan_fields.get("judge") or matrix.judge
+    key = judge.api_key_env if judge is not None else None
+    if not fleet.shared and key and not os.environ.get(key):
+        # The local workers judge with this shell's environment: every judgment would
+        # be an infrastructure error in a version that then shows by default.
+        raise InputError(
+            f"{key} is not set: the local workers need it to judge; nothing was started"
+        )
+    plan = RejudgePlan(version=store.new_version(exp_id), **plan_fields)
+    app = fleet.app
+    fleet.say(
+        f"experiment {exp_id}: report version {plan.version}, {what} (the others are kept "
+        "as they were)"
+    )
+    if not fleet.shared:
+        fleet.start_workers(workers, [app.conf.task_default_queue])
+    send_rejudge(app, store, matrix, exp_id, plan)
+    return NewVersion(exp_id, plan)
+
+
+def wait_version(fleet: Fleet, version: NewVersion) -> ExperimentReport:
+    """Block until the version's report exists (a progress bar on the Fleet's console);
+    its report. Raises WorkersDied when the Fleet's local workers exit first."""
+    from scheduler.rejudge import follow_version  # imports Celery (see Fleet.app)
+
+    try:
+        return follow_version(
+            fleet.store, version.experiment_id, version.plan, fleet.console, fleet.workers
+        )
+    except WorkersDied as exc:
+        raise WorkersDied(f"{exc}; version {version.version} is incomplete") from None

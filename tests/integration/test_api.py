@@ -1,0 +1,117 @@
+"""The Python API (evalfleet), as a notebook uses it: the example experiment submitted,
+waited for and read back as the pydantic models, on the session's Redis with real
+worker processes; and in embedded mode, where the Fleet starts and stops its own."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+import evalfleet
+from core.results.report import ExperimentStatus
+from core.results.run import RunStatus
+from tests.conftest import EXAMPLES, QUEUE, StartWorker
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_api_runs_the_example_and_reads_its_report_and_runs(
+    redis_url: str, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the example judges only with one
+    start_worker(concurrency=2)
+    with evalfleet.Fleet(redis_url, queue=QUEUE) as fleet:
+        sent = evalfleet.submit(fleet, EXAMPLES / "matrix.yaml")
+        assert sent.runs == 30 and sent.local_workers is None  # the fleet's workers take them
+        exp_id = sent.experiment_id
+        report = evalfleet.wait(fleet, exp_id)
+
+        assert isinstance(report, evalfleet.ExperimentReport)
+        assert report.experiment.id == exp_id
+        assert report.experiment.status == ExperimentStatus.complete
+        assert report.experiment.completed_runs == 30 and report.experiment.errors == 0
+        # The stand-in agent's skill: T2's stronger model passes more often than no guidance.
+        t0, t2 = report.tiers["T0"].pass_rate.mean, report.tiers["T2"].pass_rate.mean
+        assert t0 is not None and t2 is not None and t2 > t0
+
+        runs = list(evalfleet.iter_runs(fleet, exp_id))
+        assert sorted((r.tier, r.scenario, r.run_index) for r in runs) == sorted(
+            (t, s, i)
+            for t in ("T0", "T1", "T2")
+            for s in ("create_notes", "link_notes")
+            for i in range(5)
+        )
+        for run in runs:
+            assert run.status == RunStatus.completed, run.fail_reason
+            assert run.judge is None  # no OPENAI_API_KEY: `enabled: auto` is off
+            # No judge: a run passes exactly when every gate of its scenario did.
+            assert run.passed == all(g.passed for g in run.gates), run.run_id
+            assert run.gates_total == len(run.gates) == (5 if run.scenario == "create_notes" else 3)
+        passes = collections.Counter(r.tier for r in runs if r.passed)
+        assert {t: tier.passes for t, tier in report.tiers.items()} == {
+            t: passes[t] for t in ("T0", "T1", "T2")
+        }
+
+        with_runs = evalfleet.load_report(fleet, exp_id, runs=True)
+        assert with_runs.runs is not None
+        assert {r.run_id: r.passed for r in with_runs.runs} == {r.run_id: r.passed for r in runs}
+        assert evalfleet.report_versions(fleet, exp_id) == [1]
+
+        one = next(r for r in runs if r.scenario == "create_notes")
+        loaded = evalfleet.load_run(fleet, [one.run_id])
+        assert loaded.record.result == one
+        assert loaded.record.evidence is not None
+        gates = loaded.record.evidence.gates
+        assert len(gates) == len(one.gates) and gates[0].command == "my-tool list --format json"
+
+        listed = {e.info.id: e for e in evalfleet.list_experiments(fleet)}
+        assert listed[exp_id].info.passes == sum(passes.values())
+        assert listed[exp_id].stored_bytes > 0
+        assert evalfleet.status(fleet, exp_id).info.status == ExperimentStatus.complete
+
+        with pytest.raises(evalfleet.ExperimentNotFound) as missing:
+            evalfleet.load_report(fleet, f"{exp_id}-none")
+        assert isinstance(missing.value, evalfleet.InputError)
+        assert evalfleet.delete(fleet, exp_id).keys > 0
+        assert exp_id not in {e.info.id for e in evalfleet.list_experiments(fleet)}
+
+
+def test_an_embedded_fleet_runs_its_own_redis_and_workers_and_stops_them(
+    fleet_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EVALFLEET_BROKER_URL", raising=False)
+    monkeypatch.setenv("EVALFLEET_WORKDIR", fleet_env["EVALFLEET_WORKDIR"])
+    (tmp_path / "matrix.yaml").write_text(
+        """
+name: api-embedded
+runs_per_tier: 2
+agent: {command: "echo done > out.txt", timeout_s: 30}
+tiers: [{id: T0}]
+scenarios:
+  - id: s
+    prompt: p
+    evaluation: {gates: [{type: file_contains, path: out.txt, substring: done}]}
+"""
+    )
+    with pytest.raises(evalfleet.InputError, match="no embedded store in this folder"):
+        _ = evalfleet.Fleet().store  # where none was ever started
+
+    with evalfleet.Fleet(create=True) as fleet:
+        sent = evalfleet.submit(fleet, "matrix.yaml", workers=1)
+        assert sent.local_workers == 1
+        report = evalfleet.wait(fleet, sent.experiment_id)
+        workers = fleet.workers
+        assert workers is not None and workers.alive()
+    assert not workers.alive()  # closing the Fleet stopped what it started
+    assert not (tmp_path / ".evalfleet" / "redis.json").exists()
+
+    assert report.experiment.passes == 2
+    assert report.runs is None  # the report alone: iter_runs gives them
+    with evalfleet.Fleet() as fleet:  # the store reopens, its data kept
+        runs = list(evalfleet.iter_runs(fleet, sent.experiment_id))
+        outcomes = sorted((r.run_index, r.passed, r.gates[0].passed) for r in runs)
+        assert outcomes == [(0, True, True), (1, True, True)]
+        assert evalfleet.load_report(fleet).experiment.id == sent.experiment_id  # the latest

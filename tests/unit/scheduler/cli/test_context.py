@@ -1,0 +1,104 @@
+"""scheduler.cli.context: the one place errors become exit codes, and the shared options."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from core.errors import (
+    BrokerUnreachable,
+    ConfigError,
+    EvalfleetError,
+    ExperimentNotFound,
+    SettingError,
+    WorkersDied,
+)
+from scheduler.cli.context import (
+    CLIContext,
+    Commands,
+    broker_option,
+    format_option,
+    pass_cli,
+    size,
+    workers_option,
+)
+
+
+def group_raising(error: Exception) -> click.Group:
+    @click.group(cls=Commands)
+    def group() -> None:
+        pass
+
+    @group.command()
+    def fails() -> None:
+        raise error
+
+    return group
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (ExperimentNotFound("exp-1"), 2),
+        (SettingError("EVALFLEET_MAX_RUNS=x is not a whole number"), 2),
+        (BrokerUnreachable("cannot reach the broker at redis://host:6379/0: refused"), 1),
+        (WorkersDied("the local workers exited; see worker.log"), 1),
+    ],
+)
+def test_an_error_is_one_line_and_its_exit_code(error: EvalfleetError, code: int) -> None:
+    result = CliRunner().invoke(group_raising(error), ["fails"])
+    assert result.exit_code == code
+    assert result.stdout == ""
+    assert result.stderr == f"error: {error}\n"
+
+
+def test_a_config_error_lists_every_problem_then_what_to_do() -> None:
+    error = ConfigError(["m.yaml:2: runz: unknown key", "m.yaml:5: tiers: empty"])
+    result = CliRunner().invoke(group_raising(error), ["fails"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: m.yaml:2: runz: unknown key",
+        "error: m.yaml:5: tiers: empty",
+        "2 problem(s); nothing was started. `scheduler schema` prints every accepted key.",
+    ]
+
+
+def test_other_exceptions_are_bugs_with_their_traceback() -> None:
+    result = CliRunner().invoke(group_raising(ZeroDivisionError("x")), ["fails"])
+    assert isinstance(result.exception, ZeroDivisionError)
+
+
+def test_shared_options_land_on_the_context_and_a_bad_broker_stops_first() -> None:
+    seen: list[tuple[str | None, int | None, str]] = []
+
+    @click.group(cls=Commands)
+    def group() -> None:
+        pass
+
+    @group.command()
+    @broker_option
+    @workers_option
+    @format_option()
+    @pass_cli
+    def command(cli: CLIContext) -> None:
+        seen.append((cli.broker, cli.workers, cli.fmt))
+
+    runner = CliRunner()
+    args = ["command", "--broker", "redis://h:6379/0", "--workers", "3", "--format", "csv"]
+    assert runner.invoke(group, args, env={"EVALFLEET_BROKER_URL": None}).exit_code == 0
+    assert runner.invoke(group, ["command"], env={"EVALFLEET_BROKER_URL": None}).exit_code == 0
+    assert seen == [("redis://h:6379/0", 3, "csv"), (None, None, "table")]
+
+    bad = runner.invoke(group, ["command", "--broker", "http://h:6379"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: ") and len(seen) == 2
+
+
+def test_size() -> None:
+    assert [size(n) for n in (0, 1023, 1024, 5 * 1024**2, 3 * 1024**3)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KB",
+        "5.0 MB",
+        "3.0 GB",
+    ]

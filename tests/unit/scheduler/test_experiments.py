@@ -1,0 +1,32 @@
+"""scheduler.experiments: an experiment's status in one line."""
+
+from __future__ import annotations
+
+import time
+
+from core.results.report import ExperimentInfo, ExperimentStatus
+from scheduler.experiments import status_line
+
+CREATED = time.mktime((2026, 11, 22, 10, 15, 0, 0, 0, -1))
+
+
+def info(**fields: object) -> ExperimentInfo:
+    return ExperimentInfo.model_validate(
+        {"id": "exp", "name": "n", "total_runs": 10, "created_at": CREATED, **fields}
+    )
+
+
+def test_status_line_counts_the_runs_that_ran_apart_from_cancelled_and_not_run() -> None:
+    line = status_line(
+        info(status=ExperimentStatus.cancelled, completed_runs=9, cancelled=3, not_run=2, passes=1)
+    )
+    assert line == (
+        "exp  cancelled 4/10 runs ran  1 passed  0 infrastructure errors  3 cancelled  "
+        "2 not run (budget)  2026-11-22 10:15"
+    )
+
+
+def test_a_complete_experiment_with_errors_says_so_in_its_state() -> None:
+    line = status_line(info(status=ExperimentStatus.complete, completed_runs=10, errors=2))
+    assert line.startswith("exp  complete with 2 infrastructure errors 10/10 runs ran")
+    assert status_line(info(status=ExperimentStatus.running)).startswith("exp  running   0/10")
