@@ -1,4 +1,5 @@
-"""Embedded mode: a private Redis and local workers, started and stopped by the CLI.
+"""Embedded mode: a private Redis and local workers, started and stopped by a Fleet
+(scheduler.fleet), for a command or a Python API caller.
 
 The Redis keeps its data with AOF under ./.evalfleet, so `scheduler report`
 can reopen it after the experiment ended. It is the same code path as the
@@ -129,7 +130,7 @@ def _answers(url: str) -> bool:
 
 
 class LocalWorkers:
-    """A Celery worker (prefork, N processes) started as a child of the CLI."""
+    """A Celery worker (prefork, N processes) started as a child of this process."""
 
     def __init__(
         self, broker_url: str, concurrency: int, queues: Sequence[str], name: str = "embedded"
@@ -143,7 +144,7 @@ class LocalWorkers:
         self.log_path = STATE_DIR.resolve() / "worker.log"
         # Called right after SIGTERM to wake the worker: Celery's handler only sets a flag
         # its event loop reads between events, and an idle worker's next event is its
-        # next timer, up to a second away. The CLI sends a control message (a ping).
+        # next timer, up to a second away. The Fleet sends a control message (a ping).
         self.nudge: Callable[[], object] | None = None
 
     def __enter__(self) -> LocalWorkers:

@@ -8,14 +8,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import InputError, WorkersDied
-from core.evaluation.rejudge import RejudgePlan
 from core.matrix import Matrix, load_matrix, load_rubric
 from core.results.report import ExperimentReport
 from scheduler.experiments import status_line
 from scheduler.fleet import Fleet
+
+if TYPE_CHECKING:
+    # Imported where a plan is made: the evaluation's modules (gates, transcripts) are
+    # more than `scheduler --help` should import.
+    from core.evaluation.rejudge import RejudgePlan
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ def _send(
 ) -> NewVersion:
     """What rejudge and rescore share: a new version, sent through the fleet (embedded:
     to local workers started here)."""
+    from core.evaluation.rejudge import RejudgePlan
     from scheduler.rejudge import send_rejudge  # imports Celery (see Fleet.app)
 
     store = fleet.store
