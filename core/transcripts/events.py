@@ -25,7 +25,8 @@ FORMAT = "events-jsonl"
 
 
 class _Malformed(ValueError):
-    pass
+    """One event of the wrong shape: counted as malformed by parse_events, never raised
+    past it, so not one of core.errors (a caller sees only the count)."""
 
 
 def parse_events(text: str) -> Transcript:

@@ -141,12 +141,14 @@ class _Reply:
     tool_calls: list[_ToolCall]
 
 
+# The loop's own signals, caught in _Loop.run and turned into the run's outcome: no
+# caller ever sees them, so they stay here rather than in core.errors.
 class _DeadlineReached(Exception):
     """The agent's deadline passed; the message, if any, says where."""
 
 
 class _ApiError(Exception):
-    pass
+    """The API answered with an error or an unreadable response; the message says which."""
 
 
 class _Loop:
