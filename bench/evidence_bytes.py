@@ -86,7 +86,7 @@ def measure(fleet: Fleet, name: str, kb: int, runs: int, extra: str) -> dict[str
         """Redis's own figure for the keys, overhead included (every element counted)."""
         return sum(redis.memory_usage(name, samples=0) or 0 for name in names)
 
-    sample = fleet.store.run_evidence.get(exp_id, f"{exp_id}:T0:s0:0")
+    sample = fleet.store.evidence.get(exp_id, f"{exp_id}:T0:s0:0")
     assert sample is not None
     others = [
         keys.experiment(exp_id),

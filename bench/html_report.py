@@ -115,7 +115,7 @@ def seed(store: Store, folder: Path, runs_per_cell: int) -> str:
                 gates_passed=1 + passed,
             )
         )
-        store.run_evidence.save(_evidence(exp_id, spec.run_id, passed))
+        store.evidence.save(_evidence(exp_id, spec.run_id, passed))
     finish_experiment(store, exp_id)
     return exp_id
 

@@ -89,7 +89,7 @@ def _refuse_running(store: Store, experiment: str, force: bool) -> None:
 def _running(store: Store, exp_id: str) -> str | None:
     """How far the experiment is when it is still pending or running, else None."""
     try:
-        info = store.info(exp_id)
+        info = store.experiments.info(exp_id)
     except KeyError:  # ExperimentNotFound: keys left without a record, nothing runs
         return None
     if info.status not in (ExperimentStatus.pending, ExperimentStatus.running):

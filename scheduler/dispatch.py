@@ -52,9 +52,9 @@ def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str, bundle:
     wave): what `scheduler submit` does. Returns how many runs the experiment may have."""
     total = matrix.total_runs()
     # The files first: no worker sees the experiment before them.
-    store.save_bundle(experiment_id, bundle)
+    store.bundles.save(experiment_id, bundle)
     info = experiment_info(matrix, experiment_id, total)
-    store.create_experiment(info, matrix, manifest=bundle.manifest)
+    store.experiments.create(info, matrix, manifest=bundle.manifest)
     first = matrix.first_wave_runs()
     send(app, store, matrix, experiment_id, plan(matrix, experiment_id), first, record=True)
     return total
@@ -83,10 +83,10 @@ def send(
     )
     if not count:
         body.apply_async(args=(None,))
-        store.mark_sent(experiment_id, app.conf.task_default_queue)
+        store.experiments.mark_sent(experiment_id, app.conf.task_default_queue)
         return
     group_id = uuid()
-    store.note_chord(experiment_id, group_id)
+    store.experiments.note_chord(experiment_id, group_id)
     body.freeze(group_id=group_id)
     app.backend.set_chord_size(group_id, count)
     # Messages are the same for every run of a tier x scenario but for the run's own.
@@ -98,7 +98,7 @@ def send(
     index = 0
     while batch := list(itertools.islice(runs, BATCH_SIZE)):
         if record:
-            store.add_specs(experiment_id, batch)
+            store.specs.add(experiment_id, batch)
         pipe = store.redis.pipeline(transaction=False)
         queued: dict[str, list[str]] = {}
         for spec in batch:
@@ -111,7 +111,7 @@ def send(
         for queue, messages in queued.items():
             pipe.lpush(keys.queue_key(queue), *messages)
         pipe.execute()
-    store.mark_sent(experiment_id, app.conf.task_default_queue)
+    store.experiments.mark_sent(experiment_id, app.conf.task_default_queue)
 
 
 class Template:

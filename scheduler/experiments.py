@@ -41,9 +41,9 @@ def list_experiments(fleet: Fleet) -> list[Listed]:
     for listed in list_experiments(fleet): print(listed.info.id, listed.info.status)
     """
     store = fleet.store
-    infos = store.list_experiments()
+    infos = store.experiments.all()
     sizes = stored_bytes(store)
-    return [Listed(i, store.report_versions(i.id), sizes.get(i.id, 0)) for i in infos]
+    return [Listed(i, store.reports.versions(i.id), sizes.get(i.id, 0)) for i in infos]
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,14 @@ def status(fleet: Fleet, experiment: str | None = None) -> Status:
     queues it waits on that no worker consumes."""
     store = fleet.store
     exp_id = fleet.experiment_id(experiment)
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     idle: list[str] = []
     if fleet.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
         app = fleet.app
-        default = store.sent_to(exp_id) or app.conf.task_default_queue
-        idle = _queues_without_workers(app, sorted(run_queues(store.matrix(exp_id), default)))
+        default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
+        idle = _queues_without_workers(
+            app, sorted(run_queues(store.experiments.matrix(exp_id), default))
+        )
     return Status(info, idle)
 
 
@@ -90,7 +92,7 @@ def status_line(info: ExperimentInfo) -> str:
 def report_versions(fleet: Fleet, experiment: str) -> list[int]:
     """The experiment's report versions: 1 is the runs' own, 2, 3... each rejudge's or
     rescore's; empty until it has finished."""
-    return fleet.store.report_versions(fleet.experiment_id(experiment))
+    return fleet.store.reports.versions(fleet.experiment_id(experiment))
 
 
 def load_report(
@@ -112,10 +114,10 @@ def load_report(
     """
     store = fleet.store
     exp_id = fleet.experiment_id(experiment)
-    versions = store.report_versions(exp_id)
+    versions = store.reports.versions(exp_id)
     if not versions:
         raise FleetError(
-            f"experiment {exp_id} has no report yet ({status_line(store.info(exp_id))})"
+            f"experiment {exp_id} has no report yet ({status_line(store.experiments.info(exp_id))})"
         )
     if version is not None and version not in versions:
         raise InputError(
@@ -123,7 +125,7 @@ def load_report(
             + ", ".join(map(str, versions))
         )
     shown = version or versions[-1]
-    report = store.report(exp_id, shown)
+    report = store.reports.get(exp_id, shown)
     assert report is not None  # listed as stored
     if runs:
         report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id, shown))})
@@ -143,7 +145,7 @@ def iter_runs(fleet: Fleet, experiment: str, version: int = 1) -> Iterator[RunRe
     failed = [r.run_id for r in iter_runs(fleet, exp_id) if not r.passed]
     """
     store, exp_id = fleet.store, fleet.experiment_id(experiment)
-    yield from store.runs(exp_id) if version == 1 else store.version_runs(exp_id, version)
+    yield from store.results.all(exp_id) if version == 1 else store.reports.runs(exp_id, version)
 
 
 def evidence_blobs(fleet: Fleet, exp_id: str) -> dict[str, bytes]:
@@ -152,14 +154,14 @@ def evidence_blobs(fleet: Fleet, exp_id: str) -> dict[str, bytes]:
     left out, and the Fleet's console says so."""
     store = fleet.store
     try:
-        return store.all_evidence_blobs(exp_id)
+        return store.evidence.blobs(exp_id)
     except OSError:
         pass
     found: dict[str, bytes] = {}
     unreadable: list[str] = []
-    for run in store.runs(exp_id):
+    for run in store.results.all(exp_id):
         try:
-            evidence = store.evidence_blob(exp_id, run.run_id)
+            evidence = store.evidence.blob(exp_id, run.run_id)
         except OSError as exc:
             unreadable.append(f"{run.run_id}: {exc}")
             continue
@@ -196,14 +198,14 @@ def load_run(fleet: Fleet, run: Sequence[str]) -> LoadedRun:
     exp_id, run_id = _run_of(fleet, run)
     note = None
     try:
-        evidence = store.evidence(exp_id, run_id)
+        evidence = store.evidence.get(exp_id, run_id)
     except OSError as exc:  # a file in an artifacts folder this machine does not see
         evidence, note = None, f"the run's evidence file cannot be read here: {exc}"
     attempts = evidence.attempts if evidence is not None else None
     record = RunRecord(
-        result=store.run(exp_id, run_id),
+        result=store.results.get(exp_id, run_id),
         evidence=evidence,
-        attempts=attempts or store.deliveries(exp_id, run_id),
+        attempts=attempts or store.attempts.of(exp_id, run_id),
     )
     return LoadedRun(exp_id, run_id, record, note)
 
@@ -216,8 +218,8 @@ def _run_of(fleet: Fleet, words: Sequence[str]) -> tuple[str, str]:
         run_id = ":".join(words)
     elif len(words) == 1:
         exp_id, run_id = words[0].rsplit(":", 3)[0], words[0]
-        if not store.exists(exp_id):
-            found = store.run_ids_ending(words[0])
+        if not store.experiments.exists(exp_id):
+            found = store.specs.ids_ending(words[0])
             if len(found) != 1:
                 listed = "; ".join(found[:5]) + ("; ..." if len(found) > 5 else "")
                 raise InputError(
@@ -230,7 +232,7 @@ def _run_of(fleet: Fleet, words: Sequence[str]) -> tuple[str, str]:
             exp_id = run_id.rsplit(":", 3)[0]
     else:
         raise InputError(f"give one run id or EXP TIER SCENARIO INDEX, not {len(words)} words")
-    if not store.has_run(exp_id, run_id):
+    if not store.specs.has(exp_id, run_id):
         raise InputError(
             f"experiment {exp_id} has no run {run_id.removeprefix(exp_id + ':')!r} "
             "(its runs are TIER:SCENARIO:INDEX; `scheduler report EXP --format json --runs` "
@@ -256,9 +258,9 @@ def compare(
     """
     store = fleet.store
     ids = [fleet.experiment_id(e) for e in (experiment_a, experiment_b)]
-    infos = [store.info(exp_id) for exp_id in ids]
-    runs = [store.runs(exp_id) for exp_id in ids]
-    versions = {exp_id: store.report_versions(exp_id) for exp_id in ids}
+    infos = [store.experiments.info(exp_id) for exp_id in ids]
+    runs = [store.results.all(exp_id) for exp_id in ids]
+    versions = {exp_id: store.reports.versions(exp_id) for exp_id in ids}
     for info in infos:
         if info.status != ExperimentStatus.complete:
             fleet.say(f"note: {status_line(info)}: comparing the runs it has", soft_wrap=False)

@@ -40,7 +40,7 @@ class Fleet:
     and notes go to `console` (default: nowhere).
 
         with Fleet("redis://broker:6379/0") as fleet:
-            print(fleet.store.latest())
+            print(fleet.store.experiments.latest())
     """
 
     def __init__(
@@ -130,13 +130,13 @@ class Fleet:
     def experiment_id(self, experiment: str | None) -> str:
         """`experiment` when the store has it, the latest experiment when None."""
         if experiment is None:
-            latest = self.store.latest()
+            latest = self.store.experiments.latest()
             if latest is None:
                 raise InputError(
                     "no experiments yet; start one with `scheduler submit matrix.yaml`"
                 )
             return latest
-        if not self.store.exists(experiment):
+        if not self.store.experiments.exists(experiment):
             raise ExperimentNotFound(experiment)
         return experiment
 

@@ -59,7 +59,7 @@ def follow(
         console=console,
         transient=False,
     )
-    info = store.info(exp_id)
+    info = store.experiments.info(exp_id)
     announced: set[str] = set()
     warned: set[str] = set()
     said: set[str] = set()
@@ -72,7 +72,7 @@ def follow(
                 raise WorkersDied(f"the local workers exited; see {workers.log_path}")
             try:
                 waits.subscribe()  # before reading: no change falls between the two
-                info = store.info(exp_id)
+                info = store.experiments.info(exp_id)
                 # An adaptive experiment's total drops as its cells stop (worker.waves).
                 progress.update(
                     task,
@@ -84,7 +84,7 @@ def follow(
                 _announce_halts(store, exp_id, console, announced)
                 _announce_budget(store, exp_id, console, said)
                 _announce_unrecognised(store, exp_id, console, warned)
-                if info.status in _DONE and store.report(exp_id) is not None:
+                if info.status in _DONE and store.reports.get(exp_id) is not None:
                     return
                 if time.monotonic() - swept >= _SWEEP_S:
                     recover(app, store, exp_id)
@@ -107,7 +107,7 @@ class _StatusWait:
 
     def subscribe(self) -> None:
         if self.changes is None:
-            self.changes = self.store.status_changes(self.exp_id)
+            self.changes = self.store.experiments.status_changes(self.exp_id)
 
     def wait(self) -> None:
         if self.changes is not None:
@@ -130,7 +130,7 @@ def _announce_unrecognised(
 ) -> None:
     """Say once per tier that its agent's output is not in the format the matrix names:
     every such run is an agent error, and the likely cause is the matrix, not the agent."""
-    for tier, fmt in store.unrecognised_tiers(exp_id).items():
+    for tier, fmt in store.health.unrecognised(exp_id).items():
         if tier in announced:
             continue
         console.print(
@@ -160,10 +160,10 @@ def _announce_budget(store: Store, exp_id: str, console: Console, said: set[str]
 
 def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[str]) -> None:
     """Say at once, and once, that fail-fast stopped a tier: its set-up is broken."""
-    halted = {t: r for t, r in store.halted_tiers(exp_id).items() if t not in announced}
+    halted = {t: r for t, r in store.health.halted(exp_id).items() if t not in announced}
     if not halted:
         return
-    matrix = store.matrix(exp_id)
+    matrix = store.experiments.matrix(exp_id)
     for tier, reason in halted.items():
         agent = matrix.agent_for(matrix.tier(tier))
         command = agent.command if agent.kind == "command" else f"openai loop @ {agent.base_url}"

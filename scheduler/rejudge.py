@@ -31,7 +31,7 @@ _MARGIN_S = 60.0
 
 def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan) -> int:
     """Send a rejudge of every run of the experiment; returns how many were sent."""
-    runs = sorted(store.runs(exp_id), key=lambda r: r.run_id)
+    runs = sorted(store.results.all(exp_id), key=lambda r: r.run_id)
     budget = task_budget_s(matrix, plan)
     payload = plan.model_dump(mode="json")
     body = app.signature(
@@ -83,7 +83,7 @@ def follow_version(
 ) -> ExperimentReport:
     """Block until the version's report exists; aggregates it here when every run has
     its result but the chord's body did not come (a worker lost on the way)."""
-    total = store.info(exp_id).completed_runs
+    total = store.experiments.info(exp_id).completed_runs
     progress = Progress(
         TextColumn(f"[bold]{'rescore' if plan.rescore else 'rejudge'} v{plan.version}"),
         BarColumn(),
@@ -96,11 +96,11 @@ def follow_version(
         while True:
             if workers is not None and not workers.alive():
                 raise WorkersDied(f"the local workers exited; see {workers.log_path}")
-            report = store.report(exp_id, plan.version)
+            report = store.reports.get(exp_id, plan.version)
             if report is not None:
                 progress.update(task, completed=total)
                 return report
-            done = store.version_run_count(exp_id, plan.version)
+            done = store.reports.run_count(exp_id, plan.version)
             progress.update(task, completed=done)
             if done >= total:
                 finish_version(store, exp_id, plan)

@@ -77,8 +77,8 @@ def resume(
 
     store = fleet.store
     exp_id = fleet.experiment_id(experiment)
-    matrix = store.matrix(exp_id)
-    info = store.info(exp_id)
+    matrix = store.experiments.matrix(exp_id)
+    info = store.experiments.info(exp_id)
     app = fleet.app
     if budget is not None and matrix.budget is None:
         raise InputError(
@@ -87,7 +87,7 @@ def resume(
         )
     # Never-started runs first: once they lose their results they are pending too.
     cancelled = (
-        store.unrecord(exp_id, RunStatus.cancelled)
+        store.results.unrecord(exp_id, RunStatus.cancelled)
         if info.status == ExperimentStatus.cancelled
         else []
     )
@@ -97,18 +97,18 @@ def resume(
     pending = to_resend(app, store, exp_id)
     # Runs still queued or running are left where they are: taken by the workers
     # (the embedded ones started here), not sent a second time.
-    now = store.info(exp_id)  # unrecord took results back
+    now = store.experiments.info(exp_id)  # unrecord took results back
     waiting = now.total_runs - now.completed_runs - len(pending)
     kept = (
         f"; {now.not_run} runs not run for the budget stay so (`--budget USD` raises it)"
         if now.not_run
         else ""
     )
-    if not pending and not waiting and store.report(exp_id) is not None:
+    if not pending and not waiting and store.reports.get(exp_id) is not None:
         fleet.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
         return None
     if pending:
-        store.reopen(exp_id)
+        store.experiments.reopen(exp_id)
     unstarted = len(cancelled) + len(not_run)
     fleet.say(
         f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
@@ -129,7 +129,7 @@ def raise_budget(store: Store, exp_id: str, budget: Budget, agent_usd: float) ->
     store.ledger.set_limits(
         exp_id, budget.model_copy(update={"agent_usd": agent_usd, "judge_usd": limits.get("judge")})
     )
-    return store.unrecord(exp_id, RunStatus.not_run)
+    return store.results.unrecord(exp_id, RunStatus.not_run)
 
 
 def wait(fleet: Fleet, experiment: str) -> ExperimentReport:
@@ -148,7 +148,7 @@ def wait(fleet: Fleet, experiment: str) -> ExperimentReport:
         raise WorkersDied(
             f"{exc}; the experiment can continue with `scheduler resume {experiment}`"
         ) from None
-    report = fleet.store.report(experiment)
+    report = fleet.store.reports.get(experiment)
     if report is None:
         raise FleetError(f"experiment {experiment} ended without a report")
     return report
@@ -161,5 +161,5 @@ def cancel(fleet: Fleet, experiment: str) -> str:
         cancel(fleet, "notes-guidance-20261122-101500-ab12")
     """
     exp_id = fleet.experiment_id(experiment)
-    fleet.store.set_status(exp_id, ExperimentStatus.cancelled)
+    fleet.store.experiments.set_status(exp_id, ExperimentStatus.cancelled)
     return exp_id

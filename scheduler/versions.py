@@ -58,14 +58,14 @@ def rejudge(
     new_rubric = load_rubric(Path(rubric).resolve()) if rubric is not None else None
     store = fleet.store
     exp_id = finished(fleet, experiment)
-    matrix = store.matrix(exp_id)
+    matrix = store.experiments.matrix(exp_id)
     if matrix.judge is None:
         raise InputError(f"experiment {exp_id} has no judge (no top-level `judge:` in its matrix)")
     # Whether judge inputs were kept is seen in one run's evidence, not in every
     # run's (each is a decompression): runs judged before evidence was kept are
     # kept as they were by the workers.
-    judged = [r.run_id for r in store.runs(exp_id) if r.judge is not None]
-    first = store.evidence(exp_id, judged[0]) if judged else None
+    judged = [r.run_id for r in store.results.all(exp_id) if r.judge is not None]
+    first = store.evidence.get(exp_id, judged[0]) if judged else None
     if first is None or first.judge is None:
         raise InputError(
             f"no run of {exp_id} has stored judge inputs (evidence): nothing to judge "
@@ -80,7 +80,7 @@ def rejudge(
         "rubric": new_rubric,
         "note": "rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
     }
-    runs = store.info(exp_id).completed_runs
+    runs = store.experiments.info(exp_id).completed_runs
     what = f"judging {len(judged)} of {runs} runs again with {judge.model} x{judge.repeats}"
     return _send(fleet, exp_id, matrix, plan, what, workers)
 
@@ -105,14 +105,14 @@ def rescore(
         gates = {s.id: s.evaluation.gates for s in load_matrix(gates_from).scenarios}
     store = fleet.store
     exp_id = finished(fleet, experiment)
-    matrix = store.matrix(exp_id)
+    matrix = store.experiments.matrix(exp_id)
     unknown = sorted(set(gates) - {s.id for s in matrix.scenarios})
     if unknown:
         raise InputError(
             f"{gates_from}: scenarios {', '.join(unknown)} are not in experiment {exp_id} "
             f"(its scenarios: {', '.join(s.id for s in matrix.scenarios)})"
         )
-    archived = store.archived_runs(exp_id)
+    archived = store.workspaces.count(exp_id)
     if not archived:
         raise InputError(
             f"no run of {exp_id} has an archived workspace: nothing to gate again; set "
@@ -123,7 +123,7 @@ def rescore(
         "gates": gates,
         "note": "rescored" + (f": gates of {gates_from}" if gates_from else ""),
     }
-    runs = store.info(exp_id).completed_runs
+    runs = store.experiments.info(exp_id).completed_runs
     what = f"gating {archived} of {runs} runs again on their archived workspaces"
     return _send(fleet, exp_id, matrix, plan, what, workers)
 
@@ -131,8 +131,8 @@ def rescore(
 def finished(fleet: Fleet, experiment: str) -> str:
     """The id of `experiment`, which has its report (InputError if not yet)."""
     exp_id = fleet.experiment_id(experiment)
-    if fleet.store.report(exp_id) is None:
-        info = fleet.store.info(exp_id)
+    if fleet.store.reports.get(exp_id) is None:
+        info = fleet.store.experiments.info(exp_id)
         raise InputError(f"experiment {exp_id} has not finished ({status_line(info)})")
     return exp_id
 
@@ -159,7 +159,7 @@ def _send(
         raise InputError(
             f"{key} is not set: the local workers need it to judge; nothing was started"
         )
-    plan = RejudgePlan(version=store.new_version(exp_id), **plan_fields)
+    plan = RejudgePlan(version=store.reports.new_version(exp_id), **plan_fields)
     app = fleet.app
     fleet.say(
         f"experiment {exp_id}: report version {plan.version}, {what} (the others are kept "

@@ -13,7 +13,7 @@ every start; gossip elects leaders among workers, which nothing here uses.
 Heartbeats and task events, what Flower shows, stay on.
 
 Once the worker has stopped (its pool joined, its messages acknowledged or
-handed back, its logs flushed by the exit handlers run here), the process
+handed back, its logs flushed here), the process
 leaves with os._exit: the interpreter's own teardown of Celery's and
 pydantic's objects took another 0.2-0.7 s of CPU for nothing.
 """
@@ -21,8 +21,8 @@ pydantic's objects took another 0.2-0.7 s of CPU for nothing.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
+import logging
 import os
 import sys
 
@@ -102,7 +102,10 @@ if __name__ == "__main__":
         if argv is None:
             os._exit(0)
     code = main(argv)
-    atexit._run_exitfuncs()  # logging's flush among them
+    # os._exit skips the interpreter's teardown (as the scheduler's console script
+    # does); of what it would have run, only logging's flush matters once the pool
+    # has stopped.
+    logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

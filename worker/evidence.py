@@ -87,9 +87,9 @@ def _save(store: Store, matrix: Matrix, whole: RunEvidence) -> None:
     cap = int(limits.max_experiment_mb * 1024 * 1024)
     folder = matrix.artifacts.dir if matrix.artifacts is not None else None
     try:
-        store.run_evidence.save(whole, minimal=summary, cap_bytes=cap, folder=folder)
+        store.evidence.save(whole, minimal=summary, cap_bytes=cap, folder=folder)
     except OSError as exc:  # the artifacts folder is not there or not writable here
         log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
         note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"
         kept = whole.model_copy(update={"cuts": [*whole.cuts, note]})
-        store.run_evidence.save(kept, minimal=summary, cap_bytes=cap)
+        store.evidence.save(kept, minimal=summary, cap_bytes=cap)

@@ -33,7 +33,7 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
         raise LookupError(f"run {run_id} of {experiment_id} has no result to judge again")
     matrix = db.experiments.matrix(experiment_id)
     secrets = secret_values(matrix, os.environ, db.url)
-    evidence = db.run_evidence.get(experiment_id, run_id)
+    evidence = db.evidence.get(experiment_id, run_id)
     inputs = evidence.judge.inputs if evidence is not None and evidence.judge is not None else None
     archive = db.workspaces.get(experiment_id, run_id) if plan.rescore else None
     result = original

@@ -47,7 +47,7 @@ def delete_experiment(store: Store, exp_id: str) -> Deleted:
     folder where this machine reaches them. Out of the experiments list first, so no
     reader finds it half deleted."""
     keys = experiment_keys(store, exp_id)
-    files = store.run_evidence.files(exp_id)
+    files = store.evidence.files(exp_id)
     store.redis.zrem(store.keys.experiments(), exp_id)
     removed, unreachable = 0, []
     for path in files:

@@ -17,7 +17,7 @@ import pytest
 from core.evidence.redact import MARKER
 from core.store import Store
 from core.store.attempts import NO_RESULT
-from core.store.run_evidence import FILE_POINTER, evidence_file
+from core.store.evidence import FILE_POINTER, evidence_file
 from tests.conftest import StartWorker, run_cli
 from tests.support.experiments import command_matrix
 
