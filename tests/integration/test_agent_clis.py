@@ -255,7 +255,7 @@ def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
     assert len(state.read_text().split()) == 2
     assert report["tiers"]["gemini"]["counted"] == 0
     # Both deliveries are in the run's evidence, the first with how it ended.
-    evidence = store.run_evidence.get(run.experiment_id, run.run_id)
+    evidence = store.evidence.get(run.experiment_id, run.run_id)
     assert evidence is not None
     first, last = evidence.attempts
     assert first.ended_at is not None and first.outcome.endswith("; sent again")

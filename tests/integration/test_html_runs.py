@@ -353,7 +353,7 @@ def test_nothing_is_wider_than_a_1280_px_window(
         for r in store.results.all(exp_id)
         if (r.tier, r.scenario, r.run_index) == (tiers[0], scenarios[0], 1)
     )
-    store.run_evidence.save(
+    store.evidence.save(
         RunEvidence(
             experiment_id=exp_id,
             run_id=opened.run_id,
@@ -389,7 +389,7 @@ def test_evidence_in_an_artifacts_folder_not_seen_here_is_left_out_with_a_note(
     exp_id = seed_experiment(store, tmp_path, {("T0", "s1"): Cell((True, False))})
     folder = tmp_path / "artifacts"
     saved = {
-        run.run_id: store.run_evidence.save(
+        run.run_id: store.evidence.save(
             RunEvidence(
                 experiment_id=exp_id,
                 run_id=run.run_id,

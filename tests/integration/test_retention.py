@@ -56,9 +56,9 @@ def test_prune_removes_only_old_experiments_and_delete_spares_running_ones(
     store.experiments.set_status(running, ExperimentStatus.running)
     store.bundles.save(old, Bundle(Manifest(), {"d" * 64: b"shipped file"}))
     # Evidence in Redis for one run, as a file in an artifacts folder for another.
-    store.run_evidence.save(RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:0"))
+    store.evidence.save(RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:0"))
     artifacts = tmp_path / "artifacts"
-    on_disk = store.run_evidence.save(
+    on_disk = store.evidence.save(
         RunEvidence(experiment_id=old, run_id=f"{old}:T0:s1:1"), folder=artifacts
     ).path
     assert on_disk is not None and on_disk.is_file()

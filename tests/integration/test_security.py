@@ -197,7 +197,7 @@ scenarios:
     leaks = [key for key, value in _every_value(redis_url) if any(s in value for s in secrets)]
     assert leaks == []
     # The run's evidence (compressed, so not readable above) holds the judge's raw answer.
-    evidence = store.run_evidence.get(exp_id, run.run_id)
+    evidence = store.evidence.get(exp_id, run.run_id)
     assert evidence is not None and evidence.judge is not None
     assert "[REDACTED]" in (evidence.judge.calls[0].raw_answer or Excerpt()).text
     assert not any(s in evidence.model_dump_json() for s in secrets)
