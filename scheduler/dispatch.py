@@ -35,12 +35,21 @@ from celery.utils import uuid
 from kombu import Connection
 from kombu.utils import json
 
+from core.evaluation.rejudge import RejudgePlan
 from core.files.bundle import Bundle
 from core.matrix import Matrix
 from core.results.run import RunSpec
 from core.store import Store, keys
 from scheduler.plan import experiment_info, plan
-from worker.sending import AGGREGATE_TASK, RUN_TASK, run_options, run_queues
+from worker.sending import (
+    AGGREGATE_TASK,
+    AGGREGATE_VERSION_TASK,
+    REJUDGE_TASK,
+    RUN_TASK,
+    run_options,
+    run_queues,
+    task_options,
+)
 
 # Messages per Redis pipeline: large enough to amortize the round trip, small
 # enough that workers start on the first runs while the rest are being sent.
@@ -176,3 +185,52 @@ _SLOT = re.compile(r'"@evalfleet-slot-(\w+)@"')
 
 def _slot(name: str) -> str:
     return f"@evalfleet-slot-{name}@"
+
+
+# What a rejudge task may take beyond its judgments' deadlines: loading and storing.
+_REJUDGE_MARGIN_S = 60.0
+
+
+def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: RejudgePlan) -> int:
+    """Send a rejudge of every run of the experiment; returns how many were sent."""
+    runs = sorted(store.results.all(exp_id), key=lambda r: r.run_id)
+    budget = task_budget_s(matrix, plan)
+    payload = plan.model_dump(mode="json")
+    body = app.signature(
+        AGGREGATE_VERSION_TASK,
+        kwargs={"experiment_id": exp_id, "plan": payload},
+        options={"ignore_result": True},
+    )
+    # Wired as scheduler.dispatch wires a submit's chord, not with chord(header)(body):
+    # that call subscribes this process to every header task's result channel, and
+    # unsubscribing at exit, once the embedded Redis is gone, printed a traceback.
+    group_id = uuid()
+    body.freeze(group_id=group_id)
+    app.backend.set_chord_size(group_id, len(runs))
+    task = app.tasks[REJUDGE_TASK]
+    for index, run in enumerate(runs):
+        tier, scenario = matrix.tier(run.tier), matrix.scenario(run.scenario)
+        task.apply_async(
+            (exp_id, run.run_id, payload),
+            group_id=group_id,
+            group_index=index,
+            chord=body,
+            # The run's own queue: a fleet of per-tier queues has no one on the default
+            # queue, and a rescore's gates need the tier's tools. The result is the
+            # run's entry in the version, in our keys: none in Celery's.
+            **task_options(budget, run.run_id, matrix.queue_for(tier, scenario)),
+        )
+    return len(runs)
+
+
+def task_budget_s(matrix: Matrix, plan: RejudgePlan) -> float:
+    """The longest one run's task may take: its judgments' deadlines, and for a rescore
+    the gates' timeouts of the longest scenario."""
+    judge = plan.judge or matrix.judge
+    budget = _REJUDGE_MARGIN_S + (judge.deadline * judge.repeats if judge is not None else 0.0)
+    if plan.rescore:
+        budget += max(
+            sum(g.timeout_s for g in plan.gates.get(s.id, s.evaluation.gates))
+            for s in matrix.scenarios
+        )
+    return budget

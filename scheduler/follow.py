@@ -27,7 +27,8 @@ from rich.progress import (
 )
 
 from core.errors import WorkersDied
-from core.results.report import ExperimentStatus
+from core.evaluation.rejudge import RejudgePlan
+from core.results.report import ExperimentReport, ExperimentStatus
 from core.store import Store
 from worker.recovery import BROKER_DOWN, recover
 
@@ -176,3 +177,40 @@ def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[
             soft_wrap=True,
         )
         announced.add(tier)
+
+
+def follow_version(
+    store: Store,
+    exp_id: str,
+    plan: RejudgePlan,
+    console: Console,
+    workers: Workers | None = None,
+) -> ExperimentReport:
+    """Block until the version's report exists; aggregates it here when every run has
+    its result but the chord's body did not come (a worker lost on the way)."""
+    # The aggregation a lost chord body leaves to us: imported here, as the worker's
+    # tasks are not needed to follow a submit.
+    from worker.tasks import finish_version
+
+    total = store.experiments.info(exp_id).completed_runs
+    progress = Progress(
+        TextColumn(f"[bold]{'rescore' if plan.rescore else 'rejudge'} v{plan.version}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("runs", total=total)
+        while True:
+            if workers is not None and not workers.alive():
+                raise WorkersDied(f"the local workers exited; see {workers.log_path}")
+            report = store.reports.get(exp_id, plan.version)
+            if report is not None:
+                progress.update(task, completed=total)
+                return report
+            done = store.reports.run_count(exp_id, plan.version)
+            progress.update(task, completed=done)
+            if done >= total:
+                finish_version(store, exp_id, plan)
+            time.sleep(_POLL_S)

@@ -148,7 +148,7 @@ def _send(
     """What rejudge and rescore share: a new version, sent through the fleet (embedded:
     to local workers started here)."""
     from core.evaluation.rejudge import RejudgePlan
-    from scheduler.rejudge import send_rejudge  # imports Celery (see Fleet.app)
+    from scheduler.dispatch import send_rejudge  # imports Celery (see Fleet.app)
 
     store = fleet.store
     judge = plan_fields.get("judge") or matrix.judge
@@ -174,7 +174,7 @@ def _send(
 def wait_version(fleet: Fleet, version: NewVersion) -> ExperimentReport:
     """Block until the version's report exists (a progress bar on the Fleet's console);
     its report. Raises WorkersDied when the Fleet's local workers exit first."""
-    from scheduler.rejudge import follow_version  # imports Celery (see Fleet.app)
+    from scheduler.follow import follow_version  # imports Celery (see Fleet.app)
 
     try:
         return follow_version(

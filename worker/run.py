@@ -8,13 +8,13 @@ send it again (the wait the provider stated, else a doubling back-off), and the
 next delivery's result lists the outages before it. The last allowed delivery
 stores its outage as the infrastructure error it is.
 Deliveries are counted in Redis and capped. While a delivery runs it holds the
-run's lease (worker.lease), so a run whose worker died is sent again
+run's lease (worker.heartbeat), so a run whose worker died is sent again
 within minutes (worker.recovery). Secrets are taken out of the result
 before it is stored. With a `budget:`, a run reserves its projected cost
 before it starts and settles it once its result is stored (core.store.ledger);
 one that does not fit is recorded `not_run` without starting.
 
-A run that stores its result stores its evidence next (worker.evidence).
+A run that stores its result stores its evidence next (worker.run_records).
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ from core.store.attempts import Delivery
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
-from worker.evidence import end_delivery, keep_evidence
 from worker.files import local_matrix
-from worker.lease import Lease
+from worker.heartbeat import Lease
 from worker.phase_clock import PhaseClock
+from worker.run_records import end_delivery, keep_evidence
 from worker.workspace import MARKER, RunDir, clear_dead_deliveries, prepare, run_setup
 
 Phase = Callable[[str], None]

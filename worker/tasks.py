@@ -3,7 +3,7 @@
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
 stored RunResult and the task returns a small summary. `evalfleet.rejudge`, the
-header task of a rejudge or rescore (worker.rejudge), never raises either. The exceptions are a
+header task of a rejudge or rescore (worker.reevaluate), never raises either. The exceptions are a
 run handed back by a leaving worker (worker.grace) and a run that Redis left
 (a restart longer than worker.run waits): the message is rejected with
 requeue, which neither fails nor counts toward the chord. A run whose model
@@ -30,7 +30,7 @@ from core.store import Store
 from core.store.results import gc_paused
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
-from worker.rejudge import rejudged
+from worker.reevaluate import rejudged
 from worker.run import REDIS_DOWN, execute
 from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
 from worker.waves import adaptive_report

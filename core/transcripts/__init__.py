@@ -31,12 +31,12 @@ from core.metrics.formulas import with_cumulative_input
 from core.results.transcript import Transcript
 from core.transcripts.claude import parse_claude
 from core.transcripts.codex import parse_codex
+from core.transcripts.compact import render_transcript
 from core.transcripts.events import parse_events
 from core.transcripts.gemini import gemini_format, parse_gemini_json, parse_gemini_stream
 from core.transcripts.opencode import parse_opencode
 from core.transcripts.outage import outage_of, stated_wait_s
 from core.transcripts.plain import parse_plain
-from core.transcripts.render import render_transcript
 
 __all__ = ["FORMATS", "parse_transcript", "render_transcript"]
 

@@ -175,12 +175,12 @@ def test_runs_found_nowhere_for_long_enough_are_claimed_once(store: Store) -> No
 
 
 def test_held_leases_are_renewed_while_held_and_never_after(store: Store) -> None:
-    """worker.lease: one heartbeat thread a process renews every held lease (two at
+    """worker.heartbeat: one heartbeat thread a process renews every held lease (two at
     once here, as threads); once a block ends its lease is left alone, so the longer
     lease a retry's wait takes is not cut short by a late renewal."""
     import threading
 
-    from worker.lease import Lease
+    from worker.heartbeat import Lease
 
     spec, other, _ = _experiment(store)
     exp = spec.experiment_id

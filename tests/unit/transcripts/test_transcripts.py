@@ -10,8 +10,8 @@ import pytest
 from core.results.transcript import ComponentType, Transcript
 from core.transcripts import FORMATS, parse_transcript, render_transcript
 from core.transcripts.codex import unwrap_shell
+from core.transcripts.compact import bound_text
 from core.transcripts.jsonlines import read_json_lines
-from core.transcripts.render import bound_text
 from tests.conftest import FIXTURES
 
 TRANSCRIPTS = FIXTURES / "transcripts"
