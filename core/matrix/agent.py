@@ -23,7 +23,7 @@ TranscriptFormat = Literal[
 
 class DockerSandbox(Strict):
     """`sandbox: docker`: the container a command agent (and by default its command
-    gates) runs in, one per run (worker/docker_sandbox.py)."""
+    gates) runs in, one per run (worker.docker_sandbox)."""
 
     image: str | None = Field(
         None, description="image the agent runs in; it needs bash (built or pulled beforehand)"

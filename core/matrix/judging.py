@@ -29,7 +29,7 @@ class RubricOutput(Strict):
 
 
 class Rubric(Strict):
-    """A rubric file (seed evaluation spec, Layer 3)."""
+    """A rubric file (layer 3 of the evaluation layers: the judge)."""
 
     criteria: list[Criterion] = Field(min_length=1)
     output: RubricOutput = Field(default_factory=RubricOutput)

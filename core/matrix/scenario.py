@@ -24,7 +24,7 @@ class ExpectedStep(Strict):
 
 
 class ProcessConfig(Strict):
-    """Inputs of the seed's process metrics, matched against the run's commands."""
+    """Inputs of ProjectScylla's process metrics, matched against the run's commands."""
 
     expected_steps: list[ExpectedStep] = Field(default_factory=list)
     goal_patterns: list[Regex] = Field(default_factory=list)

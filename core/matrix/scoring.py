@@ -12,7 +12,7 @@ from core.stats.significance import Correction
 
 
 class CompositeWeights(Strict):
-    """The seed's optional layered composite (gates / judge / interaction)."""
+    """llm-tool-test's optional layered composite (gates / judge / interaction)."""
 
     gate_weight: Weight = 0.5
     judge_weight: Weight = 0.3

@@ -9,7 +9,7 @@ from core.matrix.fields import Strict, Weight
 
 
 class Limits(Strict):
-    """What one run may spend (core/metrics/limits.py). A tier's and a scenario's combine: the
+    """What one run may spend (core.metrics.limits). A tier's and a scenario's combine: the
     lower of each figure applies."""
 
     max_cost_usd: float | None = Field(

@@ -18,7 +18,7 @@ DEFAULT_EXCLUDE = (
 
 
 class BundleConfig(Strict):
-    """What `scheduler submit` ships to the workers with the experiment (core/files/bundle.py):
+    """What `scheduler submit` ships to the workers with the experiment (core.files.bundle):
     the matrix folder and every path the matrix names."""
 
     max_mb: float = Field(

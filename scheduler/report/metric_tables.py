@@ -1,6 +1,6 @@
 """The tables of the metrics beside the headline: ProjectScylla's cross-tier figures,
 pass@k, the interaction metrics, the guidance comparison of one scenario, context
-growth, each tier's seed metrics, and where an adaptive experiment's cells stopped."""
+growth, each tier's ProjectScylla metrics, and where an adaptive experiment's cells stopped."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def interaction(report: ExperimentReport, scenario: str | None = None) -> Table:
 
 
 def guidance(report: ExperimentReport, scenario: str) -> Table:
-    """One scenario, each tier side by side (the evaluation seed's guidance comparison)."""
+    """One scenario, each tier side by side (llm-tool-test's guidance comparison)."""
     tiers = {tier_id: t.scenarios.get(scenario) for tier_id, t in report.tiers.items()}
     rows = [
         [
