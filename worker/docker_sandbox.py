@@ -125,11 +125,13 @@ def agent_container(
 def container_env(
     agent: AgentConfig, run_env: Mapping[str, str], image_env: Mapping[str, str]
 ) -> dict[str, str]:
-    """The run's variables with the container's paths, the `pass_env` allow-list, and
-    the agent's `env:` expanded against the image's variables instead of the worker's."""
+    """The run's variables with the container's paths, the `pass_env` allow-lists (the
+    container's and the agent's), and the agent's `env:` expanded against the image's
+    variables instead of the worker's."""
     assert agent.docker is not None
     env = {"HOME": "/tmp"}
-    env.update({name: os.environ[name] for name in agent.docker.pass_env if name in os.environ})
+    passed = [*agent.docker.pass_env, *agent.pass_env]
+    env.update({name: os.environ[name] for name in passed if name in os.environ})
     env.update({k: v for k, v in run_env.items() if k.startswith("EVALFLEET_") or k == "PROMPT"})
     env.update({"PROMPT_FILE": PROMPT_FILE, "EVALFLEET_EVENTS": EVENTS_FILE})
     base = {**image_env, **env}

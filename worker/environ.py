@@ -1,7 +1,9 @@
-"""Keep the broker URL, password included, from the agents a worker runs.
+"""What of the worker's environment an agent gets, and the broker URL, password
+included, kept from it.
 
-Agents get an environment without EVALFLEET_* (worker.run.agent_env), but
-an unsandboxed agent can still read its parent's /proc/PID/environ: the
+Agents get an allow-list of the worker's environment (`inherited`, used by
+worker.run.agent_env for every agent, its setup and its gates), never
+EVALFLEET_*; but an unsandboxed agent can still read its parent's /proc/PID/environ: the
 environment the worker process was started with, which taking the variable
 out of os.environ does not change (the kernel shows the original block of
 memory). So once the worker has read the URL, `forget` also overwrites the
@@ -12,8 +14,33 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
+
+from core.matrix import AgentConfig
 
 log = logging.getLogger(__name__)
+
+# Where programs are, whose home it is, how text is read and shown: what a CLI needs
+# to start, and never a credential.
+KEPT = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "LANG", "LANGUAGE", "TERM",
+     "COLORTERM", "NO_COLOR", "TZ"}
+)  # fmt: skip
+KEPT_PREFIXES = ("LC_",)
+
+
+def inherited(agent: AgentConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of the worker's `environ` an agent gets (README, "matrix.yaml"):
+    KEPT and locale ones, its API key variable (`api_key_env`, which a preset fills)
+    and those the matrix names in `pass_env`. A secret of the job that started the
+    worker (a CI runner's cloud credentials) reaches no agent unless named."""
+    named = {*agent.pass_env, *([agent.api_key_env] if agent.api_key_env else [])}
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith("EVALFLEET_")
+        and (name in KEPT or name in named or name.startswith(KEPT_PREFIXES))
+    }
 
 
 def forget(name: str) -> None:

@@ -52,6 +52,7 @@ from core.store.attempts import Delivery
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
+from worker.environ import inherited
 from worker.files import local_matrix
 from worker.heartbeat import Lease
 from worker.phase_clock import PhaseClock
@@ -343,10 +344,10 @@ def _run_agent(
 
 
 def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:
-    """The agent's environment (README, "matrix.yaml"): the worker's, minus the broker URL,
-    plus the run's."""
+    """The agent's environment (README, "matrix.yaml"): what it inherits of the worker's
+    (worker.environ.inherited), the run's variables and the agent's `env:`."""
     agent = matrix.agent_for(matrix.tier(spec.tier))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALFLEET_")}
+    env = inherited(agent, os.environ)
     env.update(
         {
             "EVALFLEET_MATRIX_DIR": str(matrix.base_dir or ""),

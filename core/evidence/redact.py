@@ -2,7 +2,9 @@
 rendered, or sent to the judge.
 
 The secrets are the values of every variable the matrix names (`secret_env`,
-the judge's `api_key_env`, every agent's `api_key_env`) and the broker URL in
+the judge's `api_key_env`, every agent's `api_key_env`), of every variable
+whose name looks secret (`looks_secret`: an agent given one by `pass_env`, or
+one that reads it from elsewhere, prints it to no stored text), and the broker URL in
 each form it can leak in: whole, without its query, its password alone (as
 written and percent-decoded), and with the password masked as kombu and the
 CLI print it. Each becomes MARKER.
@@ -25,12 +27,23 @@ MIN_SECRET_CHARS = 6
 
 R = TypeVar("R", bound=BaseModel)
 
+# Names of credentials: API keys, tokens, passwords, and the cloud providers' variables
+# (AWS_SESSION_TOKEN, GOOGLE_APPLICATION_CREDENTIALS, AZURE_CLIENT_SECRET, ...).
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^AWS_|^AZURE_|^GOOGLE_|^GCP_", re.IGNORECASE
+)
+
+
+def looks_secret(name: str) -> bool:
+    return _SECRET_NAME.search(name) is not None
+
 
 def secret_values(
     matrix: Matrix, environ: Mapping[str, str], broker_url: str | None = None
 ) -> list[str]:
-    """What to redact for runs of `matrix`: its secret variables' values and the broker URL."""
-    names = set(matrix.secret_env)
+    """What to redact for runs of `matrix`: its secret variables' values, those of
+    `environ`'s variables whose names look secret, and the broker URL."""
+    names = set(matrix.secret_env) | {name for name in environ if looks_secret(name)}
     if matrix.judge is not None and matrix.judge.api_key_env:
         names.add(matrix.judge.api_key_env)
     for tier in matrix.tiers:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from core.matrix.fields import FilePath, Strict
 from core.matrix.presets import PRESETS, PresetName, preset_fields
@@ -18,6 +18,18 @@ TranscriptFormat = Literal[
     "gemini-stream-json",
     "plain",
     "auto",
+]
+
+
+def _not_a_worker_setting(name: str) -> str:
+    # The worker's own settings, the broker URL among them, are kept from every agent.
+    if name.startswith("EVALFLEET_"):
+        raise ValueError(f"{name}: EVALFLEET_* are the worker's settings, never an agent's")
+    return name
+
+
+VariableName = Annotated[
+    str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), AfterValidator(_not_a_worker_setting)
 ]
 
 
@@ -72,6 +84,11 @@ class AgentConfig(Strict):
     model: str | None = Field(None, description="model under test: selects pricing")
     timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
+    pass_env: list[VariableName] = Field(
+        default_factory=list,
+        description="variables of the worker's environment the agent gets besides PATH, HOME, "
+        "locale and terminal ones and `api_key_env` (no other worker variable reaches it)",
+    )
     # The built-in `openai` agent loop.
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="environment variable holding the API key")

@@ -11,6 +11,8 @@ fills and a stored matrix's reader (core.store) sets for a worker:
 - ``environ``: the environment ``judge: {enabled: auto}`` is decided by (default: none).
 - ``read_rubric``: reads a scenario's rubric file, so that its errors are the matrix's
   (default: the rubric is not read).
+- ``allow_outside_files``: the matrix's own key, put here by Matrix before its fields are
+  read, so that every input path (FilePath, DirPath, ``base_dir``) is held to it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,26 @@ def resolve(value: Path, info: ValidationInfo) -> Path:
     return path.resolve() if base is not None else path
 
 
+def inside_matrix_folder(path: Path, info: ValidationInfo) -> Path:
+    """`path` (resolved) unless it lies outside the matrix file's folder: every input
+    path is shipped to the workers and read by the agent or the judge, so
+    `prompt_file: /etc/shadow` would hand the submitter's file to every agent."""
+    context = context_of(info)
+    base = context.get("base_dir")
+    # A stored matrix has absolute paths and no folder to check against.
+    if base is None or context.get("allow_outside_files"):
+        return path
+    folder = Path(base).resolve()
+    if not path.is_relative_to(folder):
+        raise ValueError(
+            f"{path} is outside the matrix folder {folder}. Every path the matrix names is "
+            "shipped to the workers, where the agent (and the judge) can read it: move it "
+            "into the matrix folder, or set `allow_outside_files: true` at the top level to "
+            "allow it"
+        )
+    return path
+
+
 def relocated(path: Path, info: ValidationInfo) -> Path:
     """An input file of a stored matrix read on a worker: the submitter's path -> the
     worker's copy of it (core.files.bundle, Manifest.relocation). Outputs (the artifacts
@@ -55,7 +77,7 @@ def _existing(kind: Literal["file", "dir"]) -> Any:
     # error at its key and YAML line, reported with the matrix's other problems, which
     # only pydantic's own error of the field carries. `check_files: False` skips it.
     def check(value: Path, info: ValidationInfo) -> Path:
-        path = resolve(value, info)
+        path = inside_matrix_folder(resolve(value, info), info)
         if context_of(info).get("check_files", True):
             exists = path.is_file() if kind == "file" else path.is_dir()
             if not exists:

@@ -15,7 +15,15 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from core.matrix.adaptive import AdaptiveRuns, RunsPerTier
 from core.matrix.agent import AgentConfig
-from core.matrix.fields import Identifier, Strict, context_of, relocated, require_unique, resolve
+from core.matrix.fields import (
+    Identifier,
+    Strict,
+    context_of,
+    inside_matrix_folder,
+    relocated,
+    require_unique,
+    resolve,
+)
 from core.matrix.judging import JudgeConfig
 from core.matrix.scenario import Scenario
 from core.matrix.scoring import ReportOptions, Scoring
@@ -33,11 +41,11 @@ class Matrix(Strict):
     budget: Budget | None = Field(None, description="a hard ceiling on the experiment's spend")
     baseline: str | None = Field(None, description="uplift baseline tier (default: the first)")
     agent: AgentConfig
-    # Before `tiers`: their validator reads it.
     allow_outside_files: bool = Field(
         False,
-        description="let tier files come from outside the matrix file's folder (they are "
-        "copied into every workspace, so the agent and the judge may see them)",
+        description="let the paths the matrix names (tier files, prompt_file, workspace, "
+        "rubrics, skills, ...) lie outside the matrix file's folder (they are shipped to "
+        "every worker, so the agent and the judge may read them)",
     )
     tiers: list[Tier] = Field(min_length=1)
     scenarios: list[Scenario] = Field(min_length=1)
@@ -85,29 +93,14 @@ class Matrix(Strict):
         "(default: the matrix file's folder, which relative paths always resolve against)",
     )
 
-    @field_validator("tiers")
+    @model_validator(mode="before")
     @classmethod
-    def _files_inside_matrix_folder(cls, tiers: list[Tier], info: ValidationInfo) -> list[Tier]:
-        # A source such as ../../etc/hostname or ~/.ssh/config would be handed to
-        # every agent. Checked where the matrix file is read; a stored matrix has
-        # absolute paths and no folder to check against.
-        base = context_of(info).get("base_dir")
-        if base is None or info.data.get("allow_outside_files"):
-            return tiers
-        folder = Path(base).resolve()
-        outside = [
-            f"tiers[{index}].files.{dest}: {source} is outside the matrix folder {folder}"
-            for index, tier in enumerate(tiers)
-            for dest, source in tier.files.items()
-            if not source.is_relative_to(folder)
-        ]
-        if outside:
-            raise ValueError(
-                "; ".join(outside) + ". Tier files are copied into every run's workspace, "
-                "where the agent (and the judge) can read them: move the file into the matrix "
-                "folder, or set `allow_outside_files: true` at the top level to allow it"
-            )
-        return tiers
+    def _outside_files_to_context(cls, data: Any, info: ValidationInfo) -> Any:
+        # Every input path's validator (core.matrix.fields.inside_matrix_folder) reads the
+        # key from the context: a nested model does not see its matrix's other fields.
+        if isinstance(data, dict) and info.context is not None:
+            info.context["allow_outside_files"] = data.get("allow_outside_files") is True
+        return data
 
     @field_validator("base_dir")
     @classmethod
@@ -115,7 +108,7 @@ class Matrix(Strict):
         base = context_of(info).get("base_dir")
         if value is None:
             return Path(base).resolve() if base is not None else None
-        return relocated(resolve(value, info), info)
+        return relocated(inside_matrix_folder(resolve(value, info), info), info)
 
     @model_validator(mode="after")
     def _resolve_auto_judge(self, info: ValidationInfo) -> Matrix:

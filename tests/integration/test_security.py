@@ -155,7 +155,8 @@ def test_secret_values_reach_no_record_report_or_log(
 name: secrets
 runs_per_tier: 1
 secret_env: [AGENT_SECRET]
-agent: {{kind: command, command: {json.dumps(AGENT)}, timeout_s: 30}}
+agent: {{kind: command, command: {json.dumps(AGENT)}, timeout_s: 30,
+        pass_env: [AGENT_SECRET, JUDGE_SECRET]}}
 tiers: [{{id: T0}}]
 judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: JUDGE_SECRET,
          max_attempts: 1}}

@@ -62,3 +62,18 @@ def test_a_record_without_a_secret_is_returned_as_it_is_and_escaped_secrets_stil
         assert secret not in redacted.model_dump_json() and secret not in str(redacted.details)
         assert redacted.message == f"got {MARKER}!"
         assert redacted.details == {"out": [MARKER], MARKER: 1}
+
+
+def test_values_of_variables_whose_names_look_secret_are_redacted_unnamed() -> None:
+    """A CI runner's credentials reach the worker's environment without the matrix
+    naming them; an agent given one (`pass_env`) must not print it into a record."""
+    looking_secret = {
+        "AWS_SECRET_ACCESS_KEY": "aws-secret-1", "AWS_SESSION_TOKEN": "aws-session-2",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/run/gcp-credentials.json",
+        "GITHUB_TOKEN": "ghp_github-3", "DB_PASSWORD": "db-password-4",
+        "AZURE_CLIENT_SECRET": "azure-secret-5", "STRIPE_API_KEY": "stripe-key-6",
+    }  # fmt: skip
+    environ = {**looking_secret, "LANG": "C.UTF-8-left", "EDITOR": "left-alone"}
+    secrets = secret_values(_matrix(), environ, None)
+    text = redact(" | ".join([*looking_secret.values(), "C.UTF-8-left", "left-alone"]), secrets)
+    assert text == " | ".join([MARKER] * len(looking_secret) + ["C.UTF-8-left", "left-alone"])

@@ -190,7 +190,7 @@ def test_tier_files_outside_the_matrix_folder_are_refused_unless_allowed(
     assert "Traceback" not in refused.stderr
     for fragment in (
         str(path),
-        "tiers[1].files.AGENTS.md: /etc/hostname is outside the matrix folder",
+        "tiers.1.files.AGENTS.md: /etc/hostname is outside the matrix folder",
         "allow_outside_files: true",
     ):
         assert fragment in refused.stderr, refused.stderr
@@ -199,6 +199,52 @@ def test_tier_files_outside_the_matrix_folder_are_refused_unless_allowed(
     allowed = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
     assert allowed.returncode == 0, allowed.stderr
     assert "tier T1: " in allowed.stdout and "files: AGENTS.md" in allowed.stdout
+
+
+# Each matrix path, pointed at a file or folder beside the matrix folder (`../elsewhere`,
+# after `..` is resolved: outside) by an edit of GOOD.
+OUTSIDE_PATHS = {
+    "scenarios.0.prompt_file": ('prompt: "do it"', "prompt_file: ../elsewhere/prompt.md"),
+    "scenarios.0.workspace": ('prompt: "do it"', 'prompt: "do it"\n    workspace: ../elsewhere'),
+    "scenarios.0.evaluation.judge.rubric": ("rubric: rubric.yaml", "rubric: ../elsewhere/r.yaml"),
+    "agent.system_prompt_file": (
+        "model: claude",
+        "system_prompt_file: ../elsewhere/p.md, model: claude",
+    ),
+    "agent.skills.0": ("model: claude", "skills: [../elsewhere/p.md], model: claude"),
+    "agent.docker.build": (
+        "model: claude",
+        "sandbox: docker, docker: {build: ../elsewhere/Dockerfile}, model: claude",
+    ),
+    "base_dir": ("name: demo", "name: demo\nbase_dir: ../elsewhere"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(OUTSIDE_PATHS))
+def test_every_matrix_path_outside_the_matrix_folder_is_refused_unless_allowed(
+    tmp_path: Path, field: str
+) -> None:
+    """`prompt_file: /etc/shadow` or `workspace: ../../etc/ssh` would be shipped to every
+    worker and read by the agent: each path is held to the tier files' rule."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("prompt.md", "p.md", "Dockerfile"):
+        (elsewhere / name).write_text("the submitter's private file")
+    (elsewhere / "r.yaml").write_text(RUBRIC)
+    (tmp_path / "matrix").mkdir()
+    old, new = OUTSIDE_PATHS[field]
+    assert old in GOOD
+    path = write(tmp_path / "matrix", GOOD.replace(old, new, 1))
+    refused = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    assert refused.returncode == 2, refused.stdout
+    assert "Traceback" not in refused.stderr
+    assert f"{field}: {elsewhere}" in refused.stderr, refused.stderr
+    for fragment in (str(path), "is outside the matrix folder", "allow_outside_files: true"):
+        assert fragment in refused.stderr, refused.stderr
+
+    path.write_text(f"allow_outside_files: true\n{path.read_text()}")
+    allowed = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    assert allowed.returncode == 0, allowed.stderr
 
 
 @pytest.mark.parametrize(
