@@ -3,7 +3,7 @@
 Agents pass or fail as scripted by tier: against an always-failing baseline, a tier
 that always passes is decided better early; a tier identical to the baseline runs
 (with the baseline) to its max. Where each stops is checked against a simulation of
-the same procedure (core.analysis.sequential, tests.unit.analysis.test_sequential).
+the same procedure (core.analysis.sequential, tests.support.sequential).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from core.matrix import AdaptiveRuns, StopWhen
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
-from tests.unit.analysis.test_sequential import deterministic
+from tests.support.sequential import deterministic
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
-from tests.integration.test_distributed import alive
+from tests.support.fleet import alive
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,7 @@ from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import QUEUE, StartWorker, Worker, run_cli
 from tests.support.experiments import command_matrix
-from tests.support.fleet import wait_until
+from tests.support.fleet import alive, wait_until
 from worker.workspace import MARKER, clear_dead_deliveries, folder_name, prepare
 
 LEASE_S = 5
@@ -90,14 +90,6 @@ def two_workers(env: dict[str, str], folder: Path, queues: str = QUEUE) -> Itera
     finally:
         for worker in workers:
             worker.stop()
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting to be reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def submit(matrix: Path, env: dict[str, str]) -> str:

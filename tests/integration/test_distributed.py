@@ -16,7 +16,7 @@ from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli
 from tests.support.experiments import command_matrix
-from tests.support.fleet import wait_until
+from tests.support.fleet import alive, wait_until
 from worker.celery_app import create_app
 from worker.sending import AGGREGATE_TASK, RUN_TASK
 
@@ -149,15 +149,6 @@ def test_timed_out_agent_is_killed_with_its_child_and_recorded(
     assert "timed out" in (run.fail_reason or "")
     assert report["tiers"]["T0"]["errors"] == 0  # a timeout is a real, failed result
     assert not alive(int(pidfile.read_text()))
-
-
-def alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie nobody reaped yet."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def test_crashing_agent_and_failing_setup_are_recorded_and_the_chord_completes(

@@ -13,8 +13,7 @@ import redis
 
 from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
 from tests.conftest import EXAMPLES, run_cli, start_cli
-from tests.integration.test_distributed import alive
-from tests.support.fleet import wait_until
+from tests.support.fleet import alive, wait_until
 
 pytestmark = pytest.mark.integration
 

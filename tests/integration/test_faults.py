@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +27,7 @@ from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, StartWorker, Worker, run_cli, start_cli
 from tests.support.experiments import command_matrix
-from tests.support.fleet import wait_until
+from tests.support.fleet import RedisServer, alive, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -218,14 +217,6 @@ def _pid_in_group(line: str, pgid: int) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting for its (dead) parent's reaper."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _unacked_runs(store: Store, exp_id: str) -> list[str]:
     """Unacknowledged messages of this experiment's runs (kombu's `unacked` hash)."""
     return [raw for raw in store.redis.hvals("unacked") if exp_id in base64.b64decode(
@@ -261,7 +252,7 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     agents = [int(pid) for pid in kills.read_text().split()]
     assert len(agents) == 2  # ran twice, then the cap recorded it
     # Each redelivery stopped the agent its predecessor left running.
-    wait_until(lambda: not any(_alive(pid) for pid in agents), "the left agents to be reaped", 10)
+    wait_until(lambda: not any(alive(pid) for pid in agents), "the left agents to be reaped", 10)
     assert "stopped what dead delivery" in worker.log.read_text()
     assert report["experiment"]["status"] == "complete"  # the chord still fired
     assert report["tiers"]["T0"]["errors"] == 1 and report["tiers"]["T0"]["passes"] == 2
@@ -269,57 +260,6 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
 
 
 # --- Redis restarted mid-experiment --------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RedisServer:
-    """A redis-server of the test's own, with AOF, that the test can kill and restart."""
-
-    def __init__(self, folder: Path, password: str):
-        from scheduler.embedded import redis_server_binary
-
-        self.binary = redis_server_binary()
-        self.folder, self.password, self.port = folder, password, _free_port()
-        self.url = f"redis://:{password}@127.0.0.1:{self.port}/0"
-        folder.mkdir(parents=True, exist_ok=True)
-        self.start()
-
-    def start(self) -> None:
-        command = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.folder), "--appendonly", "yes", "--appendfsync", "always",
-            "--save", "", "--requirepass", self.password, "--logfile", "redis.log",
-        ]  # fmt: skip
-        proc = subprocess.Popen(
-            command,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        wait_until(lambda: _pings(client), "redis-server to answer", timeout=20)
-        self.proc = proc
-
-    def stop(self) -> None:
-        self.proc.kill()  # a crash, not a clean shutdown
-        self.proc.wait()
-
-    def restart(self, down_s: float) -> None:
-        self.stop()
-        time.sleep(down_s)
-        self.start()
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 @pytest.fixture

@@ -23,9 +23,16 @@ from core.results.run import RunStatus
 from core.store import Store
 from scheduler.embedded import redis_server_binary
 from tests.conftest import QUEUE, _own_unacked, run_cli
-from tests.integration.test_distributed import alive
 from tests.support.experiments import command_matrix
-from tests.support.fleet import Service, cli_worker, executable, free_port, services, wait_until
+from tests.support.fleet import (
+    Service,
+    alive,
+    cli_worker,
+    executable,
+    free_port,
+    services,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 

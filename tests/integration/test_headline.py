@@ -28,8 +28,8 @@ from scipy import stats
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, SCHEDULER, run_cli
-from tests.integration.test_report_cli import rendered_json
 from tests.support.experiments import Cell, seed_experiment
+from tests.support.html_pages import rendered_json
 
 pytestmark = pytest.mark.integration
 

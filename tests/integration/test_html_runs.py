@@ -21,8 +21,8 @@ from core.evidence.models import Excerpt, GateEvidence, RunEvidence
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import SESSION, StartWorker, run_cli
-from tests.integration.test_report_cli import rendered_json, run_details
 from tests.support.experiments import Cell, seed_experiment
+from tests.support.html_pages import rendered_json, run_details
 from tests.support.llm_stub import LLMStub, reply
 
 pytestmark = pytest.mark.integration

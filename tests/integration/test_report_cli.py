@@ -6,19 +6,13 @@ scipy and plain combinatorics; the HTML report is opened in headless Chromium.
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
 import math
 import re
-import shutil
 import statistics
-import subprocess
-import zlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 from scipy import stats
@@ -26,6 +20,7 @@ from scipy import stats
 from core.store import Store
 from tests.conftest import PREFIX, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
+from tests.support.html_pages import rendered_json
 
 pytestmark = pytest.mark.integration
 
@@ -215,62 +210,6 @@ def test_html_is_one_self_contained_file_with_four_charts(
     assert page.count('class="error-bar"') == 4
     assert page.count('class="point"') == 2 and page.count('class="series"') == 2
     assert "<h2>Guidance comparison: s1</h2>" in page
-
-
-def run_details(page: str) -> list[dict[str, Any]]:
-    """What an HTML report's run table carries per run (its result, evidence and note),
-    inflated, in the table's order."""
-    runs = re.findall(r'<script type="application/x-evalfleet-run" id="run-(\d+)">([^<]*)<', page)
-    kept = dict(
-        re.findall(
-            r'<script type="application/x-evalfleet-evidence" id="evidence-(\d+)">([^<]*)<', page
-        )
-    )
-
-    def inflate(blob: str) -> Any:
-        return json.loads(zlib.decompress(base64.b64decode(blob)))
-
-    return [
-        {**inflate(blob), "evidence": inflate(kept[i]) if i in kept else None} for i, blob in runs
-    ]
-
-
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if found := shutil.which(name):
-            return found
-    return None
-
-
-def rendered_json(page: str, script: str, pre_id: str, tmp_path: Path) -> Any:
-    """What `script` (appended to the page; it writes JSON into <pre id=PRE_ID>) read
-    of the page as headless Chromium laid it out. Skips without Chromium."""
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH")
-    path = tmp_path / "report.html"
-    path.write_text(page.replace("</body>", script + "</body>"), encoding="utf-8")
-    dom = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            # A laptop's window; the page's own script may wait (an opened run decompresses).
-            "--window-size=1280,1000",
-            "--virtual-time-budget=10000",
-            "--disable-background-networking",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--dump-dom",
-            path.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    found = re.search(f'<pre id="{pre_id}">(.*?)</pre>', dom, re.DOTALL)
-    assert found, f"Chromium did not render the page: {dom[:500]}"
-    return json.loads(html.unescape(found.group(1)))
 
 
 # Appended by the test only: it measures what Chromium laid out.

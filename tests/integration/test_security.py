@@ -34,8 +34,8 @@ from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, StartWorker, Worker, run_cli
-from tests.integration.test_report_cli import run_details
-from tests.support.fleet import wait_until
+from tests.support.fleet import RedisServer, wait_until
+from tests.support.html_pages import run_details
 from tests.support.llm_stub import LLMStub, RecordedRequest, Step, reply
 from worker.celery_app import create_app
 from worker.sandbox import sandbox_argv
@@ -229,8 +229,6 @@ exit 1
 def test_the_broker_password_reaches_no_agent_result_report_or_judge(
     fleet_env: dict[str, str], tmp_path: Path
 ) -> None:
-    from tests.integration.test_faults import RedisServer
-
     password = f"brokerpw-{uuid.uuid4().hex}"
     broker = RedisServer(tmp_path / "redis", password=password)
     env = {**fleet_env, "EVALFLEET_BROKER_URL": broker.url}

@@ -2,7 +2,8 @@
 
 Workers started through the `scheduler worker` CLI (as a CI job starts them),
 Flower and redis-server all go through `Service`, so every test stops what it
-started, its whole process group included, even when an assertion fails.
+started, its whole process group included, even when an assertion fails. A
+`RedisServer` is the exception: a test crashes and restarts it on purpose.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import redis
+
 from core.evaluation.shell import kill_group
+from scheduler.embedded import redis_server_binary
 from tests.conftest import ROOT, SESSION
 
 BIN = Path(sys.executable).parent
@@ -39,6 +43,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie nobody reaped yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
@@ -128,3 +141,46 @@ def cli_worker(env: dict[str, str], log: Path, *args: str, name: str = "fleet") 
     worker = Service(["scheduler", "worker", "--hostname", hostname, *args], env, log)
     worker.wait_for("ready.")
     return worker
+
+
+class RedisServer:
+    """A redis-server of the test's own, with AOF, that the test can kill and restart."""
+
+    def __init__(self, folder: Path, password: str):
+        self.binary = redis_server_binary()
+        self.folder, self.password, self.port = folder, password, free_port()
+        self.url = f"redis://:{password}@127.0.0.1:{self.port}/0"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.start()
+
+    def start(self) -> None:
+        command = [
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.folder), "--appendonly", "yes", "--appendfsync", "always",
+            "--save", "", "--requirepass", self.password, "--logfile", "redis.log",
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        wait_until(lambda: _pings(client), "redis-server to answer", timeout=20)
+        self.proc = proc
+
+    def stop(self) -> None:
+        self.proc.kill()  # a crash, not a clean shutdown
+        self.proc.wait()
+
+    def restart(self, down_s: float) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False

@@ -16,7 +16,7 @@ from core.results.run import RunResult, RunStatus
 from scheduler.report.charts import Bar, bar_chart, line_chart
 from scheduler.report.render import render
 from scheduler.report.runs import runs_section
-from tests.integration.test_report_cli import run_details
+from tests.support.html_pages import run_details
 
 HOSTILE = 'x <script>alert("1")</script> | & y'
 
