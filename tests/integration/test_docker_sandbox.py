@@ -121,6 +121,7 @@ tiers:
   - id: boxed
     agent: {{sandbox: docker, docker: {{build: Dockerfile, pass_env: [ALLOWED_VAR]}}}}
   - id: open
+    agent: {{pass_env: [ALLOWED_VAR]}}
 scenarios:
   - id: s
     prompt: probe the walls

@@ -201,7 +201,10 @@ def test_secrets_are_redacted_from_every_text_before_it_is_stored(
         '> "$EVALFLEET_EVENTS"'
     )
     gates = "[{type: command_succeeds, command: 'cat out.txt; exit 1'}]"
-    matrix = command_matrix(tmp_path, agent, gates=gates, extra="secret_env: [EVIDENCE_SECRET]")
+    matrix = command_matrix(
+        tmp_path, agent, gates=gates, extra="secret_env: [EVIDENCE_SECRET]",
+        pass_env=["EVIDENCE_SECRET"],
+    )  # fmt: skip
     exp_id = submit(matrix, fleet_env)
     run_id = f"{exp_id}:T0:s:0"
 

@@ -170,7 +170,7 @@ def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     agent = f'echo "Hello $AGENT_SECRET" > out.txt; echo started >> {starts}'
     extra = "workspace_archive: {keep: failed}\nsecret_env: [AGENT_SECRET]"
     matrix = command_matrix(
-        tmp_path / "v1", agent, runs=2,
+        tmp_path / "v1", agent, runs=2, pass_env=["AGENT_SECRET"],
         gates="[{type: file_contains, path: out.txt, substring: hello}]", extra=extra,
     )  # fmt: skip
     done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
@@ -183,7 +183,7 @@ def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     assert archive is not None and "sk-agent-secret" not in archive.model_dump_json()
 
     fixed = command_matrix(
-        tmp_path / "v2", agent, runs=2,
+        tmp_path / "v2", agent, runs=2, pass_env=["AGENT_SECRET"],
         gates=f"[{{type: command_succeeds, command: '{FIXED_GATE}'}}]", extra=extra,
     )  # fmt: skip
     rescored = run_cli(

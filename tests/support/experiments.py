@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,17 +174,20 @@ def command_matrix(
     setup: list[str] | None = None,
     gates: str = "[{type: file_exists, path: out.txt}]",
     extra: str = "",
+    pass_env: Sequence[str] = (),
 ) -> Path:
     """matrix.yaml of one tier and one scenario whose agent is `command`.
 
-    `extra` is more top-level YAML (say `lease_s: 5`).
+    `extra` is more top-level YAML (say `lease_s: 5`); `pass_env`, the worker variables
+    the agent gets (a secret the test gives the worker, for the agent to leak).
     """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "matrix.yaml"
     path.write_text(f"""
 name: t
 runs_per_tier: {runs}
-agent: {{kind: command, command: {json.dumps(command)}, timeout_s: {timeout_s}}}
+agent: {{kind: command, command: {json.dumps(command)}, timeout_s: {timeout_s},
+        pass_env: {json.dumps(list(pass_env))}}}
 tiers: [{{id: T0}}]
 scenarios:
   - id: s
