@@ -28,6 +28,7 @@ from rich.progress import (
 
 from core.errors import WorkersDied
 from core.evaluation.rejudge import RejudgePlan
+from core.evidence.text import visible
 from core.results.report import ExperimentReport, ExperimentStatus
 from core.store import Store
 from worker.recovery import BROKER_DOWN, recover
@@ -171,7 +172,7 @@ def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[
         console.print(
             f"[red]tier {tier} stopped:[/red] its first {matrix.fail_fast} runs all ended with "
             f"the same infrastructure error, so its other runs are not run.\n"
-            f"  error: {escape(reason)}\n  agent: {escape(command or '')}",
+            f"  error: {escape(visible(reason))}\n  agent: {escape(command or '')}",
             highlight=False,
             markup=True,
             soft_wrap=True,

@@ -4,7 +4,9 @@ scores and reasons, a compact transcript (LLM calls with tokens, tool calls with
 exit codes, messages), the tails of stdout and stderr, and every delivery.
 
 Everything shown comes from the stored RunResult and RunEvidence (core.evidence.models);
-the agent's own text is printed as text, never read as rich markup.
+the agent's own text is printed as text, never read as rich markup, and with its
+control characters made visible (core.evidence.text.visible): an escape sequence
+an agent, a gate or a judge printed is shown, never obeyed by the terminal.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from core.evidence.models import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
+from core.evidence.text import each_text, visible
 from core.results.run import GateResult, JudgeResult, RunResult
 
 # Lines of a text shown in the terminal (the whole stored text: --json).
@@ -30,10 +33,11 @@ EVENT_LINES = 80
 def render_run(record: RunRecord, run_id: str, width: int, note: str | None = None) -> str:
     """`note`: why the evidence could not be read here, if it could not."""
     console = Console(file=io.StringIO(), width=width, highlight=False, soft_wrap=False)
+    record = RunRecord.model_validate(each_text(record.model_dump(), visible))
     result, evidence = record.result, record.evidence
     _outcome(console, run_id, result)
     if note is not None:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}")
+        console.print(f"[yellow]note:[/yellow] {escape(visible(note))}")
     elif evidence is None and result is not None:
         console.print(
             "[yellow]note:[/yellow] no evidence stored for this run (it ran before evidence "

@@ -39,6 +39,7 @@ from core.evaluation.evaluate import evaluate_run
 from core.evaluation.shell import kill_groups_by_env, pid_mark
 from core.evidence.models import RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
+from core.evidence.text import visible
 from core.files.archive import pack
 from core.files.changes import snapshot
 from core.matrix import Matrix, WorkspaceArchive
@@ -129,7 +130,8 @@ def execute(
     if result.outage and delivery.attempts < matrix.max_attempts:
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
         _patiently(lambda: lease.hold_through(wait_s))
-        log.warning("run %s: %s; retrying in %.0f s", spec.run_id, result.fail_reason, wait_s)
+        why = visible(result.fail_reason or "")
+        log.warning("run %s: %s; retrying in %.0f s", spec.run_id, why, wait_s)
         end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages)
     # A finished run's work is worth keeping through a Redis restart.
@@ -166,8 +168,10 @@ def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
     except redis.RedisError as exc:  # the result is stored; this is only bookkeeping
         log.warning("run %s: fail-fast bookkeeping skipped: %s", result.run_id, exc)
         return
-    if stopped:
-        log.error("tier %s stopped: its first runs all failed with: %s", result.tier, error)
+    if stopped and error is not None:  # only the same infrastructure error stops a tier
+        log.error(
+            "tier %s stopped: its first runs all failed with: %s", result.tier, visible(error)
+        )
 
 
 @functools.lru_cache(maxsize=32)
@@ -288,11 +292,15 @@ def _run(
             judgments=store.judgments,
             on_gated=gated.extend,
         )
-        result = evaluated.result
+        result, evidence = evaluated.result, evaluated.evidence
         result.worker = socket.gethostname()
         if matrix.workspace_archive is not None and result.gates_total:
-            _archive(store, matrix.workspace_archive, spec, run_dir, result, gated, secrets)
-        return result, evaluated.evidence
+            unarchived = _archive(
+                store, matrix.workspace_archive, spec, run_dir, result, gated, secrets
+            )
+            if unarchived is not None:
+                evidence = evidence.model_copy(update={"cuts": [*evidence.cuts, unarchived]})
+        return result, evidence
     finally:
         containers.close()
         # Nothing the delivery started outlives it: not even a process that left
@@ -311,16 +319,21 @@ def _archive(
     result: RunResult,
     commands: list[CommandRecord],
     secrets: list[str],
-) -> None:
-    """Keep the gated workspace for rescore (matrix `workspace_archive:`), bounded."""
+) -> str | None:
+    """Keep the gated workspace for rescore (matrix `workspace_archive:`), bounded;
+    why it was not kept, as the evidence says what it lacks, else None."""
     if config.keep == "failed" and result.passed:
-        return
+        return None
     try:
         archive = pack(run_dir.workspace, config.max_bytes, commands, secrets)
-    except (WorkspaceTooLarge, OSError) as exc:
+    except WorkspaceTooLarge as exc:
         log.warning("run %s: %s", spec.run_id, exc)
-        return
+        return str(exc)
+    except Exception as exc:  # whatever the agent left: the run's outcome stands without it
+        log.warning("run %s: workspace not archived: %r", spec.run_id, exc)
+        return f"workspace not archived: {exc!r}"
     store.workspaces.save(spec.experiment_id, spec.run_id, archive)
+    return None
 
 
 def _run_agent(

@@ -2,6 +2,11 @@
 metrics, and the run's evidence (what the gates ran and saw, the parsed events,
 the workspace's changes).
 
+A run's outcome is its agent's and its gates' (and judge's) alone: everything
+built after the agent ran is built from whatever bytes it left (file names,
+output, an events file), made encodable first (core.evidence.text), and what
+still cannot be built is said in the evidence's cuts, never the run's status.
+
 Pure of Celery: the worker calls `evaluate_run` after the agent, and tests call
 it directly with a workspace, a transcript and a loopback judge.
 """
@@ -18,6 +23,7 @@ from core.evaluation.judge import Judgment, JudgmentCache, judge_run
 from core.evidence.events import compact_events
 from core.evidence.models import Excerpt, GateEvidence, JudgeInputs, RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
+from core.evidence.text import encodable
 from core.files.changes import Snapshot, patch, snapshot, summarize_changes
 from core.matrix import Matrix, ModelPrice, Rubric, Scenario, load_rubric
 from core.metrics import formulas
@@ -36,6 +42,7 @@ CAPTURE_CUT = (
     "stdout, stderr: the agent printed more than agent.max_transcript_bytes ({}); "
     "the middle was cut as it ran"
 )
+CHANGES_MISSING = "changes summary, patch: not built, the workspace could not be read: "
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ def evaluate_run(
     scenario = matrix.scenario(spec.scenario)
     if secrets is None:
         secrets = secret_values(matrix, environ)
+    outcome, events_text = _encodable(outcome, events_text)
 
     transcript = parse_transcript(
         agent.transcript, outcome.stdout, events_text, scenario.target.command_pattern
@@ -96,6 +104,7 @@ def evaluate_run(
     judge = None
     judge_evidence = None
     changes, changed = "", ""
+    missing: list[str] = []
     if not_started is None:
         on_phase("gates")
         runs = gate_runs(
@@ -109,9 +118,12 @@ def evaluate_run(
         gates = [redact_record(run.result, secrets) for run in runs]
         gate_evidence = [run.evidence for run in runs]
         on_gated(commands)
-        after = snapshot(workspace)
-        changes = summarize_changes(workspace, prepared, after=after)
-        changed = patch(prepared, after, max_chars=int(matrix.evidence.max_run_kb * 1024))
+        try:
+            after = snapshot(workspace)
+            changes = summarize_changes(workspace, prepared, after=after)
+            changed = patch(prepared, after, max_chars=int(matrix.evidence.max_run_kb * 1024))
+        except Exception as exc:  # evidence only: the agent's outcome stands without it
+            missing.append(f"{CHANGES_MISSING}{exc!r}")
         if scenario.evaluation.judge_enabled:
             on_phase("judge")
             inputs = judge_inputs(matrix, scenario, outcome, transcript, changes, secrets)
@@ -177,9 +189,24 @@ def evaluate_run(
         judge=judge_evidence,
         changes_summary=changes,
         patch=Excerpt.whole(changed),
-        cuts=[CAPTURE_CUT.format(agent.max_transcript_bytes)] if outcome.output_truncated else [],
+        cuts=[
+            *([CAPTURE_CUT.format(agent.max_transcript_bytes)] if outcome.output_truncated else []),
+            *missing,
+        ],
     )
     return Evaluated(result, evidence)
+
+
+def _encodable(outcome: AgentOutcome, events_text: str | None) -> tuple[AgentOutcome, str | None]:
+    """What the agent left, as texts every later step can encode: its output is
+    decoded leniently already, but an error may quote a file name, and a caller in
+    process may hand over any str."""
+    update = {"stdout": encodable(outcome.stdout), "stderr": encodable(outcome.stderr)}
+    if outcome.error is not None:
+        update["error"] = encodable(outcome.error)
+    return outcome.model_copy(update=update), (
+        encodable(events_text) if events_text is not None else None
+    )
 
 
 def _status(outcome: AgentOutcome, transcript: Transcript, limit: str | None) -> RunStatus:

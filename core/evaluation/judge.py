@@ -46,6 +46,7 @@ from pydantic import ValidationError
 from core.errors import AnswerError, LLMError, UnusableURL
 from core.evidence.models import Excerpt, JudgeCall, JudgeEvidence, JudgeInputs
 from core.evidence.redact import redact, redact_record
+from core.evidence.text import encodable
 from core.llm.client import Deadline, LLMHttp, LLMReply, excerpt
 from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
 from core.results.record import Record
@@ -304,17 +305,20 @@ def build_prompt(
         + f": {g.message}"
         for g in gates
     )
-    return "\n\n".join(
-        [
-            "# Task given to the agent\n" + task_prompt.strip(),
-            "# Rubric\nScore each criterion from 0.0 (not met at all) to 1.0 (fully met).\n"
-            + criteria,
-            "# Deterministic checks already run (gates)\n" + (gate_lines or "(none)"),
-            "# Workspace changes\n" + (changes_summary.strip() or "(none)"),
-            "# Transcript of the agent's session\n"
-            + clip_middle(transcript_text, config.max_transcript_chars),
-            "# Answer format\n" + answer_format(rubric),
-        ]
+    # The one text sent to the judge: whatever bytes a run left in it, it encodes.
+    return encodable(
+        "\n\n".join(
+            [
+                "# Task given to the agent\n" + task_prompt.strip(),
+                "# Rubric\nScore each criterion from 0.0 (not met at all) to 1.0 (fully met).\n"
+                + criteria,
+                "# Deterministic checks already run (gates)\n" + (gate_lines or "(none)"),
+                "# Workspace changes\n" + (changes_summary.strip() or "(none)"),
+                "# Transcript of the agent's session\n"
+                + clip_middle(transcript_text, config.max_transcript_chars),
+                "# Answer format\n" + answer_format(rubric),
+            ]
+        )
     )
 
 

@@ -2,7 +2,9 @@
 that `scheduler rescore` can run the gates again on any worker without the agent.
 
 Packing takes the secrets out of every file (the redactor's marker in their
-place), keeps symlinks as links and never follows them; unpacking uses tarfile's
+place), keeps symlinks as links and never follows them, keeps file names as
+their bytes whatever they are (a PAX archive's binary names) and leaves special
+files (FIFOs, sockets, devices) out; unpacking uses tarfile's
 "data" filter: nothing lands outside the destination, no device files, no
 absolute or escaping links.
 """
@@ -44,6 +46,10 @@ def pack(
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
         for path in _entries(workspace):
             info = tar.gettarinfo(path, arcname=str(path.relative_to(workspace)))
+            # A socket (no tar entry) or a FIFO or device (which unpack's filter
+            # refuses) is no file a gate reads.
+            if info is None or not (info.isfile() or info.isdir() or info.issym() or info.islnk()):
+                continue
             if not info.isfile():
                 tar.addfile(info)  # folders, symlinks (kept as links)
                 continue

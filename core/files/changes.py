@@ -6,9 +6,14 @@ tier files, setup commands: `snapshot`) and compared with what is there after
 the agent (`summarize_changes`, `patch`), so what the run prepared is not
 reported as the agent's work. A file's fingerprint is its content hash, or for a
 file over HASH_LIMIT bytes its size and modification time. ``.git`` folders are
-skipped and symlinks are compared by target, never followed. A snapshot also
-keeps the contents of small text files (TEXT_LIMIT each, TEXTS_BUDGET in all),
-which is what a diff needs of the before side.
+skipped and symlinks are compared by target, never followed; other special
+files (a FIFO, a socket) by their type, never opened. A snapshot also keeps the
+contents of small text files (TEXT_LIMIT each, TEXTS_BUDGET in all), which is
+what a diff needs of the before side.
+
+A path is kept as the operating system gave it (so the file can be opened) and
+shown through core.evidence.text.encodable: an agent may name a file with any
+bytes, and its name is shown with the undecodable ones escaped.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from core.evidence.text import encodable
 
 MAX_LINE_CHARS = 200
 HASH_LIMIT = 1 << 20
@@ -39,9 +47,10 @@ def snapshot(root: Path) -> Snapshot:
     taken = Snapshot({path: _fingerprint(root / path) for path in _scan(root)})
     budget = TEXTS_BUDGET
     for path, (size, _) in sorted(taken.files.items()):
-        if size > min(TEXT_LIMIT, budget) or (root / path).is_symlink():
+        file = root / path
+        if size > min(TEXT_LIMIT, budget) or file.is_symlink() or not file.is_file():
             continue
-        text = _text(root / path)
+        text = _text(file)
         if text is not None:
             taken.texts[path] = text
             budget -= size
@@ -56,7 +65,7 @@ def summarize_changes(
     files = (after or snapshot(workspace)).files
     if before is None:
         header = f"{len(files)} files in the workspace (nothing to compare with)"
-        lines = [f"  {path} ({size} bytes)" for path, (size, _) in sorted(files.items())]
+        lines = [f"  {encodable(p)} ({size} bytes)" for p, (size, _) in sorted(files.items())]
         return _bounded(header, lines, max_files)
 
     added, modified, deleted = _changed(before, files)
@@ -67,9 +76,12 @@ def summarize_changes(
         f"{len(modified)} modified, {len(deleted)} deleted"
     )
     lines = (
-        [f"  added: {p} ({files[p][0]} bytes)" for p in added]
-        + [f"  modified: {p} ({before.files[p][0]} -> {files[p][0]} bytes)" for p in modified]
-        + [f"  deleted: {p}" for p in deleted]
+        [f"  added: {encodable(p)} ({files[p][0]} bytes)" for p in added]
+        + [
+            f"  modified: {encodable(p)} ({before.files[p][0]} -> {files[p][0]} bytes)"
+            for p in modified
+        ]
+        + [f"  deleted: {encodable(p)}" for p in deleted]
     )
     return _bounded(header, lines, max_files)
 
@@ -85,14 +97,15 @@ def patch(before: Snapshot | None, after: Snapshot, max_chars: int) -> str:
     length = 0
     for path in sorted([*added, *modified, *deleted]):
         old, new = before.texts.get(path), after.texts.get(path)
+        shown = encodable(path)
         if (path in before.files and old is None) or (path in after.files and new is None):
-            part = f"Binary or large file {path} changed\n"
+            part = f"Binary or large file {shown} changed\n"
         else:
             lines = difflib.unified_diff(
                 (old or "").splitlines(),
                 (new or "").splitlines(),
-                f"a/{path}" if old is not None else "/dev/null",
-                f"b/{path}" if new is not None else "/dev/null",
+                f"a/{shown}" if old is not None else "/dev/null",
+                f"b/{shown}" if new is not None else "/dev/null",
                 lineterm="",
             )
             part = "\n".join(lines) + "\n"
@@ -141,6 +154,8 @@ def _fingerprint(path: Path) -> tuple[int, str]:
         info = path.lstat()
         if path.is_symlink():
             return info.st_size, "-> " + os.readlink(path)
+        if not stat.S_ISREG(info.st_mode):  # reading a FIFO would wait for a writer
+            return info.st_size, f"special file {stat.S_IFMT(info.st_mode):o}"
         if info.st_size > HASH_LIMIT:
             return info.st_size, f"mtime {info.st_mtime_ns}"
         return info.st_size, hashlib.sha256(path.read_bytes()).hexdigest()

@@ -7,7 +7,10 @@ parser reads its input through `read_json_lines`, so these rules live once.
 
 A line nested deeper than Python's JSON decoder recurses (about 1,000 `[`)
 raises RecursionError, not ValueError: it is a malformed line like any other,
-so one hostile line cannot turn the run into an infrastructure error.
+so one hostile line cannot turn the run into an infrastructure error. Nor can
+a JSON escape of half a surrogate pair (`"\\udc80"`), which decodes to a string
+no UTF-8 encoder takes: every string read is made encodable
+(core.evidence.text.encodable) before a parser sees it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from core.evidence.text import each_text, encodable
 
 JsonObject = dict[str, Any]
 # What json.loads raises on text it cannot read: bad JSON, or JSON nested too deeply.
@@ -38,7 +43,7 @@ def read_json_lines(text: str) -> JsonLines:
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
         try:
-            document = json.loads(stripped)
+            document = _loads(stripped)
         except _UNREADABLE:
             pass
         else:
@@ -55,15 +60,21 @@ def read_json_lines(text: str) -> JsonLines:
 
 def _parse_line(line: str) -> Any:
     try:
-        return json.loads(line)
+        return _loads(line)
     except _UNREADABLE:
         start = line.find("{")
         if start <= 0:
             return None
         try:
-            return json.loads(line[start:])
+            return _loads(line[start:])
         except _UNREADABLE:
             return None
+
+
+def _loads(text: str) -> Any:
+    value = json.loads(text)
+    # Only an escape can make a lone surrogate: the text itself came decoded.
+    return each_text(value, encodable) if "\\u" in text else value
 
 
 def _collect(value: Any, line: str, result: JsonLines) -> None:

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from core.broker_url import configured_broker
 from core.errors import ConfigError, EvalfleetError, InputError
+from core.evidence.text import visible
 from core.results.report import ExperimentReport
 from core.stats.significance import CORRECTIONS
 from scheduler.fleet import Fleet
@@ -110,7 +111,7 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
         reason, count = next(iter(report.error_reasons.items()))
         err.print(
             f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
-            f"of the statistics; most common ({count}): {reason}",
+            f"of the statistics; most common ({count}): {visible(reason)}",
             soft_wrap=True,
             markup=False,
         )

@@ -10,6 +10,7 @@ import csv
 import io
 import shutil
 from collections.abc import Mapping
+from dataclasses import replace
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from core.analysis.group import PASS_K
+from core.evidence.text import visible
 from core.metrics.catalog import RUN_METRICS
 from core.results.report import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from core.results.run import RunResult
@@ -75,7 +77,7 @@ def render(
     )
     if fmt == "markdown":
         return "".join(f"> **{md(line)}**\n\n" for line in banner) + _markdown(title, tables)
-    return "".join(f"{line}\n" for line in banner) + _terminal(title, tables, width)
+    return "".join(f"{visible(line)}\n" for line in banner) + _terminal(title, tables, width)
 
 
 def render_comparison(
@@ -123,7 +125,19 @@ def _markdown(title: str, tables: list[Table]) -> str:
 def _terminal(title: str, tables: list[Table], width: int | None) -> str:
     """Compact tables no wider than `width`. A table that does not fit leaves out its
     `narrow_drop` columns (and says so); if it still does not, its other columns go on
-    in a second block below, the row labels repeated, rather than being cut."""
+    in a second block below, the row labels repeated, rather than being cut. A text
+    from a run (a fail reason quoting the agent) is shown with its control
+    characters made visible, never obeyed by the terminal."""
+    title = visible(title)
+    tables = [
+        replace(
+            table,
+            title=visible(table.title),
+            rows=[[visible(cell) for cell in row] for row in table.rows],
+            notes=[visible(note) for note in table.notes],
+        )
+        for table in tables
+    ]
     console = Console(record=True, width=width or terminal_width(), file=io.StringIO())
     console.print(title, highlight=False, markup=False)
     for table in tables:
