@@ -37,6 +37,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 COPY core core
 COPY worker worker
 COPY scheduler scheduler
+COPY evalfleet evalfleet
 RUN pip install --no-deps .
 
 # Agents run as an unprivileged user. /data holds Flower's state (a volume
