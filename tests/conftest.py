@@ -2,8 +2,9 @@
 
 Tests use their own Redis database (13 by default), a key prefix and a Celery
 queue unique to the session, and delete only their own keys: never FLUSHALL on
-a Redis others share. EVALFLEET_TEST_REDIS_URL picks another server; the value
-"embedded" starts a private redis-server for the session.
+a Redis others share; each pytest-xdist worker is a session of its own.
+EVALFLEET_TEST_REDIS_URL picks another server; the value "embedded" starts a
+private redis-server for each session.
 
 What a session writes: our keys and Celery's result keys under PREFIX (this
 process and every evalfleet process it starts use it), its queues' keys (named
@@ -15,6 +16,7 @@ deletes exactly those, and fails if any key naming the session is left.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -37,12 +39,24 @@ EXAMPLES = ROOT / "examples"
 FIXTURES = ROOT / "tests" / "fixtures"
 SUPPORT = ROOT / "tests" / "support"
 # Test modules import this file as `tests.conftest` while pytest loads it as
-# `conftest`: both must agree on the session's names.
-SESSION = os.environ.setdefault("EVALFLEET_TEST_SESSION", uuid.uuid4().hex[:8])
+# `conftest`: both must agree on the session's names. pytest-xdist's workers
+# inherit the controller's environment, so each worker's name adds its own id:
+# workers never take each other's runs, nor delete each other's keys. The id is
+# hashed in, so that no session's name contains another's (gw1 and gw10 would).
+_RUN = os.environ.setdefault("EVALFLEET_TEST_SESSION", uuid.uuid4().hex[:8])
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+SESSION = (
+    hashlib.sha256(f"{_RUN}:{_XDIST_WORKER}".encode()).hexdigest()[:8] if _XDIST_WORKER else _RUN
+)
 PREFIX = f"evalfleet-test-{SESSION}:"
 QUEUE = f"evalfleet-test-{SESSION}"
 # Before anything imports worker.app: Celery's result keys of this process too.
 os.environ["EVALFLEET_KEY_PREFIX"] = PREFIX
+# The CLI's output to a pipe is 120 columns wide unless COLUMNS says otherwise, and
+# the tests read it so; pytest-xdist's workers start with COLUMNS=80 and LINES=24.
+# A test that wants a terminal's width sets it itself.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
 # The console script of the environment running the tests, wherever it lives.
 SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 

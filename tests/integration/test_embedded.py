@@ -84,8 +84,9 @@ scenarios: [{id: s, prompt: wait}]
     proc = start_cli("submit", str(matrix), "--workers", "1", env=env, cwd=tmp_path)
     state = tmp_path / ".evalfleet" / "redis.json"
     worker_log = tmp_path / ".evalfleet" / "worker.log"
-    # Interrupt once a run is under way.
-    wait_until(lambda: "evalfleet.run" in _read(worker_log), "a run under way")
+    # Interrupt once a run is under way: the worker received one ("Task evalfleet.run[id]
+    # received"; its banner lists the task's bare name before the CLI has sent anything).
+    wait_until(lambda: "evalfleet.run[" in _read(worker_log), "a run under way")
     redis_pid = json.loads(state.read_text())["pid"]
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
@@ -189,10 +190,11 @@ def test_a_submit_of_bad_input_leaves_no_worker_and_no_store(
 def test_an_idle_local_worker_stops_without_waiting_out_its_brpop(tmp_path: Path) -> None:
     """A worker's shutdown waited for the BRPOP it had in flight (up to kombu's 0.25 s
     polling interval, and the wake-up started a new one); stop() ends it in Redis as
-    its timeout would. Best of three, against a machine's noise."""
+    its timeout would. Best of five, against a machine's noise (the suite's other
+    tests run beside it)."""
     with EmbeddedRedis(tmp_path / ".evalfleet") as server:
         took = []
-        for turn in range(3):
+        for turn in range(5):
             workers = LocalWorkers(server.url, 1, [f"idle-{tmp_path.name}"], name=f"idle{turn}")
             workers.log_path = tmp_path / f"worker{turn}.log"
             workers.start()

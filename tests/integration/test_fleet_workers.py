@@ -47,15 +47,22 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _own_queue(fleet_env: dict[str, str], name: str) -> dict[str, str]:
+    """The fleet's environment with a queue of the test's own: a message an earlier test
+    of the session left in the session's queue would keep an until-idle worker busy."""
+    return {**fleet_env, "EVALFLEET_QUEUE": f"{QUEUE}-{name}"}  # the conftest removes it
+
+
 def test_until_idle_worker_drains_the_experiment_then_exits_zero(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
+    env = _own_queue(fleet_env, "drain")
     # Each run outlasts the idle window: a busy worker must not count as idle.
-    exp_id = _submit(command_matrix(tmp_path, "sleep 2; touch out.txt", runs=3), fleet_env)
+    exp_id = _submit(command_matrix(tmp_path, "sleep 2; touch out.txt", runs=3), env)
     started = time.monotonic()
     worker = subprocess.run(
         [executable("scheduler"), "worker", "--concurrency", "2", "--until-idle", "1.5"],
-        env=fleet_env,
+        env=env,
         capture_output=True,
         text=True,
         timeout=180,
@@ -74,7 +81,7 @@ def test_until_idle_worker_with_nothing_to_do_exits_zero_by_itself(
 ) -> None:
     idle = subprocess.run(
         [executable("scheduler"), "worker", "--concurrency", "1", "--until-idle", "1"],
-        env=fleet_env,
+        env=_own_queue(fleet_env, "idle"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -106,12 +113,15 @@ def test_sigterm_past_the_grace_hands_the_run_back_and_another_worker_runs_it(
         fleet.append(leaving)
         exp_id = _submit(command_matrix(tmp_path, command, runs=1), fleet_env)
         wait_until(lambda: _lines(started), "the run to start on the first worker")
-        fleet.append(_labelled_worker(fleet_env, tmp_path, "b", "--concurrency", "1"))
-        # A cancelled CI job: the whole process group gets SIGTERM.
+        # A cancelled CI job: the whole process group gets SIGTERM, while the run has most
+        # of its 6 s to go (starting the second worker first could take them all on a busy
+        # machine, and the run would end within the grace).
         leaving.signal(signal.SIGTERM, group=True)
         assert leaving.wait(timeout=60) == 0, leaving.output()[-3000:]
         first_agent_pid = int(_lines(started)[0].split()[1])
         assert not alive(first_agent_pid)  # its agent was stopped, not left running
+        # The run handed back waits in its queue for the next worker.
+        fleet.append(_labelled_worker(fleet_env, tmp_path, "b", "--concurrency", "1"))
         wait_until(lambda: store.reports.get(exp_id), "the experiment's report", timeout=90)
 
     assert [line.split()[0] for line in _lines(started)] == ["a", "b"]

@@ -24,7 +24,10 @@ pytestmark = pytest.mark.integration  # the real Redis
 def test_a_vanished_run_is_found_by_reading_the_queues_at_most_so_often(
     redis_url: str, store: Store, tmp_path: Path
 ) -> None:
-    app = create_app(redis_url, default_queue=QUEUE)
+    # A queue of its own: a message an earlier test of the session left in the
+    # session's queue would be the one this test takes out.
+    queue = f"{QUEUE}-scan"  # the conftest removes it
+    app = create_app(redis_url, default_queue=queue)
     path = tmp_path / "matrix.yaml"
     path.write_text(
         "name: scan\nruns_per_tier: 400\nagent: {command: 'true', timeout_s: 30}\n"
@@ -38,18 +41,18 @@ def test_a_vanished_run_is_found_by_reading_the_queues_at_most_so_often(
     try:
         info = store.experiments.info(exp_id)
         # Every run is queued: nothing is missing, the queues are not read.
-        assert recovery._unaccounted(app, store, info, {QUEUE}) == set()
+        assert recovery._unaccounted(app, store, info, {queue}) == set()
         assert exp_id not in recovery._next_scan
-        store.redis.rpop(QUEUE)  # the oldest message lost, as kombu loses one mid-fetch
+        store.redis.rpop(queue)  # the oldest message lost, as kombu loses one mid-fetch
         vanished = {specs[0].run_id}
 
-        assert recovery._unaccounted(app, store, info, {QUEUE}) == vanished
+        assert recovery._unaccounted(app, store, info, {queue}) == vanished
         due = recovery._next_scan[exp_id]
         assert due > time.monotonic()
-        assert recovery._unaccounted(app, store, info, {QUEUE}) is None  # read just now
+        assert recovery._unaccounted(app, store, info, {queue}) is None  # read just now
         while time.monotonic() < due:
             time.sleep(0.01)
-        assert recovery._unaccounted(app, store, info, {QUEUE}) == vanished
+        assert recovery._unaccounted(app, store, info, {queue}) == vanished
 
         # A sweep that did not read the queues keeps what the last one that did found:
         # the run's time "found nowhere" runs on toward its resend.
@@ -61,4 +64,4 @@ def test_a_vanished_run_is_found_by_reading_the_queues_at_most_so_often(
         assert store.redis.hgetall(store.keys.unaccounted(exp_id)) == first_seen
     finally:
         recovery._next_scan.pop(exp_id, None)
-        store.redis.delete(QUEUE)
+        store.redis.delete(queue)

@@ -2,7 +2,9 @@
 
 A small session (a run task whose Celery result is stored, a chord left
 unfinished and resumed, two workers answering a ping) runs as a subprocess
-against a private Redis; afterwards that Redis must be empty.
+against a private Redis, split over two pytest-xdist workers as the README's
+command splits the suite (each worker deletes its own keys at its end);
+afterwards that Redis must be empty.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ def test_a_test_session_leaves_no_key_behind(tmp_path: Path) -> None:
         fleet.append(server)
         server.wait_for("Ready to accept connections")
         url = f"redis://127.0.0.1:{port}/13"
-        # A session of its own: not this one's name, prefix or queue.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EVALFLEET_")}
+        # A session of its own: not this one's name, prefix or queue, nor its xdist worker id.
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("EVALFLEET_", "PYTEST_XDIST_"))
+        }
         inner = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *INNER],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *INNER],
             env={**env, "EVALFLEET_TEST_REDIS_URL": url},
             cwd=ROOT,
             capture_output=True,
