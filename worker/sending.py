@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # the CLI reads budgets and queues without importing Celery
 
 # Runs without a `queue:` of their own, and the aggregate task, go here.
 DEFAULT_QUEUE = os.environ.get("EVALFLEET_QUEUE", "evalfleet")
+
+
 # Redis redelivers an unacked message after this many seconds; `scheduler
 # submit` refuses a matrix whose longest run could outlast it.
 def configured_visibility_timeout_s() -> int:

@@ -1,2 +1,1 @@
-"""The one LLM HTTP client (I/O): one retry policy, one deadline, one size cap.
-"""
+"""The one LLM HTTP client (I/O): one retry policy, one deadline, one size cap."""

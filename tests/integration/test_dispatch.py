@@ -83,7 +83,6 @@ def test_each_run_gets_the_message_celery_would_send(
     assert [_without_ids(m) for m in ours] == [_without_ids(m) for m in celerys]
 
 
-
 def test_runs_are_planned_in_turns_across_tiers_and_scenarios(tmp_path: Path) -> None:
     """Run 0 of every cell, then run 1 of each...: every tier makes progress from the
     start (a budget that runs out cuts every tier, not the last ones whole)."""

@@ -105,7 +105,9 @@ def test_multi_tier_experiment_completes_with_records_report_and_cross_tier(
     before = r.get(f"{PREFIX}exp:{exp_id}:report")
     again = create_app(fleet_env["EVALFLEET_BROKER_URL"]).send_task(
         AGGREGATE_TASK,
-        args=(None,), kwargs={"experiment_id": exp_id}, queue=fleet_env["EVALFLEET_QUEUE"]
+        args=(None,),
+        kwargs={"experiment_id": exp_id},
+        queue=fleet_env["EVALFLEET_QUEUE"],
     )
     assert again.get(timeout=60)["status"] == "complete"
     assert r.get(f"{PREFIX}exp:{exp_id}:report") == before
@@ -208,8 +210,7 @@ def test_a_redelivered_run_returns_its_stored_result(
     # Send the very same run again, as a broker redelivery would.
     spec = store.specs.all(exp_id)[0]
     summary = create_app(fleet_env["EVALFLEET_BROKER_URL"]).send_task(
-        RUN_TASK,
-        args=(spec.model_dump(mode="json"),), queue=fleet_env["EVALFLEET_QUEUE"]
+        RUN_TASK, args=(spec.model_dump(mode="json"),), queue=fleet_env["EVALFLEET_QUEUE"]
     )
     assert summary.get(timeout=30)["run_id"] == first.run_id
     assert counter.read_text().count("x") == 1  # not executed again

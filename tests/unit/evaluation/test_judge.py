@@ -81,8 +81,8 @@ def judge(
             task_prompt="Create three notes about Rust.",
             transcript_text=Excerpt.whole("$ my-tool create --title Ownership\ncreated n1\n"),
             changes_summary=(
-            "changes since the workspace was prepared: 1 added\n  added: .my-tool/store.json"
-        ),
+                "changes since the workspace was prepared: 1 added\n  added: .my-tool/store.json"
+            ),
         ),
         gates=[
             GateResult(
