@@ -302,7 +302,15 @@ def test_processes_left_behind_are_found_among_those_started_since_the_mark() ->
     later = subprocess.Popen(["setsid", "sleep", "300"], env=env)
     try:
         wait_until(lambda: alive(later.pid) and alive(earlier.pid), "both sleeps", 10)
-        assert kill_groups_by_env(MARKER, marker, since=mark) == 1  # the later one only
+        found = kill_groups_by_env(MARKER, marker, since=mark)
+        # What the process table held, for a failure on a busy machine to explain itself.
+        seen = {
+            p.pid: (alive(p.pid), _environ_has(p.pid, f"{MARKER}={marker}"))
+            for p in (earlier, later)
+        }
+        assert found == 1, (
+            f"found {found}; mark {mark}, now {pid_mark()}; pid: (alive, marked) {seen}"
+        )  # the later one only
         later.wait(timeout=10)
         assert alive(earlier.pid)
         stale = PidMark(mark.pid, mark.at - 3600)  # ids may have turned around since
@@ -313,3 +321,10 @@ def test_processes_left_behind_are_found_among_those_started_since_the_mark() ->
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             process.wait()
+
+
+def _environ_has(pid: int, entry: str) -> bool | None:
+    try:
+        return f"\0{entry}\0".encode() in b"\0" + Path(f"/proc/{pid}/environ").read_bytes() + b"\0"
+    except OSError:
+        return None
