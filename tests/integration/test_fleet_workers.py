@@ -111,7 +111,9 @@ def test_sigterm_past_the_grace_hands_the_run_back_and_another_worker_runs_it(
     with services() as fleet:
         leaving = _labelled_worker(fleet_env, tmp_path, "a", "--concurrency", "1", "--grace", "1")
         fleet.append(leaving)
-        exp_id = _submit(command_matrix(tmp_path, command, runs=1, pass_env=["WORKER_LABEL"]), fleet_env)
+        exp_id = _submit(
+            command_matrix(tmp_path, command, runs=1, pass_env=["WORKER_LABEL"]), fleet_env
+        )
         wait_until(lambda: _lines(started), "the run to start on the first worker")
         # A cancelled CI job: the whole process group gets SIGTERM, while the run has most
         # of its 6 s to go (starting the second worker first could take them all on a busy
@@ -142,7 +144,9 @@ def test_sigterm_within_the_grace_lets_the_run_finish_on_the_same_worker(
     with services() as fleet:
         leaving = _labelled_worker(fleet_env, tmp_path, "a", "--concurrency", "1", "--grace", "60")
         fleet.append(leaving)
-        exp_id = _submit(command_matrix(tmp_path, command, runs=1, pass_env=["WORKER_LABEL"]), fleet_env)
+        exp_id = _submit(
+            command_matrix(tmp_path, command, runs=1, pass_env=["WORKER_LABEL"]), fleet_env
+        )
         wait_until(lambda: _lines(started), "the run to start on the first worker")
         fleet.append(_labelled_worker(fleet_env, tmp_path, "b", "--concurrency", "1"))
         # `kill PID` or `docker stop`: only the main process gets SIGTERM.
