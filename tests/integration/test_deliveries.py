@@ -301,7 +301,9 @@ def test_processes_left_behind_are_found_among_those_started_since_the_mark() ->
     assert mark is not None and mark.pid >= earlier.pid
     later = subprocess.Popen(["setsid", "sleep", "300"], env=env)
     try:
-        wait_until(lambda: alive(later.pid) and alive(earlier.pid), "both sleeps", 10)
+        # Both past setsid's exec of sleep: while a process execs, its environment
+        # reads as empty, and the scan would pass it by.
+        wait_until(lambda: _sleeping(earlier.pid) and _sleeping(later.pid), "both sleeps", 10)
         found = kill_groups_by_env(MARKER, marker, since=mark)
         # What the process table held, for a failure on a busy machine to explain itself.
         seen = {
@@ -328,3 +330,10 @@ def _environ_has(pid: int, entry: str) -> bool | None:
         return f"\0{entry}\0".encode() in b"\0" + Path(f"/proc/{pid}/environ").read_bytes() + b"\0"
     except OSError:
         return None
+
+
+def _sleeping(pid: int) -> bool:
+    try:
+        return alive(pid) and Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+    except OSError:
+        return False

@@ -58,6 +58,20 @@ def _docker(*args: str) -> str:
     ).stdout
 
 
+def _unlabelled_volumes() -> set[str]:
+    """The engine's volumes that no compose project made: a run's anonymous volume
+    carries no label, while test_compose_engine's projects, which another test worker
+    may be running meanwhile, label theirs."""
+    listed = _docker(
+        "volume", "ls", "--format", '{{.Name}}\t{{.Label "com.docker.compose.project"}}'
+    )
+    return {
+        name
+        for name, _, project in (line.partition("\t") for line in listed.splitlines())
+        if not project
+    }
+
+
 def _left_behind(exp_id: str) -> list[str]:
     """Containers of the experiment's runs, running or not."""
     listed = _docker("ps", "--all", "--format", f'{{{{.Label "{LABEL_RUN}"}}}}')
@@ -137,7 +151,7 @@ scenarios:
         - {{type: command_succeeds, command: 'test "$(id -u)" = {uid} && test -f /.dockerenv'}}
         - {{type: command_succeeds, command: "test -d {host_only}", where: host}}
 """)
-    volumes_before = set(_docker("volume", "ls", "--quiet").split())
+    volumes_before = _unlabelled_volumes()
     start_worker(extra_env={"WORKER_CANARY": canary, "ALLOWED_VAR": "yes"}, concurrency=2)
     exp_id, runs = _submit(matrix, fleet_env, store)
 
@@ -151,7 +165,7 @@ scenarios:
         False, False, False, False, True, True, True, False, True,
     ]  # fmt: skip
     assert _left_behind(exp_id) == []
-    assert set(_docker("volume", "ls", "--quiet").split()) <= volumes_before
+    assert _unlabelled_volumes() <= volumes_before
 
 
 @pytest.mark.integration
