@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel
 
+from core.evidence.text import each_text
 from core.matrix import Matrix
 
 MARKER = "[REDACTED]"
@@ -89,7 +90,8 @@ def redact_record(record: R, secrets: Sequence[str]) -> R:
     """
     if not secrets or not _mentions(record.model_dump_json(), secrets):
         return record
-    return type(record).model_validate(_redact_json(record.model_dump(mode="json"), secrets))
+    text = record.model_dump(mode="json")
+    return type(record).model_validate(each_text(text, lambda s: redact(s, secrets)))
 
 
 def _mentions(text: str, secrets: Sequence[str]) -> bool:
@@ -101,13 +103,3 @@ def _mentions(text: str, secrets: Sequence[str]) -> bool:
 
 
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')
-
-
-def _redact_json(value: Any, secrets: Sequence[str]) -> Any:
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, list):
-        return [_redact_json(item, secrets) for item in value]
-    if isinstance(value, dict):
-        return {redact(k, secrets): _redact_json(v, secrets) for k, v in value.items()}
-    return value
