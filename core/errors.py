@@ -8,6 +8,7 @@
     │   ├── BundleError (ValueError) ─ files that cannot be shipped to the workers
     │   ├── PlanTooLarge (ValueError) ─ more runs than one experiment may have
     │   └── ExperimentNotFound (KeyError) ─ no experiment of that id in the store
+    │       └── ExperimentLost ─ some of its keys are left, its record is not
     ├── FleetError ─ a good command the fleet could not carry out (the CLI exits 1)
     │   ├── BrokerUnreachable ─ the configured broker does not answer
     │   ├── EmbeddedError (RuntimeError) ─ the embedded Redis would not start
@@ -74,6 +75,21 @@ class PlanTooLarge(InputError, ValueError):
 class ExperimentNotFound(InputError, KeyError):
     def __str__(self) -> str:
         return f"no experiment {self.args[0]!r} in this store (see `scheduler list`)"
+
+
+class ExperimentLost(ExperimentNotFound):
+    """Keys of the experiment are left but its record is gone: the broker lost it (a
+    Redis restarted without persistence, or evicting keys), or runs in flight wrote
+    after a delete."""
+
+    def __str__(self) -> str:
+        exp_id = self.args[0]
+        return (
+            f"experiment {exp_id!r} is only partly in this store: its record is gone (a "
+            "broker restarted without persistence, or one that evicts keys, loses it); "
+            f"`scheduler delete {exp_id} --force --yes` removes what is left, and "
+            "submitting the matrix again runs it anew"
+        )
 
 
 class BrokerUnreachable(FleetError):

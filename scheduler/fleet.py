@@ -19,7 +19,7 @@ import redis
 from rich.console import Console
 
 from core.broker_url import configured_broker
-from core.errors import BrokerUnreachable, ExperimentNotFound, InputError
+from core.errors import BrokerUnreachable, InputError
 from core.matrix import Matrix
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
@@ -136,8 +136,7 @@ class Fleet:
                     "no experiments yet; start one with `scheduler submit matrix.yaml`"
                 )
             return latest
-        if not self.store.experiments.exists(experiment):
-            raise ExperimentNotFound(experiment)
+        self.store.experiments.require(experiment)
         return experiment
 
     def _open(self) -> Store:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from core.errors import ExperimentNotFound
 from core.evidence.models import Attempt
 from core.results.report import ExperimentStatus
 from core.results.run import RunResult
@@ -53,7 +54,7 @@ class Attempts:
     ) -> Delivery:
         """A delivery of a run starts: its stored result, if it has one; else the
         delivery is counted and recorded as `worker`'s, and `holder` takes the run's
-        lease for `lease_s`."""
+        lease for `lease_s`. ExperimentNotFound when the experiment has no record."""
         reply = self._begin(
             keys=[
                 self.keys.runs(exp_id),
@@ -65,6 +66,8 @@ class Attempts:
             ],
             args=[run_id, holder, lease_s, tier, worker],
         )
+        if reply[0] == "gone":
+            raise ExperimentNotFound(exp_id)
         if reply[0] == "stored":
             return Delivery(stored=RunResult.model_validate_json(reply[1]))
         return Delivery(

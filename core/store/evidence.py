@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from core.errors import ExperimentNotFound
 from core.evidence.models import RunEvidence
 from core.store import scripts
 from core.store.client import SCAN_COUNT, BinaryClient
@@ -60,21 +61,24 @@ class Evidence:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(blob)
             value = FILE_POINTER + str(path).encode()
-        exp_id = evidence.experiment_id
-        kept = self._save(
-            keys=[self.keys.evidence(exp_id), self.keys.experiment(exp_id)],
-            args=[evidence.run_id, value, len(blob), cap_bytes or NO_CAP],
-        )
-        if kept == b"whole":
+        if self._store(evidence, value, len(blob), cap_bytes or NO_CAP) == b"whole":
             return SavedEvidence("whole", len(blob), path)
         if path is not None:
             path.unlink(missing_ok=True)
         small = blob if minimal is None else zlib.compress(minimal.model_dump_json().encode(), 6)
-        pipe = self.binary.pipeline()  # a transaction: stored and counted together
-        pipe.hset(self.keys.evidence(exp_id), evidence.run_id, small)
-        pipe.hincrby(self.keys.experiment(exp_id), "evidence_bytes", len(small))
-        pipe.execute()
+        self._store(evidence, small, len(small), NO_CAP)
         return SavedEvidence("minimal", len(small))
+
+    def _store(self, evidence: RunEvidence, value: bytes, size: int, cap_bytes: int) -> bytes:
+        """'whole' or 'over' (SAVE_EVIDENCE); ExperimentNotFound once it has no record."""
+        exp_id = evidence.experiment_id
+        kept: bytes = self._save(
+            keys=[self.keys.evidence(exp_id), self.keys.experiment(exp_id)],
+            args=[evidence.run_id, value, size, cap_bytes],
+        )
+        if kept == b"gone":
+            raise ExperimentNotFound(exp_id)
+        return kept
 
     def get(self, exp_id: str, run_id: str) -> RunEvidence | None:
         """Raises OSError when the evidence is a file this machine cannot read."""

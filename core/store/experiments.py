@@ -14,12 +14,12 @@ from pathlib import Path
 
 from redis.client import PubSub
 
-from core.errors import ExperimentNotFound
+from core.errors import ExperimentLost, ExperimentNotFound
 from core.files.bundle import Manifest
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec
-from core.store.client import TextClient, Value
+from core.store.client import SCAN_COUNT, TextClient, Value
 from core.store.keys import Keys
 from core.store.ledger import Ledger
 from core.store.specs import Specs
@@ -62,14 +62,29 @@ class Experiments:
             self._ledger.set_limits(info.id, matrix.budget)
         self._specs.add(info.id, specs)
 
+    def _missing(self, exp_id: str) -> ExperimentNotFound:
+        """Why the experiment has no record: never there, or lost with some keys left."""
+        record, others = self.keys.of_experiment(exp_id)
+        left = self.redis.exists(record) or next(
+            self.redis.scan_iter(match=others, count=SCAN_COUNT), None
+        )
+        return ExperimentLost(exp_id) if left else ExperimentNotFound(exp_id)
+
     def exists(self, exp_id: str) -> bool:
-        return bool(self.redis.exists(self.keys.experiment(exp_id)))
+        """Whether the experiment has its record (keys left without one do not count)."""
+        return bool(self.redis.hexists(self.keys.experiment(exp_id), "info"))
+
+    def require(self, exp_id: str) -> None:
+        """ExperimentNotFound unless the experiment has its record (ExperimentLost when
+        some of its keys are left)."""
+        if not self.exists(exp_id):
+            raise self._missing(exp_id)
 
     def info(self, exp_id: str) -> ExperimentInfo:
         """The experiment's info with live status and counts."""
         raw = self.redis.hgetall(self.keys.experiment(exp_id))
-        if not raw:
-            raise ExperimentNotFound(exp_id)
+        if "info" not in raw:
+            raise self._missing(exp_id) from None
         info = ExperimentInfo.model_validate_json(raw["info"])
         return info.model_copy(
             update={
@@ -90,7 +105,7 @@ class Experiments:
         where this machine has the file (Manifest.relocation)."""
         raw = self.redis.hget(self.keys.experiment(exp_id), "matrix")
         if raw is None:
-            raise ExperimentNotFound(exp_id)
+            raise self._missing(exp_id)
         # Paths were resolved and checked at submit; a worker on another machine
         # reports a missing file when it uses it, per run.
         context = {"check_files": False, "relocate": relocate}

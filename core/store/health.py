@@ -25,7 +25,7 @@ class Health:
         run's infrastructure error, None for a result of the agent's own). True when
         this run stopped the tier."""
         stopped = self._note(
-            keys=[self.keys.health(exp_id), self.keys.halted(exp_id)],
+            keys=[self.keys.health(exp_id), self.keys.halted(exp_id), self.keys.experiment(exp_id)],
             args=[tier, infra_error or "", threshold],
         )
         return bool(stopped == "stopped")

@@ -13,6 +13,7 @@ import gc
 from collections.abc import Iterable, Iterator
 from operator import attrgetter
 
+from core.errors import ExperimentNotFound
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.store import scripts
 from core.store.client import TextClient
@@ -37,6 +38,7 @@ class Results:
     def save(self, result: RunResult, holder: str = "") -> bool:
         """Store a final result; False (and nothing changed) when one is already stored,
         or when `holder` no longer holds the run's lease (another delivery took it over).
+        ExperimentNotFound when the experiment has no record (deleted meanwhile).
 
         Fields at their defaults are left out (reading fills them in again): a
         no-op run's result takes 0.7 KB instead of 1.6 KB."""
@@ -59,6 +61,8 @@ class Results:
                 holder,
             ],
         )
+        if stored == "gone":
+            raise ExperimentNotFound(result.experiment_id)
         return bool(stored == "saved")
 
     def get(self, exp_id: str, run_id: str) -> RunResult | None:

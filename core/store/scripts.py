@@ -12,12 +12,14 @@ marks a lapsed lease whose run was sent again (holder "resent") or must be
 # late must neither overwrite the first result nor be counted twice. A delivery
 # whose lease another delivery has taken over stores nothing: only the newest
 # delivery's result counts. One whose lapsed lease was only marked (expiry 0)
-# still may. The save ends the lease.
+# still may. The save ends the lease. An experiment without a record (deleted
+# while the run ran) gets nothing: its keys would come back without it.
 # KEYS[1] runs, KEYS[2] experiment, KEYS[3] leases.
 # ARGV[1] run id, ARGV[2] RunResult JSON, ARGV[3] '1' when passed, ARGV[4] the
 # counter its status adds to besides `done` ('' for none), ARGV[5] the saving
 # delivery's lease holder ('' to save whoever holds it).
 SAVE_RUN = """
+if redis.call('HEXISTS', KEYS[2], 'info') == 0 then return 'gone' end
 if ARGV[5] ~= '' then
   local lease = redis.call('HGET', KEYS[3], ARGV[1])
   if lease then
@@ -33,17 +35,19 @@ if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], 1) end
 return 'saved'
 """
 
-# A delivery's first step, in one round trip: the stored result if the run has
-# one (then nothing else happens), else the delivery is counted, recorded among
-# the run's deliveries (so that one that dies without a result still shows) and
-# takes the run's lease, whoever held it before.
+# A delivery's first step, in one round trip: nothing when the experiment has no
+# record (deleted, or lost by the broker: its run must not re-create its keys);
+# the stored result if the run has one (then nothing else happens), else the
+# delivery is counted, recorded among the run's deliveries (so that one that dies
+# without a result still shows) and takes the run's lease, whoever held it before.
 # KEYS[1] runs, KEYS[2] attempts, KEYS[3] leases, KEYS[4] experiment, KEYS[5] halted,
 # KEYS[6] deliveries.
 # ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier,
 # ARGV[5] the worker's name.
-# Returns {'stored', RunResult JSON} or {'started', attempts, experiment status,
-# why fail-fast stopped the tier or '', the deliveries' JSON list}.
+# Returns {'gone'}, {'stored', RunResult JSON} or {'started', attempts, experiment
+# status, why fail-fast stopped the tier or '', the deliveries' JSON list}.
 BEGIN_DELIVERY = """
+if redis.call('HEXISTS', KEYS[4], 'info') == 0 then return {'gone'} end
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if stored then return {'stored', stored} end
 local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
@@ -80,11 +84,12 @@ return 'ended'
 # A run's evidence within the experiment's cap, in one step: stored and counted
 # when the bytes stored so far leave room for it; else nothing is written (the
 # caller then stores the run's minimal evidence, which is kept whatever the cap,
-# and only then pays for making it).
+# and only then pays for making it). Nothing for an experiment without a record.
 # KEYS[1] evidence, KEYS[2] experiment. ARGV[1] run id, ARGV[2] the evidence (a
 # blob or a file pointer), ARGV[3] the bytes it takes, ARGV[4] the experiment's
-# cap in bytes. Returns 'whole' or 'over'.
+# cap in bytes. Returns 'whole', 'over' or 'gone'.
 SAVE_EVIDENCE = """
+if redis.call('HEXISTS', KEYS[2], 'info') == 0 then return 'gone' end
 local used = tonumber(redis.call('HGET', KEYS[2], 'evidence_bytes') or '0')
 if used + tonumber(ARGV[3]) <= tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
@@ -92,6 +97,16 @@ if used + tonumber(ARGV[3]) <= tonumber(ARGV[4]) then
   return 'whole'
 end
 return 'over'
+"""
+
+# One field of one of an experiment's hashes, written only while the experiment
+# has its record: a run finishing after a delete must not bring its keys back.
+# KEYS[1] the hash, KEYS[2] experiment. ARGV[1] field, ARGV[2] value.
+# Returns 'set' or 'gone'.
+SET_IF_RECORDED = """
+if redis.call('HEXISTS', KEYS[2], 'info') == 0 then return 'gone' end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 'set'
 """
 
 # KEYS[1] leases. ARGV[1] run id, ARGV[2] holder, ARGV[3] seconds.
@@ -149,11 +164,14 @@ return lost
 """
 
 # Fail-fast: a tier whose first results are ARGV[3] times the same
-# infrastructure error, and nothing else yet, is stopped.
-# KEYS[1] health, KEYS[2] halted. ARGV[1] tier, ARGV[2] the infrastructure error
-# of a finished run ('' for a result of the agent's own), ARGV[3] threshold (0: off).
-# Returns 'stopped' when this call stopped the tier, else 'counted'.
+# infrastructure error, and nothing else yet, is stopped. Nothing is counted for
+# an experiment without a record.
+# KEYS[1] health, KEYS[2] halted, KEYS[3] experiment. ARGV[1] tier, ARGV[2] the
+# infrastructure error of a finished run ('' for a result of the agent's own),
+# ARGV[3] threshold (0: off).
+# Returns 'stopped' when this call stopped the tier, else 'counted' (or 'gone').
 NOTE_HEALTH = """
+if redis.call('HEXISTS', KEYS[3], 'info') == 0 then return 'gone' end
 local healthy = ARGV[1] .. '\\n'
 if ARGV[2] == '' then redis.call('HSET', KEYS[1], healthy, 1) return 'counted' end
 if redis.call('HEXISTS', KEYS[1], healthy) == 1 then return 'counted' end

@@ -5,7 +5,9 @@ the gates on. Written once per run, after its result.
 
 from __future__ import annotations
 
+from core.errors import ExperimentNotFound
 from core.files.archive import ArchivedWorkspace
+from core.store import scripts
 from core.store.client import TextClient
 from core.store.keys import Keys
 
@@ -14,9 +16,13 @@ class Workspaces:
     def __init__(self, client: TextClient, keys: Keys):
         self.redis = client
         self.keys = keys
+        self._set = client.register_script(scripts.SET_IF_RECORDED)
 
     def save(self, exp_id: str, run_id: str, archive: ArchivedWorkspace) -> None:
-        self.redis.hset(self.keys.workspaces(exp_id), run_id, archive.model_dump_json())
+        """ExperimentNotFound when the experiment has no record (deleted meanwhile)."""
+        keys = [self.keys.workspaces(exp_id), self.keys.experiment(exp_id)]
+        if self._set(keys=keys, args=[run_id, archive.model_dump_json()]) == "gone":
+            raise ExperimentNotFound(exp_id)
 
     def get(self, exp_id: str, run_id: str) -> ArchivedWorkspace | None:
         raw = self.redis.hget(self.keys.workspaces(exp_id), run_id)

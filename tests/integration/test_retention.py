@@ -132,3 +132,64 @@ def test_a_running_experiment_deleted_with_force_leaves_no_key_once_workers_drop
     assert list(store.redis.scan_iter(match=f"{PREFIX}*{exp_id}*")) == []
     assert not any(store.redis.exists(key) for g in chords for key in store.keys.chord(g))
     assert "Traceback" not in worker.output()
+
+
+def test_runs_of_an_experiment_deleted_mid_run_stop_at_once_and_bring_no_key_back(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """The worker has run the experiment, so its process knows the matrix: the delete
+    is checked at each delivery's start, and the run in flight stores nothing."""
+    queue = f"{QUEUE}-deleted-mid-run"
+    started = tmp_path / "started.log"
+    command = f'echo "$EVALFLEET_RUN_ID" >> {started}; sleep 1; touch out.txt'
+    matrix = command_matrix(tmp_path, command, runs=12, extra=f"queue: {queue}")
+    with services() as running:
+        worker = cli_worker(fleet_env, tmp_path / "worker.log", "--queues", queue)
+        running.append(worker)
+        submitted = _cli("submit", str(matrix), env=fleet_env)
+        assert submitted.returncode == 0, submitted.stderr
+        exp_id = submitted.stdout.strip()
+        # Two finished (the matrix is in the worker's cache), the third in flight.
+        wait_until(lambda: len(_lines(started)) >= 3, "three runs to start", timeout=60)
+        deleted = _cli("delete", exp_id, "--yes", "--force", env=fleet_env)
+        assert deleted.returncode == 0, deleted.stderr
+        at_delete = len(_lines(started))
+        wait_until(lambda: store.redis.llen(queue) == 0, "the queue drained", timeout=60)
+        wait_until(
+            lambda: worker.output().count("dropped: its experiment was deleted") >= 12 - at_delete,
+            "the worker dropping every run not yet started",
+        )
+    # At most the run that was starting as the delete landed began after it.
+    assert len(_lines(started)) <= at_delete + 1, _lines(started)
+    assert list(store.redis.scan_iter(match=f"{PREFIX}*{exp_id}*")) == []
+    gone = _cli("status", exp_id, env=fleet_env)
+    assert gone.returncode == 2 and f"no experiment '{exp_id}'" in gone.stderr
+    assert "Traceback" not in worker.output() + gone.stderr
+
+
+def test_an_experiment_the_broker_half_lost_is_named_by_every_command(
+    fleet_env: dict[str, str], redis_url: str, tmp_path: Path
+) -> None:
+    """A Redis restarted without persistence, or one that evicts: some keys are left
+    without the experiment's record. Each command says so in one sentence."""
+    prefix = f"{PREFIX}lost-{uuid.uuid4().hex[:6]}:"
+    env = {**fleet_env, "EVALFLEET_KEY_PREFIX": prefix}
+    store = Store.from_url(redis_url, prefix=prefix)
+    exp_id = seed_experiment(store, tmp_path, {("T0", "s1"): Cell((True, False))}, "lost")
+    store.redis.hdel(store.keys.experiment(exp_id), "info", "matrix")
+    try:
+        for command in (["status", exp_id], ["report", exp_id], ["show", exp_id, "T0", "s1", "0"]):
+            answered = _cli(*command, env=env)
+            assert answered.returncode == 2, (command, answered.stderr)
+            assert "only partly in this store" in answered.stderr, (command, answered.stderr)
+            assert f"scheduler delete {exp_id} --force" in answered.stderr
+            assert "Traceback" not in answered.stderr
+        assert _cli("delete", exp_id, "--yes", "--force", env=env).returncode == 0
+        assert list(store.redis.scan_iter(match=f"{prefix}*")) == []
+    finally:
+        for key in store.redis.scan_iter(match=f"{prefix}*"):
+            store.redis.delete(key)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
