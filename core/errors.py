@@ -19,7 +19,8 @@
     ├── AnswerError (ValueError) ─ a judge's answer not in the rubric's format
     ├── WorkspaceTooLarge (ValueError) ─ a workspace above `workspace_archive.max_bytes`
     ├── SetupError ─ a run's workspace could not be prepared (an infrastructure error)
-    └── RetryLater ─ a provider outage: the run goes back to the queue for later
+    ├── RetryLater ─ a provider outage: the run goes back to the queue for later
+    └── RunInProgress ─ a copy of a run that another delivery is running: dropped
 
 The second bases keep the callers that catch ValueError, KeyError or RuntimeError
 (pydantic's validators, dict-like lookups) working. InputError and FleetError are
@@ -129,9 +130,22 @@ class SetupError(EvalfleetError):
 
 
 class RetryLater(EvalfleetError):
-    """The run met a provider outage and has deliveries left: send it again in `wait_s`."""
+    """The run met a provider outage and has deliveries left: send it again in `wait_s`.
+    `holder`: the lease this delivery keeps through the wait, which the next one takes."""
 
-    def __init__(self, wait_s: float, outages: list[str]):
+    def __init__(self, wait_s: float, outages: list[str], holder: str = ""):
         super().__init__(f"retry in {wait_s:g} s after: {outages[-1]}")
         self.wait_s = wait_s
         self.outages = outages
+        self.holder = holder
+
+
+class RunInProgress(EvalfleetError):
+    """Another delivery of the run holds its live lease: this copy of its message (a
+    broker's restore, a resend racing the run) is dropped; if that delivery dies, its
+    lease lapses and the sweep sends the run again."""
+
+    def __init__(self, run_id: str, lease_left_s: float):
+        super().__init__(
+            f"run {run_id} is in progress elsewhere (its lease runs {lease_left_s:.0f} s more)"
+        )

@@ -82,12 +82,15 @@ def execute(
     on_phase: Phase = lambda phase: None,
     outages: list[str] | None = None,
     worker: str | None = None,
+    continues: str = "",
 ) -> RunResult:
     """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
     result is recorded; the run's message or its lease brings it back. Raises
-    RetryLater after a provider outage while deliveries remain. `outages`: the
-    earlier deliveries' outages, kept on the result. `worker`: the name its
-    deliveries are recorded under (default: the host name)."""
+    RetryLater after a provider outage while deliveries remain, RunInProgress when
+    another delivery runs the run. `outages`: the earlier deliveries' outages, kept
+    on the result; `continues`: the lease holder of the delivery that met the last
+    one. `worker`: the name its deliveries are recorded under (default: the host
+    name)."""
     started = time.time()
     matrix = _matrix(store, spec.experiment_id)
     lease = Lease(store, spec, matrix.lease_s)
@@ -102,6 +105,7 @@ def execute(
             lease.seconds,
             tier=spec.tier,
             worker=worker or socket.gethostname(),
+            continues=continues,
         )
     )
     if delivery.stored is not None:
@@ -133,7 +137,7 @@ def execute(
         why = visible(result.fail_reason or "")
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, why, wait_s)
         end_delivery(store, result, delivery.attempts, "sent again")
-        raise RetryLater(wait_s, result.outages)
+        raise RetryLater(wait_s, result.outages, holder=lease.holder)
     # A finished run's work is worth keeping through a Redis restart.
     if _patiently(lambda: store.results.save(result, holder=lease.holder)):
         if matrix.budget is not None:

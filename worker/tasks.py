@@ -3,11 +3,13 @@
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
 stored RunResult and the task returns a small summary. `evalfleet.rejudge`, the
-header task of a rejudge or rescore (worker.reevaluate), never raises either. The exceptions are a
-run handed back by a leaving worker (worker.grace) and a run that Redis left
-(a restart longer than worker.run waits): the message is rejected with
-requeue, which neither fails nor counts toward the chord. A run whose model
-provider failed is retried (`self.retry`) after the wait worker.run names.
+header task of a rejudge or rescore (worker.reevaluate), never raises either. The
+exceptions are a run handed back by a leaving worker (worker.grace) and a run
+that Redis left (a restart longer than worker.run waits): the message is
+rejected with requeue, which neither fails nor counts toward the chord. A run
+whose model provider failed is retried (`self.retry`) after the wait worker.run
+names. A copy of a run that another delivery is running, and a run of a deleted
+experiment, are acknowledged and dropped (`Ignore`), the chord left alone.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore, Reject
 
 from core.analysis.aggregate import aggregate
-from core.errors import ExperimentNotFound, RetryLater
+from core.errors import ExperimentNotFound, RetryLater, RunInProgress
 from core.evaluation.rejudge import RejudgePlan
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
@@ -61,7 +63,9 @@ def summary(result: RunResult) -> dict[str, Any]:
 
 # max_retries=None: the matrix's max_attempts caps a run's deliveries (worker.run).
 @shared_task(bind=True, name=RUN_TASK, max_retries=None)
-def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> dict[str, Any]:
+def run(
+    self: Task, spec: dict[str, Any], outages: list[str] | None = None, continues: str = ""
+) -> dict[str, Any]:
     run_spec = RunSpec.model_validate(spec)
 
     def on_phase(phase: str) -> None:
@@ -72,14 +76,23 @@ def run(self: Task, spec: dict[str, Any], outages: list[str] | None = None) -> d
     try:
         with graceful_run():
             result = execute(
-                run_spec, store_of(self.app), on_phase, outages, worker=self.request.hostname
+                run_spec,
+                store_of(self.app),
+                on_phase,
+                outages,
+                worker=self.request.hostname,
+                continues=continues,
             )
     except RetryLater as exc:
         # The same task again later (a chord header may retry): the chord still
         # waits for this run's one result.
-        raise self.retry(
-            args=(spec,), kwargs={"outages": exc.outages}, countdown=exc.wait_s
-        ) from None
+        kwargs = {"outages": exc.outages, "continues": exc.holder}
+        raise self.retry(args=(spec,), kwargs=kwargs, countdown=exc.wait_s) from None
+    except RunInProgress as exc:
+        # The delivery that runs it answers for it; should that one die, its lease
+        # lapses and the sweep sends the run again.
+        log.warning("%s: this copy of its message is dropped", exc)
+        raise Ignore() from None
     except HandBack as exc:
         raise Reject(str(exc), requeue=True) from None
     except ExperimentNotFound:

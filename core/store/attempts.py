@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from core.errors import ExperimentNotFound
+from core.errors import ExperimentNotFound, RunInProgress
 from core.evidence.models import Attempt
 from core.results.report import ExperimentStatus
 from core.results.run import RunResult
@@ -51,10 +51,12 @@ class Attempts:
         lease_s: float,
         tier: str = "",
         worker: str = "",
+        continues: str = "",
     ) -> Delivery:
         """A delivery of a run starts: its stored result, if it has one; else the
         delivery is counted and recorded as `worker`'s, and `holder` takes the run's
-        lease for `lease_s`. ExperimentNotFound when the experiment has no record."""
+        lease for `lease_s`. ExperimentNotFound when the experiment has no record;
+        RunInProgress while another delivery than `continues` holds a live lease."""
         reply = self._begin(
             keys=[
                 self.keys.runs(exp_id),
@@ -64,10 +66,12 @@ class Attempts:
                 self.keys.halted(exp_id),
                 self.keys.deliveries(exp_id),
             ],
-            args=[run_id, holder, lease_s, tier, worker],
+            args=[run_id, holder, lease_s, tier, worker, continues],
         )
         if reply[0] == "gone":
             raise ExperimentNotFound(exp_id)
+        if reply[0] == "busy":
+            raise RunInProgress(run_id, float(reply[1]))
         if reply[0] == "stored":
             return Delivery(stored=RunResult.model_validate_json(reply[1]))
         return Delivery(

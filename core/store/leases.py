@@ -7,9 +7,11 @@ stops renewing; once the lease has expired, a sweep claims the run and sends
 it again (worker.recovery). Saving the run's result ends its lease
 (Results.save), in the same step as storing it.
 
-Taking a lease always succeeds: the newest delivery of a run wins. An older
-delivery still alive fails to renew and, at its save, finds the run is no
-longer its own, so it cannot count. Each entry is "EXPIRY HOLDER", the expiry
+A delivery that finds another's live lease does not start (Attempts.begin):
+it is a copy of a run in progress. A lapsed lease is the next delivery's, and
+`take` (a provider outage's wait) always succeeds. An older delivery still
+alive past its lapsed lease fails to renew and, at its save, finds the run is
+no longer its own, so it cannot count. Each entry is "EXPIRY HOLDER", the expiry
 on the Redis server's clock; the scripts are in core.store.scripts.
 """
 

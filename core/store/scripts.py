@@ -37,22 +37,33 @@ return 'saved'
 
 # A delivery's first step, in one round trip: nothing when the experiment has no
 # record (deleted, or lost by the broker: its run must not re-create its keys);
-# the stored result if the run has one (then nothing else happens), else the
-# delivery is counted, recorded among the run's deliveries (so that one that dies
-# without a result still shows) and takes the run's lease, whoever held it before.
+# the stored result if the run has one (then nothing else happens); nothing but
+# how long it lasts when another delivery holds the run's live lease (two copies of
+# one message, say a broker's restore after a restart, never run at once nor count
+# as two deliveries); else the delivery is counted, recorded among the run's
+# deliveries (so that one that dies without a result still shows) and takes the
+# run's lease, lapsed or its own predecessor's (ARGV[6]: after a provider outage).
 # KEYS[1] runs, KEYS[2] attempts, KEYS[3] leases, KEYS[4] experiment, KEYS[5] halted,
 # KEYS[6] deliveries.
 # ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier,
-# ARGV[5] the worker's name.
-# Returns {'gone'}, {'stored', RunResult JSON} or {'started', attempts, experiment
-# status, why fail-fast stopped the tier or '', the deliveries' JSON list}.
+# ARGV[5] the worker's name, ARGV[6] the holder this delivery continues ('' none).
+# Returns {'gone'}, {'stored', RunResult JSON}, {'busy', seconds the lease has left}
+# or {'started', attempts, experiment status, why fail-fast stopped the tier or '',
+# the deliveries' JSON list}.
 BEGIN_DELIVERY = """
 if redis.call('HEXISTS', KEYS[4], 'info') == 0 then return {'gone'} end
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if stored then return {'stored', stored} end
-local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 local now = redis.call('TIME')
 now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local lease = redis.call('HGET', KEYS[3], ARGV[1])
+if lease then
+  local held_until, holder = string.match(lease, '^(%S+) (%S+)$')
+  if tonumber(held_until) > now and holder ~= ARGV[6] then
+    return {'busy', string.format('%.3f', tonumber(held_until) - now)}
+  end
+end
+local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 local expiry = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
 local delivered = redis.call('HGET', KEYS[6], ARGV[1])

@@ -207,6 +207,38 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
     assert not broker.hexists("unacked", tag) and broker.zscore("unacked_index", tag) is None
 
 
+def test_copies_of_a_running_runs_message_neither_run_nor_count_as_deliveries(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """Copies of a run's message while it runs, as a broker's restore of unacknowledged
+    messages after a restart hands out: each finds the run's live lease and is
+    dropped. (Each copy used to take the run over as a new delivery; the fourth gave
+    the run up as an infrastructure error while the first still ran.)"""
+    log = tmp_path / "started.log"
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-copies"
+    matrix = write_matrix(
+        tmp_path / "m", f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 4; touch out.txt', runs=1
+    )
+    submitted = run_cli("submit", str(matrix), env={**fleet_env, "EVALFLEET_QUEUE": queue})
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    broker = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
+    message = broker.lindex(queue, 0)
+    assert message is not None
+    worker = Worker({**fleet_env, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "w.log", queues=queue)
+    try:
+        wait_until(lambda: started(log), "the run to start", timeout=60)
+        broker.lpush(queue, *[message] * 3)
+        wait_until(lambda: store.reports.get(exp_id) is not None, "the report", timeout=90)
+        wait_until(lambda: broker.llen(queue) == 0, "the copies taken", timeout=30)
+        time.sleep(1)  # the last copy's begin, once taken
+    finally:
+        worker.stop()
+    _each_ran_once(store, exp_id, log, runs=1)
+    assert len(store.attempts.of(exp_id, f"{exp_id}:T0:s:0")) == 1  # one delivery recorded
+    assert (tmp_path / "w.log").read_text().count("this copy of its message is dropped") == 3
+
+
 def _pid_in_group(line: str, pgid: int) -> bool:
     """Was this agent started by a process of the worker whose group is `pgid`?"""
     pid = int(line.split()[1])
