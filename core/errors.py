@@ -12,6 +12,7 @@
     ├── FleetError ─ a good command the fleet could not carry out (the CLI exits 1)
     │   ├── BrokerUnreachable ─ the configured broker does not answer
     │   ├── EmbeddedError (RuntimeError) ─ the embedded Redis would not start
+    │   ├── ResumeInProgress ─ another resume of the experiment is sending its runs
     │   └── WorkersDied (RuntimeError) ─ the local workers exited before the report
     ├── LLMError ─ a call to a model failed for good; the message is the reason to record
     │   ├── UnusableURL ─ the URL cannot be requested at all
@@ -95,6 +96,17 @@ class ExperimentLost(ExperimentNotFound):
 
 class BrokerUnreachable(FleetError):
     """The configured broker does not answer."""
+
+
+class ResumeInProgress(FleetError):
+    """Another resume of the experiment is working out what to send and sending it:
+    two at once would each send the same runs."""
+
+    def __init__(self, exp_id: str, holder: str):
+        super().__init__(
+            f"experiment {exp_id} is being resumed by another `scheduler resume` ({holder}); "
+            "nothing was sent: wait for it, then run `scheduler status` to see what is left"
+        )
 
 
 class EmbeddedError(FleetError, RuntimeError):

@@ -72,11 +72,16 @@ def resume(
             if resume(fleet, exp_id, budget=40) is not None:
                 report = wait(fleet, exp_id)
     """
+    exp_id = fleet.experiment_id(experiment)
+    with fleet.store.experiments.resuming(exp_id):  # two at once would send runs twice
+        return _resume(fleet, exp_id, budget, workers)
+
+
+def _resume(fleet: Fleet, exp_id: str, budget: float | None, workers: int | None) -> Sent | None:
     from scheduler.dispatch import send  # both import Celery (see Fleet.app)
     from worker.recovery import to_resend
 
     store = fleet.store
-    exp_id = fleet.experiment_id(experiment)
     matrix = store.experiments.matrix(exp_id)
     info = store.experiments.info(exp_id)
     app = fleet.app

@@ -9,20 +9,30 @@ experiment's status channel in the same step as they are written.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from redis.client import PubSub
 
-from core.errors import ExperimentLost, ExperimentNotFound
+from core.errors import ExperimentLost, ExperimentNotFound, ResumeInProgress
 from core.files.bundle import Manifest
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec
+from core.store import scripts
 from core.store.client import SCAN_COUNT, TextClient, Value
 from core.store.keys import Keys
 from core.store.ledger import Ledger
 from core.store.specs import Specs
+
+# The longest a resume holds an experiment: working out what to send and sending
+# it takes seconds, even for 100,000 runs.
+RESUME_HOLD_S = 300
 
 
 class Experiments:
@@ -31,6 +41,7 @@ class Experiments:
         self.keys = keys
         self._ledger = ledger
         self._specs = specs
+        self._release_hold = client.register_script(scripts.RELEASE_HOLD)
 
     def create(
         self,
@@ -128,6 +139,21 @@ class Experiments:
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(self.keys.status_channel(exp_id))
         return pubsub
+
+    @contextmanager
+    def resuming(self, exp_id: str) -> Iterator[None]:
+        """Hold the experiment's resume for the block: ResumeInProgress while another
+        holds it (a killed resume's hold expires after RESUME_HOLD_S)."""
+        key = self.keys.resuming(exp_id)
+        since = time.strftime("%H:%M:%S UTC", time.gmtime())
+        token = f"{socket.gethostname()} pid {os.getpid()}, since {since}\n{uuid.uuid4().hex}"
+        if not self.redis.set(key, token, nx=True, ex=RESUME_HOLD_S):
+            holder = (self.redis.get(key) or "it has just ended").split("\n")[0]
+            raise ResumeInProgress(exp_id, holder)
+        try:
+            yield
+        finally:
+            self._release_hold(keys=[key], args=[token])
 
     def reopen(self, exp_id: str) -> None:
         """Back to running for a resume; the next aggregation sets finished_at again."""

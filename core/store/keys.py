@@ -15,6 +15,9 @@ Ours, under the prefix (no TTL on any of them):
   that one that died without a result still shows;
 - ``exp:{id}:leases`` run id -> "EXPIRY HOLDER" of the runs in progress
   (core.store.leases);
+- ``exp:{id}:resuming`` who is resuming the experiment (host, pid, time), while
+  one resume works out what to send and sends it (expires: a killed resume
+  holds it no longer than RESUME_HOLD_S);
 - ``exp:{id}:unaccounted`` run id -> when a sweep first found the run nowhere
   (worker.recovery);
 - ``exp:{id}:health`` the first results of each tier, for fail-fast (TIER +
@@ -96,6 +99,9 @@ class Keys:
 
     def attempts(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:attempts"
+
+    def resuming(self, exp_id: str) -> str:
+        return f"{self.prefix}exp:{exp_id}:resuming"
 
     def deliveries(self, exp_id: str) -> str:
         return f"{self.prefix}exp:{exp_id}:deliveries"

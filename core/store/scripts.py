@@ -140,6 +140,13 @@ redis.call('HSET', KEYS[1], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARG
 return 'renewed'
 """
 
+# KEYS[1] a key holding its holder's token. ARGV[1] the token.
+# Deletes the key only while it is still that holder's. Returns 1 or 0.
+RELEASE_HOLD = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 # KEYS[1] leases. ARGV[1] run id, ARGV[2] holder.
 # Ends the lease without a result, only while it is still the holder's.
 RELEASE_LEASE = """

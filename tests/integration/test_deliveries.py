@@ -30,7 +30,7 @@ from core.evaluation.shell import PidMark, kill_groups_by_env, pid_mark
 from core.matrix import Scenario, Tier
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import QUEUE, StartWorker, Worker, run_cli
+from tests.conftest import QUEUE, StartWorker, Worker, run_cli, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import alive, wait_until
 from worker.workspace import MARKER, clear_dead_deliveries, folder_name, prepare
@@ -202,6 +202,29 @@ def test_resume_while_runs_are_queued_sends_only_the_lost_one(
     for i in range(2):  # each delivered once
         assert len(deliveries(log, i)) == 1
         assert store.results.get(exp_id, f"{exp_id}:T0:s:{i}").attempts == 1  # type: ignore[union-attr]
+
+
+def test_resumes_at_once_send_each_lost_run_once_and_the_others_say_so(
+    env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    queue = f"{QUEUE}-resumes"  # nothing else is in it, and no worker takes from it
+    env = {**env, "EVALFLEET_QUEUE": queue}
+    matrix = command_matrix(tmp_path / "m", "touch out.txt", runs=6)
+    exp_id = submit(matrix, env)
+    broker: Any = redis.Redis.from_url(env["EVALFLEET_BROKER_URL"])
+    broker.delete(queue)  # every message vanished
+    with store.experiments.resuming(exp_id):  # a resume on another machine, mid-way
+        refused = run_cli("resume", exp_id, env=env)
+    assert refused.returncode == 1 and broker.llen(queue) == 0
+    assert "is being resumed by another `scheduler resume`" in " ".join(refused.stderr.split())
+
+    racing = [start_cli("resume", exp_id, env=env) for _ in range(3)]
+    answers = [proc.communicate(timeout=120)[1] for proc in racing]
+    assert broker.llen(queue) == 6, answers  # each run once, whichever resume sent it
+    sent = [" ".join(a.split()) for a in answers if "re-sending 6 runs" in " ".join(a.split())]
+    assert len(sent) == 1, answers  # the others found them queued, or the resume held
+    assert not store.redis.exists(store.keys.resuming(exp_id))
+    broker.delete(queue)
 
 
 def _run_index(message: bytes | str) -> int:
