@@ -41,7 +41,12 @@ def create_app(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # A run in progress when Redis goes away goes on (it may have cost minutes and
+        # dollars): its message, restored or redelivered, finds its live lease or its
+        # result and is dropped (worker.run), so nothing runs or counts twice.
+        # Cancelling it (True) SIGTERMs its pool process, which reads as the worker
+        # leaving (worker.grace).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
         task_track_started=True,
         result_extended=True,

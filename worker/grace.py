@@ -13,11 +13,18 @@ The grace period is kept in the pool processes, not the parent, because a
 CI runner or `kill` may deliver SIGTERM to the whole process group, to the
 parent alone, or both: a pool process running a run arms its own timer on the
 first SIGTERM it sees, and the parent forwards SIGTERM to those processes.
+
+A SIGTERM the worker is not leaving on (Celery terminating one job: a revoke
+with terminate) hands that run back too, but only a worker that really leaves
+keeps its pool processes leaving for their next run: the parent says so in
+memory its pool processes share. (A process left leaving handed back every run
+it took after grace, each a new delivery, until the run was given up.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 from collections.abc import Iterator
@@ -49,6 +56,8 @@ class _PoolProcess:
     in_pool = False
     leaving = False
     running = False
+    # Set by the parent when the worker shuts down; created before the pool forks.
+    worker_leaving: Any = multiprocessing.RawValue("b", 0)
 
 
 def _arm() -> None:
@@ -64,7 +73,8 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
     if _PoolProcess.running:
-        raise HandBack(f"worker shutting down, {_PoolProcess.grace_s:g} s grace over: handed back")
+        leaving = "worker shutting down" if _PoolProcess.worker_leaving.value else "run terminated"
+        raise HandBack(f"{leaving}, {_PoolProcess.grace_s:g} s grace over: handed back")
 
 
 def _mark_pool_process(**_: Any) -> None:
@@ -93,6 +103,8 @@ def graceful_run() -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_alarm)
         signal.signal(signal.SIGTERM, previous_term)
+        # The run had its grace; the next one gets it only if the worker is leaving.
+        _PoolProcess.leaving = bool(_PoolProcess.worker_leaving.value)
 
 
 def register(app: Celery) -> None:
@@ -124,6 +136,7 @@ class Grace(bootsteps.StartStopStep):
 
     def _forward(self, **_: Any) -> None:
         """In the parent's SIGTERM/SIGINT handler: tell the pool processes running a run."""
+        _PoolProcess.worker_leaving.value = 1
         pool = getattr(self.worker, "pool", None)
         processes = pool.info.get("processes", []) if pool is not None else []
         for pid in to_tell(list(state.reserved_requests), processes):

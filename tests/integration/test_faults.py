@@ -239,6 +239,36 @@ def test_copies_of_a_running_runs_message_neither_run_nor_count_as_deliveries(
     assert (tmp_path / "w.log").read_text().count("this copy of its message is dropped") == 3
 
 
+def test_a_pool_process_terminated_while_the_worker_stays_hands_back_only_that_run(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Celery terminates a job with SIGTERM to its pool process (a revoke with
+    terminate; a cancel on connection loss): that run is handed back after its grace
+    and runs again, and the process, which the worker did not ask to leave, runs
+    the next runs in full (it used to hand back every later run after its grace,
+    until each was given up as an infrastructure error)."""
+    log = tmp_path / "started.log"
+    command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt'
+    matrix = write_matrix(tmp_path / "m", command, runs=3)
+    worker = start_worker({"EVALFLEET_SHUTDOWN_GRACE": "0.5"}, concurrency=1)
+    submitted = run_cli("submit", str(matrix), env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    first = wait_until(lambda: started(log), "the first run to start", timeout=60)[0]
+    os.kill(_parent(int(first.split()[1])), signal.SIGTERM)  # the pool process
+    wait_until(lambda: store.reports.get(exp_id) is not None, "the report", timeout=120)
+    runs = {r.run_index: r for r in store.results.all(exp_id)}
+    assert all(r.passed for r in runs.values()), [r.fail_reason for r in runs.values()]
+    interrupted = int(first.split()[0].rsplit(":", 1)[1])
+    assert runs[interrupted].attempts == 2  # handed back once, then run in full
+    assert all(r.attempts == 1 for i, r in runs.items() if i != interrupted)
+    assert worker.log.read_text().count("reject requeue=True") == 1  # that run, once
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def _pid_in_group(line: str, pgid: int) -> bool:
     """Was this agent started by a process of the worker whose group is `pgid`?"""
     pid = int(line.split()[1])
@@ -304,8 +334,16 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def test_redis_restarted_mid_experiment_loses_nothing(
     fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
 ) -> None:
-    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
-    matrix = write_matrix(tmp_path, "sleep 2; touch out.txt", runs=8)
+    """Runs in progress go on through the restart and are not run again. A grace
+    shorter than a run: had the restart's connection loss read as the worker leaving
+    (Celery cancelling runs with SIGTERM), each later run would be handed back."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url, "EVALFLEET_SHUTDOWN_GRACE": "1"}
+    log = tmp_path / "started.log"
+    # A lease the 2 s outage cannot lapse: a lapsed one would rightly send a run again.
+    matrix = write_matrix(
+        tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt', runs=8,
+        lease_s=20,
+    )  # fmt: skip
     workers = [Worker(env, tmp_path / f"w{i}.log", name=f"w{i}") for i in range(2)]
     store = Store.from_url(own_redis.url, prefix=PREFIX)
     follower = start_cli("submit", str(matrix), "--wait", "--json", env=env)
@@ -328,8 +366,10 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     assert all(r.passed for r in runs), [r.fail_reason for r in runs]
     assert report["experiment"]["completed_runs"] == report["experiment"]["total_runs"] == 8
     assert report["tiers"]["T0"]["runs"] == 8 and report["tiers"]["T0"]["passes"] == 8
+    _each_ran_once(store, report["experiment"]["id"], log, runs=8)
     for i in range(2):  # the workers rode the restart out (worker.kombu_guard)
-        assert "Unrecoverable error" not in (tmp_path / f"w{i}.log").read_text()
+        worker_log = (tmp_path / f"w{i}.log").read_text()
+        assert "Unrecoverable error" not in worker_log and "handed back" not in worker_log
 
 
 def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
