@@ -13,6 +13,7 @@
     │   ├── BrokerUnreachable ─ the configured broker does not answer
     │   ├── EmbeddedError (RuntimeError) ─ the embedded Redis would not start
     │   ├── ResumeInProgress ─ another resume of the experiment is sending its runs
+    │   ├── PartlySent ─ the broker refused a write part-way through sending runs
     │   └── WorkersDied (RuntimeError) ─ the local workers exited before the report
     ├── LLMError ─ a call to a model failed for good; the message is the reason to record
     │   ├── UnusableURL ─ the URL cannot be requested at all
@@ -106,6 +107,20 @@ class ResumeInProgress(FleetError):
         super().__init__(
             f"experiment {exp_id} is being resumed by another `scheduler resume` ({holder}); "
             "nothing was sent: wait for it, then run `scheduler status` to see what is left"
+        )
+
+
+class PartlySent(FleetError):
+    """The broker refused a write (full, or gone) after some of an experiment's runs
+    were sent. Its whole plan is recorded first, so a resume sends exactly the rest."""
+
+    def __init__(self, exp_id: str, sent: int, count: int, cause: object):
+        super().__init__(
+            f"the broker refused a write after {sent:,} of {count:,} runs of experiment "
+            f"{exp_id} were sent ({cause}); the experiment and its whole plan are "
+            f"recorded: `scheduler resume {exp_id}` sends exactly the runs not sent, once "
+            f"the broker takes writes again (`scheduler delete {exp_id} --force --yes` "
+            "drops it instead)"
         )
 
 

@@ -25,21 +25,25 @@ Redis result backend, without the per-task costs that make that call take
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import re
 from collections.abc import Iterable
 from typing import Any
 
+import redis
 from celery import Celery, Signature
 from celery.utils import uuid
 from kombu import Connection
 from kombu.utils import json
 
+from core.errors import FleetError, PartlySent
 from core.evaluation.rejudge import RejudgePlan
 from core.files.bundle import Bundle
 from core.matrix import Matrix
 from core.results.run import RunSpec
 from core.store import Store, keys
+from core.store.retention import delete_experiment
 from scheduler.plan import experiment_info, plan
 from worker.sending import (
     AGGREGATE_TASK,
@@ -60,10 +64,18 @@ def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str, bundle:
     """Record a new experiment with its files and send its runs (an adaptive one's first
     wave): what `scheduler submit` does. Returns how many runs the experiment may have."""
     total = matrix.total_runs()
-    # The files first: no worker sees the experiment before them.
-    store.bundles.save(experiment_id, bundle)
-    info = experiment_info(matrix, experiment_id, total)
-    store.experiments.create(info, matrix, manifest=bundle.manifest)
+    try:
+        # The files first: no worker sees the experiment before them.
+        store.bundles.save(experiment_id, bundle)
+        info = experiment_info(matrix, experiment_id, total)
+        store.experiments.create(info, matrix, manifest=bundle.manifest)
+    except redis.RedisError as exc:  # a full broker: nothing of it may stay behind
+        with contextlib.suppress(redis.RedisError):
+            delete_experiment(store, experiment_id)
+        raise FleetError(
+            f"the broker refused a write before any run was sent ({exc}); nothing of "
+            f"experiment {experiment_id} was kept: submit again once it takes writes"
+        ) from exc
     first = matrix.first_wave_runs()
     send(app, store, matrix, experiment_id, plan(matrix, experiment_id), first, record=True)
     return total
@@ -106,20 +118,24 @@ def send(
     runs = iter(specs)
     index = 0
     while batch := list(itertools.islice(runs, BATCH_SIZE)):
-        if record:
-            store.specs.add(experiment_id, batch)
         pipe = store.redis.pipeline(transaction=False)
         queued: dict[str, list[str]] = {}
-        for spec in batch:
+        for offset, spec in enumerate(batch):
             cell = (spec.tier, spec.scenario)
             if cell not in templates:
                 templates[cell] = Template(app, run_options(matrix, spec), group_id, body)
             template = templates[cell]
-            queued.setdefault(template.queue, []).append(template.message(spec, index))
-            index += 1
+            queued.setdefault(template.queue, []).append(template.message(spec, index + offset))
         for queue, messages in queued.items():
             pipe.lpush(keys.queue_key(queue), *messages)
-        pipe.execute()
+        try:
+            if record:
+                store.specs.add(experiment_id, batch)
+            pipe.execute()
+        except redis.RedisError as exc:
+            # The runs not sent are the resume's: their plan is the matrix's (complete_plan).
+            raise PartlySent(experiment_id, index, count, exc) from exc
+        index += len(batch)
     store.experiments.mark_sent(experiment_id, app.conf.task_default_queue)
 
 

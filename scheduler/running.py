@@ -7,17 +7,21 @@ they run until the Fleet is closed: `wait` before that.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import FleetError, InputError, WorkersDied
-from core.matrix import Budget
+from core.matrix import Budget, Matrix
 from core.results.report import ExperimentReport, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store
 from scheduler.fleet import Fleet
-from scheduler.plan import new_experiment_id
+from scheduler.plan import new_experiment_id, plan
 from scheduler.validation import Checked, prepare
+
+# Runs recorded per Redis call when a plan is completed.
+PLAN_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -99,32 +103,51 @@ def _resume(fleet: Fleet, exp_id: str, budget: float | None, workers: int | None
     not_run: list[RunSpec] = []
     if budget is not None and matrix.budget is not None:
         not_run = raise_budget(store, exp_id, matrix.budget, budget)
-    pending = to_resend(app, store, exp_id)
+    never_sent = complete_plan(store, matrix, exp_id)
+    found = to_resend(app, store, exp_id)
+    pending = found.specs
     # Runs still queued or running are left where they are: taken by the workers
     # (the embedded ones started here), not sent a second time.
     now = store.experiments.info(exp_id)  # unrecord took results back
-    waiting = now.total_runs - now.completed_runs - len(pending)
     kept = (
         f"; {now.not_run} runs not run for the budget stay so (`--budget USD` raises it)"
         if now.not_run
         else ""
     )
+    waiting = found.queued + found.running
     if not pending and not waiting and store.reports.get(exp_id) is not None:
         fleet.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
         return None
     if pending:
         store.experiments.reopen(exp_id)
-    unstarted = len(cancelled) + len(not_run)
+    unstarted = len(cancelled) + len(not_run) + never_sent
     fleet.say(
         f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
         f"before they started, "
         + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
-        + f"{len(pending) - unstarted} with no result, lease or "
-        f"message; {waiting} still queued or running{kept}",
+        + (f"{never_sent} never sent (its submit stopped part-way), " if never_sent else "")
+        + f"{len(pending) - unstarted} with no result, lease or message; "
+        f"{found.queued} still queued, {found.running} running{kept}",
     )
     local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(matrix))
-    send(app, store, matrix, exp_id, pending, len(pending))
+    if pending or not waiting:  # nothing to send and nothing on its way: aggregate
+        send(app, store, matrix, exp_id, pending, len(pending))
     return Sent(exp_id, len(pending), local.concurrency if local is not None else None)
+
+
+def complete_plan(store: Store, matrix: Matrix, exp_id: str) -> int:
+    """Record the runs a submit that stopped part-way never recorded (its experiment
+    was never marked sent): a run's id depends only on its coordinates, so the plan
+    made again is the same. Returns how many were missing."""
+    if store.experiments.sent_to(exp_id) is not None:
+        return 0
+    known = store.specs.ids(exp_id)
+    missing, specs = 0, plan(matrix, exp_id)
+    while batch := list(itertools.islice(specs, PLAN_BATCH)):
+        new = [spec for spec in batch if spec.run_id not in known]
+        store.specs.add(exp_id, new)
+        missing += len(new)
+    return missing
 
 
 def raise_budget(store: Store, exp_id: str, budget: Budget, agent_usd: float) -> list[RunSpec]:

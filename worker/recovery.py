@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery, bootsteps
@@ -184,7 +185,16 @@ def on_the_broker(app: Celery, exp_id: str, queues: set[str]) -> set[str]:
     }
 
 
-def to_resend(app: Celery, store: Store, exp_id: str) -> list[RunSpec]:
+@dataclass(frozen=True)
+class Resendable:
+    """What a resume finds of an experiment's runs without a result."""
+
+    specs: list[RunSpec]  # neither running nor on their way: to send again
+    queued: int  # with a message queued, or taken by a worker that has not begun it
+    running: int  # with a live lease
+
+
+def to_resend(app: Celery, store: Store, exp_id: str) -> Resendable:
     """What `scheduler resume` sends: runs without a result that are neither in
     progress (a live lease) nor on their way (a message queued, or taken and not
     yet acknowledged). Sending those too would run them twice at once. A message
@@ -193,7 +203,13 @@ def to_resend(app: Celery, store: Store, exp_id: str) -> list[RunSpec]:
     # Where they went; a submit stopped mid-send recorded nothing: where resume sends.
     queues = run_queues(matrix, store.experiments.sent_to(exp_id) or app.conf.task_default_queue)
     waiting = on_the_broker(app, exp_id, queues)
-    return [spec for spec in store.results.pending(exp_id) if spec.run_id not in waiting]
+    unfinished = store.results.unfinished(exp_id)
+    running = store.leases.live(exp_id) & unfinished
+    return Resendable(
+        specs=[spec for spec in store.results.pending(exp_id) if spec.run_id not in waiting],
+        queued=len((waiting & unfinished) - running),
+        running=len(running),
+    )
 
 
 def _run_spec(message: Any) -> RunSpec | None:

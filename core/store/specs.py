@@ -35,6 +35,10 @@ class Specs:
                 },
             )
 
+    def ids(self, exp_id: str) -> set[str]:
+        """The ids of the runs recorded so far."""
+        return set(self.redis.hkeys(self.keys.specs(exp_id)))
+
     def all(self, exp_id: str) -> list[RunSpec]:
         """Every planned run, by tier, scenario and index."""
         raw = self.redis.hgetall(self.keys.specs(exp_id))

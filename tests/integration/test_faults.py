@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -370,6 +371,46 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     for i in range(2):  # the workers rode the restart out (worker.kombu_guard)
         worker_log = (tmp_path / f"w{i}.log").read_text()
         assert "Unrecoverable error" not in worker_log and "handed back" not in worker_log
+
+
+def test_a_submit_a_full_broker_stops_part_way_is_completed_exactly_by_resume(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """A broker that refuses writes (maxmemory, noeviction) part-way through a submit:
+    one sentence with the fix, and `resume` sends exactly the runs not sent, saying
+    how many it found where. No worker: the queue itself shows each run once."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    runs = 1600
+    matrix = write_matrix(tmp_path, "touch out.txt", runs=runs)
+    broker = redis.Redis.from_url(own_redis.url)
+    used = int(broker.info("memory")["used_memory"])
+    broker.config_set("maxmemory-policy", "noeviction")
+    broker.config_set("maxmemory", used + 1_200_000)  # room for a batch or two of runs
+    refused = run_cli("submit", str(matrix), env=env)
+    assert refused.returncode == 1, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "Traceback" not in refused.stderr and "scheduler resume" in said, said
+    found = re.search(r"after ([\d,]+) of ([\d,]+) runs of experiment (\S+) were sent", said)
+    assert found is not None, said
+    sent, exp_id = int(found[1].replace(",", "")), found[3]
+    assert 0 < sent < runs and int(found[2].replace(",", "")) == runs
+    queue = fleet_env["EVALFLEET_QUEUE"]
+    assert broker.llen(queue) == sent
+
+    broker.config_set("maxmemory", 0)  # memory freed
+    resumed = run_cli("resume", exp_id, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    said = " ".join(resumed.stderr.split())
+    unsent = runs - sent
+    assert f"re-sending {unsent} runs" in said and f"{sent} still queued, 0 running" in said, said
+    assert "never sent (its submit stopped part-way)" in said
+    messages = broker.lrange(queue, 0, -1)
+    sent_ids = [
+        json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]["run_id"] for m in messages
+    ]
+    assert len(sent_ids) == runs and len(set(sent_ids)) == runs  # every run, once
+    again = run_cli("resume", exp_id, env=env)  # nothing new to find
+    assert "re-sending 0 runs" in " ".join(again.stderr.split()) and broker.llen(queue) == runs
 
 
 def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
