@@ -14,6 +14,7 @@ import contextlib
 import time
 from typing import Any, Protocol
 
+import redis
 from celery import Celery
 from rich.console import Console
 from rich.markup import escape
@@ -94,9 +95,18 @@ def follow(
                 unreachable = False
             except BROKER_DOWN as exc:
                 if not unreachable:
-                    console.print(f"[yellow]broker unreachable ({exc}); waiting for it[/yellow]")
+                    console.print(f"[yellow]{_unavailable(exc)}; waiting for it[/yellow]")
                 unreachable = True
             waits.wait()
+
+
+def _unavailable(exc: Exception) -> str:
+    if isinstance(exc, redis.OutOfMemoryError):
+        return (
+            f"the broker is full and refuses writes ({escape(str(exc))}): free memory on it "
+            "or raise its maxmemory"
+        )
+    return f"broker unreachable ({escape(str(exc))})"
 
 
 class _StatusWait:

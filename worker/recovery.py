@@ -133,7 +133,9 @@ def _requeue_never_started(app: Celery, store: Store, exp_id: str, lease_s: floa
                 continue
             if spec.run_id in leases.lapsed or store.results.get(exp_id, spec.run_id) is not None:
                 # Stale: left here, it would hide a lost run from `_unaccounted`.
-                client.pipeline().zrem(keys.UNACKED_INDEX, tag).hdel(keys.UNACKED, tag).execute()
+                client.pipeline(transaction=False).zrem(keys.UNACKED_INDEX, tag).hdel(
+                    keys.UNACKED, tag
+                ).execute()
             else:
                 channel.qos.restore_by_tag(tag, client)  # a transaction: once, whoever races
                 log.warning("run %s was taken but never started: back in its queue", spec.run_id)
@@ -151,7 +153,8 @@ def _unaccounted(
         return set()
     live = store.leases.live(info.id)
     with app.pool.acquire(block=True) as conn:
-        pipe = conn.default_channel.client.pipeline()
+        # Reads only, and no MULTI: a full Redis refuses every transaction.
+        pipe = conn.default_channel.client.pipeline(transaction=False)
         for queue in queues:
             pipe.llen(keys.queue_key(queue))
         # Not the unacknowledged messages: that hash is shared by every experiment on
@@ -171,7 +174,7 @@ def on_the_broker(app: Celery, exp_id: str, queues: set[str]) -> set[str]:
     and not yet acknowledged (kombu's Redis transport keeps those in a hash)."""
     with app.pool.acquire(block=True) as conn:
         channel = conn.default_channel
-        pipe = channel.client.pipeline()
+        pipe = channel.client.pipeline(transaction=False)
         for queue in queues:
             pipe.lrange(keys.queue_key(queue), 0, -1)
         pipe.hvals(keys.UNACKED)

@@ -63,10 +63,11 @@ from worker.workspace import MARKER, RunDir, clear_dead_deliveries, prepare, run
 Phase = Callable[[str], None]
 log = logging.getLogger(__name__)
 
-# Redis away (a restart), seen through redis-py or through kombu: its calls are
-# tried again for about 30 s.
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, OperationalError)
-_RETRY_WAITS_S = (1, 2, 4, 8, 15)
+# Redis away (a restart), seen through redis-py or through kombu, or refusing
+# writes (full: maxmemory with noeviction): its calls are tried again for about a
+# minute.
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.OutOfMemoryError, OperationalError)
+_RETRY_WAITS_S = (1, 2, 4, 8, 15, 30)
 # After a provider outage: the first wait when the provider stated none (doubled per
 # delivery), and the longest wait honoured (a "resets tomorrow" is not waited for).
 ENV_OUTAGE_BACKOFF_S = "EVALFLEET_OUTAGE_BACKOFF_S"

@@ -128,10 +128,35 @@ class BinaryClient(_Client, Protocol):
 
 def connect(url: str) -> tuple[TextClient, BinaryClient]:
     """The two clients of the Redis at `url`, each with its own connection pool."""
-    text = redis.Redis.from_url(url, decode_responses=True)
+    text = _Redis.from_url(url, decode_responses=True)
     pool = text.connection_pool
     kwargs = dict(pool.connection_kwargs, decode_responses=False)
-    binary = redis.Redis(
+    binary = _Redis(
         connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
     )
     return cast(TextClient, text), cast(BinaryClient, binary)
+
+
+# How a full Redis (maxmemory, noeviction) refuses a write.
+_REFUSED = "command not allowed when used memory > 'maxmemory'"
+
+
+class _Redis(redis.Redis):
+    """A plain command refused by a full Redis raises OutOfMemoryError; inside a script
+    the same refusal is a generic script error. These clients' scripts raise
+    OutOfMemoryError too, so that callers wait for room in one way."""
+
+    def register_script(self, script: str | bytes) -> Script:  # type: ignore[override]
+        return _Script(self, script)
+
+
+class _Script(Script):
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        try:
+            return super().__call__(keys, args, client)
+        except redis.OutOfMemoryError:
+            raise
+        except redis.ResponseError as exc:
+            if _REFUSED in str(exc):
+                raise redis.OutOfMemoryError(str(exc)) from exc
+            raise

@@ -191,7 +191,7 @@ class Experiments:
     def active(self, recent: int = 1000) -> list[str]:
         """Experiments not yet aggregated (no finished_at), among the `recent` latest."""
         ids = self.redis.zrange(self.keys.experiments(), -recent, -1)
-        pipe = self.redis.pipeline()
+        pipe = self.redis.pipeline(transaction=False)  # a full Redis refuses every MULTI
         for exp_id in ids:
             pipe.hmget(self.keys.experiment(exp_id), "status", "finished_at")
         states = pipe.execute()

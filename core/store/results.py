@@ -80,7 +80,7 @@ class Results:
 
     def unfinished(self, exp_id: str) -> set[str]:
         """Run ids without a stored result."""
-        pipe = self.redis.pipeline()
+        pipe = self.redis.pipeline(transaction=False)  # a full Redis refuses every MULTI
         pipe.hkeys(self.keys.specs(exp_id))
         pipe.hkeys(self.keys.runs(exp_id))
         specs, done = pipe.execute()

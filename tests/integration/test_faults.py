@@ -413,6 +413,40 @@ def test_a_submit_a_full_broker_stops_part_way_is_completed_exactly_by_resume(
     assert "re-sending 0 runs" in " ".join(again.stderr.split()) and broker.llen(queue) == runs
 
 
+def test_a_broker_that_refuses_writes_mid_experiment_stops_nothing_for_good(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Redis full (maxmemory, noeviction) for 12 s while runs are in progress and
+    queued: the workers and the follower wait (a full Redis refuses every MULTI, and
+    kombu acked and recorded messages in one, which Celery called unrecoverable: the
+    fleet exited), then every run ends with the result its agent earned."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    log = tmp_path / "started.log"
+    command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt'
+    matrix = write_matrix(tmp_path, command, runs=16, lease_s=30)
+    workers = [Worker(env, tmp_path / f"w{i}.log", name=f"w{i}") for i in range(2)]
+    store = Store.from_url(own_redis.url, prefix=PREFIX)
+    broker = redis.Redis.from_url(own_redis.url)
+    broker.config_set("maxmemory-policy", "noeviction")
+    follower = start_cli("submit", str(matrix), "--wait", "--json", env=env)
+    try:
+        wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
+        broker.config_set("maxmemory", 1)  # every write refused from now on
+        time.sleep(12)
+        assert all(w.proc.poll() is None for w in workers), "a worker exited"
+        broker.config_set("maxmemory", 0)
+        out, err = follower.communicate(timeout=180)
+    finally:
+        follower.kill()
+        for worker in workers:
+            worker.stop()
+    assert follower.returncode == 0, err
+    assert "the broker is full and refuses writes" in " ".join(err.split())
+    _each_ran_once(store, json.loads(out)["experiment"]["id"], log, runs=16)
+    for i in range(2):
+        assert "Unrecoverable error" not in (tmp_path / f"w{i}.log").read_text()
+
+
 def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
     own_redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
