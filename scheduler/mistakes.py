@@ -32,7 +32,8 @@ from core.matrix import ConfigProblem, Matrix, Scenario, Tier, problem_at
 ALLOW_MISSING_JUDGE_KEY = "--allow-missing-judge-key"
 _MATRIX_DIR = "$EVALFLEET_MATRIX_DIR"
 # What bash separates commands with: the word after one is a program again.
-_SEPARATORS = {";", "&", "&&", "|", "||", "(", ")", "\n"}
+_SEPARATORS = {";", "&", "&&", "|", "||", "(", ")"}
+_OPERATOR_CHARS = "();<>|&"  # shlex's punctuation: a word of only these is an operator
 
 
 def refuse_mistakes(
@@ -108,11 +109,15 @@ def _words(command: str) -> list[str]:
 
 
 def _candidates(command: _Command) -> list[tuple[str, bool]]:
-    """The words that may name a file, each with whether it is the program run."""
-    found, program = [], True
+    """The words that may name a file to read or run, each with whether it is the
+    program run (a redirection's target is written, so it is none)."""
+    found, program, written = [], True, False
     for word in command.words:
-        if word in _SEPARATORS:
-            program = True
+        if not word.strip(_OPERATOR_CHARS):
+            program, written = word in _SEPARATORS, ">" in word
+            continue
+        if written:
+            written = False
             continue
         name, assigned, value = word.partition("=")
         if program and assigned and name.isidentifier():
