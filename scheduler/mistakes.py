@@ -40,7 +40,7 @@ def refuse_mistakes(
     matrix: Matrix, matrix_file: str | Path, *, allow_missing_judge_key: bool = False
 ) -> list[ConfigProblem]:
     """Raise ConfigError with every mistake that would waste the experiment; return the
-    warnings (problems that may be none)."""
+    warnings (what may be a mistake but need not be)."""
     path = Path(matrix_file)
     errors = _relative_files(matrix, path)
     if not allow_missing_judge_key:
