@@ -39,10 +39,13 @@ def submit(
     *,
     workers: int | None = None,
     experiment_id: str | None = None,
+    allow_missing_judge_key: bool = False,
 ) -> Sent:
     """Record a new experiment of `matrix` (a matrix file, or one `prepare` checked)
     and send its runs. Embedded, `workers` local worker processes (default: one per
-    CPU) start first and take them; the Fleet's console gets a line saying so.
+    CPU) start first and take them; the Fleet's console gets a line saying so. A
+    matrix file whose judged scenarios' judge key is not set here is refused
+    (ConfigError) unless `allow_missing_judge_key` (the workers have it).
 
         with Fleet() as fleet:
             sent = submit(fleet, "examples/matrix.yaml", workers=2)
@@ -50,7 +53,11 @@ def submit(
     """
     from scheduler.dispatch import start  # imports Celery (see Fleet.app)
 
-    checked = matrix if isinstance(matrix, Checked) else prepare(matrix)
+    checked = (
+        matrix
+        if isinstance(matrix, Checked)
+        else prepare(matrix, allow_missing_judge_key=allow_missing_judge_key)
+    )
     exp_id = experiment_id or new_experiment_id(checked.matrix)
     local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(checked.matrix))
     total = start(fleet.app, fleet.store, checked.matrix, exp_id, checked.bundle)

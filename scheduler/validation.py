@@ -1,6 +1,7 @@
-"""A matrix file checked before anything starts: loaded, its plan's size and run
-times against the broker's limits, its artifacts folder, the files it ships; and
-the plan summarized in words (`scheduler validate`).
+"""A matrix file checked before anything starts: loaded, the mistakes that would waste
+it refused (scheduler.mistakes), its plan's size and run times against the broker's
+limits, its artifacts folder, the files it ships; and the plan summarized in words
+(`scheduler validate`).
 """
 
 from __future__ import annotations
@@ -12,30 +13,36 @@ from pathlib import Path
 
 from core.errors import BundleError, InputError, PlanTooLarge
 from core.files.bundle import Bundle, collect
-from core.matrix import Artifacts, Budget, Matrix, load_matrix
+from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, load_matrix
 from core.metrics.pricing import price_for
+from scheduler.mistakes import refuse_mistakes
 from scheduler.plan import check_size, describe_runs
 from worker.sending import configured_visibility_timeout_s, longest_run_s
 
 
 @dataclass(frozen=True)
 class Checked:
-    """A matrix ready to run, and the files it ships to the workers."""
+    """A matrix ready to run, the files it ships to the workers, and what may be a
+    mistake in it but need not be (scheduler.mistakes)."""
 
     matrix: Matrix
     bundle: Bundle
+    warnings: tuple[ConfigProblem, ...] = ()
 
 
-def validate(matrix_file: str | Path) -> Checked:
+def validate(matrix_file: str | Path, *, allow_missing_judge_key: bool = False) -> Checked:
     """The matrix of `matrix_file`, checked as `submit` checks it (ConfigError,
     PlanTooLarge, BundleError, InputError otherwise); nothing is started.
+    `allow_missing_judge_key`: a judged scenario whose judge key is not set here is
+    no error (the workers have the key).
 
         checked = validate("examples/matrix.yaml")
         print(checked.matrix.total_runs(), checked.bundle.size)
     """
     matrix = load_matrix(matrix_file)
+    warnings = refuse_mistakes(matrix, matrix_file, allow_missing_judge_key=allow_missing_judge_key)
     _check_runs(matrix)
-    return Checked(matrix, _bundle(matrix))
+    return Checked(matrix, _bundle(matrix), tuple(warnings))
 
 
 def prepare(
@@ -44,11 +51,13 @@ def prepare(
     budget: float | None = None,
     keep_workspaces: bool = False,
     artifacts: str | Path | None = None,
+    allow_missing_judge_key: bool = False,
 ) -> Checked:
     """`validate`, with what a submit may change: a ceiling on the agents' spend over
     the matrix's `budget.agent_usd`, runs' folders kept, an artifacts folder over the
     matrix's (made here, and checked writable)."""
     matrix = load_matrix(matrix_file)
+    warnings = refuse_mistakes(matrix, matrix_file, allow_missing_judge_key=allow_missing_judge_key)
     if budget is not None:
         matrix.budget = (matrix.budget or Budget(agent_usd=budget)).model_copy(
             update={"agent_usd": budget}
@@ -59,7 +68,8 @@ def prepare(
     if artifacts is not None:
         matrix.artifacts = Artifacts(dir=os.path.abspath(artifacts))
     _check_artifacts(matrix, "--artifacts" if artifacts is not None else str(matrix_file))
-    return Checked(matrix, _bundle(matrix))  # after the artifacts: that folder is not shipped
+    # The bundle after the artifacts: that folder is not shipped.
+    return Checked(matrix, _bundle(matrix), tuple(warnings))
 
 
 def _check_runs(matrix: Matrix) -> None:

@@ -32,6 +32,7 @@ from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, Re
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
 from core.matrix.tier import Tier
+from core.matrix.yaml_model import ConfigProblem, problem_at
 
 __all__ = [
     "DEFAULT_GRADES",
@@ -47,6 +48,7 @@ __all__ = [
     "CommandOutputMatches",
     "CommandSucceeds",
     "CompositeWeights",
+    "ConfigProblem",
     "Criterion",
     "DockerSandbox",
     "Evaluation",
@@ -76,4 +78,5 @@ __all__ = [
     "load_matrix",
     "load_rubric",
     "matrix_json_schema",
+    "problem_at",
 ]

@@ -7,7 +7,7 @@ matrix and its rubrics (core.matrix.loading) are both read here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +51,19 @@ def load_yaml_model(
         return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError([_problem(path, root, err) for err in exc.errors()]) from None
+
+
+def problem_at(path: Path, loc: Sequence[str | int], message: str) -> ConfigProblem:
+    """A problem found after loading (the checks before spending, scheduler.mistakes),
+    placed as a validation error is: the line and column of the value at `loc`."""
+    node = _node_at(_read_yaml(path)[1], list(loc))
+    return ConfigProblem(
+        file=str(path),
+        line=node.start_mark.line + 1 if node is not None else None,
+        column=node.start_mark.column + 1 if node is not None else None,
+        field=".".join(str(part) for part in loc),
+        message=message,
+    )
 
 
 def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:

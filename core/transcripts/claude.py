@@ -16,15 +16,19 @@ The traps, and how they are handled (fixtures SOURCES.md, section 1):
   tool's own usage summaries are not added on top.
 - A `<synthetic>` assistant line is an API error, not a call.
 - Bash `tool_use` pairs with the later `tool_result` of the same id. No numeric exit
-  code exists: `is_error` false/absent -> 0; true -> N from a leading "Exit code N",
-  else 1. A background Bash (`run_in_background`) returns at once, so its immediate
-  result says nothing: its exit comes only from `system/task_notification` ("...
-  completed (exit code N)"), and stays unknown when the stream has none.
+  code exists: `is_error` true -> N from a leading "Exit code N", else 1. `is_error`
+  false/absent -> 0, unless the line's `tool_use_result` has a
+  `returnCodeInterpretation`: Claude Code treats exit 1 of grep, rg, find, diff and
+  test as no error and names it ("No matches found", "Files differ", ...), so the
+  command exited 1 (N when the text says "exit code N"). A background Bash
+  (`run_in_background`) returns at once, so its immediate result says nothing: its
+  exit comes only from `system/task_notification` ("... completed (exit code N)"),
+  and stays unknown when the stream has none.
 - No `result` line: the process was killed or crashed (`finished=False`); cost and
   duration stay unknown.
 - A stream with no `system`/`result` line with a `subtype` and no `assistant`/`user`
   line with a `message` is not Claude Code output: `recognised=False`.
-- Checked against Claude Code 2.1.3, 2.1.7 and 2.1.284 captures (fixtures SOURCES.md).
+- Checked against Claude Code 2.1.3, 2.1.7, 2.1.270 and 2.1.284 captures (fixtures SOURCES.md).
 - `--output-format json` prints only the result object (or an array of all
   messages). With no assistant lines, the result's session usage becomes one
   aggregate call, as Codex runs have.
@@ -48,6 +52,7 @@ from core.transcripts.jsonlines import (
 FORMAT = "claude-stream-json"
 _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (\d+)")
 _BACKGROUND_EXIT = re.compile(r"\(exit code (\d+)\)")
+_INTERPRETED_EXIT = re.compile(r"exit code (\d+)", re.IGNORECASE)
 
 
 _USAGE_KEYS = (
@@ -138,10 +143,10 @@ class _Stream:
             tool_id = text(block, "tool_use_id")
             if block.get("type") != "tool_result" or tool_id is None:
                 continue
-            if block.get("is_error") is not True:
-                self.exit_codes[tool_id] = 0
-                continue
             raw = line.get("tool_use_result")
+            if block.get("is_error") is not True:
+                self.exit_codes[tool_id] = _interpreted_exit(raw)
+                continue
             candidates = [_content_text(block.get("content")), raw if isinstance(raw, str) else ""]
             found = next((m for c in candidates if (m := _EXIT_CODE.match(c.strip()))), None)
             self.exit_codes[tool_id] = int(found.group(1)) if found else 1
@@ -208,6 +213,16 @@ def _apply_result(transcript: Transcript, result: JsonObject) -> None:
     final = text(result, "result")
     if final and not (transcript.messages and transcript.messages[-1].endswith(final)):
         transcript.messages.append(f"result: {final}")
+
+
+def _interpreted_exit(result: object) -> int:
+    """The exit of a Bash call Claude Code reported as no error: 0, unless it named the
+    non-zero exit it let pass (its `returnCodeInterpretation`)."""
+    interpretation = text(result, "returnCodeInterpretation")
+    if not interpretation:
+        return 0
+    found = _INTERPRETED_EXIT.search(interpretation)
+    return int(found.group(1)) if found else 1
 
 
 def _blocks(content: object) -> list[JsonObject]:

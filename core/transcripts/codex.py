@@ -26,13 +26,23 @@ The thread/turn/item protocol (0.44 onwards), and its traps:
 - The stream is finished when every started turn ended (completed or failed).
 
 The `{"id": ..., "msg": {"type": ...}}` protocol (before openai/codex PR #4525):
+- The stream opens with the session's configuration, a bare object
+  (`{"model", "provider", "sandbox", ...}`, no `msg`): its `model` is the run's
+  model, as `session_configured{model}` is when that event comes instead.
 - `exec_command_begin{call_id, command: argv}` pairs with `exec_command_end{call_id,
   exit_code}`; `agent_message{message}` is the assistant's text.
+- Tool calls are `exec_command_begin`, `mcp_tool_call_begin`, `patch_apply_begin` and
+  `web_search_begin`. A response's tools run before its `token_count`, so each
+  `token_count` carries the tool calls since the last one; tool calls still
+  uncounted when the task completes (a build that reports usage before running the
+  tools) go on the turn's last LLM call. A turn that reported no usage has no LLM
+  call to carry them: its commands are still recorded.
 - `token_count` is one model response: its flat usage (early builds), or
   `info.last_token_usage` (later builds, which repeat the event with an unchanged
   `info.total_token_usage` on rate-limit updates: a repeat is not a new call).
 - `error{message}` ends the task (a missing API key arrives this way);
-  `task_complete` ends it normally.
+  `task_complete` ends it normally, its `last_agent_message` the final answer
+  (builds that print no `agent_message` event carry the answer only there).
 
 A stream with no event of either protocol is not Codex output: `recognised=False`.
 """
@@ -50,6 +60,12 @@ FORMAT = "codex-exec-json"
 _USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens")
 _SHELLS = {"bash", "sh", "zsh", "dash"}
 _TOOL_ITEMS = {"command_execution", "mcp_tool_call", "file_change", "web_search"}
+_LEGACY_TOOL_EVENTS = {
+    "exec_command_begin",
+    "mcp_tool_call_begin",
+    "patch_apply_begin",
+    "web_search_begin",
+}
 
 
 _ITEM_EVENTS = {
@@ -75,6 +91,7 @@ class _Stream:
     commands: list[CommandRecord] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     tools_this_turn: int = 0
+    calls_at_turn_start: int = 0
     turn_open: bool = False
     turns_ended: int = 0
     failure: str | None = None
@@ -86,6 +103,8 @@ class _Stream:
             self._legacy(event["msg"])
             return
         if not isinstance(kind, str):
+            if _is_legacy_configuration(event):
+                self.model = self.model or text(event, "model")
             return
         if kind in _ITEM_EVENTS or (kind == "error" and set(event) == {"type", "message"}):
             self.recognised = True
@@ -139,13 +158,15 @@ class _Stream:
             self.model = self.model or text(msg, "model")
         elif kind == "task_started":
             self.turn_open, self.tools_this_turn = True, 0
+            self.calls_at_turn_start = len(self.calls)
         elif kind == "task_complete":
-            self._end_turn()
+            self._complete_legacy_task(msg)
         elif kind == "agent_message" and text(msg, "message"):
             self.messages.append(f"assistant: {msg['message']}")
-        elif kind == "exec_command_begin":
+        elif kind in _LEGACY_TOOL_EVENTS:
             self.tools_this_turn += 1
-            self.pending[text(msg, "call_id") or ""] = _argv_command(msg.get("command"))
+            if kind == "exec_command_begin":
+                self.pending[text(msg, "call_id") or ""] = _argv_command(msg.get("command"))
         elif kind == "exec_command_end":
             call_id = text(msg, "call_id") or ""
             command = self.pending.pop(call_id, None) or _argv_command(msg.get("command"))
@@ -162,11 +183,24 @@ class _Stream:
         elif kind == "stream_error":
             self.transient_error = text(msg, "message") or "stream error"
 
+    def _complete_legacy_task(self, msg: JsonObject) -> None:
+        self._end_turn()
+        final = text(msg, "last_agent_message")
+        if final and not (self.messages and self.messages[-1] == f"assistant: {final}"):
+            self.messages.append(f"assistant: {final}")
+        if self.tools_this_turn and len(self.calls) > self.calls_at_turn_start:
+            last = self.calls[-1]
+            self.calls[-1] = last.model_copy(
+                update={"tool_calls_made": last.tool_calls_made + self.tools_this_turn}
+            )
+        self.tools_this_turn = 0
+
     def _legacy_tokens(self, msg: JsonObject) -> None:
         info = msg.get("info")
         if not isinstance(info, dict):
             if "input_tokens" in msg or "output_tokens" in msg:
                 self.calls.append(_call(_totals(msg), self.tools_this_turn))
+                self.tools_this_turn = 0
             return
         total = info.get("total_token_usage")
         totals = _totals(total) if isinstance(total, dict) else None
@@ -203,6 +237,13 @@ def parse_codex(output: str) -> Transcript:
     for event in lines.objects:
         stream.read(event)
     return stream.transcript(lines.malformed)
+
+
+def _is_legacy_configuration(event: JsonObject) -> bool:
+    """The bare configuration object a pre-#4525 `codex exec --json` prints first."""
+    return isinstance(event.get("model"), str) and any(
+        key in event for key in ("provider", "sandbox", "approval", "workdir")
+    )
 
 
 def _totals(usage: JsonObject) -> dict[str, int]:

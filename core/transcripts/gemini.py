@@ -13,8 +13,9 @@ The traps, and how they are handled:
 - `stream-json` prints `init`, `message`, `tool_use`, `tool_result`, `error` and a final
   `result{status, stats}`; an event without its distinguishing key (`_STREAM_TYPES`)
   is another CLI's, and a stream of none is `recognised=False`. `stats.input_tokens`
-  includes `cached`; the result's stats become one aggregate call. Non-JSON warning
-  lines before the stream are skipped.
+  includes `cached`; the result's stats become one aggregate call, and every
+  `tool_use` event (any tool: shell, web search, file edits) is a tool call of it.
+  Non-JSON warning lines before the stream are skipped.
 - The shell tool (`run_shell_command`) reports no exit code: "Exit Code: N" in the
   tool output gives N, a `tool_result` with status "error" gives 1, otherwise the exit
   is unknown (a failing command still has status "success").
@@ -109,6 +110,7 @@ class _Stream:
     error: str | None = None
     result: JsonObject | None = None
     assistant_text: str = ""
+    tool_calls: int = 0
 
     def recognises(self, events: list[JsonObject]) -> bool:
         return any(self._ours(event) for event in events)
@@ -129,6 +131,7 @@ class _Stream:
             self._message(event)
         elif kind == "tool_use":
             self._flush_text()
+            self.tool_calls += 1
             command = text(event.get("parameters"), "command")
             if event.get("tool_name") in _SHELL_TOOLS and command is not None:
                 key = text(event, "tool_id") or f"#{index}"
@@ -170,7 +173,7 @@ class _Stream:
             malformed_lines=malformed,
         )
         if self.result is not None:
-            _apply_result(transcript, self.result)
+            _apply_result(transcript, self.result, self.tool_calls)
         return transcript
 
 
@@ -184,7 +187,7 @@ def parse_gemini_stream(output: str) -> Transcript:
     return stream.transcript(lines.malformed)
 
 
-def _apply_result(transcript: Transcript, result: JsonObject) -> None:
+def _apply_result(transcript: Transcript, result: JsonObject, tool_calls: int) -> None:
     stats = as_object(result.get("stats"))
     cached = count(stats, "cached")
     total_input = count(stats, "input_tokens")
@@ -196,6 +199,7 @@ def _apply_result(transcript: Transcript, result: JsonObject) -> None:
                 input_tokens=uncached,
                 output_tokens=output,
                 cache_read_tokens=cached,
+                tool_calls_made=tool_calls,
                 model=transcript.model,
             )
         ]

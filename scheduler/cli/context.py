@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from core.broker_url import configured_broker
 from core.errors import ConfigError, EvalfleetError, InputError
 from core.evidence.text import visible
+from core.matrix import ConfigProblem
 from core.results.report import ExperimentReport
 from core.stats.significance import CORRECTIONS
 from scheduler.fleet import Fleet
@@ -185,6 +187,20 @@ def wait_option(help_text: str) -> Callable[[F], F]:
     return click.option(
         "--wait", is_flag=True, expose_value=False, callback=_keep("wait"), help=help_text
     )
+
+
+allow_missing_judge_key_option = click.option(
+    "--allow-missing-judge-key",
+    is_flag=True,
+    help="Go on although a judged scenario's judge API key is not set here (when the "
+    "workers have it); without it that is an error, as every judged run would fail.",
+)
+
+
+def print_warnings(warnings: Iterable[ConfigProblem]) -> None:
+    """What may be a mistake in the matrix, one line each on stderr."""
+    for warning in warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(str(warning))}", soft_wrap=True)
 
 
 def budget_option(help_text: str) -> Callable[[F], F]:

@@ -11,6 +11,7 @@ import click
 
 from scheduler.cli.context import (
     CLIContext,
+    allow_missing_judge_key_option,
     broker_option,
     budget_option,
     err,
@@ -18,6 +19,7 @@ from scheduler.cli.context import (
     format_option,
     nonfinite_option,
     pass_cli,
+    print_warnings,
     wait_option,
     workers_option,
 )
@@ -54,6 +56,7 @@ from scheduler.validation import prepare
     "Ceiling on the agents' spend over the whole experiment, over the matrix's "
     "budget.agent_usd: runs that do not fit are recorded not_run."
 )
+@allow_missing_judge_key_option
 @nonfinite_option
 @pass_cli
 def submit(
@@ -63,6 +66,7 @@ def submit(
     keep_workspaces: bool,
     artifacts: str | None,
     budget: float | None,
+    allow_missing_judge_key: bool,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
 
@@ -77,10 +81,16 @@ def submit(
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
       scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
       scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
+      scheduler submit matrix.yaml --broker URL --allow-missing-judge-key  # workers hold the key
     """
     checked = prepare(
-        matrix_file, budget=budget, keep_workspaces=keep_workspaces, artifacts=artifacts
+        matrix_file,
+        budget=budget,
+        keep_workspaces=keep_workspaces,
+        artifacts=artifacts,
+        allow_missing_judge_key=allow_missing_judge_key,
     )
+    print_warnings(checked.warnings)
     if as_json:
         cli.fmt = "json"
     fleet = cli.fleet(create=True)

@@ -7,25 +7,27 @@ import json
 import click
 
 from core.matrix import matrix_json_schema
-from scheduler.cli.context import size
+from scheduler.cli.context import allow_missing_judge_key_option, print_warnings, size
 from scheduler.validation import missing_clis, summary
 from scheduler.validation import validate as check
 
 
 @click.command()
 @click.argument("matrix_file", type=click.Path(dir_okay=False))
-def validate(matrix_file: str) -> None:
+@allow_missing_judge_key_option
+def validate(matrix_file: str, allow_missing_judge_key: bool) -> None:
     """Check a matrix file and summarize the plan (exit 2 on any problem).
 
     Example: scheduler validate examples/matrix.yaml
     """
-    checked = check(matrix_file)
+    checked = check(matrix_file, allow_missing_judge_key=allow_missing_judge_key)
     matrix, bundle = checked.matrix, checked.bundle
     click.echo(summary(matrix))
     click.echo(
         f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
         f"{size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"
     )
+    print_warnings(checked.warnings)
     for cli, tiers in missing_clis(matrix).items():
         click.echo(
             f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "

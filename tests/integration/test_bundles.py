@@ -115,7 +115,10 @@ def test_workers_run_the_experiment_from_its_shipped_files_then_delete_leaves_no
     submitter = tmp_path / "submitter" / "experiment"
     with LLMStub([reply(content=json.dumps(ANSWER))]) as stub, services() as started:
         matrix = _experiment_folder(submitter, stub.base_url)
-        submitted = run_cli("submit", str(matrix), env=fleet_env, cwd=tmp_path)
+        # The judge's key is the workers' (_worker), not the submitter's.
+        submitted = run_cli(
+            "submit", str(matrix), "--allow-missing-judge-key", env=fleet_env, cwd=tmp_path
+        )
         assert submitted.returncode == 0, submitted.stderr
         exp_id = submitted.stdout.strip()
         # No worker can see the submitter's folder: it is gone before they start.
@@ -268,7 +271,7 @@ def test_files_above_the_limits_stop_the_submit_naming_file_and_setting(
     )
     before = store.redis.zcard(store.keys.experiments())
 
-    result = run_cli("submit", str(matrix), env=fleet_env)
+    result = run_cli("submit", str(matrix), "--allow-missing-judge-key", env=fleet_env)
 
     assert result.returncode == 2, result.stderr
     message = " ".join(result.stderr.split())

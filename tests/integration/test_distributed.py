@@ -392,7 +392,10 @@ scenarios:
       gates: [{{type: file_exists, path: out.txt}}]
       judge: {{rubric: rubric.yaml}}
 """)
-        _, report = submit_and_wait(matrix, fleet_env)
+        # Only the worker holds the judge's key; the submitter says so.
+        refused = run_cli("submit", str(matrix), env=fleet_env)
+        assert refused.returncode == 2 and "--allow-missing-judge-key" in refused.stderr
+        _, report = submit_and_wait(matrix, fleet_env, "--allow-missing-judge-key")
         prompt = json.dumps(stub.requests[0].body)
 
     assert report["tiers"]["T1"]["passes"] == 1

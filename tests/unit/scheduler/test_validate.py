@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -33,6 +34,9 @@ scenarios:
 judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}
 """
 
+# GOOD's scenario is judged: without its judge key set a matrix is refused.
+KEYED = {**os.environ, "OPENAI_API_KEY": "sk-test-validate"}
+
 RUBRIC = "criteria:\n  - {id: done, weight: 1.0, description: finished}\n"
 
 
@@ -45,7 +49,7 @@ def write(tmp_path: Path, text: str, rubric: str = RUBRIC) -> Path:
 
 
 def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
-    result = run_cli("validate", str(write(tmp_path, GOOD)), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(write(tmp_path, GOOD)), env=KEYED)
     assert result.returncode == 0, result.stderr
     assert "2 tiers x 1 scenarios x 3 runs = 6 runs" in result.stdout
     assert "command_json_path, file_exists" in result.stdout
@@ -55,8 +59,6 @@ def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
 
 def test_validate_says_once_which_judge_runs_and_why(tmp_path: Path) -> None:
     """The example's judge is `enabled: auto`: on with OPENAI_API_KEY, off without."""
-    import os
-
     without = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     off = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=without)
     assert off.returncode == 0, off.stderr
@@ -79,7 +81,14 @@ def test_validate_says_once_which_judge_runs_and_why(tmp_path: Path) -> None:
     (copy / "matrix.yaml").write_text(
         text.replace("OPENAI_API_KEY\n", "OPENAI_API_KEY\n  repeats: 3\n")
     )
-    unset = run_cli("validate", str(copy / "matrix.yaml"), env=without)
+    refused = run_cli("validate", str(copy / "matrix.yaml"), env=without)
+    assert refused.returncode == 2, refused.stdout
+    assert "judge.api_key_env: OPENAI_API_KEY is not set, and scenario create_notes is judged" in (
+        refused.stderr
+    )
+    assert "--allow-missing-judge-key" in refused.stderr
+    # The workers have the key: validate says what the runs would get where it is not.
+    unset = run_cli("validate", str(copy / "matrix.yaml"), "--allow-missing-judge-key", env=without)
     assert unset.returncode == 0, unset.stderr
     assert (
         "for 1 of 2 scenarios, 3 judgments per run; OPENAI_API_KEY is not set here (the workers "
@@ -90,7 +99,7 @@ def test_validate_says_once_which_judge_runs_and_why(tmp_path: Path) -> None:
 def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Path) -> None:
     text = GOOD.replace("judge: {rubric: rubric.yaml", "judge: {enabled: auto, rubric: rubric.yaml")
     text = text.replace("judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}\n", "")
-    result = run_cli("validate", str(write(tmp_path, text)), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(write(tmp_path, text)), env=KEYED)
     assert result.returncode == 0, result.stderr
     assert (
         "judge: off: scenarios ask for one with `enabled: auto` but the matrix has no "
@@ -99,7 +108,7 @@ def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Pa
 
 
 def test_validate_accepts_the_example() -> None:
-    result = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=KEYED)
     assert result.returncode == 0, result.stderr
     assert "3 tiers x 2 scenarios x 5 runs = 30 runs" in result.stdout
 
@@ -135,7 +144,7 @@ def test_validate_refuses_bad_matrices(
 ) -> None:
     assert old in GOOD
     path = write(tmp_path, GOOD.replace(old, new, 1))
-    result = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(path), env=KEYED)
     assert result.returncode == 2, result.stdout
     assert "Traceback" not in result.stderr
     assert str(path) in result.stderr
@@ -145,26 +154,26 @@ def test_validate_refuses_bad_matrices(
 
 def test_error_names_the_yaml_line_of_the_bad_value(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace('assertion: "len >= 3"', 'assertion: "len => 3"'))
-    result = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(path), env=KEYED)
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "len => 3" in text)
     assert f"matrix.yaml:{line}:" in result.stderr
 
 
 def test_bad_rubric_weight_is_refused_with_the_rubric_file_named(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD, rubric="criteria:\n  - {id: done, weight: -1, description: x}\n")
-    result = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(path), env=KEYED)
     assert result.returncode == 2
     assert "rubric.yaml" in result.stderr and "criteria.0.weight" in result.stderr
 
 
 def test_missing_matrix_file(tmp_path: Path) -> None:
-    result = run_cli("validate", str(tmp_path / "none.yaml"), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(tmp_path / "none.yaml"), env=KEYED)
     assert result.returncode == 2
     assert "file not found" in result.stderr
 
 
 def test_schema_is_json_schema_of_the_matrix() -> None:
-    result = run_cli("schema", env=None)  # type: ignore[arg-type]
+    result = run_cli("schema", env=KEYED)
     assert result.returncode == 0
     schema = json.loads(result.stdout)
     assert set(schema["required"]) >= {"name", "agent", "tiers", "scenarios"}
@@ -185,7 +194,7 @@ def test_tier_files_outside_the_matrix_folder_are_refused_unless_allowed(
     (tmp_path / "inside").mkdir()
     (tmp_path / "inside" / "link-to-hostname").symlink_to("/etc/hostname")
     path = write(tmp_path, GOOD.replace("AGENTS.md: guide.md", f"AGENTS.md: {source}"))
-    refused = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    refused = run_cli("validate", str(path), env=KEYED)
     assert refused.returncode == 2, refused.stdout
     assert "Traceback" not in refused.stderr
     for fragment in (
@@ -196,7 +205,7 @@ def test_tier_files_outside_the_matrix_folder_are_refused_unless_allowed(
         assert fragment in refused.stderr, refused.stderr
 
     path.write_text(f"allow_outside_files: true\n{path.read_text()}")
-    allowed = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    allowed = run_cli("validate", str(path), env=KEYED)
     assert allowed.returncode == 0, allowed.stderr
     assert "tier T1: " in allowed.stdout and "files: AGENTS.md" in allowed.stdout
 
@@ -235,7 +244,7 @@ def test_every_matrix_path_outside_the_matrix_folder_is_refused_unless_allowed(
     old, new = OUTSIDE_PATHS[field]
     assert old in GOOD
     path = write(tmp_path / "matrix", GOOD.replace(old, new, 1))
-    refused = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    refused = run_cli("validate", str(path), env=KEYED)
     assert refused.returncode == 2, refused.stdout
     assert "Traceback" not in refused.stderr
     assert f"{field}: {elsewhere}" in refused.stderr, refused.stderr
@@ -243,7 +252,7 @@ def test_every_matrix_path_outside_the_matrix_folder_is_refused_unless_allowed(
         assert fragment in refused.stderr, refused.stderr
 
     path.write_text(f"allow_outside_files: true\n{path.read_text()}")
-    allowed = run_cli("validate", str(path), env=None)  # type: ignore[arg-type]
+    allowed = run_cli("validate", str(path), env=KEYED)
     assert allowed.returncode == 0, allowed.stderr
 
 
@@ -255,7 +264,7 @@ def test_validate_shows_a_budget_and_warns_when_the_judge_cannot_be_counted(
 ) -> None:
     text = GOOD.replace("model: gpt-4o-mini", f"model: {judge_model}")
     text += "budget: {agent_usd: 5, judge_usd: 0.5}\n"  # no prior_usd: nothing to show of it
-    result = run_cli("validate", str(write(tmp_path, text)), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(write(tmp_path, text)), env=KEYED)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "budget: agents $5, judge $0.5\n" in result.stdout + "\n"
@@ -264,9 +273,7 @@ def test_validate_shows_a_budget_and_warns_when_the_judge_cannot_be_counted(
 
 
 def test_validate_refuses_a_run_longer_than_the_visibility_timeout(tmp_path: Path) -> None:
-    import os
-
-    env = {**os.environ, "EVALFLEET_VISIBILITY_TIMEOUT": "10"}
+    env = {**KEYED, "EVALFLEET_VISIBILITY_TIMEOUT": "10"}
     result = run_cli("validate", str(write(tmp_path, GOOD)), env=env)
     assert result.returncode == 2, result.stdout
     assert "more than the broker's visibility timeout (10 s)" in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
 import pytest
 
@@ -550,6 +551,109 @@ def test_codex_legacy_protocol_commands_and_completion() -> None:
     assert commands(transcript) == [("ls -1", 0)]
     assert transcript.commands[0].id == "call_I1o1QnQDtlLjGMg4Vd9HXJLd"
     assert transcript.llm_calls == [] and transcript.agent_reported_error is None
+    # The build printed no agent_message: the answer is only in task_complete.
+    assert transcript.messages == [
+        "assistant: I can see the directory structure of your project. This appears to be "
+        "a Rust project with a frontend/backend architecture, using pnpm for package "
+        "management. The project includes various configuration files, documentation, "
+        "and development assets."
+    ]
+
+
+def test_codex_legacy_final_message_is_not_repeated() -> None:
+    events = [
+        {"type": "task_started"},
+        {"type": "agent_message", "message": "Done!"},
+        {"type": "task_complete", "last_agent_message": "Done!"},
+    ]
+    text = "\n".join(json.dumps({"id": "1", "msg": event}) for event in events)
+    assert parse_transcript("codex-exec-json", text).messages == ["assistant: Done!"]
+
+
+def test_codex_legacy_model_comes_from_the_configuration_line() -> None:
+    assert parse("codex-exec-json", "codex-legacy-json-2.jsonl").model == "codex-mini-latest"
+    configured = '{"id":"0","msg":{"type":"session_configured","session_id":"s","model":"o4-mini"}}'
+    assert parse_transcript("codex-exec-json", configured).model == "o4-mini"
+
+
+def _legacy_stream(*events: Mapping[str, object]) -> str:
+    return "\n".join(json.dumps({"id": "0", "msg": event}) for event in events)
+
+
+_BEGIN = {"type": "exec_command_begin", "call_id": "c1", "command": ["bash", "-lc", "ls"]}
+_END = {"type": "exec_command_end", "call_id": "c1", "exit_code": 0}
+_MCP = {"type": "mcp_tool_call_begin", "call_id": "c2", "invocation": {"tool": "list"}}
+_PATCH = {"type": "patch_apply_begin", "call_id": "c3", "auto_approved": True, "changes": {}}
+
+
+def _usage(n: int) -> dict[str, object]:
+    return {"type": "token_count", "input_tokens": n, "output_tokens": 1}
+
+
+@pytest.mark.parametrize(
+    ("events", "tools_per_call"),
+    [
+        # the response's tools run before its token_count
+        ([_BEGIN, _END, _MCP, _usage(10), _usage(20)], [2, 0]),
+        # a build that reports usage first: the turn's last call carries them
+        ([_usage(10), _BEGIN, _END, _PATCH], [2]),
+        ([_BEGIN, _END, _usage(10), _PATCH, _usage(20), _MCP], [1, 2]),
+    ],
+)
+def test_codex_legacy_tool_calls_are_counted_on_the_turns_llm_call(
+    events: list[dict[str, object]], tools_per_call: list[int]
+) -> None:
+    stream = _legacy_stream({"type": "task_started"}, *events, {"type": "task_complete"})
+    transcript = parse_transcript("codex-exec-json", stream)
+    assert [call.tool_calls_made for call in transcript.llm_calls] == tools_per_call
+    assert commands(transcript) == [("ls", 0)]
+
+
+def test_codex_legacy_tools_of_a_turn_without_usage_stay_off_earlier_turns() -> None:
+    stream = _legacy_stream(
+        {"type": "task_started"},
+        _usage(10),
+        {"type": "task_complete"},
+        {"type": "task_started"},
+        _BEGIN,
+        _END,
+        {"type": "task_complete"},
+    )
+    transcript = parse_transcript("codex-exec-json", stream)
+    assert [call.tool_calls_made for call in transcript.llm_calls] == [0]
+    assert commands(transcript) == [("ls", 0)]
+
+
+def test_claude_4_a_bash_exit_claude_code_let_pass_is_recorded_non_zero() -> None:
+    """grep found nothing and exited 1; Claude Code reports that as no error, with
+    returnCodeInterpretation "No matches found"."""
+    transcript = parse("claude-stream-json", "claude-stream-json-4.jsonl")
+    # The background sleep had not exited when the stream ended: its exit is unknown.
+    assert commands(transcript) == [("grep zzz notes.txt", 1), ("sleep 3", None)]
+    assert [call.tool_calls_made for call in transcript.llm_calls] == [1, 1, 1, 1]
+    assert transcript.reported_input_tokens == 40 and transcript.reported_output_tokens == 900
+    assert transcript.reported_cost_usd == 0.02
+    assert transcript.messages == ["result: done"]
+    assert transcript.finished and transcript.agent_reported_error is None
+
+
+@pytest.mark.parametrize(
+    ("interpretation", "exit_code"),
+    [("No matches found", 1), ("Files differ", 1), ("Command failed with exit code 3", 3)],
+)
+def test_claude_interpreted_exit_codes(interpretation: str, exit_code: int) -> None:
+    use = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "diff a b"}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "", "is_error": False}
+    lines = [
+        {"type": "assistant", "message": {"id": "m1", "content": [use]}},
+        {
+            "type": "user",
+            "message": {"content": [result]},
+            "tool_use_result": {"stdout": "", "returnCodeInterpretation": interpretation},
+        },
+    ]
+    transcript = parse_transcript("claude-stream-json", "\n".join(map(json.dumps, lines)))
+    assert commands(transcript) == [("diff a b", exit_code)]
 
 
 def test_codex_legacy_missing_api_key_is_reported_as_an_outage() -> None:
@@ -641,6 +745,20 @@ def test_gemini_stream_json() -> None:
     assert transcript.recognised and transcript.finished
 
 
+def test_gemini_stream_2_tool_use_is_a_tool_call_of_its_llm_call() -> None:
+    transcript = parse("gemini-stream-json", "gemini-stream-json-2.jsonl")
+    [call] = transcript.llm_calls
+    assert (call.input_tokens, call.cache_read_tokens, call.output_tokens) == (18609, 13673, 76)
+    assert call.input_tokens + call.cache_read_tokens == 32282  # the result's input_tokens
+    assert call.tool_calls_made == 1  # the google_web_search, as the result's stats say
+    assert call.model == transcript.model == "auto-gemini-2.5"
+    assert transcript.commands == []  # a web search is no shell command
+    assert transcript.messages == ["assistant: Bogotá is the capital and largest city of Colombia."]
+    assert transcript.reported_duration_ms == 6824
+    assert transcript.malformed_lines == 3  # the CLI's three notices before the stream
+    assert transcript.recognised and transcript.finished
+
+
 def test_gemini_stream_after_warning_lines_with_exit_codes_and_cache() -> None:
     events = [
         {"type": "init", "session_id": "s", "model": "gemini-2.5-pro"},
@@ -681,6 +799,7 @@ def test_gemini_stream_after_warning_lines_with_exit_codes_and_cache() -> None:
     transcript = parse_transcript("gemini-stream-json", stream)
     assert commands(transcript) == [("false", 1), ("nope", 1)]
     assert token_sums(transcript) == (300, 0, 600, 20)
+    assert transcript.llm_calls[0].tool_calls_made == 2
     assert transcript.messages == ["assistant: Done"]
     assert transcript.malformed_lines == 2
 
@@ -754,6 +873,7 @@ ALL_SAMPLES = {
         "claude-json-1.json",
         "claude-json-2.json",
         "claude-stream-json-errors.jsonl",
+        "claude-stream-json-4.jsonl",
     ],
     "codex-exec-json": [
         "codex-exec-json-1.jsonl",
@@ -771,7 +891,7 @@ ALL_SAMPLES = {
         "opencode-json-error-status.jsonl",
     ],
     "gemini-json": ["gemini-json-1.json"],
-    "gemini-stream-json": ["gemini-stream-json-1.jsonl"],
+    "gemini-stream-json": ["gemini-stream-json-1.jsonl", "gemini-stream-json-2.jsonl"],
 }
 
 

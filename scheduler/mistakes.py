@@ -1,0 +1,188 @@
+"""A new user's costly mistakes, found before anything is queued (`validate`, `submit`).
+
+Each would otherwise show only once money is spent:
+- A judged scenario whose judge API key is not set: every agent runs, then each
+  judged run becomes an infrastructure error. An error, unless the caller says the
+  workers have the key (`--allow-missing-judge-key`): `judge: {enabled: auto}` judges
+  only when the key is set, and the summary's judge line says what runs will get.
+- An agent command naming a file next to the matrix by a relative path
+  (`./agent.py`, `python3 agent.py`): commands run in each run's own workspace, a
+  fresh folder, so the file is not there (exit 127, or another file of that name).
+  An error, unless the run's workspace gets that file (a tier's `files:`, the
+  scenario's `workspace:` template, or a `setup:` command naming it). The fix is
+  `$EVALFLEET_MATRIX_DIR/agent.py`, the matrix's folder on every worker.
+- An agent command run by a relative path that is not next to the matrix
+  (`./run.sh`): a warning, as the workspace may well hold it; it says where
+  commands run.
+
+Each problem is a ConfigProblem placed at its key in the matrix file, as the
+matrix's validation errors are; errors are raised together as one ConfigError.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from core.errors import ConfigError
+from core.matrix import ConfigProblem, Matrix, Scenario, Tier, problem_at
+
+ALLOW_MISSING_JUDGE_KEY = "--allow-missing-judge-key"
+_MATRIX_DIR = "$EVALFLEET_MATRIX_DIR"
+# What bash separates commands with: the word after one is a program again.
+_SEPARATORS = {";", "&", "&&", "|", "||", "(", ")"}
+_OPERATOR_CHARS = "();<>|&"  # shlex's punctuation: a word of only these is an operator
+
+
+def refuse_mistakes(
+    matrix: Matrix, matrix_file: str | Path, *, allow_missing_judge_key: bool = False
+) -> list[ConfigProblem]:
+    """Raise ConfigError with every mistake that would waste the experiment; return the
+    warnings (what may be a mistake but need not be)."""
+    path = Path(matrix_file)
+    errors = _relative_files(matrix, path)
+    if not allow_missing_judge_key:
+        errors += _missing_judge_key(matrix, path)
+    if errors:
+        raise ConfigError(errors)
+    return _relative_programs(matrix, path)
+
+
+def _missing_judge_key(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    judged = [s.id for s in matrix.scenarios if s.evaluation.judge_enabled]
+    key = matrix.judge.api_key_env if matrix.judge is not None else None
+    if not judged or not key or os.environ.get(key):
+        return []
+    return [
+        problem_at(
+            path,
+            ["judge", "api_key_env"],
+            f"{key} is not set, and {_scenarios(judged)} judged: every agent would run, then "
+            f"each judged run would end as an infrastructure error for want of the key. Set "
+            f"{key}, or give the scenario's judge `enabled: auto` (judged only when the key "
+            f"is set); if the workers have the key and this machine has not, pass "
+            f"{ALLOW_MISSING_JUDGE_KEY}",
+        )
+    ]
+
+
+def _scenarios(ids: list[str]) -> str:
+    return f"scenario {ids[0]} is" if len(ids) == 1 else f"scenarios {', '.join(ids)} are"
+
+
+@dataclass(frozen=True)
+class _Command:
+    """One tier's agent command and the key of the matrix that sets it."""
+
+    tier: Tier
+    loc: tuple[str | int, ...]
+    text: str
+    words: list[str]
+    path_has_matrix_dir: bool
+
+
+def _commands(matrix: Matrix) -> list[_Command]:
+    found = []
+    for index, tier in enumerate(matrix.tiers):
+        agent = matrix.agent_for(tier)
+        if agent.kind != "command" or not agent.command:
+            continue
+        own = tier.agent is not None and tier.agent.command is not None
+        loc: tuple[str | int, ...] = (
+            ("tiers", index, "agent", "command") if own else ("agent", "command")
+        )
+        entries = agent.env.get("PATH", "").split(":")
+        on_path = any(e in (_MATRIX_DIR, "${EVALFLEET_MATRIX_DIR}") for e in entries)
+        found.append(_Command(tier, loc, agent.command, _words(agent.command), on_path))
+    return found
+
+
+def _words(command: str) -> list[str]:
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # unbalanced quotes: bash will say so itself
+        return []
+
+
+def _candidates(command: _Command) -> list[tuple[str, bool]]:
+    """The words that may name a file to read or run, each with whether it is the
+    program run (a redirection's target is written, so it is none)."""
+    found, program, written = [], True, False
+    for word in command.words:
+        if not word.strip(_OPERATOR_CHARS):
+            program, written = word in _SEPARATORS, ">" in word
+            continue
+        if written:
+            written = False
+            continue
+        name, assigned, value = word.partition("=")
+        if program and assigned and name.isidentifier():
+            continue  # VAR=value before the program
+        path = value if assigned else word
+        if path and not path.startswith(("/", "$", "~", "-")) and "$" not in path:
+            found.append((path, program))
+        program = False
+    return found
+
+
+def _relative_files(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    if matrix.base_dir is None:
+        return []
+    problems: dict[tuple[tuple[str | int, ...], str], ConfigProblem] = {}
+    for command in _commands(matrix):
+        for word, program in _candidates(command):
+            if program and "/" not in word and command.path_has_matrix_dir:
+                continue  # found on PATH, which holds the matrix folder
+            if not (matrix.base_dir / word).is_file():
+                continue
+            if all(_in_workspace(word, command.tier, s) for s in matrix.scenarios):
+                continue
+            problems.setdefault(
+                (command.loc, word), problem_at(path, command.loc, _move_message(command, word))
+            )
+    return list(problems.values())
+
+
+def _move_message(command: _Command, word: str) -> str:
+    name = PurePosixPath(word).as_posix()
+    fixed = f'"{_MATRIX_DIR}/{name}"'
+    suggestion = command.text.replace(word, fixed, 1) if word in command.text else fixed
+    return (
+        f"{word!r} is a file next to the matrix, but agent commands run in each run's own "
+        f"workspace (a fresh folder), where there is no {name}: name it {fixed}, the "
+        f"matrix's folder on every worker (command: {suggestion}), or copy it into the "
+        f"workspace with the tier's `files: {{{name}: {name}}}`"
+    )
+
+
+def _in_workspace(word: str, tier: Tier, scenario: Scenario) -> bool:
+    """Whether a run of `tier` x `scenario` has `word` in its workspace when it starts."""
+    name = PurePosixPath(word)
+    if any(PurePosixPath(dest) == name for dest in tier.files):
+        return True
+    if scenario.workspace is not None and (scenario.workspace / name).exists():
+        return True
+    return any(str(name) in setup for setup in scenario.setup)
+
+
+def _relative_programs(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    problems: dict[tuple[tuple[str | int, ...], str], ConfigProblem] = {}
+    for command in _commands(matrix):
+        for word, program in _candidates(command):
+            if not program or "/" not in word:
+                continue
+            if all(_in_workspace(word, command.tier, s) for s in matrix.scenarios):
+                continue
+            name = PurePosixPath(word).as_posix()
+            message = (
+                f"{word!r} is run by a relative path: agent commands run in each run's own "
+                "workspace, so it must be there when the agent starts (put there by a "
+                "scenario's `workspace:` or `setup:`, or a tier's `files:`); a file next to "
+                f'the matrix is "{_MATRIX_DIR}/{name}"'
+            )
+            problems.setdefault((command.loc, word), problem_at(path, command.loc, message))
+    return list(problems.values())

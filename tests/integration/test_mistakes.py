@@ -1,0 +1,187 @@
+"""A new user's costly mistakes refused by `validate` and `submit` before anything is
+queued (scheduler.mistakes), through the real CLI against a shared broker, and the
+fix each message names run end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.store import Store
+from tests.conftest import PREFIX, QUEUE, StartWorker, run_cli
+
+pytestmark = pytest.mark.integration
+
+KEY = "EVALFLEET_TEST_UNSET_JUDGE_KEY"
+
+JUDGED = f"""\
+name: judged-keyless
+runs_per_tier: 2
+agent: {{kind: command, command: "echo done > out.txt", timeout_s: 30}}
+tiers: [{{id: T0}}]
+scenarios:
+  - id: plain
+    prompt: go
+    evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}
+  - id: judged
+    prompt: go
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      judge: {{rubric: rubric.yaml}}
+judge: {{base_url: "http://127.0.0.1:9/v1", model: judge-model,
+         api_key_env: {KEY}}}
+"""
+
+AGENT = """\
+#!/usr/bin/env python3
+import pathlib
+pathlib.Path("out.txt").write_text("made by the agent next to the matrix")
+"""
+
+
+def place(text: str, value: str) -> str:
+    """`LINE:COLUMN` of `value` in the matrix text, as error messages give it."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if value in line:
+            return f"{number}:{line.index(value) + 1}"
+    raise AssertionError(value)
+
+
+def queued_and_recorded(store: Store) -> tuple[int, int]:
+    return store.redis.llen(QUEUE), store.redis.zcard(f"{PREFIX}experiments")
+
+
+def refused(
+    store: Store, env: dict[str, str], matrix: Path, *fragments: str, extra: tuple[str, ...] = ()
+) -> None:
+    """`validate` and `submit` both exit 2, saying each fragment, and nothing is queued
+    or recorded."""
+    before = queued_and_recorded(store)
+    for command in ("validate", "submit"):
+        result = run_cli(command, str(matrix), *extra, env=env, timeout=60)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr
+        for fragment in (*fragments, "nothing was started"):
+            assert fragment in result.stderr, (command, result.stderr)
+    assert queued_and_recorded(store) == before
+
+
+def test_a_judged_scenario_without_its_judge_key_is_refused_unless_allowed(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store
+) -> None:
+    (tmp_path / "rubric.yaml").write_text("criteria: [{id: q, weight: 1, description: q}]\n")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(JUDGED)
+    env = {k: v for k, v in fleet_env.items() if k != KEY}
+    refused(
+        store,
+        env,
+        matrix,
+        f"matrix.yaml:{place(JUDGED, KEY)}: judge.api_key_env: {KEY} is not set, and "
+        "scenario judged is judged: every agent would run",
+        "--allow-missing-judge-key",
+    )
+    # Set, or allowed (the workers have it): the matrix is good.
+    for extra, run_env in (((), {**env, KEY: "sk-test"}), (("--allow-missing-judge-key",), env)):
+        result = run_cli("validate", str(matrix), *extra, env=run_env)
+        assert result.returncode == 0, result.stderr
+    # `enabled: auto` is the other fix: without the key that scenario is not judged.
+    matrix.write_text(JUDGED.replace("judge: {rubric", "judge: {enabled: auto, rubric"))
+    auto = run_cli("validate", str(matrix), env=env)
+    assert auto.returncode == 0, auto.stderr
+    assert f"judge: off: {KEY} is not set" in auto.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "fixed"),
+    [
+        ("./agent.py", '"$EVALFLEET_MATRIX_DIR/agent.py"'),
+        ("python3 agent.py --quick", 'python3 "$EVALFLEET_MATRIX_DIR/agent.py" --quick'),
+        ("python3 tools/agent.py", 'python3 "$EVALFLEET_MATRIX_DIR/tools/agent.py"'),
+    ],
+)
+def test_an_agent_file_next_to_the_matrix_named_relatively_is_refused_with_its_fix(
+    tmp_path: Path,
+    fleet_env: dict[str, str],
+    store: Store,
+    start_worker: StartWorker,
+    command: str,
+    fixed: str,
+) -> None:
+    """Agent commands run in each run's own workspace: `./agent.py` there is not the
+    agent.py beside the matrix (every run would exit 127). The message names where
+    commands run and the command that works, which then runs."""
+    for path in (tmp_path / "agent.py", tmp_path / "tools" / "agent.py"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(AGENT)
+        path.chmod(0o755)
+    text = f"""\
+name: relative
+runs_per_tier: 1
+agent: {{kind: command, command: '{command}', timeout_s: 30}}
+tiers: [{{id: T0}}]
+scenarios:
+  - {{id: s, prompt: go, evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}}}
+"""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(text)
+    word = next(w for w in command.split() if w.endswith("agent.py"))
+    refused(
+        store,
+        fleet_env,
+        matrix,
+        f"matrix.yaml:{place(text, repr(command))}: agent.command: {word!r} is a file next to the "
+        "matrix, but agent "
+        "commands run in each run's own workspace",
+        f"(command: {fixed})",
+    )
+    matrix.write_text(text.replace(f"'{command}'", f"'{fixed}'"))
+    start_worker(concurrency=1)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr
+    report = json.loads(result.stdout)
+    assert report["tiers"]["T0"]["passes"] == 1
+
+
+def test_a_relative_agent_file_the_workspace_gets_is_accepted(
+    tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """The same name copied in by the tier's `files:`, the scenario's template or its
+    setup is the workspace's own file: no error. A relative program nothing provides
+    and not beside the matrix is a warning that says where commands run."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "template").mkdir()
+    (tmp_path / "template" / "agent.py").write_text(AGENT)
+    text = """\
+name: provided
+runs_per_tier: 1
+agent: {kind: command, command: 'python3 agent.py', timeout_s: 30}
+tiers:
+  - {id: T0, files: {agent.py: agent.py}}
+  - {id: T1, agent: {command: 'python3 ./agent.py && ./run-me.sh'}}
+scenarios:
+  - {id: templated, prompt: go, workspace: template}
+  - {id: setup, prompt: go, setup: ['cp "$EVALFLEET_MATRIX_DIR/agent.py" .']}
+"""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(text)
+    result = run_cli("validate", str(matrix), env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    where = place(text, "'python3 ./agent.py")
+    assert result.stderr.splitlines() == [
+        f"warning: {matrix}:{where}: tiers.1.agent.command: "
+        "'./run-me.sh' is run by a "
+        "relative path: agent commands run in each run's own workspace, so it must be there "
+        "when the agent starts (put there by a scenario's `workspace:` or `setup:`, or a "
+        "tier's `files:`); a file next to the matrix is "
+        '"$EVALFLEET_MATRIX_DIR/run-me.sh"'
+    ]
+    # One scenario whose workspace lacks it is enough to refuse.
+    matrix.write_text(text + "  - {id: bare, prompt: go}\n")
+    bare = run_cli("validate", str(matrix), env=fleet_env)
+    assert bare.returncode == 2, bare.stdout
+    assert "tiers.1.agent.command: './agent.py' is a file next to the matrix" in bare.stderr
+    assert "agent.command: 'agent.py' is a file next to the matrix" not in bare.stderr
