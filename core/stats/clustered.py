@@ -109,7 +109,12 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95) -> Paired:
     if n < 2:
         raise ValueError("a paired t test needs at least two differences")
     mean = fmean(differences)
-    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in differences) / (n - 1))
+    # Equal differences have no spread, whatever rounding the mean leaves.
+    sd = (
+        0.0
+        if max(differences) == min(differences)
+        else math.sqrt(math.fsum((d - mean) ** 2 for d in differences) / (n - 1))
+    )
     se = sd / math.sqrt(n)
     if se == 0:
         return Paired(n, mean, 0.0, n - 1, None, 0.0 if mean else 1.0, mean, mean)

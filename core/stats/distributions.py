@@ -42,20 +42,22 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
     raise ArithmeticError(f"incomplete beta did not converge at a={a}, b={b}, x={x}")
 
 
-def incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
+def incomplete_beta(a: float, b: float, x: float, complement: float | None = None) -> float:
+    """The regularized incomplete beta function I_x(a, b). `complement`: 1 - x when the
+    caller knows it more exactly than 1 - x rounds (x near 1)."""
     if not 0.0 <= x <= 1.0:
         raise ValueError(f"x must be within [0, 1], got {x}")
-    if x in (0.0, 1.0):
-        return x
+    y = 1 - x if complement is None else complement
+    if x == 0.0 or y == 0.0:
+        return 0.0 if x == 0.0 else 1.0
     log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y)
     )
     front = math.exp(log_front)
     # The fraction converges fast below (a + 1) / (a + b + 2); above, by symmetry.
     if x < (a + 1) / (a + b + 2):
         return front * _beta_fraction(a, b, x) / a
-    return 1 - front * _beta_fraction(b, a, 1 - x) / b
+    return 1 - front * _beta_fraction(b, a, y) / b
 
 
 def t_two_sided(t: float, df: float) -> float:
@@ -64,7 +66,7 @@ def t_two_sided(t: float, df: float) -> float:
         raise ValueError(f"degrees of freedom must be positive, got {df}")
     if math.isinf(t):
         return 0.0
-    return incomplete_beta(df / 2, 0.5, df / (df + t * t))
+    return incomplete_beta(df / 2, 0.5, df / (df + t * t), t * t / (df + t * t))
 
 
 def t_quantile(probability: float, df: float) -> float:
@@ -131,6 +133,8 @@ def chi2_sf(x: float, df: float) -> float:
     if math.isinf(x):
         return 0.0
     a, half = df / 2, x / 2
+    if half == 0:  # x underflowed
+        return 1.0
     if half < a + 1:
         return max(0.0, 1 - _gamma_series(a, half))
     return _gamma_fraction(a, half)
