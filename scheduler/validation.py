@@ -17,11 +17,14 @@ from core.matrix import Artifacts, Budget, Matrix, load_matrix
 from core.metrics.pricing import price_for
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
+    PLANNING_POWER,
+    PLANNING_RATE,
     design_effect,
     planned_detectable,
 )
 from core.stats.significance import lone_test_alpha
 from scheduler.plan import check_size, describe_runs
+from scheduler.report.scenarios import difference
 from worker.sending import configured_visibility_timeout_s, longest_run_s
 
 
@@ -200,9 +203,6 @@ def _judge_line(matrix: Matrix) -> str:
 # The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
 # of one scenario are alike well beyond chance in most agent experiments.
 DEFAULT_ICC = 0.3
-PLANNING_POWER = 0.8
-# The pass rate planning assumes: at 0.5 a pass rate varies most (the cautious side).
-PLANNING_RATE = 0.5
 
 
 def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
@@ -218,7 +218,7 @@ def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
 
     def detect(g: int, m: int) -> tuple[str, str]:
         d = planned_detectable(g, m, icc, level, PLANNING_POWER, PLANNING_RATE)
-        return _difference(d.these_scenarios), _difference(d.like_these)
+        return difference(d.these_scenarios), difference(d.like_these)
 
     these, like = detect(scenarios, runs)
     plan = planned_detectable(scenarios, runs, icc, level, PLANNING_POWER, PLANNING_RATE)
@@ -236,7 +236,7 @@ def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
         + (
             ""
             if plan.like_these_limit is None
-            else f" (with unlimited runs per scenario still {_difference(plan.like_these_limit)}:"
+            else f" (with unlimited runs per scenario still {difference(plan.like_these_limit)}:"
             " below that only more scenarios go)"
         ),
     ]
@@ -260,11 +260,3 @@ def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
             "scenarios; on scenarios like these only more scenarios do"
         )
     return lines
-
-
-def _difference(d: float | None) -> str:
-    if d is None:
-        return "-"
-    if d > 1:
-        return f"not detectable ({d:.2f} > 1)"
-    return f"{d:.3f}"

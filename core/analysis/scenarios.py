@@ -30,6 +30,7 @@ from core.results.report import (
     Interval,
     Multiplicity,
     PairedDifference,
+    PlannedDetectable,
     ScenarioComparison,
     StratifiedComparison,
     TierReport,
@@ -37,11 +38,14 @@ from core.results.report import (
 )
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
+    PLANNING_POWER,
+    PLANNING_RATE,
     Stratum,
     breslow_day,
     clustered_mean,
     mantel_haenszel,
     paired_t,
+    planned_detectable,
     van_elteren,
 )
 from core.stats.significance import Correction, adjust_p, lone_test_alpha
@@ -210,6 +214,13 @@ def correct_across(
     if not family:
         return tiers, None
     adjusted = iter(adjust_p([p for c in family.values() for p in _raw(c)], correction))
+    tests = 4 * len(family)
+    multiplicity = Multiplicity(
+        correction=correction,
+        alpha=alpha,
+        tests=tests,
+        lone_test_alpha=lone_test_alpha(alpha, correction, tests),
+    )
     done = {}
     for tier_id, c in family.items():
         judged = _judged(c, [next(adjusted) for _ in range(4)], alpha)
@@ -225,15 +236,47 @@ def correct_across(
         heterogeneity = judged.heterogeneity.model_copy(
             update={"significant_opposite": significant}
         )
+        planning = _planning(
+            tiers[tier_id], tiers.get(c.reference), c, multiplicity.lone_test_alpha
+        )
         analysis = tiers[tier_id].analysis.model_copy(
-            update={"across_scenarios": judged.model_copy(update={"heterogeneity": heterogeneity})}
+            update={
+                "across_scenarios": judged.model_copy(
+                    update={"heterogeneity": heterogeneity, "planning": planning}
+                )
+            }
         )
         done[tier_id] = tiers[tier_id].model_copy(update={"analysis": analysis})
-    tests = 4 * len(family)
-    multiplicity = Multiplicity(
-        correction=correction,
-        alpha=alpha,
-        tests=tests,
-        lone_test_alpha=lone_test_alpha(alpha, correction, tests),
-    )
     return {t: done.get(t, r) for t, r in tiers.items()}, multiplicity
+
+
+def _planning(
+    tier: TierReport, baseline: TierReport | None, c: ScenarioComparison, level: float
+) -> PlannedDetectable | None:
+    """What these scenarios and runs detect at the intra-scenario correlation the tier and
+    the baseline showed; None when neither showed one (one run per scenario, no spread)."""
+    clustered = tier.analysis.pass_rate_clustered
+    sides = [clustered, None if baseline is None else baseline.analysis.pass_rate_clustered]
+    iccs = [side.icc for side in sides if side is not None and side.icc is not None]
+    if clustered is None or not iccs:
+        return None
+    icc, g = fmean(iccs), c.these_scenarios.scenarios
+    m = max(1, round(clustered.runs / clustered.scenarios))
+
+    def like(scenarios: int, runs: int) -> float | None:
+        return planned_detectable(scenarios, runs, icc, level).like_these
+
+    plan = planned_detectable(g, m, icc, level)
+    return PlannedDetectable(
+        icc=icc,
+        scenarios=g,
+        runs=m,
+        alpha=level,
+        power=PLANNING_POWER,
+        rate=PLANNING_RATE,
+        these_scenarios=plan.these_scenarios,
+        like_these=plan.like_these,
+        like_these_limit=plan.like_these_limit,
+        like_these_twice_the_scenarios=like(2 * g, m),
+        like_these_twice_the_runs=like(g, 2 * m),
+    )

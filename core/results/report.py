@@ -201,6 +201,24 @@ class Heterogeneity(Record):
     )
 
 
+class PlannedDetectable(Record):
+    """The smallest pass-rate difference each question detects with this many scenarios
+    and runs at the intra-scenario correlation observed (docs/METRICS.md, "Planning"):
+    what the next experiment could see, and what more scenarios or more runs would buy."""
+
+    icc: float = Field(description="the mean of the tier's and the baseline's implied one")
+    scenarios: int
+    runs: int = Field(description="runs per scenario, the tier's mean")
+    alpha: float = Field(description="the level one test of the family must reach alone")
+    power: float
+    rate: float = Field(description="the pass rate assumed (where a rate varies most)")
+    these_scenarios: float
+    like_these: float | None
+    like_these_limit: float | None = Field(description="the same with unlimited runs")
+    like_these_twice_the_scenarios: float | None
+    like_these_twice_the_runs: float | None
+
+
 class ScenarioComparison(Record):
     """A tier against the baseline with its scenarios taken into account, answering two
     questions by name (docs/METRICS.md, "Across scenarios")."""
@@ -209,6 +227,9 @@ class ScenarioComparison(Record):
     these_scenarios: StratifiedComparison
     like_these: GeneralisedComparison
     heterogeneity: Heterogeneity
+    planning: PlannedDetectable | None = Field(
+        None, description="None when neither side's intra-scenario correlation is measured"
+    )
 
 
 class TierAnalysis(Record):

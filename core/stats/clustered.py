@@ -34,6 +34,10 @@ from core.stats.significance import average_ranks
 
 # Fewer scenarios than this are too few to say much about scenarios like them.
 MIN_SCENARIOS_TO_GENERALISE = 5
+# Planning's power, and the pass rate it assumes: at 0.5 a pass rate varies most (the
+# cautious side).
+PLANNING_POWER = 0.8
+PLANNING_RATE = 0.5
 
 
 def _t_interval(
@@ -301,8 +305,8 @@ def planned_detectable(
     runs: int,
     icc: float,
     alpha: float,
-    power: float = 0.8,
-    rate: float = 0.5,
+    power: float = PLANNING_POWER,
+    rate: float = PLANNING_RATE,
 ) -> Detectable:
     """The smallest difference of two tiers' pass rates each question detects with
     `power` in a two-sided test at `alpha`, each tier with `runs` runs of each of

@@ -154,6 +154,15 @@ def questions_table(report: ExperimentReport) -> Table:
     )
 
 
+def difference(d: float | None) -> str:
+    """A planned detectable difference of pass rates; above 1 none is."""
+    if d is None:
+        return "-"
+    if d > 1:
+        return f"not detectable ({d:.2f} > 1)"
+    return f"{d:.3f}"
+
+
 def _p(p: float, adjusted: float | None) -> str:
     return f"{p_value(p)} ({p_value(adjusted)})"
 
@@ -200,6 +209,18 @@ def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison
         sentences.append(
             f"{tier_id}: its effect on the pass rate differs from scenario to scenario "
             f"({h.test} χ² {num(h.statistic, 2)} on {h.df} df, p {p_value(h.p)})"
+        )
+    plan = c.planning
+    if plan is not None:
+        sentences.append(
+            f"{tier_id}: planning, at the intra-scenario correlation observed "
+            f"({num(plan.icc, 2)}), the smallest pass-rate difference {plan.scenarios} "
+            f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
+            f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
+            f"{difference(plan.like_these)}, with twice the scenarios "
+            f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
+            f"{difference(plan.like_these_twice_the_runs)}, with unlimited runs "
+            f"{difference(plan.like_these_limit)}"
         )
     if these.verdict in (Verdict.better, Verdict.worse) and h.opposite:
         other = "worse" if these.verdict is Verdict.better else "better"

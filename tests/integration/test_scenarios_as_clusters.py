@@ -172,6 +172,14 @@ def test_both_questions_match_scipy_and_statsmodels(submitted: tuple[dict[str, A
     assert heterogeneity["opposite"] == ["s4"]
     assert heterogeneity["significant_opposite"] == []  # 6 of 20 against 10: not alone
 
+    # Planning at the correlation observed: T1's and T0's implied ones (T0's 0), 4 x 20.
+    plan = across["planning"]
+    icc = report["tiers"]["T1"]["analysis"]["pass_rate_clustered"]["icc"] / 2
+    assert plan["icc"] == pytest.approx(icc)
+    level = 0.05 / 4
+    z = stats.norm.ppf(1 - level / 2) + stats.norm.ppf(0.8)
+    assert plan["these_scenarios"] == pytest.approx(z * math.sqrt(0.5 * (1 - icc) / 80))
+
 
 def test_the_words_name_both_questions_and_the_scenario_made_worse(
     submitted: tuple[dict[str, Any], str], fleet_env: dict[str, str]

@@ -4,9 +4,11 @@ the scenarios named against the grain, and a single-scenario report left as it w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pytest
+from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from core.analysis.aggregate import aggregate
@@ -132,3 +134,34 @@ def test_a_tier_without_counted_runs_has_nothing_to_compare() -> None:
     empty = aggregate(info, [*baseline, *broken], baseline="T0", scoring=Scoring())
     t1 = empty.tiers["T1"].analysis
     assert (t1.pass_rate_clustered, t1.across_scenarios) == (None, None)
+
+
+def test_planning_uses_the_intra_scenario_correlation_observed() -> None:
+    report = _report({"T0": (10, 10, 10, 10), "T1": (20, 20, 10, 6)})
+    c = report.tiers["T1"].analysis.across_scenarios
+    t0 = report.tiers["T0"].analysis.pass_rate_clustered
+    t1 = report.tiers["T1"].analysis.pass_rate_clustered
+    assert c is not None and c.planning is not None and t0 is not None and t1 is not None
+    plan = c.planning
+    assert t0.icc == 0.0  # every scenario alike: no correlation to speak of
+    assert t1.icc is not None and plan.icc == pytest.approx((t0.icc + t1.icc) / 2)
+    assert (plan.scenarios, plan.runs, plan.alpha) == (4, RUNS, pytest.approx(0.05 / 4))
+    level, icc = plan.alpha, plan.icc
+    z = stats.norm.ppf(1 - level / 2) + stats.norm.ppf(0.8)
+    t = stats.t.ppf(1 - level / 2, 3) + stats.t.ppf(0.8, 3)
+    assert plan.these_scenarios == pytest.approx(z * math.sqrt(0.5 * (1 - icc) / (4 * RUNS)))
+    deff = 1 + (RUNS - 1) * icc
+    assert plan.like_these == pytest.approx(t * math.sqrt(0.5 * deff / (4 * RUNS)))
+    assert plan.like_these_twice_the_scenarios is not None
+    assert plan.like_these_twice_the_runs is not None
+    assert plan.like_these_twice_the_scenarios < plan.like_these_twice_the_runs
+    said = [n for n in questions_table(report).notes if "planning" in n]
+    assert said == [
+        "T1: planning, at the intra-scenario correlation observed (0.21), the smallest "
+        "pass-rate difference 4 scenarios x 20 runs detect (80% power at 0.0125): on these "
+        f"scenarios {plan.these_scenarios:.3f}; on scenarios like these not detectable "
+        f"({plan.like_these:.2f} > 1), with twice the scenarios "
+        f"{plan.like_these_twice_the_scenarios:.3f}, with twice the runs not detectable "
+        f"({plan.like_these_twice_the_runs:.2f} > 1), with unlimited runs not detectable "
+        f"({plan.like_these_limit:.2f} > 1)"
+    ]
