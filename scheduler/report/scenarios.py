@@ -192,7 +192,7 @@ def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison
             why = (
                 f"{n} scenarios are too few to generalise from"
                 if like.too_few_scenarios
-                else f"paired p {p_value(like.pass_rate.p_adjusted)} adj."
+                else f"paired t, p adj. {p_value(like.pass_rate.p_adjusted)}"
             )
             sentences.append(
                 f"{tier_id}: {these.verdict.value} on these {n} scenarios; not shown to carry "
