@@ -1,7 +1,8 @@
 """A matrix file checked before anything starts: loaded, the mistakes that would waste
 it refused (scheduler.mistakes), its plan's size and run times against the broker's
-limits, its artifacts folder, the files it ships; and the plan summarized in words
-(`scheduler validate`).
+limits, its artifacts folder, the files it ships; the plan summarized in words
+(`scheduler validate`), with the smallest differences it can detect on each of the
+two questions a report answers.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ from core.errors import BundleError, InputError, PlanTooLarge
 from core.files.bundle import Bundle, collect
 from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, load_matrix
 from core.metrics.pricing import price_for
+from core.stats.clustered import (
+    MIN_SCENARIOS_TO_GENERALISE,
+    PLANNING_POWER,
+    PLANNING_RATE,
+    design_effect,
+    planned_detectable,
+)
+from core.stats.significance import lone_test_alpha
 from scheduler.mistakes import refuse_mistakes
 from scheduler.plan import check_size, describe_runs
+from scheduler.report.scenarios import difference
 from worker.sending import configured_visibility_timeout_s, longest_run_s
 
 
@@ -198,3 +208,65 @@ def _judge_line(matrix: Matrix) -> str:
             "run without one (set it to judge them)"
         )
     return "judge: off: every scenario's judge is disabled"
+
+
+# The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
+# of one scenario are alike well beyond chance in most agent experiments.
+DEFAULT_ICC = 0.3
+
+
+def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
+    """The smallest pass-rate difference each question of a report can detect with this
+    matrix's scenarios and runs, and what more scenarios or more runs would buy (docs/
+    METRICS.md, "Planning"). Empty with a single tier: nothing is compared."""
+    if len(matrix.tiers) < 2:
+        return []
+    scenarios = len(matrix.scenarios)
+    runs = max(1, round(sum(matrix.runs_for(s) for s in matrix.scenarios) / scenarios))
+    tests = 4 * (len(matrix.tiers) - 1)
+    level = lone_test_alpha(matrix.report.alpha, matrix.report.correction, tests)
+
+    def detect(g: int, m: int) -> tuple[str, str]:
+        d = planned_detectable(g, m, icc, level, PLANNING_POWER, PLANNING_RATE)
+        return difference(d.these_scenarios), difference(d.like_these)
+
+    these, like = detect(scenarios, runs)
+    plan = planned_detectable(scenarios, runs, icc, level, PLANNING_POWER, PLANNING_RATE)
+    per = " (the mean over scenarios)" if any(s.runs is not None for s in matrix.scenarios) else ""
+    at = " at most (adaptive: each cell's max)" if matrix.adaptive is not None else ""
+    lines = [
+        f"planning: the smallest pass-rate difference each question can detect with "
+        f"{PLANNING_POWER:.0%} power, {scenarios} scenarios x {runs} runs{per}{at} a tier, "
+        f"pass rates near {PLANNING_RATE:g}, two-sided at {level:.3g} (the level one of the "
+        f"{tests} tests across scenarios must reach alone), intra-scenario correlation "
+        f"{icc:g} assumed (--icc; a report measures it), design effect "
+        f"{design_effect(runs, icc):.2f}",
+        f"  on these scenarios: {these}",
+        f"  on scenarios like these: {like}"
+        + (
+            ""
+            if plan.like_these_limit is None
+            else f" (with unlimited runs per scenario still {difference(plan.like_these_limit)}:"
+            " below that only more scenarios go)"
+        ),
+    ]
+    if scenarios < 2:
+        lines[-1] = "  on scenarios like these: not answered: it needs two scenarios or more"
+    more_scenarios, more_runs = detect(2 * scenarios, runs), detect(scenarios, 2 * runs)
+    lines.append(
+        f"  twice the scenarios ({2 * scenarios} x {runs}): {more_scenarios[0]} on these, "
+        f"{more_scenarios[1]} like these; twice the runs ({scenarios} x {2 * runs}): "
+        f"{more_runs[0]} on these, {more_runs[1]} like these"
+    )
+    if scenarios < MIN_SCENARIOS_TO_GENERALISE:
+        lines.append(
+            f"  {scenarios} scenarios are too few to generalise from: write "
+            f"{MIN_SCENARIOS_TO_GENERALISE} or more to ask about scenarios like these"
+        )
+    if matrix.adaptive is not None:
+        lines.append(
+            "  adaptive runs stop each tier x scenario cell on its own pass rate, whose runs "
+            "are independent draws of that scenario: more runs sharpen the answer on these "
+            "scenarios; on scenarios like these only more scenarios do"
+        )
+    return lines

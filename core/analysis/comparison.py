@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 from core.analysis.columns import Group
 from core.analysis.ordering import ordered_ids
+from core.analysis.scenarios import correct_across
+from core.analysis.verdicts import direction, verdict_of
 from core.results.report import (
     Comparison,
     Detectable,
@@ -124,8 +126,8 @@ def _judged(
     differences detectable at `lone_alpha`."""
     assert c.pass_rate_delta is not None and c.prob_superior is not None
     directions = {
-        _direction(c.pass_rate_delta, fisher_p, alpha),
-        _direction(c.prob_superior - 0.5, mann_whitney_p, alpha),
+        direction(c.pass_rate_delta, fisher_p, alpha),
+        direction(c.prob_superior - 0.5, mann_whitney_p, alpha),
     }
     return c.model_copy(
         update={
@@ -133,7 +135,7 @@ def _judged(
             "fisher_p_adjusted": fisher_p,
             "mann_whitney_p_adjusted": mann_whitney_p,
             "detectable": _detectable(c, lone_alpha),
-            "verdict": _verdict(directions),
+            "verdict": verdict_of(directions),
         }
     )
 
@@ -218,8 +220,9 @@ def correct_rows(
 def correct_report(
     report: ExperimentReport, correction: Correction = CORRECTION, alpha: float = ALPHA
 ) -> ExperimentReport:
-    """Every test of the report against the baseline, corrected as one family. Works on
-    a stored report: its raw p-values are all it needs."""
+    """Every test of the report against the baseline, corrected as one family, and the
+    tests across scenarios as a family of their own (core.analysis.scenarios). Works on a
+    stored report: its raw p-values are all it needs."""
     rows: dict[Row, Comparison] = {}
     for tier_id, tier in report.tiers.items():
         for scenario_id, cell in [(None, tier), *tier.scenarios.items()]:
@@ -244,24 +247,14 @@ def correct_report(
         )
         for tier_id, tier in report.tiers.items()
     }
-    return report.model_copy(update={"tiers": tiers, "multiplicity": multiplicity})
-
-
-def _direction(delta: float, p: float, alpha: float) -> int:
-    """+1 significantly better, -1 significantly worse, 0 neither."""
-    if p >= alpha or delta == 0:
-        return 0
-    return 1 if delta > 0 else -1
-
-
-def _verdict(directions: set[int]) -> Verdict:
-    if {1, -1} <= directions:
-        return Verdict.mixed
-    if 1 in directions:
-        return Verdict.better
-    if -1 in directions:
-        return Verdict.worse
-    return Verdict.no_difference
+    tiers, across = correct_across(tiers, correction, alpha)
+    return report.model_copy(
+        update={
+            "tiers": tiers,
+            "multiplicity": multiplicity,
+            "multiplicity_across_scenarios": across,
+        }
+    )
 
 
 def compare_experiments(

@@ -1,7 +1,8 @@
 """What a group of runs (a tier, or a tier x scenario) says beyond ProjectScylla's Statistics.
 
 Confidence intervals (Wilson for the pass rate, a seeded bootstrap for the
-median composite), pass@k and pass^k, flaky scenarios, the test against the
+median composite, and with two or more scenarios the clustered ones of
+core.analysis.scenarios), pass@k and pass^k, flaky scenarios, the test against the
 baseline tier, and the input tokens of the i-th LLM call (context growth).
 Pure and deterministic, like core.analysis.aggregate: the bootstrap has a fixed seed.
 """
@@ -12,6 +13,7 @@ from statistics import fmean
 
 from core.analysis.columns import Group
 from core.analysis.comparison import ALPHA, CONFIDENCE, compare
+from core.analysis.scenarios import across_scenarios, clustered
 from core.metrics.formulas import pass_at_k, pass_hat_k
 from core.results.report import Interval, Statistics, TierAnalysis
 from core.stats.descriptive import statistics
@@ -39,8 +41,13 @@ def analyse(
     scenarios), the test against it. Infrastructure errors are left out."""
     valid = runs.counted
     vs_baseline = None if baseline is None else compare(valid, baseline[1], baseline[0], alpha)
+    across = (
+        None
+        if baseline is None
+        else across_scenarios(valid, baseline[1], baseline[0], alpha, CONFIDENCE)
+    )
     if not valid:
-        return TierAnalysis(vs_baseline=vs_baseline)
+        return TierAnalysis(vs_baseline=vs_baseline, across_scenarios=across)
     passes = sum(valid.column("passed"))
     low, high = wilson_interval(passes, len(valid), CONFIDENCE)
     median_low, median_high = bootstrap_median_interval(
@@ -59,6 +66,9 @@ def analyse(
         pass_hat_k={k: fmean(pass_hat_k(n, c, k) for n, c in outcomes.values()) for k in ks},
         flaky_scenarios=sorted(s for s, (n, c) in outcomes.items() if 0 < c < n),
         vs_baseline=vs_baseline,
+        pass_rate_clustered=clustered(valid, "passed", CONFIDENCE),
+        composite_mean_clustered=clustered(valid, "composite_score", CONFIDENCE),
+        across_scenarios=across,
     )
 
 

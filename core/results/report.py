@@ -108,6 +108,130 @@ class Comparison(Record):
     verdict: Verdict = Field(description="from the adjusted p-values when corrected")
 
 
+class ClusteredMean(Record):
+    """A tier's mean over its runs with its scenarios as clusters (Miller 2024): runs of one
+    scenario share its difficulty, so they are not independent draws."""
+
+    mean: float = Field(description="over the runs (each run weighs the same)")
+    scenarios: int = Field(description="clusters: scenarios with counted runs (G)")
+    runs: int
+    se_independent: float = Field(
+        description="sqrt(population variance / runs): the SE were the runs independent"
+    )
+    se_cr0: float = Field(description="sqrt(sum over scenarios of (sum of residuals)^2) / runs")
+    se: float = Field(description="CR1: se_cr0 * sqrt(G / (G - 1)), the small-sample correction")
+    df: int = Field(description="G - 1")
+    ci: Interval = Field(description="mean +- t(G - 1) * se, clipped to [0, 1]")
+    design_effect: float | None = Field(
+        None, description="(se_cr0 / se_independent)^2; None when every run scored the same"
+    )
+    icc: float | None = Field(
+        None,
+        description="intra-scenario correlation implied: (design_effect - 1) / (runs per "
+        "scenario - 1), within [0, 1]; None with one run per scenario",
+    )
+
+
+class PairedDifference(Record):
+    """The mean over scenarios of (the tier's mean - the baseline's mean) in each scenario,
+    tested on n - 1 degrees of freedom (Miller 2024, paired differences)."""
+
+    scenarios: int = Field(description="scenarios with counted runs on both sides (n)")
+    mean: float
+    se: float = Field(description="sample SD of the differences / sqrt(n)")
+    df: int
+    ci: Interval = Field(description="Student t on n - 1 degrees of freedom")
+    t: float | None = Field(None, description="mean / se; None when se is 0")
+    p: float = Field(description="two-sided; with se 0: 0 if mean != 0, else 1")
+    p_adjusted: float | None = None
+
+
+class StratifiedComparison(Record):
+    """ "On these scenarios": the tier against the baseline within each scenario, the
+    scenarios fixed (the question the runs can answer however few the scenarios are)."""
+
+    question: str = "on these scenarios"
+    scenarios: int = Field(description="strata: scenarios with counted runs on both sides")
+    cmh: float = Field(description="Cochran-Mantel-Haenszel chi-squared (1 df), no correction")
+    cmh_p: float
+    cmh_p_continuity: float = Field(description="the same with the 0.5 continuity correction")
+    cmh_p_adjusted: float | None = None
+    risk_difference: float | None = Field(
+        None, description="Mantel-Haenszel common risk difference of the pass rates"
+    )
+    risk_difference_ci: Interval | None = Field(None, description="Sato's (1989) variance")
+    van_elteren_z: float | None = Field(
+        None, description="van Elteren's stratified rank-sum test of composite scores"
+    )
+    van_elteren_p: float
+    van_elteren_p_adjusted: float | None = None
+    verdict: Verdict = Field(description="from the adjusted p-values of both tests")
+
+
+class GeneralisedComparison(Record):
+    """ "On scenarios like these": the scenarios as a sample of the scenarios one could
+    have written; the per-scenario differences are the data."""
+
+    question: str = "on scenarios like these"
+    scenarios: int
+    pass_rate: PairedDifference
+    composite: PairedDifference = Field(description="of the mean composite score")
+    too_few_scenarios: bool = Field(description="fewer than 5 scenarios to generalise from")
+    verdict: Verdict = Field(description="from the adjusted p-values of both tests")
+
+
+class Heterogeneity(Record):
+    """Whether the tier's effect on the pass rate differs from scenario to scenario."""
+
+    test: str = "Breslow-Day"
+    statistic: float | None = Field(None, description="chi-squared on scenarios - 1 df")
+    df: int = 0
+    p: float | None = Field(
+        None, description="None: fewer than two scenarios where the odds ratio is defined"
+    )
+    opposite: list[str] = Field(
+        default_factory=list,
+        description="scenarios whose pass-rate difference has the other sign than the "
+        "common risk difference",
+    )
+    significant_opposite: list[str] = Field(
+        default_factory=list,
+        description="of those, the ones whose own test (corrected) says so: worse or mixed "
+        "while the tier is better, better or mixed while it is worse",
+    )
+
+
+class PlannedDetectable(Record):
+    """The smallest pass-rate difference each question detects with this many scenarios
+    and runs at the intra-scenario correlation observed (docs/METRICS.md, "Planning"):
+    what the next experiment could see, and what more scenarios or more runs would buy."""
+
+    icc: float = Field(description="the mean of the tier's and the baseline's implied one")
+    scenarios: int
+    runs: int = Field(description="runs per scenario, the tier's mean")
+    alpha: float = Field(description="the level one test of the family must reach alone")
+    power: float
+    rate: float = Field(description="the pass rate assumed (where a rate varies most)")
+    these_scenarios: float
+    like_these: float | None
+    like_these_limit: float | None = Field(description="the same with unlimited runs")
+    like_these_twice_the_scenarios: float | None
+    like_these_twice_the_runs: float | None
+
+
+class ScenarioComparison(Record):
+    """A tier against the baseline with its scenarios taken into account, answering two
+    questions by name (docs/METRICS.md, "Across scenarios")."""
+
+    reference: str
+    these_scenarios: StratifiedComparison
+    like_these: GeneralisedComparison
+    heterogeneity: Heterogeneity
+    planning: PlannedDetectable | None = Field(
+        None, description="None when neither side's intra-scenario correlation is measured"
+    )
+
+
 class TierAnalysis(Record):
     """Beyond ProjectScylla's Statistics: intervals, pass@k, flakiness, the baseline test."""
 
@@ -123,6 +247,13 @@ class TierAnalysis(Record):
         default_factory=list, description="scenarios where some runs passed and some failed"
     )
     vs_baseline: Comparison | None = None
+    pass_rate_clustered: ClusteredMean | None = Field(
+        None, description="with two or more scenarios: scenarios as clusters"
+    )
+    composite_mean_clustered: ClusteredMean | None = None
+    across_scenarios: ScenarioComparison | None = Field(
+        None, description="a tier row with two or more scenarios on both sides"
+    )
 
 
 class TierReport(Record):
@@ -307,6 +438,9 @@ class ExperimentReport(Record):
     cross_tier: CrossTierResult
     multiplicity: Multiplicity | None = Field(
         None, description="the correction of every test against the baseline"
+    )
+    multiplicity_across_scenarios: Multiplicity | None = Field(
+        None, description="the same correction of the tests across scenarios, their own family"
     )
     error_reasons: dict[str, int] = Field(
         default_factory=dict,

@@ -163,7 +163,7 @@ def mann_whitney_u(
     n1, n2 = len(x), len(y)
     if n1 == 0 or n2 == 0:
         raise ValueError("both samples need at least one value")
-    ranks, tie_sizes = _ranks([*x, *y])
+    ranks, tie_sizes = average_ranks([*x, *y])
     u1 = math.fsum(ranks[:n1]) - n1 * (n1 + 1) / 2
     u = max(u1, n1 * n2 - u1)
     if method == "auto":
@@ -179,7 +179,7 @@ def mann_whitney_u(
     return MannWhitney(u=u1, p=min(1.0, p), method=method)
 
 
-def _ranks(values: list[float]) -> tuple[list[float], list[int]]:
+def average_ranks(values: list[float]) -> tuple[list[float], list[int]]:
     """Average ranks (1-based) and the sizes of the groups of tied values."""
     order = sorted(range(len(values)), key=values.__getitem__)
     ranks = [0.0] * len(values)

@@ -8,21 +8,32 @@ import click
 
 from core.matrix import matrix_json_schema
 from scheduler.cli.context import allow_missing_judge_key_option, print_warnings, size
-from scheduler.validation import missing_clis, summary
+from scheduler.validation import DEFAULT_ICC, missing_clis, planning, summary
 from scheduler.validation import validate as check
 
 
 @click.command()
 @click.argument("matrix_file", type=click.Path(dir_okay=False))
 @allow_missing_judge_key_option
-def validate(matrix_file: str, allow_missing_judge_key: bool) -> None:
-    """Check a matrix file and summarize the plan (exit 2 on any problem).
+@click.option(
+    "--icc",
+    type=click.FloatRange(0, 1),
+    default=DEFAULT_ICC,
+    show_default=True,
+    help="Intra-scenario correlation the planning assumes (a report's "
+    "'implied intra-scenario correlation' measures it).",
+)
+def validate(matrix_file: str, allow_missing_judge_key: bool, icc: float) -> None:
+    """Check a matrix file, summarize the plan and say what differences it can detect
+    (exit 2 on any problem).
 
-    Example: scheduler validate examples/matrix.yaml
+    Example: scheduler validate examples/matrix.yaml --icc 0.4
     """
     checked = check(matrix_file, allow_missing_judge_key=allow_missing_judge_key)
     matrix, bundle = checked.matrix, checked.bundle
     click.echo(summary(matrix))
+    for line in planning(matrix, icc):
+        click.echo(line)
     click.echo(
         f"files shipped to workers: {len(bundle.manifest.digests())} distinct files, "
         f"{size(bundle.size)} (bundle.max_mb: {matrix.bundle.max_mb:g})"

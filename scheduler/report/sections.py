@@ -17,6 +17,7 @@ from scheduler.report.metric_tables import (
     seed_metrics,
 )
 from scheduler.report.noise import judge_noise
+from scheduler.report.scenarios import across_scenario_tables
 from scheduler.report.verdicts import significance
 
 
@@ -58,6 +59,7 @@ def report_tables(report: ExperimentReport) -> list[Table]:
         *adaptive(report),
         cross_tier(report),
         significance(report),
+        *across_scenario_tables(report),
         pass_at_k(report),
         interaction(report),
         *(guidance(report, s) for s in scenarios),

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from tests.conftest import EXAMPLES, run_cli
 
@@ -277,3 +279,59 @@ def test_validate_refuses_a_run_longer_than_the_visibility_timeout(tmp_path: Pat
     result = run_cli("validate", str(write(tmp_path, GOOD)), env=env)
     assert result.returncode == 2, result.stdout
     assert "more than the broker's visibility timeout (10 s)" in result.stderr
+
+
+def _validate(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("validate", *args, env=dict(os.environ))
+
+
+def _scenarios_matrix(tmp_path: Path, scenarios: int, runs: str, tiers: int = 2) -> Path:
+    listed = ", ".join(f"{{id: s{i}, prompt: go}}" for i in range(scenarios))
+    ids = ", ".join(f"{{id: T{i}}}" for i in range(tiers))
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        f"name: plan\nruns_per_tier: {runs}\nagent: {{kind: command, command: 'true'}}\n"
+        f"tiers: [{ids}]\nscenarios: [{listed}]\n"
+    )
+    return path
+
+
+def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
+    result = _validate(str(_scenarios_matrix(tmp_path, 4, "20")), "--icc", "0.25")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    # One tier against the baseline: four tests, Holm's first step at 0.05 / 4.
+    level, g, m, icc = 0.05 / 4, 4, 20, 0.25
+    z = stats.norm.ppf(1 - level / 2) + stats.norm.ppf(0.8)
+    t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+    these = z * (2 * 0.25 * (1 - icc) / (g * m)) ** 0.5
+    like = t * (2 * 0.25 * (1 + (m - 1) * icc) / (g * m)) ** 0.5
+    assert "two-sided at 0.0125" in out and "design effect 5.75" in out
+    assert f"  on these scenarios: {these:.3f}\n" in out
+    # 4 scenarios cannot tell a difference of a pass rate on scenarios like these.
+    assert f"  on scenarios like these: not detectable ({like:.2f} > 1)" in out
+    assert "twice the scenarios (8 x 20)" in out and "twice the runs (4 x 40)" in out
+    assert "4 scenarios are too few to generalise from" in out
+
+    many = _validate(str(_scenarios_matrix(tmp_path, 12, "10")))
+    assert "intra-scenario correlation 0.3 assumed" in many.stdout
+    assert "too few to generalise" not in many.stdout
+    line = next(x for x in many.stdout.splitlines() if "on scenarios like these:" in x)
+    assert "below that only more scenarios go" in line
+
+
+def test_validate_plans_nothing_for_one_tier_and_says_one_scenario_cannot_generalise(
+    tmp_path: Path,
+) -> None:
+    alone = _validate(str(_scenarios_matrix(tmp_path, 3, "5", tiers=1)))
+    assert alone.returncode == 0 and "planning" not in alone.stdout
+    one = _validate(str(_scenarios_matrix(tmp_path, 1, "5")))
+    assert "on scenarios like these: not answered: it needs two scenarios or more" in one.stdout
+    adaptive = _validate(
+        str(_scenarios_matrix(tmp_path, 3, "{min: 5, max: 40, until: {decided: true}}"))
+    )
+    assert adaptive.returncode == 0, adaptive.stderr
+    assert "3 scenarios x 40 runs at most (adaptive: each cell's max)" in adaptive.stdout
+    assert "on scenarios like these only more scenarios do" in adaptive.stdout
+    bad = _validate(str(_scenarios_matrix(tmp_path, 3, "5")), "--icc", "1.5")
+    assert bad.returncode == 2 and "--icc" in bad.stderr

@@ -1,0 +1,282 @@
+"""A tier with its scenarios taken into account: the runs of one scenario share its
+difficulty, so a tier's runs are clusters, not independent draws (Miller 2024).
+
+Per tier with two or more scenarios: its pass rate and mean composite with the
+scenarios as clusters. Per tier against the baseline, the two questions a reader
+may mean, each answered by name (core.stats.clustered has the formulas):
+
+- "on these scenarios": stratified by scenario (Cochran-Mantel-Haenszel and the
+  Mantel-Haenszel common risk difference on passes, van Elteren on composite
+  scores), with Breslow-Day's test of whether the effect differs by scenario;
+- "on scenarios like these": the per-scenario differences of the means, with
+  Student's t on n - 1 degrees of freedom.
+
+Their four p-values per tier are one family of their own, corrected as the
+report's run-level tests are (Holm by default), so the run-level figures stay
+what they were. Each question's verdict comes from its two tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import fmean
+
+from core.analysis.columns import Group
+from core.analysis.verdicts import direction, verdict_of
+from core.results.report import (
+    ClusteredMean,
+    GeneralisedComparison,
+    Heterogeneity,
+    Interval,
+    Multiplicity,
+    PairedDifference,
+    PlannedDetectable,
+    ScenarioComparison,
+    StratifiedComparison,
+    TierReport,
+    Verdict,
+)
+from core.stats.clustered import (
+    MIN_SCENARIOS_TO_GENERALISE,
+    PLANNING_POWER,
+    PLANNING_RATE,
+    Stratum,
+    breslow_day,
+    clustered_mean,
+    mantel_haenszel,
+    paired_t,
+    planned_detectable,
+    van_elteren,
+)
+from core.stats.significance import Correction, adjust_p, lone_test_alpha
+
+CLUSTERED = "clustered by scenario (CR1, G/(G-1)), Student t on G-1 df, {:.0%}, clipped to [0, 1]"
+PAIRED = "Student t on n-1 df over per-scenario differences, {:.0%}"
+SATO = "Mantel-Haenszel, Sato variance, normal, {:.0%}"
+
+
+def clustered(runs: Group, field: str, confidence: float) -> ClusteredMean | None:
+    """The mean of `field` over the counted runs with their scenarios as clusters; None
+    with fewer than two scenarios (one scenario has nothing to cluster)."""
+    scenarios = runs.counted.split("scenario")
+    if len(scenarios) < 2:
+        return None
+    c = clustered_mean([g.column(field) for g in scenarios.values()], confidence)
+    return ClusteredMean(
+        mean=c.mean,
+        scenarios=c.clusters,
+        runs=c.n,
+        se_independent=c.se_independent,
+        se_cr0=c.se_cr0,
+        se=c.se_cr1,
+        df=c.df,
+        ci=Interval(
+            low=c.low, high=c.high, confidence=confidence, method=CLUSTERED.format(confidence)
+        ),
+        design_effect=c.design_effect,
+        icc=c.icc,
+    )
+
+
+def across_scenarios(
+    runs: Group, reference_runs: Group, reference: str, alpha: float, confidence: float
+) -> ScenarioComparison | None:
+    """`runs` against `reference_runs` scenario by scenario (counted runs only); None with
+    fewer than two scenarios that both sides ran. Judged alone until its family is
+    corrected (correct_across)."""
+    mine = runs.counted.split("scenario")
+    theirs = reference_runs.counted.split("scenario")
+    shared = sorted(s for s in mine if s in theirs)
+    if len(shared) < 2:
+        return None
+    strata = [
+        Stratum(
+            sum(mine[s].column("passed")),
+            len(mine[s]),
+            sum(theirs[s].column("passed")),
+            len(theirs[s]),
+        )
+        for s in shared
+    ]
+    mh = mantel_haenszel(strata, confidence)
+    ranks = van_elteren(
+        [(mine[s].column("composite_score"), theirs[s].column("composite_score")) for s in shared]
+    )
+    rate_differences = [
+        st.passes / st.runs - st.reference_passes / st.reference_runs for st in strata
+    ]
+    composite_differences = [
+        fmean(mine[s].column("composite_score")) - fmean(theirs[s].column("composite_score"))
+        for s in shared
+    ]
+    heterogeneity = breslow_day(strata)
+    comparison = ScenarioComparison(
+        reference=reference,
+        these_scenarios=StratifiedComparison(
+            scenarios=len(shared),
+            cmh=mh.statistic,
+            cmh_p=mh.p,
+            cmh_p_continuity=mh.p_continuity,
+            risk_difference=mh.risk_difference,
+            risk_difference_ci=Interval(
+                low=mh.low, high=mh.high, confidence=confidence, method=SATO.format(confidence)
+            ),
+            van_elteren_z=ranks.z,
+            van_elteren_p=ranks.p,
+            verdict=Verdict.no_difference,
+        ),
+        like_these=GeneralisedComparison(
+            scenarios=len(shared),
+            pass_rate=_paired(rate_differences, confidence),
+            composite=_paired(composite_differences, confidence),
+            too_few_scenarios=len(shared) < MIN_SCENARIOS_TO_GENERALISE,
+            verdict=Verdict.no_difference,
+        ),
+        heterogeneity=Heterogeneity(
+            statistic=None if heterogeneity is None else heterogeneity.statistic,
+            df=0 if heterogeneity is None else heterogeneity.df,
+            p=None if heterogeneity is None else heterogeneity.p,
+            opposite=[
+                s
+                for s, d in zip(shared, rate_differences, strict=True)
+                if d * mh.risk_difference < 0
+            ],
+        ),
+    )
+    return _judged(comparison, _raw(comparison), alpha)
+
+
+def _paired(differences: Sequence[float], confidence: float) -> PairedDifference:
+    p = paired_t(differences, confidence)
+    return PairedDifference(
+        scenarios=p.n,
+        mean=p.mean,
+        se=p.se,
+        df=p.df,
+        ci=Interval(
+            low=p.low, high=p.high, confidence=confidence, method=PAIRED.format(confidence)
+        ),
+        t=p.t,
+        p=p.p,
+    )
+
+
+def _raw(c: ScenarioComparison) -> list[float]:
+    """The family's four p-values of one tier, in the order _judged reads them."""
+    these, like = c.these_scenarios, c.like_these
+    return [these.cmh_p, these.van_elteren_p, like.pass_rate.p, like.composite.p]
+
+
+def _judged(c: ScenarioComparison, adjusted: Sequence[float], alpha: float) -> ScenarioComparison:
+    """`c` with these adjusted p-values and the verdicts they give at `alpha`."""
+    cmh_p, ranks_p, rate_p, composite_p = adjusted
+    these, like = c.these_scenarios, c.like_these
+    these = these.model_copy(
+        update={
+            "cmh_p_adjusted": cmh_p,
+            "van_elteren_p_adjusted": ranks_p,
+            "verdict": verdict_of(
+                {
+                    direction(these.risk_difference or 0.0, cmh_p, alpha),
+                    direction(these.van_elteren_z or 0.0, ranks_p, alpha),
+                }
+            ),
+        }
+    )
+    rate = like.pass_rate.model_copy(update={"p_adjusted": rate_p})
+    composite = like.composite.model_copy(update={"p_adjusted": composite_p})
+    like = like.model_copy(
+        update={
+            "pass_rate": rate,
+            "composite": composite,
+            "verdict": verdict_of(
+                {direction(rate.mean, rate_p, alpha), direction(composite.mean, composite_p, alpha)}
+            ),
+        }
+    )
+    return c.model_copy(update={"these_scenarios": these, "like_these": like})
+
+
+_AGAINST = {
+    Verdict.better: (Verdict.worse, Verdict.mixed),
+    Verdict.worse: (Verdict.better, Verdict.mixed),
+}
+
+
+def correct_across(
+    tiers: dict[str, TierReport], correction: Correction, alpha: float
+) -> tuple[dict[str, TierReport], Multiplicity | None]:
+    """Every tier's tests across scenarios corrected as one family; the scenarios that
+    went significantly against the tier's verdict on these scenarios named, from the
+    scenario rows' own (already corrected) verdicts. None: no tier has such tests."""
+    compared = {t: r.analysis.across_scenarios for t, r in tiers.items()}
+    family = {t: c for t, c in compared.items() if c is not None}
+    if not family:
+        return tiers, None
+    adjusted = iter(adjust_p([p for c in family.values() for p in _raw(c)], correction))
+    tests = 4 * len(family)
+    multiplicity = Multiplicity(
+        correction=correction,
+        alpha=alpha,
+        tests=tests,
+        lone_test_alpha=lone_test_alpha(alpha, correction, tests),
+    )
+    done = {}
+    for tier_id, c in family.items():
+        judged = _judged(c, [next(adjusted) for _ in range(4)], alpha)
+        against = _AGAINST.get(judged.these_scenarios.verdict, ())
+        cells = tiers[tier_id].scenarios
+        significant = [
+            s
+            for s in judged.heterogeneity.opposite
+            if s in cells
+            and (vs := cells[s].analysis.vs_baseline) is not None
+            and vs.verdict in against
+        ]
+        heterogeneity = judged.heterogeneity.model_copy(
+            update={"significant_opposite": significant}
+        )
+        planning = _planning(
+            tiers[tier_id], tiers.get(c.reference), c, multiplicity.lone_test_alpha
+        )
+        analysis = tiers[tier_id].analysis.model_copy(
+            update={
+                "across_scenarios": judged.model_copy(
+                    update={"heterogeneity": heterogeneity, "planning": planning}
+                )
+            }
+        )
+        done[tier_id] = tiers[tier_id].model_copy(update={"analysis": analysis})
+    return {t: done.get(t, r) for t, r in tiers.items()}, multiplicity
+
+
+def _planning(
+    tier: TierReport, baseline: TierReport | None, c: ScenarioComparison, level: float
+) -> PlannedDetectable | None:
+    """What these scenarios and runs detect at the intra-scenario correlation the tier and
+    the baseline showed; None when neither showed one (one run per scenario, no spread)."""
+    clustered = tier.analysis.pass_rate_clustered
+    sides = [clustered, None if baseline is None else baseline.analysis.pass_rate_clustered]
+    iccs = [side.icc for side in sides if side is not None and side.icc is not None]
+    if clustered is None or not iccs:
+        return None
+    icc, g = fmean(iccs), c.these_scenarios.scenarios
+    m = max(1, round(clustered.runs / clustered.scenarios))
+
+    def like(scenarios: int, runs: int) -> float | None:
+        return planned_detectable(scenarios, runs, icc, level).like_these
+
+    plan = planned_detectable(g, m, icc, level)
+    return PlannedDetectable(
+        icc=icc,
+        scenarios=g,
+        runs=m,
+        alpha=level,
+        power=PLANNING_POWER,
+        rate=PLANNING_RATE,
+        these_scenarios=plan.these_scenarios,
+        like_these=plan.like_these,
+        like_these_limit=plan.like_these_limit,
+        like_these_twice_the_scenarios=like(2 * g, m),
+        like_these_twice_the_runs=like(g, 2 * m),
+    )

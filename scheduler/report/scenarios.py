@@ -1,0 +1,250 @@
+"""Scenarios as clusters, in a section of its own: each tier's pass rate and mean composite
+with clustered standard errors, and each tier against the baseline answering two questions
+by name, "on these scenarios" and "on scenarios like these" (core.analysis.scenarios).
+
+A report whose tiers have a single scenario has none of these figures and shows nothing
+here: its tables are what they were.
+"""
+
+from __future__ import annotations
+
+from core.analysis.comparison import ALPHA
+from core.analysis.group import CONFIDENCE
+from core.results.report import (
+    ClusteredMean,
+    ExperimentReport,
+    Interval,
+    Multiplicity,
+    ScenarioComparison,
+    TierReport,
+    Verdict,
+)
+from core.stats.clustered import MIN_SCENARIOS_TO_GENERALISE
+from scheduler.report.formatting import Table, bracket, num, p_value, signed
+from scheduler.report.verdicts import CORRECTION_NAMES
+
+THESE = "on these scenarios"
+LIKE_THESE = "on scenarios like these"
+
+
+def across_scenario_tables(report: ExperimentReport) -> list[Table]:
+    """The section's tables; none when no tier has two or more scenarios."""
+    tables = []
+    if any(t.analysis.pass_rate_clustered is not None for t in report.tiers.values()):
+        tables.append(clustered_table(report))
+    if any(t.analysis.across_scenarios is not None for t in report.tiers.values()):
+        tables.append(questions_table(report))
+    return tables
+
+
+def clustered_table(report: ExperimentReport) -> Table:
+    rows = []
+    for tier_id, tier in report.tiers.items():
+        a = tier.analysis
+        for measure, c in (
+            ("pass rate", a.pass_rate_clustered),
+            ("mean composite", a.composite_mean_clustered),
+        ):
+            if c is not None:
+                rows.append([tier_id, measure, *_clustered_row(c)])
+    return Table(
+        "Scenarios as clusters: each tier's mean with error bars that respect its scenarios",
+        [
+            "tier",
+            "measure",
+            "mean",
+            "scenarios (G) / runs",
+            "SE if runs were independent",
+            "clustered SE (CR0)",
+            "clustered SE (CR1)",
+            f"{CONFIDENCE:.0%} t interval (G-1 df)",
+            "design effect",
+            "implied intra-scenario correlation",
+        ],
+        rows,
+        [
+            "runs of one scenario share its difficulty, so they are not independent draws "
+            "(Miller 2024, arXiv 2411.00640): clustered SE = sqrt(sum over scenarios of (sum "
+            "of the scenario's residuals)^2) / runs (CR0); CR1 multiplies it by sqrt(G / (G - "
+            "1)), the small-sample correction the interval uses",
+            "interval: mean ± t(G - 1) * CR1 SE, clipped to [0, 1]; with few scenarios it is "
+            "wide because only G - 1 degrees of freedom are there to estimate the spread",
+            "design effect = (CR0 SE / SE if independent)^2; intra-scenario correlation = "
+            "(design effect - 1) / (runs per scenario - 1): give it to `scheduler validate "
+            "--icc` to plan the next experiment",
+        ],
+        label_columns=2,
+    )
+
+
+def _clustered_row(c: ClusteredMean) -> list[str]:
+    return [
+        num(c.mean),
+        f"{c.scenarios} / {c.runs}",
+        num(c.se_independent),
+        num(c.se_cr0),
+        num(c.se),
+        _interval(c.ci),
+        num(c.design_effect, 2),
+        num(c.icc),
+    ]
+
+
+def _interval(interval: Interval) -> str:
+    return f"[{num(interval.low)}, {num(interval.high)}]"
+
+
+def questions_table(report: ExperimentReport) -> Table:
+    baseline = report.cross_tier.baseline
+    rows, sentences = [], []
+    for tier_id, tier in report.tiers.items():
+        c = tier.analysis.across_scenarios
+        if c is None:
+            continue
+        these, like = c.these_scenarios, c.like_these
+        rows.append(
+            [
+                tier_id,
+                f"{THESE} ({these.scenarios})",
+                f"{signed(these.risk_difference)} {bracket(these.risk_difference_ci)}",
+                f"CMH {_p(these.cmh_p, these.cmh_p_adjusted)}",
+                f"van Elteren z {signed(these.van_elteren_z)}",
+                _p(these.van_elteren_p, these.van_elteren_p_adjusted),
+                these.verdict.value,
+            ]
+        )
+        rate, composite = like.pass_rate, like.composite
+        rows.append(
+            [
+                tier_id,
+                f"{LIKE_THESE} ({like.scenarios})",
+                f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
+                f"t({rate.df}) {_p(rate.p, rate.p_adjusted)}",
+                f"{signed(composite.mean)} {bracket(composite.ci)} SE {num(composite.se)}",
+                f"t({composite.df}) {_p(composite.p, composite.p_adjusted)}",
+                like.verdict.value,
+            ]
+        )
+        sentences += tier_sentences(report, tier_id, c)
+    return Table(
+        f"Against the baseline ({baseline}) {THESE}, and {LIKE_THESE}",
+        [
+            "tier",
+            "question (scenarios)",
+            "Δ pass rate [95% CI]",
+            "pass-rate test: p (adj.)",
+            "Δ mean composite [95% CI] / test",
+            "composite p (adj.)",
+            "verdict",
+        ],
+        rows,
+        [
+            *sentences,
+            f"{THESE}: the scenarios fixed, each tier compared with the baseline within each "
+            "scenario: Cochran-Mantel-Haenszel's test on passes, the Mantel-Haenszel common "
+            "risk difference with Sato's variance, van Elteren's stratified rank-sum test on "
+            "composite scores; the tier's verdict is this question's",
+            f"{LIKE_THESE}: the scenarios as a sample of those one could write: the mean of "
+            "the per-scenario differences of the means, Student t on n - 1 degrees of "
+            f"freedom; fewer than {MIN_SCENARIOS_TO_GENERALISE} scenarios are too few to "
+            "generalise from",
+            _multiplicity_note(report.multiplicity_across_scenarios),
+        ],
+        label_columns=2,
+    )
+
+
+def difference(d: float | None) -> str:
+    """A planned detectable difference of pass rates; above 1 none is."""
+    if d is None:
+        return "-"
+    if d > 1:
+        return f"not detectable ({d:.2f} > 1)"
+    return f"{d:.3f}"
+
+
+def _p(p: float, adjusted: float | None) -> str:
+    return f"{p_value(p)} ({p_value(adjusted)})"
+
+
+def _multiplicity_note(m: Multiplicity | None) -> str:
+    if m is None or m.correction == "none":
+        return "p-values not corrected for multiple comparisons"
+    return (
+        f"p adj.: {CORRECTION_NAMES[m.correction]}-adjusted across these {m.tests} tests "
+        f"(four per tier), a family apart from the run-level tests, at {m.alpha:g}"
+    )
+
+
+def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison) -> list[str]:
+    """What a reader should take from one tier's row pair, in words."""
+    these, like, h = c.these_scenarios, c.like_these, c.heterogeneity
+    n = these.scenarios
+    sentences = [
+        f"{tier_id}: CMH χ² {num(these.cmh, 2)}, p {p_value(these.cmh_p)} "
+        f"({p_value(these.cmh_p_continuity)} with continuity correction)"
+    ]
+    if these.verdict is not like.verdict:
+        if (
+            these.verdict in (Verdict.better, Verdict.worse)
+            and like.verdict is Verdict.no_difference
+        ):
+            why = (
+                f"{n} scenarios are too few to generalise from"
+                if like.too_few_scenarios
+                else f"paired t, p adj. {p_value(like.pass_rate.p_adjusted)}"
+            )
+            sentences.append(
+                f"{tier_id}: {these.verdict.value} on these {n} scenarios; not shown to carry "
+                f"over to others ({LIKE_THESE}): {why}"
+            )
+        else:
+            sentences.append(
+                f"{tier_id}: {these.verdict.value} {THESE} ({n}); {like.verdict.value} {LIKE_THESE}"
+            )
+    elif like.too_few_scenarios:
+        sentences.append(f"{tier_id}: {n} scenarios are too few to generalise from, {LIKE_THESE}")
+    family = report.multiplicity_across_scenarios
+    if h.p is not None and h.p < (ALPHA if family is None else family.alpha):
+        sentences.append(
+            f"{tier_id}: its effect on the pass rate differs from scenario to scenario "
+            f"({h.test} χ² {num(h.statistic, 2)} on {h.df} df, p {p_value(h.p)})"
+        )
+    plan = c.planning
+    if plan is not None:
+        sentences.append(
+            f"{tier_id}: planning, at the intra-scenario correlation observed "
+            f"({num(plan.icc, 2)}), the smallest pass-rate difference {plan.scenarios} "
+            f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
+            f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
+            f"{difference(plan.like_these)}, with twice the scenarios "
+            f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
+            f"{difference(plan.like_these_twice_the_runs)}, with unlimited runs "
+            f"{difference(plan.like_these_limit)}"
+        )
+    if these.verdict in (Verdict.better, Verdict.worse) and h.opposite:
+        other = "worse" if these.verdict is Verdict.better else "better"
+        named = ", ".join(
+            _scenario_rates(report, tier_id, s, significant=s in h.significant_opposite)
+            for s in h.opposite
+        )
+        sentences.append(
+            f"{tier_id}: {these.verdict.value} {THESE} overall, but {other} on {named}"
+        )
+    return sentences
+
+
+def _scenario_rates(
+    report: ExperimentReport, tier_id: str, scenario: str, significant: bool
+) -> str:
+    mine = report.tiers[tier_id].scenarios.get(scenario)
+    theirs = report.tiers.get(
+        report.cross_tier.baseline, TierReport(runs=0, errors=0)
+    ).scenarios.get(scenario)
+    rates = ""
+    if mine is not None and theirs is not None and mine.counted and theirs.counted:
+        rates = (
+            f" ({num(mine.passes / mine.counted)} against {num(theirs.passes / theirs.counted)})"
+        )
+    judged = "significantly, by its own test" if significant else "not significant alone"
+    return f"{scenario}{rates}, {judged}"
