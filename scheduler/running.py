@@ -16,6 +16,7 @@ from core.matrix import Budget, Matrix
 from core.results.report import ExperimentReport, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store
+from core.store.server import risky_settings
 from scheduler.fleet import Fleet
 from scheduler.plan import new_experiment_id, plan
 from scheduler.validation import Checked, prepare
@@ -58,6 +59,9 @@ def submit(
         if isinstance(matrix, Checked)
         else prepare(matrix, allow_missing_judge_key=allow_missing_judge_key)
     )
+    if fleet.shared:
+        for warning in risky_settings(fleet.store.redis):
+            fleet.say(f"warning: {warning}")
     exp_id = experiment_id or new_experiment_id(checked.matrix)
     local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(checked.matrix))
     total = start(fleet.app, fleet.store, checked.matrix, exp_id, checked.bundle)

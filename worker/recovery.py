@@ -39,6 +39,7 @@ start, also remove `sandbox: docker` containers whose worker process died
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -53,6 +54,7 @@ from core.results.report import ExperimentInfo
 from core.results.run import RunSpec
 from core.settings import setting
 from core.store import Store, keys
+from core.store.server import risky_settings
 from worker.docker_sandbox import sweep_orphans
 from worker.run import REDIS_DOWN
 from worker.sending import RUN_TASK, run_queues, run_signature
@@ -250,8 +252,12 @@ class Sweeper(bootsteps.StartStopStep):
         self.interval_s = setting(ENV_SWEEP_S)
 
     def start(self, worker: Any) -> None:
+        store = store_of(worker.app)
+        with contextlib.suppress(*BROKER_DOWN):  # the sweeps wait for it
+            for warning in risky_settings(store.redis):
+                log.warning(warning)
         threading.Thread(
-            target=self._loop, args=(worker.app, store_of(worker.app)), name="sweeper", daemon=True
+            target=self._loop, args=(worker.app, store), name="sweeper", daemon=True
         ).start()
         # Orphan containers on a thread of their own: a docker CLI that hangs (an
         # engine under load; its timeout is minutes) must not hold up lost runs.

@@ -447,6 +447,30 @@ def test_a_broker_that_refuses_writes_mid_experiment_stops_nothing_for_good(
         assert "Unrecoverable error" not in (tmp_path / f"w{i}.log").read_text()
 
 
+def test_a_broker_set_to_lose_runs_is_named_at_submit_and_at_worker_start(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    broker = redis.Redis.from_url(own_redis.url)
+    broker.config_set("maxmemory-policy", "allkeys-lru")
+    broker.config_set("appendonly", "no")
+    matrix = write_matrix(tmp_path, "touch out.txt", runs=1)
+    submitted = run_cli("submit", str(matrix), env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    said = " ".join(submitted.stderr.split())
+    assert "evicts keys when it is full (maxmemory-policy allkeys-lru)" in said, said
+    assert "set `maxmemory-policy noeviction` on it" in said
+    assert "keeps nothing on disk" in said and "set `appendonly yes` on it" in said
+    worker = Worker(env, tmp_path / "w.log")
+    worker.stop()
+    assert "maxmemory-policy allkeys-lru" in worker.log.read_text()
+
+    broker.config_set("maxmemory-policy", "noeviction")
+    broker.config_set("appendonly", "yes")
+    again = run_cli("submit", str(matrix), env=env)
+    assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
+
+
 def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
     own_redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
