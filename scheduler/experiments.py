@@ -18,7 +18,7 @@ from core.results.report import (
     ExperimentReport,
     ExperimentStatus,
 )
-from core.results.run import RunResult
+from core.results.run import RunResult, outcome
 from core.stats.significance import Correction
 from core.store.retention import stored_bytes
 from scheduler.fleet import Fleet
@@ -183,7 +183,7 @@ class LoadedRun:
     experiment_id: str
     run_id: str
     record: RunRecord  # result, evidence, deliveries
-    unreadable: str | None  # why its evidence is missing, when its file cannot be read here
+    unreadable: str | None  # why its evidence is missing: not stored, or its file unreadable here
 
 
 def load_run(fleet: Fleet, run: Sequence[str]) -> LoadedRun:
@@ -201,12 +201,17 @@ def load_run(fleet: Fleet, run: Sequence[str]) -> LoadedRun:
         evidence = store.evidence.get(exp_id, run_id)
     except OSError as exc:  # a file in an artifacts folder this machine does not see
         evidence, note = None, f"the run's evidence file cannot be read here: {exc}"
-    attempts = evidence.attempts if evidence is not None else None
-    record = RunRecord(
-        result=store.results.get(exp_id, run_id),
-        evidence=evidence,
-        attempts=attempts or store.attempts.of(exp_id, run_id),
-    )
+    result = store.results.get(exp_id, run_id)
+    attempts = evidence.attempts if evidence is not None else store.attempts.of(exp_id, run_id)
+    if evidence is None and result is not None and note is None:
+        note = (
+            "the run's evidence was not stored (the broker refused it, full, or the worker "
+            "stopped right after storing the result): its result stands"
+        )
+        if attempts and attempts[-1].ended_at is None:  # the delivery that stored it
+            ended = attempts[-1].model_copy(update={"outcome": outcome(result)})
+            attempts = [*attempts[:-1], ended]
+    record = RunRecord(result=result, evidence=evidence, attempts=attempts)
     return LoadedRun(exp_id, run_id, record, note)
 
 

@@ -19,7 +19,7 @@ import redis
 from core.evidence.caps import bounded, minimal
 from core.evidence.models import Attempt, RunEvidence
 from core.matrix import Matrix
-from core.results.run import RunResult, error_key
+from core.results.run import RunResult, outcome
 from core.store import Store
 from core.store.attempts import Delivery
 
@@ -55,12 +55,6 @@ def end_delivery(store: Store, result: RunResult, number: int, then: str) -> Non
         store.attempts.end(result.experiment_id, result.run_id, number, ended)
     except redis.RedisError as exc:  # only the record of how the delivery ended
         log.warning("run %s: end of delivery %d not recorded: %s", result.run_id, number, exc)
-
-
-def outcome(result: RunResult) -> str:
-    """A delivery's outcome as its attempt shows it: the status, and why."""
-    why = f": {error_key(result.fail_reason)}" if result.fail_reason else ""
-    return result.status.value + why
 
 
 def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Attempt]:

@@ -193,6 +193,8 @@ def _report(
     )
     if matrix.adaptive is not None:
         report.adaptive = adaptive_report(db, info.id, matrix, runs)
+    # Each stored result is followed by its evidence (worker.run_records).
+    report.evidence_missing = max(0, len(runs) - db.evidence.count(info.id))
     return report
 
 

@@ -447,7 +447,22 @@ class ExperimentReport(Record):
         description="infrastructure errors by reason (error_key), most common first",
     )
     judge: JudgeSummary | None = Field(None, description="None when no run was judged")
+    evidence_missing: int = Field(
+        0,
+        description="runs whose result is stored but whose evidence is not (the broker "
+        "refused it, or the worker stopped between the two)",
+    )
     runs: list[RunResult] | None = Field(None, description="every RunResult, with --runs")
+
+    @property
+    def evidence_notice(self) -> str | None:
+        if not self.evidence_missing:
+            return None
+        return (
+            f"evidence of {self.evidence_missing} runs was not stored (the broker refused it, "
+            "full, or the worker stopped right after storing the result): their results "
+            "stand; `scheduler show` says which"
+        )
 
 
 class ExperimentComparison(Record):

@@ -288,3 +288,9 @@ class RunResult(Record):
 
 # Every RunResult.outcome, in the order a reader scans them: results, then the rest.
 OUTCOMES = ("passed", "failed", *(s.value for s in RunStatus if s is not RunStatus.completed))
+
+
+def outcome(result: RunResult) -> str:
+    """A delivery's outcome as its attempt shows it: the status, and why."""
+    why = f": {error_key(result.fail_reason)}" if result.fail_reason else ""
+    return result.status.value + why

@@ -80,6 +80,10 @@ class Evidence:
             raise ExperimentNotFound(exp_id)
         return kept
 
+    def count(self, exp_id: str) -> int:
+        """How many runs have their evidence stored."""
+        return int(self.binary.hlen(self.keys.evidence(exp_id)))
+
     def get(self, exp_id: str, run_id: str) -> RunEvidence | None:
         """Raises OSError when the evidence is a file this machine cannot read."""
         blob = self.binary.hget(self.keys.evidence(exp_id), run_id)

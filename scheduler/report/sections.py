@@ -36,8 +36,10 @@ def header(report: ExperimentReport) -> str:
 
 
 def banner(report: ExperimentReport) -> list[str]:
-    """What a reader must see before anything else: that the budget stopped runs."""
-    return [report.budget.notice] if report.budget is not None else []
+    """What a reader must see before anything else: that the budget stopped runs, that
+    runs lack their evidence."""
+    notices = [report.budget.notice if report.budget is not None else None]
+    return [n for n in [*notices, report.evidence_notice] if n]
 
 
 def scenario_tables(report: ExperimentReport, scenario: str) -> list[Table]:

@@ -191,5 +191,37 @@ def test_an_experiment_the_broker_half_lost_is_named_by_every_command(
             store.redis.delete(key)
 
 
+def test_runs_whose_evidence_was_not_stored_are_named_not_read_as_killed(
+    fleet_env: dict[str, str], redis_url: str, tmp_path: Path
+) -> None:
+    """A worker stores a run's result, then its evidence; a full broker (or a worker
+    stopped in between) keeps the second from landing. The report says how many, and
+    `show` says so of the run, whose delivery ended with its result, not as killed."""
+    prefix = f"{PREFIX}noevidence-{uuid.uuid4().hex[:6]}:"
+    env = {**fleet_env, "EVALFLEET_KEY_PREFIX": prefix}
+    store = Store.from_url(redis_url, prefix=prefix)
+    exp_id = seed_experiment(store, tmp_path, {("T0", "s1"): Cell((True, False, True))})
+    run_id = f"{exp_id}:T0:s1:1"
+    store.attempts.begin(exp_id, run_id, "d1", 60, tier="T0", worker="w1")  # its delivery
+    try:
+        assert store.reports.get(exp_id).evidence_missing == 0  # type: ignore[union-attr]
+        store.redis.hdel(store.keys.evidence(exp_id), run_id)
+        from worker.tasks import finish_experiment  # as the sweep aggregates again
+
+        finish_experiment(store, exp_id)
+        report = _cli("report", exp_id, "--format", "markdown", env=env)
+        assert report.returncode == 0, report.stderr
+        said = " ".join(report.stdout.split())
+        assert "evidence of 1 runs was not stored" in said and "their results stand" in said
+        shown = _cli("show", run_id, env=env)
+        assert shown.returncode == 0, shown.stderr
+        out = " ".join((shown.stdout + shown.stderr).split())
+        assert "evidence was not stored" in out and "its result stands" in out
+        assert "worker was killed" not in out and "failed" in out  # the run's own outcome
+    finally:
+        for key in store.redis.scan_iter(match=f"{prefix}*"):
+            store.redis.delete(key)
+
+
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.evidence.models import RunEvidence
 from core.matrix import load_matrix
 from core.metrics import formulas
 from core.results.run import InteractionMetrics, RunResult, RunSpec, RunStatus
@@ -114,8 +115,9 @@ def seed_experiment(
     specs = list(plan(matrix, exp_id))
     info = experiment_info(matrix, exp_id, len(specs), created_at=created_at)
     store.experiments.create(info, matrix, specs)
-    for spec in specs:
+    for spec in specs:  # each with its evidence, as a worker stores them
         store.results.save(_result(spec, cells[spec.tier, spec.scenario]))
+        store.evidence.save(RunEvidence(experiment_id=exp_id, run_id=spec.run_id))
     from worker.tasks import finish_experiment
 
     finish_experiment(store, exp_id)
