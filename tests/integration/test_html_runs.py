@@ -283,6 +283,7 @@ def test_a_thousand_runs_open_and_filter_drawing_only_the_rows_in_view(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
     exp_id = _thousand_runs(store, tmp_path)
+    store.redis.hdel(store.keys.evidence(exp_id), f"{exp_id}:T4:s8:24")  # the run opened
     page = _html(exp_id, fleet_env)
     timing: dict[str, Any] = rendered_json(page, _TIME, "timing", tmp_path)
 
