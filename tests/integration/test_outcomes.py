@@ -254,8 +254,9 @@ def test_a_waited_csv_submit_prints_rows_only_and_the_id_aside(
         ("T0", "", "2"),
         ("T0", "s", "2"),
     ]
-    exp_id = result.stderr.strip().splitlines()[0]
-    assert exp_id.startswith("t-") and exp_id not in result.stdout
+    # The id is a line of its own (after any warning about the broker's settings).
+    exp_id = next(line for line in result.stderr.splitlines() if line.startswith("t-"))
+    assert exp_id not in result.stdout
     # Without --wait the id is all there is to print: on stdout, for $(...).
     quiet = run_cli("submit", str(matrix), "--format", "csv", env=fleet_env)
     assert quiet.returncode == 0 and quiet.stdout.strip().startswith("t-"), quiet.stderr

@@ -141,7 +141,7 @@ scenarios:
     start_worker(concurrency=1)
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert result.returncode == 0, result.stderr
-    assert "warning" not in result.stderr
+    assert "agent.command" not in result.stderr  # the fixed command draws no warning
     report = json.loads(result.stdout)
     assert report["tiers"]["T0"]["passes"] == 1
 
