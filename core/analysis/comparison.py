@@ -16,6 +16,10 @@ request) and verdicts come from the adjusted ones. A tier with one scenario
 tests the same runs in its tier row and its scenario row: that test counts
 once. Per comparison, the smallest pass-rate change its runs could detect
 at 80% power says what "no significant difference" rules out.
+
+A tier row with two or more scenarios takes its verdict from the stratified
+tests instead (core.analysis.scenarios, "on these scenarios"); its Fisher and
+Mann-Whitney figures stay, over the pooled runs, with their own verdict beside.
 """
 
 from __future__ import annotations
@@ -136,6 +140,9 @@ def _judged(
             "mann_whitney_p_adjusted": mann_whitney_p,
             "detectable": _detectable(c, lone_alpha),
             "verdict": verdict_of(directions),
+            # A tier row's stratified verdict is laid over this one again (correct_across).
+            "verdict_from": None,
+            "pooled_verdict": None,
         }
     )
 

@@ -13,7 +13,10 @@ may mean, each answered by name (core.stats.clustered has the formulas):
 
 Their four p-values per tier are one family of their own, corrected as the
 report's run-level tests are (Holm by default), so the run-level figures stay
-what they were. Each question's verdict comes from its two tests.
+what they were. Each question's verdict comes from its two tests, and the
+tier's verdict against the baseline is the one on these scenarios: pooled
+over the runs, Fisher's and Mann-Whitney's tests read a difference between
+scenarios (which tier ran more of an easy one) as a difference between tiers.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from core.analysis.columns import Group
 from core.analysis.verdicts import direction, verdict_of
 from core.results.report import (
     ClusteredMean,
+    Comparison,
     GeneralisedComparison,
     Heterogeneity,
     Interval,
@@ -53,6 +57,7 @@ from core.stats.significance import Correction, adjust_p, lone_test_alpha
 CLUSTERED = "clustered by scenario (CR1, G/(G-1)), Student t on G-1 df, {:.0%}, clipped to [0, 1]"
 PAIRED = "Student t on n-1 df over per-scenario differences, {:.0%}"
 SATO = "Mantel-Haenszel, Sato variance, normal, {:.0%}"
+STRATIFIED = "CMH and van Elteren on these {} scenarios"
 
 
 def clustered(runs: Group, field: str, confidence: float) -> ClusteredMean | None:
@@ -206,9 +211,10 @@ _AGAINST = {
 def correct_across(
     tiers: dict[str, TierReport], correction: Correction, alpha: float
 ) -> tuple[dict[str, TierReport], Multiplicity | None]:
-    """Every tier's tests across scenarios corrected as one family; the scenarios that
-    went significantly against the tier's verdict on these scenarios named, from the
-    scenario rows' own (already corrected) verdicts. None: no tier has such tests."""
+    """Every tier's tests across scenarios corrected as one family, and the tier row's
+    verdict against the baseline taken from these scenarios; the scenarios that went
+    significantly against it named, from the scenario rows' own (already corrected)
+    verdicts. None: no tier has such tests."""
     compared = {t: r.analysis.across_scenarios for t, r in tiers.items()}
     family = {t: c for t, c in compared.items() if c is not None}
     if not family:
@@ -243,11 +249,26 @@ def correct_across(
             update={
                 "across_scenarios": judged.model_copy(
                     update={"heterogeneity": heterogeneity, "planning": planning}
-                )
+                ),
+                "vs_baseline": _decided(tiers[tier_id].analysis.vs_baseline, judged),
             }
         )
         done[tier_id] = tiers[tier_id].model_copy(update={"analysis": analysis})
     return {t: done.get(t, r) for t, r in tiers.items()}, multiplicity
+
+
+def _decided(pooled: Comparison | None, c: ScenarioComparison) -> Comparison | None:
+    """The tier row's test with the verdict on these scenarios, the pooled one kept beside."""
+    if pooled is None:
+        return None
+    these = c.these_scenarios
+    return pooled.model_copy(
+        update={
+            "verdict": these.verdict,
+            "verdict_from": STRATIFIED.format(these.scenarios),
+            "pooled_verdict": pooled.verdict,
+        }
+    )
 
 
 def _planning(

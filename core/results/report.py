@@ -106,6 +106,14 @@ class Comparison(Record):
     detectable: Detectable | None = None
     alpha: float
     verdict: Verdict = Field(description="from the adjusted p-values when corrected")
+    verdict_from: str | None = Field(
+        None,
+        description="None: from the two tests above; else the tests it came from instead "
+        "(a tier row with two or more scenarios: the stratified ones, on these scenarios)",
+    )
+    pooled_verdict: Verdict | None = Field(
+        None, description="with verdict_from: what the two tests above say over the pooled runs"
+    )
 
 
 class ClusteredMean(Record):

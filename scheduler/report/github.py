@@ -42,10 +42,8 @@ def github_report(report: ExperimentReport) -> str:
         for tier_id, t in report.tiers.items()
         if t.analysis.vs_baseline is not None
     }
-    said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in against.items())
     verdict = (
-        f"**{_mark(against.values())} Against baseline {md(baseline)}: {md(said)}** "
-        f"({_corrected(report.multiplicity)})"
+        _verdict_line(report, against)
         if against
         else f"**{_MARKS['none']} {md(baseline)} is the only tier: no test against a baseline**"
     )
@@ -86,6 +84,7 @@ def github_report(report: ExperimentReport) -> str:
     notes = [
         verdicts.multiplicity_note(report.multiplicity),
         verdicts.detectable_note(report.multiplicity),
+        *verdicts.stratified_note(report),
         # A verdict above that the judge's noise alone could explain: the PR reader's caveat.
         *noise.within_noise_notes(report),
     ]
@@ -97,6 +96,33 @@ def github_report(report: ExperimentReport) -> str:
     if c.best_value_tier is not None:
         notes.append(f"best value: {c.best_value_tier} (median composite per median $)")
     return _document(lines, tiers, scenarios, notes, report.experiment.id, "report")
+
+
+def _verdict_line(report: ExperimentReport, against: dict[str, Comparison]) -> str:
+    """Each tier's verdict, and the tests and correction it came from: the run-level
+    family, or the stratified one when every tier has two or more scenarios."""
+    basis = {c.verdict_from for c in against.values()}
+    if None in basis:
+        said = ", ".join(
+            f"{tier} {c.verdict.value}" + ("" if c.verdict_from is None else f" ({c.verdict_from})")
+            for tier, c in against.items()
+        )
+        families = [_corrected(report.multiplicity)]
+        if len(basis) > 1:
+            families = [
+                f"run-level tests {families[0]}",
+                f"stratified tests {_corrected(report.multiplicity_across_scenarios)}",
+            ]
+    else:
+        said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in against.items())
+        families = [
+            *sorted(str(b) for b in basis),
+            _corrected(report.multiplicity_across_scenarios),
+        ]
+    return (
+        f"**{_mark(against.values())} Against baseline {md(report.cross_tier.baseline)}: "
+        f"{md(said)}** ({md('; '.join(families))})"
+    )
 
 
 def github_comparison(result: ExperimentComparison) -> str:

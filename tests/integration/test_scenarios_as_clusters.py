@@ -151,6 +151,12 @@ def test_both_questions_match_scipy_and_statsmodels(submitted: tuple[dict[str, A
     # Pass or fail in equal strata: van Elteren's test is the CMH test.
     assert these["van_elteren_p"] == pytest.approx(these["cmh_p"])
     assert these["verdict"] == "better"
+    # The tier's verdict is this question's, and says so.
+    tier = report["tiers"]["T1"]["analysis"]["vs_baseline"]
+    assert (tier["verdict"], tier["verdict_from"]) == (
+        "better",
+        "CMH and van Elteren on these 4 scenarios",
+    )
 
     # The four tests of the family, Holm-adjusted as the run-level ones are.
     raw = [these["cmh_p"], these["van_elteren_p"], rate["p"], like["composite"]["p"]]

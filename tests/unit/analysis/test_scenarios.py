@@ -4,11 +4,14 @@ the scenarios named against the grain, and a single-scenario report left as it w
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from scipy import stats
+from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
 
 from core.analysis.aggregate import aggregate
@@ -64,9 +67,46 @@ def test_a_single_scenario_report_is_what_it_was() -> None:
     )
     assert report.multiplicity_across_scenarios is None
     assert report.multiplicity is not None and report.multiplicity.tests == 2
+    vs = t1.vs_baseline
+    assert vs is not None and (vs.verdict_from, vs.pooled_verdict) == (None, None)
     for fmt in ("markdown", "table", "html"):
         shown = render(report, fmt, width=250)
         assert "Scenarios as clusters" not in shown and "on scenarios like these" not in shown
+
+
+def test_a_tier_with_scenarios_is_judged_on_them_not_on_its_pooled_runs() -> None:
+    # s2 is easy for both; on s1 T1 passes 6 of 20 where T0 passes none. Pooled over
+    # both, 26/40 against 20/40 is no significant difference; within the scenarios it is.
+    report = _report({"T0": (0, 20), "T1": (6, 20)})
+    vs = report.tiers["T1"].analysis.vs_baseline
+    c = report.tiers["T1"].analysis.across_scenarios
+    assert vs is not None and c is not None
+    table = StratifiedTable(
+        np.array([[[6, 14], [0, 20]], [[20, 0], [20, 0]]], dtype=float).transpose(1, 2, 0)
+    )
+    cmh_p = table.test_null_odds().pvalue
+    assert c.these_scenarios.cmh_p == pytest.approx(cmh_p, rel=1e-9)
+    # CMH and van Elteren (the same test here), first of the four Holm adjusts.
+    assert c.these_scenarios.cmh_p_adjusted == pytest.approx(4 * cmh_p)
+    assert 4 * cmh_p < 0.05
+    assert vs.fisher_p_adjusted is not None and vs.fisher_p_adjusted > 0.05
+    assert (vs.verdict, vs.pooled_verdict) == ("better", "no significant difference")
+    assert vs.verdict_from == "CMH and van Elteren on these 2 scenarios"
+    assert correct_report(report, "holm", 0.05) == report
+    unadjusted = correct_report(report, "none", 0.05).tiers["T1"].analysis.vs_baseline
+    assert unadjusted is not None and unadjusted.pooled_verdict == "no significant difference"
+    for fmt in ("markdown", "table", "html"):
+        shown = " ".join(html.unescape(render(report, fmt, width=250)).split())
+        assert "better (CMH and van Elteren on these 2 scenarios)" in shown, fmt
+        assert (
+            "T1: better (CMH and van Elteren on these 2 scenarios); pooled over its runs, "
+            "Fisher and Mann-Whitney say no significant difference" in shown
+        ), fmt
+    github = render(report, "github")
+    assert github.splitlines()[0] == (
+        "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 2 scenarios; "
+        "Holm-corrected across 4 tests, alpha 0.05)"
+    )
 
 
 def test_the_family_is_corrected_with_the_reports_correction_and_redone_on_request() -> None:
