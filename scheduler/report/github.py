@@ -18,6 +18,7 @@ from core.results.report import (
     Verdict,
 )
 from scheduler.report import compare, formatting, noise, sections, verdicts
+from scheduler.report import scenarios as scenarios_section
 from scheduler.report.formatting import ALL, Table
 from scheduler.report.markdown import md, table_lines
 
@@ -80,6 +81,7 @@ def github_report(report: ExperimentReport) -> str:
     scenarios = Table(
         "per scenario", ["tier", "scenario", formatting.PASS_RATE, *TEST_COLUMNS], scenario_rows
     )
+    across = scenarios_section.compact_table(report)
     c = report.cross_tier
     notes = [
         verdicts.multiplicity_note(report.multiplicity),
@@ -95,7 +97,20 @@ def github_report(report: ExperimentReport) -> str:
         )
     if c.best_value_tier is not None:
         notes.append(f"best value: {c.best_value_tier} (median composite per median $)")
-    return _document(lines, tiers, scenarios, notes, report.experiment.id, "report")
+    # The section across scenarios in short, right after the tier rows it qualifies.
+    after = (
+        []
+        if across is None
+        else [
+            "",
+            f"**{md(across.title)}**",
+            "",
+            *table_lines(across),
+            "",
+            *(f"- {md(note)}" for note in across.notes),
+        ]
+    )
+    return _document(lines, tiers, scenarios, notes, report.experiment.id, "report", after)
 
 
 def _verdict_line(report: ExperimentReport, against: dict[str, Comparison]) -> str:
@@ -217,9 +232,15 @@ def _test(c: Comparison) -> list[str]:
 
 
 def _document(
-    lines: list[str], tiers: Table, scenarios: Table, notes: list[str], ids: str, command: str
+    lines: list[str],
+    tiers: Table,
+    scenarios: Table,
+    notes: list[str],
+    ids: str,
+    command: str,
+    after: list[str] | None = None,
 ) -> str:
-    lines += ["", *table_lines(tiers)]
+    lines += ["", *table_lines(tiers), *(after or [])]
     if scenarios.rows:
         shown = scenarios.rows[:MAX_SCENARIO_ROWS]
         lines += [

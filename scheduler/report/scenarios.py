@@ -154,6 +154,108 @@ def questions_table(report: ExperimentReport) -> Table:
     )
 
 
+# The section's figures in `report --format csv`, on tier rows (blank on the others).
+CSV_COLUMNS = [
+    "vs_baseline_verdict_from",
+    "vs_baseline_pooled_verdict",
+    *(
+        f"{measure}_clustered_{figure}"
+        for measure in ("pass_rate", "composite_mean")
+        for figure in ("se", "ci_low", "ci_high")
+    ),
+    "these_scenarios_cmh_p",
+    "these_scenarios_cmh_p_adjusted",
+    "these_scenarios_van_elteren_p",
+    "these_scenarios_van_elteren_p_adjusted",
+    "these_scenarios_risk_difference",
+    "these_scenarios_risk_difference_ci_low",
+    "these_scenarios_risk_difference_ci_high",
+    *(
+        f"like_these_{measure}_{figure}"
+        for measure in ("pass_rate", "composite")
+        for figure in ("difference", "se", "ci_low", "ci_high", "p", "p_adjusted")
+    ),
+    "heterogeneity_p",
+]
+
+
+def csv_values(cell: TierReport, tier_row: bool) -> list[object]:
+    """The CSV_COLUMNS of one row; None where the row has no such figure."""
+    if not tier_row:
+        return [None] * len(CSV_COLUMNS)
+    a = cell.analysis
+    vs, c = a.vs_baseline, a.across_scenarios
+    values: list[object] = [None, None] if vs is None else [vs.verdict_from, vs.pooled_verdict]
+    for clustered in (a.pass_rate_clustered, a.composite_mean_clustered):
+        values += (
+            [None] * 3 if clustered is None else [clustered.se, clustered.ci.low, clustered.ci.high]
+        )
+    if c is None:
+        return values + [None] * (len(CSV_COLUMNS) - len(values))
+    these, risk = c.these_scenarios, c.these_scenarios.risk_difference_ci
+    values += [
+        these.cmh_p,
+        these.cmh_p_adjusted,
+        these.van_elteren_p,
+        these.van_elteren_p_adjusted,
+        these.risk_difference,
+        *((None, None) if risk is None else (risk.low, risk.high)),
+    ]
+    for d in (c.like_these.pass_rate, c.like_these.composite):
+        values += [d.mean, d.se, d.ci.low, d.ci.high, d.p, d.p_adjusted]
+    return [*values, c.heterogeneity.p]
+
+
+def compact_table(report: ExperimentReport) -> Table | None:
+    """One row a tier: the section in short, for `--format github`; None when no tier has
+    two or more scenarios."""
+    rows = []
+    for tier_id, tier in report.tiers.items():
+        a = tier.analysis
+        clustered, c = a.pass_rate_clustered, a.across_scenarios
+        if clustered is None:
+            continue
+        shown = [tier_id, f"{num(clustered.mean)} SE {num(clustered.se)} {_interval(clustered.ci)}"]
+        if c is None:
+            rows.append(
+                [*shown, "baseline" if tier_id == report.cross_tier.baseline else "-", "", "", ""]
+            )
+            continue
+        these, rate = c.these_scenarios, c.like_these.pass_rate
+        rows.append(
+            [
+                *shown,
+                f"{signed(these.risk_difference)} {bracket(these.risk_difference_ci)} "
+                f"({these.scenarios})",
+                f"{_p(these.cmh_p, these.cmh_p_adjusted)} / "
+                f"{_p(these.van_elteren_p, these.van_elteren_p_adjusted)}",
+                f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
+                f"{_p(rate.p, rate.p_adjusted)}",
+            ]
+        )
+    if not rows:
+        return None
+    sentences = [
+        sentence
+        for tier_id, tier in report.tiers.items()
+        if (c := tier.analysis.across_scenarios) is not None
+        for sentence in question_sentences(report, tier_id, c)
+    ]
+    return Table(
+        f"Across scenarios: against {report.cross_tier.baseline} {THESE} and {LIKE_THESE}",
+        [
+            "tier",
+            f"pass rate, clustered SE [{CONFIDENCE:.0%} CI]",
+            f"{THESE}: Δ pass rate [95% CI] (scenarios)",
+            "CMH p (adj.) / van Elteren p (adj.)",
+            f"{LIKE_THESE}: Δ pass rate [95% CI]",
+            "paired t p (adj.)",
+        ],
+        rows,
+        [*sentences, _multiplicity_note(report.multiplicity_across_scenarios)],
+    )
+
+
 def difference(d: float | None) -> str:
     """A planned detectable difference of pass rates; above 1 none is."""
     if d is None:
@@ -178,12 +280,21 @@ def _multiplicity_note(m: Multiplicity | None) -> str:
 
 def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison) -> list[str]:
     """What a reader should take from one tier's row pair, in words."""
+    these = c.these_scenarios
+    return [
+        f"{tier_id}: CMH χ² {num(these.cmh, 2)}, p {p_value(these.cmh_p)} "
+        f"({p_value(these.cmh_p_continuity)} with continuity correction)",
+        *question_sentences(report, tier_id, c),
+        *_planning_sentence(tier_id, c),
+    ]
+
+
+def question_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison) -> list[str]:
+    """Where the two questions disagree, the scenarios are too few, the effect differs
+    from scenario to scenario, or a scenario went the other way."""
     these, like, h = c.these_scenarios, c.like_these, c.heterogeneity
     n = these.scenarios
-    sentences = [
-        f"{tier_id}: CMH χ² {num(these.cmh, 2)}, p {p_value(these.cmh_p)} "
-        f"({p_value(these.cmh_p_continuity)} with continuity correction)"
-    ]
+    sentences = []
     if these.verdict is not like.verdict:
         if (
             these.verdict in (Verdict.better, Verdict.worse)
@@ -210,18 +321,6 @@ def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison
             f"{tier_id}: its effect on the pass rate differs from scenario to scenario "
             f"({h.test} χ² {num(h.statistic, 2)} on {h.df} df, p {p_value(h.p)})"
         )
-    plan = c.planning
-    if plan is not None:
-        sentences.append(
-            f"{tier_id}: planning, at the intra-scenario correlation observed "
-            f"({num(plan.icc, 2)}), the smallest pass-rate difference {plan.scenarios} "
-            f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
-            f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
-            f"{difference(plan.like_these)}, with twice the scenarios "
-            f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
-            f"{difference(plan.like_these_twice_the_runs)}, with unlimited runs "
-            f"{difference(plan.like_these_limit)}"
-        )
     if these.verdict in (Verdict.better, Verdict.worse) and h.opposite:
         other = "worse" if these.verdict is Verdict.better else "better"
         named = ", ".join(
@@ -232,6 +331,22 @@ def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison
             f"{tier_id}: {these.verdict.value} {THESE} overall, but {other} on {named}"
         )
     return sentences
+
+
+def _planning_sentence(tier_id: str, c: ScenarioComparison) -> list[str]:
+    plan = c.planning
+    if plan is None:
+        return []
+    return [
+        f"{tier_id}: planning, at the intra-scenario correlation observed "
+        f"({num(plan.icc, 2)}), the smallest pass-rate difference {plan.scenarios} "
+        f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
+        f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
+        f"{difference(plan.like_these)}, with twice the scenarios "
+        f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
+        f"{difference(plan.like_these_twice_the_runs)}, with unlimited runs "
+        f"{difference(plan.like_these_limit)}"
+    ]
 
 
 def _scenario_rates(
