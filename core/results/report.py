@@ -467,6 +467,14 @@ class ExperimentComparison(Record):
     multiplicity: Multiplicity | None = None
     tiers: dict[str, Comparison] = Field(default_factory=dict)
     scenarios: dict[str, dict[str, Comparison]] = Field(default_factory=dict)
+    across_scenarios: dict[str, ScenarioComparison] = Field(
+        default_factory=dict,
+        description="tiers with two or more scenarios run in both: B against A on these "
+        "scenarios (the tier's verdict) and on scenarios like these",
+    )
+    multiplicity_across_scenarios: Multiplicity | None = Field(
+        None, description="the correction of the tests across scenarios, their own family"
+    )
     unmatched_tiers: list[str] = Field(
         default_factory=list, description="tiers in only one of the two experiments"
     )

@@ -86,7 +86,7 @@ def github_report(report: ExperimentReport) -> str:
     notes = [
         verdicts.multiplicity_note(report.multiplicity),
         verdicts.detectable_note(report.multiplicity),
-        *verdicts.stratified_note(report),
+        *verdicts.stratified_note({t: r.analysis.vs_baseline for t, r in report.tiers.items()}),
         # A verdict above that the judge's noise alone could explain: the PR reader's caveat.
         *noise.within_noise_notes(report),
     ]
@@ -97,47 +97,51 @@ def github_report(report: ExperimentReport) -> str:
         )
     if c.best_value_tier is not None:
         notes.append(f"best value: {c.best_value_tier} (median composite per median $)")
-    # The section across scenarios in short, right after the tier rows it qualifies.
-    after = (
-        []
-        if across is None
-        else [
-            "",
-            f"**{md(across.title)}**",
-            "",
-            *table_lines(across),
-            "",
-            *(f"- {md(note)}" for note in across.notes),
-        ]
+    return _document(
+        lines, tiers, scenarios, notes, report.experiment.id, "report", _section(across)
     )
-    return _document(lines, tiers, scenarios, notes, report.experiment.id, "report", after)
+
+
+def _section(table: Table | None) -> list[str]:
+    """The section across scenarios, right after the tier rows it qualifies."""
+    if table is None:
+        return []
+    return [
+        "",
+        f"**{md(table.title)}**",
+        "",
+        *table_lines(table),
+        "",
+        *(f"- {md(note)}" for note in table.notes),
+    ]
 
 
 def _verdict_line(report: ExperimentReport, against: dict[str, Comparison]) -> str:
-    """Each tier's verdict, and the tests and correction it came from: the run-level
-    family, or the stratified one when every tier has two or more scenarios."""
-    basis = {c.verdict_from for c in against.values()}
-    if None in basis:
-        said = ", ".join(
-            f"{tier} {c.verdict.value}" + ("" if c.verdict_from is None else f" ({c.verdict_from})")
-            for tier, c in against.items()
-        )
-        families = [_corrected(report.multiplicity)]
-        if len(basis) > 1:
-            families = [
-                f"run-level tests {families[0]}",
-                f"stratified tests {_corrected(report.multiplicity_across_scenarios)}",
-            ]
-    else:
-        said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in against.items())
-        families = [
-            *sorted(str(b) for b in basis),
-            _corrected(report.multiplicity_across_scenarios),
-        ]
+    """Each tier's verdict, and the tests and correction it came from."""
+    pooled = any(c.verdict_from is None for c in against.values())
+    said = ", ".join(
+        f"{tier} {c.verdict.value}"
+        + ("" if c.verdict_from is None or not pooled else f" ({c.verdict_from})")
+        for tier, c in against.items()
+    )
+    families = _families(against, report.multiplicity, report.multiplicity_across_scenarios)
     return (
         f"**{_mark(against.values())} Against baseline {md(report.cross_tier.baseline)}: "
-        f"{md(said)}** ({md('; '.join(families))})"
+        f"{md(said)}** ({md(families)})"
     )
+
+
+def _families(
+    verdicts: dict[str, Comparison], run_level: Multiplicity | None, stratified: Multiplicity | None
+) -> str:
+    """The family the verdicts came from: the run-level one, the stratified one when every
+    tier has two or more scenarios (named with its tests), or both."""
+    basis = {c.verdict_from for c in verdicts.values()}
+    if basis == {None}:
+        return _corrected(run_level)
+    if None in basis:
+        return f"run-level tests {_corrected(run_level)}; stratified tests {_corrected(stratified)}"
+    return "; ".join([*sorted(str(b) for b in basis), _corrected(stratified)])
 
 
 def github_comparison(result: ExperimentComparison) -> str:
@@ -146,8 +150,9 @@ def github_comparison(result: ExperimentComparison) -> str:
         head = f"❌ Regression: {', '.join(result.regressions)} significantly worse in {b.id}"
     else:
         head = f"✅ No regression: no tier significantly worse in {b.id}"
+    families = _families(result.tiers, result.multiplicity, result.multiplicity_across_scenarios)
     lines = [
-        f"**{md(head)} than in {md(a.id)}** ({_corrected(result.multiplicity)})",
+        f"**{md(head)} than in {md(a.id)}** ({md(families)})",
         *_unseen_falls(result),
         "",
         md(compare.comparison_title(result)),
@@ -177,10 +182,12 @@ def github_comparison(result: ExperimentComparison) -> str:
         f"A = {a.id}, B = {b.id}; deltas are B - A",
         verdicts.multiplicity_note(result.multiplicity),
         verdicts.detectable_note(result.multiplicity),
+        *verdicts.stratified_note(result.tiers),
     ]
     if result.unmatched_tiers:
         notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
-    return _document(lines, tiers, scenarios, notes, f"{a.id} {b.id}", "compare")
+    across = scenarios_section.comparison_questions_table(result)
+    return _document(lines, tiers, scenarios, notes, f"{a.id} {b.id}", "compare", _section(across))
 
 
 def _unseen_falls(result: ExperimentComparison) -> list[str]:

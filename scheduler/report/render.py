@@ -95,9 +95,11 @@ def render_comparison(
     if fmt == "csv":
         return _csv_table(table)
     title = compare.comparison_title(result)
+    across = scenarios.comparison_questions_table(result)
+    tables = [table] if across is None else [table, across]
     if fmt == "markdown":
-        return _markdown(title, [table])
-    return _terminal(title, [table], width)
+        return _markdown(title, tables)
+    return _terminal(title, tables, width)
 
 
 def to_json_text(model: BaseModel, nonfinite: str = "string") -> str:

@@ -8,10 +8,14 @@ here: its tables are what they were.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from core.analysis.comparison import ALPHA
 from core.analysis.group import CONFIDENCE
 from core.results.report import (
     ClusteredMean,
+    Comparison,
+    ExperimentComparison,
     ExperimentReport,
     Interval,
     Multiplicity,
@@ -95,39 +99,69 @@ def _interval(interval: Interval) -> str:
 
 
 def questions_table(report: ExperimentReport) -> Table:
-    baseline = report.cross_tier.baseline
     rows, sentences = [], []
     for tier_id, tier in report.tiers.items():
         c = tier.analysis.across_scenarios
-        if c is None:
-            continue
-        these, like = c.these_scenarios, c.like_these
-        rows.append(
-            [
-                tier_id,
-                f"{THESE} ({these.scenarios})",
-                f"{signed(these.risk_difference)} {bracket(these.risk_difference_ci)}",
-                f"CMH {_p(these.cmh_p, these.cmh_p_adjusted)}",
-                f"van Elteren z {signed(these.van_elteren_z)}",
-                _p(these.van_elteren_p, these.van_elteren_p_adjusted),
-                these.verdict.value,
-            ]
+        if c is not None:
+            rows += _question_rows(tier_id, c)
+            sentences += tier_sentences(report, tier_id, c)
+    return _questions(
+        f"Against the baseline ({report.cross_tier.baseline})",
+        rows,
+        sentences,
+        report.multiplicity_across_scenarios,
+    )
+
+
+def comparison_questions_table(result: ExperimentComparison) -> Table | None:
+    """`scheduler compare`: each tier of B against the same tier of A, scenario by
+    scenario; None when no tier has two or more scenarios in both."""
+    if not result.across_scenarios:
+        return None
+    rows, sentences = [], []
+    for tier_id, c in result.across_scenarios.items():
+        rows += _question_rows(tier_id, c)
+        sentences += question_sentences(
+            tier_id, c, result.scenarios.get(tier_id, {}), result.multiplicity_across_scenarios
         )
-        rate, composite = like.pass_rate, like.composite
-        rows.append(
-            [
-                tier_id,
-                f"{LIKE_THESE} ({like.scenarios})",
-                f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
-                f"t({rate.df}) {_p(rate.p, rate.p_adjusted)}",
-                f"{signed(composite.mean)} {bracket(composite.ci)} SE {num(composite.se)}",
-                f"t({composite.df}) {_p(composite.p, composite.p_adjusted)}",
-                like.verdict.value,
-            ]
-        )
-        sentences += tier_sentences(report, tier_id, c)
+    return _questions(
+        f"B ({result.experiment.id}) against A ({result.reference.id})",
+        rows,
+        sentences,
+        result.multiplicity_across_scenarios,
+    )
+
+
+def _question_rows(tier_id: str, c: ScenarioComparison) -> list[list[str]]:
+    these, like = c.these_scenarios, c.like_these
+    rate, composite = like.pass_rate, like.composite
+    return [
+        [
+            tier_id,
+            f"{THESE} ({these.scenarios})",
+            f"{signed(these.risk_difference)} {bracket(these.risk_difference_ci)}",
+            f"CMH {_p(these.cmh_p, these.cmh_p_adjusted)}",
+            f"van Elteren z {signed(these.van_elteren_z)}",
+            _p(these.van_elteren_p, these.van_elteren_p_adjusted),
+            these.verdict.value,
+        ],
+        [
+            tier_id,
+            f"{LIKE_THESE} ({like.scenarios})",
+            f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
+            f"t({rate.df}) {_p(rate.p, rate.p_adjusted)}",
+            f"{signed(composite.mean)} {bracket(composite.ci)} SE {num(composite.se)}",
+            f"t({composite.df}) {_p(composite.p, composite.p_adjusted)}",
+            like.verdict.value,
+        ],
+    ]
+
+
+def _questions(
+    against: str, rows: list[list[str]], sentences: list[str], family: Multiplicity | None
+) -> Table:
     return Table(
-        f"Against the baseline ({baseline}) {THESE}, and {LIKE_THESE}",
+        f"{against} {THESE}, and {LIKE_THESE}",
         [
             "tier",
             "question (scenarios)",
@@ -140,7 +174,7 @@ def questions_table(report: ExperimentReport) -> Table:
         rows,
         [
             *sentences,
-            f"{THESE}: the scenarios fixed, each tier compared with the baseline within each "
+            f"{THESE}: the scenarios fixed, each tier compared with its reference within each "
             "scenario: Cochran-Mantel-Haenszel's test on passes, the Mantel-Haenszel common "
             "risk difference with Sato's variance, van Elteren's stratified rank-sum test on "
             "composite scores; the tier's verdict is this question's",
@@ -148,7 +182,7 @@ def questions_table(report: ExperimentReport) -> Table:
             "the per-scenario differences of the means, Student t on n - 1 degrees of "
             f"freedom; fewer than {MIN_SCENARIOS_TO_GENERALISE} scenarios are too few to "
             "generalise from",
-            _multiplicity_note(report.multiplicity_across_scenarios),
+            _multiplicity_note(family),
         ],
         label_columns=2,
     )
@@ -239,7 +273,9 @@ def compact_table(report: ExperimentReport) -> Table | None:
         sentence
         for tier_id, tier in report.tiers.items()
         if (c := tier.analysis.across_scenarios) is not None
-        for sentence in question_sentences(report, tier_id, c)
+        for sentence in question_sentences(
+            tier_id, c, _cells(report, tier_id), report.multiplicity_across_scenarios
+        )
     ]
     return Table(
         f"Across scenarios: against {report.cross_tier.baseline} {THESE} and {LIKE_THESE}",
@@ -284,14 +320,22 @@ def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison
     return [
         f"{tier_id}: CMH χ² {num(these.cmh, 2)}, p {p_value(these.cmh_p)} "
         f"({p_value(these.cmh_p_continuity)} with continuity correction)",
-        *question_sentences(report, tier_id, c),
+        *question_sentences(
+            tier_id, c, _cells(report, tier_id), report.multiplicity_across_scenarios
+        ),
         *_planning_sentence(tier_id, c),
     ]
 
 
-def question_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison) -> list[str]:
+def question_sentences(
+    tier_id: str,
+    c: ScenarioComparison,
+    cells: Mapping[str, Comparison | None],
+    family: Multiplicity | None,
+) -> list[str]:
     """Where the two questions disagree, the scenarios are too few, the effect differs
-    from scenario to scenario, or a scenario went the other way."""
+    from scenario to scenario, or a scenario went the other way (`cells`: the tier's
+    scenario rows' tests)."""
     these, like, h = c.these_scenarios, c.like_these, c.heterogeneity
     n = these.scenarios
     sentences = []
@@ -315,7 +359,6 @@ def question_sentences(report: ExperimentReport, tier_id: str, c: ScenarioCompar
             )
     elif like.too_few_scenarios:
         sentences.append(f"{tier_id}: {n} scenarios are too few to generalise from, {LIKE_THESE}")
-    family = report.multiplicity_across_scenarios
     if h.p is not None and h.p < (ALPHA if family is None else family.alpha):
         sentences.append(
             f"{tier_id}: its effect on the pass rate differs from scenario to scenario "
@@ -324,7 +367,7 @@ def question_sentences(report: ExperimentReport, tier_id: str, c: ScenarioCompar
     if these.verdict in (Verdict.better, Verdict.worse) and h.opposite:
         other = "worse" if these.verdict is Verdict.better else "better"
         named = ", ".join(
-            _scenario_rates(report, tier_id, s, significant=s in h.significant_opposite)
+            _scenario_rates(s, cells.get(s), significant=s in h.significant_opposite)
             for s in h.opposite
         )
         sentences.append(
@@ -349,17 +392,13 @@ def _planning_sentence(tier_id: str, c: ScenarioComparison) -> list[str]:
     ]
 
 
-def _scenario_rates(
-    report: ExperimentReport, tier_id: str, scenario: str, significant: bool
-) -> str:
-    mine = report.tiers[tier_id].scenarios.get(scenario)
-    theirs = report.tiers.get(
-        report.cross_tier.baseline, TierReport(runs=0, errors=0)
-    ).scenarios.get(scenario)
+def _scenario_rates(scenario: str, cell: Comparison | None, significant: bool) -> str:
     rates = ""
-    if mine is not None and theirs is not None and mine.counted and theirs.counted:
-        rates = (
-            f" ({num(mine.passes / mine.counted)} against {num(theirs.passes / theirs.counted)})"
-        )
+    if cell is not None and cell.pass_rate is not None and cell.reference_pass_rate is not None:
+        rates = f" ({num(cell.pass_rate)} against {num(cell.reference_pass_rate)})"
     judged = "significantly, by its own test" if significant else "not significant alone"
     return f"{scenario}{rates}, {judged}"
+
+
+def _cells(report: ExperimentReport, tier_id: str) -> dict[str, Comparison | None]:
+    return {s: cell.analysis.vs_baseline for s, cell in report.tiers[tier_id].scenarios.items()}

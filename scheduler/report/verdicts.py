@@ -4,6 +4,8 @@ corrected and what the runs could not have detected."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from core.analysis.comparison import ALPHA, POWER
 from core.analysis.group import BOOTSTRAP_RESAMPLES
 from core.results.report import Comparison, Detectable, ExperimentReport, Multiplicity, Verdict
@@ -63,13 +65,10 @@ def verdict(c: Comparison) -> str:
     return f"{c.verdict.value} ({undetectable(c.detectable)})"
 
 
-def stratified_note(report: ExperimentReport) -> list[str]:
-    """Which rows the stratified tests judge, and where the pooled tests would say otherwise."""
-    decided = {
-        tier_id: vs
-        for tier_id, t in report.tiers.items()
-        if (vs := t.analysis.vs_baseline) is not None and vs.verdict_from is not None
-    }
+def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:
+    """Which tier rows the stratified tests judge, and where the pooled tests would say
+    otherwise."""
+    decided = {tier_id: vs for tier_id, vs in tiers.items() if vs is not None and vs.verdict_from}
     if not decided:
         return []
     notes = [
@@ -161,7 +160,11 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
             "pass rate intervals: Wilson score; median composite intervals: percentile "
             f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, fixed seed)",
             *test_notes(report.multiplicity),
-            *(stratified_note(report) if scenario is None else []),
+            *(
+                stratified_note({t: r.analysis.vs_baseline for t, r in report.tiers.items()})
+                if scenario is None
+                else []
+            ),
         ],
         label_columns=2,
         # The composite's medians; its test, effect size and every p-value stay.
