@@ -3,7 +3,9 @@ with clustered standard errors, and each tier against the baseline answering two
 by name, "on these scenarios" and "on scenarios like these" (core.analysis.scenarios).
 
 A report whose tiers have a single scenario has none of these figures and shows nothing
-here: its tables are what they were.
+here: its tables are what they were. `scheduler compare` shows the two questions the
+same way (B's tier against A's), `--format github` the section in short, and
+`--format csv` its figures in columns of their own.
 """
 
 from __future__ import annotations

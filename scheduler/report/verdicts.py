@@ -74,8 +74,8 @@ def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:
     notes = [
         "a tier with two or more scenarios takes its verdict from the tests stratified by "
         "scenario (CMH on passes, van Elteren on composite scores; the section on these "
-        "scenarios has them, corrected as a family of their own, and what they could detect); "
-        "its Fisher and Mann-Whitney figures are over the pooled runs"
+        "scenarios has them, corrected as a family of their own); its Fisher and "
+        "Mann-Whitney figures are over the pooled runs"
     ]
     notes += [
         f"{tier_id}: {vs.verdict.value} ({vs.verdict_from}); pooled over its runs, Fisher "

@@ -15,10 +15,10 @@ from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
 
 from core.analysis.aggregate import aggregate
-from core.analysis.comparison import correct_report
+from core.analysis.comparison import compare_experiments, correct_report
 from core.matrix import Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
-from core.results.run import RunStatus
+from core.results.run import RunResult, RunStatus
 from scheduler.report.render import render
 from scheduler.report.scenarios import questions_table
 from tests.support.experiments import make_run
@@ -205,3 +205,45 @@ def test_planning_uses_the_intra_scenario_correlation_observed() -> None:
         f"({plan.like_these_twice_the_runs:.2f} > 1), with unlimited runs not detectable "
         f"({plan.like_these_limit:.2f} > 1)"
     ]
+
+
+def _runs(passes: dict[str, Sequence[int]]) -> list[RunResult]:
+    return [
+        make_run(tier, f"s{j + 1}", i, passed=i < k, impl=1.0 if i < k else 0.0)
+        for tier, counts in passes.items()
+        for j, k in enumerate(counts)
+        for i in range(RUNS)
+    ]
+
+
+def test_compare_judges_a_tier_with_scenarios_on_them_in_a_family_of_its_own() -> None:
+    def info(exp_id: str, scenarios: int) -> ExperimentInfo:
+        ids = [f"s{i + 1}" for i in range(scenarios)]
+        return ExperimentInfo(id=exp_id, name=exp_id, created_at=0.0, tiers=["T0"], scenarios=ids)
+
+    one = compare_experiments(info("a", 1), _runs({"T0": (10,)}), info("b", 1), _runs({"T0": (2,)}))
+    assert one.across_scenarios == {} and one.multiplicity_across_scenarios is None
+    assert one.tiers["T0"].verdict_from is None and one.regressions == ["T0"]
+
+    # The T1 against T0, as B against A: better on these four scenarios.
+    a, b = _runs({"T0": (10, 10, 10, 10)}), _runs({"T0": (20, 20, 10, 6)})
+    holm = compare_experiments(info("a", 4), a, info("b", 4), b)
+    bh = compare_experiments(info("a", 4), a, info("b", 4), b, correction="bh")
+    for result, method in ((holm, "holm"), (bh, "fdr_bh")):
+        c = result.across_scenarios["T0"]
+        raw = [
+            c.these_scenarios.cmh_p,
+            c.these_scenarios.van_elteren_p,
+            c.like_these.pass_rate.p,
+            c.like_these.composite.p,
+        ]
+        adjusted = [
+            c.these_scenarios.cmh_p_adjusted,
+            c.these_scenarios.van_elteren_p_adjusted,
+            c.like_these.pass_rate.p_adjusted,
+            c.like_these.composite.p_adjusted,
+        ]
+        assert adjusted == pytest.approx(list(multipletests(raw, method=method)[1]))
+        assert result.tiers["T0"].verdict == c.these_scenarios.verdict == "better"
+        assert c.heterogeneity.opposite == ["s4"]
+        assert result.regressions == []
