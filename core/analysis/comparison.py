@@ -16,6 +16,10 @@ request) and verdicts come from the adjusted ones. A tier with one scenario
 tests the same runs in its tier row and its scenario row: that test counts
 once. Per comparison, the smallest pass-rate change its runs could detect
 at 80% power says what "no significant difference" rules out.
+
+A tier row with two or more scenarios takes its verdict from the stratified
+tests instead (core.analysis.scenarios, "on these scenarios"); its Fisher and
+Mann-Whitney figures stay, over the pooled runs, with their own verdict beside.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Sequence
 
 from core.analysis.columns import Group
 from core.analysis.ordering import ordered_ids
-from core.analysis.scenarios import correct_across
+from core.analysis.scenarios import across_scenarios, correct_across, correct_comparisons, decided
 from core.analysis.verdicts import direction, verdict_of
 from core.results.report import (
     Comparison,
@@ -136,6 +140,9 @@ def _judged(
             "mann_whitney_p_adjusted": mann_whitney_p,
             "detectable": _detectable(c, lone_alpha),
             "verdict": verdict_of(directions),
+            # A tier row's stratified verdict is laid over this one again (correct_across).
+            "verdict_from": None,
+            "pooled_verdict": None,
         }
     )
 
@@ -266,11 +273,12 @@ def compare_experiments(
     correction: Correction = CORRECTION,
 ) -> ExperimentComparison:
     """Every tier and tier x scenario the two experiments share, B (`experiment`) against A,
-    all of them one family of tests.
+    all of them one family of tests; a tier with two or more scenarios in both is also
+    compared across them (a family of its own), and takes its verdict on these scenarios.
 
-    A tier regressed when either test finds it significantly worse after the
-    correction (verdict worse or mixed): a CI gate should stop on any
-    significant loss, and only on one that survives the correction.
+    A tier regressed when either test that judges it finds it significantly
+    worse after the correction (verdict worse or mixed): a CI gate should stop
+    on any significant loss, and only on one that survives the correction.
     """
     tiers_b = ordered_ids(experiment.tiers, (r.tier for r in runs))
     tiers_a = ordered_ids(reference.tiers, (r.tier for r in reference_runs))
@@ -299,6 +307,24 @@ def compare_experiments(
     done, multiplicity = correct_rows(rows, correction, alpha)
     by_tier = {t: done[t, None] for t in by_tier}
     by_scenario = {t: {s: done[t, s] for s in cells} for t, cells in by_scenario.items()}
+    across = {
+        tier: c
+        for tier in by_tier
+        if (
+            c := across_scenarios(
+                groups.get(tier, Group()),
+                reference_groups.get(tier, Group()),
+                reference.id,
+                alpha,
+                CONFIDENCE,
+            )
+        )
+        is not None
+    }
+    across_multiplicity = None
+    if across:
+        across, across_multiplicity = correct_comparisons(across, by_scenario, correction, alpha)
+        by_tier = {t: decided(c, across[t]) if t in across else c for t, c in by_tier.items()}
     return ExperimentComparison(
         reference=reference,
         experiment=experiment,
@@ -306,6 +332,8 @@ def compare_experiments(
         multiplicity=multiplicity,
         tiers=by_tier,
         scenarios=by_scenario,
+        across_scenarios=across,
+        multiplicity_across_scenarios=across_multiplicity,
         unmatched_tiers=sorted(set(tiers_a) ^ set(tiers_b)),
         regressions=[
             tier for tier, c in by_tier.items() if c.verdict in (Verdict.worse, Verdict.mixed)

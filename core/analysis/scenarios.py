@@ -13,18 +13,22 @@ may mean, each answered by name (core.stats.clustered has the formulas):
 
 Their four p-values per tier are one family of their own, corrected as the
 report's run-level tests are (Holm by default), so the run-level figures stay
-what they were. Each question's verdict comes from its two tests.
+what they were. Each question's verdict comes from its two tests, and the
+tier's verdict against the baseline is the one on these scenarios: pooled
+over the runs, Fisher's and Mann-Whitney's tests read a difference between
+scenarios (which tier ran more of an easy one) as a difference between tiers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import fmean
 
 from core.analysis.columns import Group
 from core.analysis.verdicts import direction, verdict_of
 from core.results.report import (
     ClusteredMean,
+    Comparison,
     GeneralisedComparison,
     Heterogeneity,
     Interval,
@@ -53,6 +57,7 @@ from core.stats.significance import Correction, adjust_p, lone_test_alpha
 CLUSTERED = "clustered by scenario (CR1, G/(G-1)), Student t on G-1 df, {:.0%}, clipped to [0, 1]"
 PAIRED = "Student t on n-1 df over per-scenario differences, {:.0%}"
 SATO = "Mantel-Haenszel, Sato variance, normal, {:.0%}"
+STRATIFIED = "CMH and van Elteren on these {} scenarios"
 
 
 def clustered(runs: Group, field: str, confidence: float) -> ClusteredMean | None:
@@ -206,13 +211,43 @@ _AGAINST = {
 def correct_across(
     tiers: dict[str, TierReport], correction: Correction, alpha: float
 ) -> tuple[dict[str, TierReport], Multiplicity | None]:
-    """Every tier's tests across scenarios corrected as one family; the scenarios that
-    went significantly against the tier's verdict on these scenarios named, from the
-    scenario rows' own (already corrected) verdicts. None: no tier has such tests."""
+    """Every tier's tests across scenarios corrected as one family, and the tier row's
+    verdict against the baseline taken from these scenarios. None: no tier has such
+    tests."""
     compared = {t: r.analysis.across_scenarios for t, r in tiers.items()}
     family = {t: c for t, c in compared.items() if c is not None}
     if not family:
         return tiers, None
+    cells = {
+        tier_id: {s: cell.analysis.vs_baseline for s, cell in tiers[tier_id].scenarios.items()}
+        for tier_id in family
+    }
+    judged, multiplicity = correct_comparisons(family, cells, correction, alpha)
+    done = {}
+    for tier_id, c in judged.items():
+        planning = _planning(
+            tiers[tier_id], tiers.get(c.reference), c, multiplicity.lone_test_alpha
+        )
+        vs = tiers[tier_id].analysis.vs_baseline
+        analysis = tiers[tier_id].analysis.model_copy(
+            update={
+                "across_scenarios": c.model_copy(update={"planning": planning}),
+                "vs_baseline": None if vs is None else decided(vs, c),
+            }
+        )
+        done[tier_id] = tiers[tier_id].model_copy(update={"analysis": analysis})
+    return {t: done.get(t, r) for t, r in tiers.items()}, multiplicity
+
+
+def correct_comparisons(
+    family: dict[str, ScenarioComparison],
+    cells: Mapping[str, Mapping[str, Comparison | None]],
+    correction: Correction,
+    alpha: float,
+) -> tuple[dict[str, ScenarioComparison], Multiplicity]:
+    """The tiers' comparisons across scenarios corrected as one family (four tests each);
+    the scenarios that went significantly against a tier's verdict on these scenarios
+    named, from its scenario rows' own (already corrected) tests in `cells`."""
     adjusted = iter(adjust_p([p for c in family.values() for p in _raw(c)], correction))
     tests = 4 * len(family)
     multiplicity = Multiplicity(
@@ -225,29 +260,29 @@ def correct_across(
     for tier_id, c in family.items():
         judged = _judged(c, [next(adjusted) for _ in range(4)], alpha)
         against = _AGAINST.get(judged.these_scenarios.verdict, ())
-        cells = tiers[tier_id].scenarios
+        rows = cells.get(tier_id, {})
         significant = [
             s
             for s in judged.heterogeneity.opposite
-            if s in cells
-            and (vs := cells[s].analysis.vs_baseline) is not None
-            and vs.verdict in against
+            if (vs := rows.get(s)) is not None and vs.verdict in against
         ]
         heterogeneity = judged.heterogeneity.model_copy(
             update={"significant_opposite": significant}
         )
-        planning = _planning(
-            tiers[tier_id], tiers.get(c.reference), c, multiplicity.lone_test_alpha
-        )
-        analysis = tiers[tier_id].analysis.model_copy(
-            update={
-                "across_scenarios": judged.model_copy(
-                    update={"heterogeneity": heterogeneity, "planning": planning}
-                )
-            }
-        )
-        done[tier_id] = tiers[tier_id].model_copy(update={"analysis": analysis})
-    return {t: done.get(t, r) for t, r in tiers.items()}, multiplicity
+        done[tier_id] = judged.model_copy(update={"heterogeneity": heterogeneity})
+    return done, multiplicity
+
+
+def decided(pooled: Comparison, c: ScenarioComparison) -> Comparison:
+    """A tier's test with the verdict on these scenarios, the pooled one kept beside."""
+    these = c.these_scenarios
+    return pooled.model_copy(
+        update={
+            "verdict": these.verdict,
+            "verdict_from": STRATIFIED.format(these.scenarios),
+            "pooled_verdict": pooled.verdict,
+        }
+    )
 
 
 def _planning(

@@ -106,6 +106,14 @@ class Comparison(Record):
     detectable: Detectable | None = None
     alpha: float
     verdict: Verdict = Field(description="from the adjusted p-values when corrected")
+    verdict_from: str | None = Field(
+        None,
+        description="None: from the two tests above; else the tests it came from instead "
+        "(a tier row with two or more scenarios: the stratified ones, on these scenarios)",
+    )
+    pooled_verdict: Verdict | None = Field(
+        None, description="with verdict_from: what the two tests above say over the pooled runs"
+    )
 
 
 class ClusteredMean(Record):
@@ -474,6 +482,14 @@ class ExperimentComparison(Record):
     multiplicity: Multiplicity | None = None
     tiers: dict[str, Comparison] = Field(default_factory=dict)
     scenarios: dict[str, dict[str, Comparison]] = Field(default_factory=dict)
+    across_scenarios: dict[str, ScenarioComparison] = Field(
+        default_factory=dict,
+        description="tiers with two or more scenarios run in both: B against A on these "
+        "scenarios (the tier's verdict) and on scenarios like these",
+    )
+    multiplicity_across_scenarios: Multiplicity | None = Field(
+        None, description="the correction of the tests across scenarios, their own family"
+    )
     unmatched_tiers: list[str] = Field(
         default_factory=list, description="tiers in only one of the two experiments"
     )

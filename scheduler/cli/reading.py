@@ -111,8 +111,11 @@ def compare(
     Deltas of pass rate and median composite score with their effect sizes,
     Fisher's exact test on passes and Mann-Whitney U on composite scores
     (two-sided), all of them corrected together (--correction, Holm by
-    default) at --alpha. A tier regressed when either test finds it
-    significantly worse after the correction.
+    default) at --alpha. A tier with two or more scenarios in both is also
+    compared scenario by scenario, on these scenarios (CMH, van Elteren:
+    its verdict) and on scenarios like these (paired per-scenario
+    differences), a family of its own. A tier regressed when the tests
+    that judge it find it significantly worse after the correction.
 
     \b
     Examples:

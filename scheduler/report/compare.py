@@ -5,7 +5,7 @@ from __future__ import annotations
 from core.analysis.group import CONFIDENCE
 from core.results.report import Comparison, ExperimentComparison
 from scheduler.report.formatting import ALL, PASS_RATE, Table, num, pass_rate
-from scheduler.report.verdicts import TEST_COLUMNS, test_notes, versus
+from scheduler.report.verdicts import TEST_COLUMNS, stratified_note, test_notes, versus
 
 
 def comparison_title(result: ExperimentComparison) -> str:
@@ -25,6 +25,7 @@ def comparison(result: ExperimentComparison) -> Table:
         f"B = {result.experiment.id}, A = {result.reference.id}; deltas are B - A; "
         f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval",
         *test_notes(result.multiplicity),
+        *stratified_note(result.tiers),
         "regressions (tiers significantly worse in B): "
         + (", ".join(result.regressions) or "none"),
     ]

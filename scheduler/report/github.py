@@ -18,6 +18,7 @@ from core.results.report import (
     Verdict,
 )
 from scheduler.report import compare, formatting, noise, sections, verdicts
+from scheduler.report import scenarios as scenarios_section
 from scheduler.report.formatting import ALL, Table
 from scheduler.report.markdown import md, table_lines
 
@@ -42,10 +43,8 @@ def github_report(report: ExperimentReport) -> str:
         for tier_id, t in report.tiers.items()
         if t.analysis.vs_baseline is not None
     }
-    said = ", ".join(f"{tier} {c.verdict.value}" for tier, c in against.items())
     verdict = (
-        f"**{_mark(against.values())} Against baseline {md(baseline)}: {md(said)}** "
-        f"({_corrected(report.multiplicity)})"
+        _verdict_line(report, against)
         if against
         else f"**{_MARKS['none']} {md(baseline)} is the only tier: no test against a baseline**"
     )
@@ -82,10 +81,12 @@ def github_report(report: ExperimentReport) -> str:
     scenarios = Table(
         "per scenario", ["tier", "scenario", formatting.PASS_RATE, *TEST_COLUMNS], scenario_rows
     )
+    across = scenarios_section.compact_table(report)
     c = report.cross_tier
     notes = [
         verdicts.multiplicity_note(report.multiplicity),
         verdicts.detectable_note(report.multiplicity),
+        *verdicts.stratified_note({t: r.analysis.vs_baseline for t, r in report.tiers.items()}),
         # A verdict above that the judge's noise alone could explain: the PR reader's caveat.
         *noise.within_noise_notes(report),
     ]
@@ -96,7 +97,51 @@ def github_report(report: ExperimentReport) -> str:
         )
     if c.best_value_tier is not None:
         notes.append(f"best value: {c.best_value_tier} (median composite per median $)")
-    return _document(lines, tiers, scenarios, notes, report.experiment.id, "report")
+    return _document(
+        lines, tiers, scenarios, notes, report.experiment.id, "report", _section(across)
+    )
+
+
+def _section(table: Table | None) -> list[str]:
+    """The section across scenarios, right after the tier rows it qualifies."""
+    if table is None:
+        return []
+    return [
+        "",
+        f"**{md(table.title)}**",
+        "",
+        *table_lines(table),
+        "",
+        *(f"- {md(note)}" for note in table.notes),
+    ]
+
+
+def _verdict_line(report: ExperimentReport, against: dict[str, Comparison]) -> str:
+    """Each tier's verdict, and the tests and correction it came from."""
+    pooled = any(c.verdict_from is None for c in against.values())
+    said = ", ".join(
+        f"{tier} {c.verdict.value}"
+        + ("" if c.verdict_from is None or not pooled else f" ({c.verdict_from})")
+        for tier, c in against.items()
+    )
+    families = _families(against, report.multiplicity, report.multiplicity_across_scenarios)
+    return (
+        f"**{_mark(against.values())} Against baseline {md(report.cross_tier.baseline)}: "
+        f"{md(said)}** ({md(families)})"
+    )
+
+
+def _families(
+    verdicts: dict[str, Comparison], run_level: Multiplicity | None, stratified: Multiplicity | None
+) -> str:
+    """The family the verdicts came from: the run-level one, the stratified one when every
+    tier has two or more scenarios (named with its tests), or both."""
+    basis = {c.verdict_from for c in verdicts.values()}
+    if basis == {None}:
+        return _corrected(run_level)
+    if None in basis:
+        return f"run-level tests {_corrected(run_level)}; stratified tests {_corrected(stratified)}"
+    return "; ".join([*sorted(str(b) for b in basis), _corrected(stratified)])
 
 
 def github_comparison(result: ExperimentComparison) -> str:
@@ -105,8 +150,9 @@ def github_comparison(result: ExperimentComparison) -> str:
         head = f"❌ Regression: {', '.join(result.regressions)} significantly worse in {b.id}"
     else:
         head = f"✅ No regression: no tier significantly worse in {b.id}"
+    families = _families(result.tiers, result.multiplicity, result.multiplicity_across_scenarios)
     lines = [
-        f"**{md(head)} than in {md(a.id)}** ({_corrected(result.multiplicity)})",
+        f"**{md(head)} than in {md(a.id)}** ({md(families)})",
         *_unseen_falls(result),
         "",
         md(compare.comparison_title(result)),
@@ -136,10 +182,12 @@ def github_comparison(result: ExperimentComparison) -> str:
         f"A = {a.id}, B = {b.id}; deltas are B - A",
         verdicts.multiplicity_note(result.multiplicity),
         verdicts.detectable_note(result.multiplicity),
+        *verdicts.stratified_note(result.tiers),
     ]
     if result.unmatched_tiers:
         notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
-    return _document(lines, tiers, scenarios, notes, f"{a.id} {b.id}", "compare")
+    across = scenarios_section.comparison_questions_table(result)
+    return _document(lines, tiers, scenarios, notes, f"{a.id} {b.id}", "compare", _section(across))
 
 
 def _unseen_falls(result: ExperimentComparison) -> list[str]:
@@ -191,9 +239,15 @@ def _test(c: Comparison) -> list[str]:
 
 
 def _document(
-    lines: list[str], tiers: Table, scenarios: Table, notes: list[str], ids: str, command: str
+    lines: list[str],
+    tiers: Table,
+    scenarios: Table,
+    notes: list[str],
+    ids: str,
+    command: str,
+    after: list[str] | None = None,
 ) -> str:
-    lines += ["", *table_lines(tiers)]
+    lines += ["", *table_lines(tiers), *(after or [])]
     if scenarios.rows:
         shown = scenarios.rows[:MAX_SCENARIO_ROWS]
         lines += [

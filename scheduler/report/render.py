@@ -23,7 +23,7 @@ from core.evidence.text import visible
 from core.metrics.catalog import RUN_METRICS
 from core.results.report import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from core.results.run import RunResult
-from scheduler.report import compare, formatting, sections
+from scheduler.report import compare, formatting, scenarios, sections
 from scheduler.report.formatting import Table
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
@@ -95,9 +95,11 @@ def render_comparison(
     if fmt == "csv":
         return _csv_table(table)
     title = compare.comparison_title(result)
+    across = scenarios.comparison_questions_table(result)
+    tables = [table] if across is None else [table, across]
     if fmt == "markdown":
-        return _markdown(title, [table])
-    return _terminal(title, [table], width)
+        return _markdown(title, tables)
+    return _terminal(title, tables, width)
 
 
 def to_json_text(model: BaseModel, nonfinite: str = "string") -> str:
@@ -250,6 +252,7 @@ def _csv(report: ExperimentReport) -> str:
         + ["vs_baseline_cliffs_delta", "cliffs_delta_ci_low", "cliffs_delta_ci_high"]
         + ["detectable_improvement", "detectable_regression", "consistency"]
         + ["not_run"]
+        + scenarios.CSV_COLUMNS
     )
     for tier_id, scope, cell in formatting.cells(report):
         a = cell.analysis
@@ -271,6 +274,7 @@ def _csv(report: ExperimentReport) -> str:
             values += [cell.passes / cell.counted, share.low, share.high]
         values += [*_test_figures(vs), cell.consistency]
         values.append(cell.not_run)
+        values += scenarios.csv_values(cell, scope == formatting.ALL)
         writer.writerow(
             [
                 tier_id,

@@ -3,15 +3,21 @@ with clustered standard errors, and each tier against the baseline answering two
 by name, "on these scenarios" and "on scenarios like these" (core.analysis.scenarios).
 
 A report whose tiers have a single scenario has none of these figures and shows nothing
-here: its tables are what they were.
+here: its tables are what they were. `scheduler compare` shows the two questions the
+same way (B's tier against A's), `--format github` the section in short, and
+`--format csv` its figures in columns of their own.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from core.analysis.comparison import ALPHA
 from core.analysis.group import CONFIDENCE
 from core.results.report import (
     ClusteredMean,
+    Comparison,
+    ExperimentComparison,
     ExperimentReport,
     Interval,
     Multiplicity,
@@ -95,39 +101,69 @@ def _interval(interval: Interval) -> str:
 
 
 def questions_table(report: ExperimentReport) -> Table:
-    baseline = report.cross_tier.baseline
     rows, sentences = [], []
     for tier_id, tier in report.tiers.items():
         c = tier.analysis.across_scenarios
-        if c is None:
-            continue
-        these, like = c.these_scenarios, c.like_these
-        rows.append(
-            [
-                tier_id,
-                f"{THESE} ({these.scenarios})",
-                f"{signed(these.risk_difference)} {bracket(these.risk_difference_ci)}",
-                f"CMH {_p(these.cmh_p, these.cmh_p_adjusted)}",
-                f"van Elteren z {signed(these.van_elteren_z)}",
-                _p(these.van_elteren_p, these.van_elteren_p_adjusted),
-                these.verdict.value,
-            ]
+        if c is not None:
+            rows += _question_rows(tier_id, c)
+            sentences += tier_sentences(report, tier_id, c)
+    return _questions(
+        f"Against the baseline ({report.cross_tier.baseline})",
+        rows,
+        sentences,
+        report.multiplicity_across_scenarios,
+    )
+
+
+def comparison_questions_table(result: ExperimentComparison) -> Table | None:
+    """`scheduler compare`: each tier of B against the same tier of A, scenario by
+    scenario; None when no tier has two or more scenarios in both."""
+    if not result.across_scenarios:
+        return None
+    rows, sentences = [], []
+    for tier_id, c in result.across_scenarios.items():
+        rows += _question_rows(tier_id, c)
+        sentences += question_sentences(
+            tier_id, c, result.scenarios.get(tier_id, {}), result.multiplicity_across_scenarios
         )
-        rate, composite = like.pass_rate, like.composite
-        rows.append(
-            [
-                tier_id,
-                f"{LIKE_THESE} ({like.scenarios})",
-                f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
-                f"t({rate.df}) {_p(rate.p, rate.p_adjusted)}",
-                f"{signed(composite.mean)} {bracket(composite.ci)} SE {num(composite.se)}",
-                f"t({composite.df}) {_p(composite.p, composite.p_adjusted)}",
-                like.verdict.value,
-            ]
-        )
-        sentences += tier_sentences(report, tier_id, c)
+    return _questions(
+        f"B ({result.experiment.id}) against A ({result.reference.id})",
+        rows,
+        sentences,
+        result.multiplicity_across_scenarios,
+    )
+
+
+def _question_rows(tier_id: str, c: ScenarioComparison) -> list[list[str]]:
+    these, like = c.these_scenarios, c.like_these
+    rate, composite = like.pass_rate, like.composite
+    return [
+        [
+            tier_id,
+            f"{THESE} ({these.scenarios})",
+            f"{signed(these.risk_difference)} {bracket(these.risk_difference_ci)}",
+            f"CMH {_p(these.cmh_p, these.cmh_p_adjusted)}",
+            f"van Elteren z {signed(these.van_elteren_z)}",
+            _p(these.van_elteren_p, these.van_elteren_p_adjusted),
+            these.verdict.value,
+        ],
+        [
+            tier_id,
+            f"{LIKE_THESE} ({like.scenarios})",
+            f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
+            f"t({rate.df}) {_p(rate.p, rate.p_adjusted)}",
+            f"{signed(composite.mean)} {bracket(composite.ci)} SE {num(composite.se)}",
+            f"t({composite.df}) {_p(composite.p, composite.p_adjusted)}",
+            like.verdict.value,
+        ],
+    ]
+
+
+def _questions(
+    against: str, rows: list[list[str]], sentences: list[str], family: Multiplicity | None
+) -> Table:
     return Table(
-        f"Against the baseline ({baseline}) {THESE}, and {LIKE_THESE}",
+        f"{against} {THESE}, and {LIKE_THESE}",
         [
             "tier",
             "question (scenarios)",
@@ -140,7 +176,7 @@ def questions_table(report: ExperimentReport) -> Table:
         rows,
         [
             *sentences,
-            f"{THESE}: the scenarios fixed, each tier compared with the baseline within each "
+            f"{THESE}: the scenarios fixed, each tier compared with its reference within each "
             "scenario: Cochran-Mantel-Haenszel's test on passes, the Mantel-Haenszel common "
             "risk difference with Sato's variance, van Elteren's stratified rank-sum test on "
             "composite scores; the tier's verdict is this question's",
@@ -148,9 +184,113 @@ def questions_table(report: ExperimentReport) -> Table:
             "the per-scenario differences of the means, Student t on n - 1 degrees of "
             f"freedom; fewer than {MIN_SCENARIOS_TO_GENERALISE} scenarios are too few to "
             "generalise from",
-            _multiplicity_note(report.multiplicity_across_scenarios),
+            _multiplicity_note(family),
         ],
         label_columns=2,
+    )
+
+
+# The section's figures in `report --format csv`, on tier rows (blank on the others).
+CSV_COLUMNS = [
+    "vs_baseline_verdict_from",
+    "vs_baseline_pooled_verdict",
+    *(
+        f"{measure}_clustered_{figure}"
+        for measure in ("pass_rate", "composite_mean")
+        for figure in ("se", "ci_low", "ci_high")
+    ),
+    "these_scenarios_cmh_p",
+    "these_scenarios_cmh_p_adjusted",
+    "these_scenarios_van_elteren_p",
+    "these_scenarios_van_elteren_p_adjusted",
+    "these_scenarios_risk_difference",
+    "these_scenarios_risk_difference_ci_low",
+    "these_scenarios_risk_difference_ci_high",
+    *(
+        f"like_these_{measure}_{figure}"
+        for measure in ("pass_rate", "composite")
+        for figure in ("difference", "se", "ci_low", "ci_high", "p", "p_adjusted")
+    ),
+    "heterogeneity_p",
+]
+
+
+def csv_values(cell: TierReport, tier_row: bool) -> list[object]:
+    """The CSV_COLUMNS of one row; None where the row has no such figure."""
+    if not tier_row:
+        return [None] * len(CSV_COLUMNS)
+    a = cell.analysis
+    vs, c = a.vs_baseline, a.across_scenarios
+    values: list[object] = [None, None] if vs is None else [vs.verdict_from, vs.pooled_verdict]
+    for clustered in (a.pass_rate_clustered, a.composite_mean_clustered):
+        values += (
+            [None] * 3 if clustered is None else [clustered.se, clustered.ci.low, clustered.ci.high]
+        )
+    if c is None:
+        return values + [None] * (len(CSV_COLUMNS) - len(values))
+    these, risk = c.these_scenarios, c.these_scenarios.risk_difference_ci
+    values += [
+        these.cmh_p,
+        these.cmh_p_adjusted,
+        these.van_elteren_p,
+        these.van_elteren_p_adjusted,
+        these.risk_difference,
+        *((None, None) if risk is None else (risk.low, risk.high)),
+    ]
+    for d in (c.like_these.pass_rate, c.like_these.composite):
+        values += [d.mean, d.se, d.ci.low, d.ci.high, d.p, d.p_adjusted]
+    return [*values, c.heterogeneity.p]
+
+
+def compact_table(report: ExperimentReport) -> Table | None:
+    """One row a tier: the section in short, for `--format github`; None when no tier has
+    two or more scenarios."""
+    rows = []
+    for tier_id, tier in report.tiers.items():
+        a = tier.analysis
+        clustered, c = a.pass_rate_clustered, a.across_scenarios
+        if clustered is None:
+            continue
+        shown = [tier_id, f"{num(clustered.mean)} SE {num(clustered.se)} {_interval(clustered.ci)}"]
+        if c is None:
+            rows.append(
+                [*shown, "baseline" if tier_id == report.cross_tier.baseline else "-", "", "", ""]
+            )
+            continue
+        these, rate = c.these_scenarios, c.like_these.pass_rate
+        rows.append(
+            [
+                *shown,
+                f"{signed(these.risk_difference)} {bracket(these.risk_difference_ci)} "
+                f"({these.scenarios})",
+                f"{_p(these.cmh_p, these.cmh_p_adjusted)} / "
+                f"{_p(these.van_elteren_p, these.van_elteren_p_adjusted)}",
+                f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
+                f"{_p(rate.p, rate.p_adjusted)}",
+            ]
+        )
+    if not rows:
+        return None
+    sentences = [
+        sentence
+        for tier_id, tier in report.tiers.items()
+        if (c := tier.analysis.across_scenarios) is not None
+        for sentence in question_sentences(
+            tier_id, c, _cells(report, tier_id), report.multiplicity_across_scenarios
+        )
+    ]
+    return Table(
+        f"Across scenarios: against {report.cross_tier.baseline} {THESE} and {LIKE_THESE}",
+        [
+            "tier",
+            f"pass rate, clustered SE [{CONFIDENCE:.0%} CI]",
+            f"{THESE}: Δ pass rate [95% CI] (scenarios)",
+            "CMH p (adj.) / van Elteren p (adj.)",
+            f"{LIKE_THESE}: Δ pass rate [95% CI]",
+            "paired t p (adj.)",
+        ],
+        rows,
+        [*sentences, _multiplicity_note(report.multiplicity_across_scenarios)],
     )
 
 
@@ -178,12 +318,29 @@ def _multiplicity_note(m: Multiplicity | None) -> str:
 
 def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison) -> list[str]:
     """What a reader should take from one tier's row pair, in words."""
+    these = c.these_scenarios
+    return [
+        f"{tier_id}: CMH χ² {num(these.cmh, 2)}, p {p_value(these.cmh_p)} "
+        f"({p_value(these.cmh_p_continuity)} with continuity correction)",
+        *question_sentences(
+            tier_id, c, _cells(report, tier_id), report.multiplicity_across_scenarios
+        ),
+        *_planning_sentence(tier_id, c),
+    ]
+
+
+def question_sentences(
+    tier_id: str,
+    c: ScenarioComparison,
+    cells: Mapping[str, Comparison | None],
+    family: Multiplicity | None,
+) -> list[str]:
+    """Where the two questions disagree, the scenarios are too few, the effect differs
+    from scenario to scenario, or a scenario went the other way (`cells`: the tier's
+    scenario rows' tests)."""
     these, like, h = c.these_scenarios, c.like_these, c.heterogeneity
     n = these.scenarios
-    sentences = [
-        f"{tier_id}: CMH χ² {num(these.cmh, 2)}, p {p_value(these.cmh_p)} "
-        f"({p_value(these.cmh_p_continuity)} with continuity correction)"
-    ]
+    sentences = []
     if these.verdict is not like.verdict:
         if (
             these.verdict in (Verdict.better, Verdict.worse)
@@ -204,28 +361,15 @@ def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison
             )
     elif like.too_few_scenarios:
         sentences.append(f"{tier_id}: {n} scenarios are too few to generalise from, {LIKE_THESE}")
-    family = report.multiplicity_across_scenarios
     if h.p is not None and h.p < (ALPHA if family is None else family.alpha):
         sentences.append(
             f"{tier_id}: its effect on the pass rate differs from scenario to scenario "
             f"({h.test} χ² {num(h.statistic, 2)} on {h.df} df, p {p_value(h.p)})"
         )
-    plan = c.planning
-    if plan is not None:
-        sentences.append(
-            f"{tier_id}: planning, at the intra-scenario correlation observed "
-            f"({num(plan.icc, 2)}), the smallest pass-rate difference {plan.scenarios} "
-            f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
-            f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
-            f"{difference(plan.like_these)}, with twice the scenarios "
-            f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
-            f"{difference(plan.like_these_twice_the_runs)}, with unlimited runs "
-            f"{difference(plan.like_these_limit)}"
-        )
     if these.verdict in (Verdict.better, Verdict.worse) and h.opposite:
         other = "worse" if these.verdict is Verdict.better else "better"
         named = ", ".join(
-            _scenario_rates(report, tier_id, s, significant=s in h.significant_opposite)
+            _scenario_rates(s, cells.get(s), significant=s in h.significant_opposite)
             for s in h.opposite
         )
         sentences.append(
@@ -234,17 +378,29 @@ def tier_sentences(report: ExperimentReport, tier_id: str, c: ScenarioComparison
     return sentences
 
 
-def _scenario_rates(
-    report: ExperimentReport, tier_id: str, scenario: str, significant: bool
-) -> str:
-    mine = report.tiers[tier_id].scenarios.get(scenario)
-    theirs = report.tiers.get(
-        report.cross_tier.baseline, TierReport(runs=0, errors=0)
-    ).scenarios.get(scenario)
+def _planning_sentence(tier_id: str, c: ScenarioComparison) -> list[str]:
+    plan = c.planning
+    if plan is None:
+        return []
+    return [
+        f"{tier_id}: planning, at the intra-scenario correlation observed "
+        f"({num(plan.icc, 2)}), the smallest pass-rate difference {plan.scenarios} "
+        f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
+        f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
+        f"{difference(plan.like_these)}, with twice the scenarios "
+        f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
+        f"{difference(plan.like_these_twice_the_runs)}, with unlimited runs "
+        f"{difference(plan.like_these_limit)}"
+    ]
+
+
+def _scenario_rates(scenario: str, cell: Comparison | None, significant: bool) -> str:
     rates = ""
-    if mine is not None and theirs is not None and mine.counted and theirs.counted:
-        rates = (
-            f" ({num(mine.passes / mine.counted)} against {num(theirs.passes / theirs.counted)})"
-        )
+    if cell is not None and cell.pass_rate is not None and cell.reference_pass_rate is not None:
+        rates = f" ({num(cell.pass_rate)} against {num(cell.reference_pass_rate)})"
     judged = "significantly, by its own test" if significant else "not significant alone"
     return f"{scenario}{rates}, {judged}"
+
+
+def _cells(report: ExperimentReport, tier_id: str) -> dict[str, Comparison | None]:
+    return {s: cell.analysis.vs_baseline for s, cell in report.tiers[tier_id].scenarios.items()}

@@ -4,6 +4,8 @@ corrected and what the runs could not have detected."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from core.analysis.comparison import ALPHA, POWER
 from core.analysis.group import BOOTSTRAP_RESAMPLES
 from core.results.report import Comparison, Detectable, ExperimentReport, Multiplicity, Verdict
@@ -53,10 +55,35 @@ def detectable_note(m: Multiplicity | None) -> str:
 
 
 def verdict(c: Comparison) -> str:
-    """The verdict; "no significant difference" says what the runs could not have seen."""
+    """The verdict, with the tests it came from when not the row's own; "no significant
+    difference" from the row's own tests says what the runs could not have seen (the
+    stratified tests' planning says it for theirs)."""
+    if c.verdict_from is not None:
+        return f"{c.verdict.value} ({c.verdict_from})"
     if c.verdict is not Verdict.no_difference or c.detectable is None:
         return c.verdict.value
     return f"{c.verdict.value} ({undetectable(c.detectable)})"
+
+
+def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:
+    """Which tier rows the stratified tests judge, and where the pooled tests would say
+    otherwise."""
+    decided = {tier_id: vs for tier_id, vs in tiers.items() if vs is not None and vs.verdict_from}
+    if not decided:
+        return []
+    notes = [
+        "a tier with two or more scenarios takes its verdict from the tests stratified by "
+        "scenario (CMH on passes, van Elteren on composite scores; the section on these "
+        "scenarios has them, corrected as a family of their own); its Fisher and "
+        "Mann-Whitney figures are over the pooled runs"
+    ]
+    notes += [
+        f"{tier_id}: {vs.verdict.value} ({vs.verdict_from}); pooled over its runs, Fisher "
+        f"and Mann-Whitney say {vs.pooled_verdict.value}"
+        for tier_id, vs in decided.items()
+        if vs.pooled_verdict is not None and vs.pooled_verdict is not vs.verdict
+    ]
+    return notes
 
 
 def undetectable(d: Detectable) -> str:
@@ -133,6 +160,11 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
             "pass rate intervals: Wilson score; median composite intervals: percentile "
             f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, fixed seed)",
             *test_notes(report.multiplicity),
+            *(
+                stratified_note({t: r.analysis.vs_baseline for t, r in report.tiers.items()})
+                if scenario is None
+                else []
+            ),
         ],
         label_columns=2,
         # The composite's medians; its test, effect size and every p-value stay.

@@ -7,8 +7,10 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy import stats
+from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep
 
@@ -40,7 +42,78 @@ def experiments(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dic
         "broken": _seed(store, folder, 5, 1),  # T1: 9/10 -> 1/10
         "slipped": _seed(store, folder, 5, 5),  # T1: 9/10 -> 5/10, p between 0.01 and 0.05
         "other": _seed(store, folder, 5, 9, tiers=("X0", "X1")),
+        "two_before": seed_experiment(store, folder, TWO_BEFORE),
+        "two_after": seed_experiment(store, folder, TWO_AFTER),
     }
+
+
+# One tier in two scenarios: s2 easy before and after; on s1 T1 went from 6 of 10 to
+# none. Pooled, 16/20 -> 10/20 is no significant difference; within the scenarios a loss.
+TWO_BEFORE = {
+    ("T1", "s1"): Cell(tuple(i < 6 for i in range(10))),
+    ("T1", "s2"): Cell((True,) * 10),
+}
+TWO_AFTER = {("T1", "s1"): Cell((False,) * 10), ("T1", "s2"): Cell((True,) * 10)}
+
+
+def test_tiers_with_the_same_scenarios_are_compared_scenario_by_scenario(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    a, b = experiments["two_before"], experiments["two_after"]
+    shown = run_cli("compare", a, b, "--format", "json", env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    result = json.loads(shown.stdout)
+    t1 = result["tiers"]["T1"]
+    assert t1["fisher_p_adjusted"] > 0.05 and t1["mann_whitney_p_adjusted"] > 0.05
+    assert t1["pooled_verdict"] == "no significant difference"
+    assert (t1["verdict"], t1["verdict_from"]) == (
+        "worse",
+        "CMH and van Elteren on these 2 scenarios",
+    )
+    assert result["regressions"] == ["T1"]
+    across = result["across_scenarios"]["T1"]
+    assert across["reference"] == a
+    table = StratifiedTable(
+        np.array([[[0, 10], [6, 4]], [[10, 0], [10, 0]]], dtype=float).transpose(1, 2, 0)
+    )
+    these = across["these_scenarios"]
+    assert these["cmh_p"] == pytest.approx(table.test_null_odds().pvalue, rel=1e-9)
+    assert these["risk_difference"] == pytest.approx(-0.3)
+    # The paired per-scenario difference, B - A: (0 - 0.6, 1 - 1).
+    paired = stats.ttest_rel([0.0, 1.0], [0.6, 1.0])
+    rate = across["like_these"]["pass_rate"]
+    assert rate["mean"] == pytest.approx(-0.3)
+    assert rate["p"] == pytest.approx(paired.pvalue, rel=1e-8)
+    assert (rate["ci"]["low"], rate["ci"]["high"]) == pytest.approx(
+        tuple(paired.confidence_interval(0.95))
+    )
+    assert across["like_these"]["too_few_scenarios"] is True
+    family = result["multiplicity_across_scenarios"]
+    assert (family["correction"], family["tests"]) == ("holm", 4)
+    raw = [
+        these["cmh_p"],
+        these["van_elteren_p"],
+        rate["p"],
+        across["like_these"]["composite"]["p"],
+    ]
+    assert these["cmh_p_adjusted"] == pytest.approx(multipletests(raw, method="holm")[1][0])
+
+    gate = run_cli("compare", a, b, "--fail-on-regression", env=fleet_env)
+    assert gate.returncode == 1
+    for fmt in ("markdown", "github"):
+        text = run_cli("compare", a, b, "--format", fmt, env=fleet_env).stdout
+        text = " ".join(text.split())
+        assert f"B ({b}) against A ({a}) on these scenarios, and on scenarios like these" in text
+        assert "worse (CMH and van Elteren on these 2 scenarios)" in text, fmt
+        assert (
+            "T1: worse on these 2 scenarios; not shown to carry over to others (on scenarios "
+            "like these): 2 scenarios are too few to generalise from" in text
+        ), fmt
+    github = run_cli("compare", a, b, "--format", "github", env=fleet_env).stdout
+    assert github.splitlines()[0] == (
+        f"**❌ Regression: T1 significantly worse in {b} than in {a}** "
+        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across 4 tests, alpha 0.05)"
+    )
 
 
 def test_a_significantly_worse_tier_is_a_regression_and_fails_the_gate(

@@ -12,6 +12,8 @@ better (CMH p 0.0072), on scenarios like these it is not shown to be (paired t o
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -151,6 +153,12 @@ def test_both_questions_match_scipy_and_statsmodels(submitted: tuple[dict[str, A
     # Pass or fail in equal strata: van Elteren's test is the CMH test.
     assert these["van_elteren_p"] == pytest.approx(these["cmh_p"])
     assert these["verdict"] == "better"
+    # The tier's verdict is this question's, and says so.
+    tier = report["tiers"]["T1"]["analysis"]["vs_baseline"]
+    assert (tier["verdict"], tier["verdict_from"]) == (
+        "better",
+        "CMH and van Elteren on these 4 scenarios",
+    )
 
     # The four tests of the family, Holm-adjusted as the run-level ones are.
     raw = [these["cmh_p"], these["van_elteren_p"], rate["p"], like["composite"]["p"]]
@@ -211,3 +219,62 @@ def test_validate_says_what_each_question_can_detect(
     assert "intra-scenario correlation 0.42 assumed" in shown.stdout
     assert "on these scenarios: 0.2" in shown.stdout  # the 0.2 it found, near the limit
     assert "4 scenarios are too few to generalise from" in shown.stdout
+
+
+def test_csv_and_github_carry_the_figures(
+    submitted: tuple[dict[str, Any], str], fleet_env: dict[str, str]
+) -> None:
+    report, _ = submitted
+    exp_id = report["experiment"]["id"]
+    shown = run_cli("report", exp_id, "--format", "csv", env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {(r["tier"], r["scenario"]): r for r in csv.DictReader(io.StringIO(shown.stdout))}
+    t1 = rows["T1", ""]
+    values = np.array([x for cell in _outcomes("T1") for x in cell])
+    cr1 = (
+        sm.OLS(values, np.ones((len(values), 1)))
+        .fit(cov_type="cluster", cov_kwds={"groups": np.repeat(np.arange(4), RUNS)})
+        .bse[0]
+    )
+    assert float(t1["pass_rate_clustered_se"]) == pytest.approx(float(cr1), rel=1e-9)
+    table = StratifiedTable(
+        np.array(
+            [
+                [[a, RUNS - a], [b, RUNS - b]]
+                for a, b in zip(PASSES["T1"], PASSES["T0"], strict=True)
+            ],
+            dtype=float,
+        ).transpose(1, 2, 0)
+    )
+    assert float(t1["these_scenarios_cmh_p"]) == pytest.approx(
+        table.test_null_odds().pvalue, rel=1e-9
+    )
+    paired = stats.ttest_rel(PASSES["T1"], PASSES["T0"])
+    assert float(t1["like_these_pass_rate_p"]) == pytest.approx(paired.pvalue, rel=1e-8)
+    assert float(t1["like_these_pass_rate_difference"]) == pytest.approx(0.2)
+    assert float(t1["heterogeneity_p"]) == pytest.approx(table.test_equal_odds().pvalue, rel=1e-6)
+    assert (t1["vs_baseline_verdict"], t1["vs_baseline_pooled_verdict"]) == (
+        "better",
+        "no significant difference",  # Fisher's 0.015, Holm-adjusted over 10 tests
+    )
+    # A scenario row has none of the section's figures.
+    assert rows["T1", "s1"]["these_scenarios_cmh_p"] == ""
+    assert rows["T1", "s1"]["pass_rate_clustered_se"] == ""
+
+    github = run_cli("report", exp_id, "--format", "github", env=fleet_env)
+    assert github.returncode == 0, github.stderr
+    text = github.stdout
+    assert text.splitlines()[0] == (
+        "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 4 scenarios; "
+        "Holm-corrected across 4 tests, alpha 0.05)"
+    )
+    section = text.split(
+        "**Across scenarios: against T0 on these scenarios and on scenarios like these**"
+    )[1].split("<details>")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| T1 |"))
+    assert "| 0.700 SE 0.178 [" in row and "| +0.200 [-0.366, +0.766] SE 0.178 |" in row
+    assert (
+        "T1: better on these 4 scenarios; not shown to carry over to others (on scenarios "
+        "like these): 4 scenarios are too few to generalise from" in section
+    )
+    assert "worse on s4 (0.300 against 0.500)" in section

@@ -5,7 +5,9 @@ Every test of a report is corrected with the others (matrix `report:` or
 --correction), raw and adjusted p-values are in every format and match
 statsmodels on the same inputs, effect sizes and detectable differences sit
 beside each test, the Scylla cross-tier figures match a hand computation, and
-`--format github` opens with its verdict line.
+`--format github` opens with its verdict line. A tier with two scenarios takes
+its verdict from the tests stratified by scenario, recomputed here from the
+seeded runs (statsmodels' StratifiedTable, scipy's ranks and paired t).
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ import csv
 import html
 import io
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from scipy import stats
+from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
 
 from core.store import Store
 from tests.conftest import PREFIX, run_cli
-from tests.support.experiments import Cell, seed_experiment
+from tests.support.experiments import Cell, impl_rate, seed_experiment
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +49,14 @@ FAMILY = {
     ("T1", "s2"): Cell(_passing(10)),
     ("T2", "s1"): Cell(_passing(6)),
     ("T2", "s2"): Cell(_passing(5)),
+}
+# s2 is easy for both tiers; on s1 T1 passes 6 of 10 where T0 passes none. Pooled over
+# both scenarios, 16/20 against 10/20 is no significant difference; within them it is.
+STRATA = {
+    ("T0", "s1"): Cell(_passing(0)),
+    ("T0", "s2"): Cell(_passing(10)),
+    ("T1", "s1"): Cell(_passing(6)),
+    ("T1", "s2"): Cell(_passing(10)),
 }
 # The hand-computed example of tests.unit.metrics.test_formulas_cross_tier, four runs a tier.
 HAND = {
@@ -65,6 +79,7 @@ def experiments(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dic
         ),
         "default": seed_experiment(store, folder, FAMILY, name="default"),
         "hand": seed_experiment(store, folder, HAND, name="hand"),
+        "strata": seed_experiment(store, folder, STRATA, name="strata"),
         "before": seed_experiment(store, folder, one),
         "broken": seed_experiment(store, folder, broken),
         "slipped": seed_experiment(
@@ -89,6 +104,57 @@ def _tests(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     return rows
 
 
+def _composites(cell: Cell) -> list[float]:
+    """The composite scores seed_experiment gives a cell's runs."""
+    return [0.5 * p + 0.5 * impl_rate(p, i) for i, p in enumerate(cell.passed)]
+
+
+def _van_elteren_p(strata: list[tuple[list[float], list[float]]]) -> tuple[float, float]:
+    """(z, two-sided p): each stratum's rank sum weighted by 1 / (N + 1), scipy's ranks."""
+    statistic = variance = 0.0
+    for x, y in strata:
+        n, m = len(x), len(y)
+        ranks = stats.rankdata([*x, *y])
+        weight = 1 / (n + m + 1)
+        statistic += weight * (ranks[:n].sum() - n * (n + m + 1) / 2)
+        variance += weight**2 * n * m * (n + m + 1) / 12 * stats.tiecorrect(ranks)
+    z = statistic / math.sqrt(variance)
+    return z, 2 * stats.norm.sf(abs(z))
+
+
+def _stratified(cells: dict[tuple[str, str], Cell], correction: str) -> dict[str, str]:
+    """Each tier's verdict on these scenarios against T0: CMH and van Elteren, in a family
+    with the paired t's two tests per tier, corrected as the report's are."""
+    tiers = list(dict.fromkeys(t for t, _ in cells if t != "T0"))
+    raw, signs = [], []
+    for tier in tiers:
+        ours = [cells[tier, s] for s in ("s1", "s2")]
+        base = [cells["T0", s] for s in ("s1", "s2")]
+        counts = [
+            [[sum(a.passed), RUNS - sum(a.passed)], [sum(b.passed), RUNS - sum(b.passed)]]
+            for a, b in zip(ours, base, strict=True)
+        ]
+        cmh = StratifiedTable(np.array(counts, dtype=float).transpose(1, 2, 0))
+        z, ranks_p = _van_elteren_p(
+            [(_composites(a), _composites(b)) for a, b in zip(ours, base, strict=True)]
+        )
+        rate = stats.ttest_rel([sum(a.passed) for a in ours], [sum(b.passed) for b in base])
+        composite = stats.ttest_rel(
+            [np.mean(_composites(a)) for a in ours], [np.mean(_composites(b)) for b in base]
+        )
+        raw += [cmh.test_null_odds().pvalue, ranks_p, rate.pvalue, composite.pvalue]
+        difference = sum(sum(a.passed) - sum(b.passed) for a, b in zip(ours, base, strict=True))
+        signs.append((difference, z))
+    adjusted = raw if correction == "none" else multipletests(raw, method=METHODS[correction])[1]
+    verdicts = {}
+    for i, (tier, (difference, z)) in enumerate(zip(tiers, signs, strict=True)):
+        cmh_p, ranks_p = adjusted[4 * i], adjusted[4 * i + 1]
+        better = (cmh_p < 0.05 and difference > 0) or (ranks_p < 0.05 and z > 0)
+        assert not ((cmh_p < 0.05 and difference < 0) or (ranks_p < 0.05 and z < 0))
+        verdicts[tier] = "better" if better else "no significant difference"
+    return verdicts
+
+
 def _check_family(report: dict[str, Any], correction: str, alpha: float = 0.05) -> None:
     rows = _tests(report)
     raw = [p for _, _, c in rows for p in (c["fisher_p"], c["mann_whitney_p"])]
@@ -101,9 +167,19 @@ def _check_family(report: dict[str, Any], correction: str, alpha: float = 0.05) 
     assert adjusted == pytest.approx(expected, abs=1e-12)
     assert report["multiplicity"]["correction"] == correction
     assert report["multiplicity"]["tests"] == len(raw) == 12
-    for _, _, c in rows:  # the verdict is read from the adjusted p-values
+    assert report["multiplicity_across_scenarios"]["tests"] == 8
+    stratified = _stratified(FAMILY, correction)
+    for tier, scope, c in rows:
+        # Fisher's and Mann-Whitney's verdict is read from their adjusted p-values ...
         significant = min(c["fisher_p_adjusted"], c["mann_whitney_p_adjusted"]) < alpha
-        assert c["verdict"] == ("better" if significant else "no significant difference")
+        pooled = "better" if significant else "no significant difference"
+        if scope != "(all)":
+            assert (c["verdict"], c["verdict_from"], c["pooled_verdict"]) == (pooled, None, None)
+            continue
+        # ... but a tier's, with two scenarios, from the stratified tests.
+        assert c["pooled_verdict"] == pooled
+        assert c["verdict"] == stratified[tier]
+        assert c["verdict_from"] == "CMH and van Elteren on these 2 scenarios"
 
 
 def test_the_matrix_chooses_the_correction_and_the_cli_can_redo_it(
@@ -129,17 +205,19 @@ def test_the_matrix_chooses_the_correction_and_the_cli_can_redo_it(
         _check_family(redone, correction)
 
     # T2 (11/20 against 6/20) is better alone and under BH's false discovery rate, not
-    # under Holm's family-wise error rate: the correction decides, and says so.
+    # under Holm's family-wise error rate: the correction decides, and says so. Its
+    # verdict is van Elteren's (raw p 0.020); CMH alone (0.119) finds nothing.
     def t2(correction: str) -> dict[str, Any]:
         redone = _cli(fleet_env, "report", family, "--format", "json", "--correction", correction)
-        return json.loads(redone)["tiers"]["T2"]["analysis"]["vs_baseline"]
+        return json.loads(redone)["tiers"]["T2"]["analysis"]
 
     assert report["tiers"]["T2"]["analysis"]["vs_baseline"]["verdict"] == "better"
-    assert t2("none")["verdict"] == "better"
+    assert t2("none")["vs_baseline"]["verdict"] == "better"
     held = t2("holm")
-    assert held["verdict"] == "no significant difference"
-    assert min(held["fisher_p"], held["mann_whitney_p"]) < 0.05
-    assert held["detectable"]["alpha"] == pytest.approx(0.05 / 12)
+    assert held["vs_baseline"]["verdict"] == "no significant difference"
+    these = held["across_scenarios"]["these_scenarios"]
+    assert round(these["van_elteren_p"], 3) == 0.020 and round(these["cmh_p"], 3) == 0.119
+    assert held["vs_baseline"]["detectable"]["alpha"] == pytest.approx(0.05 / 12)
     # Stricter alpha: T1 too is judged at the family's level.
     strict = json.loads(_cli(fleet_env, "report", family, "--format", "json", "--alpha", "1e-9"))
     assert strict["multiplicity"]["correction"] == "bh"  # kept from the stored report
@@ -158,9 +236,14 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
     cliff = t2["cliffs_delta_ci"]
     # From 6/20 at the level of one test in twelve, even a fall to 0 would go unseen.
     assert t2["detectable"]["regression"] is None
+    # The tier's verdict names the tests it came from; a scenario row's says what its
+    # runs could not have seen.
+    stratified = "no significant difference (CMH and van Elteren on these 2 scenarios)"
+    s1 = report["tiers"]["T2"]["scenarios"]["s1"]["analysis"]["vs_baseline"]
+    assert s1["detectable"]["regression"] is None
     undetected = (
         f"no significant difference (could not detect a rise < "
-        f"{t2['detectable']['improvement']:.3f} or any fall)"
+        f"{s1['detectable']['improvement']:.3f} or any fall)"
     )
 
     markdown = _cli(fleet_env, "report", family, "--format", "markdown")
@@ -177,15 +260,20 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
     assert (
         significance[7] == f"{t2['cliffs_delta']:+.3f} [{cliff['low']:+.3f}, {cliff['high']:+.3f}]"
     )
-    assert significance[8] == undetected
+    assert significance[8] == stratified
+    s1_row = next(line for line in section.splitlines() if line.startswith("| T2 | s1 |"))
+    assert s1_row.endswith(f"| {undetected} |")
     assert "p adj.: Holm-adjusted across all 12 tests (family-wise error rate 0.05)" in markdown
+    assert "a tier with two or more scenarios takes its verdict from the tests stratified" in (
+        " ".join(markdown.split())
+    )
 
-    terminal = _cli({**fleet_env, "COLUMNS": "250"}, "report", family)
+    terminal = " ".join(_cli({**fleet_env, "COLUMNS": "250"}, "report", family).split())
     assert "p adj." in terminal and "Holm-adjusted across all 12 tests" in terminal
-    assert undetected in terminal
+    assert stratified in terminal and undetected in terminal
 
-    page = html.unescape(_cli(fleet_env, "report", family, "--format", "html"))
-    assert "Fisher p adj." in page and undetected in page
+    page = " ".join(html.unescape(_cli(fleet_env, "report", family, "--format", "html")).split())
+    assert "Fisher p adj." in page and stratified in page and undetected in page
 
     rows = list(csv.DictReader(io.StringIO(_cli(fleet_env, "report", family, "--format", "csv"))))
     t2_row = next(r for r in rows if (r["tier"], r["scenario"]) == ("T2", ""))
@@ -207,13 +295,13 @@ def test_github_format_opens_with_the_verdict(
     lines = github.splitlines()
     assert lines[0] == (
         "**✅ Against baseline T0: T1 better, T2 no significant difference** "
-        "(Holm-corrected across 12 tests, alpha 0.05)"
+        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across 8 tests, alpha 0.05)"
     )
     assert lines[2].startswith(f"default ({family}): complete, 60/60 runs")
     bh = _cli(fleet_env, "report", experiments["family"], "--format", "github")
     assert bh.splitlines()[0] == (
-        "**✅ Against baseline T0: T1 better, T2 better** "
-        "(Benjamini-Hochberg-corrected across 12 tests, alpha 0.05)"
+        "**✅ Against baseline T0: T1 better, T2 better** (CMH and van Elteren on these 2 "
+        "scenarios; Benjamini-Hochberg-corrected across 8 tests, alpha 0.05)"
     )
     tier_rows = [line for line in lines if re.match(r"\| T\d \|", line)]
     assert [r.split(" | ")[0] for r in tier_rows[:3]] == ["| T0", "| T1", "| T2"]
@@ -224,6 +312,35 @@ def test_github_format_opens_with_the_verdict(
     assert "frontier cost of pass" in github
     # Short enough for a pull-request comment (65,536 characters).
     assert len(github) < 10_000
+
+
+def test_a_tier_is_judged_within_its_scenarios_and_the_pooled_verdict_said_beside(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    strata = experiments["strata"]
+    report = json.loads(_cli(fleet_env, "report", strata, "--format", "json"))
+    t1 = report["tiers"]["T1"]["analysis"]
+    assert _stratified(STRATA, "holm") == {"T1": "better"}
+    assert t1["vs_baseline"]["verdict"] == "better"
+    assert t1["vs_baseline"]["fisher_p_adjusted"] > 0.05
+    assert t1["vs_baseline"]["mann_whitney_p_adjusted"] > 0.05
+    assert t1["vs_baseline"]["pooled_verdict"] == "no significant difference"
+    said = (
+        "T1: better (CMH and van Elteren on these 2 scenarios); pooled over its runs, "
+        "Fisher and Mann-Whitney say no significant difference"
+    )
+    for fmt in ("markdown", "table", "html", "github"):
+        shown = _cli({**fleet_env, "COLUMNS": "250"}, "report", strata, "--format", fmt)
+        assert said in " ".join(html.unescape(shown).split()), fmt
+    github = _cli(fleet_env, "report", strata, "--format", "github")
+    assert github.splitlines()[0] == (
+        "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 2 scenarios; "
+        "Holm-corrected across 4 tests, alpha 0.05)"
+    )
+    assert "| better (CMH and van Elteren on these 2 scenarios) |" in github
+    rows = list(csv.DictReader(io.StringIO(_cli(fleet_env, "report", strata, "--format", "csv"))))
+    tier_row = next(r for r in rows if (r["tier"], r["scenario"]) == ("T1", ""))
+    assert tier_row["vs_baseline_verdict"] == "better"
 
 
 def test_scylla_cross_tier_figures_match_the_hand_computation(

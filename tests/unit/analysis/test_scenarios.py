@@ -4,18 +4,21 @@ the scenarios named against the grain, and a single-scenario report left as it w
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from scipy import stats
+from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
 
 from core.analysis.aggregate import aggregate
-from core.analysis.comparison import correct_report
+from core.analysis.comparison import compare_experiments, correct_report
 from core.matrix import Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
-from core.results.run import RunStatus
+from core.results.run import RunResult, RunStatus
 from scheduler.report.render import render
 from scheduler.report.scenarios import questions_table
 from tests.support.experiments import make_run
@@ -64,9 +67,46 @@ def test_a_single_scenario_report_is_what_it_was() -> None:
     )
     assert report.multiplicity_across_scenarios is None
     assert report.multiplicity is not None and report.multiplicity.tests == 2
+    vs = t1.vs_baseline
+    assert vs is not None and (vs.verdict_from, vs.pooled_verdict) == (None, None)
     for fmt in ("markdown", "table", "html"):
         shown = render(report, fmt, width=250)
         assert "Scenarios as clusters" not in shown and "on scenarios like these" not in shown
+
+
+def test_a_tier_with_scenarios_is_judged_on_them_not_on_its_pooled_runs() -> None:
+    # s2 is easy for both; on s1 T1 passes 6 of 20 where T0 passes none. Pooled over
+    # both, 26/40 against 20/40 is no significant difference; within the scenarios it is.
+    report = _report({"T0": (0, 20), "T1": (6, 20)})
+    vs = report.tiers["T1"].analysis.vs_baseline
+    c = report.tiers["T1"].analysis.across_scenarios
+    assert vs is not None and c is not None
+    table = StratifiedTable(
+        np.array([[[6, 14], [0, 20]], [[20, 0], [20, 0]]], dtype=float).transpose(1, 2, 0)
+    )
+    cmh_p = table.test_null_odds().pvalue
+    assert c.these_scenarios.cmh_p == pytest.approx(cmh_p, rel=1e-9)
+    # CMH and van Elteren (the same test here), first of the four Holm adjusts.
+    assert c.these_scenarios.cmh_p_adjusted == pytest.approx(4 * cmh_p)
+    assert 4 * cmh_p < 0.05
+    assert vs.fisher_p_adjusted is not None and vs.fisher_p_adjusted > 0.05
+    assert (vs.verdict, vs.pooled_verdict) == ("better", "no significant difference")
+    assert vs.verdict_from == "CMH and van Elteren on these 2 scenarios"
+    assert correct_report(report, "holm", 0.05) == report
+    unadjusted = correct_report(report, "none", 0.05).tiers["T1"].analysis.vs_baseline
+    assert unadjusted is not None and unadjusted.pooled_verdict == "no significant difference"
+    for fmt in ("markdown", "table", "html"):
+        shown = " ".join(html.unescape(render(report, fmt, width=250)).split())
+        assert "better (CMH and van Elteren on these 2 scenarios)" in shown, fmt
+        assert (
+            "T1: better (CMH and van Elteren on these 2 scenarios); pooled over its runs, "
+            "Fisher and Mann-Whitney say no significant difference" in shown
+        ), fmt
+    github = render(report, "github")
+    assert github.splitlines()[0] == (
+        "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 2 scenarios; "
+        "Holm-corrected across 4 tests, alpha 0.05)"
+    )
 
 
 def test_the_family_is_corrected_with_the_reports_correction_and_redone_on_request() -> None:
@@ -165,3 +205,45 @@ def test_planning_uses_the_intra_scenario_correlation_observed() -> None:
         f"({plan.like_these_twice_the_runs:.2f} > 1), with unlimited runs not detectable "
         f"({plan.like_these_limit:.2f} > 1)"
     ]
+
+
+def _runs(passes: dict[str, Sequence[int]]) -> list[RunResult]:
+    return [
+        make_run(tier, f"s{j + 1}", i, passed=i < k, impl=1.0 if i < k else 0.0)
+        for tier, counts in passes.items()
+        for j, k in enumerate(counts)
+        for i in range(RUNS)
+    ]
+
+
+def test_compare_judges_a_tier_with_scenarios_on_them_in_a_family_of_its_own() -> None:
+    def info(exp_id: str, scenarios: int) -> ExperimentInfo:
+        ids = [f"s{i + 1}" for i in range(scenarios)]
+        return ExperimentInfo(id=exp_id, name=exp_id, created_at=0.0, tiers=["T0"], scenarios=ids)
+
+    one = compare_experiments(info("a", 1), _runs({"T0": (10,)}), info("b", 1), _runs({"T0": (2,)}))
+    assert one.across_scenarios == {} and one.multiplicity_across_scenarios is None
+    assert one.tiers["T0"].verdict_from is None and one.regressions == ["T0"]
+
+    # The T1 against T0, as B against A: better on these four scenarios.
+    a, b = _runs({"T0": (10, 10, 10, 10)}), _runs({"T0": (20, 20, 10, 6)})
+    holm = compare_experiments(info("a", 4), a, info("b", 4), b)
+    bh = compare_experiments(info("a", 4), a, info("b", 4), b, correction="bh")
+    for result, method in ((holm, "holm"), (bh, "fdr_bh")):
+        c = result.across_scenarios["T0"]
+        raw = [
+            c.these_scenarios.cmh_p,
+            c.these_scenarios.van_elteren_p,
+            c.like_these.pass_rate.p,
+            c.like_these.composite.p,
+        ]
+        adjusted = [
+            c.these_scenarios.cmh_p_adjusted,
+            c.these_scenarios.van_elteren_p_adjusted,
+            c.like_these.pass_rate.p_adjusted,
+            c.like_these.composite.p_adjusted,
+        ]
+        assert adjusted == pytest.approx(list(multipletests(raw, method=method)[1]))
+        assert result.tiers["T0"].verdict == c.these_scenarios.verdict == "better"
+        assert c.heterogeneity.opposite == ["s4"]
+        assert result.regressions == []
