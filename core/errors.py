@@ -172,7 +172,8 @@ class RunInProgress(EvalfleetError):
     broker's restore, a resend racing the run) is dropped; if that delivery dies, its
     lease lapses and the sweep sends the run again."""
 
-    def __init__(self, run_id: str, lease_left_s: float):
+    def __init__(self, run_id: str, lease_left_s: float, holder: str = ""):
         super().__init__(
             f"run {run_id} is in progress elsewhere (its lease runs {lease_left_s:.0f} s more)"
         )
+        self.holder = holder

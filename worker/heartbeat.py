@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -28,7 +29,9 @@ class Lease:
         self.store = store
         self.spec = spec
         self.seconds = seconds
-        self.holder = uuid.uuid4().hex  # this delivery
+        # This delivery, and where it runs: a later delivery on this machine may take
+        # over a lease whose process died (holder_died_here).
+        self.holder = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex}"
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -116,3 +119,19 @@ class _Heartbeats:
 def _heartbeats(pid: int) -> _Heartbeats:
     """This process's (a forked pool process gets its own: threads do not cross a fork)."""
     return _Heartbeats()
+
+
+def holder_died_here(holder: str) -> bool:
+    """Whether a lease's holder was a process of this machine that no longer exists.
+    False when unsure (another machine, a pid taken again): then the lease must lapse."""
+    host, _, rest = holder.partition("/")
+    pid = rest.partition("/")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False

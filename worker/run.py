@@ -34,7 +34,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from core.errors import BundleError, RetryLater, SetupError, WorkspaceTooLarge
+from core.errors import BundleError, RetryLater, RunInProgress, SetupError, WorkspaceTooLarge
 from core.evaluation.evaluate import evaluate_run
 from core.evaluation.shell import kill_groups_by_env, pid_mark
 from core.evidence.models import RunEvidence
@@ -55,7 +55,7 @@ from worker.agents.openai_agent import run_openai_agent
 from worker.docker_sandbox import Container, agent_container
 from worker.environ import inherited
 from worker.files import local_matrix
-from worker.heartbeat import Lease
+from worker.heartbeat import Lease, holder_died_here
 from worker.phase_clock import PhaseClock
 from worker.run_records import end_delivery, keep_evidence
 from worker.workspace import MARKER, RunDir, clear_dead_deliveries, prepare, run_setup
@@ -96,19 +96,32 @@ def execute(
     matrix = _matrix(store, spec.experiment_id)
     lease = Lease(store, spec, matrix.lease_s)
     clock = PhaseClock(on_phase)
-    # Patient here too: a run that neither holds a lease nor keeps its message
-    # (a reject cannot requeue while Redis is away) would be lost.
-    delivery = _patiently(
-        lambda: store.attempts.begin(
-            spec.experiment_id,
-            spec.run_id,
-            lease.holder,
-            lease.seconds,
-            tier=spec.tier,
-            worker=worker or socket.gethostname(),
-            continues=continues,
+
+    def begin(after: str) -> Delivery:
+        # Patient here too: a run that neither holds a lease nor keeps its message
+        # (a reject cannot requeue while Redis is away) would be lost.
+        return _patiently(
+            lambda: store.attempts.begin(
+                spec.experiment_id,
+                spec.run_id,
+                lease.holder,
+                lease.seconds,
+                tier=spec.tier,
+                worker=worker or socket.gethostname(),
+                continues=after,
+            )
         )
-    )
+
+    try:
+        delivery = begin(continues)
+    except RunInProgress as busy:
+        # Celery's requeue of a pool process killed mid-run: its lease is live, but
+        # its holder is a dead process of this machine, so waiting for the lease
+        # to lapse would only delay the run.
+        if not holder_died_here(busy.holder):
+            raise
+        log.warning("run %s: its delivery died on this machine; this one takes over", spec.run_id)
+        delivery = begin(busy.holder)
     if delivery.stored is not None:
         return delivery.stored
     secrets = secret_values(matrix, os.environ, store.url)

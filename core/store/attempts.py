@@ -71,7 +71,7 @@ class Attempts:
         if reply[0] == "gone":
             raise ExperimentNotFound(exp_id)
         if reply[0] == "busy":
-            raise RunInProgress(run_id, float(reply[1]))
+            raise RunInProgress(run_id, float(reply[1]), reply[2])
         if reply[0] == "stored":
             return Delivery(stored=RunResult.model_validate_json(reply[1]))
         return Delivery(

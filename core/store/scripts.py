@@ -47,7 +47,8 @@ return 'saved'
 # KEYS[6] deliveries.
 # ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier,
 # ARGV[5] the worker's name, ARGV[6] the holder this delivery continues ('' none).
-# Returns {'gone'}, {'stored', RunResult JSON}, {'busy', seconds the lease has left}
+# Returns {'gone'}, {'stored', RunResult JSON}, {'busy', seconds the lease has left,
+# its holder}
 # or {'started', attempts, experiment status, why fail-fast stopped the tier or '',
 # the deliveries' JSON list}.
 BEGIN_DELIVERY = """
@@ -60,7 +61,7 @@ local lease = redis.call('HGET', KEYS[3], ARGV[1])
 if lease then
   local held_until, holder = string.match(lease, '^(%S+) (%S+)$')
   if tonumber(held_until) > now and holder ~= ARGV[6] then
-    return {'busy', string.format('%.3f', tonumber(held_until) - now)}
+    return {'busy', string.format('%.3f', tonumber(held_until) - now), holder}
   end
 end
 local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
