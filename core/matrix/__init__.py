@@ -32,6 +32,7 @@ from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, Re
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
 from core.matrix.tier import Tier
+from core.matrix.yaml_model import load_yaml_model
 
 __all__ = [
     "DEFAULT_GRADES",
@@ -75,5 +76,6 @@ __all__ = [
     "WorkspaceArchive",
     "load_matrix",
     "load_rubric",
+    "load_yaml_model",
     "matrix_json_schema",
 ]

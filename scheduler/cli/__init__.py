@@ -15,7 +15,17 @@ from types import FrameType
 
 import click
 
-from scheduler.cli import deletion, reading, report, running, show, validate, versions, worker
+from scheduler.cli import (
+    deletion,
+    model_server,
+    reading,
+    report,
+    running,
+    show,
+    validate,
+    versions,
+    worker,
+)
 from scheduler.cli.context import Commands
 
 
@@ -51,6 +61,7 @@ for command in (
     deletion.delete,
     deletion.prune,
     worker.worker,
+    model_server.model_server,
 ):
     main.add_command(command)
 
