@@ -27,6 +27,7 @@ from core.matrix.judging import (
 )
 from core.matrix.loading import load_matrix, load_rubric
 from core.matrix.matrix import Matrix, matrix_json_schema
+from core.matrix.presets import AgentPreset
 from core.matrix.scenario import ExpectedStep, ProcessConfig, Scenario, Target
 from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, ReportOptions, Scoring
 from core.matrix.spend import Budget, Limits, ModelPrice
@@ -40,6 +41,7 @@ __all__ = [
     "AdaptiveRuns",
     "AgentConfig",
     "AgentOverride",
+    "AgentPreset",
     "Artifacts",
     "Budget",
     "BundleConfig",

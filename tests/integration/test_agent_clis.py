@@ -183,7 +183,7 @@ scenarios: [{id: s, prompt: go}]
         agents = {tier.id: matrix.agent_for(tier) for tier in matrix.tiers}
         assert "--permission-mode acceptEdits" in (agents["claude"].command or "")
         assert (agents["codex"].command or "").startswith("codex exec --json")
-        assert "--full-auto" in (agents["codex"].command or "")
+        assert "--sandbox workspace-write" in (agents["codex"].command or "")
         assert (agents["codex"].transcript, agents["codex"].api_key_env) == (
             "codex-exec-json",
             "OPENAI_API_KEY",
