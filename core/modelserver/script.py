@@ -10,14 +10,15 @@
 A conversation's next turn is found from the conversation itself: the number of
 answers the model already gave in the request's history picks the reply turn, so
 concurrent runs each walk the script from its start and a retried request gets the
-same answer. An error turn is served `times` times to a conversation (one is told
-from another by its first user message) before the turn after it answers.
+same answer. An error turn is served `times` times, counted over every request
+that reaches it (`per: server`) or per conversation (`per: conversation`, one told
+from another by its first user message), before the turn after it answers.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -46,7 +47,12 @@ class ScriptedError(Record):
         default=None, ge=0, description="seconds, sent as Retry-After"
     )
     message: str | None = None
-    times: int = Field(default=1, ge=1, description="how often one conversation is served it")
+    times: int = Field(default=1, ge=1, description="how often it is served before the next turn")
+    per: Literal["server", "conversation"] = Field(
+        default="server",
+        description="count `times` over every request (a run sent again after the outage "
+        "gets the next turn) or per conversation (each run meets the error)",
+    )
 
 
 class Turn(Record):

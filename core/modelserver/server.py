@@ -137,7 +137,7 @@ class ModelServer:
             replies = 0
             for index, turn in enumerate(turns):
                 if turn.error is not None:
-                    key = (conversation, index)
+                    key = (conversation if turn.error.per == "conversation" else "", index)
                     if replies == answered and self._errors_served[key] < turn.error.times:
                         self._errors_served[key] += 1
                         return index

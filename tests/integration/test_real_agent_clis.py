@@ -20,7 +20,7 @@ import pytest
 
 from core.matrix import ModelPrice
 from core.metrics.pricing import cost_usd
-from core.modelserver import ModelScript, ModelServer, ScriptedToolCall, Turn, Usage
+from core.modelserver import ModelScript, ModelServer, ScriptedError, ScriptedToolCall, Turn, Usage
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
@@ -146,3 +146,56 @@ pricing:
     assert list(worker_home.iterdir()) == []
     assert all(KEY not in line for line in (tmp_path / "requests.jsonl").read_text().splitlines())
     assert len(side) <= 1
+
+
+@pytest.mark.integration
+def test_real_claude_codes_own_report_of_an_outage_is_retried_then_never_scored(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """The server answers a 429, then 401s: what the real Claude Code prints of each is
+    read as a provider outage. The 429's delivery is sent again (and then passes); the
+    401 outlasts `max_attempts` and is an infrastructure error, never a failed run."""
+    binary = Path(cli_path("claude"))
+    write = CASES[0].tool
+    limited = ModelScript(
+        turns=[
+            Turn(error=ScriptedError(status=429, retry_after=0)),
+            Turn(text="Writing.", tool_calls=[write]),
+            Turn(text="done"),
+        ]
+    )
+    refused = ModelScript(turns=[Turn(error=ScriptedError(status=401))])
+    with ModelServer(limited) as once, ModelServer(refused) as always:
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: real-outages
+runs_per_tier: 1
+max_attempts: 2
+agent:
+  preset: claude-code
+  model: claude-sonnet-4-5
+  timeout_s: 120
+  # Claude Code's own retries (ten, over minutes) left to evalfleet's.
+  env: {{PATH: "{binary.parent}:${{PATH}}", CLAUDE_CODE_MAX_RETRIES: "0"}}
+tiers:
+  - {{id: limited, agent: {{env: {{ANTHROPIC_BASE_URL: "{once.base_url}"}}}}}}
+  - {{id: refused, agent: {{env: {{ANTHROPIC_BASE_URL: "{always.base_url}"}}}}}}
+scenarios:
+  - id: write
+    prompt: Create out.txt holding the word hello.
+    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
+""")
+        start_worker(extra_env={"ANTHROPIC_API_KEY": KEY}, concurrency=1)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert submitted.returncode == 3, submitted.stderr  # some runs were infrastructure errors
+    runs = {r.tier: r for r in store.results.all(json.loads(submitted.stdout)["experiment"]["id"])}
+    passed = runs["limited"]
+    assert passed.status == RunStatus.completed and passed.passed, passed.fail_reason
+    assert passed.attempts == 2 and len(passed.outages) == 1 and "429" in passed.outages[0]
+    failed = runs["refused"]
+    assert failed.status == RunStatus.infra_error and failed.outage, failed.fail_reason
+    assert failed.attempts == 2 and failed.gates == []
+    assert failed.fail_reason is not None and "401" in failed.fail_reason
