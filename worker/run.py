@@ -268,7 +268,7 @@ def _run(
             agent = matrix.agent_for(tier)
             container = containers.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
-            outcome = _run_agent(matrix, spec, run_dir, prompt, env, container)
+            outcome = run_agent(matrix, spec, run_dir, prompt, env, container)
         except SetupError as exc:  # setup commands, or the agent's sandbox
             return error_result(spec, str(exc), 1, started), None
         outcome = outcome.model_copy(
@@ -336,7 +336,7 @@ def _archive(
     return None
 
 
-def _run_agent(
+def run_agent(
     matrix: Matrix,
     spec: RunSpec,
     run_dir: RunDir,

@@ -18,6 +18,7 @@ import click
 from scheduler.cli import (
     deletion,
     model_server,
+    preflight,
     reading,
     report,
     running,
@@ -47,6 +48,7 @@ def main() -> None:
 
 for command in (
     validate.validate,
+    preflight.preflight,
     validate.schema,
     running.submit,
     running.resume,
