@@ -4,15 +4,18 @@ unattended (as root too), and gets its provider's base URL from the worker."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.evaluation.shell import run_shell
 from core.matrix import Matrix
 from core.results.run import RunSpec
 from worker.run import agent_env
+from worker.sandbox import sandbox_argv
 from worker.workspace import RunDir
 
 SPEC = RunSpec(experiment_id="e", run_id="e:T:s:0", tier="T", scenario="s", run_index=0)
@@ -100,3 +103,15 @@ def test_codex_is_given_openai_base_url_as_a_provider_of_its_own(
             ' env_key="OPENAI_API_KEY"}',
             "-",
         ]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_under_bwrap_a_presets_own_home_is_writable_and_the_rest_is_not(tmp_path: Path) -> None:
+    env, run_dir = env_for({"preset": "claude-code", "sandbox": "bwrap"}, tmp_path)
+    # Beside the home (in the jail's own /tmp when the run is under /tmp) nothing lasts.
+    script = 'echo state > "$HOME/.state" && { touch "$HOME/../outside" 2>/dev/null; true; }'
+    ran = run_shell(script, run_dir.workspace, timeout_s=30, env=env,
+                    argv_prefix=sandbox_argv("bwrap", run_dir))  # fmt: skip
+    assert ran.ok, ran.stderr
+    assert (run_dir.home / ".state").read_text() == "state\n"
+    assert not (run_dir.root / "outside").exists()
