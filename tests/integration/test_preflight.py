@@ -98,3 +98,37 @@ def test_the_example_is_sound(fleet_env: dict[str, str]) -> None:
     checked = run_cli("preflight", str(ROOT / "examples" / "matrix.yaml"), env=fleet_env)
     assert checked.returncode == 0, checked.stderr
     assert len(checked.stdout.splitlines()) == 1 + 6 + 1  # header, 3 tiers x 2 scenarios, spend
+
+
+@pytest.mark.integration
+def test_the_built_in_agent_is_pointed_at_the_scripted_server(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`kind: openai` goes to the server's Chat Completions instead of its `base_url`,
+    runs the scripted bash call for real, and its tokens price the spend."""
+    (tmp_path / "turns.yaml").write_text("""
+turns:
+  - tool_calls: [{name: bash, arguments: {command: "printf hello > out.txt"}}]
+    usage: {input_tokens: 1000, output_tokens: 100}
+  - {text: done, usage: {input_tokens: 1500, output_tokens: 10}}
+""")
+    (tmp_path / "matrix.yaml").write_text("""
+name: built-in
+runs_per_tier: 4
+agent: {kind: openai, base_url: "https://api.invalid/v1", api_key_env: PREFLIGHT_KEY, model: m}
+tiers: [{id: loop}]
+scenarios:
+  - id: write
+    prompt: Write hello to out.txt.
+    evaluation: {gates: [{type: file_contains, path: out.txt, substring: hello}]}
+pricing: {m: {input: 1.0, output: 10.0}}
+""")
+    checked = run_cli(
+        "preflight", str(tmp_path / "matrix.yaml"), "--script", str(tmp_path / "turns.yaml"),
+        env=fleet_env,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    row = checked.stdout.splitlines()[1].split()
+    assert row[:6] == ["loop", "write", "-", "completed", "events-jsonl", "1/1"]
+    # (2500 x $1 + 110 x $10) / 1M per run, 4 runs
+    assert row[-1] == "$0.0144"
