@@ -54,8 +54,28 @@ def _runs(items: Iterable[bool]) -> int:
     return runs
 
 
-def _arguments(turn: Turn) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(call.name, json.dumps(call.arguments), call.arguments) for call in turn.tool_calls]
+@dataclass(frozen=True)
+class _Call:
+    name: str
+    text: str  # the arguments as JSON text, for the protocols that send text
+    arguments: dict[str, Any]  # as an object, for those that send one
+    id: str | None
+
+
+def _calls(turn: Turn) -> list[_Call]:
+    calls = []
+    for call in turn.tool_calls:
+        if isinstance(call.arguments, str):
+            text = call.arguments
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError:
+                parsed = {}
+            arguments = parsed if isinstance(parsed, dict) else {}
+        else:
+            text, arguments = json.dumps(call.arguments), call.arguments
+        calls.append(_Call(call.name, text, arguments, call.id))
+    return calls
 
 
 _REASONS = {
@@ -131,9 +151,9 @@ class Anthropic(Wire):
         blocks: list[dict[str, Any]] = []
         if turn.text is not None:
             blocks.append({"type": "text", "text": turn.text})
-        for name, _, arguments in _arguments(turn):
-            blocks.append({"type": "tool_use", "id": new_id("toolu"), "name": name,
-                           "input": arguments})  # fmt: skip
+        for call in _calls(turn):
+            blocks.append({"type": "tool_use", "id": call.id or new_id("toolu"),
+                           "name": call.name, "input": call.arguments})  # fmt: skip
         u = turn.usage
         usage = {
             "input_tokens": u.input_tokens,
@@ -225,9 +245,9 @@ class ChatCompletions(Wire):
             "prompt_tokens_details": {"cached_tokens": u.cache_read_tokens},
         }  # fmt: skip
         calls = [
-            {"id": new_id("call"), "type": "function",
-             "function": {"name": name, "arguments": text}}
-            for name, text, _ in _arguments(turn)
+            {"id": call.id or new_id("call"), "type": "function",
+             "function": {"name": call.name, "arguments": call.text}}
+            for call in _calls(turn)
         ]  # fmt: skip
         finish = "tool_calls" if calls else "stop"
         head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": model}
@@ -298,9 +318,10 @@ class Responses(Wire):
                           "role": "assistant",
                           "content": [{"type": "output_text", "text": turn.text,
                                        "annotations": []}]})  # fmt: skip
-        for name, text, _ in _arguments(turn):
-            items.append({"type": "function_call", "id": new_id("fc"), "call_id": new_id("call"),
-                          "name": name, "arguments": text, "status": "completed"})  # fmt: skip
+        for call in _calls(turn):
+            items.append({"type": "function_call", "id": new_id("fc"),
+                          "call_id": call.id or new_id("call"), "name": call.name,
+                          "arguments": call.text, "status": "completed"})  # fmt: skip
         response = {
             "id": new_id("resp"),
             "object": "response",
@@ -399,8 +420,7 @@ class Gemini(Wire):
             "cachedContentTokenCount": u.cache_read_tokens,
         }
         parts: list[dict[str, Any]] = [] if turn.text is None else [{"text": turn.text}]
-        parts += [{"functionCall": {"name": name, "args": args}} for name, _, args in
-                  _arguments(turn)]  # fmt: skip
+        parts += [{"functionCall": {"name": c.name, "args": c.arguments}} for c in _calls(turn)]
         head = {"modelVersion": model, "responseId": new_id("resp")}
         whole = {
             "candidates": [{"content": {"role": "model", "parts": parts},

@@ -38,7 +38,13 @@ class Usage(Record):
 
 class ScriptedToolCall(Record):
     name: str = Field(min_length=1, description="the tool's name as the CLI offers it")
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: dict[str, Any] | str = Field(
+        default_factory=dict,
+        description="a string is sent verbatim as the arguments' JSON text (a malformed "
+        "call) where the protocol carries text (OpenAI's); as an object where it carries "
+        "one (parsed, or {} when it is not JSON)",
+    )
+    id: str | None = Field(default=None, description="the call's id (default: a fresh one)")
 
 
 class ScriptedError(Record):

@@ -326,3 +326,15 @@ def test_cli_serves_the_script_and_says_where(tmp_path: Path, fleet_env: dict[st
     refused = run_cli("model-server", "--script", str(script), env=fleet_env)
     assert refused.returncode == 2
     assert f"{script}:2:" in refused.stderr and "either an error or an answer" in refused.stderr
+
+
+def test_a_call_with_its_own_id_and_malformed_arguments_is_sent_as_written() -> None:
+    broken = ScriptedToolCall(name="Bash", arguments='{"command": "ls"', id="call_fixed")
+    with ModelServer(ModelScript(turns=[Turn(tool_calls=[broken])])) as server:
+        chat = httpx.post(f"{server.base_url}/v1/chat/completions", json=chat_body(False))
+        call = chat.json()["choices"][0]["message"]["tool_calls"][0]
+        assert call["id"] == "call_fixed" and call["function"]["arguments"] == '{"command": "ls"'
+        # Anthropic carries an object: what cannot be parsed is empty.
+        body = {"messages": anthropic_history(), "tools": TOOLS}
+        block = httpx.post(f"{server.base_url}/v1/messages", json=body).json()["content"][0]
+        assert (block["id"], block["input"]) == ("call_fixed", {})
