@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from core.matrix import Matrix
 from core.modelserver import ModelScript, ModelServer, load_model_script
 from scheduler.cli.context import USAGE_ERROR, err
 from scheduler.validation import validate as check
@@ -42,22 +43,29 @@ def preflight(matrix_file: str, script_file: Path | None) -> None:
       scheduler preflight examples/matrix.yaml
       scheduler preflight matrix.yaml --script turns.yaml
     """
-    matrix = check(matrix_file).matrix
+    if not run_preflight(check(matrix_file).matrix, script_file):
+        sys.exit(USAGE_ERROR)
+
+
+def run_preflight(matrix: Matrix, script_file: Path | None, *, aside: bool = False) -> bool:
+    """Preflight `matrix` and print its table (on stderr when `aside`: `submit
+    --preflight`, whose stdout is the report's) and its problems; whether it is sound."""
     script = load_model_script(script_file) if script_file is not None else ModelScript()
     with ModelServer(script) as server:
         cells = check_cells(matrix, server)
-    click.echo(_table(cells))
+    click.echo(_table(cells), err=aside)
     spends = [c.spend_usd for c in cells]
     known = sum(s for s in spends if s is not None)
     unknown = sum(s is None for s in spends)
     click.echo(f"estimated spend of the experiment: ${known:.4f} at the scripted tokens"
-               + (f" ({unknown} cells with no known price)" if unknown else ""))  # fmt: skip
+               + (f" ({unknown} cells with no known price)" if unknown else ""),
+               err=aside)  # fmt: skip
     problems = _grouped(cells)
     for problem in problems:
         err.print(problem, markup=False, soft_wrap=True, highlight=False)
     if problems:
         err.print(f"{len(problems)} problem(s): the experiment is not sound yet")
-        sys.exit(USAGE_ERROR)
+    return not problems
 
 
 def _grouped(cells: list[CellCheck]) -> list[str]:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import click
 
 from scheduler.cli.context import (
+    USAGE_ERROR,
     CLIContext,
     broker_option,
     budget_option,
@@ -21,6 +22,7 @@ from scheduler.cli.context import (
     wait_option,
     workers_option,
 )
+from scheduler.cli.preflight import run_preflight
 from scheduler.experiments import evidence_blobs, iter_runs
 from scheduler.plan import new_experiment_id
 from scheduler.report.render import render
@@ -55,6 +57,12 @@ from scheduler.validation import prepare
     "budget.agent_usd: runs that do not fit are recorded not_run."
 )
 @nonfinite_option
+@click.option(
+    "--preflight",
+    "first_preflight",
+    is_flag=True,
+    help="First run `scheduler preflight` (its table on stderr); send nothing unless sound.",
+)
 @pass_cli
 def submit(
     cli: CLIContext,
@@ -63,6 +71,7 @@ def submit(
     keep_workspaces: bool,
     artifacts: str | None,
     budget: float | None,
+    first_preflight: bool,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
 
@@ -77,10 +86,13 @@ def submit(
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
       scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
       scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
+      scheduler submit matrix.yaml --preflight      # each tier x scenario tried first
     """
     checked = prepare(
         matrix_file, budget=budget, keep_workspaces=keep_workspaces, artifacts=artifacts
     )
+    if first_preflight and not run_preflight(checked.matrix, None, aside=True):
+        sys.exit(USAGE_ERROR)
     if as_json:
         cli.fmt = "json"
     fleet = cli.fleet(create=True)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from core.store import Store
+from tests.conftest import ROOT, StartWorker, run_cli
 
 REFUSES = """echo "error: unexpected argument '--full-auto' found" >&2; exit 2"""
 
 
-def write_matrix(folder: Path, broken: bool) -> Path:
+def write_matrix(folder: Path, broken: bool, judged: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
     reference = "printf bye > out.txt" if broken else "printf hello > out.txt"
     vacuous = "true" if broken else "test -s out.txt"
     key = "PREFLIGHT_UNSET_JUDGE_KEY" if broken else "PREFLIGHT_SET_JUDGE_KEY"
@@ -39,7 +41,7 @@ scenarios:
     reference: printf hello > out.txt
     evaluation:
       gates: [{{type: file_exists, path: out.txt}}]
-      judge: {{enabled: true, rubric: rubric.yaml}}
+      judge: {{enabled: {str(judged).lower()}, rubric: rubric.yaml}}
 judge: {{api_key_env: {key}}}
 pricing: {{m: {{input: 1.0, output: 2.0}}}}
 """)
@@ -132,3 +134,23 @@ pricing: {m: {input: 1.0, output: 10.0}}
     assert row[:6] == ["loop", "write", "-", "completed", "events-jsonl", "1/1"]
     # (2500 x $1 + 110 x $10) / 1M per run, 4 runs
     assert row[-1] == "$0.0144"
+
+
+@pytest.mark.integration
+def test_submit_preflight_sends_nothing_unless_sound(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    broken = write_matrix(tmp_path / "broken", broken=True)
+    before = {e.id for e in store.experiments.all()}
+    refused = run_cli("submit", str(broken), "--preflight", "--wait", "--json", env=fleet_env)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "4 problem(s): the experiment is not sound yet" in refused.stderr
+    assert {e.id for e in store.experiments.all()} == before  # nothing was sent
+
+    sound = write_matrix(tmp_path / "sound", broken=False, judged=False)
+    start_worker(concurrency=2)
+    sent = run_cli("submit", str(sound), "--preflight", "--wait", "--json", env=fleet_env)
+    # The preflight's table went to stderr, the report alone to stdout.
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stderr.splitlines()[0].split()[:2] == ["tier", "scenario"]
+    assert json.loads(sent.stdout)["experiment"]["name"] == "preflight"
