@@ -3,11 +3,12 @@ experiment spends anything.
 
 Each cell runs as a worker would run it (its workspace prepared, its setup, its real
 command line and environment, its transcript parser and gates), with the model
-answered by the scripted model server; the judge is not called (only its key is
-looked for). Two more runs of the workspace check the scenario itself: with no agent
-at all its gates must not all pass (else they check nothing), and with its
-`reference:` solution they must (else the task is broken). Gates that read the
-transcript (`no_transcript_errors`) are left out of those two: there is no transcript.
+answered by the scripted model server (or, `--live`, by the real providers); the
+judge is called only with `--judge` (else only its key is looked for). Two more
+runs of the workspace check the scenario itself: with no agent at all its gates
+must not all pass (else they check nothing), and with its `reference:` solution
+they must (else the task is broken). Gates that read the transcript
+(`no_transcript_errors`) are left out of those two: there is no transcript.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from core.evaluation.shell import run_shell
 from core.matrix import Gate, Matrix, Scenario, Tier
 from core.modelserver import ModelServer
 from core.results.record import Record
-from core.results.run import GATES_FAILED, RunSpec, RunStatus
+from core.results.run import GATES_FAILED, JudgeResult, RunSpec, RunStatus
 from worker.docker_sandbox import agent_container
 from worker.run import agent_env, run_agent
 from worker.workspace import RunDir, prepare, run_setup
@@ -51,11 +52,17 @@ class CellCheck(Record):
     problems: list[str]
 
 
-def preflight(matrix: Matrix, server: ModelServer) -> list[CellCheck]:
+def preflight(
+    matrix: Matrix, server: ModelServer | None, *, judge: bool = False
+) -> list[CellCheck]:
     """Every tier x scenario of `matrix` checked once, its model calls answered by
-    `server` (already serving)."""
-    pointed = _pointed_at(_without_judges(matrix), server)
-    with _scripted_environment(matrix, server):
+    `server` (already serving), or by the real providers when it is None (`--live`:
+    real keys, real spend). `judge`: a judged run's judge is called for real."""
+    pointed = matrix if judge else _without_judges(matrix)
+    scripted = contextlib.nullcontext() if server is None else _scripted_environment(matrix, server)
+    if server is not None:
+        pointed = _pointed_at(pointed, server)
+    with scripted:
         return [
             _check(matrix, pointed, tier, scenario)
             for tier in matrix.tiers
@@ -70,6 +77,7 @@ def _check(original: Matrix, matrix: Matrix, tier: Tier, scenario: Scenario) -> 
                    tier=tier.id, scenario=scenario.id, run_index=0)  # fmt: skip
     cli = "-"
     run, transcript, gates, spend = "not run", "-", "-", None
+    judged: JudgeResult | None = None
     try:
         with _prepared(matrix, spec) as (run_dir, env):
             if agent.cli is not None:
@@ -92,11 +100,18 @@ def _check(original: Matrix, matrix: Matrix, tier: Tier, scenario: Scenario) -> 
         transcript = "unrecognised" if result.transcript_unrecognised else (
             result.transcript_format or "-")  # fmt: skip
         gates = f"{result.gates_passed}/{result.gates_total}"
+        judged = result.judge
         if result.cost_usd is not None:
             spend = result.cost_usd * matrix.runs_for(scenario)
     vacuous = _vacuous(matrix, spec, scenario, problems)
     reference = _reference(matrix, spec, scenario, agent.timeout_s, problems)
     judge_key = _judge_key(original, scenario, problems)
+    if judged is not None and judge_key == "set":
+        if judged.error is not None:
+            problems.append(f"the judge failed: {judged.error}")
+            judge_key = "failed"
+        elif judged.weighted_score is not None:
+            judge_key = f"judged {judged.weighted_score:.2f}"
     return CellCheck(
         tier=tier.id, scenario=scenario.id, cli=cli, run=run, transcript=transcript,
         gates=gates, vacuous=vacuous, reference=reference, judge_key=judge_key,

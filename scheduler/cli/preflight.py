@@ -28,7 +28,13 @@ COLUMNS = ("tier", "scenario", "cli", "run", "transcript", "gates", "vacuous", "
     default=None,
     help='The model\'s turns, as for `scheduler model-server` (default: "done" at once).',
 )
-def preflight(matrix_file: str, script_file: Path | None) -> None:
+@click.option(
+    "--live",
+    is_flag=True,
+    help="The real providers answer instead (real keys, real spend: one run per cell).",
+)
+@click.option("--judge", is_flag=True, help="Call each judged run's judge for real.")
+def preflight(matrix_file: str, script_file: Path | None, live: bool, judge: bool) -> None:
     """Run each tier x scenario once on this machine, the model answered by the
     scripted model server (no cost), and check the scenarios themselves.
 
@@ -43,21 +49,34 @@ def preflight(matrix_file: str, script_file: Path | None) -> None:
       scheduler preflight examples/matrix.yaml
       scheduler preflight matrix.yaml --script turns.yaml
     """
-    if not run_preflight(check(matrix_file).matrix, script_file):
+    if live and script_file is not None:
+        raise click.UsageError("--live and --script exclude each other")
+    if not run_preflight(check(matrix_file).matrix, script_file, live=live, judge=judge):
         sys.exit(USAGE_ERROR)
 
 
-def run_preflight(matrix: Matrix, script_file: Path | None, *, aside: bool = False) -> bool:
+def run_preflight(
+    matrix: Matrix,
+    script_file: Path | None,
+    *,
+    aside: bool = False,
+    live: bool = False,
+    judge: bool = False,
+) -> bool:
     """Preflight `matrix` and print its table (on stderr when `aside`: `submit
     --preflight`, whose stdout is the report's) and its problems; whether it is sound."""
-    script = load_model_script(script_file) if script_file is not None else ModelScript()
-    with ModelServer(script) as server:
-        cells = check_cells(matrix, server)
+    if live:
+        cells = check_cells(matrix, None, judge=judge)
+    else:
+        script = load_model_script(script_file) if script_file is not None else ModelScript()
+        with ModelServer(script) as server:
+            cells = check_cells(matrix, server, judge=judge)
     click.echo(_table(cells), err=aside)
     spends = [c.spend_usd for c in cells]
     known = sum(s for s in spends if s is not None)
     unknown = sum(s is None for s in spends)
-    click.echo(f"estimated spend of the experiment: ${known:.4f} at the scripted tokens"
+    tokens = "this preflight's" if live else "the scripted"
+    click.echo(f"estimated spend of the experiment: ${known:.4f} at {tokens} tokens"
                + (f" ({unknown} cells with no known price)" if unknown else ""),
                err=aside)  # fmt: skip
     problems = _grouped(cells)

@@ -10,11 +10,14 @@ import pytest
 
 from core.store import Store
 from tests.conftest import ROOT, StartWorker, run_cli
+from tests.support.llm_stub import LLMStub, scripted_judge
 
 REFUSES = """echo "error: unexpected argument '--full-auto' found" >&2; exit 2"""
 
 
-def write_matrix(folder: Path, broken: bool, judged: bool = True) -> Path:
+def write_matrix(
+    folder: Path, broken: bool, judged: bool = True, judge_url: str = "https://api.invalid/v1"
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     reference = "printf bye > out.txt" if broken else "printf hello > out.txt"
     vacuous = "true" if broken else "test -s out.txt"
@@ -37,12 +40,12 @@ scenarios:
     prompt: Write anything to out.txt.
     evaluation: {{gates: [{{type: command_succeeds, command: "{vacuous}"}}]}}
   - id: judged
-    prompt: Write hello to out.txt.
+    prompt: Write hello to out.txt (JUDGED-MARK).
     reference: printf hello > out.txt
     evaluation:
       gates: [{{type: file_exists, path: out.txt}}]
       judge: {{enabled: {str(judged).lower()}, rubric: rubric.yaml}}
-judge: {{api_key_env: {key}}}
+judge: {{api_key_env: {key}, base_url: "{judge_url}", model: j}}
 pricing: {{m: {{input: 1.0, output: 2.0}}}}
 """)
     (folder / "rubric.yaml").write_text(
@@ -154,3 +157,25 @@ def test_submit_preflight_sends_nothing_unless_sound(
     assert sent.returncode == 0, sent.stderr
     assert sent.stderr.splitlines()[0].split()[:2] == ["tier", "scenario"]
     assert json.loads(sent.stdout)["experiment"]["name"] == "preflight"
+
+
+@pytest.mark.integration
+def test_judge_calls_the_judge_and_live_uses_no_scripted_server(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    with LLMStub([scripted_judge({"JUDGED-MARK": [0.8]})]) as judge:
+        matrix = write_matrix(tmp_path, broken=False, judge_url=judge.base_url)
+        env = {**fleet_env, "PREFLIGHT_SET_JUDGE_KEY": "k"}
+        judged = run_cli("preflight", str(matrix), "--judge", env=env)
+        assert judged.returncode == 0, judged.stderr
+        rows = {tuple(line.split()[:2]): line for line in judged.stdout.splitlines()}
+        assert "judged 0.80" in rows[("writes", "judged")]
+        assert len(judge.requests) == 1  # the judged scenario's run only
+        without = run_cli("preflight", str(matrix), env=env)
+        assert len(judge.requests) == 1 and without.returncode == 0
+
+    live = run_cli("preflight", str(matrix), "--live", env=env)
+    assert live.returncode == 0, live.stderr
+    assert "at this preflight's tokens" in live.stdout
+    both = run_cli("preflight", str(matrix), "--live", "--script", str(matrix), env=env)
+    assert both.returncode == 2 and "exclude each other" in both.stderr
