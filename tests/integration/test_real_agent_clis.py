@@ -199,3 +199,42 @@ scenarios:
     assert failed.status == RunStatus.infra_error and failed.outage, failed.fail_reason
     assert failed.attempts == 2 and failed.gates == []
     assert failed.fail_reason is not None and "401" in failed.fail_reason
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES, ids=[c.preset for c in CASES])
+def test_each_real_clis_report_of_a_refused_key_is_an_outage_not_a_failed_run(
+    case: Case,
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """A 401 from the server, as each real CLI reports it (none retries one): the run is
+    an infrastructure error, counted apart, never scored as the agent's failure."""
+    binary = Path(cli_path(case.cli))
+    with ModelServer(ModelScript(turns=[Turn(error=ScriptedError(status=401))])) as server:
+        tier_env = {"PATH": f"{binary.parent}:${{PATH}}",
+                    case.base_url_env: server.base_url + case.base_url_path}  # fmt: skip
+        key_env = ", api_key_env: ANTHROPIC_API_KEY" if case.preset == "opencode" else ""
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: real-401-{case.preset}
+runs_per_tier: 1
+max_attempts: 1
+agent: {{preset: {case.preset}, model: {case.model}, timeout_s: 120{key_env},
+         env: {json.dumps({**tier_env, "CLAUDE_CODE_MAX_RETRIES": "0"})}}}
+tiers: [{{id: {case.preset}}}]
+scenarios:
+  - id: write
+    prompt: Create out.txt holding the word hello.
+    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
+""")
+        start_worker(extra_env={"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY,
+                                "GEMINI_API_KEY": KEY}, concurrency=1)  # fmt: skip
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert server.model_requests(), "the CLI never reached the server"
+    (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
+    assert run.status == RunStatus.infra_error and run.outage, (run.status, run.fail_reason)
+    assert run.fail_reason is not None and run.fail_reason.startswith("model provider outage: ")
+    assert submitted.returncode == 3
