@@ -238,3 +238,42 @@ scenarios:
     assert run.status == RunStatus.infra_error and run.outage, (run.status, run.fail_reason)
     assert run.fail_reason is not None and run.fail_reason.startswith("model provider outage: ")
     assert submitted.returncode == 3
+
+
+@pytest.mark.integration
+def test_real_opencode_through_an_openai_compatible_provider_streams_chat_completions(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """OpenCode's provider for any OpenAI-compatible endpoint (a gateway, vLLM, the
+    scripted server): streamed Chat Completions, its usage chunk read for the tokens."""
+    binary = Path(cli_path("opencode"))
+    with ModelServer(script_for(CASES[3])) as server:
+        provider = {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                    "options": {"baseURL": f"{server.base_url}/v1", "apiKey": KEY},
+                    "models": {"m": {"name": "m"}}}  # fmt: skip
+        config = json.dumps({"provider": {"scripted": provider}})
+        env = {"PATH": f"{binary.parent}:${{PATH}}", "OPENCODE_CONFIG_CONTENT": config}
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: real-opencode-chat
+runs_per_tier: 1
+agent: {{preset: opencode, model: scripted/m, timeout_s: 180, env: {json.dumps(env)}}}
+tiers: [{{id: opencode}}]
+scenarios:
+  - id: write
+    prompt: Create out.txt holding the word hello.
+    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
+""")
+        start_worker(concurrency=1)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        served = [r for r in server.model_requests() if r.body and r.body.get("tools")]
+    assert submitted.returncode == 0, submitted.stderr
+    (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
+    assert run.status == RunStatus.completed and run.passed, run.fail_reason
+    assert [(r.protocol, r.stream, r.turn) for r in served] == [
+        ("openai-chat", True, 0), ("openai-chat", True, 1)
+    ]  # fmt: skip
+    assert (run.input_tokens, run.output_tokens, len(run.llm_calls)) == (2200, 60, 2)
