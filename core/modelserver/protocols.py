@@ -149,11 +149,14 @@ class Anthropic(Wire):
 
     def reply(self, turn: Turn, model: str, stream: bool, new_id: NewId) -> Answer:
         blocks: list[dict[str, Any]] = []
+        texts: list[str] = []  # each block's streamed text: a call's arguments as written
         if turn.text is not None:
             blocks.append({"type": "text", "text": turn.text})
+            texts.append(turn.text)
         for call in _calls(turn):
             blocks.append({"type": "tool_use", "id": call.id or new_id("toolu"),
                            "name": call.name, "input": call.arguments})  # fmt: skip
+            texts.append(call.text)
         u = turn.usage
         usage = {
             "input_tokens": u.input_tokens,
@@ -180,14 +183,14 @@ class Anthropic(Wire):
         events: list[tuple[str | None, dict[str, Any]]] = [
             ("message_start", {"type": "message_start", "message": start})
         ]
-        for index, block in enumerate(blocks):
+        for index, (block, text) in enumerate(zip(blocks, texts, strict=True)):
             opened: dict[str, Any]
             if block["type"] == "text":
                 opened = {"type": "text", "text": ""}
-                delta = {"type": "text_delta", "text": block["text"]}
+                delta = {"type": "text_delta", "text": text}
             else:
                 opened = {**block, "input": {}}
-                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                delta = {"type": "input_json_delta", "partial_json": text}
             events += [
                 ("content_block_start",
                  {"type": "content_block_start", "index": index, "content_block": opened}),
