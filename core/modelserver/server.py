@@ -212,7 +212,7 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self._send(Answer(404, b'{"error": {"message": "not found"}}'))
 
         def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            raw = self._body()
             try:
                 body = json.loads(raw) if raw else None
             except json.JSONDecodeError:
@@ -240,6 +240,18 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             if turn.delay_s and server._stopping.wait(turn.delay_s):
                 return
             self._send(answer)
+
+        def _body(self) -> bytes:
+            if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            # A client that streams its request (chunked) says no length up front.
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline().strip():  # trailers, up to the blank line
+                pass
+            return b"".join(chunks)
 
         def _headers(self) -> dict[str, str]:
             return {

@@ -338,3 +338,17 @@ def test_a_call_with_its_own_id_and_malformed_arguments_is_sent_as_written() -> 
         body = {"messages": anthropic_history(), "tools": TOOLS}
         block = httpx.post(f"{server.base_url}/v1/messages", json=body).json()["content"][0]
         assert (block["id"], block["input"]) == ("call_fixed", {})
+
+
+def test_a_chunked_request_body_is_read_and_the_connection_kept(server: ModelServer) -> None:
+    body = json.dumps({"model": "m", "messages": anthropic_history(), "tools": TOOLS}).encode()
+
+    def chunks() -> Iterator[bytes]:
+        yield body[:10]
+        yield body[10:]
+
+    with httpx.Client() as client:
+        first = client.post(f"{server.base_url}/v1/messages", content=chunks())
+        second = client.post(f"{server.base_url}/v1/messages", content=chunks())
+    assert first.json()["content"][1]["name"] == "Bash"
+    assert second.status_code == 200 and server.model_requests()[1].body == json.loads(body)
