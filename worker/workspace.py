@@ -110,10 +110,13 @@ _XDG = {
 
 
 def own_home(run_dir: RunDir, preset: AgentPreset) -> dict[str, str]:
-    """A home of the run's own for a preset's CLI, its XDG folders inside, with the
-    preset's `home_files` written: the variables that point the CLI there. Whatever a
-    CLI keeps (logins, settings, sessions, caches) stays with the run and goes with it."""
-    env = {"HOME": str(run_dir.home)}
+    """A home of the run's own for a preset's CLI, its XDG folders and its TMPDIR
+    inside, with the preset's `home_files` written: the variables that point the CLI
+    there. Whatever a CLI keeps (logins, settings, sessions, caches, temporary files)
+    stays with the run and goes with it. The home must not be under TMPDIR: Codex
+    then refuses to make its sandbox helper, and every command it runs fails."""
+    env = {"HOME": str(run_dir.home), "TMPDIR": str(run_dir.home / ".tmp")}
+    (run_dir.home / ".tmp").mkdir(parents=True, exist_ok=True)
     for name, folder in _XDG.items():
         (run_dir.home / folder).mkdir(parents=True, exist_ok=True)
         env[name] = str(run_dir.home / folder)

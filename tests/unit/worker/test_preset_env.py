@@ -48,6 +48,8 @@ def test_claude_code_runs_as_root_in_its_own_home(tmp_path: Path) -> None:
     assert env["HOME"] == str(run_dir.home) and run_dir.home.is_dir()
     assert env["XDG_CONFIG_HOME"] == str(run_dir.home / ".config")
     assert Path(env["XDG_CACHE_HOME"]).is_dir()
+    # Its own temporary folder, and the home not under it (Codex's sandbox needs that).
+    assert Path(env["TMPDIR"]).is_dir() and not run_dir.home.is_relative_to(env["TMPDIR"])
     # Beside the workspace, not in it: the CLI's state is not the agent's work.
     assert not run_dir.home.is_relative_to(run_dir.workspace)
     # Its provider's base URL passes through from the worker; another provider's does not.
