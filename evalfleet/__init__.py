@@ -28,6 +28,7 @@ from core.errors import (
     WorkersDied,
 )
 from core.matrix import Matrix, load_matrix
+from core.modelserver import ModelScript, ModelServer, load_model_script
 from core.results.report import ExperimentComparison, ExperimentInfo, ExperimentReport
 from core.results.run import RunResult, RunStatus
 from scheduler.deletion import Doomed, Expired, deletable, delete, expired
@@ -65,6 +66,8 @@ __all__ = [
     "Listed",
     "LoadedRun",
     "Matrix",
+    "ModelScript",
+    "ModelServer",
     "NewVersion",
     "RunResult",
     "RunStatus",
@@ -79,6 +82,7 @@ __all__ = [
     "iter_runs",
     "list_experiments",
     "load_matrix",
+    "load_model_script",
     "load_report",
     "load_run",
     "prepare",

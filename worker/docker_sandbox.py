@@ -11,8 +11,9 @@ commands and removed once the gates have run:
   worker's to read and delete), or `nobody` owning the workspace when the worker
   runs as root;
 - the environment contract (PROMPT, PROMPT_FILE, EVALFLEET_*, the agent's `env:`,
-  whose `${VAR}` build on the image's variables) plus only the worker variables
-  named in `pass_env`: never the worker's environment or its broker URL;
+  whose `${VAR}` build on the image's variables, a preset's variables) plus only the
+  worker variables named in `pass_env` and a preset's base URL variable: never the
+  worker's environment or its broker URL;
 - `network: none` (default: not even loopback to the host) or `bridge`; `cpus`,
   `memory_mb` (no swap beyond it) and `pids` limits; no capabilities and no
   privilege gain (setuid binaries do nothing).
@@ -130,8 +131,12 @@ def container_env(
     variables instead of the worker's."""
     assert agent.docker is not None
     env = {"HOME": "/tmp"}
-    passed = [*agent.docker.pass_env, *agent.pass_env]
+    preset = agent.preset_spec
+    # A preset's provider base URL passes into its container as into an unconfined run.
+    passed = [*agent.docker.pass_env, *agent.pass_env, *(preset.base_url_env if preset else ())]
     env.update({name: os.environ[name] for name in passed if name in os.environ})
+    if preset is not None:
+        env.update(preset.env)
     env.update({k: v for k, v in run_env.items() if k.startswith("EVALFLEET_") or k == "PROMPT"})
     env.update({"PROMPT_FILE": PROMPT_FILE, "EVALFLEET_EVENTS": EVENTS_FILE})
     base = {**image_env, **env}

@@ -31,10 +31,13 @@ KEPT_PREFIXES = ("LC_",)
 
 def inherited(agent: AgentConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of the worker's `environ` an agent gets (README, "matrix.yaml"):
-    KEPT and locale ones, its API key variable (`api_key_env`, which a preset fills)
-    and those the matrix names in `pass_env`. A secret of the job that started the
-    worker (a CI runner's cloud credentials) reaches no agent unless named."""
+    KEPT and locale ones, its API key variable (`api_key_env`, which a preset fills),
+    a preset's base URL variables and those the matrix names in `pass_env`. A secret of
+    the job that started the worker (a CI runner's cloud credentials) reaches no agent
+    unless named."""
     named = {*agent.pass_env, *([agent.api_key_env] if agent.api_key_env else [])}
+    if agent.preset_spec is not None:
+        named.update(agent.preset_spec.base_url_env)
     return {
         name: value
         for name, value in environ.items()

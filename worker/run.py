@@ -58,7 +58,7 @@ from worker.files import local_matrix
 from worker.heartbeat import Lease, holder_died_here
 from worker.phase_clock import PhaseClock
 from worker.run_records import end_delivery, keep_evidence
-from worker.workspace import MARKER, RunDir, clear_dead_deliveries, prepare, run_setup
+from worker.workspace import MARKER, RunDir, clear_dead_deliveries, own_home, prepare, run_setup
 
 Phase = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -286,7 +286,7 @@ def _run(
             agent = matrix.agent_for(tier)
             container = containers.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
-            outcome = _run_agent(matrix, spec, run_dir, prompt, env, container)
+            outcome = run_agent(matrix, spec, run_dir, prompt, env, container)
         except SetupError as exc:  # setup commands, or the agent's sandbox
             return error_result(spec, str(exc), 1, started), None
         outcome = outcome.model_copy(
@@ -354,7 +354,7 @@ def _archive(
     return None
 
 
-def _run_agent(
+def run_agent(
     matrix: Matrix,
     spec: RunSpec,
     run_dir: RunDir,
@@ -376,9 +376,13 @@ def _run_agent(
 
 def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:
     """The agent's environment (README, "matrix.yaml"): what it inherits of the worker's
-    (worker.environ.inherited), the run's variables and the agent's `env:`."""
+    (worker.environ.inherited), a preset's home and variables, the run's variables and
+    the agent's `env:`."""
     agent = matrix.agent_for(matrix.tier(spec.tier))
     env = inherited(agent, os.environ)
+    if agent.preset_spec is not None:
+        env.update(own_home(run_dir, agent.preset_spec))
+        env.update(agent.preset_spec.env)
     env.update(
         {
             "EVALFLEET_MATRIX_DIR": str(matrix.base_dir or ""),

@@ -2,9 +2,9 @@
 
 The agent sees the host's file system read-only, a private /tmp and /dev, no
 network (a fresh network namespace with only loopback), its own PID, IPC and
-UTS namespaces, and exactly two writable paths: its workspace and its events
-file. bwrap dies with its parent, and the run's process-group kill reaches the
-jail too. Setup commands and gates are the matrix author's and run unsandboxed.
+UTS namespaces, and only its workspace, its events file and (a preset's CLI) its
+own home writable. bwrap dies with its parent, and the run's process-group kill
+reaches the jail too. Setup commands and gates are the matrix author's and run unsandboxed.
 
 bubblewrap comes from the distribution (`apt-get install bubblewrap`); it needs
 unprivileged user namespaces or root. A worker without it records the run as an
@@ -32,6 +32,8 @@ def sandbox_argv(sandbox: Literal["none", "bwrap"], run_dir: RunDir) -> list[str
         )
     workspace, events = str(run_dir.workspace), str(run_dir.events_file)
     run_dir.events_file.touch()  # a bind mount needs the file to exist
+    # A preset CLI's own home (worker.workspace.own_home) is its to write.
+    home = ["--bind", str(run_dir.home), str(run_dir.home)] if run_dir.home.is_dir() else []
     return [
         binary,
         "--ro-bind", "/", "/",
@@ -41,6 +43,7 @@ def sandbox_argv(sandbox: Literal["none", "bwrap"], run_dir: RunDir) -> list[str
         # After the /tmp tmpfs: a work root under /tmp must show through it.
         "--bind", workspace, workspace,
         "--bind", events, events,
+        *home,
         "--unshare-all",
         "--die-with-parent",
         "--chdir", workspace,

@@ -34,11 +34,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 from core.errors import SetupError
 from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
-from core.matrix import Scenario, Tier
+from core.matrix import AgentPreset, Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
 # the delivery's folder name: what it left running is found by it.
@@ -74,6 +73,11 @@ class RunDir:
     def events_file(self) -> Path:
         return self.root / "events.jsonl"
 
+    @property
+    def home(self) -> Path:
+        """A preset CLI's home, beside the workspace: its state is not the agent's work."""
+        return self.root / "home"
+
     def events_text(self) -> str | None:
         try:
             return self.events_file.read_text(encoding="utf-8", errors="replace")
@@ -97,11 +101,44 @@ class RunDir:
             os.close(self.lock)
 
 
+_XDG = {
+    "XDG_CONFIG_HOME": ".config",
+    "XDG_DATA_HOME": ".local/share",
+    "XDG_STATE_HOME": ".local/state",
+    "XDG_CACHE_HOME": ".cache",
+}
+
+
+def own_home(run_dir: RunDir, preset: AgentPreset) -> dict[str, str]:
+    """A home of the run's own for a preset's CLI, its XDG folders and its TMPDIR
+    inside, with the preset's `home_files` written: the variables that point the CLI
+    there. Whatever a CLI keeps (logins, settings, sessions, caches, temporary files)
+    stays with the run and goes with it. The home must not be under TMPDIR: Codex
+    then refuses to make its sandbox helper, and every command it runs fails."""
+    env = {"HOME": str(run_dir.home), "TMPDIR": str(run_dir.home / ".tmp")}
+    (run_dir.home / ".tmp").mkdir(parents=True, exist_ok=True)
+    for name, folder in _XDG.items():
+        (run_dir.home / folder).mkdir(parents=True, exist_ok=True)
+        env[name] = str(run_dir.home / folder)
+    for relative, text in preset.home_files.items():
+        target = run_dir.home / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return env
+
+
+_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-")
+
+
 def folder_name(run_id: str) -> str:
-    """A new delivery's folder: distinct runs never share a name (percent-encoding
-    is one-to-one and leaves no `+`), nor do two deliveries of one run (48 random
-    bits; two that drew the same would wait for each other's lock, not share)."""
-    return f"{quote(run_id, safe='')}+{uuid.uuid4().hex[:12]}"
+    """A new delivery's folder: distinct runs never share a name (each byte but
+    letters, digits, `.` and `-` written `_XX`, which is one-to-one and leaves no
+    `+`), nor do two deliveries of one run (48 random bits; two that drew the same
+    would wait for each other's lock, not share). No `%` and no `:`: OpenCode 1.18
+    URL-decodes its working directory's path and then works in one that does not
+    exist."""
+    name = "".join(chr(b) if b in _PLAIN else f"_{b:02X}" for b in run_id.encode())
+    return f"{name}+{uuid.uuid4().hex[:12]}"
 
 
 def prepare(run_id: str, tier: Tier, scenario: Scenario, prompt: str) -> RunDir:

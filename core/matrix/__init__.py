@@ -27,12 +27,13 @@ from core.matrix.judging import (
 )
 from core.matrix.loading import load_matrix, load_rubric
 from core.matrix.matrix import Matrix, matrix_json_schema
+from core.matrix.presets import AgentPreset
 from core.matrix.scenario import ExpectedStep, ProcessConfig, Scenario, Target
 from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, ReportOptions, Scoring
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
 from core.matrix.tier import Tier
-from core.matrix.yaml_model import ConfigProblem, problem_at
+from core.matrix.yaml_model import ConfigProblem, load_yaml_model, problem_at
 
 __all__ = [
     "DEFAULT_GRADES",
@@ -40,6 +41,7 @@ __all__ = [
     "AdaptiveRuns",
     "AgentConfig",
     "AgentOverride",
+    "AgentPreset",
     "Artifacts",
     "Budget",
     "BundleConfig",
@@ -77,6 +79,7 @@ __all__ = [
     "WorkspaceArchive",
     "load_matrix",
     "load_rubric",
+    "load_yaml_model",
     "matrix_json_schema",
     "problem_at",
 ]

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from core.matrix.fields import FilePath, Strict
-from core.matrix.presets import PRESETS, PresetName, preset_fields
+from core.matrix.presets import PRESETS, AgentPreset, PresetName, preset_fields
 
 TranscriptFormat = Literal[
     "events-jsonl",
@@ -134,6 +134,10 @@ class AgentConfig(Strict):
     def cli(self) -> str | None:
         """The executable a preset runs, which workers must have on PATH."""
         return PRESETS[self.preset].cli if self.preset is not None else None
+
+    @property
+    def preset_spec(self) -> AgentPreset | None:
+        return PRESETS[self.preset] if self.preset is not None else None
 
     @model_validator(mode="after")
     def _kind_needs(self) -> AgentConfig:

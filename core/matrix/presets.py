@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
@@ -15,6 +15,13 @@ class AgentPreset:
     one quoted word the shell never re-reads; `$(cat ...)` would drop trailing newlines),
     adds the model flag only when `model:` is set, and passes `permission_flags`, what
     an unattended run needs to edit files and run commands without asking.
+
+    Each run of a preset gets a home of its own in its run folder (worker.workspace.own_home):
+    the CLI's state, settings and sessions never reach another run or the worker's user.
+    `env` is set for the CLI (what it needs to run unattended, as root, in a container),
+    `home_files` are written into its fresh home, and the variables of `base_url_env`
+    pass through from the worker's environment, for a gateway or the scripted model
+    server.
     """
 
     cli: str  # the executable, looked for on PATH
@@ -22,6 +29,9 @@ class AgentPreset:
     transcript: str
     permission_flags: str
     api_key_env: str | None  # the provider key the CLI reads: redacted from results
+    base_url_env: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    home_files: dict[str, str] = field(default_factory=dict)
 
 
 PRESETS: dict[str, AgentPreset] = {
@@ -32,14 +42,30 @@ PRESETS: dict[str, AgentPreset] = {
         transcript="claude-stream-json",
         permission_flags="--dangerously-skip-permissions",
         api_key_env="ANTHROPIC_API_KEY",
+        base_url_env=("ANTHROPIC_BASE_URL",),
+        env={
+            # As root (containers, CI runners) Claude Code refuses
+            # --dangerously-skip-permissions unless told it runs in a sandbox.
+            "IS_SANDBOX": "1",
+            # No update, telemetry or error report mid-experiment: the model's API only.
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        },
     ),
     "codex": AgentPreset(
         cli="codex",
+        # Codex 0.169 reads no OPENAI_BASE_URL: a base URL becomes a provider of its
+        # own, which also keeps Codex from trying a WebSocket the server may not have.
         command="codex exec --json --skip-git-repo-check {permissions}"
-        ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} - < "$PROMPT_FILE"',
+        ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"}'
+        " ${OPENAI_BASE_URL:+-c model_provider=base-url -c"
+        ' "model_providers.base-url={name=\\"OpenAI\\", base_url=\\"$OPENAI_BASE_URL\\",'
+        ' env_key=\\"OPENAI_API_KEY\\"}"} - < "$PROMPT_FILE"',
         transcript="codex-exec-json",
-        permission_flags="--full-auto",
+        # --full-auto is gone from 0.169; exec never asks for approval.
+        permission_flags="--sandbox workspace-write",
         api_key_env="OPENAI_API_KEY",
+        base_url_env=("OPENAI_BASE_URL",),
     ),
     "gemini-cli": AgentPreset(
         cli="gemini",
@@ -48,6 +74,13 @@ PRESETS: dict[str, AgentPreset] = {
         transcript="gemini-stream-json",
         permission_flags="--yolo",
         api_key_env="GEMINI_API_KEY",
+        base_url_env=("GOOGLE_GEMINI_BASE_URL",),
+        # A workspace it has never seen is untrusted (--yolo falls back to asking), and
+        # with a base URL and no chosen auth type Gemini CLI 0.61 refuses to start.
+        env={"GEMINI_CLI_TRUST_WORKSPACE": "true"},
+        home_files={
+            ".gemini/settings.json": '{"security": {"auth": {"selectedType": "gemini-api-key"}}}\n'
+        },
     ),
     "opencode": AgentPreset(
         cli="opencode",
@@ -56,6 +89,8 @@ PRESETS: dict[str, AgentPreset] = {
         transcript="opencode-json",
         permission_flags="",
         api_key_env=None,
+        base_url_env=("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"),
+        env={"OPENCODE_DISABLE_AUTOUPDATE": "true"},
     ),
 }
 PresetName = Literal["claude-code", "codex", "gemini-cli", "opencode"]

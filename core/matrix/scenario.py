@@ -53,6 +53,11 @@ class Scenario(Strict):
         description="runs per tier of this scenario, instead of the matrix's runs_per_tier "
         "(a fixed count, also in an adaptive matrix)",
     )
+    reference: str | None = Field(
+        None,
+        description="a bash command that solves the task, run by `scheduler preflight` in "
+        "a prepared workspace instead of the agent: every gate must pass after it",
+    )
 
     @model_validator(mode="after")
     def _one_prompt(self) -> Scenario:

@@ -15,7 +15,18 @@ from types import FrameType
 
 import click
 
-from scheduler.cli import deletion, reading, report, running, show, validate, versions, worker
+from scheduler.cli import (
+    deletion,
+    model_server,
+    preflight,
+    reading,
+    report,
+    running,
+    show,
+    validate,
+    versions,
+    worker,
+)
 from scheduler.cli.context import Commands
 
 
@@ -37,6 +48,7 @@ def main() -> None:
 
 for command in (
     validate.validate,
+    preflight.preflight,
     validate.schema,
     running.submit,
     running.resume,
@@ -51,6 +63,7 @@ for command in (
     deletion.delete,
     deletion.prune,
     worker.worker,
+    model_server.model_server,
 ):
     main.add_command(command)
 

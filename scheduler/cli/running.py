@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import click
 
 from scheduler.cli.context import (
+    USAGE_ERROR,
     CLIContext,
     allow_missing_judge_key_option,
     broker_option,
@@ -23,6 +24,7 @@ from scheduler.cli.context import (
     wait_option,
     workers_option,
 )
+from scheduler.cli.preflight import run_preflight
 from scheduler.experiments import evidence_blobs, iter_runs
 from scheduler.plan import new_experiment_id
 from scheduler.report.render import render
@@ -58,6 +60,12 @@ from scheduler.validation import prepare
 )
 @allow_missing_judge_key_option
 @nonfinite_option
+@click.option(
+    "--preflight",
+    "first_preflight",
+    is_flag=True,
+    help="First run `scheduler preflight` (its table on stderr); send nothing unless sound.",
+)
 @pass_cli
 def submit(
     cli: CLIContext,
@@ -67,6 +75,7 @@ def submit(
     artifacts: str | None,
     budget: float | None,
     allow_missing_judge_key: bool,
+    first_preflight: bool,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
 
@@ -82,6 +91,7 @@ def submit(
       scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
       scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
       scheduler submit matrix.yaml --broker URL --allow-missing-judge-key  # workers hold the key
+      scheduler submit matrix.yaml --preflight      # each tier x scenario tried first
     """
     checked = prepare(
         matrix_file,
@@ -91,6 +101,8 @@ def submit(
         allow_missing_judge_key=allow_missing_judge_key,
     )
     print_warnings(checked.warnings)
+    if first_preflight and not run_preflight(checked.matrix, None, aside=True):
+        sys.exit(USAGE_ERROR)
     if as_json:
         cli.fmt = "json"
     fleet = cli.fleet(create=True)

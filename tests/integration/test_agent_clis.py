@@ -4,6 +4,12 @@ The presets' CLIs are stand-ins named like the real ones (tests.support.agent_cl
 they check the command line the preset built (flags, model, the prompt byte for byte)
 and replay a recorded real output of that CLI, so the real command line, the
 environment and the parser are all exercised.
+
+The real CLIs run in test_real_agent_clis (a real tool call, a 429 retried, a 401 of
+each). The stand-ins stay for what the real CLIs at their pinned versions cannot be
+driven to: the outputs of other versions (the fixtures' captures), an outage a CLI
+keeps retrying for minutes (Gemini CLI backs off a 429 over minutes), and a stream
+paced line by line to meet a spend limit mid-run.
 """
 
 from __future__ import annotations
@@ -183,7 +189,7 @@ scenarios: [{id: s, prompt: go}]
         agents = {tier.id: matrix.agent_for(tier) for tier in matrix.tiers}
         assert "--permission-mode acceptEdits" in (agents["claude"].command or "")
         assert (agents["codex"].command or "").startswith("codex exec --json")
-        assert "--full-auto" in (agents["codex"].command or "")
+        assert "--sandbox workspace-write" in (agents["codex"].command or "")
         assert (agents["codex"].transcript, agents["codex"].api_key_env) == (
             "codex-exec-json",
             "OPENAI_API_KEY",

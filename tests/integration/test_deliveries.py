@@ -264,6 +264,8 @@ def test_runs_and_deliveries_never_share_a_folder(
     # Tier `a_b` with scenario `c`, and tier `a` with scenario `b_c`.
     one, other = "exp:a_b:c:0", "exp:a:b_c:0"
     assert folder_name(one).rsplit("+", 1)[0] != folder_name(other).rsplit("+", 1)[0]
+    # A CLI that URL-decodes its working directory (OpenCode) finds it all the same.
+    assert folder_name(one).startswith("exp_3Aa_5Fb_3Ac_3A0+")
     first, second = (
         prepare(one, Tier(id="T0"), _scenario(), "go"),
         prepare(one, Tier(id="T0"), _scenario(), "go"),

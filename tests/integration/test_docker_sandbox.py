@@ -289,6 +289,19 @@ def test_the_container_env_is_the_run_contract_the_allow_list_and_env_over_the_i
     }
 
 
+def test_a_presets_container_gets_its_variables_and_its_base_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://gateway.internal")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://other.internal/v1")
+    agent = AgentConfig.model_validate(
+        {"preset": "claude-code", "sandbox": "docker", "docker": {"image": IMAGE}}
+    )
+    env = container_env(agent, {"PROMPT": "go"}, {})
+    assert env["ANTHROPIC_BASE_URL"] == "http://gateway.internal"
+    assert env["IS_SANDBOX"] == "1" and "OPENAI_BASE_URL" not in env
+
+
 def test_the_docker_example_is_the_example_with_only_the_sandbox_added() -> None:
     plain = yaml.safe_load((EXAMPLES / "matrix.yaml").read_text())
     boxed = yaml.safe_load((EXAMPLES / "matrix-docker.yaml").read_text())

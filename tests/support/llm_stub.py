@@ -1,5 +1,10 @@
 """A scripted OpenAI/Anthropic-compatible HTTP server on loopback, for tests.
 
+Its replies are rendered by the product's scripted model server (core.modelserver),
+whose turns follow each conversation; this stub adds what tests of failures need and
+the product does not do: steps taken strictly in order, replies computed from the
+request, raw statuses and bodies, bodies that are malformed, dribbled or endless.
+
     with LLMStub([reply(content="hi"), status(429, headers={"Retry-After": "1"})]) as stub:
         client_base_url = stub.base_url          # "http://127.0.0.1:PORT/v1"
         ...
@@ -40,6 +45,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
+
+from core.modelserver import ScriptedToolCall, Turn, Usage
+from core.modelserver.protocols import ANTHROPIC, CHAT, Wire
 
 
 @dataclass(frozen=True)
@@ -193,58 +201,31 @@ def _tool_call(call: ToolCall | dict[str, Any]) -> ToolCall:
     return ToolCall(name=call["name"], arguments=call.get("arguments", {}), id=call.get("id"))
 
 
-def _arguments_text(arguments: dict[str, Any] | str) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+def _rendered(wire: Wire) -> Callable[[ChatReply, itertools.count[int]], Any]:
+    """A reply in `wire`'s shape, rendered as the scripted model server renders its
+    turns (core.modelserver): one rendering of each protocol for the product and tests."""
+
+    def render(r: ChatReply, call_ids: itertools.count[int]) -> Any:
+        calls = [ScriptedToolCall(name=c.name, arguments=c.arguments, id=c.id)
+                 for c in r.tool_calls]  # fmt: skip
+        turn = Turn.model_construct(  # content and calls may both be empty, as the stub may
+            text=r.content, tool_calls=calls, error=None, delay_s=0.0,
+            usage=Usage(input_tokens=r.prompt_tokens, output_tokens=r.completion_tokens),
+        )  # fmt: skip
+        answer = wire.reply(turn, "stub", False, lambda prefix: f"{prefix}_{next(call_ids)}")
+        assert isinstance(answer.body, bytes)
+        body = json.loads(answer.body)
+        if r.finish_reason is not None:
+            if wire is CHAT:
+                body["choices"][0]["finish_reason"] = r.finish_reason
+            else:
+                body["stop_reason"] = r.finish_reason
+        return body
+
+    return render
 
 
-def _openai_body(r: ChatReply, call_ids: itertools.count[int]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": r.content}
-    if r.tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": c.id or f"call_{next(call_ids)}",
-                "type": "function",
-                "function": {
-                    "name": c.name,
-                    "arguments": _arguments_text(c.arguments),
-                },
-            }
-            for c in r.tool_calls
-        ]
-    finish = r.finish_reason or ("tool_calls" if r.tool_calls else "stop")
-    return {
-        "id": "chatcmpl-stub",
-        "object": "chat.completion",
-        "model": "stub",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {
-            "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.completion_tokens,
-            "total_tokens": r.prompt_tokens + r.completion_tokens,
-        },
-    }
-
-
-def _anthropic_body(r: ChatReply, call_ids: itertools.count[int]) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    if r.content is not None:
-        content.append({"type": "text", "text": r.content})
-    for c in r.tool_calls:
-        arguments = json.loads(c.arguments) if isinstance(c.arguments, str) else c.arguments
-        call_id = c.id or f"toolu_{next(call_ids)}"
-        content.append({"type": "tool_use", "id": call_id, "name": c.name, "input": arguments})
-    return {
-        "id": "msg_stub",
-        "type": "message",
-        "role": "assistant",
-        "model": "stub",
-        "content": content,
-        "stop_reason": r.finish_reason or ("tool_use" if r.tool_calls else "end_turn"),
-        "usage": {"input_tokens": r.prompt_tokens, "output_tokens": r.completion_tokens},
-    }
-
-
-_RENDERERS = {"/v1/chat/completions": _openai_body, "/v1/messages": _anthropic_body}
+_RENDERERS = {"/v1/chat/completions": _rendered(CHAT), "/v1/messages": _rendered(ANTHROPIC)}
 
 
 class LLMStub:

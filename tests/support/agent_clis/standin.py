@@ -32,7 +32,7 @@ CLIS = {
         "claude-stream-json-3.jsonl",
     ),
     "codex": (
-        ["exec", "--json", "--skip-git-repo-check", "--full-auto"],
+        ["exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write"],
         ["-"],
         False,
         "codex-exec-json-1.jsonl",

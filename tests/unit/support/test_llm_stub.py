@@ -52,7 +52,12 @@ def test_openai_reply_with_tool_calls_and_request_recorded() -> None:
     call = choice["message"]["tool_calls"][0]
     assert call["type"] == "function" and call["function"]["name"] == "bash"
     assert json.loads(call["function"]["arguments"]) == {"command": "ls"}
-    assert body["usage"] == {"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127}
+    assert body["usage"] == {
+        "prompt_tokens": 120,
+        "completion_tokens": 7,
+        "total_tokens": 127,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     [request] = stub.requests
     assert request.path == "/v1/chat/completions"
     assert request.headers["authorization"] == "Bearer k-1"
@@ -64,7 +69,12 @@ def test_same_reply_in_anthropic_shape() -> None:
         r = httpx.post(f"{stub.base_url}/messages", json={}, headers={"x-api-key": "k-2"})
     body = r.json()
     assert body["content"] == [{"type": "text", "text": "hello"}]
-    assert body["usage"] == {"input_tokens": 3, "output_tokens": 2}
+    assert body["usage"] == {
+        "input_tokens": 3,
+        "output_tokens": 2,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+    }
     assert body["stop_reason"] == "end_turn"
     assert stub.requests[0].headers["x-api-key"] == "k-2"
 

@@ -1,0 +1,124 @@
+"""`scheduler preflight`: is the experiment sound? Each tier x scenario once, locally,
+against the scripted model server, before anything is queued or spent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from core.matrix import Matrix
+from core.modelserver import ModelScript, ModelServer, load_model_script
+from scheduler.cli.context import USAGE_ERROR, err
+from scheduler.validation import validate as check
+from worker.preflight import CellCheck
+from worker.preflight import preflight as check_cells
+
+COLUMNS = ("tier", "scenario", "cli", "run", "transcript", "gates", "vacuous", "reference",
+           "judge key", "est. spend")  # fmt: skip
+
+
+@click.command()
+@click.argument("matrix_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--script",
+    "script_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help='The model\'s turns, as for `scheduler model-server` (default: "done" at once).',
+)
+@click.option(
+    "--live",
+    is_flag=True,
+    help="The real providers answer instead (real keys, real spend: one run per cell).",
+)
+@click.option("--judge", is_flag=True, help="Call each judged run's judge for real.")
+def preflight(matrix_file: str, script_file: Path | None, live: bool, judge: bool) -> None:
+    """Run each tier x scenario once on this machine, the model answered by the
+    scripted model server (no cost), and check the scenarios themselves.
+
+    One line per tier x scenario: the preset's CLI found, how its run ended, its
+    transcript recognised, its gates after the scripted run, whether the gates pass
+    on an untouched workspace (vacuous), whether the scenario's `reference:`
+    solution passes them, the judge's key, and the cell's estimated spend (this
+    run's cost times its runs). Exit 0 when sound; 2 with each problem on a line.
+
+    \b
+    Examples:
+      scheduler preflight examples/matrix.yaml
+      scheduler preflight matrix.yaml --script turns.yaml
+    """
+    if live and script_file is not None:
+        raise click.UsageError("--live and --script exclude each other")
+    if not run_preflight(check(matrix_file).matrix, script_file, live=live, judge=judge):
+        sys.exit(USAGE_ERROR)
+
+
+def run_preflight(
+    matrix: Matrix,
+    script_file: Path | None,
+    *,
+    aside: bool = False,
+    live: bool = False,
+    judge: bool = False,
+) -> bool:
+    """Preflight `matrix` and print its table (on stderr when `aside`: `submit
+    --preflight`, whose stdout is the report's) and its problems; whether it is sound."""
+    if live:
+        cells = check_cells(matrix, None, judge=judge)
+    else:
+        script = load_model_script(script_file) if script_file is not None else ModelScript()
+        with ModelServer(script) as server:
+            cells = check_cells(matrix, server, judge=judge)
+    click.echo(_table(cells), err=aside)
+    spends = [c.spend_usd for c in cells]
+    known = sum(s for s in spends if s is not None)
+    unknown = sum(s is None for s in spends)
+    tokens = "this preflight's" if live else "the scripted"
+    click.echo(f"estimated spend of the experiment: ${known:.4f} at {tokens} tokens"
+               + (f" ({unknown} cells with no known price)" if unknown else ""),
+               err=aside)  # fmt: skip
+    problems = _grouped(cells)
+    for problem in problems:
+        err.print(problem, markup=False, soft_wrap=True, highlight=False)
+    if problems:
+        err.print(f"{len(problems)} problem(s): the experiment is not sound yet")
+    return not problems
+
+
+def _grouped(cells: list[CellCheck]) -> list[str]:
+    """Each problem once, with where it is: a whole tier's (its CLI refuses its flags),
+    a whole scenario's (a broken reference, vacuous gates, the judge's key), or the
+    cells that have it."""
+    where: dict[str, list[CellCheck]] = {}
+    for cell in cells:
+        for problem in cell.problems:
+            # One line each: a CLI's usage message spans several.
+            where.setdefault(" ".join(problem.split()), []).append(cell)
+    tiers = {c.tier for c in cells}
+    scenarios = {c.scenario for c in cells}
+    lines = []
+    for problem, found in where.items():
+        tier, scenario = {c.tier for c in found}, {c.scenario for c in found}
+        if len(tier) == 1 and scenario == scenarios and len(tiers) > 1:
+            place = f"tier {next(iter(tier))}"
+        elif len(scenario) == 1 and tier == tiers:
+            place = f"scenario {next(iter(scenario))}"
+        else:
+            place = ", ".join(f"{c.tier} x {c.scenario}" for c in found)
+        lines.append(f"{place}: {problem}")
+    return lines
+
+
+def _table(cells: list[CellCheck]) -> str:
+    rows = [COLUMNS] + [
+        (c.tier, c.scenario, c.cli, c.run, c.transcript, c.gates, c.vacuous, c.reference,
+         c.judge_key, "?" if c.spend_usd is None else f"${c.spend_usd:.4f}")
+        for c in cells
+    ]  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )

@@ -1,0 +1,181 @@
+"""`scheduler preflight`: each tier x scenario run once, locally, against the scripted
+model server, and the scenarios themselves checked, before anything is spent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.store import Store
+from tests.conftest import ROOT, StartWorker, run_cli
+from tests.support.llm_stub import LLMStub, scripted_judge
+
+REFUSES = """echo "error: unexpected argument '--full-auto' found" >&2; exit 2"""
+
+
+def write_matrix(
+    folder: Path, broken: bool, judged: bool = True, judge_url: str = "https://api.invalid/v1"
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    reference = "printf bye > out.txt" if broken else "printf hello > out.txt"
+    vacuous = "true" if broken else "test -s out.txt"
+    key = "PREFLIGHT_UNSET_JUDGE_KEY" if broken else "PREFLIGHT_SET_JUDGE_KEY"
+    refusing = f"  - {{id: refusing, agent: {{command: {json.dumps(REFUSES)}}}}}" if broken else ""
+    path = folder / "matrix.yaml"
+    path.write_text(f"""
+name: preflight
+runs_per_tier: 3
+agent: {{command: "printf hello > out.txt", transcript: plain, model: m}}
+tiers:
+  - id: writes
+{refusing}
+scenarios:
+  - id: solved
+    prompt: Write hello to out.txt.
+    reference: {reference}
+    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
+  - id: checked
+    prompt: Write anything to out.txt.
+    evaluation: {{gates: [{{type: command_succeeds, command: "{vacuous}"}}]}}
+  - id: judged
+    prompt: Write hello to out.txt (JUDGED-MARK).
+    reference: printf hello > out.txt
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      judge: {{enabled: {str(judged).lower()}, rubric: rubric.yaml}}
+judge: {{api_key_env: {key}, base_url: "{judge_url}", model: j}}
+pricing: {{m: {{input: 1.0, output: 2.0}}}}
+""")
+    (folder / "rubric.yaml").write_text(
+        "criteria:\n  - {id: quality, weight: 1.0, description: is it right}\n"
+    )
+    return path
+
+
+@pytest.mark.integration
+def test_a_sound_matrix_gets_one_line_per_cell_and_exit_0(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    matrix = write_matrix(tmp_path, broken=False)
+    checked = run_cli("preflight", str(matrix), env={**fleet_env, "PREFLIGHT_SET_JUDGE_KEY": "k"})
+    assert checked.returncode == 0, checked.stderr
+    lines = checked.stdout.splitlines()
+    assert lines[0].split()[:3] == ["tier", "scenario", "cli"]
+    rows = {tuple(line.split()[:2]): line.split() for line in lines[1:4]}
+    assert set(rows) == {("writes", "solved"), ("writes", "checked"), ("writes", "judged")}
+    solved = rows[("writes", "solved")]
+    # cli, run, transcript, gates, vacuous, reference, judge key
+    assert solved[2:9] == ["-", "completed", "plain", "1/1", "no", "passes", "-"]
+    assert rows[("writes", "judged")][8] == "set"
+    assert lines[4].startswith("estimated spend of the experiment: $")
+    assert checked.stderr == ""
+
+
+@pytest.mark.integration
+def test_each_way_an_experiment_is_unsound_is_one_line_and_exit_2(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A failing reference, a vacuous gate, a CLI that refuses its flags and an unset
+    judge key: exactly those four lines, each naming where."""
+    matrix = write_matrix(tmp_path, broken=True)
+    checked = run_cli("preflight", str(matrix), env=fleet_env)
+    assert checked.returncode == 2, checked.stdout
+    problems = checked.stderr.splitlines()
+    assert problems[-1] == "4 problem(s): the experiment is not sound yet"
+    assert len(problems) == 5, problems
+    by_place = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in problems[:-1]}
+    assert by_place["scenario solved"].startswith(
+        "the reference solution does not pass its gates: "
+    )
+    assert by_place["scenario checked"].endswith("they check nothing")
+    assert "PREFLIGHT_UNSET_JUDGE_KEY is unset" in by_place["scenario judged"]
+    refusing = by_place["tier refusing"]
+    assert refusing.startswith("the agent's run was agent_error: ")
+    assert "unexpected argument '--full-auto'" in refusing
+    table = checked.stdout.splitlines()
+    assert len([row for row in table[1:] if row.startswith(("writes", "refusing"))]) == 6
+
+
+@pytest.mark.integration
+def test_the_example_is_sound(fleet_env: dict[str, str]) -> None:
+    checked = run_cli("preflight", str(ROOT / "examples" / "matrix.yaml"), env=fleet_env)
+    assert checked.returncode == 0, checked.stderr
+    assert len(checked.stdout.splitlines()) == 1 + 6 + 1  # header, 3 tiers x 2 scenarios, spend
+
+
+@pytest.mark.integration
+def test_the_built_in_agent_is_pointed_at_the_scripted_server(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`kind: openai` goes to the server's Chat Completions instead of its `base_url`,
+    runs the scripted bash call for real, and its tokens price the spend."""
+    (tmp_path / "turns.yaml").write_text("""
+turns:
+  - tool_calls: [{name: bash, arguments: {command: "printf hello > out.txt"}}]
+    usage: {input_tokens: 1000, output_tokens: 100}
+  - {text: done, usage: {input_tokens: 1500, output_tokens: 10}}
+""")
+    (tmp_path / "matrix.yaml").write_text("""
+name: built-in
+runs_per_tier: 4
+agent: {kind: openai, base_url: "https://api.invalid/v1", api_key_env: PREFLIGHT_KEY, model: m}
+tiers: [{id: loop}]
+scenarios:
+  - id: write
+    prompt: Write hello to out.txt.
+    evaluation: {gates: [{type: file_contains, path: out.txt, substring: hello}]}
+pricing: {m: {input: 1.0, output: 10.0}}
+""")
+    checked = run_cli(
+        "preflight", str(tmp_path / "matrix.yaml"), "--script", str(tmp_path / "turns.yaml"),
+        env=fleet_env,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    row = checked.stdout.splitlines()[1].split()
+    assert row[:6] == ["loop", "write", "-", "completed", "events-jsonl", "1/1"]
+    # (2500 x $1 + 110 x $10) / 1M per run, 4 runs
+    assert row[-1] == "$0.0144"
+
+
+@pytest.mark.integration
+def test_submit_preflight_sends_nothing_unless_sound(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    broken = write_matrix(tmp_path / "broken", broken=True)
+    before = {e.id for e in store.experiments.all()}
+    refused = run_cli("submit", str(broken), "--preflight", "--wait", "--json", env=fleet_env)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "4 problem(s): the experiment is not sound yet" in refused.stderr
+    assert {e.id for e in store.experiments.all()} == before  # nothing was sent
+
+    sound = write_matrix(tmp_path / "sound", broken=False, judged=False)
+    start_worker(concurrency=2)
+    sent = run_cli("submit", str(sound), "--preflight", "--wait", "--json", env=fleet_env)
+    # The preflight's table went to stderr, the report alone to stdout.
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stderr.splitlines()[0].split()[:2] == ["tier", "scenario"]
+    assert json.loads(sent.stdout)["experiment"]["name"] == "preflight"
+
+
+@pytest.mark.integration
+def test_judge_calls_the_judge_and_live_uses_no_scripted_server(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    with LLMStub([scripted_judge({"JUDGED-MARK": [0.8]})]) as judge:
+        matrix = write_matrix(tmp_path, broken=False, judge_url=judge.base_url)
+        env = {**fleet_env, "PREFLIGHT_SET_JUDGE_KEY": "k"}
+        judged = run_cli("preflight", str(matrix), "--judge", env=env)
+        assert judged.returncode == 0, judged.stderr
+        rows = {tuple(line.split()[:2]): line for line in judged.stdout.splitlines()}
+        assert "judged 0.80" in rows[("writes", "judged")]
+        assert len(judge.requests) == 1  # the judged scenario's run only
+        without = run_cli("preflight", str(matrix), env=env)
+        assert len(judge.requests) == 1 and without.returncode == 0
+
+    live = run_cli("preflight", str(matrix), "--live", env=env)
+    assert live.returncode == 0, live.stderr
+    assert "at this preflight's tokens" in live.stdout
+    both = run_cli("preflight", str(matrix), "--live", "--script", str(matrix), env=env)
+    assert both.returncode == 2 and "exclude each other" in both.stderr

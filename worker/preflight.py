@@ -1,0 +1,238 @@
+"""`scheduler preflight`: each tier x scenario run once, on this machine, before an
+experiment spends anything.
+
+Each cell runs as a worker would run it (its workspace prepared, its setup, its real
+command line and environment, its transcript parser and gates), with the model
+answered by the scripted model server (or, `--live`, by the real providers); the
+judge is called only with `--judge` (else only its key is looked for). Two more
+runs of the workspace check the scenario itself: with no agent at all its gates
+must not all pass (else they check nothing), and with its `reference:` solution
+they must (else the task is broken). Gates that read the transcript
+(`no_transcript_errors`) are left out of those two: there is no transcript.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+
+from core.errors import SetupError
+from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, evaluate_run
+from core.evaluation.gates import run_gates
+from core.evaluation.shell import run_shell
+from core.matrix import Gate, Matrix, Scenario, Tier
+from core.modelserver import ModelServer
+from core.results.record import Record
+from core.results.run import GATES_FAILED, JudgeResult, RunSpec, RunStatus
+from worker.docker_sandbox import agent_container
+from worker.run import agent_env, run_agent
+from worker.workspace import RunDir, prepare, run_setup
+
+# Placed in the environment of a preset whose key is unset: the scripted server
+# takes any key, and a CLI without one would not start.
+PLACEHOLDER_KEY = "preflight-scripted-server"
+
+
+class CellCheck(Record):
+    """One tier x scenario's preflight: each column as the table shows it, and the
+    problems that make the experiment unsound, one sentence each."""
+
+    tier: str
+    scenario: str
+    cli: str  # "found", "missing", or "-" without a preset
+    run: str  # the run's outcome
+    transcript: str
+    gates: str  # "passed/total" after the scripted run
+    vacuous: str  # "yes" when an untouched workspace passes every gate
+    reference: str
+    judge_key: str
+    spend_usd: float | None  # this run's cost times the cell's runs
+    problems: list[str]
+
+
+def preflight(
+    matrix: Matrix, server: ModelServer | None, *, judge: bool = False
+) -> list[CellCheck]:
+    """Every tier x scenario of `matrix` checked once, its model calls answered by
+    `server` (already serving), or by the real providers when it is None (`--live`:
+    real keys, real spend). `judge`: a judged run's judge is called for real."""
+    pointed = matrix if judge else _without_judges(matrix)
+    scripted = contextlib.nullcontext() if server is None else _scripted_environment(matrix, server)
+    if server is not None:
+        pointed = _pointed_at(pointed, server)
+    with scripted:
+        return [
+            _check(matrix, pointed, tier, scenario)
+            for tier in matrix.tiers
+            for scenario in matrix.scenarios
+        ]
+
+
+def _check(original: Matrix, matrix: Matrix, tier: Tier, scenario: Scenario) -> CellCheck:
+    problems: list[str] = []
+    agent = matrix.agent_for(tier)
+    spec = RunSpec(experiment_id="preflight", run_id=f"preflight:{tier.id}:{scenario.id}:0",
+                   tier=tier.id, scenario=scenario.id, run_index=0)  # fmt: skip
+    cli = "-"
+    run, transcript, gates, spend = "not run", "-", "-", None
+    judged: JudgeResult | None = None
+    try:
+        with _prepared(matrix, spec) as (run_dir, env):
+            if agent.cli is not None:
+                cli = "found" if shutil.which(agent.cli, path=env.get("PATH")) else "missing"
+                if cli == "missing":
+                    problems.append(f"agent CLI {agent.cli!r} is not on the agent's PATH")
+            with agent_container(agent, spec.run_id, run_dir, env) as container:
+                prompt = scenario.prompt_text()
+                outcome = run_agent(matrix, spec, run_dir, prompt, env, container)
+                result = evaluate_run(
+                    spec, matrix, run_dir.workspace, outcome, events_text=run_dir.events_text(),
+                    env=env, enclosure=container.enclosure() if container else None,
+                ).result  # fmt: skip
+    except SetupError as exc:
+        problems.append(f"setup failed: {exc}")
+    else:
+        run = result.status.value
+        if result.status is not RunStatus.completed and cli != "missing":
+            problems.append(f"the agent's run was {run}: {_agent_reason(result.fail_reason)}")
+        transcript = "unrecognised" if result.transcript_unrecognised else (
+            result.transcript_format or "-")  # fmt: skip
+        gates = f"{result.gates_passed}/{result.gates_total}"
+        judged = result.judge
+        if result.cost_usd is not None:
+            spend = result.cost_usd * matrix.runs_for(scenario)
+    vacuous = _vacuous(matrix, spec, scenario, problems)
+    reference = _reference(matrix, spec, scenario, agent.timeout_s, problems)
+    judge_key = _judge_key(original, scenario, problems)
+    if judged is not None and judge_key == "set":
+        if judged.error is not None:
+            problems.append(f"the judge failed: {judged.error}")
+            judge_key = "failed"
+        elif judged.weighted_score is not None:
+            judge_key = f"judged {judged.weighted_score:.2f}"
+    return CellCheck(
+        tier=tier.id, scenario=scenario.id, cli=cli, run=run, transcript=transcript,
+        gates=gates, vacuous=vacuous, reference=reference, judge_key=judge_key,
+        spend_usd=spend, problems=problems,
+    )  # fmt: skip
+
+
+def _agent_reason(fail_reason: str | None) -> str:
+    """The agent's part of a fail reason: the verdicts of the gates and the judge differ
+    from scenario to scenario and are the table's, not a problem."""
+    verdicts = (GATES_FAILED, JUDGE_SCORE, JUDGE_ERROR)
+    return "; ".join(r for r in (fail_reason or "").split("; ") if not r.startswith(verdicts))
+
+
+def _workspace_gates(scenario: Scenario) -> list[Gate]:
+    return [g for g in scenario.evaluation.gates if g.type != "no_transcript_errors"]
+
+
+def _vacuous(matrix: Matrix, spec: RunSpec, scenario: Scenario, problems: list[str]) -> str:
+    gates = _workspace_gates(scenario)
+    if not gates:
+        return "-"
+    try:
+        with _prepared(matrix, spec) as (run_dir, env):
+            results = run_gates(gates, run_dir.workspace, target_commands=[], env=env)
+    except SetupError:
+        return "-"  # said once already, by the agent's run
+    if all(r.passed for r in results):
+        problems.append("its gates pass on the untouched workspace: they check nothing")
+        return "yes"
+    return "no"
+
+
+def _reference(
+    matrix: Matrix, spec: RunSpec, scenario: Scenario, timeout_s: float, problems: list[str]
+) -> str:
+    if scenario.reference is None:
+        return "-"
+    try:
+        with _prepared(matrix, spec) as (run_dir, env):
+            ran = run_shell(scenario.reference, run_dir.workspace, timeout_s=timeout_s, env=env)
+            gates = _workspace_gates(scenario)
+            results = run_gates(gates, run_dir.workspace, target_commands=[], env=env)
+    except SetupError:
+        return "-"
+    if not ran.ok:
+        why = "timed out" if ran.timed_out else f"exit code {ran.exit_code}"
+        problems.append(f"the reference solution failed ({why}): {ran.stderr.strip()[-300:]}")
+        return "fails"
+    failed = [r for r in results if not r.passed]
+    if failed:
+        names = "; ".join(f"{r.name or r.gate_type}: {r.message}" for r in failed)
+        problems.append(f"the reference solution does not pass its gates: {names}")
+        return "fails"
+    return "passes"
+
+
+def _judge_key(matrix: Matrix, scenario: Scenario, problems: list[str]) -> str:
+    if not scenario.evaluation.judge_enabled or matrix.judge is None:
+        return "-"
+    name = matrix.judge.api_key_env
+    if name and not os.environ.get(name):
+        problems.append(f"it is judged but the judge's key {name} is unset")
+        return "unset"
+    return "set"
+
+
+@contextlib.contextmanager
+def _prepared(matrix: Matrix, spec: RunSpec) -> Iterator[tuple[RunDir, dict[str, str]]]:
+    """A run's folder as a worker prepares it, set up, removed afterwards."""
+    tier, scenario = matrix.tier(spec.tier), matrix.scenario(spec.scenario)
+    prompt = scenario.prompt_text()
+    run_dir = prepare(spec.run_id, tier, scenario, prompt)
+    try:
+        env = agent_env(spec, matrix, run_dir, prompt)
+        run_setup(run_dir, scenario, env)
+        yield run_dir, env
+    finally:
+        run_dir.remove()
+        run_dir.release()
+
+
+def _without_judges(matrix: Matrix) -> Matrix:
+    scenarios = [
+        s.model_copy(update={"evaluation": s.evaluation.model_copy(update={"judge": None})})
+        for s in matrix.scenarios
+    ]
+    return matrix.model_copy(update={"scenarios": scenarios})
+
+
+def _pointed_at(matrix: Matrix, server: ModelServer) -> Matrix:
+    """The built-in agent's endpoint is the matrix's `base_url`: the server's instead."""
+    url = f"{server.base_url}/v1"
+    agent = matrix.agent
+    if agent.base_url is not None:
+        agent = agent.model_copy(update={"base_url": url})
+    tiers = [
+        t.model_copy(update={"agent": t.agent.model_copy(update={"base_url": url})})
+        if t.agent is not None and t.agent.base_url is not None
+        else t
+        for t in matrix.tiers
+    ]
+    return matrix.model_copy(update={"agent": agent, "tiers": tiers})
+
+
+@contextlib.contextmanager
+def _scripted_environment(matrix: Matrix, server: ModelServer) -> Iterator[None]:
+    """The server's base URLs (which presets pass through) and a placeholder for each
+    unset key, in this process's environment while the preflight runs."""
+    keys = {matrix.agent_for(t).api_key_env for t in matrix.tiers} - {None}
+    changes: Mapping[str, str] = {
+        **{k: PLACEHOLDER_KEY for k in keys if k and not os.environ.get(k)},
+        **server.environment(),
+    }
+    before = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
