@@ -53,24 +53,31 @@ class CellCheck(Record):
 
 
 def preflight(
-    matrix: Matrix, server: ModelServer | None, *, judge: bool = False
+    matrix: Matrix,
+    server: ModelServer | None,
+    *,
+    judge: bool = False,
+    judge_key_elsewhere: bool = False,
 ) -> list[CellCheck]:
     """Every tier x scenario of `matrix` checked once, its model calls answered by
     `server` (already serving), or by the real providers when it is None (`--live`:
-    real keys, real spend). `judge`: a judged run's judge is called for real."""
+    real keys, real spend). `judge`: a judged run's judge is called for real.
+    `judge_key_elsewhere`: a judge key unset here is the workers' (not a problem)."""
     pointed = matrix if judge else _without_judges(matrix)
     scripted = contextlib.nullcontext() if server is None else _scripted_environment(matrix, server)
     if server is not None:
         pointed = _pointed_at(pointed, server)
     with scripted:
         return [
-            _check(matrix, pointed, tier, scenario)
+            _check(matrix, pointed, tier, scenario, judge_key_elsewhere)
             for tier in matrix.tiers
             for scenario in matrix.scenarios
         ]
 
 
-def _check(original: Matrix, matrix: Matrix, tier: Tier, scenario: Scenario) -> CellCheck:
+def _check(
+    original: Matrix, matrix: Matrix, tier: Tier, scenario: Scenario, key_elsewhere: bool
+) -> CellCheck:
     problems: list[str] = []
     agent = matrix.agent_for(tier)
     spec = RunSpec(experiment_id="preflight", run_id=f"preflight:{tier.id}:{scenario.id}:0",
@@ -105,7 +112,7 @@ def _check(original: Matrix, matrix: Matrix, tier: Tier, scenario: Scenario) -> 
             spend = result.cost_usd * matrix.runs_for(scenario)
     vacuous = _vacuous(matrix, spec, scenario, problems)
     reference = _reference(matrix, spec, scenario, agent.timeout_s, problems)
-    judge_key = _judge_key(original, scenario, problems)
+    judge_key = _judge_key(original, scenario, problems, key_elsewhere)
     if judged is not None and judge_key == "set":
         if judged.error is not None:
             problems.append(f"the judge failed: {judged.error}")
@@ -169,11 +176,13 @@ def _reference(
     return "passes"
 
 
-def _judge_key(matrix: Matrix, scenario: Scenario, problems: list[str]) -> str:
+def _judge_key(matrix: Matrix, scenario: Scenario, problems: list[str], elsewhere: bool) -> str:
     if not scenario.evaluation.judge_enabled or matrix.judge is None:
         return "-"
     name = matrix.judge.api_key_env
     if name and not os.environ.get(name):
+        if elsewhere:  # --allow-missing-judge-key: the workers hold it
+            return "workers'"
         problems.append(f"it is judged but the judge's key {name} is unset")
         return "unset"
     return "set"

@@ -51,7 +51,9 @@ def preflight(matrix_file: str, script_file: Path | None, live: bool, judge: boo
     """
     if live and script_file is not None:
         raise click.UsageError("--live and --script exclude each other")
-    if not run_preflight(check(matrix_file).matrix, script_file, live=live, judge=judge):
+    # An unset judge key is one of the preflight's own lines, not a refusal first.
+    matrix = check(matrix_file, allow_missing_judge_key=True).matrix
+    if not run_preflight(matrix, script_file, live=live, judge=judge):
         sys.exit(USAGE_ERROR)
 
 
@@ -62,15 +64,18 @@ def run_preflight(
     aside: bool = False,
     live: bool = False,
     judge: bool = False,
+    judge_key_elsewhere: bool = False,
 ) -> bool:
     """Preflight `matrix` and print its table (on stderr when `aside`: `submit
     --preflight`, whose stdout is the report's) and its problems; whether it is sound."""
     if live:
-        cells = check_cells(matrix, None, judge=judge)
+        cells = check_cells(matrix, None, judge=judge, judge_key_elsewhere=judge_key_elsewhere)
     else:
         script = load_model_script(script_file) if script_file is not None else ModelScript()
         with ModelServer(script) as server:
-            cells = check_cells(matrix, server, judge=judge)
+            cells = check_cells(
+                matrix, server, judge=judge, judge_key_elsewhere=judge_key_elsewhere
+            )
     click.echo(_table(cells), err=aside)
     spends = [c.spend_usd for c in cells]
     known = sum(s for s in spends if s is not None)

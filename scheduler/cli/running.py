@@ -98,10 +98,13 @@ def submit(
         budget=budget,
         keep_workspaces=keep_workspaces,
         artifacts=artifacts,
-        allow_missing_judge_key=allow_missing_judge_key,
+        # With --preflight an unset judge key is one of its lines, not a refusal first.
+        allow_missing_judge_key=allow_missing_judge_key or first_preflight,
     )
     print_warnings(checked.warnings)
-    if first_preflight and not run_preflight(checked.matrix, None, aside=True):
+    if first_preflight and not run_preflight(
+        checked.matrix, None, aside=True, judge_key_elsewhere=allow_missing_judge_key
+    ):
         sys.exit(USAGE_ERROR)
     if as_json:
         cli.fmt = "json"
