@@ -21,6 +21,7 @@ from rich.console import Console
 from core.broker_url import configured_broker
 from core.errors import BrokerUnreachable, ExperimentNotFound, InputError
 from core.matrix import Matrix
+from core.matrix.suggestions import did_you_mean
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from worker.broker import STATE_DIR
@@ -137,7 +138,8 @@ class Fleet:
                 )
             return latest
         if not self.store.experiments.exists(experiment):
-            raise ExperimentNotFound(experiment)
+            known = self.store.experiments.recent_ids()
+            raise ExperimentNotFound(experiment, did_you_mean(experiment, known))
         return experiment
 
     def _open(self) -> Store:

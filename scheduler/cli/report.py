@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from core.errors import InputError
+from core.matrix.suggestions import did_you_mean
 from scheduler.cli.context import (
     CLIContext,
     broker_option,
@@ -119,8 +120,10 @@ def report(
         )
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
+        hint = did_you_mean(scenario, known)
         raise InputError(
             f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}"
+            + (f"; {hint}" if hint else "")
         )
     rendered = render(result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence)
     cli.print_report(rendered, result)

@@ -188,6 +188,13 @@ def test_bad_comparisons_are_clear_errors(
     assert unrelated.returncode == 2 and "share no tier" in unrelated.stderr
     missing = run_cli("compare", experiments["before"], "nope", env=fleet_env)
     assert missing.returncode == 2 and "no experiment 'nope'" in missing.stderr
+    assert "did you mean" not in missing.stderr  # nothing in the store is near
+    typo = experiments["before"][:-1] + "#"
+    misspelt = run_cli("compare", typo, experiments["same"], env=fleet_env)
+    assert misspelt.returncode == 2
+    assert f"no experiment {typo!r} in this store; did you mean `{experiments['before']}`" in (
+        misspelt.stderr
+    )
     bad_alpha = run_cli(
         "compare", experiments["before"], experiments["same"], "--alpha", "1.5", env=fleet_env
     )
