@@ -151,6 +151,34 @@ def test_markdown_has_every_section_and_the_guidance_comparison(
     assert "| T0 | 1000 | 500.0 | 1000 | 1500 | 2000 | - |" in context
 
 
+@pytest.mark.parametrize("priced", [(), ("T1",)])
+def test_unknown_costs_are_said_to_be_unknown_not_that_no_tier_passed(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str], priced: tuple[str, ...]
+) -> None:
+    """Without `pricing:` every tier passes 10/10 and still has no cost of pass: the
+    notes say the costs are unknown and how to add prices."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    cells = {
+        (tier, "s1"): Cell(_passed(RUNS), pass_impl=1.0, unpriced=tier not in priced)
+        for tier in ("T0", "T1")
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    markdown = _report(exp_id, fleet_env, "--format", "markdown")
+    cross = markdown.split("## Cross-tier")[1].split("##")[0]
+    assert "no tier passed" not in cross and "scored above 0" not in cross
+    prices = "add each model's price under `pricing:` in the matrix (docs/MATRIX.md)"
+    if not priced:
+        assert (
+            "costs are unknown (no run's model has a price), so there is no frontier cost of "
+            f"pass and no best value: {prices}"
+        ) in cross
+    else:
+        assert (
+            "frontier cost of pass $0.0145 (T1, the cheapest tier per pass) (cost unknown "
+            f"for T0: {prices}); best value: T1"
+        ) in cross
+
+
 def test_scenario_view_puts_tiers_side_by_side_and_only_that_scenario(
     experiment: str, fleet_env: dict[str, str]
 ) -> None:
