@@ -122,13 +122,17 @@ def _markdown(title: str, tables: list[Table]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _terminal(title: str, tables: list[Table], width: int | None) -> str:
+def render_tables(tables: list[Table], width: int | None = None) -> str:
+    """Tables for the terminal as a report's are laid out, without a report's title."""
+    return _terminal(None, tables, width)
+
+
+def _terminal(title: str | None, tables: list[Table], width: int | None) -> str:
     """Compact tables no wider than `width`. A table that does not fit leaves out its
     `narrow_drop` columns (and says so); if it still does not, its other columns go on
     in a second block below, the row labels repeated, rather than being cut. A text
     from a run (a fail reason quoting the agent) is shown with its control
     characters made visible, never obeyed by the terminal."""
-    title = visible(title)
     tables = [
         replace(
             table,
@@ -139,8 +143,9 @@ def _terminal(title: str, tables: list[Table], width: int | None) -> str:
         for table in tables
     ]
     console = Console(record=True, width=width or terminal_width(), file=io.StringIO())
-    console.print(title, highlight=False, markup=False)
-    for table in tables:
+    if title is not None:
+        console.print(visible(title), highlight=False, markup=False)
+    for table_index, table in enumerate(tables):
         value_columns = list(range(table.label_columns, len(table.columns)))
         dropped: list[str] = []
         for column in table.narrow_drop:
@@ -149,7 +154,8 @@ def _terminal(title: str, tables: list[Table], width: int | None) -> str:
             dropped.append(column)
             value_columns.remove(table.columns.index(column))
         for block, columns in enumerate(_blocks(console, table, value_columns)):
-            console.print()
+            if title is not None or table_index or block:
+                console.print()
             console.print(_rich_table(table, columns, continued=block > 0))
         notes = list(table.notes)
         if dropped:

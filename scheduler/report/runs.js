@@ -186,7 +186,7 @@
       ["model", run.model],
       ["cost", run.cost_usd === null ? run.cost_unknown_reason || "unknown" : dollars(run.cost_usd)],
       ["judge cost", run.judge_cost_usd === null ? null : dollars(run.judge_cost_usd)],
-      ["duration", `${fixed(run.duration_seconds, 1)} s`],
+      ["duration", duration(run.duration_seconds)],
       ["tokens", `${tokens(run.input_tokens)} in, ${tokens(run.output_tokens)} out, ` +
         `${tokens(run.cache_read_tokens)} cache read, ` +
         `${tokens(run.cache_write_tokens)} cache write (${plural(run.llm_calls.length, "LLM call")})`],
@@ -369,6 +369,12 @@
   function fixed(value, digits) {
     if (value === null || value === undefined) return "-";
     return typeof value === "number" ? value.toFixed(digits) : String(value);
+  }
+
+  // As scheduler.report.formatting.duration writes it: a quick run in ms.
+  function duration(seconds) {
+    if (typeof seconds !== "number") return "-";
+    return seconds < 1 ? `${(seconds * 1000).toFixed(0)} ms` : `${seconds.toFixed(1)} s`;
   }
 
   function dollars(value) {

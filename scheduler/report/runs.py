@@ -23,9 +23,9 @@ from importlib.resources import files
 
 from core.results.report import ExperimentReport
 from core.results.run import OUTCOMES, RunResult
-from scheduler.report.formatting import num
+from scheduler.report.formatting import duration, num
 
-COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration s", "judge score")
+COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration", "judge score")
 # The columns of text (left-aligned), by position.
 LABELS = (0, 1, 3, 4)
 # The columns with a filter, by position in a row.
@@ -120,7 +120,7 @@ def _row(run: RunResult) -> list[str | int]:
         run.outcome,
         reason,
         num(run.cost_usd, 4),
-        num(run.duration_seconds, 1),
+        duration(run.duration_seconds),
         _judge_score(run),
     ]
 

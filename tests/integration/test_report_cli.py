@@ -21,6 +21,7 @@ from core.store import Store
 from tests.conftest import PREFIX, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
 from tests.support.html_pages import rendered_json
+from tests.support.terminal import heading_words, table_row
 
 pytestmark = pytest.mark.integration
 
@@ -298,3 +299,29 @@ def test_csv_with_runs_gives_one_row_per_run_and_other_formats_refuse_runs(
         refused.returncode == 2
         and "--runs lists every run in --format json or csv" in refused.stderr
     )
+
+
+def test_list_and_status_are_tables_with_headers(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    status = run_cli("status", experiment, env=fleet_env)
+    assert status.returncode == 0, status.stderr
+    listed = run_cli("list", env=fleet_env)
+    assert listed.returncode == 0, listed.stderr
+    headings = set(
+        ["experiment", "status", "runs", "ran", "passed", "infra", "errors", "cancelled", "created"]
+    )
+    assert heading_words(status.stdout) == headings
+    assert heading_words(listed.stdout) == headings | {"report", "versions", "stored"}
+    assert table_row(status.stdout, experiment)[:6] == [
+        experiment,
+        "complete",
+        "40/40",
+        "20",
+        "0",
+        "0",
+    ]
+    row = table_row(listed.stdout, experiment)
+    assert row[:6] == [experiment, "complete", "40/40", "20", "0", "0"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", row[6]) and row[7] == "1"
+    assert re.fullmatch(r"[\d.]+ KB", row[8])
