@@ -43,6 +43,7 @@ class CLIContext:
         self.workers: int | None = None
         self.wait = False
         self.fmt = "table"
+        self.full = False
         self.nonfinite = "string"
         self.cleanup = contextlib.ExitStack()
         self._fleet: Fleet | None = None
@@ -54,6 +55,11 @@ class CLIContext:
             fleet = Fleet(self.broker, create=create, console=err)
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet
+
+    @property
+    def brief(self) -> bool:
+        """The table format's one screen (without --full): it reads the runs' reasons."""
+        return self.fmt == "table" and not self.full
 
     def print_report(self, rendered: str, report: ExperimentReport, notice: bool = True) -> None:
         """A rendered report on stdout, ending in one newline. CSV is rows only: what a
@@ -170,7 +176,7 @@ nonfinite_option = click.option(
 
 
 def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
-    return click.option(
+    fmt = click.option(
         "--format",
         "fmt",
         type=click.Choice(choices),
@@ -179,6 +185,17 @@ def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
         expose_value=False,
         callback=_keep("fmt"),
     )
+    if choices != FORMATS:  # a comparison: one table, nothing to shorten
+        return fmt
+    full = click.option(
+        "--full",
+        is_flag=True,
+        expose_value=False,
+        callback=_keep("full"),
+        help="The table format with every section (default: one screen: each tier's "
+        "verdict, the most common failure reasons, where the rest is).",
+    )
+    return lambda command: fmt(full(command))
 
 
 def wait_option(help_text: str) -> Callable[[F], F]:

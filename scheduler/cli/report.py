@@ -105,7 +105,7 @@ def report(
         fleet,
         exp_id,
         version=version,
-        runs=runs or fmt == "html",  # html: for its run table
+        runs=runs or fmt == "html" or cli.brief,  # html's run table, the brief's reasons
         correction=correction,
         alpha=alpha,
     )
@@ -125,5 +125,7 @@ def report(
             f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}"
             + (f"; {hint}" if hint else "")
         )
-    rendered = render(result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence)
+    rendered = render(
+        result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full
+    )
     cli.print_report(rendered, result)

@@ -179,10 +179,11 @@ def _print_report(cli: CLIContext, exp_id: str) -> None:
     fleet = cli.fleet()
     report = wait(fleet, exp_id)
     evidence = None
-    if cli.fmt == "html":  # its run table: every run with its evidence
+    if cli.fmt == "html" or cli.brief:  # html's run table, the brief's failure reasons
         report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id))})
+    if cli.fmt == "html":  # every run with its evidence
         evidence = evidence_blobs(fleet, exp_id)
-    rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence)
+    rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full)
     cli.print_report(rendered, report, notice=False)
     if report.budget is not None and report.budget.reached:
         err.print(

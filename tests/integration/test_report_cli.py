@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
@@ -178,6 +179,61 @@ def test_unknown_costs_are_said_to_be_unknown_not_that_no_tier_passed(
             "frontier cost of pass $0.0145 (T1, the cheapest tier per pass) (cost unknown "
             f"for T0: {prices}); best value: T1"
         ) in cross
+
+
+def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """One screen: each tier's headline, the most common failure reasons with a
+    `scheduler show` command for a run of each, and where the full report is."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    gates = "gates failed: out-file"
+    t0 = {i: gates for i in range(2, 7)} | {i: "agent_error: exit 1: boom" for i in (7, 8, 9)}
+    cells = {
+        ("T0", "s1"): Cell(_passed(2), reasons=t0),
+        ("T1", "s1"): Cell(
+            _passed(8),
+            reasons={8: gates, 9: "judge unreachable: connection refused"},
+            statuses={9: RunStatus.infra_error},
+        ),
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    report = json.loads(_report(exp_id, fleet_env, "--format", "json"))
+    t1_verdict = report["tiers"]["T1"]["analysis"]["vs_baseline"]["verdict"]
+    shown = _report(exp_id, {**fleet_env, "COLUMNS": "80"})
+    lines = shown.rstrip("\n").splitlines()
+    assert len(lines) <= 30 and max(map(len, lines)) <= 80, shown
+    assert "…" not in shown  # nothing cut at 80 columns
+    assert lines[0].startswith(f"demo ({exp_id}): complete, 20/20 runs, 19 counted, 10 passed")
+    t0_wilson = stats.binomtest(2, 10).proportion_ci(method="wilson")
+    assert table_row(shown, "T0") == [
+        "T0",
+        "baseline",
+        "2/10",
+        f"0.200 [{t0_wilson.low:.3f}, {t0_wilson.high:.3f}]",
+        "0.0725",  # mean cost 0.0145 / pass rate 0.2
+    ]
+    assert table_row(shown, "T1")[1:3] == [t1_verdict, "8/9"]
+    assert "1 infrastructure errors are kept out of these figures" in shown
+    # The reasons, most common first, each with a run that failed so.
+    reasons = shown.split("Most common failure reasons (10 runs failed)")[1]
+    assert [table_row(reasons, n)[1] for n in ("6", "3", "1")] == [
+        gates,
+        "agent_error: exit 1: boom",
+        "infrastructure error: judge unreachable: connection refused",
+    ]
+    examples = re.findall(r"e\.g\. scheduler show (\S+)", reasons)
+    assert examples == [f"{exp_id}:T0:s1:2", f"{exp_id}:T0:s1:7", f"{exp_id}:T1:s1:9"]
+    example = run_cli("show", examples[1], env=fleet_env)
+    assert example.returncode == 0 and "reason: agent_error: exit 1: boom" in example.stdout
+    # The last lines, wrapped to the terminal.
+    assert " ".join(lines[-2:]) == (
+        f"the full report: scheduler report {exp_id} --full (every section), "
+        "or --format html > report.html (charts and the run table)"
+    )
+    assert "Seed metrics" not in shown
+    full = _report(exp_id, fleet_env, "--full")
+    assert "Summary" in full and "Seed metrics: T1" in full and "failure reasons" not in full
 
 
 def test_scenario_view_puts_tiers_side_by_side_and_only_that_scenario(

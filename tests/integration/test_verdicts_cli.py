@@ -180,7 +180,7 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
     assert significance[8] == undetected
     assert "p adj.: Holm-adjusted across all 12 tests (family-wise error rate 0.05)" in markdown
 
-    terminal = _cli({**fleet_env, "COLUMNS": "250"}, "report", family)
+    terminal = _cli({**fleet_env, "COLUMNS": "250"}, "report", family, "--full")
     assert "p adj." in terminal and "Holm-adjusted across all 12 tests" in terminal
     assert undetected in terminal
 
