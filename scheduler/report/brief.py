@@ -5,6 +5,7 @@ with a run to look at for each, and where the full report is."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 from core.results.report import ExperimentReport, Verdict
 from core.results.run import RunResult, RunStatus, error_key
@@ -62,42 +63,20 @@ def _headline(report: ExperimentReport) -> Table:
     )
 
 
-def _reasons(report: ExperimentReport) -> Table:
-    exp_id = report.experiment.id
+def failure_reasons(runs: Iterable[RunResult]) -> list[tuple[str, int, str]]:
+    """(reason, runs, the first run's id) of every reason runs failed for, most common
+    first (then in the runs' order)."""
     counts: Counter[str] = Counter()
     example: dict[str, str] = {}
-    if report.runs is not None:
-        for run in report.runs:
-            reason = _reason(run)
-            if reason is not None:
-                counts[reason] += 1
-                example.setdefault(reason, run.run_id)
-    else:  # a report without its runs names only the infrastructure errors
-        counts.update({INFRA + r: n for r, n in report.error_reasons.items()})
-    listed = counts.most_common(MOST_REASONS)
-    rows = []
-    for reason, n in listed:
-        shown = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
-        if reason in example:
-            shown += f"\n  e.g. scheduler show {example[reason]}"
-        rows.append([str(n), shown])
-    notes = [] if rows else ["no run failed"]
-    rest = len(counts) - len(listed)
-    if rest > 0:
-        notes.append(
-            f"and {rest} other reasons: `scheduler report {exp_id} --format csv --runs` "
-            "lists every run with its reason"
-        )
-    return Table(
-        f"Most common failure reasons ({sum(counts.values())} runs failed)",
-        ["runs", "reason, and a run that failed so"],
-        rows,
-        notes,
-        label_columns=2,
-    )
+    for run in runs:
+        reason = failure_reason(run)
+        if reason is not None:
+            counts[reason] += 1
+            example.setdefault(reason, run.run_id)
+    return [(reason, n, example[reason]) for reason, n in counts.most_common()]
 
 
-def _reason(run: RunResult) -> str | None:
+def failure_reason(run: RunResult) -> str | None:
     """What a failed run is counted under: its reason's first line (infrastructure
     errors as they are grouped everywhere); None for a run that passed or never ran."""
     if run.passed or run.status in (RunStatus.cancelled, RunStatus.not_run):
@@ -106,3 +85,33 @@ def _reason(run: RunResult) -> str | None:
         return INFRA + error_key(run.fail_reason)
     first = run.fail_reason.splitlines()[0] if run.fail_reason else ""
     return first or f"{run.outcome} (no reason given)"
+
+
+def cut(reason: str, most: int = REASON_CHARS) -> str:
+    return reason if len(reason) <= most else reason[: most - 1] + "…"
+
+
+def _reasons(report: ExperimentReport) -> Table:
+    if report.runs is not None:
+        found = failure_reasons(report.runs)
+    else:  # a report without its runs names only the infrastructure errors
+        found = [(INFRA + r, n, "") for r, n in report.error_reasons.items()]
+    rows = []
+    for reason, n, example in found[:MOST_REASONS]:
+        rows.append(
+            [str(n), cut(reason) + (f"\n  e.g. scheduler show {example}" if example else "")]
+        )
+    notes = [] if rows else ["no run failed"]
+    rest = len(found) - len(rows)
+    if rest > 0:
+        notes.append(
+            f"and {rest} other reasons: `scheduler report {report.experiment.id} --format csv "
+            "--runs` lists every run with its reason"
+        )
+    return Table(
+        f"Most common failure reasons ({sum(n for _, n, _ in found)} runs failed)",
+        ["runs", "reason, and a run that failed so"],
+        rows,
+        notes,
+        label_columns=2,
+    )

@@ -92,6 +92,14 @@
     });
   });
   for (const select of filters) select.addEventListener("change", filter);
+  // The summary of failure reasons: a click shows that reason's runs, and nothing else
+  // (its link then scrolls to the table).
+  for (const link of document.querySelectorAll("a.reason-filter")) {
+    link.addEventListener("click", () => {
+      for (const select of filters) select.value = select.name === "reason" ? link.dataset.reason : "";
+      filter();
+    });
+  }
   body.addEventListener("click", event => {
     const tr = event.target.closest("tr.run");
     if (tr) open(Number(tr.dataset.row));

@@ -258,7 +258,7 @@ def test_json_nonfinite_null_gives_strict_json_for_jq(
 
 # Appended by the test only: it reads what Chromium laid out.
 _READ = """<script>
-const rows = [...document.querySelectorAll("section table")][0].rows;
+const rows = document.querySelector("section#summary table").rows;
 const bars = [...document.querySelectorAll("#pass-rate rect.bar")];
 const out = document.createElement("pre");
 out.id = "read";
