@@ -128,6 +128,15 @@ class Fleet:
         matrix names."""
         return [self.queue, *sorted(run_queues(matrix, self.queue) - {self.queue})]
 
+    def has_experiment(self, exp_id: str) -> bool:
+        """Whether the store has `exp_id`; False, without opening it, before it is open."""
+        if self._store is None:
+            return False
+        try:
+            return self._store.experiments.exists(exp_id)
+        except redis.RedisError:
+            return False
+
     def experiment_id(self, experiment: str | None) -> str:
         """`experiment` when the store has it, the latest experiment when None."""
         if experiment is None:
