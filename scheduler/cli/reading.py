@@ -155,7 +155,9 @@ def compare(
     correction: str,
     fail_on_regression: bool,
 ) -> None:
-    """Compare experiment B against A, per tier and per tier x scenario.
+    """Compare experiment B against A, per tier and per tier x scenario. Either may
+    be a report JSON file with its runs (`report EXP --format json --runs > FILE`),
+    say a baseline kept as a CI artifact.
 
     Deltas of pass rate and median composite score with their effect sizes,
     Fisher's exact test on passes and Mann-Whitney U on composite scores
@@ -167,6 +169,7 @@ def compare(
     Examples:
       scheduler compare EXP_BASELINE EXP_CANDIDATE --format markdown
       scheduler compare EXP_A EXP_B --fail-on-regression --alpha 0.01   # CI gate
+      scheduler compare baseline.json EXP_B --fail-on-regression      # a kept baseline
       scheduler compare EXP_A EXP_B --format github >> "$GITHUB_STEP_SUMMARY"
     """
     fleet = cli.fleet()

@@ -11,6 +11,7 @@ from scheduler.cli.context import (
     broker_option,
     correction_option,
     err,
+    exit_if_infra_errors,
     format_option,
     nonfinite_option,
     pass_cli,
@@ -51,6 +52,12 @@ from scheduler.report.render import SCENARIO_FORMATS, render
     help="The report version: 1 is the runs' own, 2, 3... each rejudge's or rescore's "
     "(default: the latest; `scheduler list` shows them).",
 )
+@click.option(
+    "--fail-on-infra-errors",
+    is_flag=True,
+    help="Exit 3, after the report, when some runs were infrastructure errors (a CI gate: "
+    "the agent was never measured).",
+)
 @nonfinite_option
 @pass_cli
 def report(
@@ -61,6 +68,7 @@ def report(
     alpha: float | None,
     scenario: str | None,
     version: int | None,
+    fail_on_infra_errors: bool,
 ) -> None:
     """Print an experiment's report (default: the latest experiment, its latest version).
 
@@ -129,3 +137,5 @@ def report(
         result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full
     )
     cli.print_report(rendered, result)
+    if fail_on_infra_errors:
+        exit_if_infra_errors(result)
