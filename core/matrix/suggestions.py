@@ -12,7 +12,7 @@ import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Tag
 
 
 def nearest(word: str, choices: Iterable[str], n: int = 3) -> list[str]:
@@ -135,7 +135,7 @@ def _untagged(leaf: Any) -> Any:
 
 
 def _is_literal(leaf: Any) -> bool:
-    return isinstance(leaf, tuple) and bool(leaf) and leaf[0] == "literal"
+    return isinstance(leaf, tuple) and leaf[0] == "literal"
 
 
 def _leaves(tp: Any) -> list[Any]:
@@ -144,7 +144,7 @@ def _leaves(tp: Any) -> list[Any]:
     origin = get_origin(tp)
     if origin is Annotated:
         args = get_args(tp)
-        tags = [m.tag for m in args[1:] if type(m).__name__ == "Tag"]
+        tags = [m.tag for m in args[1:] if isinstance(m, Tag)]
         inner = _leaves(args[0])
         return [("tagged", tags[0], leaf) for leaf in inner] if tags else inner
     if origin in (Union, types.UnionType):
@@ -164,6 +164,7 @@ def _has_tag(tp: Any, part: Any) -> bool:
     if isinstance(tp, tuple) and tp[0] == "tagged":
         return bool(tp[1] == part)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
+        # A union discriminated by a field (the gates' `type`) puts its value in the location.
         discriminator = tp.model_fields.get("type")
         return discriminator is not None and part in get_args(discriminator.annotation)
     return False
