@@ -72,8 +72,11 @@ def report(
 ) -> None:
     """Print an experiment's report (default: the latest experiment, its latest version).
 
-    The table fits the terminal (COLUMNS when set, else 120 columns when stdout
-    is not a terminal). Pass rate is passes / runs counted (completed,
+    The table is one screen: each tier's verdict against the baseline, pass
+    rate and cost of pass, the most common failure reasons with a run to
+    `scheduler show` for each; --full gives every section. It fits the
+    terminal (COLUMNS when set, else 120 columns when stdout is not a terminal).
+    Pass rate is passes / runs counted (completed,
     agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
     and cancelled runs are counted apart. Every test against the baseline is
     corrected with the others (Holm unless the matrix's `report:` or
@@ -81,12 +84,16 @@ def report(
     --format github is compact markdown for a PR comment or a job summary,
     its verdict line first.
 
-    The html format is one file that opens offline: charts, tables and a run
-    table that filters by tier, scenario and outcome; click a run for its
-    evidence (gates, judge, transcript, stderr and stdout, attempts).
+    The html format is one file that opens offline: a table of contents, the
+    most common failure reasons (a click shows their runs), charts, tables and
+    a run table that filters by tier, scenario, outcome and failure reason;
+    click a run for its evidence (gates, judge, transcript, stderr and stdout,
+    attempts).
 
     \b
     Examples:
+      scheduler report EXP --full                 # every section, in the terminal
+      scheduler report EXP --fail-on-infra-errors # exit 3 if runs never measured the agent
       scheduler report EXP --format markdown > report.md
       scheduler report EXP --format github >> "$GITHUB_STEP_SUMMARY"
       scheduler report EXP --correction bh --alpha 0.1
