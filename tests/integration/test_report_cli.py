@@ -249,6 +249,10 @@ def test_scenario_view_puts_tiers_side_by_side_and_only_that_scenario(
 
     unknown = run_cli("report", experiment, "--scenario", "nope", env=fleet_env)
     assert unknown.returncode == 2 and "its scenarios: s1, s2" in unknown.stderr
+    assert "did you mean" not in unknown.stderr  # no scenario is near "nope"
+    misspelt = run_cli("report", experiment, "--scenario", "s1x", env=fleet_env)
+    assert misspelt.returncode == 2
+    assert "has no scenario 's1x'; its scenarios: s1, s2; did you mean `s1`?" in misspelt.stderr
     as_json = run_cli("report", experiment, "--format", "json", "--scenario", "s1", env=fleet_env)
     assert as_json.returncode == 2 and "--scenario is a view" in as_json.stderr
 
