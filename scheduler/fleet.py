@@ -20,8 +20,7 @@ from rich.console import Console
 
 from core.broker_url import configured_broker
 from core.errors import BrokerUnreachable, ExperimentNotFound, InputError
-from core.matrix import Matrix
-from core.matrix.suggestions import did_you_mean
+from core.matrix import Matrix, did_you_mean
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from worker.broker import STATE_DIR

@@ -31,6 +31,7 @@ from core.matrix.scenario import ExpectedStep, ProcessConfig, Scenario, Target
 from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, ReportOptions, Scoring
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
+from core.matrix.suggestions import did_you_mean
 from core.matrix.tier import Tier
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "Target",
     "Tier",
     "WorkspaceArchive",
+    "did_you_mean",
     "load_matrix",
     "load_rubric",
     "matrix_json_schema",

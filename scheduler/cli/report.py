@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from core.errors import InputError
-from core.matrix.suggestions import did_you_mean
+from core.matrix import did_you_mean
 from scheduler.cli.context import (
     CLIContext,
     broker_option,
