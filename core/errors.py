@@ -76,8 +76,11 @@ class PlanTooLarge(InputError, ValueError):
 
 
 class ExperimentNotFound(InputError, KeyError):
+    """args: the id, then optionally a "did you mean" of the store's nearest ids."""
+
     def __str__(self) -> str:
-        return f"no experiment {self.args[0]!r} in this store (see `scheduler list`)"
+        hint = f"; {self.args[1]}" if len(self.args) > 1 and self.args[1] else ""
+        return f"no experiment {self.args[0]!r} in this store{hint} (see `scheduler list`)"
 
 
 class ExperimentLost(ExperimentNotFound):

@@ -10,16 +10,19 @@ logging's handlers flushed, the output streams flushed.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
-from typing import NoReturn
-
-from scheduler import standby
 
 
-def run() -> NoReturn:
+def run() -> None:
+    """Never returns: the process ends with os._exit."""
+    imported = False
     try:
+        # Imported here, not at the top: Ctrl-C in the first moments of a command then
+        # ends it with one line too, not a traceback out of an import.
+        from scheduler import standby
+
+        imported = True
         standby.prestart(sys.argv[1:])
         from scheduler.cli import run as cli_run
 
@@ -28,8 +31,10 @@ def run() -> NoReturn:
         print("\ninterrupted", file=sys.stderr)  # worker leaves when its stdin closes)
         status = 130
     finally:
-        standby.discard()  # one the CLI did not hand its work to
-    logging.shutdown()
+        if imported:
+            standby.discard()  # one the CLI did not hand its work to
+    if "logging" in sys.modules:  # never imported: nothing to flush
+        sys.modules["logging"].shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing left to say
             stream.flush()

@@ -96,16 +96,25 @@ class EmbeddedRedis:
             start_new_session=True,  # Ctrl-C reaches us, and we stop it cleanly
         )
         self.url = f"redis://127.0.0.1:{port}/0"
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not _answers(self.url):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                log = self.state_dir / "redis.log"
-                tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
-                raise EmbeddedError(f"the embedded Redis did not start: {tail}")
-            time.sleep(0.01)  # it answers within ~20 ms: each poll is a refused connect
-        (self.state_dir / EMBEDDED_STATE).write_text(
-            json.dumps({"url": self.url, "pid": self.proc.pid})
-        )
+        try:
+            deadline = time.monotonic() + _START_TIMEOUT_S
+            while not _answers(self.url):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = self.state_dir / "redis.log"
+                    tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
+                    raise EmbeddedError(f"the embedded Redis did not start: {tail}")
+                time.sleep(0.01)  # it answers within ~20 ms: each poll is a refused connect
+            (self.state_dir / EMBEDDED_STATE).write_text(
+                json.dumps({"url": self.url, "pid": self.proc.pid})
+            )
+        except BaseException:
+            # Ctrl-C before it answered: its own session keeps it from the signal, and
+            # no one else knows it is there.
+            self.proc.kill()
+            self.proc.wait()
+            (self.state_dir / EMBEDDED_STATE).unlink(missing_ok=True)
+            self.proc = None
+            raise
         return self.url
 
     def stop(self) -> None:

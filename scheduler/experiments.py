@@ -7,7 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
+
+from pydantic import ValidationError
 
 from core.analysis.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.errors import FleetError, InputError
@@ -257,28 +260,61 @@ def compare(
     """Experiment B against A, per tier and per tier x scenario, from their runs as they
     ran: deltas with effect sizes, Fisher's exact and Mann-Whitney U tests corrected
     together. The Fleet's console notes an unfinished experiment or a rejudged one.
+    Either may be a report JSON file with its runs (`report --format json --runs`): a
+    baseline kept as a CI artifact, its experiment long gone from the broker.
 
         result = compare(fleet, baseline_id, candidate_id)
         assert not result.regressions
     """
-    store = fleet.store
-    ids = [fleet.experiment_id(e) for e in (experiment_a, experiment_b)]
-    infos = [store.experiments.info(exp_id) for exp_id in ids]
-    runs = [store.results.all(exp_id) for exp_id in ids]
-    versions = {exp_id: store.reports.versions(exp_id) for exp_id in ids}
+    sides = [_side(fleet, e) for e in (experiment_a, experiment_b)]
+    ids = [info.id for info, _, _ in sides]
+    infos = [info for info, _, _ in sides]
+    runs = [side_runs for _, side_runs, _ in sides]
     for info in infos:
         if info.status != ExperimentStatus.complete:
             fleet.say(f"note: {status_line(info)}: comparing the runs it has", soft_wrap=False)
-    for exp_id, numbers in versions.items():
-        if len(numbers) > 1:
-            # `report` shows the latest version: say that this is not it.
-            fleet.say(
-                f"note: {exp_id} has report versions {numbers[0]}-{numbers[-1]}; compare "
-                "reads its runs as they ran (version 1), not a rejudge's or rescore's"
-            )
+    for _, _, note in sides:
+        if note is not None:
+            fleet.say(f"note: {note}")
     result = compare_experiments(
         infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
     )
     if not result.tiers:
         raise InputError(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
     return result
+
+
+def _side(fleet: Fleet, experiment: str) -> tuple[ExperimentInfo, list[RunResult], str | None]:
+    """An experiment of the store, or of a report JSON file: its info, its runs, and
+    what to note about which version of them they are."""
+    if experiment.endswith(".json") or Path(experiment).is_file():
+        path = Path(experiment)
+        try:
+            report = ExperimentReport.model_validate_json(path.read_bytes())
+        except OSError as exc:
+            raise InputError(f"{experiment}: cannot read: {exc.strerror}") from None
+        except ValidationError as exc:
+            raise InputError(
+                f"{experiment}: not a report JSON ({exc.errors()[0]['msg']}); write one with "
+                "`scheduler report EXP --format json --runs > FILE`"
+            ) from None
+        if report.runs is None:
+            raise InputError(
+                f"{experiment}: a report without its runs: write it with "
+                f"`scheduler report {report.experiment.id} --format json --runs`"
+            )
+        note = None
+        if report.version > 1:
+            note = f"{experiment} is report version {report.version}: compare reads its runs so"
+        return report.experiment, report.runs, note
+    store = fleet.store
+    exp_id = fleet.experiment_id(experiment)
+    versions = store.reports.versions(exp_id)
+    note = None
+    if len(versions) > 1:
+        # `report` shows the latest version: say that this is not it.
+        note = (
+            f"{exp_id} has report versions {versions[0]}-{versions[-1]}; compare reads its "
+            "runs as they ran (version 1), not a rejudge's or rescore's"
+        )
+    return store.experiments.info(exp_id), store.results.all(exp_id), note

@@ -19,8 +19,8 @@ import redis
 from rich.console import Console
 
 from core.broker_url import configured_broker
-from core.errors import BrokerUnreachable, InputError
-from core.matrix import Matrix
+from core.errors import BrokerUnreachable, ExperimentLost, ExperimentNotFound, InputError
+from core.matrix import Matrix, did_you_mean
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from worker.broker import STATE_DIR
@@ -127,6 +127,15 @@ class Fleet:
         matrix names."""
         return [self.queue, *sorted(run_queues(matrix, self.queue) - {self.queue})]
 
+    def has_experiment(self, exp_id: str) -> bool:
+        """Whether the store has `exp_id`; False, without opening it, before it is open."""
+        if self._store is None:
+            return False
+        try:
+            return self._store.experiments.exists(exp_id)
+        except redis.RedisError:
+            return False
+
     def experiment_id(self, experiment: str | None) -> str:
         """`experiment` when the store has it, the latest experiment when None."""
         if experiment is None:
@@ -136,7 +145,13 @@ class Fleet:
                     "no experiments yet; start one with `scheduler submit matrix.yaml`"
                 )
             return latest
-        self.store.experiments.require(experiment)
+        try:
+            self.store.experiments.require(experiment)
+        except ExperimentLost:
+            raise
+        except ExperimentNotFound:
+            known = self.store.experiments.recent_ids()
+            raise ExperimentNotFound(experiment, did_you_mean(experiment, known)) from None
         return experiment
 
     def _open(self) -> Store:

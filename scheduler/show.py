@@ -23,6 +23,7 @@ from rich.table import Table
 from core.evidence.models import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
 from core.evidence.text import each_text, visible
 from core.results.run import GateResult, JudgeResult, RunResult
+from scheduler.report.formatting import duration
 
 # Lines of a text shown in the terminal (the whole stored text: --json).
 TAIL_LINES = 40
@@ -63,7 +64,7 @@ def render_run(record: RunRecord, run_id: str, width: int, note: str | None = No
         for name in ("stdout", "stderr"):
             _tail(console, name, getattr(evidence, name))
         if evidence.phases:
-            phases = ", ".join(f"{p} {s:.1f} s" for p, s in evidence.phases.items())
+            phases = ", ".join(f"{p} {duration(s)}" for p, s in evidence.phases.items())
             console.print(f"\nphases: {phases}", markup=False)
     _attempts(console, record.attempts)
     if evidence is not None and evidence.cuts:
@@ -88,7 +89,7 @@ def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
         f"tier {result.tier}",
         f"scenario {result.scenario}",
         f"index {result.run_index}",
-        f"{result.duration_seconds:.1f} s",
+        duration(result.duration_seconds),
         f"{result.input_tokens} in / {result.output_tokens} out tokens",
         "cost unknown" if result.cost_usd is None else f"${result.cost_usd:.4f}",
         f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code",

@@ -42,6 +42,10 @@ class UntilIdle(bootsteps.StartStopStep):
     """Worker bootstep behind the `--until-idle` option; absent without it."""
 
     label = "until-idle"
+    # After the pool has forked its processes: a process forked while the watch's thread
+    # held a lock (its broker connection's, say) starts with that lock held and never
+    # takes a task, and the warm shutdown then waits on it for ever.
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, until_idle: float | None = None, **kwargs: Any):
         super().__init__(worker, **kwargs)

@@ -47,8 +47,10 @@ class PhaseEvents:
         self.linger_s = linger_s()
         threading.Thread(target=self._send_all, name="phase-events", daemon=True).start()
 
-    def send(self, task_id: str, phase: str, **fields: Any) -> None:
-        self.pending.put({"type": f"task-{phase}", "uuid": task_id, **fields})
+    def send(self, task_id: str, phase: str, name: str, **fields: Any) -> None:
+        """`name`: the task's. Flower labels its metrics with an event's own task name,
+        and a phase can reach it before the worker's task-received event does."""
+        self.pending.put({"type": f"task-{phase}", "uuid": task_id, "name": name, **fields})
 
     def _send_all(self) -> None:
         dispatcher = self.app.events.Dispatcher(

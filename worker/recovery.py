@@ -245,6 +245,8 @@ class Sweeper(bootsteps.StartStopStep):
     """Worker bootstep: `recover_all` every EVALFLEET_SWEEP_S seconds in a daemon thread."""
 
     label = "sweeper"
+    # Its threads start once the pool has forked its processes (worker.idle says why).
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, **kwargs: Any):
         super().__init__(worker, **kwargs)

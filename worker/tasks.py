@@ -51,8 +51,12 @@ def _store_at(url: str) -> Store:
 
 
 def summary(result: RunResult) -> dict[str, Any]:
-    # Shown as the task's result in Flower: enough to find the experiment.
+    # Shown as the task's result in Flower: the outcome first (a run whose gates failed
+    # is a SUCCESS of its task: its `failed` tells it apart, and Flower's search finds
+    # it by `result:failed`), then enough to find the experiment.
     return {
+        "outcome": result.outcome,
+        "reason": (result.fail_reason or "").split("\n", 1)[0][:200],
         "experiment_id": result.experiment_id,
         "run_id": result.run_id,
         "status": result.status.value,
@@ -70,7 +74,11 @@ def run(
 
     def on_phase(phase: str) -> None:
         phase_events(self.app, self.request.hostname).send(
-            self.request.id, phase, experiment_id=run_spec.experiment_id, run_id=run_spec.run_id
+            self.request.id,
+            phase,
+            name=self.name,
+            experiment_id=run_spec.experiment_id,
+            run_id=run_spec.run_id,
         )
 
     try:

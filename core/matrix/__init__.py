@@ -32,6 +32,7 @@ from core.matrix.scenario import ExpectedStep, ProcessConfig, Scenario, Target
 from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, ReportOptions, Scoring
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
+from core.matrix.suggestions import did_you_mean
 from core.matrix.tier import Tier
 from core.matrix.yaml_model import ConfigProblem, load_yaml_model, problem_at
 
@@ -77,6 +78,7 @@ __all__ = [
     "Target",
     "Tier",
     "WorkspaceArchive",
+    "did_you_mean",
     "load_matrix",
     "load_rubric",
     "load_yaml_model",

@@ -29,6 +29,7 @@ from core.matrix.scenario import Scenario
 from core.matrix.scoring import ReportOptions, Scoring
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
+from core.matrix.suggestions import did_you_mean
 from core.matrix.tier import Tier
 
 
@@ -130,8 +131,11 @@ class Matrix(Strict):
         require_unique([t.id for t in self.tiers], "tier id")
         require_unique([s.id for s in self.scenarios], "scenario id")
         if self.baseline is not None and self.baseline not in {t.id for t in self.tiers}:
+            tiers = [t.id for t in self.tiers]
+            hint = did_you_mean(self.baseline, tiers)
             raise ValueError(
-                f"baseline {self.baseline!r} is not a tier; tiers are {[t.id for t in self.tiers]}"
+                f"baseline {self.baseline!r} is not a tier; tiers are {tiers}"
+                + (f"; {hint}" if hint else "")
             )
         for tier in self.tiers:
             self.agent_for(tier)  # raises with the tier named

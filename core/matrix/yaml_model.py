@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
+from core.matrix.suggestions import did_you_mean, literal_choices, unknown_key_hint
 from core.settings import setting
 
 M = TypeVar("M", bound=BaseModel)
@@ -50,7 +51,7 @@ def load_yaml_model(
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        raise ConfigError([_problem(path, root, err) for err in exc.errors()]) from None
+        raise ConfigError([_problem(path, root, err, model) for err in exc.errors()]) from None
 
 
 def problem_at(path: Path, loc: Sequence[str | int], message: str) -> ConfigProblem:
@@ -125,10 +126,10 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     return data, root
 
 
-def _problem(path: Path, root: yaml.Node | None, err: Any) -> ConfigProblem:
+def _problem(path: Path, root: yaml.Node | None, err: Any, model: type[BaseModel]) -> ConfigProblem:
     loc = [part for part in err["loc"] if not _is_union_tag(part)]
     node = _node_at(root, loc)
-    message = _message(err)
+    message = _message(err, model)
     return ConfigProblem(
         file=str(path),
         line=node.start_mark.line + 1 if node is not None else None,
@@ -163,19 +164,29 @@ _GATE_TAGS = {
 }
 
 
-def _message(err: Any) -> str:
+def _message(err: Any, model: type[BaseModel]) -> str:
     kind = err["type"]
     msg = str(err["msg"]).removeprefix("Value error, ")
     if kind == "extra_forbidden":
-        return "unknown key (check the spelling; `scheduler schema` lists every key)"
+        hint = unknown_key_hint(model, err["loc"])
+        return f"unknown key; {hint or 'check the spelling'} (`scheduler schema` lists every key)"
     if kind == "missing":
         return "required key is missing"
     if kind == "union_tag_invalid":
-        gate = err.get("input")
-        return f"unknown gate type {gate!r}; expected one of: {', '.join(sorted(_GATE_TAGS))}"
+        gate = str(err.get("ctx", {}).get("tag", err.get("input")))
+        return _with_hint(
+            f"unknown gate type {gate!r}; expected one of: {', '.join(sorted(_GATE_TAGS))}",
+            did_you_mean(gate, _GATE_TAGS),
+        )
     if kind == "union_tag_not_found":
         return f"missing `type`; expected one of: {', '.join(sorted(_GATE_TAGS))}"
+    if kind == "literal_error" and isinstance(err.get("input"), str):
+        return _with_hint(msg, did_you_mean(err["input"], literal_choices(model, err["loc"])))
     return msg
+
+
+def _with_hint(message: str, hint: str) -> str:
+    return f"{message}; {hint}" if hint else message
 
 
 def _node_at(root: yaml.Node | None, loc: list[Any]) -> yaml.Node | None:

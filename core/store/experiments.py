@@ -184,6 +184,10 @@ class Experiments:
         ids = self.redis.zrange(self.keys.experiments(), 0, -1)
         return [self.info(exp_id) for exp_id in ids if self.exists(exp_id)]
 
+    def recent_ids(self, recent: int = 1000) -> list[str]:
+        """The ids of the `recent` latest experiments, oldest first."""
+        return list(self.redis.zrange(self.keys.experiments(), -recent, -1))
+
     def latest(self) -> str | None:
         ids = self.redis.zrange(self.keys.experiments(), -1, -1)
         return ids[0] if ids else None

@@ -81,12 +81,17 @@ def run() -> int:
     CLIContext's) stops them."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupted)
+    code: object
     try:
-        main()
-        code: object = 0
+        # Not standalone: click would end an interrupt outside a command (parsing its
+        # options) as "Aborted!", exit 1.
+        code = main.main(standalone_mode=False) or 0
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
     except SystemExit as exc:
         code = exc.code
-    except KeyboardInterrupt:  # before a command could say more (while importing)
+    except (click.Abort, KeyboardInterrupt):  # before a command could say more
         print("\ninterrupted", file=sys.stderr)
         code = 130
     if isinstance(code, str):  # what sys.exit would print

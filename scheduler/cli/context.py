@@ -11,6 +11,7 @@ Exit codes: 1 an operational failure (broker unreachable, workers died) or, for
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from scheduler.report.sections import banner
 err = Console(stderr=True, highlight=False)
 USAGE_ERROR = 2
 INFRA_ERRORS = 3
+INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -45,6 +47,9 @@ class CLIContext:
         self.workers: int | None = None
         self.wait = False
         self.fmt = "table"
+        self.full = False
+        # The experiment a submit or resume is sending: what an interrupt's hint names.
+        self.experiment: str | None = None
         self.nonfinite = "string"
         self.cleanup = contextlib.ExitStack()
         self._fleet: Fleet | None = None
@@ -56,6 +61,30 @@ class CLIContext:
             fleet = Fleet(self.broker, create=create, console=err)
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet
+
+    def interrupted(self) -> str:
+        """What to say on Ctrl-C (or TERM, HUP): how to go on with what was sent."""
+        exp_id = self.experiment
+        if exp_id is None:
+            return "interrupted"
+        fleet = self._fleet
+        if fleet is None or not fleet.has_experiment(exp_id):
+            return f"interrupted before {exp_id} was sent; nothing runs"
+        if fleet.shared:
+            return (
+                f"stopped following; the fleet goes on running it: `scheduler status "
+                f"{exp_id}` follows it, `scheduler cancel {exp_id}` stops it"
+            )
+        return (
+            f"interrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
+            f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "
+            "would run them first)"
+        )
+
+    @property
+    def brief(self) -> bool:
+        """The table format's one screen (without --full): it reads the runs' reasons."""
+        return self.fmt == "table" and not self.full
 
     def print_report(self, rendered: str, report: ExperimentReport, notice: bool = True) -> None:
         """A rendered report on stdout, ending in one newline. CSV is rows only: what a
@@ -76,11 +105,27 @@ class Commands(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         cli = ctx.ensure_object(CLIContext)
-        ctx.call_on_close(cli.cleanup.close)
+        ctx.call_on_close(lambda: _unstoppable(cli.cleanup.close))
         try:
             return super().invoke(ctx)
         except EvalfleetError as exc:
             ctx.exit(_said(exc))
+        except KeyboardInterrupt:  # Ctrl-C, TERM or HUP (scheduler.cli.run), at any moment
+            _unstoppable(lambda: err.print(f"\n{cli.interrupted()}", soft_wrap=True))
+            ctx.exit(INTERRUPTED)
+
+
+def _unstoppable(step: Callable[[], object]) -> None:
+    """`step` with Ctrl-C, TERM and HUP ignored: a second one must not cut short the
+    stopping of what the command started (the embedded Redis and workers run in
+    sessions of their own: nothing else stops them), nor the interrupt's hint."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = [signal.signal(s, signal.SIG_IGN) for s in signals]
+    try:
+        step()
+    finally:
+        for signum, handler in zip(signals, before, strict=True):
+            signal.signal(signum, handler)
 
 
 def _said(exc: EvalfleetError) -> int:
@@ -172,7 +217,7 @@ nonfinite_option = click.option(
 
 
 def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
-    return click.option(
+    fmt = click.option(
         "--format",
         "fmt",
         type=click.Choice(choices),
@@ -181,6 +226,17 @@ def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
         expose_value=False,
         callback=_keep("fmt"),
     )
+    if choices != FORMATS:  # a comparison: one table, nothing to shorten
+        return fmt
+    full = click.option(
+        "--full",
+        is_flag=True,
+        expose_value=False,
+        callback=_keep("full"),
+        help="The table format with every section (default: one screen: each tier's "
+        "verdict, the most common failure reasons, where the rest is).",
+    )
+    return lambda command: fmt(full(command))
 
 
 def wait_option(help_text: str) -> Callable[[F], F]:

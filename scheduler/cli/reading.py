@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Mapping, Sequence
 
 import click
 
 from core.analysis.comparison import CORRECTION
+from core.results.report import ExperimentInfo
 from scheduler.cli.context import (
     CLIContext,
     broker_option,
@@ -20,9 +23,39 @@ from scheduler.cli.context import (
     size,
 )
 from scheduler.experiments import compare as compare_experiments
-from scheduler.experiments import list_experiments, status_line
+from scheduler.experiments import list_experiments
 from scheduler.experiments import status as experiment_status
-from scheduler.report.render import COMPARE_FORMATS, render_comparison
+from scheduler.report.formatting import Table
+from scheduler.report.render import COMPARE_FORMATS, render_comparison, render_tables
+
+
+def experiments_table(
+    infos: list[ExperimentInfo],
+    more_columns: Sequence[str] = (),
+    more: Mapping[str, list[str]] | None = None,
+) -> Table:
+    """Experiments one a row under headers; `more` gives each experiment's cells of
+    `more_columns`, by its id."""
+    with_budget = any(i.not_run for i in infos)
+    columns = ["experiment", "status", "runs ran", "passed", "infra errors", "cancelled"]
+    columns += ["not run (budget)"] * with_budget + ["created", *more_columns]
+    rows = []
+    for i in infos:
+        ran = i.completed_runs - i.cancelled - i.not_run
+        rows.append(
+            [
+                i.id,
+                i.status.value,
+                f"{ran}/{i.total_runs}",
+                str(i.passes),
+                str(i.errors),
+                str(i.cancelled),
+                *[str(i.not_run)] * with_budget,
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(i.created_at)),
+                *(more or {}).get(i.id, []),
+            ]
+        )
+    return Table("", columns, rows, label_columns=2)
 
 
 @click.command("list")
@@ -49,10 +82,23 @@ def list_(cli: CLIContext, as_json: bool) -> None:
         return
     if not listed:
         click.echo("no experiments yet")
-    for e in listed:
-        later = e.report_versions[1:]
-        shown = status_line(e.info) + (f"  report versions 1-{later[-1]}" if later else "")
-        click.echo(f"{shown}  {size(e.stored_bytes)} stored")
+        return
+    # Report versions: 1 is the runs' own, each rejudge or rescore adds one.
+    more = {
+        e.info.id: [
+            _versions(e.report_versions),
+            size(e.stored_bytes),
+        ]
+        for e in listed
+    }
+    table = experiments_table([e.info for e in listed], ["report versions", "stored"], more)
+    click.echo(render_tables([table]), nl=False)
+
+
+def _versions(versions: list[int]) -> str:
+    if len(versions) > 1:
+        return f"1-{versions[-1]}"
+    return "1" if versions else "-"
 
 
 @click.command()
@@ -66,7 +112,10 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
     Example: scheduler status notes-guidance-20261122-101500-ab12
     """
     found = experiment_status(cli.fleet(), experiment)
-    click.echo(found.info.model_dump_json(indent=2) if as_json else status_line(found.info))
+    if as_json:
+        click.echo(found.info.model_dump_json(indent=2))
+    else:
+        click.echo(render_tables([experiments_table([found.info])]), nl=False)
     idle = found.idle_queues
     if idle:
         err.print(
@@ -106,7 +155,9 @@ def compare(
     correction: str,
     fail_on_regression: bool,
 ) -> None:
-    """Compare experiment B against A, per tier and per tier x scenario.
+    """Compare experiment B against A, per tier and per tier x scenario. Either may
+    be a report JSON file with its runs (`report EXP --format json --runs > FILE`),
+    say a baseline kept as a CI artifact.
 
     Deltas of pass rate and median composite score with their effect sizes,
     Fisher's exact test on passes and Mann-Whitney U on composite scores
@@ -121,6 +172,7 @@ def compare(
     Examples:
       scheduler compare EXP_BASELINE EXP_CANDIDATE --format markdown
       scheduler compare EXP_A EXP_B --fail-on-regression --alpha 0.01   # CI gate
+      scheduler compare baseline.json EXP_B --fail-on-regression      # a kept baseline
       scheduler compare EXP_A EXP_B --format github >> "$GITHUB_STEP_SUMMARY"
     """
     fleet = cli.fleet()

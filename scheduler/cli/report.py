@@ -5,11 +5,13 @@ from __future__ import annotations
 import click
 
 from core.errors import InputError
+from core.matrix import did_you_mean
 from scheduler.cli.context import (
     CLIContext,
     broker_option,
     correction_option,
     err,
+    exit_if_infra_errors,
     format_option,
     nonfinite_option,
     pass_cli,
@@ -50,6 +52,12 @@ from scheduler.report.render import SCENARIO_FORMATS, render
     help="The report version: 1 is the runs' own, 2, 3... each rejudge's or rescore's "
     "(default: the latest; `scheduler list` shows them).",
 )
+@click.option(
+    "--fail-on-infra-errors",
+    is_flag=True,
+    help="Exit 3, after the report, when some runs were infrastructure errors (a CI gate: "
+    "the agent was never measured).",
+)
 @nonfinite_option
 @pass_cli
 def report(
@@ -60,11 +68,15 @@ def report(
     alpha: float | None,
     scenario: str | None,
     version: int | None,
+    fail_on_infra_errors: bool,
 ) -> None:
     """Print an experiment's report (default: the latest experiment, its latest version).
 
-    The table fits the terminal (COLUMNS when set, else 120 columns when stdout
-    is not a terminal). Pass rate is passes / runs counted (completed,
+    The table is one screen: each tier's verdict against the baseline, pass
+    rate and cost of pass, the most common failure reasons with a run to
+    `scheduler show` for each; --full gives every section. It fits the
+    terminal (COLUMNS when set, else 120 columns when stdout is not a terminal).
+    Pass rate is passes / runs counted (completed,
     agent_error, timeout, limit) with its Wilson 95% interval; infrastructure errors
     and cancelled runs are counted apart. Every test against the baseline is
     corrected with the others (Holm unless the matrix's `report:` or
@@ -72,12 +84,16 @@ def report(
     --format github is compact markdown for a PR comment or a job summary,
     its verdict line first.
 
-    The html format is one file that opens offline: charts, tables and a run
-    table that filters by tier, scenario and outcome; click a run for its
-    evidence (gates, judge, transcript, stderr and stdout, attempts).
+    The html format is one file that opens offline: a table of contents, the
+    most common failure reasons (a click shows their runs), charts, tables and
+    a run table that filters by tier, scenario, outcome and failure reason;
+    click a run for its evidence (gates, judge, transcript, stderr and stdout,
+    attempts).
 
     \b
     Examples:
+      scheduler report EXP --full                 # every section, in the terminal
+      scheduler report EXP --fail-on-infra-errors # exit 3 if runs never measured the agent
       scheduler report EXP --format markdown > report.md
       scheduler report EXP --format github >> "$GITHUB_STEP_SUMMARY"
       scheduler report EXP --correction bh --alpha 0.1
@@ -104,7 +120,7 @@ def report(
         fleet,
         exp_id,
         version=version,
-        runs=runs or fmt == "html",  # html: for its run table
+        runs=runs or fmt == "html" or cli.brief,  # html's run table, the brief's reasons
         correction=correction,
         alpha=alpha,
     )
@@ -119,8 +135,14 @@ def report(
         )
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
+        hint = did_you_mean(scenario, known)
         raise InputError(
             f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}"
+            + (f"; {hint}" if hint else "")
         )
-    rendered = render(result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence)
+    rendered = render(
+        result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full
+    )
     cli.print_report(rendered, result)
+    if fail_on_infra_errors:
+        exit_if_infra_errors(result)

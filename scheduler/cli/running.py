@@ -3,9 +3,7 @@ followed to its report, sent again, or stopped."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterator
 
 import click
 
@@ -109,17 +107,17 @@ def submit(
     if as_json:
         cli.fmt = "json"
     fleet = cli.fleet(create=True)
-    exp_id = new_experiment_id(checked.matrix)
+    exp_id = cli.experiment = new_experiment_id(checked.matrix)
     if fleet.shared:
         submit_experiment(fleet, checked, experiment_id=exp_id)
         # Machine-readable output is the report alone on stdout: the id goes aside.
         aside = cli.fmt == "json" or (cli.wait and cli.fmt in ("csv", "html"))
         click.echo(exp_id, err=aside)
-        _follow_shared(cli, exp_id)
+        if cli.wait:
+            _print_report(cli, exp_id)
         return
-    with _interrupted_embedded(exp_id):
-        submit_experiment(fleet, checked, workers=cli.workers, experiment_id=exp_id)
-        _print_report(cli, exp_id)
+    submit_experiment(fleet, checked, workers=cli.workers, experiment_id=exp_id)
+    _print_report(cli, exp_id)
 
 
 @click.command()
@@ -146,13 +144,13 @@ def resume(cli: CLIContext, experiment: str, budget: float | None) -> None:
       scheduler resume EXP --budget 40     # raise the budget: the not-run runs run
     """
     fleet = cli.fleet()
+    cli.experiment = experiment
     if fleet.shared:
-        if resume_experiment(fleet, experiment, budget=budget) is not None:
-            _follow_shared(cli, experiment)
-        return
-    with _interrupted_embedded(experiment):
-        if resume_experiment(fleet, experiment, budget=budget, workers=cli.workers) is not None:
+        if resume_experiment(fleet, experiment, budget=budget) is not None and cli.wait:
             _print_report(cli, experiment)
+        return
+    if resume_experiment(fleet, experiment, budget=budget, workers=cli.workers) is not None:
+        _print_report(cli, experiment)
 
 
 @click.command()
@@ -168,46 +166,16 @@ def cancel(cli: CLIContext, experiment: str) -> None:
     click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
 
 
-def _follow_shared(cli: CLIContext, exp_id: str) -> None:
-    """With --wait, the report once the fleet has run the experiment."""
-    if not cli.wait:
-        return
-    try:
-        _print_report(cli, exp_id)
-    except KeyboardInterrupt:
-        err.print(
-            f"\nstopped following; the fleet goes on running it: `scheduler status "
-            f"{exp_id}` follows it, `scheduler cancel {exp_id}` stops it",
-            soft_wrap=True,
-        )
-        sys.exit(130)
-
-
-@contextlib.contextmanager
-def _interrupted_embedded(exp_id: str) -> Iterator[None]:
-    """Ctrl-C while local workers run the experiment: say how to go on; the CLIContext
-    then stops the workers and the embedded Redis."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        err.print(
-            f"\ninterrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
-            f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "
-            "would run them first)",
-            soft_wrap=True,
-        )
-        sys.exit(130)
-
-
 def _print_report(cli: CLIContext, exp_id: str) -> None:
     """Follow the experiment to its report and print it (exit 3 on infrastructure errors)."""
     fleet = cli.fleet()
     report = wait(fleet, exp_id)
     evidence = None
-    if cli.fmt == "html":  # its run table: every run with its evidence
+    if cli.fmt == "html" or cli.brief:  # html's run table, the brief's failure reasons
         report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id))})
+    if cli.fmt == "html":  # every run with its evidence
         evidence = evidence_blobs(fleet, exp_id)
-    rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence)
+    rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full)
     cli.print_report(rendered, report, notice=False)
     if report.budget is not None and report.budget.reached:
         err.print(

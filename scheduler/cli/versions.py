@@ -18,6 +18,7 @@ from scheduler.cli.context import (
     wait_option,
     workers_option,
 )
+from scheduler.experiments import load_report
 from scheduler.report.render import render
 from scheduler.versions import NewVersion, wait_version
 from scheduler.versions import rejudge as rejudge_experiment
@@ -127,7 +128,9 @@ def _print_version(cli: CLIContext, version: NewVersion) -> None:
         click.echo(f"{version.experiment_id} version {version.version}", err=cli.fmt == "json")
         return
     result = wait_version(fleet, version)
-    cli.print_report(render(result, cli.fmt, nonfinite=cli.nonfinite), result)
+    if cli.brief:  # its failure reasons are the version's runs'
+        result = load_report(fleet, version.experiment_id, version=version.version, runs=True)
+    cli.print_report(render(result, cli.fmt, nonfinite=cli.nonfinite, full=cli.full), result)
     if result.judge is not None:
         err.print(
             f"{result.judge.judgments} judgments, {result.judge.cached} from cache",

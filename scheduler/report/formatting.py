@@ -41,6 +41,15 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def duration(seconds: float | None) -> str:
+    """Seconds as a reader takes them in: a quick run in ms, not "0.0 s"."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s"
+
+
 def median_spread(stats: Statistics, digits: int = 3) -> str:
     if stats.count == 0:
         return "-"

@@ -11,6 +11,7 @@ from scheduler.report.formatting import (
     PASS_RATE,
     Table,
     cells,
+    duration,
     median_spread,
     num,
     pass_rate,
@@ -38,7 +39,7 @@ SUMMARY_COLUMNS = [
     "impl rate median (±std)",
     "cost $ (median)",
     "cost of pass $",
-    "duration s (median)",
+    "duration (median)",
 ]
 
 # Detail a narrow terminal can do without; the counts and headline figures stay.
@@ -46,7 +47,7 @@ SUMMARY_COLUMNS = [
 NOT_RUN_COLUMN = "not run (budget)"
 
 SUMMARY_NARROW_DROP = (
-    "duration s (median)",
+    "duration (median)",
     "cost of pass $",
     "impl rate median (±std)",
     "cost $ (median)",
@@ -79,7 +80,7 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
                 median_spread(t.impl_rate),
                 num(t.cost_usd.median, 4),
                 num(t.cost_of_pass, 4),
-                num(t.duration_seconds.median, 1),
+                duration(t.duration_seconds.median),
             ]
         )
     columns = list(SUMMARY_COLUMNS)

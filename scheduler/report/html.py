@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from html import escape
 
 from core.results.report import ExperimentReport, Interval, TierReport
+from scheduler.report.brief import cut, failure_reasons
 from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
 from scheduler.report.formatting import Table, pass_share
 from scheduler.report.runs import RUNS_STYLE, runs_section
@@ -38,6 +39,8 @@ td.label, .interval { white-space: nowrap; }
 th { background: #f4f4f4; vertical-align: bottom; }
 .label { text-align: left; }
 ul.notes { color: #555; font-size: .85rem; }
+nav#contents ol { columns: 2 22rem; margin: .3rem 0; }
+nav#contents h2 { margin-top: 1rem; }
 """
 
 
@@ -52,19 +55,78 @@ def html_report(
     title = header(report) + (f" — scenario {scenario}" if scenario else "")
     groups = _groups(report, scenario)
     tables = report_tables(report) if scenario is None else scenario_tables(report, scenario)
-    runs, style = "", _STYLE
+    ids = _ids([t.title for t in tables])
+    contents = [("charts", "Charts"), *zip(ids, (t.title for t in tables), strict=True)]
+    failures, runs, style = "", "", _STYLE
     if report.runs is not None:
         shown = [r for r in report.runs if scenario in (None, r.scenario)]
-        runs, style = runs_section(report, shown, evidence or {}), _STYLE + RUNS_STYLE
+        reasons = failure_reasons(shown)
+        failures = _failures(reasons, len(shown))
+        runs = runs_section(report, shown, evidence or {}, reasons=[r for r, _, _ in reasons])
+        style = _STYLE + RUNS_STYLE
+        contents = [
+            ("failure-reasons", f"Failure reasons ({sum(n for _, n, _ in reasons)} runs)"),
+            ("runs", f"Runs ({len(shown)}): every run with its evidence"),
+            *contents,
+        ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{style}</style></head><body>"
         + "".join(f'<p class="banner"><strong>{escape(b)}</strong></p>' for b in banner(report))
         + f"<h1>{escape(title)}</h1>"
-        f'<section class="charts">{_charts(groups)}</section>'
-        + "".join(_table(t) for t in tables)
+        + _contents(contents)
+        + failures
+        + f'<section class="charts" id="charts">{_charts(groups)}</section>'
+        + "".join(_table(t, i) for t, i in zip(tables, ids, strict=True))
         + runs
         + "</body></html>\n"
+    )
+
+
+def _ids(titles: list[str]) -> list[str]:
+    """An anchor per section, from its title ("Seed metrics: T1" -> seed-metrics-t1)."""
+    ids: list[str] = []
+    for title in titles:
+        base = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
+        found, n = base, 2
+        while found in ids or found in ("charts", "runs", "failure-reasons", "contents"):
+            found, n = f"{base}-{n}", n + 1
+        ids.append(found)
+    return ids
+
+
+def _contents(entries: list[tuple[str, str]]) -> str:
+    links = "".join(f'<li><a href="#{i}">{escape(title)}</a></li>' for i, title in entries)
+    return f'<nav id="contents" aria-label="Contents"><h2>Contents</h2><ol>{links}</ol></nav>'
+
+
+# Reasons listed in the page's summary; the run table's reason filter offers them all.
+MOST_FAILURES_SHOWN = 10
+
+
+def _failures(reasons: list[tuple[str, int, str]], runs: int) -> str:
+    """The most common failure reasons; a click on one shows its runs in the run table."""
+    rows = "".join(
+        f'<tr><td>{n}</td><td class="label"><a href="#runs" class="reason-filter" '
+        f'data-reason="{i}">{escape(cut(reason))}</a></td></tr>'
+        for i, (reason, n, _) in enumerate(reasons[:MOST_FAILURES_SHOWN])
+    )
+    more = len(reasons) - MOST_FAILURES_SHOWN
+    notes = [f"of {runs} runs; click a reason for its runs in the run table"] if rows else []
+    if more > 0:
+        notes.append(f"and {more} other reasons: the run table's reason filter has them all")
+    body = (
+        f'<div class="table-scroll"><table><thead><tr><th>runs</th><th class="label">reason'
+        f"</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        if rows
+        else ""
+    )
+    return (
+        '<section id="failure-reasons"><h2>Most common failure reasons</h2>'
+        + (body or "<p>No run failed.</p>")
+        + '<ul class="notes">'
+        + "".join(f"<li>{escape(n)}</li>" for n in notes)
+        + "</ul></section>"
     )
 
 
@@ -133,7 +195,7 @@ def _bounds(interval: Interval | None) -> tuple[float | None, float | None]:
     return (None, None) if interval is None else (interval.low, interval.high)
 
 
-def _table(table: Table) -> str:
+def _table(table: Table, anchor: str) -> str:
     head = "".join(_cell("th", c, i < table.label_columns) for i, c in enumerate(table.columns))
     rows = "".join(
         "<tr>"
@@ -143,7 +205,7 @@ def _table(table: Table) -> str:
     )
     notes = "".join(f"<li>{escape(n)}</li>" for n in table.notes)
     return (
-        f"<section><h2>{escape(table.title)}</h2>"
+        f'<section id="{anchor}"><h2>{escape(table.title)}</h2>'
         f'<div class="table-scroll"><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{rows}</tbody></table></div>"
         + (f'<ul class="notes">{notes}</ul>' if notes else "")

@@ -27,17 +27,7 @@ def cross_tier(report: ExperimentReport) -> Table:
         else:
             changes = [pct(up.pass_rate), pct(up.impl_rate), pct(up.composite), pct(up.cost_change)]
         rows.append([tier_id, *changes, num(t.consistency), num(t.cost_of_pass, 4)])
-    frontier = (
-        "no tier passed, so there is no frontier cost of pass"
-        if c.frontier_tier is None
-        else f"frontier cost of pass ${num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier}, "
-        "the cheapest tier per pass)"
-    )
-    value = (
-        "no tier scored above 0, so no tier is the best value"
-        if c.best_value_tier is None
-        else f"best value: {c.best_value_tier} (highest median composite per median $)"
-    )
+    frontier, value = _frontier_and_value(report)
     return Table(
         f"Cross-tier against the baseline ({c.baseline})",
         [
@@ -51,13 +41,47 @@ def cross_tier(report: ExperimentReport) -> Table:
         ],
         rows,
         [
-            f"{frontier}; {value}",
+            "; ".join(note for note in (frontier, value) if note),
             f"variance of the tiers' median impl rate {num(c.impl_rate_variance, 4)}, "
             f"median pass_rate {num(c.pass_rate_variance, 4)}",
             "uplift = (tier - baseline) / baseline, n/a where the baseline's figure is 0; "
             "consistency = 1 - std/mean of the composite score, clamped to [0, 1]",
         ],
     )
+
+
+ADD_PRICES = "add each model's price under `pricing:` in the matrix (docs/MATRIX.md)"
+
+
+def _frontier_and_value(report: ExperimentReport) -> tuple[str, str]:
+    """The notes on the cheapest tier per pass and the best value. Without a known
+    cost a tier has neither: the note says the costs are unknown, not that it failed."""
+    c = report.cross_tier
+    tiers = report.tiers.values()
+    priced = [t for t in tiers if t.cost_of_pass is not None]
+    unpriced = [tier_id for tier_id, t in report.tiers.items() if t.cost_of_pass is None]
+    left_out = f" (cost unknown for {', '.join(unpriced)}: {ADD_PRICES})" if unpriced else ""
+    if c.frontier_tier is not None:
+        frontier = (
+            f"frontier cost of pass ${num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier}, "
+            f"the cheapest tier per pass){left_out}"
+        )
+    elif not priced:
+        frontier = (
+            "costs are unknown (no run's model has a price), so there is no frontier cost "
+            f"of pass and no best value: {ADD_PRICES}"
+        )
+    else:
+        frontier = (
+            f"no tier with a known cost passed, so there is no frontier cost of pass{left_out}"
+        )
+    if c.best_value_tier is not None:
+        value = f"best value: {c.best_value_tier} (highest median composite per median $)"
+    elif not any(t.cost_usd.median is not None for t in tiers):
+        value = ""  # said with the frontier
+    else:
+        value = "no tier with a known cost scored above 0, so no tier is the best value"
+    return frontier, value
 
 
 def pass_at_k(report: ExperimentReport, scenario: str | None = None) -> Table:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import shutil
+import textwrap
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -24,6 +25,7 @@ from core.metrics.catalog import RUN_METRICS
 from core.results.report import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from core.results.run import RunResult
 from scheduler.report import compare, formatting, scenarios, sections
+from scheduler.report.brief import brief_tables, full_report_line
 from scheduler.report.formatting import Table
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
@@ -53,11 +55,13 @@ def render(
     width: int | None = None,
     nonfinite: str = "string",
     evidence: Mapping[str, bytes] | None = None,
+    full: bool = True,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
     `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
     `evidence`: of html, the runs' evidence by run id as the store keeps it
-    (compressed JSON), for its run table."""
+    (compressed JSON), for its run table; `full=False`: the table format's one screen
+    (scheduler.report.brief; the failure reasons need the report's runs)."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
@@ -70,6 +74,19 @@ def render(
     if fmt == "github":
         return github_report(report)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
+    if fmt == "table" and not full and scenario is None:
+        return (
+            "".join(f"{visible(line)}\n" for line in banner)
+            + _terminal(title, brief_tables(report), width)
+            + "\n"
+            + textwrap.fill(
+                full_report_line(report),
+                width or terminal_width(),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            + "\n"
+        )
     tables = (
         sections.report_tables(report)
         if scenario is None
@@ -124,13 +141,17 @@ def _markdown(title: str, tables: list[Table]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _terminal(title: str, tables: list[Table], width: int | None) -> str:
+def render_tables(tables: list[Table], width: int | None = None) -> str:
+    """Tables for the terminal as a report's are laid out, without a report's title."""
+    return _terminal(None, tables, width)
+
+
+def _terminal(title: str | None, tables: list[Table], width: int | None) -> str:
     """Compact tables no wider than `width`. A table that does not fit leaves out its
     `narrow_drop` columns (and says so); if it still does not, its other columns go on
     in a second block below, the row labels repeated, rather than being cut. A text
     from a run (a fail reason quoting the agent) is shown with its control
     characters made visible, never obeyed by the terminal."""
-    title = visible(title)
     tables = [
         replace(
             table,
@@ -141,8 +162,9 @@ def _terminal(title: str, tables: list[Table], width: int | None) -> str:
         for table in tables
     ]
     console = Console(record=True, width=width or terminal_width(), file=io.StringIO())
-    console.print(title, highlight=False, markup=False)
-    for table in tables:
+    if title is not None:
+        console.print(visible(title), highlight=False, markup=False)
+    for table_index, table in enumerate(tables):
         value_columns = list(range(table.label_columns, len(table.columns)))
         dropped: list[str] = []
         for column in table.narrow_drop:
@@ -151,7 +173,8 @@ def _terminal(title: str, tables: list[Table], width: int | None) -> str:
             dropped.append(column)
             value_columns.remove(table.columns.index(column))
         for block, columns in enumerate(_blocks(console, table, value_columns)):
-            console.print()
+            if title is not None or table_index or block:
+                console.print()
             console.print(_rich_table(table, columns, continued=block > 0))
         notes = list(table.notes)
         if dropped:

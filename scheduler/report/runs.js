@@ -92,6 +92,14 @@
     });
   });
   for (const select of filters) select.addEventListener("change", filter);
+  // The summary of failure reasons: a click shows that reason's runs, and nothing else
+  // (its link then scrolls to the table).
+  for (const link of document.querySelectorAll("a.reason-filter")) {
+    link.addEventListener("click", () => {
+      for (const select of filters) select.value = select.name === "reason" ? link.dataset.reason : "";
+      filter();
+    });
+  }
   body.addEventListener("click", event => {
     const tr = event.target.closest("tr.run");
     if (tr) open(Number(tr.dataset.row));
@@ -186,7 +194,7 @@
       ["model", run.model],
       ["cost", run.cost_usd === null ? run.cost_unknown_reason || "unknown" : dollars(run.cost_usd)],
       ["judge cost", run.judge_cost_usd === null ? null : dollars(run.judge_cost_usd)],
-      ["duration", `${fixed(run.duration_seconds, 1)} s`],
+      ["duration", duration(run.duration_seconds)],
       ["tokens", `${tokens(run.input_tokens)} in, ${tokens(run.output_tokens)} out, ` +
         `${tokens(run.cache_read_tokens)} cache read, ` +
         `${tokens(run.cache_write_tokens)} cache write (${plural(run.llm_calls.length, "LLM call")})`],
@@ -369,6 +377,12 @@
   function fixed(value, digits) {
     if (value === null || value === undefined) return "-";
     return typeof value === "number" ? value.toFixed(digits) : String(value);
+  }
+
+  // As scheduler.report.formatting.duration writes it: a quick run in ms.
+  function duration(seconds) {
+    if (typeof seconds !== "number") return "-";
+    return seconds < 1 ? `${(seconds * 1000).toFixed(0)} ms` : `${seconds.toFixed(1)} s`;
   }
 
   function dollars(value) {

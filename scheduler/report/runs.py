@@ -23,13 +23,17 @@ from importlib.resources import files
 
 from core.results.report import ExperimentReport
 from core.results.run import OUTCOMES, RunResult
-from scheduler.report.formatting import num
+from scheduler.report.brief import cut, failure_reason
+from scheduler.report.formatting import duration, num
 
-COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration s", "judge score")
+COLUMNS = ("tier", "scenario", "#", "outcome", "reason", "cost $", "duration", "judge score")
 # The columns of text (left-aligned), by position.
 LABELS = (0, 1, 3, 4)
 # The columns with a filter, by position in a row.
 FILTERS = {"tier": 0, "scenario": 1, "outcome": 3}
+# Past the shown columns, a row carries the index of its failure reason (-1: none) in
+# the page's list of them (brief.failure_reasons), which the reason filter selects.
+REASON_GROUP = len(COLUMNS)
 # A reason longer than this is cut in its row (the opened run shows all of it).
 REASON_CHARS = 300
 # The runs' evidence in one page, compressed: beyond it (thousands of runs near their
@@ -44,13 +48,16 @@ def runs_section(
     runs: Sequence[RunResult],
     evidence: Mapping[str, bytes],
     evidence_budget: int = EVIDENCE_BUDGET_BYTES,
+    reasons: Sequence[str] = (),
 ) -> str:
     """The "Runs" section: filters, the table (drawn by its script), the blobs.
     `evidence`: each run's as the store keeps it (zlib-compressed JSON). The runs'
     evidence takes at most `evidence_budget` bytes of the page, failed runs' first;
-    a run left out says where its evidence is."""
+    a run left out says where its evidence is. `reasons`: the failure reasons the
+    reason filter offers, in the order the page's summary of them links to."""
     ordered = sorted(runs, key=_order(report))
-    rows = [_row(run) for run in ordered]
+    group = {reason: i for i, reason in enumerate(reasons)}
+    rows = [[*_row(run), group.get(failure_reason(run) or "", -1)] for run in ordered]
     blobs = _blobs(ordered, evidence, evidence_budget)
     embedded = sum(blob.evidence is not None for blob in blobs)
     elements = "".join(
@@ -70,7 +77,7 @@ def runs_section(
     )
     return (
         '<section id="runs"><h2>Runs</h2>'
-        f'<div class="run-filters">{_filters(rows)}'
+        f'<div class="run-filters">{_filters(rows)}{_reason_filter(rows, reasons)}'
         '<span id="runs-count" role="status"></span></div>'
         '<div class="runs-scroll" id="runs-scroll" tabindex="0">'
         f'<table class="runs"><thead><tr>{head}</tr></thead><tbody id="runs-body"></tbody>'
@@ -110,9 +117,7 @@ def _order(report: ExperimentReport) -> Callable[[RunResult], tuple[int, str, in
 
 
 def _row(run: RunResult) -> list[str | int]:
-    reason = (run.fail_reason or "").split("\n", 1)[0]
-    if len(reason) > REASON_CHARS:
-        reason = reason[: REASON_CHARS - 1] + "…"
+    reason = cut((run.fail_reason or "").split("\n", 1)[0], REASON_CHARS)
     return [
         run.tier,
         run.scenario,
@@ -120,7 +125,7 @@ def _row(run: RunResult) -> list[str | int]:
         run.outcome,
         reason,
         num(run.cost_usd, 4),
-        num(run.duration_seconds, 1),
+        duration(run.duration_seconds),
         _judge_score(run),
     ]
 
@@ -149,6 +154,22 @@ def _filters(rows: list[list[str | int]]) -> str:
             f'<option value="">all</option>{options}</select></label>'
         )
     return "".join(out)
+
+
+def _reason_filter(rows: list[list[str | int]], reasons: Sequence[str]) -> str:
+    counts: dict[int, int] = {}
+    for row in rows:
+        index = int(row[REASON_GROUP])
+        counts[index] = counts.get(index, 0) + 1
+    options = "".join(
+        f'<option value="{i}">{escape(cut(reason, 80))} ({counts[i]})</option>'
+        for i, reason in enumerate(reasons)
+        if i in counts
+    )
+    return (
+        f'<label>failure reason <select data-column="{REASON_GROUP}" name="reason">'
+        f'<option value="">all</option>{options}</select></label>'
+    )
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,35 @@ def test_corrected_verdicts_gate_the_regression(
     assert f"p adj.: {name}-adjusted across all 4 tests" in shown.stdout
 
 
+def test_a_report_json_with_its_runs_is_a_baseline_as_good_as_its_experiment(
+    experiments: dict[str, str], fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A baseline kept as a CI artifact (`report --format json --runs`) compares as the
+    experiment it came from; without its runs, or not a report, it is refused."""
+    a, b = experiments["before"], experiments["broken"]
+    saved = tmp_path / "baseline.json"
+    written = run_cli("report", a, "--format", "json", "--runs", env=fleet_env)
+    saved.write_text(written.stdout)
+    from_file = run_cli("compare", str(saved), b, "--format", "json", env=fleet_env)
+    from_store = run_cli("compare", a, b, "--format", "json", env=fleet_env)
+    assert from_file.returncode == 0, from_file.stderr
+    assert json.loads(from_file.stdout) == json.loads(from_store.stdout)
+    gate = run_cli("compare", str(saved), b, "--fail-on-regression", env=fleet_env)
+    assert gate.returncode == 1 and "significantly worse" in gate.stderr
+
+    without_runs = tmp_path / "no-runs.json"
+    without_runs.write_text(run_cli("report", a, "--format", "json", env=fleet_env).stdout)
+    refused = run_cli("compare", str(without_runs), b, env=fleet_env)
+    assert refused.returncode == 2
+    assert f"{without_runs}: a report without its runs: write it with `scheduler report {a} " in (
+        refused.stderr
+    )
+    other = tmp_path / "other.json"
+    other.write_text('{"name": "not a report"}')
+    wrong = run_cli("compare", str(other), b, env=fleet_env)
+    assert wrong.returncode == 2 and f"{other}: not a report JSON" in wrong.stderr
+
+
 def test_bad_comparisons_are_clear_errors(
     experiments: dict[str, str], fleet_env: dict[str, str]
 ) -> None:
@@ -261,6 +290,13 @@ def test_bad_comparisons_are_clear_errors(
     assert unrelated.returncode == 2 and "share no tier" in unrelated.stderr
     missing = run_cli("compare", experiments["before"], "nope", env=fleet_env)
     assert missing.returncode == 2 and "no experiment 'nope'" in missing.stderr
+    assert "did you mean" not in missing.stderr  # nothing in the store is near
+    typo = experiments["before"][:-1] + "#"
+    misspelt = run_cli("compare", typo, experiments["same"], env=fleet_env)
+    assert misspelt.returncode == 2
+    assert f"no experiment {typo!r} in this store; did you mean `{experiments['before']}`" in (
+        misspelt.stderr
+    )
     bad_alpha = run_cli(
         "compare", experiments["before"], experiments["same"], "--alpha", "1.5", env=fleet_env
     )

@@ -8,13 +8,14 @@ the keys core.store.keys names.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli
+from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import alive, wait_until
 from worker.celery_app import create_app
@@ -402,3 +403,23 @@ scenarios:
     assert "changes since the workspace was prepared: 1 added, 1 modified, 0 deleted" in prompt
     assert "added: out.txt" in prompt and "modified: notes.md" in prompt
     assert "AGENTS.md (" not in prompt and "deps/lib.js" not in prompt  # the run's, not the agent's
+
+
+def test_ctrl_c_while_following_a_shared_experiment_says_it_goes_on(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`submit --wait` on a shared broker, interrupted while it follows: exit 130, and
+    the experiment stays with the fleet (no worker here takes it meanwhile)."""
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-follow"  # no worker: the runs wait
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    proc = start_cli("submit", str(_matrix(tmp_path, "true")), "--wait", env=env)
+    assert proc.stdout is not None
+    exp_id = proc.stdout.readline().strip()  # printed once sent, then it follows
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"stopped following; the fleet goes on running it: `scheduler status {exp_id}` "
+        f"follows it, `scheduler cancel {exp_id}` stops it"
+    )
+    assert run_cli("cancel", exp_id, env=env).returncode == 0

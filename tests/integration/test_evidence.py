@@ -106,6 +106,14 @@ def test_show_says_why_a_run_failed_gate_output_stderr_transcript_and_attempt(
     assert evidence["transcript"]["text"].splitlines() == list(EVENTS)
     assert evidence["patch"]["text"] == "--- /dev/null\n+++ b/out.txt\n@@ -0,0 +1 @@\n+draft\n"
     assert set(evidence["phases"]) == {"setup", "agent", "gates"}
+
+    # A quick run's times in ms, never "0.0 s".
+    def said(seconds: float) -> str:
+        return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+    assert f"index 0 · {said(record['result']['duration_seconds'])} · " in shown
+    phases = ", ".join(f"{p} {said(s)}" for p, s in evidence["phases"].items())
+    assert f"phases: {phases}" in shown and " 0.0 s" not in shown
     [attempt] = record["attempts"]
     assert attempt["worker"].startswith("w-") and attempt["ended_at"] >= attempt["started_at"]
     assert evidence["cuts"] == []

@@ -125,6 +125,9 @@ def test_compose_declares_a_password_protected_redis_scalable_workers_flower_and
     flower = services_["flower"]
     assert flower["command"][:4] == ["celery", "-A", "worker.app", "flower"]
     assert "--persistent=True" in flower["command"]
+    # The task list shows each run's id (its args) and outcome (its result).
+    columns = next(c for c in flower["command"] if c.startswith("--tasks_columns="))
+    assert {"args", "result", "state"} <= set(columns.split("=")[1].split(","))
     assert flower["environment"]["FLOWER_BASIC_AUTH"] == (
         f"{env['FLOWER_USER']}:{env['FLOWER_PASSWORD']}"
     )
@@ -169,7 +172,7 @@ MATRIX = """
 name: compose
 runs_per_tier: 2
 agent: {kind: command, command: "sleep 1.5; touch out.txt", timeout_s: 60}
-tiers: [{id: T0}, {id: T1}]
+tiers: [{id: T0}, {id: T1, agent: {command: "sleep 1.5"}}]  # T1 fails its gate
 scenarios:
   - id: s
     prompt: go
@@ -246,7 +249,11 @@ def test_the_compose_services_run_here_and_flower_shows_the_fleet(tmp_path: Path
         runs = _final_run_tasks(api, auth, exp_id, expected=4)
         assert {t["worker"].split("@")[0] for t in runs.values()} <= set(workers)
         for task in runs.values():
-            # Each result names its experiment and run, for `scheduler report`.
+            # Each result says first how the run ended (a run whose gate failed is a
+            # SUCCESS of its task), then names its experiment and run.
+            passed = task["args"].startswith(f"{exp_id}:T0:")
+            outcome = "'outcome': 'passed', 'reason': ''" if passed else "'outcome': 'failed', "
+            assert task["result"].startswith("{" + outcome), task["result"]
             assert f"'experiment_id': '{exp_id}'" in task["result"]
             assert f"'run_id': '{exp_id}:T" in task["result"]
         # The arguments Flower shows are the run id: experiment, tier, scenario, run index.
@@ -256,6 +263,9 @@ def test_the_compose_services_run_here_and_flower_shows_the_fleet(tmp_path: Path
         assert {w.split("@")[0] for w in listed} >= set(workers)
         metrics = httpx.get(f"{api}/metrics", timeout=10).text
         assert 'task="evalfleet.run",type="task-agent"' in metrics
+        # Every event of a run names its task: no phase counted under an empty name.
+        for phase in ("task-setup", "task-agent", "task-gates"):
+            assert f'task="",type="{phase}"' not in metrics
 
         # Persistent state: a restarted Flower still knows every run.
         flower.stop()

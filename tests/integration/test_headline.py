@@ -87,7 +87,7 @@ def test_seven_of_ten_reads_0_700_with_its_interval_in_every_format(
     experiments: tuple[str, str], fleet_env: dict[str, str]
 ) -> None:
     exp, other = experiments
-    table = _cli(fleet_env, "report", exp)
+    table = _cli(fleet_env, "report", exp, "--full")
     t1 = next(line for line in table.splitlines() if line.startswith("T1    (all)"))
     # runs counted, infra errors, cancelled, passes, then the headline pass rate.
     assert t1.split()[2:6] == ["10", "1", "1", "7"] and SEVEN_OF_TEN in t1
@@ -145,7 +145,7 @@ def test_a_median_that_hides_failures_is_said_in_every_format(
 ) -> None:
     exp = experiments[0]
     for fmt in ("table", "markdown", "html"):
-        text = html.unescape(_cli(fleet_env, "report", exp, "--format", fmt, columns=400))
+        text = html.unescape(_cli(fleet_env, "report", exp, "--format", fmt, "--full", columns=400))
         assert HIDDEN in text, fmt
         assert "uplift = (the tier's median composite - the baseline's)" in text
         # T0's median composite is not the best possible: no note for it.
@@ -163,17 +163,17 @@ def test_the_table_fits_the_terminal_and_shows_every_section(
     markdown = _cli(fleet_env, "report", exp, "--format", "markdown")
     assert [t for t in SECTIONS if f"## {t}" not in markdown] == []
     for columns in (80, 100):
-        table = _cli(fleet_env, "report", exp, columns=columns)
+        table = _cli(fleet_env, "report", exp, "--full", columns=columns)
         assert max(map(len, _lines(table))) <= columns
         assert "…" not in table  # columns go on below rather than being cut
         assert [t for t in SECTIONS if t not in table] == []
         assert SEVEN_OF_TEN in table
-        assert f"left out at {columns} columns: duration s (median)" in table
-    wide = _cli(fleet_env, "report", exp, columns=250)
+        assert f"left out at {columns} columns: duration (median)" in table
+    wide = _cli(fleet_env, "report", exp, "--full", columns=250)
     assert max(map(len, _lines(wide))) > 160 and "left out" not in wide
     assert "duration" in wide and "(continued)" not in wide
     # Not a terminal and no COLUMNS: 120 columns.
-    piped = _cli(fleet_env, "report", exp, columns=None)
+    piped = _cli(fleet_env, "report", exp, "--full", columns=None)
     assert 100 < max(map(len, _lines(piped))) <= 120
 
 
@@ -185,7 +185,7 @@ def test_the_table_takes_the_width_of_the_terminal_it_is_shown_in(
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 90, 0, 0))
     with subprocess.Popen(
-        [SCHEDULER, "report", exp], stdout=follower, stderr=subprocess.PIPE, env=env
+        [SCHEDULER, "report", exp, "--full"], stdout=follower, stderr=subprocess.PIPE, env=env
     ) as process:
         os.close(follower)
         chunks = []
@@ -258,7 +258,7 @@ def test_json_nonfinite_null_gives_strict_json_for_jq(
 
 # Appended by the test only: it reads what Chromium laid out.
 _READ = """<script>
-const rows = [...document.querySelectorAll("section table")][0].rows;
+const rows = document.querySelector("section#summary table").rows;
 const bars = [...document.querySelectorAll("#pass-rate rect.bar")];
 const out = document.createElement("pre");
 out.id = "read";

@@ -169,7 +169,12 @@ def test_the_table_report_prints_an_agents_error_inert(
     exp_id = json.loads(result.stdout)["experiment"]["id"]
     _inert(result.stderr)
 
-    table = run_cli("report", exp_id, "--format", "table", env={**fleet_env, "COLUMNS": "400"})
+    env = {**fleet_env, "COLUMNS": "400"}
+    brief = run_cli("report", exp_id, "--format", "table", env=env)
+    assert brief.returncode == 0, brief.stderr
+    _inert(brief.stdout)  # its failure reasons, cut to a line
+    assert "infrastructure error: agent could not start (exit 127): " in brief.stdout
+    table = run_cli("report", exp_id, "--format", "table", "--full", env=env)
     assert table.returncode == 0, table.stderr
     _inert(table.stdout)
     assert SHOWN in table.stdout

@@ -74,6 +74,20 @@ _READ = """<script>
   read.facts = Object.fromEntries([...detail.querySelectorAll("dl.facts dt")].map(
     dt => [dt.textContent, dt.nextElementSibling.textContent]));
   read.opened_width = document.documentElement.scrollWidth;
+  // The table of contents, and a click on the most common failure reason.
+  read.contents = [...document.querySelectorAll("nav#contents a")].map(a => [
+    a.textContent, a.getAttribute("href"),
+    document.getElementById(a.getAttribute("href").slice(1)) !== null]);
+  read.reasons = [...document.querySelectorAll("#failure-reasons tbody tr")].map(
+    tr => [...tr.cells].map(td => td.textContent));
+  choose("tier", "T1");
+  document.querySelector("#failure-reasons a.reason-filter").click();
+  read.by_reason = shown();
+  read.by_reason_count = document.getElementById("runs-count").textContent;
+  read.filters = Object.fromEntries([...document.querySelectorAll("#runs select")].map(
+    s => [s.name, s.value]));
+  read.hash = location.hash;
+  read.runs_top = document.getElementById("runs").getBoundingClientRect().top;
   const out = document.createElement("pre");
   out.id = "read";
   out.textContent = JSON.stringify(read);
@@ -174,6 +188,7 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
         "tier": ["", "T0", "T1"],
         "scenario": ["", "write", "again"],
         "outcome": ["", "passed", "failed"],
+        "reason": ["", "0"],  # the failure reasons, as the page's summary lists them
     }
     assert sorted(row[:4] for row in read["failed"]) == [
         [t, s, "1", "failed"] for t in ("T0", "T1") for s in ("again", "write")
@@ -210,6 +225,24 @@ def test_the_run_table_lists_filters_and_opens_a_failing_run(
     [(worker, _, _, outcome)] = read["attempts"]
     assert SESSION in worker and outcome == "completed: gates failed: out-written"
     assert read["width"] <= 1280 and read["opened_width"] <= 1280
+
+    # The table of contents: the failure reasons and the run table first, every
+    # section after them, each link to a section of the page.
+    assert read["contents"][:3] == [
+        ["Failure reasons (4 runs)", "#failure-reasons", True],
+        ["Runs (8): every run with its evidence", "#runs", True],
+        ["Charts", "#charts", True],
+    ]
+    titles = [title for title, _, _ in read["contents"]]
+    assert "Summary" in titles and "Seed metrics: T1" in " ".join(titles)
+    assert all(found for _, _, found in read["contents"]), read["contents"]
+    # A click on a failure reason shows its runs, whatever was chosen before, and
+    # scrolls to the run table.
+    assert read["reasons"] == [["4", "gates failed: out-written"]]
+    assert sorted(read["by_reason"]) == sorted(read["failed"])
+    assert read["by_reason_count"] == "4 of 8 runs"
+    assert read["filters"] == {"tier": "", "scenario": "", "outcome": "", "reason": "0"}
+    assert read["hash"] == "#runs" and abs(read["runs_top"]) < 2
 
     # The view of one scenario lists only that scenario's runs.
     view = _html(exp_id, fleet_env, "--scenario", "again")

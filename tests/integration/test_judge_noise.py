@@ -74,5 +74,5 @@ def test_repeats_3_gives_the_judge_noise_section_of_a_hand_computation(
     github = run_cli("report", exp_id, "--format", "github", env=fleet_env).stdout
     assert "- T1: uplift +5.9%, Δ median composite +0.050, lies within the judge's noise" in github
     # The original report says so in every format that has notes.
-    table = run_cli("report", exp_id, env=fleet_env).stdout
+    table = run_cli("report", exp_id, "--full", env=fleet_env).stdout
     assert "Judge noise" in table and "18 judgments, 0 from cache" in table

@@ -19,6 +19,7 @@ from core.store import Store
 from tests.conftest import StartWorker, run_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import wait_until
+from tests.support.terminal import table_row
 
 pytestmark = pytest.mark.integration
 
@@ -127,9 +128,10 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
     # The reports name it too.
     markdown = _report(report["experiment"]["id"], "markdown", fleet_env)
     assert f"infrastructure error (8 runs): {reason}" in markdown
-    # The experiment's status line says it too.
-    listed = run_cli("status", report["experiment"]["id"], env=fleet_env)
-    assert "complete with 8 infrastructure errors" in listed.stdout
+    # The experiment's status says it too: complete, 8 infrastructure errors.
+    exp_id = report["experiment"]["id"]
+    listed = run_cli("status", exp_id, env=fleet_env)
+    assert table_row(listed.stdout, exp_id)[1:5] == ["complete", "8/8", "0", "8"]
 
 
 def test_fail_fast_leaves_a_tier_alone_once_it_has_a_result_of_its_own(
@@ -173,12 +175,10 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     wait_until(lambda: store.reports.get(exp_id), "the cancelled experiment's report", timeout=90)
 
     cancelled = run_cli("status", exp_id, env=fleet_env).stdout
-    assert "cancelled" in cancelled and "2/6 runs ran" in cancelled and "4 cancelled" in cancelled
+    # status, runs ran, passed, infrastructure errors, cancelled
+    assert table_row(cancelled, exp_id)[1:6] == ["cancelled", "2/6", "2", "0", "4"]
     listed = run_cli("list", env=fleet_env).stdout
-    assert (
-        f"{exp_id}  cancelled" in listed
-        and "complete" not in listed.split(exp_id)[1].split("\n")[0]
-    )
+    assert table_row(listed, exp_id)[1] == "cancelled"
 
     resumed = run_cli("resume", exp_id, "--wait", "--format", "json", env=fleet_env)
     assert resumed.returncode == 0, resumed.stderr
@@ -231,13 +231,13 @@ def test_status_says_when_no_worker_takes_the_experiments_runs(
     exp_id = submitted.stdout.strip()
     status = run_cli("status", exp_id, env=fleet_env)
     assert status.returncode == 0
-    assert "0/2 runs ran" in status.stdout
+    assert table_row(status.stdout, exp_id)[2] == "0/2"
     assert f"no worker is taking runs from queue {idle_queue}" in status.stderr
 
     start_worker(concurrency=1, queues=idle_queue)
     wait_until(lambda: store.reports.get(exp_id), "the report once a worker takes the runs")
     done = run_cli("status", exp_id, env=fleet_env)
-    assert "complete" in done.stdout and "no worker" not in done.stderr
+    assert table_row(done.stdout, exp_id)[1] == "complete" and "no worker" not in done.stderr
 
 
 def test_a_waited_csv_submit_prints_rows_only_and_the_id_aside(

@@ -44,9 +44,9 @@ def test_a_quick_runs_phases_are_one_message_in_order(redis_url: str) -> None:
     try:
         sender = PhaseEvents(app, hostname)
         for phase in ("setup", "agent", "gates"):
-            sender.send("task-1", phase, run_id="r1")
+            sender.send("task-1", phase, "evalfleet.run", run_id="r1")
         quick = _published(pubsub, linger_s() + 1.0)
-        sender.send("task-2", "judge", run_id="r2")  # later, on its own
+        sender.send("task-2", "judge", "evalfleet.run", run_id="r2")  # later, on its own
         later = _published(pubsub, linger_s() + 1.0)
     finally:
         pubsub.close()
@@ -56,6 +56,8 @@ def test_a_quick_runs_phases_are_one_message_in_order(redis_url: str) -> None:
         [("task-setup", "task-1"), ("task-agent", "task-1"), ("task-gates", "task-1")]
     ]
     assert [e["run_id"] for e in ours[0]] == ["r1"] * 3
+    # Each names its task: Flower's metrics are labelled by the event's own name.
+    assert {e["name"] for e in ours[0]} == {"evalfleet.run"}
     alone = [[e["type"] for e in m if e.get("hostname") == hostname] for m in later]
     assert [m for m in alone if m] == [["task-judge"]]
 

@@ -14,6 +14,7 @@ from core.store import Store
 from tests.conftest import QUEUE, StartWorker, run_cli
 from tests.support.experiments import command_matrix, judged_matrix
 from tests.support.llm_stub import LLMStub, scripted_judge
+from tests.support.terminal import table_row
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +78,7 @@ def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
     assert "report version 2 of 2 (rejudged: model judge-b)" in latest.stderr
     assert "report version 2 (rejudged: model judge-b)" in report(exp_id, fleet_env)
     listed = run_cli("list", env=fleet_env).stdout
-    assert any(exp_id in line and "report versions 1-2" in line for line in listed.splitlines())
+    assert table_row(listed, exp_id)[-2] == "1-2"  # report versions, then what it stores
     compared = run_cli("compare", exp_id, exp_id, env=fleet_env)
     assert compared.returncode == 0, compared.stderr
     assert f"note: {exp_id} has report versions 1-2; compare reads its runs as they ran" in (

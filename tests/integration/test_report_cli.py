@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
 from tests.support.html_pages import rendered_json
+from tests.support.terminal import heading_words, table_row
 
 pytestmark = pytest.mark.integration
 
@@ -154,6 +156,89 @@ def test_markdown_has_every_section_and_the_guidance_comparison(
     assert "| T0 | 1000 | 500.0 | 1000 | 1500 | 2000 | - |" in context
 
 
+@pytest.mark.parametrize("priced", [(), ("T1",)])
+def test_unknown_costs_are_said_to_be_unknown_not_that_no_tier_passed(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str], priced: tuple[str, ...]
+) -> None:
+    """Without `pricing:` every tier passes 10/10 and still has no cost of pass: the
+    notes say the costs are unknown and how to add prices."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    cells = {
+        (tier, "s1"): Cell(_passed(RUNS), pass_impl=1.0, unpriced=tier not in priced)
+        for tier in ("T0", "T1")
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    markdown = _report(exp_id, fleet_env, "--format", "markdown")
+    cross = markdown.split("## Cross-tier")[1].split("##")[0]
+    assert "no tier passed" not in cross and "scored above 0" not in cross
+    prices = "add each model's price under `pricing:` in the matrix (docs/MATRIX.md)"
+    if not priced:
+        assert (
+            "costs are unknown (no run's model has a price), so there is no frontier cost of "
+            f"pass and no best value: {prices}"
+        ) in cross
+    else:
+        assert (
+            "frontier cost of pass $0.0145 (T1, the cheapest tier per pass) (cost unknown "
+            f"for T0: {prices}); best value: T1"
+        ) in cross
+
+
+def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """One screen: each tier's headline, the most common failure reasons with a
+    `scheduler show` command for a run of each, and where the full report is."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    gates = "gates failed: out-file"
+    t0 = {i: gates for i in range(2, 7)} | {i: "agent_error: exit 1: boom" for i in (7, 8, 9)}
+    cells = {
+        ("T0", "s1"): Cell(_passed(2), reasons=t0),
+        ("T1", "s1"): Cell(
+            _passed(8),
+            reasons={8: gates, 9: "judge unreachable: connection refused"},
+            statuses={9: RunStatus.infra_error},
+        ),
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    report = json.loads(_report(exp_id, fleet_env, "--format", "json"))
+    t1_verdict = report["tiers"]["T1"]["analysis"]["vs_baseline"]["verdict"]
+    shown = _report(exp_id, {**fleet_env, "COLUMNS": "80"})
+    lines = shown.rstrip("\n").splitlines()
+    assert len(lines) <= 30 and max(map(len, lines)) <= 80, shown
+    assert "…" not in shown  # nothing cut at 80 columns
+    assert lines[0].startswith(f"demo ({exp_id}): complete, 20/20 runs, 19 counted, 10 passed")
+    t0_wilson = stats.binomtest(2, 10).proportion_ci(method="wilson")
+    assert table_row(shown, "T0") == [
+        "T0",
+        "baseline",
+        "2/10",
+        f"0.200 [{t0_wilson.low:.3f}, {t0_wilson.high:.3f}]",
+        "0.0725",  # mean cost 0.0145 / pass rate 0.2
+    ]
+    assert table_row(shown, "T1")[1:3] == [t1_verdict, "8/9"]
+    assert "1 infrastructure errors are kept out of these figures" in shown
+    # The reasons, most common first, each with a run that failed so.
+    reasons = shown.split("Most common failure reasons (10 runs failed)")[1]
+    assert [table_row(reasons, n)[1] for n in ("6", "3", "1")] == [
+        gates,
+        "agent_error: exit 1: boom",
+        "infrastructure error: judge unreachable: connection refused",
+    ]
+    examples = re.findall(r"e\.g\. scheduler show (\S+)", reasons)
+    assert examples == [f"{exp_id}:T0:s1:2", f"{exp_id}:T0:s1:7", f"{exp_id}:T1:s1:9"]
+    example = run_cli("show", examples[1], env=fleet_env)
+    assert example.returncode == 0 and "reason: agent_error: exit 1: boom" in example.stdout
+    # The last lines, wrapped to the terminal.
+    assert " ".join(lines[-2:]) == (
+        f"the full report: scheduler report {exp_id} --full (every section), "
+        "or --format html > report.html (charts and the run table)"
+    )
+    assert "Seed metrics" not in shown
+    full = _report(exp_id, fleet_env, "--full")
+    assert "Summary" in full and "Seed metrics: T1" in full and "failure reasons" not in full
+
+
 def test_scenario_view_puts_tiers_side_by_side_and_only_that_scenario(
     experiment: str, fleet_env: dict[str, str]
 ) -> None:
@@ -167,6 +252,10 @@ def test_scenario_view_puts_tiers_side_by_side_and_only_that_scenario(
 
     unknown = run_cli("report", experiment, "--scenario", "nope", env=fleet_env)
     assert unknown.returncode == 2 and "its scenarios: s1, s2" in unknown.stderr
+    assert "did you mean" not in unknown.stderr  # no scenario is near "nope"
+    misspelt = run_cli("report", experiment, "--scenario", "s1x", env=fleet_env)
+    assert misspelt.returncode == 2
+    assert "has no scenario 's1x'; its scenarios: s1, s2; did you mean `s1`?" in misspelt.stderr
     as_json = run_cli("report", experiment, "--format", "json", "--scenario", "s1", env=fleet_env)
     assert as_json.returncode == 2 and "--scenario is a view" in as_json.stderr
 
@@ -192,8 +281,10 @@ def test_csv_rows_carry_the_new_figures(experiment: str, fleet_env: dict[str, st
 
 def _html(exp_id: str, env: dict[str, str]) -> str:
     page = _report(exp_id, env, "--format", "html")
-    # Self-contained: nothing fetched; its one script (the run table's) is inline.
-    assert not re.search(r"""\s(src|href)\s*=|url\(|@import""", page)
+    # Self-contained: nothing fetched (its links go to its own sections); its one
+    # script (the run table's) is inline.
+    assert not re.search(r"""\s(src|href)\s*=\s*(?!"#)|url\(|@import""", page)
+    assert 'href="#runs"' in page
     assert page.count("<script>") == 1
     assert f"<h1>{NAME} ({exp_id})" in page
     assert page.count('<figure class="chart"') == 4
@@ -273,3 +364,29 @@ def test_csv_with_runs_gives_one_row_per_run_and_other_formats_refuse_runs(
         refused.returncode == 2
         and "--runs lists every run in --format json or csv" in refused.stderr
     )
+
+
+def test_list_and_status_are_tables_with_headers(
+    experiment: str, fleet_env: dict[str, str]
+) -> None:
+    status = run_cli("status", experiment, env=fleet_env)
+    assert status.returncode == 0, status.stderr
+    listed = run_cli("list", env=fleet_env)
+    assert listed.returncode == 0, listed.stderr
+    headings = set(
+        ["experiment", "status", "runs", "ran", "passed", "infra", "errors", "cancelled", "created"]
+    )
+    assert heading_words(status.stdout) == headings
+    assert heading_words(listed.stdout) == headings | {"report", "versions", "stored"}
+    assert table_row(status.stdout, experiment)[:6] == [
+        experiment,
+        "complete",
+        "40/40",
+        "20",
+        "0",
+        "0",
+    ]
+    row = table_row(listed.stdout, experiment)
+    assert row[:6] == [experiment, "complete", "40/40", "20", "0", "0"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", row[6]) and row[7] == "1"
+    assert re.fullmatch(r"[\d.]+ KB", row[8])

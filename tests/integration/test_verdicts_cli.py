@@ -268,7 +268,7 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
         " ".join(markdown.split())
     )
 
-    terminal = " ".join(_cli({**fleet_env, "COLUMNS": "250"}, "report", family).split())
+    terminal = " ".join(_cli({**fleet_env, "COLUMNS": "250"}, "report", family, "--full").split())
     assert "p adj." in terminal and "Holm-adjusted across all 12 tests" in terminal
     assert stratified in terminal and undetected in terminal
 

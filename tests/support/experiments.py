@@ -73,6 +73,8 @@ class Cell:
     # Every run's impl rate, in run order (over pass_impl); and every run's cost.
     impls: tuple[float, ...] | None = None
     cost: float | None = None
+    # No price for the model: every run's cost is unknown.
+    unpriced: bool = False
     # Run index -> why it failed (its fail_reason).
     reasons: dict[int, str] = field(default_factory=dict)
 
@@ -150,7 +152,11 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         pass_rate=pass_rate,
         impl_rate=impl,
         composite_score=formulas.composite_score(pass_rate, impl, 0.5, 0.5),
-        cost_usd=0.01 + 0.001 * index if cell.cost is None else cell.cost,
+        cost_usd=None
+        if cell.unpriced
+        else 0.01 + 0.001 * index
+        if cell.cost is None
+        else cell.cost,
         duration_seconds=2.0,
         started_at=1_700_000_000.0 + index,
         ended_at=1_700_000_002.0 + index,

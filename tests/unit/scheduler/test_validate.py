@@ -126,7 +126,33 @@ BAD = [
     ),
     ('path: "$.items[0]"', 'path: "$.items["', ["scenarios.0.evaluation.gates.0.path", "JSONPath"]),
     ('assertion: "len >= 3"', 'assertion: "size > 3"', ["gates.0.assertion", "len >= N"]),
-    ("type: file_exists", "type: file_exist", ["gates.1", "unknown gate type", "file_exists"]),
+    (
+        "type: file_exists",
+        "type: file_exist",
+        ["gates.1", "unknown gate type", "did you mean `file_exists`"],
+    ),
+    # "Did you mean": the nearest keys at that place, or where a misplaced key belongs.
+    (
+        "runs_per_tier: 3",
+        "runs_per_teir: 3",
+        ["matrix.yaml:2:16: runs_per_teir: unknown key; did you mean `runs_per_tier`?"],
+    ),
+    (
+        "  - id: T0\n",
+        "  - id: T0\n    pricing: {}\n",
+        ["tiers.0.pricing: unknown key; `pricing` is a key of the top level, not of this place"],
+    ),
+    ("path: out.txt", "pth: out.txt", ["gates.1.pth: unknown key; did you mean `path`?"]),
+    (
+        "kind: command,",
+        "kind: command, preset: claude,",
+        ["agent.preset", "did you mean `claude-code`?"],
+    ),
+    (
+        "runs_per_tier: 3",
+        "runs_per_tier: 3\nbaseline: T",
+        ["is not a tier", "did you mean `T1` or `T0`?"],
+    ),
     ("pass_threshold: 0.7", "pass_threshold: 1.7", ["pass_threshold", "less than or equal to 1"]),
     ("rubric: rubric.yaml", "rubric: missing.yaml", ["judge.rubric", "file not found"]),
     ("AGENTS.md: guide.md", "AGENTS.md: nope.md", ["tiers.1.files.AGENTS.md", "file not found"]),
@@ -152,6 +178,19 @@ def test_validate_refuses_bad_matrices(
     assert str(path) in result.stderr
     for fragment in fragments:
         assert fragment in result.stderr, result.stderr
+
+
+def test_a_misplaced_key_is_told_where_it_belongs(tmp_path: Path) -> None:
+    """`gates:` directly under a scenario: the message says it belongs under `evaluation:`."""
+    text = GOOD.replace("    evaluation:\n      gates:", "    gates:").replace(
+        "      judge: {rubric: rubric.yaml, pass_threshold: 0.7}\n", ""
+    )
+    result = run_cli("validate", str(write(tmp_path, text)), env=None)  # type: ignore[arg-type]
+    assert result.returncode == 2, result.stdout
+    assert (
+        f"error: {tmp_path / 'matrix.yaml'}:13:9: scenarios.0.gates: unknown key; "
+        "`gates` belongs under `evaluation:`"
+    ) in result.stderr
 
 
 def test_error_names_the_yaml_line_of_the_bad_value(tmp_path: Path) -> None:

@@ -186,3 +186,15 @@ def test_a_judge_share_above_1_is_explained() -> None:
     )
     assert "judge share above 1 (T0): the runs' scores vary less than the judge alone" in shown
     assert "runs with the same transcript get the same judgments from the judgment cache" in shown
+
+
+def test_durations_under_a_second_are_in_milliseconds() -> None:
+    runs = [
+        _run("T0", 0, True).model_copy(update={"duration_seconds": 0.0123}),
+        _run("T1", 0, True).model_copy(update={"duration_seconds": 1.26}),
+    ]
+    summary = render(_report(runs), "markdown").split("## Summary")[1].split("##")[0]
+    cells = [line.split(" | ") for line in summary.splitlines() if "| (all) |" in line]
+    rows = {row[0].lstrip("| "): row[-1].rstrip(" |") for row in cells}
+    assert rows == {"T0": "12 ms", "T1": "1.3 s"}
+    assert "| duration (median) |" in summary

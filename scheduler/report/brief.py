@@ -1,0 +1,117 @@
+"""The terminal's one-screen report: per tier the headline (pass rate with its interval,
+the verdict against the baseline, cost of pass), the most common reasons runs failed
+with a run to look at for each, and where the full report is."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from core.results.report import ExperimentReport, Verdict
+from core.results.run import RunResult, RunStatus, error_key
+from scheduler.report.formatting import Table, num, pass_rate
+from scheduler.report.metric_tables import ADD_PRICES
+from scheduler.report.verdicts import multiplicity_note, undetectable
+
+# Reasons listed; the rest are counted in a note.
+MOST_REASONS = 5
+# A reason longer than this is cut (`scheduler show` has it whole).
+REASON_CHARS = 90
+INFRA = "infrastructure error: "
+
+
+def brief_tables(report: ExperimentReport) -> list[Table]:
+    return [_headline(report), _reasons(report)]
+
+
+def full_report_line(report: ExperimentReport) -> str:
+    return (
+        f"the full report: scheduler report {report.experiment.id} --full (every section), "
+        "or --format html > report.html (charts and the run table)"
+    )
+
+
+def _headline(report: ExperimentReport) -> Table:
+    baseline = report.cross_tier.baseline
+    rows = []
+    unseen = []
+    for tier_id, t in report.tiers.items():
+        vs = t.analysis.vs_baseline
+        rows.append(
+            [
+                tier_id,
+                "baseline" if vs is None else vs.verdict.value,
+                f"{t.passes}/{t.counted}",
+                pass_rate(t.passes, t.counted),
+                num(t.cost_of_pass, 4),
+            ]
+        )
+        if vs is not None and vs.verdict is Verdict.no_difference and vs.detectable is not None:
+            unseen.append(f"{tier_id}: {undetectable(vs.detectable)}")
+    notes = [multiplicity_note(report.multiplicity), *unseen]
+    errors = sum(t.errors for t in report.tiers.values())
+    if errors:
+        notes.append(f"{errors} infrastructure errors are kept out of these figures")
+    if all(t.cost_of_pass is None for t in report.tiers.values()):
+        notes.append(f"cost of pass unknown: {ADD_PRICES}")
+    return Table(
+        f"Verdict per tier against the baseline ({baseline})",
+        ["tier", "verdict", "passes/counted", "pass rate [95% CI]", "cost of pass $"],
+        rows,
+        notes,
+        label_columns=2,
+    )
+
+
+def failure_reasons(runs: Iterable[RunResult]) -> list[tuple[str, int, str]]:
+    """(reason, runs, the first run's id) of every reason runs failed for, most common
+    first (then in the runs' order)."""
+    counts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for run in runs:
+        reason = failure_reason(run)
+        if reason is not None:
+            counts[reason] += 1
+            example.setdefault(reason, run.run_id)
+    return [(reason, n, example[reason]) for reason, n in counts.most_common()]
+
+
+def failure_reason(run: RunResult) -> str | None:
+    """What a failed run is counted under: its reason's first line (infrastructure
+    errors as they are grouped everywhere); None for a run that passed or never ran."""
+    if run.passed or run.status in (RunStatus.cancelled, RunStatus.not_run):
+        return None
+    if run.status is RunStatus.infra_error:
+        return INFRA + error_key(run.fail_reason)
+    first = run.fail_reason.splitlines()[0] if run.fail_reason else ""
+    return first or f"{run.outcome} (no reason given)"
+
+
+def cut(reason: str, most: int = REASON_CHARS) -> str:
+    return reason if len(reason) <= most else reason[: most - 1] + "…"
+
+
+def _reasons(report: ExperimentReport) -> Table:
+    if report.runs is not None:
+        found = failure_reasons(report.runs)
+    else:  # a report without its runs names only the infrastructure errors
+        found = [(INFRA + r, n, "") for r, n in report.error_reasons.items()]
+    rows = []
+    for reason, n, example in found[:MOST_REASONS]:
+        rows.append(
+            [str(n), cut(reason) + (f"\n  e.g. scheduler show {example}" if example else "")]
+        )
+    notes = [] if rows else ["no run failed"]
+    rest = len(found) - len(rows)
+    if rest > 0:
+        notes.append(
+            f"and {rest} other reasons: `scheduler report {report.experiment.id} --format csv "
+            "--runs` lists every run with its reason"
+        )
+    return Table(
+        f"Most common failure reasons ({sum(n for _, n, _ in found)} runs failed)",
+        ["runs", "reason, and a run that failed so"],
+        rows,
+        notes,
+        label_columns=2,
+    )
