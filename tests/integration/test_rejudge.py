@@ -77,7 +77,8 @@ def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
     assert json.loads(latest.stdout)["version"] == 2
     assert "report version 2 of 2 (rejudged: model judge-b)" in latest.stderr
     assert "report version 2 (rejudged: model judge-b)" in report(exp_id, fleet_env)
-    listed = run_cli("list", env=fleet_env).stdout
+    # Wide: the session's store lists every test's experiments, long ids among them.
+    listed = run_cli("list", env={**fleet_env, "COLUMNS": "250"}).stdout
     assert table_row(listed, exp_id)[-2] == "1-2"  # report versions, then what it stores
     compared = run_cli("compare", exp_id, exp_id, env=fleet_env)
     assert compared.returncode == 0, compared.stderr

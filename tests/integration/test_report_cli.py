@@ -371,7 +371,8 @@ def test_list_and_status_are_tables_with_headers(
 ) -> None:
     status = run_cli("status", experiment, env=fleet_env)
     assert status.returncode == 0, status.stderr
-    listed = run_cli("list", env=fleet_env)
+    # Wide: the session's store lists every test's experiments, long ids among them.
+    listed = run_cli("list", env={**fleet_env, "COLUMNS": "250"})
     assert listed.returncode == 0, listed.stderr
     headings = set(
         ["experiment", "status", "runs", "ran", "passed", "infra", "errors", "cancelled", "created"]

@@ -195,7 +195,10 @@ def test_the_words_name_both_questions_and_the_scenario_made_worse(
     report, _ = submitted
     exp_id = report["experiment"]["id"]
     for fmt in ("markdown", "table", "html"):
-        shown = run_cli("report", exp_id, "--format", fmt, env={**fleet_env, "COLUMNS": "250"})
+        full = ["--full"] if fmt == "table" else []  # the terminal's default is one screen
+        shown = run_cli(
+            "report", exp_id, "--format", fmt, *full, env={**fleet_env, "COLUMNS": "250"}
+        )
         assert shown.returncode == 0, shown.stderr
         text = " ".join(shown.stdout.split())
         assert "on these scenarios" in text and "on scenarios like these" in text, fmt
