@@ -1,5 +1,5 @@
-"""kombu's Redis transport, mended twice: a worker must survive a Redis restart, and
-a run must not pay for a new Redis client at every broker call.
+"""kombu's Redis transport, mended three times: a worker must survive a Redis restart
+and a full Redis, and a run must not pay for a new Redis client at every broker call.
 
 When Redis goes away, Celery closes the broker connection; closing its channel
 gives back the messages the worker holds, and a run finishing meanwhile acks
