@@ -380,8 +380,10 @@ def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> di
     the agent's `env:`."""
     agent = matrix.agent_for(matrix.tier(spec.tier))
     env = inherited(agent, os.environ)
+    # Every agent's home is its run's: nothing of the worker user's (logins,
+    # settings) is read, nothing is shared between runs (`env: {HOME: ...}` still wins).
+    env.update(own_home(run_dir, agent.preset_spec))
     if agent.preset_spec is not None:
-        env.update(own_home(run_dir, agent.preset_spec))
         env.update(agent.preset_spec.env)
     env.update(
         {

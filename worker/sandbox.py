@@ -32,7 +32,7 @@ def sandbox_argv(sandbox: Literal["none", "bwrap"], run_dir: RunDir) -> list[str
         )
     workspace, events = str(run_dir.workspace), str(run_dir.events_file)
     run_dir.events_file.touch()  # a bind mount needs the file to exist
-    # A preset CLI's own home (worker.workspace.own_home) is its to write.
+    # The agent's own home (worker.workspace.own_home) is its to write.
     home = ["--bind", str(run_dir.home), str(run_dir.home)] if run_dir.home.is_dir() else []
     return [
         binary,

@@ -109,10 +109,10 @@ _XDG = {
 }
 
 
-def own_home(run_dir: RunDir, preset: AgentPreset) -> dict[str, str]:
-    """A home of the run's own for a preset's CLI, its XDG folders and its TMPDIR
-    inside, with the preset's `home_files` written: the variables that point the CLI
-    there. Whatever a CLI keeps (logins, settings, sessions, caches, temporary files)
+def own_home(run_dir: RunDir, preset: AgentPreset | None) -> dict[str, str]:
+    """A home of the run's own for its agent, its XDG folders and its TMPDIR inside,
+    with a preset's `home_files` written: the variables that point the agent there.
+    Whatever an agent keeps (logins, settings, sessions, caches, temporary files)
     stays with the run and goes with it. The home must not be under TMPDIR: Codex
     then refuses to make its sandbox helper, and every command it runs fails."""
     env = {"HOME": str(run_dir.home), "TMPDIR": str(run_dir.home / ".tmp")}
@@ -120,7 +120,7 @@ def own_home(run_dir: RunDir, preset: AgentPreset) -> dict[str, str]:
     for name, folder in _XDG.items():
         (run_dir.home / folder).mkdir(parents=True, exist_ok=True)
         env[name] = str(run_dir.home / folder)
-    for relative, text in preset.home_files.items():
+    for relative, text in (preset.home_files if preset is not None else {}).items():
         target = run_dir.home / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")

@@ -78,8 +78,13 @@ scenarios:
     # Without pass_env: neither the credential nor any other unlisted variable...
     assert "AWS_SECRET_ACCESS_KEY" not in unlisted and "UNLISTED_SETTING" not in unlisted
     assert not any(name.startswith("EVALFLEET_BROKER") for name in unlisted)
-    # ... but what an agent needs: PATH, HOME, the run's variables and the tier's env.
-    assert unlisted["PATH"] == fleet_env["PATH"] and unlisted["HOME"] == fleet_env["HOME"]
+    # ... but what an agent needs: PATH, a HOME of its run's own (not the worker's, and
+    # not the other run's), the run's variables and the tier's env.
+    assert unlisted["PATH"] == fleet_env["PATH"]
+    assert unlisted["HOME"] != fleet_env["HOME"] and unlisted["HOME"] != passed["HOME"]
+    assert unlisted["HOME"].endswith("/home") and unlisted["XDG_CONFIG_HOME"].startswith(
+        unlisted["HOME"]
+    )
     assert unlisted["EVALFLEET_TIER"] == "unlisted" and unlisted["PROMPT"].startswith("go (")
     assert unlisted["TIER_SETTING"] == "from-the-matrix"
     # Passed by name: the agent sees it, and nothing stored or judged does.

@@ -70,10 +70,10 @@ def test_the_matrix_env_still_wins_over_the_preset(tmp_path: Path) -> None:
     assert (env["IS_SANDBOX"], env["HOME"]) == ("0", "/srv/claude-home")
 
 
-def test_a_command_agent_keeps_the_workers_home_and_gets_no_base_url(tmp_path: Path) -> None:
+def test_a_command_agent_gets_a_home_of_its_own_and_no_base_url(tmp_path: Path) -> None:
     env, run_dir = env_for({"command": "my-agent"}, tmp_path)
-    assert env["HOME"] == str(tmp_path / "worker-home")
-    assert not run_dir.home.exists()
+    assert env["HOME"] == str(run_dir.home) != str(tmp_path / "worker-home")
+    assert run_dir.home.is_dir() and env["TMPDIR"] == str(run_dir.home / ".tmp")
     assert "ANTHROPIC_BASE_URL" not in env and "IS_SANDBOX" not in env
 
 
