@@ -276,8 +276,7 @@ def _pid_in_group(line: str, pgid: int) -> bool:
     """Was this agent started by a process of the worker whose group is `pgid`?"""
     pid = int(line.split()[1])
     try:
-        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        return os.getpgid(parent) == pgid
+        return os.getpgid(_parent(pid)) == pgid
     except (OSError, ValueError, IndexError):
         return False
 
