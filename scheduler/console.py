@@ -13,6 +13,8 @@ import contextlib
 import os
 import sys
 
+from scheduler.interrupt import interrupted
+
 
 def run() -> None:
     """Never returns: the process ends with os._exit."""
@@ -27,8 +29,10 @@ def run() -> None:
         from scheduler.cli import run as cli_run
 
         status = cli_run()
-    except KeyboardInterrupt:  # while importing: one line, not a traceback (a standby
-        print("\ninterrupted", file=sys.stderr)  # worker leaves when its stdin closes)
+    except BaseException as exc:  # while importing: one line, not a traceback (a standby
+        if not interrupted(exc):  # worker leaves when its stdin closes)
+            raise
+        print("\ninterrupted", file=sys.stderr)
         status = 130
     finally:
         if imported:

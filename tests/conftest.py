@@ -130,16 +130,16 @@ def _delete_own_keys(url: str) -> None:
         raise AssertionError(f"the test session left keys in {url}: {left[:20]}")
 
 
-def _own_unacked(client: redis.Redis) -> list[bytes]:
-    """Tags of kombu's unacknowledged messages sent to this session's queues (each
-    entry is [message, exchange, routing key])."""
+def _own_unacked(client: redis.Redis, queue: str = QUEUE) -> list[bytes]:
+    """Tags of kombu's unacknowledged messages sent to this session's queues, or to
+    one queue of a test's own (each entry is [message, exchange, routing key])."""
     own = []
     for tag, raw in client.hscan_iter(keys.UNACKED, count=1000):
         try:
             _, exchange, routing_key = json.loads(raw)
         except (ValueError, TypeError):
             continue
-        if QUEUE in f"{exchange} {routing_key}":
+        if queue in f"{exchange} {routing_key}":
             own.append(tag)
     return own
 

@@ -28,6 +28,7 @@ from scheduler.cli import (
     worker,
 )
 from scheduler.cli.context import Commands
+from scheduler.interrupt import interrupted
 
 
 @click.group(
@@ -91,7 +92,9 @@ def run() -> int:
         code = exc.exit_code
     except SystemExit as exc:
         code = exc.code
-    except (click.Abort, KeyboardInterrupt):  # before a command could say more
+    except BaseException as exc:
+        if not (isinstance(exc, click.Abort) or interrupted(exc)):
+            raise
         print("\ninterrupted", file=sys.stderr)
         code = 130
     if isinstance(code, str):  # what sys.exit would print

@@ -27,6 +27,7 @@ from core.matrix import ConfigProblem
 from core.results.report import ExperimentReport
 from core.stats.significance import CORRECTIONS
 from scheduler.fleet import Fleet
+from scheduler.interrupt import interrupted
 from scheduler.report.render import FORMATS, NONFINITE
 from scheduler.report.sections import banner
 
@@ -110,7 +111,9 @@ class Commands(click.Group):
             return super().invoke(ctx)
         except EvalfleetError as exc:
             ctx.exit(_said(exc))
-        except KeyboardInterrupt:  # Ctrl-C, TERM or HUP (scheduler.cli.run), at any moment
+        except BaseException as exc:  # Ctrl-C, TERM or HUP (scheduler.cli.run), at any moment
+            if not interrupted(exc):
+                raise
             _unstoppable(lambda: err.print(f"\n{cli.interrupted()}", soft_wrap=True))
             ctx.exit(INTERRUPTED)
 

@@ -18,12 +18,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 
 from core.evidence.models import RunEvidence
 from core.files.bundle import Bundle, Manifest
 from core.results.report import ExperimentStatus
 from core.store import Store
-from tests.conftest import PREFIX, QUEUE, SCHEDULER
+from tests.conftest import PREFIX, QUEUE, SCHEDULER, _own_unacked
 from tests.support.experiments import Cell, command_matrix, seed_experiment
 from tests.support.fleet import cli_worker, services, wait_until
 from tests.support.terminal import table_row
@@ -161,6 +162,10 @@ def test_runs_of_an_experiment_deleted_mid_run_stop_at_once_and_bring_no_key_bac
             lambda: worker.output().count("dropped: its experiment was deleted") >= 12 - at_delete,
             "the worker dropping every run not yet started",
         )
+        # A dropped run's message is acknowledged just after its line is logged:
+        # stopped before that, its pool process dies with it (a logged WorkerLostError).
+        broker = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
+        wait_until(lambda: not _own_unacked(broker, queue), "every message acknowledged")
     # At most the run that was starting as the delete landed began after it.
     assert len(_lines(started)) <= at_delete + 1, _lines(started)
     assert list(store.redis.scan_iter(match=f"{PREFIX}*{exp_id}*")) == []

@@ -238,8 +238,37 @@ def test_breslow_day_matches_statsmodels(tables: list[Stratum]) -> None:
     assert result is not None
     expected = table.test_equal_odds()
     assert result.df == len(kept) - 1
+    if math.isnan(expected.statistic):
+        # statsmodels solves (1 - OR) x^2 + ... = 0 by the quadratic formula: 0 / 0 when
+        # the pooled odds ratio is exactly 1 (a found case: 0/4 vs 4/6 and 2/2 vs 4/28).
+        assert pooled == pytest.approx(1)
+        statistic = _breslow_day_at_odds_one(kept)
+        assert result.statistic == pytest.approx(statistic, rel=1e-9)
+        assert result.p == pytest.approx(stats.chi2.sf(statistic, len(kept) - 1), rel=1e-6)
+        return
     assert result.statistic == pytest.approx(expected.statistic, rel=1e-7, abs=1e-9)
     assert result.p == pytest.approx(expected.pvalue, rel=1e-6, abs=1e-12)
+
+
+def _breslow_day_at_odds_one(tables: list[Stratum]) -> float:
+    """At a common odds ratio of 1 the expected first cell is the hypergeometric mean
+    n1 m1 / N, and its variance 1 / sum(1 / cell) over the four expected cells."""
+    statistic = 0.0
+    for s in tables:
+        n1, m1, total = s.runs, s.passes + s.reference_passes, s.runs + s.reference_runs
+        e = n1 * m1 / total
+        cells = np.array([e, n1 - e, m1 - e, total - n1 - m1 + e])
+        statistic += (s.passes - e) ** 2 * float(np.sum(1 / cells))
+    return statistic
+
+
+def test_breslow_day_at_a_pooled_odds_ratio_of_one() -> None:
+    # Mantel-Haenszel: ad/n = 0 + 2*24/30 = 1.6 and bc/n = 4*4/10 + 0 = 1.6, so OR = 1;
+    # expected first cells 1.6 and 0.4: 2.56 (1/1.6 + 2/2.4 + 1/3.6) = 4.4444
+    # plus 2.56 (1/0.4 + 1/1.6 + 1/5.6 + 1/22.4) = 8.5714.
+    result = breslow_day([Stratum(0, 4, 4, 6), Stratum(2, 2, 4, 28)])
+    assert result is not None and result.df == 1
+    assert result.statistic == pytest.approx(4.444444 + 8.571429, abs=1e-5)
 
 
 def test_breslow_day_finds_the_worked_examples_scenarios_differ() -> None:

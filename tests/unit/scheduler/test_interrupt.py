@@ -1,0 +1,63 @@
+"""An interrupt is told apart from a failure however it surfaces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from scheduler.interrupt import interrupted
+
+
+def _raised(make: Callable[[], object]) -> BaseException:
+    try:
+        make()
+    except BaseException as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def _ctrl_c() -> None:
+    raise KeyboardInterrupt
+
+
+def _import_cut_short() -> None:
+    # What pydantic's lazy module attributes do with a Ctrl-C during their import.
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        raise AttributeError("module has no attribute 'X'") from exc
+
+
+def _failing_while_stopping() -> None:
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise OSError("clean-up failed")  # noqa: B904 - implicit chaining is the case
+
+
+def _failure() -> None:
+    try:
+        raise ValueError("first")
+    except ValueError as exc:
+        raise RuntimeError("second") from exc
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (_ctrl_c, True),
+        (_import_cut_short, True),
+        (_failing_while_stopping, True),
+        (_failure, False),
+        (lambda: 1 / 0, False),
+    ],
+)
+def test_an_interrupt_is_found_in_the_chain(make: Callable[[], object], expected: bool) -> None:
+    assert interrupted(_raised(make)) is expected
+
+
+def test_a_chain_that_loops_ends() -> None:
+    first, second = ValueError("a"), ValueError("b")
+    first.__cause__, second.__cause__ = second, first
+    assert interrupted(first) is False
