@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from core.analysis.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.errors import FleetError, InputError
 from core.evidence.models import RunRecord
+from core.matrix import did_you_mean
 from core.results.report import (
     ExperimentComparison,
     ExperimentInfo,
@@ -241,8 +242,11 @@ def _run_of(fleet: Fleet, words: Sequence[str]) -> tuple[str, str]:
     else:
         raise InputError(f"give one run id or EXP TIER SCENARIO INDEX, not {len(words)} words")
     if not store.specs.has(exp_id, run_id):
+        own = [r.removeprefix(exp_id + ":") for r in store.specs.ids(exp_id)]
+        asked = run_id.removeprefix(exp_id + ":")
+        hint = did_you_mean(asked, own)
         raise InputError(
-            f"experiment {exp_id} has no run {run_id.removeprefix(exp_id + ':')!r} "
+            f"experiment {exp_id} has no run {asked!r}{'; ' + hint if hint else ''} "
             "(its runs are TIER:SCENARIO:INDEX; `scheduler report EXP --format json --runs` "
             "lists them)"
         )
