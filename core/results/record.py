@@ -8,4 +8,4 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings", defer_build=True)
