@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,6 +70,11 @@ def pytest_configure(config: pytest.Config) -> None:
     machines that keep their images clean), and then each `scheduler` command and
     worker the tests start compiles some 150 modules from source: a third of a cold
     command's start-up, repeated hundreds of times. A user's installation caches them."""
+    # Started in the background by a shell without job control, pytest inherits SIGINT
+    # ignored, and so would every process it starts: the Ctrl-C tests' CLIs among them.
+    # A handler of its own is reset to the default in each process it starts.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller did it
         return
     for package in ("core", "scheduler", "worker", "evalfleet", "tests", "examples"):

@@ -15,24 +15,36 @@ from types import FrameType
 
 import click
 
-from scheduler.cli import (
-    deletion,
-    model_server,
-    preflight,
-    reading,
-    report,
-    running,
-    show,
-    validate,
-    versions,
-    worker,
-)
 from scheduler.cli.context import Commands
 from scheduler.interrupt import interrupted
+
+# Each command's module is imported only when that command runs (or `--help` lists
+# them all): `scheduler status` need not import Celery, the preflight or the model
+# server, a fifth of a cold start, and the tests start the CLI hundreds of times.
+COMMANDS = {
+    "validate": "validate:validate",
+    "preflight": "preflight:preflight",
+    "schema": "validate:schema",
+    "submit": "running:submit",
+    "resume": "running:resume",
+    "cancel": "running:cancel",
+    "rejudge": "versions:rejudge",
+    "rescore": "versions:rescore",
+    "list": "reading:list_",
+    "status": "reading:status",
+    "report": "report:report",
+    "compare": "reading:compare",
+    "show": "show:show",
+    "delete": "deletion:delete",
+    "prune": "deletion:prune",
+    "worker": "worker:worker",
+    "model-server": "model_server:model_server",
+}
 
 
 @click.group(
     cls=Commands,
+    lazy_commands=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 def main() -> None:
@@ -45,28 +57,6 @@ def main() -> None:
       scheduler submit matrix.yaml --broker redis://host:6379/0 --wait
       scheduler report EXP --format markdown
     """
-
-
-for command in (
-    validate.validate,
-    preflight.preflight,
-    validate.schema,
-    running.submit,
-    running.resume,
-    running.cancel,
-    versions.rejudge,
-    versions.rescore,
-    reading.list_,
-    reading.status,
-    report.report,
-    reading.compare,
-    show.show,
-    deletion.delete,
-    deletion.prune,
-    worker.worker,
-    model_server.model_server,
-):
-    main.add_command(command)
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:

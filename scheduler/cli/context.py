@@ -11,6 +11,7 @@ Exit codes: 1 an operational failure (broker unreachable, workers died) or, for
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
 import sys
 from collections.abc import Callable, Iterable
@@ -23,7 +24,7 @@ from rich.markup import escape
 from core.broker_url import configured_broker
 from core.errors import ConfigError, EvalfleetError, InputError
 from core.evidence.text import visible
-from core.matrix import ConfigProblem
+from core.matrix import ConfigProblem, did_you_mean
 from core.results.report import ExperimentReport
 from core.stats.significance import CORRECTIONS
 from scheduler.fleet import Fleet
@@ -102,7 +103,33 @@ pass_cli = click.make_pass_decorator(CLIContext, ensure=True)
 
 class Commands(click.Group):
     """The `scheduler` group: each command runs with a CLIContext, and an
-    EvalfleetError it raises ends it here, as one clear message and its exit code."""
+    EvalfleetError it raises ends it here, as one clear message and its exit code.
+
+    `lazy_commands` maps a command's name to "module:attribute" in scheduler.cli,
+    imported when the command is looked up."""
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module, attribute = self.lazy_commands[cmd_name].split(":")
+            command = getattr(importlib.import_module(f"scheduler.cli.{module}"), attribute)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if self.get_command(ctx, name) is None and not name.startswith("-"):
+            hint = did_you_mean(name, self.list_commands(ctx))
+            ctx.fail(f"No such command {name!r}" + (f"; {hint}" if hint else "."))
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         cli = ctx.ensure_object(CLIContext)
