@@ -175,7 +175,9 @@ def _terminal(title: str | None, tables: list[Table], width: int | None) -> str:
         for block, columns in enumerate(_blocks(console, table, value_columns)):
             if title is not None or table_index or block:
                 console.print()
-            console.print(_rich_table(table, columns, continued=block > 0))
+            # Headings whole where the block fits with them so, else wrapped.
+            whole = _width(console, table, columns, whole_headings=True) <= console.width
+            console.print(_rich_table(table, columns, block > 0, whole_headings=whole))
         notes = list(table.notes)
         if dropped:
             notes.append(
@@ -198,13 +200,18 @@ def _blocks(console: Console, table: Table, value_columns: list[int]) -> list[li
     return blocks
 
 
-def _width(console: Console, table: Table, value_columns: list[int]) -> int:
+def _width(
+    console: Console, table: Table, value_columns: list[int], whole_headings: bool = False
+) -> int:
     """The width the table takes unwrapped with these value columns."""
     unbounded = console.options.update_width(10 * console.width + 1000)
-    return console.measure(_rich_table(table, value_columns), options=unbounded).maximum
+    laid_out = _rich_table(table, value_columns, whole_headings=whole_headings)
+    return console.measure(laid_out, options=unbounded).maximum
 
 
-def _rich_table(table: Table, value_columns: list[int], continued: bool = False) -> RichTable:
+def _rich_table(
+    table: Table, value_columns: list[int], continued: bool = False, whole_headings: bool = False
+) -> RichTable:
     rich = RichTable(
         title=table.title + (" (continued)" if continued else ""),
         title_justify="left",
@@ -217,8 +224,10 @@ def _rich_table(table: Table, value_columns: list[int], continued: bool = False)
         rich.add_column(table.columns[i], no_wrap=True)
     for i in value_columns:
         heading = table.columns[i]
-        # As wide as its widest value: the heading wraps, down to its longest word.
-        widest = max([*map(len, heading.split()), *(len(row[i]) for row in table.rows)])
+        # As wide as its widest value: the heading wraps, down to its longest word
+        # (unless whole_headings, where the table fits with them whole).
+        words = [heading] if whole_headings else heading.split()
+        widest = max([*map(len, words), *(len(row[i]) for row in table.rows)])
         rich.add_column(heading, justify="right", max_width=widest)
     for row in table.rows:
         rich.add_row(*row[: table.label_columns], *(row[i] for i in value_columns))

@@ -207,6 +207,10 @@ def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
     lines = shown.rstrip("\n").splitlines()
     assert len(lines) <= 30 and max(map(len, lines)) <= 80, shown
     assert "…" not in shown  # nothing cut at 80 columns
+    # Headings whole where the table fits with them so (they wrapped to the values).
+    assert table_row(shown, "tier") == [
+        "tier", "verdict", "passes/counted", "pass rate [95% CI]", "cost of pass $"
+    ]  # fmt: skip
     assert lines[0].startswith(f"demo ({exp_id}): complete, 20/20 runs, 19 counted, 10 passed")
     t0_wilson = stats.binomtest(2, 10).proportion_ci(method="wilson")
     assert table_row(shown, "T0") == [
