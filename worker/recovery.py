@@ -49,6 +49,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from pydantic import ValidationError
 
+from core.errors import ExperimentNotFound
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo
 from core.results.run import RunSpec
@@ -234,6 +235,42 @@ def recover_all(app: Celery, store: Store) -> None:
             raise
         except Exception:  # one broken experiment must not stop the others' recovery
             log.exception("recovery of experiment %s failed", exp_id)
+    _drop_stale_of_finished(app, store)
+
+
+def _drop_stale_of_finished(app: Celery, store: Store) -> None:
+    """Unacknowledged messages of finished experiments' runs, taken more than a lease
+    ago: every run of theirs has its result, so each is a dead worker's leftover.
+    `recover` drops such messages only while their experiment is active; one that
+    finished first (its lost runs sent again and done before a sweep came) kept them
+    until the broker's visibility timeout handed them out again, hours later."""
+    with app.pool.acquire(block=True) as conn:
+        client = conn.default_channel.client
+        taken = client.zrange(keys.UNACKED_INDEX, 0, -1, withscores=True)
+        if not taken:
+            return
+        raws = client.hmget(keys.UNACKED, [tag for tag, _ in taken])
+        leases: dict[str, float | None] = {}  # an experiment's lease, None unless finished
+        for (tag, taken_at), raw in zip(taken, raws, strict=True):
+            spec = _run_spec(keys.unacked_message(raw))
+            if spec is None:
+                continue
+            exp_id = spec.experiment_id
+            if exp_id not in leases:
+                leases[exp_id] = _lease_if_finished(store, exp_id)
+            lease_s = leases[exp_id]
+            if lease_s is not None and taken_at < time.time() - lease_s:
+                client.pipeline(transaction=False).zrem(keys.UNACKED_INDEX, tag).hdel(
+                    keys.UNACKED, tag
+                ).execute()
+
+
+def _lease_if_finished(store: Store, exp_id: str) -> float | None:
+    try:
+        finished = store.experiments.info(exp_id).finished_at is not None
+    except ExperimentNotFound:  # deleted: its worker drops the message when handed it
+        return None
+    return store.experiments.matrix(exp_id).lease_s if finished else None
 
 
 def register(app: Celery) -> None:

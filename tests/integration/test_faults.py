@@ -210,6 +210,34 @@ def test_a_run_whose_message_vanished_is_sent_again_once(
     assert not broker.hexists("unacked", tag) and broker.zscore("unacked_index", tag) is None
 
 
+def test_a_finished_experiments_stale_messages_are_dropped_not_handed_out_hours_later(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """A dead worker's unacknowledged message of a run that was sent again and finished
+    before any sweep came: the experiment is no longer active, and the sweep still
+    drops the message (the broker would hand it out after its visibility timeout)."""
+    exp_id, queue, log = _queued_experiment(fleet_env, tmp_path, "finished-stale", runs=1)
+    broker = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
+    message = json.loads(broker.lindex(queue, 0) or b"null")
+    worker = _sweeping_worker(fleet_env, tmp_path, queue)
+    try:
+        wait_until(lambda: store.reports.get(exp_id) is not None, "the report", timeout=90)
+        assert store.experiments.info(exp_id).finished_at is not None
+        fresh, stale = uuid.uuid4().hex, uuid.uuid4().hex
+        for tag, taken_at in ((fresh, time.time()), (stale, time.time() - 3600)):
+            broker.hset("unacked", tag, json.dumps([message, queue, queue]))
+            broker.zadd("unacked_index", {tag: taken_at})
+        wait_until(lambda: not broker.hexists("unacked", stale), "the stale message dropped", 30)
+        # Taken less than a lease (60 s) ago: possibly still at work, left alone.
+        assert broker.hexists("unacked", fresh)
+    finally:
+        worker.stop()
+        broker.hdel("unacked", fresh)
+        broker.zrem("unacked_index", fresh)
+    assert broker.zscore("unacked_index", stale) is None
+    _each_ran_once(store, exp_id, log, runs=1)
+
+
 def test_copies_of_a_running_runs_message_neither_run_nor_count_as_deliveries(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
