@@ -95,7 +95,16 @@ class CLIContext:
         if self.fmt == "csv" and notice:
             for line in banner(report):
                 err.print(line, markup=False, soft_wrap=True)
-        click.echo(rendered, nl=not rendered.endswith("\n"))
+        echo_rendered(rendered)
+
+
+def echo_rendered(rendered: str) -> None:
+    """A rendered report or comparison on stdout, ending in one newline; to a terminal
+    inert (an agent's text quoted in markdown or CSV could move the cursor or set the
+    title), to a file or a pipe as rendered."""
+    if sys.stdout.isatty():
+        rendered = visible(rendered)
+    click.echo(rendered, nl=not rendered.endswith("\n"))
 
 
 pass_cli = click.make_pass_decorator(CLIContext, ensure=True)

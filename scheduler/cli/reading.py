@@ -16,6 +16,7 @@ from scheduler.cli.context import (
     CLIContext,
     broker_option,
     correction_option,
+    echo_rendered,
     err,
     format_option,
     nonfinite_option,
@@ -179,7 +180,7 @@ def compare(
     result = compare_experiments(
         fleet, experiment_a, experiment_b, alpha=alpha, correction=correction
     )
-    click.echo(render_comparison(result, cli.fmt, nonfinite=cli.nonfinite))
+    echo_rendered(render_comparison(result, cli.fmt, nonfinite=cli.nonfinite))
     if result.regressions:
         err.print(f"significantly worse in {experiment_b}: {', '.join(result.regressions)}")
         if fail_on_regression:

@@ -9,17 +9,12 @@ must come with a note that it hides three failures.
 from __future__ import annotations
 
 import csv
-import fcntl
 import html
 import io
 import json
-import os
-import pty
 import re
 import shutil
-import struct
 import subprocess
-import termios
 from pathlib import Path
 
 import pytest
@@ -30,6 +25,7 @@ from core.store import Store
 from tests.conftest import PREFIX, SCHEDULER, run_cli
 from tests.support.experiments import Cell, seed_experiment
 from tests.support.html_pages import rendered_json
+from tests.support.terminal import in_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -182,24 +178,8 @@ def test_the_table_takes_the_width_of_the_terminal_it_is_shown_in(
 ) -> None:
     exp = experiments[0]
     env = {k: v for k, v in fleet_env.items() if k not in ("COLUMNS", "LINES")}
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 90, 0, 0))
-    with subprocess.Popen(
-        [SCHEDULER, "report", exp, "--full"], stdout=follower, stderr=subprocess.PIPE, env=env
-    ) as process:
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the process closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        assert process.wait(timeout=120) == 0
-    os.close(leader)
-    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode())
+    printed = in_terminal([SCHEDULER, "report", exp, "--full"], env, rows=50, columns=90)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", printed)
     lines = shown.replace("\r\n", "\n").rstrip("\n").splitlines()
     assert SEVEN_OF_TEN in shown
     assert max(map(len, lines)) <= 90 and "left out at 90 columns" in shown

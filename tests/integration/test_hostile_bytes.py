@@ -13,9 +13,10 @@ import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import SCHEDULER, StartWorker, run_cli
 from tests.support.experiments import command_matrix
 from tests.support.llm_stub import LLMStub, reply
+from tests.support.terminal import in_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -178,3 +179,10 @@ def test_the_table_report_prints_an_agents_error_inert(
     assert table.returncode == 0, table.stderr
     _inert(table.stdout)
     assert SHOWN in table.stdout
+    # Markdown quotes the reason as it is: to a file or a pipe as rendered, to a
+    # terminal inert (written as its escapes).
+    piped = run_cli("report", exp_id, "--format", "markdown", env=env)
+    assert piped.returncode == 0 and "\x1b]0;owned\x07" in piped.stdout
+    shown = in_terminal([SCHEDULER, "report", exp_id, "--format", "markdown"], env, columns=400)
+    _inert(shown.replace("\r\n", "\n"))
+    assert "\\x1b]0;owned\\x07" in shown
