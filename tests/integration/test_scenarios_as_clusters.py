@@ -52,6 +52,19 @@ def _matrix(folder: Path) -> Path:
     return path
 
 
+def _t1_against_t0() -> StratifiedTable:
+    """statsmodels' 2x2 tables of T1's passes against T0's, one a scenario."""
+    return StratifiedTable(
+        np.array(
+            [
+                [[a, RUNS - a], [b, RUNS - b]]
+                for a, b in zip(PASSES["T1"], PASSES["T0"], strict=True)
+            ],
+            dtype=float,
+        ).transpose(1, 2, 0)
+    )
+
+
 def _outcomes(tier: str) -> list[list[float]]:
     return [[1.0] * k + [0.0] * (RUNS - k) for k in PASSES[tier]]
 
@@ -132,15 +145,7 @@ def test_both_questions_match_scipy_and_statsmodels(submitted: tuple[dict[str, A
     assert like["verdict"] == "no significant difference"
 
     # On these scenarios: stratified by scenario.
-    table = StratifiedTable(
-        np.array(
-            [
-                [[a, RUNS - a], [b, RUNS - b]]
-                for a, b in zip(PASSES["T1"], PASSES["T0"], strict=True)
-            ],
-            dtype=float,
-        ).transpose(1, 2, 0)
-    )
+    table = _t1_against_t0()
     these = across["these_scenarios"]
     assert these["question"] == "on these scenarios"
     assert these["cmh"] == pytest.approx(table.test_null_odds().statistic)
@@ -240,15 +245,7 @@ def test_csv_and_github_carry_the_figures(
         .bse[0]
     )
     assert float(t1["pass_rate_clustered_se"]) == pytest.approx(float(cr1), rel=1e-9)
-    table = StratifiedTable(
-        np.array(
-            [
-                [[a, RUNS - a], [b, RUNS - b]]
-                for a, b in zip(PASSES["T1"], PASSES["T0"], strict=True)
-            ],
-            dtype=float,
-        ).transpose(1, 2, 0)
-    )
+    table = _t1_against_t0()
     assert float(t1["these_scenarios_cmh_p"]) == pytest.approx(
         table.test_null_odds().pvalue, rel=1e-9
     )
