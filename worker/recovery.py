@@ -135,10 +135,7 @@ def _requeue_never_started(app: Celery, store: Store, exp_id: str, lease_s: floa
             if spec is None or spec.experiment_id != exp_id or spec.run_id in leases.live:
                 continue
             if spec.run_id in leases.lapsed or store.results.get(exp_id, spec.run_id) is not None:
-                # Stale: left here, it would hide a lost run from `_unaccounted`.
-                client.pipeline(transaction=False).zrem(keys.UNACKED_INDEX, tag).hdel(
-                    keys.UNACKED, tag
-                ).execute()
+                _forget_unacked(client, tag)  # stale: it would hide a lost run from `_unaccounted`
             else:
                 channel.qos.restore_by_tag(tag, client)  # a transaction: once, whoever races
                 log.warning("run %s was taken but never started: back in its queue", spec.run_id)
@@ -251,6 +248,7 @@ def _drop_stale_of_finished(app: Celery, store: Store) -> None:
             return
         raws = client.hmget(keys.UNACKED, [tag for tag, _ in taken])
         leases: dict[str, float | None] = {}  # an experiment's lease, None unless finished
+        now = time.time()
         for (tag, taken_at), raw in zip(taken, raws, strict=True):
             spec = _run_spec(keys.unacked_message(raw))
             if spec is None:
@@ -259,10 +257,15 @@ def _drop_stale_of_finished(app: Celery, store: Store) -> None:
             if exp_id not in leases:
                 leases[exp_id] = _lease_if_finished(store, exp_id)
             lease_s = leases[exp_id]
-            if lease_s is not None and taken_at < time.time() - lease_s:
-                client.pipeline(transaction=False).zrem(keys.UNACKED_INDEX, tag).hdel(
-                    keys.UNACKED, tag
-                ).execute()
+            if lease_s is not None and taken_at < now - lease_s:
+                _forget_unacked(client, tag)
+
+
+def _forget_unacked(client: Any, tag: str) -> None:
+    """Drop a message's unacknowledged entry; no MULTI: a full Redis refuses every one."""
+    client.pipeline(transaction=False).zrem(keys.UNACKED_INDEX, tag).hdel(
+        keys.UNACKED, tag
+    ).execute()
 
 
 def _lease_if_finished(store: Store, exp_id: str) -> float | None:
