@@ -19,7 +19,7 @@ import time
 
 from support import SCHEDULER, private_fleet, show, write_matrix
 
-from worker.sending import DEFAULT_QUEUE
+from worker.sending import configured_queue
 
 
 def main() -> None:
@@ -44,7 +44,7 @@ def main() -> None:
             elapsed = time.perf_counter() - started
             if os.waitstatus_to_exitcode(status) != 0:
                 raise SystemExit("scheduler submit failed")
-            queued = fleet.store.redis.llen(DEFAULT_QUEUE)
+            queued = fleet.store.redis.llen(configured_queue())
             grown = int(fleet.store.redis.info("memory")["used_memory"]) - before
             show(
                 f"cold submit {attempt + 1}/{args.repeat}: {args.runs:,} runs, no workers",

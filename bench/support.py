@@ -27,7 +27,7 @@ from scheduler.dispatch import start
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from scheduler.plan import new_experiment_id
 from worker.celery_app import create_app
-from worker.sending import DEFAULT_QUEUE
+from worker.sending import configured_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 # The scheduler's console script next to this interpreter (the project's venv).
@@ -49,7 +49,7 @@ class Fleet:
         """`processes` local workers of `concurrency` slots each on the default queue,
         returned (the first) once Celery says every one is ready."""
         for i in range(processes):
-            workers = LocalWorkers(self.url, concurrency, [DEFAULT_QUEUE], name=f"bench{i}")
+            workers = LocalWorkers(self.url, concurrency, [configured_queue()], name=f"bench{i}")
             workers.log_path = self.folder / f"worker{i}.log"
             workers.start()
             self.pools.append(workers)

@@ -24,7 +24,7 @@ from core.matrix import Matrix, did_you_mean
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from worker.broker import STATE_DIR
-from worker.sending import DEFAULT_QUEUE, run_queues
+from worker.sending import configured_queue, run_queues
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -53,7 +53,7 @@ class Fleet:
     ):
         self.broker_url = configured_broker(broker)  # BrokerURLError now, not at first use
         self.create = create
-        self.queue = queue or DEFAULT_QUEUE
+        self.queue = queue or configured_queue()
         self.console = console or Console(quiet=True)
         self._cleanup = contextlib.ExitStack()
         self._store: Store | None = None

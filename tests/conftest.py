@@ -15,6 +15,7 @@ deletes exactly those, and fails if any key naming the session is left.
 
 from __future__ import annotations
 
+import atexit
 import compileall
 import contextlib
 import hashlib
@@ -23,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +37,7 @@ import redis
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
 from scheduler.embedded import worker_command
+from tests.support.prestarted_cli import PrestartedCLI
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -254,10 +257,20 @@ def start_cli(
     return subprocess.Popen([SCHEDULER, *args], env=env, cwd=cwd, text=True, **options)
 
 
+# The console script forked from a process that imported it once (why, and what that
+# changes: tests.support.prestarted_cli); EVALFLEET_TEST_CLI=exec starts each anew.
+_PRESTARTED = PrestartedCLI(
+    SCHEDULER, Path(tempfile.gettempdir()) / f"evalfleet-{SESSION}.sock", ROOT
+)
+atexit.register(_PRESTARTED.close)
+
+
 def run_cli(
-    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 300
+    *args: str, env: dict[str, str] | None, cwd: Path = ROOT, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """The `scheduler` console script, as a user runs it."""
+    if os.environ.get("EVALFLEET_TEST_CLI") != "exec":
+        return _PRESTARTED.run(list(args), env=env, cwd=cwd, timeout=timeout)
     return subprocess.run(
         [SCHEDULER, *args],
         env=env,

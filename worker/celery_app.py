@@ -18,13 +18,13 @@ from celery import Celery, signals
 from core.broker_url import ENV_BROKER
 from core.store.keys import key_prefix
 from worker import environ, grace, idle, kombu_guard, prefork, recovery, task_events
-from worker.sending import DEFAULT_QUEUE, configured_visibility_timeout_s
+from worker.sending import configured_queue, configured_visibility_timeout_s
 
 
 def create_app(
     broker_url: str,
     *,
-    default_queue: str = DEFAULT_QUEUE,
+    default_queue: str | None = None,
     visibility_timeout_s: int | None = None,
 ) -> Celery:
     """The app on `broker_url` (also its result backend), with evalfleet's tasks and
@@ -71,7 +71,7 @@ def create_app(
             "visibility_timeout": visibility_timeout_s,
             "global_keyprefix": key_prefix(),
         },
-        task_default_queue=default_queue,
+        task_default_queue=default_queue or configured_queue(),
         worker_hijack_root_logger=False,
         # Celery's prefork pool, stopped without its fixed sleeps (worker.prefork).
         worker_pool=prefork.NAME,

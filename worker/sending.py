@@ -16,8 +16,11 @@ from core.settings import setting
 if TYPE_CHECKING:  # the CLI reads budgets and queues without importing Celery
     from celery import Celery, Signature
 
-# Runs without a `queue:` of their own, and the aggregate task, go here.
-DEFAULT_QUEUE = os.environ.get("EVALFLEET_QUEUE", "evalfleet")
+
+def configured_queue() -> str:
+    """Where runs without a `queue:` of their own, and the aggregate task, go. Read
+    when used, as every setting is."""
+    return os.environ.get("EVALFLEET_QUEUE", "evalfleet")
 
 
 # Redis redelivers an unacked message after this many seconds; `scheduler

@@ -11,7 +11,7 @@ from core.errors import InputError
 from scheduler.cli.context import CLIContext, broker_option, pass_cli
 from scheduler.embedded import worker_command
 from worker.broker import running_embedded_broker
-from worker.sending import DEFAULT_QUEUE
+from worker.sending import configured_queue
 
 
 @click.command()
@@ -82,7 +82,7 @@ def worker(
     # Flower then shows one. The pid stays the worker's own across the exec below.
     command = worker_command(
         concurrency or os.cpu_count() or 1,
-        (queues or DEFAULT_QUEUE).split(","),
+        (queues or configured_queue()).split(","),
         hostname or f"evalfleet-{os.getpid()}@%h",
         loglevel,
     )

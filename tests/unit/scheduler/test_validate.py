@@ -185,7 +185,7 @@ def test_a_misplaced_key_is_told_where_it_belongs(tmp_path: Path) -> None:
     text = GOOD.replace("    evaluation:\n      gates:", "    gates:").replace(
         "      judge: {rubric: rubric.yaml, pass_threshold: 0.7}\n", ""
     )
-    result = run_cli("validate", str(write(tmp_path, text)), env=None)  # type: ignore[arg-type]
+    result = run_cli("validate", str(write(tmp_path, text)), env=None)
     assert result.returncode == 2, result.stdout
     assert (
         f"error: {tmp_path / 'matrix.yaml'}:13:9: scenarios.0.gates: unknown key; "

@@ -1,0 +1,233 @@
+"""The `scheduler` console script as the tests run it hundreds of times: forked from a
+process that imported it once.
+
+A cold command spends about half a second of CPU importing click, rich, redis-py,
+pydantic, Celery and the models before it begins; over the suite's ~550 commands
+that was half of all the CPU the suite used on a 2-core machine. The server here
+imports the CLI once. For each command it forks a process that takes the test's
+argument list, environment, working folder and standard streams (passed over a Unix
+socket) and runs what the console script runs, scheduler.console.run, which ends
+the process with os._exit: exit status, output and the processes a command starts
+(embedded Redis, workers) are the console script's.
+
+What differs from an exec'd console script is only that the modules are imported
+already, so what runs at import sees the server's environment, not the command's.
+The CLI reads the environment when it uses it; what a command imports and how it
+takes Ctrl-C during its imports are tested on the real console script (`start_cli`).
+
+Run as `python -m tests.support.prestarted_cli SOCKET`; it serves until its standard
+input closes (the test process ended).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import locale
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+_HEADER = struct.Struct("!I")
+_FDS = 3  # stdin, stdout, stderr
+
+
+class PrestartedCLI:
+    """The client side: `run` is subprocess.run(text=True, capture_output=True) for
+    the console script at `script`, through a server started on first use."""
+
+    def __init__(self, script: str, socket_path: Path, cwd: Path) -> None:
+        self.script = script
+        self.socket_path = socket_path
+        self.cwd = cwd
+        self._server: subprocess.Popen[bytes] | None = None
+
+    def run(
+        self, args: list[str], *, env: dict[str, str] | None, cwd: Path, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [self.script, *args]
+        env = dict(os.environ) if env is None else env  # None: ours, as subprocess.run
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(self._started()))
+            request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}).encode()
+            # Our own stdin, as subprocess.run without `input` passes it on.
+            socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, out_w, err_w])
+            os.close(out_w)
+            os.close(err_w)
+            try:
+                output, status = _collect(conn, out_r, err_r, time.monotonic() + timeout)
+            except subprocess.TimeoutExpired as expired:
+                expired.cmd = argv
+                raise
+        stdout, stderr = (_as_text(output[fd]) for fd in (out_r, err_r))
+        return subprocess.CompletedProcess(argv, status, stdout, stderr)
+
+    def close(self) -> None:
+        if self._server is not None:
+            assert self._server.stdin is not None
+            self._server.stdin.close()  # the server's signal to leave
+            self._server.wait(timeout=30)
+            self._server = None
+            self.socket_path.with_suffix(".log").unlink(missing_ok=True)
+
+    def _started(self) -> Path:
+        if self._server is None:
+            self.socket_path.unlink(missing_ok=True)
+            log = self.socket_path.with_suffix(".log")
+            # Its stderr a file, as the commands' are pipes: the stderr console the CLI
+            # builds at import then sees no terminal, as theirs would not.
+            with log.open("wb") as stderr:
+                server = subprocess.Popen(
+                    [sys.executable, "-m", "tests.support.prestarted_cli", str(self.socket_path)],
+                    cwd=self.cwd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                )
+            assert server.stdout is not None
+            if server.stdout.readline() != b"ready\n":
+                raise RuntimeError(
+                    f"the prestarted CLI did not start (exit {server.wait()}): {log.read_text()}"
+                )
+            self._server = server
+        return self.socket_path
+
+
+def _collect(
+    conn: socket.socket, out_r: int, err_r: int, deadline: float
+) -> tuple[dict[int, bytes], int]:
+    """Both streams to their end and the exit status; the command killed at `deadline`."""
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    replies = b""
+    selector = selectors.DefaultSelector()
+    for fd in (out_r, err_r):
+        selector.register(fd, selectors.EVENT_READ)
+    selector.register(conn, selectors.EVENT_READ)
+    try:
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            events = selector.select(max(remaining, 0)) if remaining > 0 else []
+            if not events:
+                pid = int(replies.split(b"\n")[0]) if b"\n" in replies else None
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                output = {fd: b"".join(parts) for fd, parts in chunks.items()}
+                raise subprocess.TimeoutExpired([], 0, output[out_r], output[err_r])
+            for key, _ in events:
+                if key.fileobj is conn:
+                    data = conn.recv(4096)
+                    replies += data
+                else:
+                    data = os.read(key.fd, 65536)
+                    chunks[key.fd].append(data)
+                if not data:
+                    selector.unregister(key.fileobj)
+    finally:
+        selector.close()
+        os.close(out_r)
+        os.close(err_r)
+    _, status_line, _ = replies.split(b"\n")
+    return {fd: b"".join(parts) for fd, parts in chunks.items()}, int(status_line)
+
+
+def _as_text(data: bytes) -> str:
+    # As subprocess.run(text=True) decodes: the locale's encoding, universal newlines.
+    text = data.decode(locale.getpreferredencoding(False))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def serve(socket_path: str) -> None:
+    """Imports the CLI, then forks a handler for each connection until stdin closes."""
+    _import_the_cli()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers reaped by the kernel
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is not listener:  # stdin: the test process is gone
+                os.unlink(socket_path)
+                return
+            conn, _ = listener.accept()
+            if os.fork() == 0:
+                listener.close()
+                _handle(conn)  # never returns
+            conn.close()
+
+
+def _import_the_cli() -> None:
+    """What every command imports at its start, so no command pays for it again.
+
+    Not worker.app: it reads the broker from the environment as it is imported."""
+    from scheduler.cli import COMMANDS
+
+    for target in COMMANDS.values():
+        importlib.import_module(f"scheduler.cli.{target.split(':')[0]}")
+    importlib.import_module("scheduler.console")
+    importlib.import_module("scheduler.standby")
+    # The console script's own folder leads sys.path, not the one this ran from.
+    sys.path[0] = str(Path(sys.executable).parent)
+
+
+def _handle(conn: socket.socket) -> None:
+    """In a process of its own: forks the command, reports its pid and exit status."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an exec would not reset an ignore
+    request, fds = _receive(conn)
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _become_command(request, fds)
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(f"{pid}\n".encode())
+    _, status = os.waitpid(pid, 0)
+    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    os._exit(0)
+
+
+def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, _FDS)
+    while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
+        more = conn.recv(1 << 16)
+        if not more:
+            raise EOFError("the test process left mid-request")
+        data += more
+    return json.loads(data[_HEADER.size :]), fds
+
+
+def _become_command(request: dict[str, Any], fds: list[int]) -> None:
+    """The console script's process from here: its streams, folder, environment, argv."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = request["argv"]
+    from scheduler.console import run
+
+    try:
+        run()  # ends the process with os._exit
+    except BaseException:  # as the interpreter ends on an uncaught exception
+        traceback.print_exc()
+        sys.stderr.flush()
+    os._exit(1)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
