@@ -8,7 +8,8 @@
     │   ├── BundleError (ValueError) ─ files that cannot be shipped to the workers
     │   ├── PlanTooLarge (ValueError) ─ more runs than one experiment may have
     │   └── ExperimentNotFound (KeyError) ─ no experiment of that id in the store
-    │       └── ExperimentLost ─ some of its keys are left, its record is not
+    │       ├── ExperimentLost ─ some of its keys are left, its record is not
+    │       └── LostInRestart ─ submitted before the broker restarted keeping nothing
     ├── FleetError ─ a good command the fleet could not carry out (the CLI exits 1)
     │   ├── BrokerUnreachable ─ the configured broker does not answer
     │   ├── EmbeddedError (RuntimeError) ─ the embedded Redis would not start
@@ -36,6 +37,7 @@ Pure: imports nothing of evalfleet's, so the pure packages raise these too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 
@@ -96,6 +98,24 @@ class ExperimentLost(ExperimentNotFound):
             f"`scheduler delete {exp_id} --force --yes` removes what is left, and "
             "submitting the matrix again runs it anew"
         )
+
+
+class LostInRestart(ExperimentNotFound):
+    """args: the id, when it was submitted and when the broker restarted after that,
+    keeping nothing on disk: nothing of the experiment is left to find."""
+
+    def __str__(self) -> str:
+        exp_id, submitted, restarted = self.args[:3]
+        return (
+            f"no experiment {exp_id!r} in this store: it was submitted at {_utc(submitted)}, "
+            f"and the broker restarted at {_utc(restarted)} keeping nothing on disk, which "
+            "lost it; submit the matrix again, and set `appendonly yes` on the broker so "
+            "that a restart keeps experiments"
+        )
+
+
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
 
 
 class BrokerUnreachable(FleetError):

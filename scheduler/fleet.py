@@ -19,7 +19,13 @@ import redis
 from rich.console import Console
 
 from core.broker_url import configured_broker
-from core.errors import BrokerUnreachable, ExperimentLost, ExperimentNotFound, InputError
+from core.errors import (
+    BrokerUnreachable,
+    ExperimentLost,
+    ExperimentNotFound,
+    InputError,
+    LostInRestart,
+)
 from core.matrix import Matrix, did_you_mean
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
@@ -147,7 +153,7 @@ class Fleet:
             return latest
         try:
             self.store.experiments.require(experiment)
-        except ExperimentLost:
+        except (ExperimentLost, LostInRestart):
             raise
         except ExperimentNotFound:
             known = self.store.experiments.recent_ids()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from core.errors import PlanTooLarge
 from core.matrix import Matrix
-from core.results.report import ExperimentInfo, ExperimentStatus
+from core.results.report import ID_STAMP, ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec, cell_specs
 from core.settings import setting
 
@@ -25,7 +25,7 @@ def max_runs() -> int:
 
 
 def new_experiment_id(matrix: Matrix, now: float | None = None) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    stamp = time.strftime(ID_STAMP, time.gmtime(now if now is not None else time.time()))
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", matrix.name)[:40]
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 

@@ -104,10 +104,22 @@ def run(
     except HandBack as exc:
         raise Reject(str(exc), requeue=True) from None
     except ExperimentNotFound:
-        # Deleted while its runs were queued (`scheduler delete --force`): nothing to
-        # run and nothing to write back, not even the chord's count (Ignore: the
-        # message is acknowledged, the chord left alone).
-        log.warning("run %s dropped: its experiment was deleted", run_spec.run_id)
+        # Deleted while its runs were queued (`scheduler delete --force`), or lost with
+        # a broker that restarted keeping nothing: nothing to run and nothing to write
+        # back, not even the chord's count (Ignore: the message is acknowledged, the
+        # chord left alone).
+        try:
+            why: ExperimentNotFound | None = store_of(self.app).experiments.why_missing(
+                run_spec.experiment_id
+            )
+        except REDIS_DOWN:
+            why = None
+        said = (
+            why
+            if why is not None and type(why) is not ExperimentNotFound
+            else "its experiment was deleted"
+        )
+        log.warning("run %s dropped: %s", run_spec.run_id, said)
         raise Ignore() from None
     except REDIS_DOWN as exc:
         # Not the run's fault and not acknowledged: the message goes back to the

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import calendar
+import re
+import time
 from enum import StrEnum
 from typing import Any
 
@@ -348,6 +351,21 @@ class ExperimentStatus(StrEnum):
     running = "running"
     complete = "complete"
     cancelled = "cancelled"
+
+
+# An experiment's id ends with when it was submitted (scheduler.plan.new_experiment_id):
+# all that is left to tell of an experiment a broker lost whole.
+ID_STAMP = "%Y%m%d-%H%M%S"
+_STAMPED = re.compile(r"-(\d{8}-\d{6})-[0-9a-f]+$")
+
+
+def submitted_at(exp_id: str) -> float | None:
+    """When the experiment of this id was submitted (to the second), if its id says."""
+    found = _STAMPED.search(exp_id)
+    try:
+        return None if found is None else float(calendar.timegm(time.strptime(found[1], ID_STAMP)))
+    except ValueError:  # named by hand so
+        return None
 
 
 class ExperimentInfo(Record):

@@ -19,15 +19,16 @@ from pathlib import Path
 
 from redis.client import PubSub
 
-from core.errors import ExperimentLost, ExperimentNotFound, ResumeInProgress
+from core.errors import ExperimentLost, ExperimentNotFound, LostInRestart, ResumeInProgress
 from core.files.bundle import Manifest
 from core.matrix import Matrix
-from core.results.report import ExperimentInfo, ExperimentStatus
+from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from core.results.run import RunSpec
 from core.store import scripts
 from core.store.client import SCAN_COUNT, TextClient, Value
 from core.store.keys import Keys
 from core.store.ledger import Ledger
+from core.store.server import restart_that_lost
 from core.store.specs import Specs
 
 # The longest a resume holds an experiment: working out what to send and sending
@@ -73,13 +74,19 @@ class Experiments:
             self._ledger.set_limits(info.id, matrix.budget)
         self._specs.add(info.id, specs)
 
-    def _missing(self, exp_id: str) -> ExperimentNotFound:
-        """Why the experiment has no record: never there, or lost with some keys left."""
+    def why_missing(self, exp_id: str) -> ExperimentNotFound:
+        """Why the experiment has no record: lost with some keys left, lost whole in a
+        restart after it was submitted, or never here."""
         record, others = self.keys.of_experiment(exp_id)
-        left = self.redis.exists(record) or next(
+        if self.redis.exists(record) or next(
             self.redis.scan_iter(match=others, count=SCAN_COUNT), None
-        )
-        return ExperimentLost(exp_id) if left else ExperimentNotFound(exp_id)
+        ):
+            return ExperimentLost(exp_id)
+        submitted = submitted_at(exp_id)
+        restarted = None if submitted is None else restart_that_lost(self.redis, submitted)
+        if submitted is not None and restarted is not None:
+            return LostInRestart(exp_id, submitted, restarted)
+        return ExperimentNotFound(exp_id)
 
     def exists(self, exp_id: str) -> bool:
         """Whether the experiment has its record (keys left without one do not count)."""
@@ -89,13 +96,13 @@ class Experiments:
         """ExperimentNotFound unless the experiment has its record (ExperimentLost when
         some of its keys are left)."""
         if not self.exists(exp_id):
-            raise self._missing(exp_id)
+            raise self.why_missing(exp_id)
 
     def info(self, exp_id: str) -> ExperimentInfo:
         """The experiment's info with live status and counts."""
         raw = self.redis.hgetall(self.keys.experiment(exp_id))
         if "info" not in raw:
-            raise self._missing(exp_id) from None
+            raise self.why_missing(exp_id) from None
         info = ExperimentInfo.model_validate_json(raw["info"])
         return info.model_copy(
             update={
@@ -116,7 +123,7 @@ class Experiments:
         where this machine has the file (Manifest.relocation)."""
         raw = self.redis.hget(self.keys.experiment(exp_id), "matrix")
         if raw is None:
-            raise self._missing(exp_id)
+            raise self.why_missing(exp_id)
         # Paths were resolved and checked at submit; a worker on another machine
         # reports a missing file when it uses it, per run.
         context = {"check_files": False, "relocate": relocate}

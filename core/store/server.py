@@ -8,9 +8,16 @@ one is the user's, so evalfleet says what it sees, once per submit and worker.
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from core.store.client import TextClient
+
+_KEEPS_NOTHING = (
+    "the broker keeps nothing on disk (appendonly no, no save points): a restart "
+    "loses every queued run and stored result; set `appendonly yes` on it"
+)
 
 
 def risky_settings(client: TextClient) -> list[str]:
@@ -29,9 +36,24 @@ def risky_settings(client: TextClient) -> list[str]:
             "runs and stored results can vanish without an error; set "
             "`maxmemory-policy noeviction` on it"
         )
-    if config.get("appendonly", "yes") == "no" and not config.get("save", "x").strip():
-        found.append(
-            "the broker keeps nothing on disk (appendonly no, no save points): a restart "
-            "loses every queued run and stored result; set `appendonly yes` on it"
-        )
+    if _keeps_nothing(config):
+        found.append(_KEEPS_NOTHING)
     return found
+
+
+def restart_that_lost(client: TextClient, since: float) -> float | None:
+    """When the server last started, where that was after `since` and it keeps nothing
+    on disk: a restart that lost all written before it. None otherwise, or where the
+    server does not say (CONFIG or INFO disabled)."""
+    try:
+        started = time.time() - int(client.info("server")["uptime_in_seconds"])
+        config = client.config_get("*")
+    except (redis.ResponseError, KeyError, ValueError):
+        return None
+    # Whole seconds on both sides (the uptime, a stamp): a margin against a restart
+    # just before the write.
+    return started if started > since + 2 and _keeps_nothing(config) else None
+
+
+def _keeps_nothing(config: dict[str, str]) -> bool:
+    return config.get("appendonly", "yes") == "no" and not config.get("save", "x").strip()

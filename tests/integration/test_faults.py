@@ -402,6 +402,42 @@ def test_redis_restarted_mid_experiment_loses_nothing(
         assert "Unrecoverable error" not in worker_log and "handed back" not in worker_log
 
 
+def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_write_nothing(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A broker keeping nothing on disk restarted with runs in progress and queued: the
+    runs in progress end without writing a key of the lost experiment back, and each
+    command says it was lost in the restart, with the fix, instead of "no experiment"."""
+    server = RedisServer(tmp_path / "redis", uuid.uuid4().hex, persistent=False)
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": server.url}
+    log = tmp_path / "started.log"
+    matrix = write_matrix(
+        tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt', runs=6,
+        lease_s=20,
+    )  # fmt: skip
+    worker = Worker(env, tmp_path / "w.log", concurrency=1)
+    try:
+        submitted = run_cli("submit", str(matrix), env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        exp_id = submitted.stdout.strip()
+        wait_until(lambda: started(log), "a run in progress", timeout=60)
+        server.restart(down_s=1)
+        dropped = f"dropped: no experiment '{exp_id}' in this store: it was submitted at"
+        wait_until(lambda: dropped in worker.log.read_text(), "the run in progress to end", 60)
+        client = redis.Redis.from_url(server.url)
+        assert list(client.scan_iter(match=f"*{exp_id}*")) == []
+        for command in (["status", exp_id], ["report", exp_id], ["resume", exp_id]):
+            answered = run_cli(*command, env=env)
+            said = " ".join(answered.stderr.split())
+            assert answered.returncode == 2 and "Traceback" not in said, (command, said)
+            assert "and the broker restarted at" in said and "which lost it" in said, said
+            assert "set `appendonly yes` on the broker" in said, said
+        assert len(started(log)) == 1  # the queued runs went with the broker
+    finally:
+        worker.stop()
+        server.stop()
+
+
 def test_a_submit_a_full_broker_stops_part_way_is_completed_exactly_by_resume(
     fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
 ) -> None:

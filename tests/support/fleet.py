@@ -144,10 +144,12 @@ def cli_worker(env: dict[str, str], log: Path, *args: str, name: str = "fleet") 
 
 
 class RedisServer:
-    """A redis-server of the test's own, with AOF, that the test can kill and restart."""
+    """A redis-server of the test's own, with AOF (or, not `persistent`, nothing kept on
+    disk), that the test can kill and restart."""
 
-    def __init__(self, folder: Path, password: str):
+    def __init__(self, folder: Path, password: str, *, persistent: bool = True):
         self.binary = redis_server_binary()
+        self.appendonly = "yes" if persistent else "no"
         self.folder, self.password, self.port = folder, password, free_port()
         self.url = f"redis://:{password}@127.0.0.1:{self.port}/0"
         folder.mkdir(parents=True, exist_ok=True)
@@ -156,7 +158,7 @@ class RedisServer:
     def start(self) -> None:
         command = [
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.folder), "--appendonly", "yes", "--appendfsync", "always",
+            "--dir", str(self.folder), "--appendonly", self.appendonly, "--appendfsync", "always",
             "--save", "", "--requirepass", self.password, "--logfile", "redis.log",
         ]  # fmt: skip
         proc = subprocess.Popen(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
-from core.results.report import ExperimentInfo, ExperimentStatus
+from core.matrix import Matrix
+from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from scheduler.experiments import status_line
+from scheduler.plan import new_experiment_id
 
 CREATED = time.mktime((2026, 11, 22, 10, 15, 0, 0, 0, -1))
 
@@ -30,3 +32,13 @@ def test_a_complete_experiment_with_errors_says_so_in_its_state() -> None:
     line = status_line(info(status=ExperimentStatus.complete, completed_runs=10, errors=2))
     assert line.startswith("exp  complete with 2 infrastructure errors 10/10 runs ran")
     assert status_line(info(status=ExperimentStatus.running)).startswith("exp  running   0/10")
+
+
+def test_an_experiments_id_tells_when_it_was_submitted_to_the_second() -> None:
+    """All a broker that lost an experiment whole leaves to tell it was there before."""
+    named = Matrix.model_construct(name="my-eval")  # type: ignore[call-arg]  # its name alone
+    exp_id = new_experiment_id(named, now=1_795_600_000.75)
+    assert exp_id.startswith("my-eval-20261125-")
+    assert submitted_at(exp_id) == 1_795_600_000.0
+    assert submitted_at("hand-named") is None
+    assert submitted_at("x-20261125-999999-ab12") is None  # not a time of day
