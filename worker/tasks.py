@@ -25,6 +25,7 @@ from celery.exceptions import Ignore, Reject
 from core.analysis.aggregate import aggregate
 from core.errors import ExperimentNotFound, RetryLater, RunInProgress
 from core.evaluation.rejudge import RejudgePlan
+from core.evidence.text import visible
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results.run import RunResult, RunSpec
@@ -53,10 +54,12 @@ def _store_at(url: str) -> Store:
 def summary(result: RunResult) -> dict[str, Any]:
     # Shown as the task's result in Flower: the outcome first (a run whose gates failed
     # is a SUCCESS of its task: its `failed` tells it apart, and Flower's search finds
-    # it by `result:failed`), then enough to find the experiment.
+    # it by `result:failed`), then enough to find the experiment. Celery's log line of
+    # each task's end quotes it: the reason, an agent's words, with its controls
+    # written out.
     return {
         "outcome": result.outcome,
-        "reason": (result.fail_reason or "").split("\n", 1)[0][:200],
+        "reason": visible((result.fail_reason or "").split("\n", 1)[0][:200]),
         "experiment_id": result.experiment_id,
         "run_id": result.run_id,
         "status": result.status.value,

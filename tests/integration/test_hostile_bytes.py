@@ -163,12 +163,17 @@ def test_the_table_report_prints_an_agents_error_inert(
     fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
 ) -> None:
     """An agent that cannot start (exit 127) is an infrastructure error whose reason
-    quotes its stderr, which the table report lists."""
-    start_worker(concurrency=1)
-    matrix = command_matrix(tmp_path, f"printf '{ESCAPES}' >&2; exit 127")
+    quotes its stderr, which the table report lists; three in a row stop the tier
+    (fail-fast), which the worker's log says quoting the reason, inert too."""
+    worker = start_worker(concurrency=1)
+    matrix = command_matrix(tmp_path, f"printf '{ESCAPES}' >&2; exit 127", runs=3)
     result = run_cli("submit", str(matrix), "--json", "--wait", env=fleet_env)
     exp_id = json.loads(result.stdout)["experiment"]["id"]
     _inert(result.stderr)
+    logged = worker.log.read_text()
+    _inert(logged)
+    assert "tier T0 stopped: its first runs all failed with: " in logged, logged[-2000:]
+    assert SHOWN.split(" ")[0] in logged  # the reason, its escapes written out
 
     env = {**fleet_env, "COLUMNS": "400"}
     brief = run_cli("report", exp_id, "--format", "table", env=env)
