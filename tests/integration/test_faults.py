@@ -438,6 +438,48 @@ def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_writ
         server.stop()
 
 
+def test_evidence_a_full_broker_refuses_is_named_and_every_run_keeps_its_outcome(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """The probe's steps: agents printing megabytes into a broker with little room
+    (maxmemory, noeviction). Every run ends with the outcome its agent earned (even
+    runs pass, odd fail); the evidence that did not fit is counted in the report and
+    said of the run by `show`, never read as a killed worker; `submit --wait` exits
+    with the experiment's status, no traceback."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    noisy = (
+        "head -c 3000000 /dev/urandom | base64; "
+        "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
+    )
+    matrix = write_matrix(tmp_path, noisy, runs=8)
+    broker = redis.Redis.from_url(own_redis.url)
+    broker.config_set("maxmemory-policy", "noeviction")
+    # Room for the evidence of two or three runs (each kept to 256 KB, compressed).
+    broker.config_set("maxmemory", int(broker.info("memory")["used_memory"]) + 600_000)
+    worker = Worker(env, tmp_path / "w.log", concurrency=1)
+    try:
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=env, timeout=240)
+    finally:
+        worker.stop()
+    assert "Traceback" not in submitted.stderr, submitted.stderr
+    assert submitted.returncode == 0, submitted.stderr
+    report = json.loads(submitted.stdout)
+    exp_id = report["experiment"]["id"]
+    store = Store.from_url(own_redis.url, prefix=PREFIX)
+    runs = store.results.all(exp_id)
+    assert sorted((r.run_index, r.passed) for r in runs) == [(i, i % 2 == 0) for i in range(8)]
+    missing = report["evidence_missing"]
+    assert 0 < missing < 8, missing
+    said = " ".join(run_cli("report", exp_id, "--format", "markdown", env=env).stdout.split())
+    assert f"evidence of {missing} runs was not stored" in said, said
+    unstored = [r.run_id for r in runs if store.evidence.get(exp_id, r.run_id) is None]
+    assert len(unstored) == missing
+    shown = run_cli("show", unstored[-1], env=env)
+    out = " ".join((shown.stdout + shown.stderr).split())
+    assert shown.returncode == 0 and "evidence was not stored" in out, out
+    assert "worker was killed" not in out
+
+
 def test_a_submit_a_full_broker_stops_part_way_is_completed_exactly_by_resume(
     fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
 ) -> None:
