@@ -520,6 +520,59 @@ def test_a_submit_a_full_broker_stops_part_way_is_completed_exactly_by_resume(
     assert "re-sending 0 runs" in " ".join(again.stderr.split()) and broker.llen(queue) == runs
 
 
+def test_a_broker_too_full_for_the_experiments_record_keeps_nothing_of_it(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Full before the submit's first write: one sentence, exit 1, and no key of the
+    experiment left for a later command to trip on."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    broker = redis.Redis.from_url(own_redis.url)
+    broker.config_set("maxmemory-policy", "noeviction")
+    broker.config_set("maxmemory", 1)
+    refused = run_cli("submit", str(write_matrix(tmp_path, "touch out.txt", runs=3)), env=env)
+    broker.config_set("maxmemory", 0)
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and "Traceback" not in said, said
+    found = re.search(r"nothing of experiment (\S+) was kept: submit again once it takes", said)
+    assert found is not None, said
+    assert list(broker.scan_iter(match=f"*{found[1]}*")) == []
+    assert broker.llen(fleet_env["EVALFLEET_QUEUE"]) == 0
+
+
+def test_a_submit_stopped_part_way_is_run_to_the_end_by_resume_and_a_worker(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """The test above's other half: nothing stays stuck. A broker that refuses the
+    submit's messages (an ACL without LPUSH: a refused write, as a full broker's, at the
+    same step) after taking the experiment's record; `resume --wait` beside a worker
+    then runs every run once, each with the outcome its agent earned."""
+    broker = redis.Redis.from_url(own_redis.url)
+    broker.acl_setuser(
+        "no-lpush", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+        commands=["+@all", "-lpush"],
+    )  # fmt: skip
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    refusing = own_redis.url.replace(f":{own_redis.password}@", "no-lpush:pw@")
+    log = tmp_path / "started.log"
+    matrix = write_matrix(tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt', runs=6)
+    refused = run_cli("submit", str(matrix), env={**env, "EVALFLEET_BROKER_URL": refusing})
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and "Traceback" not in said, said
+    found = re.search(r"after 0 of 6 runs of experiment (\S+) were sent", said)
+    assert found is not None and "scheduler resume" in said, said
+    exp_id = found[1]
+    worker = Worker(env, tmp_path / "w.log", concurrency=2)
+    try:
+        resumed = run_cli("resume", exp_id, "--wait", "--format", "json", env=env, timeout=120)
+    finally:
+        worker.stop()
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["experiment"]["completed_runs"] == 6
+    _each_ran_once(Store.from_url(own_redis.url, prefix=PREFIX), exp_id, log, runs=6)
+    again = run_cli("resume", exp_id, env=env)
+    assert "every run has a result; nothing to resume" in again.stderr, again.stderr
+
+
 def test_a_broker_that_refuses_writes_mid_experiment_stops_nothing_for_good(
     fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
 ) -> None:

@@ -219,6 +219,10 @@ def _become_command(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = request["argv"]
+    # A console script's __main__ is the script, of no package: click names the program
+    # after it (`scheduler`), not `python -m` this module.
+    main = sys.modules["__main__"]
+    main.__package__, main.__spec__ = None, None
     from scheduler.console import run
 
     try:
