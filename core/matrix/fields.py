@@ -38,7 +38,10 @@ def resolve(value: Path, info: ValidationInfo) -> Path:
     # the check that tier files are inside the matrix folder must see (a link in the
     # folder to a file outside it is outside).
     base = context_of(info).get("base_dir")
-    path = value.expanduser()
+    try:
+        path = value.expanduser()
+    except RuntimeError:  # `~name` of no user here
+        raise ValueError(f"{value}: no user {value.parts[0][1:]!r} on this machine") from None
     if not path.is_absolute() and base is not None:
         path = Path(base) / path
     return path.resolve() if base is not None else path

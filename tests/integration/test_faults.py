@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.results.report import ExperimentInfo, ExperimentStatus
+from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, StartWorker, Worker, run_cli, start_cli
@@ -412,7 +412,7 @@ def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_writ
     env = {**fleet_env, "EVALFLEET_BROKER_URL": server.url}
     log = tmp_path / "started.log"
     matrix = write_matrix(
-        tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt', runs=6,
+        tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 6; touch out.txt', runs=6,
         lease_s=20,
     )  # fmt: skip
     worker = Worker(env, tmp_path / "w.log", concurrency=1)
@@ -421,6 +421,9 @@ def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_writ
         assert submitted.returncode == 0, submitted.stderr
         exp_id = submitted.stdout.strip()
         wait_until(lambda: started(log), "a run in progress", timeout=60)
+        # The id tells its submit time to the second: a restart within the same few
+        # seconds cannot be told to have come after it.
+        time.sleep(max(0.0, (submitted_at(exp_id) or 0) + 3.5 - time.time()))
         server.restart(down_s=1)
         dropped = f"dropped: no experiment '{exp_id}' in this store: it was submitted at"
         wait_until(lambda: dropped in worker.log.read_text(), "the run in progress to end", 60)

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -101,6 +102,14 @@ def test_any_tiers_and_agent_load_or_are_a_clean_config_error(
 ) -> None:
     document = {**VALID_MATRIX, "tiers": tiers, "agent": agent}
     _loads_or_refuses_cleanly(_write(yaml.safe_dump(document, allow_unicode=True)))
+
+
+def test_a_path_of_a_user_this_machine_lacks_is_a_clean_config_error() -> None:
+    """Found by the test above: `~0` is user 0's home, and pathlib raises RuntimeError."""
+    document = {**VALID_MATRIX, "tiers": [{"id": "T0", "files": {"notes.md": "~0/notes.md"}}]}
+    path = _write(yaml.safe_dump(document))
+    with pytest.raises(ConfigError, match="no user '0' on this machine"):
+        load_matrix(path)
 
 
 def test_deeply_nested_yaml_is_a_clean_config_error() -> None:
