@@ -36,8 +36,9 @@ import redis
 
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
-from scheduler.embedded import worker_command
-from tests.support.prestarted_cli import PrestartedCLI
+from scheduler.embedded import worker_args
+from scheduler.standby import WORKER_MODULE
+from tests.support.prestarted import Prestarted, RemoteProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -199,16 +200,20 @@ class Worker:
     ):
         self.log = log
         name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
-        command = worker_command(concurrency, queues.split(","), hostname=name)  # the CLI's own
+        args = worker_args(concurrency, queues.split(","), hostname=name)  # the CLI's own
+        self.proc: subprocess.Popen[bytes] | RemoteProcess
         with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                command,
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            if _EXEC:
+                self.proc = subprocess.Popen(
+                    [*WORKER_MODULE, *args],
+                    env=env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            else:
+                self.proc = _PRESTARTED.start_worker(args, env=env, cwd=ROOT, log=out.fileno())
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
@@ -257,11 +262,11 @@ def start_cli(
     return subprocess.Popen([SCHEDULER, *args], env=env, cwd=cwd, text=True, **options)
 
 
-# The console script forked from a process that imported it once (why, and what that
-# changes: tests.support.prestarted_cli); EVALFLEET_TEST_CLI=exec starts each anew.
-_PRESTARTED = PrestartedCLI(
-    SCHEDULER, Path(tempfile.gettempdir()) / f"evalfleet-{SESSION}.sock", ROOT
-)
+# The console script and the workers forked from a process that imported them once
+# (why, and what that changes: tests.support.prestarted); EVALFLEET_TEST_EXEC=1 starts
+# each anew.
+_PRESTARTED = Prestarted(SCHEDULER, Path(tempfile.gettempdir()) / f"evalfleet-{SESSION}.sock", ROOT)
+_EXEC = os.environ.get("EVALFLEET_TEST_EXEC") == "1"
 atexit.register(_PRESTARTED.close)
 
 
@@ -269,8 +274,8 @@ def run_cli(
     *args: str, env: dict[str, str] | None, cwd: Path = ROOT, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """The `scheduler` console script, as a user runs it."""
-    if os.environ.get("EVALFLEET_TEST_CLI") != "exec":
-        return _PRESTARTED.run(list(args), env=env, cwd=cwd, timeout=timeout)
+    if not _EXEC:
+        return _PRESTARTED.run_cli(list(args), env=env, cwd=cwd, timeout=timeout)
     return subprocess.run(
         [SCHEDULER, *args],
         env=env,

@@ -56,8 +56,11 @@ class _PoolProcess:
     in_pool = False
     leaving = False
     running = False
-    # Set by the parent when the worker shuts down; created before the pool forks.
-    worker_leaving: Any = multiprocessing.RawValue("b", 0)
+    # Set by the parent when the worker shuts down. Shared memory of this worker's alone:
+    # created by its Grace step, before its pool forks, not at import (a process that
+    # imported this module and forked workers would have them share it: one leaving
+    # would tell the others' pools to hand their runs back).
+    worker_leaving: Any = None
 
 
 def _arm() -> None:
@@ -130,6 +133,7 @@ class Grace(bootsteps.StartStopStep):
     def __init__(self, worker: Any, grace: float | None = None, **kwargs: Any):
         super().__init__(worker, **kwargs)
         _PoolProcess.grace_s = grace if grace is not None else setting(ENV_GRACE_S)
+        _PoolProcess.worker_leaving = multiprocessing.RawValue("b", 0)
         self.worker = worker
         signals.worker_process_init.connect(_mark_pool_process, weak=False)
         signals.worker_shutting_down.connect(self._forward, weak=False)
