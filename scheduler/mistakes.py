@@ -5,15 +5,21 @@ Each would otherwise show only once money is spent:
   judged run becomes an infrastructure error. An error, unless the caller says the
   workers have the key (`--allow-missing-judge-key`): `judge: {enabled: auto}` judges
   only when the key is set, and the summary's judge line says what runs will get.
-- An agent command naming a file next to the matrix by a relative path
-  (`./agent.py`, `python3 agent.py`): commands run in each run's own workspace, a
-  fresh folder, so the file is not there (exit 127, or another file of that name).
-  An error, unless the run's workspace gets that file (a tier's `files:`, the
-  scenario's `workspace:` template, or a `setup:` command naming it). The fix is
-  `$EVALFLEET_MATRIX_DIR/agent.py`, the matrix's folder on every worker.
+- An agent command that runs a file next to the matrix by a relative path
+  (`./agent.py`, `agent.py`, `python3 agent.py`): commands run in each run's own
+  workspace, a fresh folder, so the file is not there (exit 127, or another file of
+  that name). An error, unless the run's workspace gets that file (a tier's
+  `files:`, the scenario's `workspace:` template, or a `setup:` command naming it).
+  The fix is `$EVALFLEET_MATRIX_DIR/agent.py`, the matrix's folder on every worker.
 - An agent command run by a relative path that is not next to the matrix
   (`./run.sh`): a warning, as the workspace may well hold it; it says where
   commands run.
+
+Only what a command runs is looked at (scheduler.shellwords): the command word of
+each simple command and the script an interpreter is given. Its arguments are not:
+`touch out.txt` or `my-agent --config conf.yaml` name files the agent writes or
+reads in its workspace, which a file of that name beside the matrix says nothing
+about; nor is a `case`'s pattern such as `T1/s2)`.
 
 Each problem is a ConfigProblem placed at its key in the matrix file, as the
 matrix's validation errors are; errors are raised together as one ConfigError.
@@ -22,18 +28,15 @@ matrix's validation errors are; errors are raised together as one ConfigError.
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from core.errors import ConfigError
 from core.matrix import ConfigProblem, Matrix, Scenario, Tier, problem_at
+from scheduler.shellwords import Run, runs_of
 
 ALLOW_MISSING_JUDGE_KEY = "--allow-missing-judge-key"
 _MATRIX_DIR = "$EVALFLEET_MATRIX_DIR"
-# What bash separates commands with: the word after one is a program again.
-_SEPARATORS = {";", "&", "&&", "|", "||", "(", ")"}
-_OPERATOR_CHARS = "();<>|&"  # shlex's punctuation: a word of only these is an operator
 
 
 def refuse_mistakes(
@@ -79,7 +82,7 @@ class _Command:
     tier: Tier
     loc: tuple[str | int, ...]
     text: str
-    words: list[str]
+    runs: list[Run]
     path_has_matrix_dir: bool
 
 
@@ -95,38 +98,18 @@ def _commands(matrix: Matrix) -> list[_Command]:
         )
         entries = agent.env.get("PATH", "").split(":")
         on_path = any(e in (_MATRIX_DIR, "${EVALFLEET_MATRIX_DIR}") for e in entries)
-        found.append(_Command(tier, loc, agent.command, _words(agent.command), on_path))
+        found.append(_Command(tier, loc, agent.command, runs_of(agent.command), on_path))
     return found
-
-
-def _words(command: str) -> list[str]:
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        return list(lexer)
-    except ValueError:  # unbalanced quotes: bash will say so itself
-        return []
 
 
 def _candidates(command: _Command) -> list[tuple[str, bool]]:
-    """The words that may name a file to read or run, each with whether it is the
-    program run (a redirection's target is written, so it is none)."""
-    found, program, written = [], True, False
-    for word in command.words:
-        if not word.strip(_OPERATOR_CHARS):
-            program, written = word in _SEPARATORS, ">" in word
-            continue
-        if written:
-            written = False
-            continue
-        name, assigned, value = word.partition("=")
-        if program and assigned and name.isidentifier():
-            continue  # VAR=value before the program
-        path = value if assigned else word
-        if path and not path.startswith(("/", "$", "~", "-")) and "$" not in path:
-            found.append((path, program))
-        program = False
-    return found
+    """The files the command runs, as it names them by a relative path, each with
+    whether it is the command word itself (else an interpreter's script)."""
+    return [
+        (run.word, run.program)
+        for run in command.runs
+        if not run.word.startswith(("/", "~", "-")) and "$" not in run.word
+    ]
 
 
 def _relative_files(matrix: Matrix, path: Path) -> list[ConfigProblem]:

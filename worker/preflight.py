@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from collections.abc import Iterator, Mapping
 
@@ -26,6 +27,7 @@ from core.matrix import Gate, Matrix, Scenario, Tier
 from core.modelserver import ModelServer
 from core.results.record import Record
 from core.results.run import GATES_FAILED, JudgeResult, RunSpec, RunStatus
+from core.results.transcript import AgentOutcome
 from worker.docker_sandbox import agent_container
 from worker.run import agent_env, run_agent
 from worker.workspace import RunDir, prepare, run_setup
@@ -34,6 +36,19 @@ from worker.workspace import RunDir, prepare, run_setup
 # takes any key, and a CLI without one would not start.
 PLACEHOLDER_KEY = "preflight-scripted-server"
 
+# How the CLIs refuse their command line, as the pinned ones print it on stderr (with
+# nothing on stdout, and a non-zero exit): clap (Codex: "error: unexpected argument
+# '--full-auto' found"), commander (Claude Code: "error: unknown option '--x'", and
+# its root check of --dangerously-skip-permissions), yargs (Gemini CLI: "Unknown
+# arguments: x", "Invalid values:"; OpenCode prints only its usage, which opens with
+# the command's synopsis, "opencode run [message..]"), and any "Usage:" line.
+_REFUSED = re.compile(
+    r"error: (unexpected argument|unknown option|unrecognized subcommand|invalid value)"
+    r"|^Unknown arguments?: |^Invalid values?:|^Not enough non-option arguments"
+    r"|cannot be used with root/sudo privileges|^Usage: ",
+    re.MULTILINE,
+)
+
 
 class CellCheck(Record):
     """One tier x scenario's preflight: each column as the table shows it, and the
@@ -41,7 +56,7 @@ class CellCheck(Record):
 
     tier: str
     scenario: str
-    cli: str  # "found", "missing", or "-" without a preset
+    cli: str  # "found", "missing", "refuses flags", or "-" without a preset
     run: str  # the run's outcome
     transcript: str
     gates: str  # "passed/total" after the scripted run
@@ -94,6 +109,8 @@ def _check(
             with agent_container(agent, spec.run_id, run_dir, env) as container:
                 prompt = scenario.prompt_text()
                 outcome = run_agent(matrix, spec, run_dir, prompt, env, container)
+                if cli == "found" and refuses_flags(agent.cli or "", outcome):
+                    cli = "refuses flags"
                 result = evaluate_run(
                     spec, matrix, run_dir.workspace, outcome, events_text=run_dir.events_text(),
                     env=env, enclosure=container.enclosure() if container else None,
@@ -124,6 +141,16 @@ def _check(
         gates=gates, vacuous=vacuous, reference=reference, judge_key=judge_key,
         spend_usd=spend, problems=problems,
     )  # fmt: skip
+
+
+def refuses_flags(cli: str, outcome: AgentOutcome) -> bool:
+    """Whether the CLI `cli` refused the command line it was given (a flag it does not
+    know, a value it does not take, a flag it will not take as root) rather than ran:
+    it exited non-zero at once with its usage error on stderr and nothing on stdout."""
+    if outcome.timed_out or outcome.exit_code in (None, 0) or outcome.stdout.strip():
+        return False
+    synopsis = re.compile(rf"^{re.escape(cli)} \S+ \[", re.MULTILINE)  # yargs' usage
+    return bool(_REFUSED.search(outcome.stderr) or synopsis.search(outcome.stderr))
 
 
 def _agent_reason(fail_reason: str | None) -> str:

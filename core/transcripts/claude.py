@@ -8,7 +8,9 @@ The traps, and how they are handled (fixtures SOURCES.md, section 1):
   so no cache-read or cache-write token of the call is lost.
 - `input_tokens`, `cache_creation_input_tokens` and `cache_read_input_tokens` are
   disjoint: they map to input_tokens, cache_write_tokens and cache_read_tokens.
-- Per-line `output_tokens` is a placeholder (the message_start value). The calls keep
+- Per-line `output_tokens` is a placeholder (the message_start value; 1 from 2.1.332
+  against the scripted model server, whose requests are otherwise one call each, by
+  `message.id`, with their input exact). The calls keep
   it, and the `result` line's `usage.output_tokens` becomes `reported_output_tokens`,
   the authoritative total that cost and run totals use. Likewise `total_cost_usd`
   (older builds: `cost_usd`) is the reported cost; usage is never re-priced here.

@@ -11,7 +11,24 @@ The thread/turn/item protocol (0.44 onwards), and its traps:
   of another thread, or one that names no thread, starts from zero; the same thread
   started again is an `exec resume` (its total goes on from the earlier run's, as
   0.157 prints); and a total smaller in any field than the last one is a reset too.
-- Exec JSON has no per-call usage, so each turn becomes one aggregate LLM call.
+- Exec JSON has no per-call usage, so each turn becomes one aggregate LLM call, though
+  a turn makes one model request per round of tool calls and one for its answer.
+  Nothing in the stream tells one request from the next: its events are
+  `thread.started`, `turn.started`, `item.started|updated|completed` (items
+  `agent_message`, `reasoning`, `command_execution`, `file_change`, `mcp_tool_call`,
+  `web_search`, `todo_list`, `error`), `turn.completed{usage}`, `turn.failed` and
+  `error`. Usage comes only on `turn.completed`, summed over the turn's requests;
+  item ids (`item_N`) are the items', not the responses' (whose `msg_`/`fc_` ids are
+  never printed); and requests that leave no item (a `write_stdin` poll of a running
+  command, `view_image`, a retry after "Reconnecting...", a context compaction) show
+  nowhere. Rounds of tool items would give a lower bound on the count, with no tokens
+  to split among them, so it is not guessed. Seen with codex-cli 0.169.0 against the
+  scripted model server (tests/integration/test_real_agent_clis.py): two Responses
+  requests served (1000 in / 50 out, the `exec_command` call; then 1200 / 10,
+  "done") printed as `agent_message`, `command_execution`, `agent_message` and one
+  `turn.completed` of input 2200, output 60. Each request's usage is only in the
+  session's rollout file in the CLI's home (`$CODEX_HOME/sessions/**/rollout-*.jsonl`:
+  an `event_msg` `token_count` per request, its `last_token_usage`), not in stdout.
 - `cached_input_tokens` (and `cache_write_input_tokens`, when present) are subsets of
   `input_tokens`: the call stores input_tokens = input - cached - cache_write, so a
   price computed as input*in + cache*cache_price never counts a token twice.

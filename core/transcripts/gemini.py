@@ -16,6 +16,22 @@ The traps, and how they are handled:
   includes `cached`; the result's stats become one aggregate call, and every
   `tool_use` event (any tool: shell, web search, file edits) is a tool call of it.
   Non-JSON warning lines before the stream are skipped.
+- Why one aggregate call, though each round of tool calls is a request of its own:
+  the stream tells no request from the next and gives no request's usage. In Gemini
+  CLI 0.61.0 the non-interactive loop drops its session's per-request `usage` events
+  (`case "usage": break`), and `result.stats` (`convertToStreamStats`) keeps per model
+  only `total_tokens`, `input_tokens`, `output_tokens`, `cached` and `input`, and
+  `tool_calls`: not the `api.totalRequests` that `json` output has. `tool_id`s name
+  tool calls, not requests, and side requests (model routing, next-speaker checks,
+  compression) leave no event. Seen against the scripted model server
+  (tests/integration/test_real_agent_clis.py): two `streamGenerateContent` requests
+  served (1000 in / 50 out with the `run_shell_command` call, then 1200 / 10, "done")
+  printed as `message`, `tool_use`, `tool_result`, `message` and one `result` of
+  input_tokens 2200, output_tokens 60, tool_calls 1. Each request's usage is only in
+  the CLI's chat recording in its home (`~/.gemini/tmp/<project>/chats/session-*.jsonl`,
+  `tokens` on each `gemini` message), not in stdout. The stream's `output_tokens` is
+  the candidates' alone: thinking tokens, which `json` counts, are only inside
+  `total_tokens`, not told apart from tool-use prompt tokens there.
 - The shell tool (`run_shell_command`) reports no exit code: "Exit Code: N" in the
   tool output gives N, a `tool_result` with status "error" gives 1, otherwise the exit
   is unknown (a failing command still has status "success").

@@ -38,11 +38,12 @@ def preflight(matrix_file: str, script_file: Path | None, live: bool, judge: boo
     """Run each tier x scenario once on this machine, the model answered by the
     scripted model server (no cost), and check the scenarios themselves.
 
-    One line per tier x scenario: the preset's CLI found, how its run ended, its
-    transcript recognised, its gates after the scripted run, whether the gates pass
-    on an untouched workspace (vacuous), whether the scenario's `reference:`
-    solution passes them, the judge's key, and the cell's estimated spend (this
-    run's cost times its runs). Exit 0 when sound; 2 with each problem on a line.
+    One line per tier x scenario: the preset's CLI found (or found but refusing its
+    flags), how its run ended, its transcript recognised, its gates after the
+    scripted run, whether the gates pass on an untouched workspace (vacuous),
+    whether the scenario's `reference:` solution passes them, the judge's key, and
+    the cell's estimated spend (this run's cost times its runs). Exit 0 when sound;
+    2 with each problem on a line.
 
     \b
     Examples:

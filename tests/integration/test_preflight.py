@@ -12,7 +12,16 @@ from core.store import Store
 from tests.conftest import ROOT, StartWorker, run_cli
 from tests.support.llm_stub import LLMStub, scripted_judge
 
-REFUSES = """echo "error: unexpected argument '--full-auto' found" >&2; exit 2"""
+# Codex 0.169 as it meets `--full-auto`, a flag it no longer has (clap's refusal).
+OLD_FLAG_CODEX = """\
+#!/bin/sh
+for arg; do
+  if [ "$arg" = --full-auto ]; then
+    printf "error: unexpected argument '--full-auto' found\\n\\nUsage: codex exec [OPTIONS]\\n" >&2
+    exit 2
+  fi
+done
+"""
 
 
 def write_matrix(
@@ -22,7 +31,14 @@ def write_matrix(
     reference = "printf bye > out.txt" if broken else "printf hello > out.txt"
     vacuous = "true" if broken else "test -s out.txt"
     key = "PREFLIGHT_UNSET_JUDGE_KEY" if broken else "PREFLIGHT_SET_JUDGE_KEY"
-    refusing = f"  - {{id: refusing, agent: {{command: {json.dumps(REFUSES)}}}}}" if broken else ""
+    refusing = ""
+    if broken:  # a preset whose CLI refuses the flags it is given
+        (folder / "bin").mkdir(exist_ok=True)
+        (folder / "bin" / "codex").write_text(OLD_FLAG_CODEX)
+        (folder / "bin" / "codex").chmod(0o755)
+        on_path = json.dumps(f"{folder / 'bin'}:${{PATH}}")
+        refusing = (f"  - {{id: refusing, agent: {{preset: codex, permission_flags: --full-auto,"
+                    f" env: {{PATH: {on_path}}}}}}}")  # fmt: skip
     path = folder / "matrix.yaml"
     path.write_text(f"""
 name: preflight
@@ -96,6 +112,9 @@ def test_each_way_an_experiment_is_unsound_is_one_line_and_exit_2(
     assert "unexpected argument '--full-auto'" in refusing
     table = checked.stdout.splitlines()
     assert len([row for row in table[1:] if row.startswith(("writes", "refusing"))]) == 6
+    # The cli column: the preset's CLI was found, but it refused its flags.
+    refusing_rows = [row.split() for row in table[1:] if row.startswith("refusing")]
+    assert [row[2:5] for row in refusing_rows] == [["refuses", "flags", "agent_error"]] * 3
 
 
 @pytest.mark.integration

@@ -98,6 +98,7 @@ def test_a_judged_scenario_without_its_judge_key_is_refused_unless_allowed(
     ("command", "fixed"),
     [
         ("./agent.py", '"$EVALFLEET_MATRIX_DIR/agent.py"'),
+        ("agent.py", '"$EVALFLEET_MATRIX_DIR/agent.py"'),  # not on PATH either
         ("python3 agent.py --quick", 'python3 "$EVALFLEET_MATRIX_DIR/agent.py" --quick'),
         ("python3 tools/agent.py", 'python3 "$EVALFLEET_MATRIX_DIR/tools/agent.py"'),
     ],
@@ -185,3 +186,39 @@ scenarios:
     assert bare.returncode == 2, bare.stdout
     assert "tiers.1.agent.command: './agent.py' is a file next to the matrix" in bare.stderr
     assert "agent.command: 'agent.py' is a file next to the matrix" not in bare.stderr
+
+
+def test_arguments_and_case_patterns_are_not_taken_for_programs(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store, start_worker: StartWorker
+) -> None:
+    """Only what a command runs is a program: `touch out.txt` writes the workspace's own
+    out.txt, whatever lies beside the matrix (it was refused, exit 2), and a case's
+    patterns (`T1/s1|T1/s2)`) are no relative programs (each was warned of on every
+    validate and submit). Both run as written."""
+    (tmp_path / "out.txt").write_text("beside the matrix, not the agent's\n")
+    (tmp_path / "T1").mkdir()
+    (tmp_path / "T1" / "s2").write_text("a file the case's pattern happens to name\n")
+    case = (
+        'case "$EVALFLEET_TIER/$EVALFLEET_SCENARIO" in T0/s1|T1/s2) touch out.txt;; '
+        "*) exit 3;; esac"
+    )
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(f"""\
+name: arguments
+runs_per_tier: 1
+agent: {{kind: command, command: "touch out.txt", timeout_s: 30}}
+tiers:
+  - {{id: T0}}
+  - {{id: T1, agent: {{command: {json.dumps(case)}}}}}
+scenarios:
+  - {{id: s2, prompt: go, evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}}}
+""")
+    checked = run_cli("validate", str(matrix), env=fleet_env)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stderr == ""  # not an error, nor a warning
+    start_worker(concurrency=1)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    assert "agent.command" not in result.stderr
+    runs = store.results.all(json.loads(result.stdout)["experiment"]["id"])
+    assert sorted((r.tier, r.passed) for r in runs) == [("T0", True), ("T1", True)]

@@ -3,6 +3,7 @@ and judges are refused before anything is queued, which only warned of, which pa
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def matrix(tmp_path: Path, command: str, env: str = "") -> Path:
     for name in ("agent.sh", "out.txt", "input.txt", "conf.yaml"):
         (tmp_path / name).write_text("beside the matrix\n")
     path = tmp_path / "matrix.yaml"
-    path.write_text(MATRIX.format(command=repr(command), env=env))
+    path.write_text(MATRIX.format(command=json.dumps(command), env=env))
     return path
 
 
@@ -46,18 +47,34 @@ def problem(found: object) -> ConfigProblem:
     ("command", "refused"),
     [
         ("./agent.sh", ["./agent.sh"]),
-        ("bash agent.sh --fast", ["agent.sh"]),
+        ("bash agent.sh --fast", ["agent.sh"]),  # the script an interpreter runs
         ("agent.sh", ["agent.sh"]),  # bash looks a bare name up on PATH, not here
-        ("my-agent < input.txt", ["input.txt"]),  # read in the workspace
-        ("my-agent --config=conf.yaml", ["conf.yaml"]),
         ("cd /tmp && bash agent.sh", ["agent.sh"]),
-        # A redirection's target is written in the workspace: no file to miss.
+        ("python3 -u agent.sh", ["agent.sh"]),
+        ("timeout 600 ./agent.sh", ["./agent.sh"]),
+        ("env -i A=1 nice -n 5 ./agent.sh", ["./agent.sh"]),
+        ("x=$(./agent.sh) my-agent", ["./agent.sh"]),
+        ("if true; then ./agent.sh; fi", ["./agent.sh"]),
+        ("(cd . && agent.sh) | tee log", ["agent.sh"]),
+        ("# setup\n./agent.sh # runs it", ["./agent.sh"]),
+        # Arguments are the agent's own business in its workspace, never the program
+        # run: a file of that name beside the matrix says nothing about them.
+        ("touch out.txt", []),
+        ("cat input.txt && my-agent out.txt", []),
+        ("my-agent < input.txt", []),
+        ("my-agent --config=conf.yaml", []),
+        ("cp conf.yaml out.txt", []),
         ("echo done > out.txt 2>&1", []),
         ("my-agent >> out.txt", []),
+        ('python3 -c \'open("out.txt", "w")\'', []),  # inline: no script
+        ("bash -lc 'touch out.txt'", []),
         ('"$EVALFLEET_MATRIX_DIR/agent.sh"', []),
         ("bash $EVALFLEET_MATRIX_DIR/agent.sh", []),
         ("/usr/bin/env bash -c true", []),
         ("FLAG=./agent.sh my-agent", []),  # an assignment, not a file read
+        ("for f in agent.sh out.txt; do echo $f; done", []),  # a for's words
+        ("cat <<EOF\nagent.sh\n./agent.sh\nEOF", []),  # a here-document's body
+        ("# ./agent.sh\necho hi", []),  # a comment
         ("echo 'unbalanced", []),  # bash will say so itself
     ],
 )
@@ -73,10 +90,32 @@ def test_a_bare_program_on_a_path_holding_the_matrix_folder_is_found(tmp_path: P
     assert refused_words(tmp_path, "bash agent.sh", env) == ["agent.sh"]
 
 
+CASE = (
+    'case "$EVALFLEET_TIER/$EVALFLEET_SCENARIO" in T1/s1|T1/s2) k=20;; T1/s4) k=6;; '
+    '*) k=10;; esac; if [ "$EVALFLEET_RUN_INDEX" -lt "$k" ]; then touch out.txt; fi'
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "runs"),
+    [
+        (CASE, []),  # patterns are no commands; `touch out.txt` runs touch
+        ("case $T in\n  (T1/s2) ./run.sh ;;\n  *) ./other.sh\nesac", ["./run.sh", "./other.sh"]),
+    ],
+)
+def test_a_cases_patterns_are_not_commands_its_clauses_are(
+    tmp_path: Path, command: str, runs: list[str]
+) -> None:
+    """No warning for the patterns `T1/s1|T1/s2)`, on every validate and submit; a
+    clause's relative program is warned of as any other."""
+    warned = [w.message.split("'")[1] for w in prepare(matrix(tmp_path, command)).warnings]
+    assert warned == runs
+
+
 def test_the_builtin_agent_has_no_command_to_check(tmp_path: Path) -> None:
     path = matrix(tmp_path, "x")
     text = path.read_text().replace(
-        "{kind: command, command: 'x', timeout_s: 30}",
+        '{kind: command, command: "x", timeout_s: 30}',
         '{kind: openai, base_url: "http://127.0.0.1:9/v1", model: m, api_key_env: null}',
     )
     path.write_text(text)

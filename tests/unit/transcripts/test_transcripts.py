@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from core.metrics.limits import spend_of
 from core.results.transcript import ComponentType, Transcript
 from core.transcripts import FORMATS, parse_transcript, render_transcript
 from core.transcripts.codex import unwrap_shell
@@ -905,6 +906,47 @@ def test_each_parser_recognises_its_own_samples_and_no_other(fmt: str) -> None:
             gemini_pair = {fmt, other} == {"gemini-json", "gemini-stream-json"}
             assert recognised == (other == fmt or gemini_pair), (fmt, name)
     assert not parse_transcript(fmt, "plain words\n").recognised
+
+
+def _documented_totals() -> dict[str, list[str]]:
+    """SOURCES.md's table of each real capture's totals: file -> its other cells."""
+    section = fixture("SOURCES.md").split("### Totals a correct parser gets")[1]
+    section = section.split("\n## ")[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
+    cells = [[cell.strip() for cell in row] for row in rows[1:]]  # past the header
+    return {row[0]: row[1:] for row in cells}
+
+
+def _real_captures() -> list[str]:
+    table = fixture("SOURCES.md").split("## Real captures")[1].split("### Totals")[0]
+    return [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:]
+
+
+def test_every_real_capture_has_documented_totals() -> None:
+    assert sorted(_documented_totals()) == sorted(_real_captures())
+
+
+@pytest.mark.parametrize("name", sorted(_documented_totals()))
+def test_every_real_capture_parses_to_its_documented_totals(name: str) -> None:
+    """Read from the raw files by hand and written down in SOURCES.md: the calls, the
+    run's tokens (reported totals over summed calls), the reported cost, each command's
+    exit code, and how the stream ended."""
+    fmt, calls, *tokens, cost, exits, ends = _documented_totals()[name]
+    transcript = parse(fmt, name)
+    spend = spend_of(transcript, None)
+    figures = (spend.input_tokens, spend.cache_write_tokens, spend.cache_read_tokens)
+    assert len(transcript.llm_calls) == int(calls)
+    assert [*figures, spend.output_tokens] == [int(t) for t in tokens]
+    reported = transcript.reported_cost_usd
+    assert (reported if reported is not None else "-") == (cost if cost == "-" else float(cost))
+    codes = [str(c.exit_code) if c.exit_code is not None else "?" for c in transcript.commands]
+    assert (" ".join(codes) or "-") == exits
+    ending = ["finished" if transcript.finished else "unfinished"]
+    if transcript.outage is not None:
+        ending.append("outage")
+    elif transcript.agent_reported_error is not None:
+        ending.append("error")
+    assert ", ".join(ending) == ends
 
 
 def test_every_fixture_is_listed_in_sources() -> None:
