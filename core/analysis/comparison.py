@@ -28,7 +28,14 @@ from collections.abc import Sequence
 
 from core.analysis.columns import Group
 from core.analysis.ordering import ordered_ids
-from core.analysis.scenarios import across_scenarios, correct_across, correct_comparisons, decided
+from core.analysis.scenarios import (
+    across_scenarios,
+    clustered,
+    correct_across,
+    correct_comparisons,
+    decided,
+    planned,
+)
 from core.analysis.verdicts import direction, verdict_of
 from core.results.report import (
     Comparison,
@@ -324,6 +331,20 @@ def compare_experiments(
     across_multiplicity = None
     if across:
         across, across_multiplicity = correct_comparisons(across, by_scenario, correction, alpha)
+        level = across_multiplicity.lone_test_alpha
+        across = {
+            tier: c.model_copy(
+                update={
+                    "planning": planned(
+                        clustered(groups.get(tier, Group()), "passed", CONFIDENCE),
+                        clustered(reference_groups.get(tier, Group()), "passed", CONFIDENCE),
+                        c.these_scenarios.scenarios,
+                        level,
+                    )
+                }
+            )
+            for tier, c in across.items()
+        }
         by_tier = {t: decided(c, across[t]) if t in across else c for t, c in by_tier.items()}
     return ExperimentComparison(
         reference=reference,
