@@ -18,6 +18,7 @@ from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, load_matrix
 from core.metrics.pricing import price_for
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
+    PLANNING_ICC,
     PLANNING_POWER,
     PLANNING_RATE,
     design_effect,
@@ -210,12 +211,7 @@ def _judge_line(matrix: Matrix) -> str:
     return "judge: off: every scenario's judge is disabled"
 
 
-# The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
-# of one scenario are alike well beyond chance in most agent experiments.
-DEFAULT_ICC = 0.3
-
-
-def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
+def planning(matrix: Matrix, icc: float = PLANNING_ICC) -> list[str]:
     """The smallest pass-rate difference each question of a report can detect with this
     matrix's scenarios and runs, and what more scenarios or more runs would buy (docs/
     METRICS.md, "Planning"). Empty with a single tier: nothing is compared."""

@@ -38,6 +38,9 @@ MIN_SCENARIOS_TO_GENERALISE = 5
 # cautious side).
 PLANNING_POWER = 0.8
 PLANNING_RATE = 0.5
+# The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
+# of one scenario are alike well beyond chance in most agent experiments.
+PLANNING_ICC = 0.3
 
 
 def _t_interval(
