@@ -34,6 +34,7 @@ from core.analysis.scenarios import (
     correct_across,
     correct_comparisons,
     decided,
+    observed_icc,
     planned,
 )
 from core.analysis.verdicts import direction, verdict_of
@@ -359,4 +360,14 @@ def compare_experiments(
         regressions=[
             tier for tier, c in by_tier.items() if c.verdict in (Verdict.worse, Verdict.mixed)
         ],
+    )
+
+
+def runs_icc(runs: Sequence[RunResult]) -> float | None:
+    """The intra-scenario correlation of the pass rate these runs showed (counted runs
+    only), as a report and `compare` plan at it: the mean of each tier's implied one
+    (core.analysis.scenarios.observed_icc); None when no tier measured one (fewer than
+    two scenarios with runs, one run per scenario, or every run alike)."""
+    return observed_icc(
+        clustered(tier, "passed", CONFIDENCE) for tier in Group.of(runs).split("tier").values()
     )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import statsmodels.api as sm
 from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
@@ -17,6 +16,7 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from core.store import Store
 from tests.conftest import PREFIX, run_cli
+from tests.support.clusters import implied_icc
 from tests.support.experiments import Cell, seed_experiment
 
 pytestmark = pytest.mark.integration
@@ -118,18 +118,7 @@ def test_tiers_with_the_same_scenarios_are_compared_scenario_by_scenario(
 
 
 def _implied_icc(cells: dict[tuple[str, str], Cell], tier: str) -> float:
-    """A tier's intra-scenario correlation of its pass rate from statsmodels' CR0 SE:
-    (design effect - 1) / (runs per scenario - 1), design effect (CR0 / SE if independent)^2."""
-    outcomes = [[float(x) for x in c.passed] for (t, _), c in cells.items() if t == tier]
-    values = np.array([x for cell in outcomes for x in cell])
-    groups = np.repeat(np.arange(len(outcomes)), [len(cell) for cell in outcomes])
-    cr0 = (
-        sm.OLS(values, np.ones((len(values), 1)))
-        .fit(cov_type="cluster", cov_kwds={"groups": groups, "use_correction": False})
-        .bse[0]
-    )
-    deff = (cr0 / (values.std() / np.sqrt(len(values)))) ** 2
-    return float(min(1.0, max(0.0, (deff - 1) / (len(values) / len(outcomes) - 1))))
+    return implied_icc([[float(x) for x in c.passed] for (t, _), c in cells.items() if t == tier])
 
 
 def test_compare_plans_at_the_correlation_the_two_experiments_showed(

@@ -108,10 +108,11 @@ def test_the_example_is_sound(fleet_env: dict[str, str]) -> None:
     assert lines[spend + 1].startswith("planning: ")  # then validate's planning
 
 
-def _planning(stdout: str) -> list[str]:
+def _planning(text: str) -> list[str]:
     """validate's planning lines: the "planning:" line and the indented ones under it."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("planning: "))
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("planning: ")), None)
+    assert start is not None, f"no planning in: {text}"
     end = next(
         (i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines)
     )
