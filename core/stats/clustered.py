@@ -7,9 +7,10 @@ follow, each with its own statistics:
 - "on these scenarios": the scenarios are fixed; a tier is compared with the
   baseline within each scenario and the scenarios pooled as strata:
   Cochran-Mantel-Haenszel's test on passes (Mantel & Haenszel 1959), the
-  Mantel-Haenszel common risk difference with Sato's (1989) variance, van
-  Elteren's (1960) stratified rank-sum test on scores, and Breslow & Day's
-  (1980) test of whether the odds ratio is the same in every scenario;
+  Mantel-Haenszel common risk difference with Sato's variance (Sato, Greenland
+  & Robins 1989, Biometrics 45:1323-1324), van Elteren's (1960) stratified
+  rank-sum test on scores, and Breslow & Day's (1980) test of whether the odds
+  ratio is the same in every scenario;
 - "on scenarios like these": the scenarios are a sample; the data are the
   per-scenario differences of the means, tested with Student's t on n - 1
   degrees of freedom, and a tier's mean has a clustered standard error (the

@@ -28,7 +28,7 @@ from statsmodels.stats.multitest import multipletests
 
 from core.store import Store
 from tests.conftest import StartWorker, Worker, run_cli
-from tests.support.clusters import implied_icc
+from tests.support.clusters import implied_icc, sato_risk_difference
 from tests.support.fleet import wait_until
 
 pytestmark = pytest.mark.integration
@@ -158,6 +158,17 @@ def test_both_questions_match_scipy_and_statsmodels(submitted: tuple[dict[str, A
     )
     assert (round(these["cmh_p"], 4), round(these["cmh_p_continuity"], 4)) == (0.0072, 0.0118)
     assert these["risk_difference"] == pytest.approx(0.2)
+    # Its interval: Sato, Greenland & Robins' variance, the published formula (23/4000).
+    rd, variance = sato_risk_difference(
+        [(a, RUNS, b, RUNS) for a, b in zip(PASSES["T1"], PASSES["T0"], strict=True)]
+    )
+    half = stats.norm.ppf(0.975) * math.sqrt(variance)
+    risk = these["risk_difference_ci"]
+    assert (risk["low"], risk["high"]) == (
+        pytest.approx(float(rd) - half, abs=1e-12),
+        pytest.approx(float(rd) + half, abs=1e-12),
+    )
+    assert (round(risk["low"], 3), round(risk["high"], 3)) == (0.051, 0.349)
     # Pass or fail in equal strata: van Elteren's test is the CMH test.
     assert these["van_elteren_p"] == pytest.approx(these["cmh_p"])
     assert these["verdict"] == "better"
