@@ -282,7 +282,8 @@ def compare_experiments(
 ) -> ExperimentComparison:
     """Every tier and tier x scenario the two experiments share, B (`experiment`) against A,
     all of them one family of tests; a tier with two or more scenarios in both is also
-    compared across them (a family of its own), and takes its verdict on these scenarios.
+    compared across them (a family of its own), and takes its verdict on these scenarios;
+    its planning is at the mean of B's tier's and A's tier's implied correlation.
 
     A tier regressed when either test that judges it finds it significantly
     worse after the correction (verdict worse or mixed): a CI gate should stop
