@@ -19,7 +19,7 @@ from core.store import Store
 from core.store.server import risky_settings
 from scheduler.fleet import Fleet
 from scheduler.plan import new_experiment_id, plan
-from scheduler.validation import Checked, prepare
+from scheduler.validation import Checked, planning_so_far, prepare
 
 # Runs recorded per Redis call when a plan is completed.
 PLAN_BATCH = 1000
@@ -81,7 +81,9 @@ def resume(
     """Re-send the runs of `experiment` that have no result and are neither running nor
     queued: of a cancelled one, those cancelled before they started; with `budget` (a
     new ceiling on the agents' spend of the whole experiment), those it kept from
-    starting. None when every run has a result. The Fleet's console gets what is re-sent.
+    starting. None when every run has a result. The Fleet's console gets what is re-sent,
+    and what the experiment can detect at the correlation its runs so far showed
+    (scheduler.validation.planning_so_far).
 
         with Fleet() as fleet:
             if resume(fleet, exp_id, budget=40) is not None:
@@ -140,6 +142,9 @@ def _resume(fleet: Fleet, exp_id: str, budget: float | None, workers: int | None
         + f"{len(pending) - unstarted} with no result, lease or message; "
         f"{found.queued} still queued, {found.running} running{kept}",
     )
+    # What the whole experiment can detect, at the correlation its runs so far showed.
+    for line in planning_so_far(matrix, store.results.all(exp_id)):
+        fleet.say(line)
     local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(matrix))
     if pending or not waiting:  # nothing to send and nothing on its way: aggregate
         send(app, store, matrix, exp_id, pending, len(pending))

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.analysis.comparison import runs_icc
 from core.errors import BundleError, InputError, PlanTooLarge
 from core.files.bundle import Bundle, collect
 from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, load_matrix
 from core.metrics.pricing import price_for
+from core.results.run import RunResult
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
+    PLANNING_ICC,
     PLANNING_POWER,
     PLANNING_RATE,
     design_effect,
@@ -210,15 +214,12 @@ def _judge_line(matrix: Matrix) -> str:
     return "judge: off: every scenario's judge is disabled"
 
 
-# The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
-# of one scenario are alike well beyond chance in most agent experiments.
-DEFAULT_ICC = 0.3
-
-
-def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
+def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None) -> list[str]:
     """The smallest pass-rate difference each question of a report can detect with this
-    matrix's scenarios and runs, and what more scenarios or more runs would buy (docs/
-    METRICS.md, "Planning"). Empty with a single tier: nothing is compared."""
+    matrix's scenarios and runs at intra-scenario correlation `icc`, and what more
+    scenarios or more runs would buy (docs/METRICS.md, "Planning"); `said`: where `icc`
+    comes from, in words (default: assumed, --icc). Empty with a single tier: nothing
+    is compared."""
     if len(matrix.tiers) < 2:
         return []
     scenarios = len(matrix.scenarios)
@@ -239,7 +240,7 @@ def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
         f"{PLANNING_POWER:.0%} power, {scenarios} scenarios x {runs} runs{per}{at} a tier, "
         f"pass rates near {PLANNING_RATE:g}, two-sided at {level:.3g} (the level one of the "
         f"{tests} tests across scenarios must reach alone), intra-scenario correlation "
-        f"{icc:g} assumed (--icc; a report measures it), design effect "
+        f"{said or f'{icc:g} assumed (--icc; a report measures it)'}, design effect "
         f"{design_effect(runs, icc):.2f}",
         f"  on these scenarios: {these}",
         f"  on scenarios like these: {like}"
@@ -270,3 +271,20 @@ def planning(matrix: Matrix, icc: float = DEFAULT_ICC) -> list[str]:
             "scenarios; on scenarios like these only more scenarios do"
         )
     return lines
+
+
+def planning_so_far(matrix: Matrix, runs: Sequence[RunResult]) -> list[str]:
+    """`planning` at the intra-scenario correlation the runs so far showed, as a report
+    plans at it (core.analysis.comparison.runs_icc: the mean of each tier's implied one);
+    with too few runs to measure it, at the one assumed, saying so (`resume`)."""
+    counted = sum(r.status.counted for r in runs)
+    icc = runs_icc(runs)
+    if icc is None:
+        return planning(
+            matrix,
+            PLANNING_ICC,
+            f"{PLANNING_ICC:g} assumed: the {counted} counted runs so far are too few to "
+            "measure it (it needs runs of a tier in two scenarios or more, more than one a "
+            "scenario, not all alike)",
+        )
+    return planning(matrix, icc, f"{icc:.2f} observed in the {counted} counted runs so far")

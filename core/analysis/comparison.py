@@ -28,7 +28,15 @@ from collections.abc import Sequence
 
 from core.analysis.columns import Group
 from core.analysis.ordering import ordered_ids
-from core.analysis.scenarios import across_scenarios, correct_across, correct_comparisons, decided
+from core.analysis.scenarios import (
+    across_scenarios,
+    clustered,
+    correct_across,
+    correct_comparisons,
+    decided,
+    observed_icc,
+    planned,
+)
 from core.analysis.verdicts import direction, verdict_of
 from core.results.report import (
     Comparison,
@@ -274,7 +282,8 @@ def compare_experiments(
 ) -> ExperimentComparison:
     """Every tier and tier x scenario the two experiments share, B (`experiment`) against A,
     all of them one family of tests; a tier with two or more scenarios in both is also
-    compared across them (a family of its own), and takes its verdict on these scenarios.
+    compared across them (a family of its own), and takes its verdict on these scenarios;
+    its planning is at the mean of B's tier's and A's tier's implied correlation.
 
     A tier regressed when either test that judges it finds it significantly
     worse after the correction (verdict worse or mixed): a CI gate should stop
@@ -324,6 +333,20 @@ def compare_experiments(
     across_multiplicity = None
     if across:
         across, across_multiplicity = correct_comparisons(across, by_scenario, correction, alpha)
+        level = across_multiplicity.lone_test_alpha
+        across = {
+            tier: c.model_copy(
+                update={
+                    "planning": planned(
+                        clustered(groups.get(tier, Group()), "passed", CONFIDENCE),
+                        clustered(reference_groups.get(tier, Group()), "passed", CONFIDENCE),
+                        c.these_scenarios.scenarios,
+                        level,
+                    )
+                }
+            )
+            for tier, c in across.items()
+        }
         by_tier = {t: decided(c, across[t]) if t in across else c for t, c in by_tier.items()}
     return ExperimentComparison(
         reference=reference,
@@ -338,4 +361,14 @@ def compare_experiments(
         regressions=[
             tier for tier, c in by_tier.items() if c.verdict in (Verdict.worse, Verdict.mixed)
         ],
+    )
+
+
+def runs_icc(runs: Sequence[RunResult]) -> float | None:
+    """The intra-scenario correlation of the pass rate these runs showed (counted runs
+    only), as a report and `compare` plan at it: the mean of each tier's implied one
+    (core.analysis.scenarios.observed_icc); None when no tier measured one (fewer than
+    two scenarios with runs, one run per scenario, or every run alike)."""
+    return observed_icc(
+        clustered(tier, "passed", CONFIDENCE) for tier in Group.of(runs).split("tier").values()
     )

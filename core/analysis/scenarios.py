@@ -21,7 +21,7 @@ scenarios (which tier ran more of an easy one) as a difference between tiers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 
 from core.analysis.columns import Group
@@ -225,8 +225,12 @@ def correct_across(
     judged, multiplicity = correct_comparisons(family, cells, correction, alpha)
     done = {}
     for tier_id, c in judged.items():
-        planning = _planning(
-            tiers[tier_id], tiers.get(c.reference), c, multiplicity.lone_test_alpha
+        baseline = tiers.get(c.reference)
+        planning = planned(
+            tiers[tier_id].analysis.pass_rate_clustered,
+            None if baseline is None else baseline.analysis.pass_rate_clustered,
+            c.these_scenarios.scenarios,
+            multiplicity.lone_test_alpha,
         )
         vs = tiers[tier_id].analysis.vs_baseline
         analysis = tiers[tier_id].analysis.model_copy(
@@ -285,18 +289,25 @@ def decided(pooled: Comparison, c: ScenarioComparison) -> Comparison:
     )
 
 
-def _planning(
-    tier: TierReport, baseline: TierReport | None, c: ScenarioComparison, level: float
-) -> PlannedDetectable | None:
-    """What these scenarios and runs detect at the intra-scenario correlation the tier and
-    the baseline showed; None when neither showed one (one run per scenario, no spread)."""
-    clustered = tier.analysis.pass_rate_clustered
-    sides = [clustered, None if baseline is None else baseline.analysis.pass_rate_clustered]
+def observed_icc(sides: Iterable[ClusteredMean | None]) -> float | None:
+    """The intra-scenario correlation of the pass rate these tiers showed, the one planning
+    uses: the mean of each tier's implied one; None when none measured one (a single
+    scenario, one run per scenario, or every run alike)."""
     iccs = [side.icc for side in sides if side is not None and side.icc is not None]
-    if clustered is None or not iccs:
+    return fmean(iccs) if iccs else None
+
+
+def planned(
+    tier: ClusteredMean | None, reference: ClusteredMean | None, scenarios: int, level: float
+) -> PlannedDetectable | None:
+    """What `scenarios` scenarios x the tier's runs per scenario detect at the
+    intra-scenario correlation the tier and its reference showed (their pass rates with
+    the scenarios as clusters), at `level`, the level one test of the family across
+    scenarios must reach alone; None when neither showed one."""
+    icc = observed_icc([tier, reference])
+    if tier is None or icc is None:
         return None
-    icc, g = fmean(iccs), c.these_scenarios.scenarios
-    m = max(1, round(clustered.runs / clustered.scenarios))
+    g, m = scenarios, max(1, round(tier.runs / tier.scenarios))
 
     def like(scenarios: int, runs: int) -> float | None:
         return planned_detectable(scenarios, runs, icc, level).like_these

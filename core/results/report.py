@@ -170,7 +170,9 @@ class StratifiedComparison(Record):
     risk_difference: float | None = Field(
         None, description="Mantel-Haenszel common risk difference of the pass rates"
     )
-    risk_difference_ci: Interval | None = Field(None, description="Sato's (1989) variance")
+    risk_difference_ci: Interval | None = Field(
+        None, description="Sato's variance (Sato, Greenland & Robins 1989)"
+    )
     van_elteren_z: float | None = Field(
         None, description="van Elteren's stratified rank-sum test of composite scores"
     )

@@ -7,9 +7,10 @@ follow, each with its own statistics:
 - "on these scenarios": the scenarios are fixed; a tier is compared with the
   baseline within each scenario and the scenarios pooled as strata:
   Cochran-Mantel-Haenszel's test on passes (Mantel & Haenszel 1959), the
-  Mantel-Haenszel common risk difference with Sato's (1989) variance, van
-  Elteren's (1960) stratified rank-sum test on scores, and Breslow & Day's
-  (1980) test of whether the odds ratio is the same in every scenario;
+  Mantel-Haenszel common risk difference with Sato's variance (Sato, Greenland
+  & Robins 1989, Biometrics 45:1323-1324), van Elteren's (1960) stratified
+  rank-sum test on scores, and Breslow & Day's (1980) test of whether the odds
+  ratio is the same in every scenario;
 - "on scenarios like these": the scenarios are a sample; the data are the
   per-scenario differences of the means, tested with Student's t on n - 1
   degrees of freedom, and a tier's mean has a clustered standard error (the
@@ -38,6 +39,9 @@ MIN_SCENARIOS_TO_GENERALISE = 5
 # cautious side).
 PLANNING_POWER = 0.8
 PLANNING_RATE = 0.5
+# The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
+# of one scenario are alike well beyond chance in most agent experiments.
+PLANNING_ICC = 0.3
 
 
 def _t_interval(

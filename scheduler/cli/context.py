@@ -26,6 +26,7 @@ from core.errors import ConfigError, EvalfleetError, InputError
 from core.evidence.text import visible
 from core.matrix import ConfigProblem, did_you_mean
 from core.results.report import ExperimentReport
+from core.stats.clustered import PLANNING_ICC
 from core.stats.significance import CORRECTIONS
 from scheduler.fleet import Fleet
 from scheduler.interrupt import interrupted
@@ -289,6 +290,16 @@ allow_missing_judge_key_option = click.option(
     is_flag=True,
     help="Go on although a judged scenario's judge API key is not set here (when the "
     "workers have it); without it that is an error, as every judged run would fail.",
+)
+
+
+icc_option = click.option(
+    "--icc",
+    type=click.FloatRange(0, 1),
+    default=PLANNING_ICC,
+    show_default=True,
+    help="Intra-scenario correlation the planning assumes (a report's "
+    "'implied intra-scenario correlation' measures it).",
 )
 
 

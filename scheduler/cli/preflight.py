@@ -10,7 +10,9 @@ import click
 
 from core.matrix import Matrix
 from core.modelserver import ModelScript, ModelServer, load_model_script
-from scheduler.cli.context import USAGE_ERROR, err
+from core.stats.clustered import PLANNING_ICC
+from scheduler.cli.context import USAGE_ERROR, err, icc_option
+from scheduler.validation import planning
 from scheduler.validation import validate as check
 from worker.preflight import CellCheck
 from worker.preflight import preflight as check_cells
@@ -34,7 +36,10 @@ COLUMNS = ("tier", "scenario", "cli", "run", "transcript", "gates", "vacuous", "
     help="The real providers answer instead (real keys, real spend: one run per cell).",
 )
 @click.option("--judge", is_flag=True, help="Call each judged run's judge for real.")
-def preflight(matrix_file: str, script_file: Path | None, live: bool, judge: bool) -> None:
+@icc_option
+def preflight(
+    matrix_file: str, script_file: Path | None, live: bool, judge: bool, icc: float
+) -> None:
     """Run each tier x scenario once on this machine, the model answered by the
     scripted model server (no cost), and check the scenarios themselves.
 
@@ -42,8 +47,9 @@ def preflight(matrix_file: str, script_file: Path | None, live: bool, judge: boo
     flags), how its run ended, its transcript recognised, its gates after the
     scripted run, whether the gates pass on an untouched workspace (vacuous),
     whether the scenario's `reference:` solution passes them, the judge's key, and
-    the cell's estimated spend (this run's cost times its runs). Exit 0 when sound;
-    2 with each problem on a line.
+    the cell's estimated spend (this run's cost times its runs); then what the
+    experiment can detect, as `scheduler validate` says it. Exit 0 when sound; 2 with
+    each problem on a line.
 
     \b
     Examples:
@@ -54,7 +60,7 @@ def preflight(matrix_file: str, script_file: Path | None, live: bool, judge: boo
         raise click.UsageError("--live and --script exclude each other")
     # An unset judge key is one of the preflight's own lines, not a refusal first.
     matrix = check(matrix_file, allow_missing_judge_key=True).matrix
-    if not run_preflight(matrix, script_file, live=live, judge=judge):
+    if not run_preflight(matrix, script_file, live=live, judge=judge, icc=icc):
         sys.exit(USAGE_ERROR)
 
 
@@ -66,9 +72,11 @@ def run_preflight(
     live: bool = False,
     judge: bool = False,
     judge_key_elsewhere: bool = False,
+    icc: float = PLANNING_ICC,
 ) -> bool:
     """Preflight `matrix` and print its table (on stderr when `aside`: `submit
-    --preflight`, whose stdout is the report's) and its problems; whether it is sound."""
+    --preflight`, whose stdout is the report's), validate's planning at the assumed
+    intra-scenario correlation `icc`, and its problems; whether it is sound."""
     if live:
         cells = check_cells(matrix, None, judge=judge, judge_key_elsewhere=judge_key_elsewhere)
     else:
@@ -85,6 +93,8 @@ def run_preflight(
     click.echo(f"estimated spend of the experiment: ${known:.4f} at {tokens} tokens"
                + (f" ({unknown} cells with no known price)" if unknown else ""),
                err=aside)  # fmt: skip
+    for line in planning(matrix, icc):
+        click.echo(line, err=aside)
     problems = _grouped(cells)
     for problem in problems:
         err.print(problem, markup=False, soft_wrap=True, highlight=False)

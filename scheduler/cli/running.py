@@ -135,7 +135,8 @@ def submit(
 def resume(cli: CLIContext, experiment: str, budget: float | None) -> None:
     """Re-send the runs that have no result and are neither running nor queued (and,
     of a cancelled experiment, those cancelled before they started; with --budget,
-    those the budget kept from starting), then aggregate.
+    those the budget kept from starting), then aggregate. Says, as validate does, what
+    the experiment can detect, at the intra-scenario correlation of its runs so far.
 
     \b
     Examples:

@@ -7,22 +7,20 @@ import json
 import click
 
 from core.matrix import matrix_json_schema
-from scheduler.cli.context import allow_missing_judge_key_option, print_warnings, size
-from scheduler.validation import DEFAULT_ICC, missing_clis, planning, summary
+from scheduler.cli.context import (
+    allow_missing_judge_key_option,
+    icc_option,
+    print_warnings,
+    size,
+)
+from scheduler.validation import missing_clis, planning, summary
 from scheduler.validation import validate as check
 
 
 @click.command()
 @click.argument("matrix_file", type=click.Path(dir_okay=False))
 @allow_missing_judge_key_option
-@click.option(
-    "--icc",
-    type=click.FloatRange(0, 1),
-    default=DEFAULT_ICC,
-    show_default=True,
-    help="Intra-scenario correlation the planning assumes (a report's "
-    "'implied intra-scenario correlation' measures it).",
-)
+@icc_option
 def validate(matrix_file: str, allow_missing_judge_key: bool, icc: float) -> None:
     """Check a matrix file, summarize the plan and say what differences it can detect
     (exit 2 on any problem).

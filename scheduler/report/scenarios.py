@@ -126,6 +126,7 @@ def comparison_questions_table(result: ExperimentComparison) -> Table | None:
         sentences += question_sentences(
             tier_id, c, result.scenarios.get(tier_id, {}), result.multiplicity_across_scenarios
         )
+        sentences += _planning_sentence(tier_id, c)
     return _questions(
         f"B ({result.experiment.id}) against A ({result.reference.id})",
         rows,

@@ -16,6 +16,7 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 
 from core.store import Store
 from tests.conftest import PREFIX, run_cli
+from tests.support.clusters import implied_icc
 from tests.support.experiments import Cell, seed_experiment
 
 pytestmark = pytest.mark.integration
@@ -114,6 +115,41 @@ def test_tiers_with_the_same_scenarios_are_compared_scenario_by_scenario(
         f"**❌ Regression: T1 significantly worse in {b} than in {a}** "
         "(CMH and van Elteren on these 2 scenarios; Holm-corrected across 4 tests, alpha 0.05)"
     )
+
+
+def _implied_icc(cells: dict[tuple[str, str], Cell], tier: str) -> float:
+    return implied_icc([[float(x) for x in c.passed] for (t, _), c in cells.items() if t == tier])
+
+
+def test_compare_plans_at_the_correlation_the_two_experiments_showed(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    """As a report plans at its tier's and baseline's implied correlation, compare plans
+    at B's tier's and A's: G scenarios x B's runs per scenario, at the level one of the
+    family's four tests must reach alone."""
+    a, b = experiments["two_before"], experiments["two_after"]
+    shown = run_cli("compare", a, b, "--format", "json", env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    plan = json.loads(shown.stdout)["across_scenarios"]["T1"]["planning"]
+    assert plan is not None
+    icc = (_implied_icc(TWO_AFTER, "T1") + _implied_icc(TWO_BEFORE, "T1")) / 2
+    assert icc == pytest.approx(7 / 12)  # B's scenarios all or nothing (1), A's 1/6
+    g, m, level = 2, 10, 0.05 / 4
+    assert (plan["scenarios"], plan["runs"]) == (g, m)
+    assert plan["icc"] == pytest.approx(icc)
+    assert plan["alpha"] == pytest.approx(level)
+    z = stats.norm.ppf(1 - level / 2) + stats.norm.ppf(0.8)
+    t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+    assert plan["these_scenarios"] == pytest.approx(z * np.sqrt(0.5 * (1 - icc) / (g * m)))
+    assert plan["like_these"] == pytest.approx(t * np.sqrt(0.5 * (1 + (m - 1) * icc) / (g * m)))
+    assert plan["like_these_limit"] == pytest.approx(t * np.sqrt(0.5 * icc / g))
+    for fmt in ("markdown", "table"):
+        text = run_cli("compare", a, b, "--format", fmt, env={**fleet_env, "COLUMNS": "250"}).stdout
+        assert (
+            "T1: planning, at the intra-scenario correlation observed (0.58), the smallest "
+            f"pass-rate difference 2 scenarios x 10 runs detect (80% power at 0.0125): on these "
+            f"scenarios {plan['these_scenarios']:.3f}" in " ".join(text.split())
+        ), fmt
 
 
 def test_a_significantly_worse_tier_is_a_regression_and_fails_the_gate(

@@ -121,7 +121,56 @@ def test_each_way_an_experiment_is_unsound_is_one_line_and_exit_2(
 def test_the_example_is_sound(fleet_env: dict[str, str]) -> None:
     checked = run_cli("preflight", str(ROOT / "examples" / "matrix.yaml"), env=fleet_env)
     assert checked.returncode == 0, checked.stderr
-    assert len(checked.stdout.splitlines()) == 1 + 6 + 1  # header, 3 tiers x 2 scenarios, spend
+    lines = checked.stdout.splitlines()
+    spend = next(i for i, line in enumerate(lines) if line.startswith("estimated spend"))
+    assert spend == 1 + 6  # header, 3 tiers x 2 scenarios, then the spend
+    assert lines[spend + 1].startswith("planning: ")  # then validate's planning
+
+
+def _planning(text: str) -> list[str]:
+    """validate's planning lines: the "planning:" line and the indented ones under it."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("planning: ")), None)
+    assert start is not None, f"no planning in: {text}"
+    end = next(
+        (i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines)
+    )
+    return lines[start:end]
+
+
+@pytest.mark.integration
+def test_preflight_plans_what_the_experiment_can_detect_as_validate_does(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two tiers, so something is compared: the smallest difference each question can
+    detect, the very lines `validate` prints, at the same assumed correlation."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: planned
+runs_per_tier: 8
+agent: {command: "printf hello > out.txt", transcript: plain}
+tiers: [{id: T0}, {id: T1}]
+scenarios:
+  - {id: s1, prompt: go, evaluation: {gates: [{type: file_exists, path: out.txt}]}}
+  - {id: s2, prompt: go, evaluation: {gates: [{type: file_exists, path: out.txt}]}}
+  - {id: s3, prompt: go, evaluation: {gates: [{type: file_exists, path: out.txt}]}}
+""")
+    validated = run_cli("validate", str(matrix), "--icc", "0.15", env=fleet_env)
+    assert validated.returncode == 0, validated.stderr
+    expected = _planning(validated.stdout)
+    assert "3 scenarios x 8 runs a tier" in expected[0]
+    assert "intra-scenario correlation 0.15 assumed" in expected[0]
+    checked = run_cli("preflight", str(matrix), "--icc", "0.15", env=fleet_env)
+    assert checked.returncode == 0, checked.stderr
+    lines = checked.stdout.splitlines()
+    assert lines[0].split()[:2] == ["tier", "scenario"] and len(lines) > 8
+    assert _planning(checked.stdout) == expected
+    # Without --icc, the same default as validate's.
+    assumed = run_cli("preflight", str(matrix), env=fleet_env)
+    assert _planning(assumed.stdout) == _planning(
+        run_cli("validate", str(matrix), env=fleet_env).stdout
+    )
+    assert "intra-scenario correlation 0.3 assumed" in _planning(assumed.stdout)[0]
 
 
 @pytest.mark.integration

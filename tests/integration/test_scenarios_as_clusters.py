@@ -26,7 +26,10 @@ from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
 
-from tests.conftest import Worker, run_cli
+from core.store import Store
+from tests.conftest import StartWorker, Worker, run_cli
+from tests.support.clusters import implied_icc, sato_risk_difference
+from tests.support.fleet import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -155,6 +158,17 @@ def test_both_questions_match_scipy_and_statsmodels(submitted: tuple[dict[str, A
     )
     assert (round(these["cmh_p"], 4), round(these["cmh_p_continuity"], 4)) == (0.0072, 0.0118)
     assert these["risk_difference"] == pytest.approx(0.2)
+    # Its interval: Sato, Greenland & Robins' variance, the published formula (23/4000).
+    rd, variance = sato_risk_difference(
+        [(a, RUNS, b, RUNS) for a, b in zip(PASSES["T1"], PASSES["T0"], strict=True)]
+    )
+    half = stats.norm.ppf(0.975) * math.sqrt(variance)
+    risk = these["risk_difference_ci"]
+    assert (risk["low"], risk["high"]) == (
+        pytest.approx(float(rd) - half, abs=1e-12),
+        pytest.approx(float(rd) + half, abs=1e-12),
+    )
+    assert (round(risk["low"], 3), round(risk["high"], 3)) == (0.051, 0.349)
     # Pass or fail in equal strata: van Elteren's test is the CMH test.
     assert these["van_elteren_p"] == pytest.approx(these["cmh_p"])
     assert these["verdict"] == "better"
@@ -278,3 +292,86 @@ def test_csv_and_github_carry_the_figures(
         "like these): 4 scenarios are too few to generalise from" in section
     )
     assert "worse on s4 (0.300 against 0.500)" in section
+
+
+# Three scenarios, six runs a cell; run i of a cell passes when i < its count.
+RESUMED = {"T0": (2, 2, 2), "T1": (6, 2, 1)}
+RESUMED_AGENT = (
+    'case "$EVALFLEET_TIER/$EVALFLEET_SCENARIO" in T1/s1) k=6;; T1/s3) k=1;; *) k=2;; esac; '
+    'if [ "$EVALFLEET_RUN_INDEX" -lt "$k" ]; then touch out.txt; fi'
+)
+
+
+def _resumable(folder: Path, agent: str) -> Path:
+    gates = "{gates: [{type: file_exists, path: out.txt}]}"
+    scenarios = "\n".join(f"  - {{id: s{i}, prompt: go, evaluation: {gates}}}" for i in (1, 2, 3))
+    path = folder / "matrix.yaml"
+    path.write_text(
+        f"name: resumed\nruns_per_tier: 6\n"
+        f"agent: {{kind: command, command: {json.dumps(agent)}, timeout_s: 30}}\n"
+        f"tiers: [{{id: T0}}, {{id: T1}}]\nscenarios:\n{scenarios}\n"
+    )
+    return path
+
+
+def _planning_lines(text: str) -> list[str]:
+    """The planning: its "planning:" line and the indented lines under it."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("planning: ")), None)
+    assert start is not None, f"no planning in: {text}"
+    end = next(
+        (i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines)
+    )
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("ran", [4, 0])
+def test_resume_plans_at_the_correlation_of_the_runs_so_far(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path, ran: int
+) -> None:
+    """An experiment stopped part-way, `ran` runs of each cell done: resume says what the
+    whole matrix can detect, as validate does, at the intra-scenario correlation those
+    runs showed (each tier's implied one, averaged, as a report plans); with none to
+    measure it from, at the one validate assumes, saying so."""
+    from worker.run import execute
+
+    matrix = _resumable(tmp_path, RESUMED_AGENT)
+    submitted = run_cli("submit", str(matrix), env=fleet_env)  # no worker yet: all queued
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    passes = {(t, f"s{i}"): k for t, counts in RESUMED.items() for i, k in enumerate(counts, 1)}
+    for spec in store.specs.all(exp_id):
+        if spec.run_index < ran:  # as if a worker had taken them before the stop
+            passed = spec.run_index < passes[spec.tier, spec.scenario]
+            assert execute(spec, store).passed == passed
+    try:
+        resumed = run_cli("resume", exp_id, env=fleet_env)
+        assert resumed.returncode == 0, resumed.stderr
+        shown = _planning_lines(resumed.stderr)
+    finally:  # the queued runs run, so that nothing of this test is left in the queue
+        start_worker(concurrency=2)
+        wait_until(lambda: store.reports.get(exp_id), "the resumed experiment's report", 120)
+    counted = 2 * 3 * ran
+    if ran:
+        outcomes = {
+            tier: [[float(i < k) for i in range(ran)] for k in passes]
+            for tier, passes in RESUMED.items()
+        }
+        icc = (implied_icc(outcomes["T0"]) + implied_icc(outcomes["T1"])) / 2
+        assert 0 < icc < 1
+        said = f"{icc:.2f} observed in the {counted} counted runs so far"
+        at = repr(icc)
+    else:
+        said = (
+            "0.3 assumed: the 0 counted runs so far are too few to measure it (it needs runs "
+            "of a tier in two scenarios or more, more than one a scenario, not all alike)"
+        )
+        at = "0.3"
+    assert "3 scenarios x 6 runs a tier" in shown[0]
+    assert f"intra-scenario correlation {said}, design effect" in shown[0], shown[0]
+    # The very lines validate prints at that correlation, but for where it came from.
+    validated = run_cli("validate", str(matrix), "--icc", at, env=fleet_env)
+    assert validated.returncode == 0, validated.stderr
+    expected = _planning_lines(validated.stdout)
+    expected[0] = expected[0].replace(f"{float(at):g} assumed (--icc; a report measures it)", said)
+    assert shown == expected

@@ -5,6 +5,7 @@ worked example of the issue that asked for them (2 tiers x 4 scenarios x 20 runs
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from core.stats.clustered import (
     van_elteren,
 )
 from core.stats.distributions import chi2_sf, incomplete_beta, t_quantile, t_two_sided
+from tests.support.clusters import sato_risk_difference
 
 # The issue's experiment: T0 passes 10 of 20 on every scenario, T1 20, 20, 10 and 6.
 T0, T1, RUNS = (10, 10, 10, 10), (20, 20, 10, 6), 20
@@ -189,31 +191,101 @@ def test_cochran_mantel_haenszel_matches_statsmodels(tables: list[Stratum]) -> N
 
 
 def _sato(tables: list[Stratum]) -> tuple[float, float]:
-    """The Mantel-Haenszel risk difference and Sato's variance, written from Sato (1989)
-    in numpy (Greenland & Robins' notation: exposed a of n1, unexposed c of n0)."""
-    a, n1, c, n0 = (
-        np.array(x, dtype=float)
-        for x in zip(
-            *((s.passes, s.runs, s.reference_passes, s.reference_runs) for s in tables), strict=True
-        )
+    """The published formula's RD and variance (tests.support.clusters), exactly."""
+    rd, variance = sato_risk_difference(
+        [(s.passes, s.runs, s.reference_passes, s.reference_runs) for s in tables]
     )
-    n = n1 + n0
-    w = n1 * n0 / n
-    rd = np.sum(w * (a / n1 - c / n0)) / np.sum(w)
-    p = np.sum((n1**2 * c - n0**2 * a + n1 * n0 * (n0 - n1) / 2) / n**2)
-    q = np.sum((a * (n0 - c) + c * (n1 - a)) / (2 * n))
-    return float(rd), float((rd * p + q) / np.sum(w) ** 2)
+    return float(rd), float(variance)
+
+
+def _normal_interval(rd: float, variance: float) -> tuple[float, float]:
+    half = stats.norm.ppf(0.975) * math.sqrt(max(variance, 0.0))
+    return max(-1.0, rd - half), min(1.0, rd + half)
+
+
+def test_the_worked_examples_risk_difference_interval_is_the_published_formulas() -> None:
+    """The issue's experiment, by hand from Sato, Greenland & Robins (1989): every stratum
+    has 20 runs a side, T = 40, weight N1 N0 / T = 10, W = 40. RD = sum (A1 - A0) / 2 / W
+    = (10 + 10 + 0 - 4) / 2 / 40 = 1/5. P_i = 400 (A0 - A1) / 1600, so sum P = (-10 - 10 +
+    0 + 4) / 4 = -4. Q_i = (A1 (20 - A0) + A0 (20 - A1)) / 80 = 200 / 80 in every stratum
+    (200 + 0, 200 + 0, 100 + 100, 60 + 140), so sum Q = 10. Var = (-4/5 + 10) / 40^2 =
+    23/4000, SE 0.0758: 0.200 [0.051, 0.349]."""
+    tables = [Stratum(a, RUNS, b, RUNS) for a, b in zip(T1, T0, strict=True)]
+    rd, variance = sato_risk_difference([(a, RUNS, b, RUNS) for a, b in zip(T1, T0, strict=True)])
+    assert (rd, variance) == (Fraction(1, 5), Fraction(23, 4000))
+    mh = mantel_haenszel(tables)
+    assert mh.risk_difference == pytest.approx(0.2, abs=1e-15)
+    low, high = _normal_interval(0.2, 23 / 4000)
+    assert (mh.low, mh.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
+    assert (round(mh.low, 3), round(mh.high, 3)) == (0.051, 0.349)
+    # z 1.959964 x SE 0.075829: narrower than the paired t interval [-0.37, +0.77], as
+    # it answers for these four scenarios only.
+    assert (mh.high - mh.low) / 2 == pytest.approx(1.959964 * 0.075829, rel=1e-5)
 
 
 @settings(max_examples=300)
 @given(tables=strata())
-def test_mantel_haenszel_risk_difference_is_satos(tables: list[Stratum]) -> None:
+def test_mantel_haenszel_risk_difference_is_the_published_formulas(
+    tables: list[Stratum],
+) -> None:
     mh = mantel_haenszel(tables)
     rd, variance = _sato(tables)
-    half = stats.norm.ppf(0.975) * math.sqrt(max(variance, 0.0))
+    low, high = _normal_interval(rd, variance)
     assert mh.risk_difference == pytest.approx(rd, abs=1e-12)
-    assert mh.low == pytest.approx(max(-1.0, rd - half), abs=1e-9)
-    assert mh.high == pytest.approx(min(1.0, rd + half), abs=1e-9)
+    assert mh.low == pytest.approx(low, abs=1e-9)
+    assert mh.high == pytest.approx(high, abs=1e-9)
+
+
+@st.composite
+def common_difference(draw: st.DrawFn) -> list[Stratum]:
+    """Strata whose risk differences are all the same, j / L: stratum k has L u runs on
+    the tier's side passing at (r + j) / L and L v on the baseline's passing at r / L."""
+    scale = draw(st.integers(1, 10))
+    shift = draw(st.integers(-scale, scale))
+    out = []
+    for _ in range(draw(st.integers(1, 8))):
+        u, v = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+        r = draw(st.integers(max(0, -shift), min(scale, scale - shift)))
+        out.append(Stratum(u * (r + shift), scale * u, v * r, scale * v))
+    return out
+
+
+@settings(max_examples=300)
+@given(tables=common_difference())
+def test_satos_variance_of_a_common_difference_is_the_binomial_one(
+    tables: list[Stratum],
+) -> None:
+    """An independent check of the formula itself: where every stratum's difference is
+    the same, RD_MH is a fixed-weight mean of independent binomial differences, whose
+    variance is sum_k w_k^2 (p1 q1 / n1 + p0 q0 / n0) / W^2 (w_k = n1 n0 / N): Sato's
+    estimator must equal it exactly there (its large-strata consistency), whatever the
+    strata's sizes and rates. A sign or factor wrong in P or Q would break it."""
+    w = [Fraction(s.runs * s.reference_runs, s.total) for s in tables]
+    binomial = (
+        sum(
+            (
+                wk**2
+                * (
+                    Fraction(s.passes * (s.runs - s.passes), s.runs**3)
+                    + Fraction(
+                        s.reference_passes * (s.reference_runs - s.reference_passes),
+                        s.reference_runs**3,
+                    )
+                )
+                for wk, s in zip(w, tables, strict=True)
+            ),
+            Fraction(0),
+        )
+        / sum(w) ** 2
+    )
+    rd, variance = sato_risk_difference(
+        [(s.passes, s.runs, s.reference_passes, s.reference_runs) for s in tables]
+    )
+    assert variance == binomial
+    mh = mantel_haenszel(tables)
+    low, high = _normal_interval(float(rd), float(binomial))
+    assert mh.risk_difference == pytest.approx(float(rd), abs=1e-12)
+    assert (mh.low, mh.high) == (pytest.approx(low, abs=1e-9), pytest.approx(high, abs=1e-9))
 
 
 def test_satos_variance_in_one_large_stratum_is_the_binomial_one() -> None:
