@@ -36,9 +36,8 @@ import redis
 
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
-from scheduler.embedded import worker_args
-from scheduler.standby import WORKER_MODULE
-from tests.support.prestarted import Prestarted, RemoteProcess
+from scheduler.embedded import worker_command
+from tests.support.prestarted import Prestarted
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -200,20 +199,19 @@ class Worker:
     ):
         self.log = log
         name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
-        args = worker_args(concurrency, queues.split(","), hostname=name)  # the CLI's own
-        self.proc: subprocess.Popen[bytes] | RemoteProcess
+        command = worker_command(concurrency, queues.split(","), hostname=name)  # the CLI's own
+        # Exec'd, not forked from the prestarted process as commands are: tests read a
+        # worker's /proc/PID/environ (what an agent hunting for the broker's password
+        # finds), which is what a process was exec'd with.
         with log.open("ab") as out:
-            if _EXEC:
-                self.proc = subprocess.Popen(
-                    [*WORKER_MODULE, *args],
-                    env=env,
-                    cwd=ROOT,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            else:
-                self.proc = _PRESTARTED.start_worker(args, env=env, cwd=ROOT, log=out.fileno())
+            self.proc = subprocess.Popen(
+                command,
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
@@ -262,9 +260,8 @@ def start_cli(
     return subprocess.Popen([SCHEDULER, *args], env=env, cwd=cwd, text=True, **options)
 
 
-# The console script and the workers forked from a process that imported them once
-# (why, and what that changes: tests.support.prestarted); EVALFLEET_TEST_EXEC=1 starts
-# each anew.
+# The console script forked from a process that imported it once (why, and what that
+# changes: tests.support.prestarted); EVALFLEET_TEST_EXEC=1 starts each anew.
 _PRESTARTED = Prestarted(SCHEDULER, Path(tempfile.gettempdir()) / f"evalfleet-{SESSION}.sock", ROOT)
 _EXEC = os.environ.get("EVALFLEET_TEST_EXEC") == "1"
 atexit.register(_PRESTARTED.close)
