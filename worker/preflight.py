@@ -113,6 +113,7 @@ def _check(
                     cli = "refuses flags"
                 result = evaluate_run(
                     spec, matrix, run_dir.workspace, outcome, events_text=run_dir.events_text(),
+                    session_text=run_dir.session_text(agent.preset_spec),
                     env=env, enclosure=container.enclosure() if container else None,
                 ).result  # fmt: skip
     except SetupError as exc:

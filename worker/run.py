@@ -302,6 +302,7 @@ def _run(
             run_dir.workspace,
             outcome,
             events_text=run_dir.events_text(),
+            session_text=run_dir.session_text(agent.preset_spec),
             env=env,
             on_phase=on_phase,
             secrets=secrets,

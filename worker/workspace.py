@@ -84,6 +84,15 @@ class RunDir:
         except FileNotFoundError:
             return None
 
+    def session_text(self, preset: AgentPreset | None) -> str | None:
+        """The session record a preset's CLI left in its home, its files in name order;
+        None when it keeps none or left none. Only its figures are read from it."""
+        if preset is None or preset.session_files is None:
+            return None
+        found = sorted(self.home.glob(preset.session_files))
+        texts = [p.read_bytes()[:_SESSION_BYTES].decode("utf-8", "replace") for p in found]
+        return "\n".join(texts) or None
+
     def remove(self) -> None:
         # Only ever delete a real folder directly under the work root, whatever
         # the run id looked like or the agent turned the folder into (a symlink
@@ -100,6 +109,9 @@ class RunDir:
         if self.lock is not None:
             os.close(self.lock)
 
+
+# A CLI's session file read for its figures: a run's own, but not without bound.
+_SESSION_BYTES = 16 * 1024 * 1024
 
 _XDG = {
     "XDG_CONFIG_HOME": ".config",

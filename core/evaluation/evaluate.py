@@ -61,6 +61,7 @@ def evaluate_run(
     outcome: AgentOutcome,
     *,
     events_text: str | None = None,
+    session_text: str | None = None,
     env: Mapping[str, str] | None = None,
     environ: Mapping[str, str] = os.environ,
     on_phase: Phase = lambda phase: None,
@@ -70,7 +71,8 @@ def evaluate_run(
     judgments: JudgmentCache | None = None,
     on_gated: Callable[[list[CommandRecord]], None] = lambda commands: None,
 ) -> Evaluated:
-    """`secrets`: the values to redact, when the caller has them already
+    """`session_text`: the record a preset's CLI keeps of its session (its requests,
+    where stdout sums them). `secrets`: the values to redact, when the caller has them already
     (default: secret_values(matrix, environ)). `prepared`: the workspace as the
     agent found it, for the summary and the patch of what the agent changed.
     `enclosure`: where command gates run (the agent's container). `judgments`:
@@ -84,7 +86,11 @@ def evaluate_run(
     outcome, events_text = _encodable(outcome, events_text)
 
     transcript = parse_transcript(
-        agent.transcript, outcome.stdout, events_text, scenario.target.command_pattern
+        agent.transcript,
+        outcome.stdout,
+        events_text,
+        scenario.target.command_pattern,
+        session_text=session_text,
     )
     commands = target_commands(transcript, scenario.target)
     interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)

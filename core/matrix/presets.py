@@ -32,6 +32,9 @@ class AgentPreset:
     base_url_env: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     home_files: dict[str, str] = field(default_factory=dict)
+    # Where in its home the CLI records its session, for what its stdout only sums
+    # (core.transcripts: each model request); a glob.
+    session_files: str | None = None
 
 
 PRESETS: dict[str, AgentPreset] = {
@@ -62,6 +65,7 @@ PRESETS: dict[str, AgentPreset] = {
         ' "model_providers.base-url={name=\\"OpenAI\\", base_url=\\"$OPENAI_BASE_URL\\",'
         ' env_key=\\"OPENAI_API_KEY\\"}"} - < "$PROMPT_FILE"',
         transcript="codex-exec-json",
+        session_files=".codex/sessions/**/rollout-*.jsonl",
         # --full-auto is gone from 0.169; exec never asks for approval.
         permission_flags="--sandbox workspace-write",
         api_key_env="OPENAI_API_KEY",

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from core.metrics.formulas import with_cumulative_input
-from core.results.transcript import Transcript
+from core.results.transcript import LLMCallMetrics, Transcript
 from core.transcripts.claude import parse_claude
-from core.transcripts.codex import parse_codex
+from core.transcripts.codex import parse_codex, rollout_calls
 from core.transcripts.compact import render_transcript
 from core.transcripts.events import parse_events
 from core.transcripts.gemini import gemini_format, parse_gemini_json, parse_gemini_stream
@@ -48,6 +48,11 @@ _STDOUT_PARSERS: dict[str, Callable[[str], Transcript]] = {
     "gemini-stream-json": parse_gemini_stream,
 }
 FORMATS = ("events-jsonl", *_STDOUT_PARSERS, "plain", "auto")
+# A CLI's own record of its session, where its stdout tells less: each model request
+# (agent.preset's session_files name where the CLI keeps it).
+_SESSION_PARSERS: dict[str, Callable[[str], list[LLMCallMetrics]]] = {
+    "codex-exec-json": rollout_calls,
+}
 # Tried in this order by `auto`, then Gemini's two formats (gemini_format).
 _AUTO_ORDER = ("claude-stream-json", "codex-exec-json", "opencode-json")
 
@@ -57,8 +62,13 @@ def parse_transcript(
     output: str,
     events_text: str | None = None,
     command_pattern: str | None = None,
+    session_text: str | None = None,
 ) -> Transcript:
-    """Normalize an agent's stdout (and its events file, if it wrote one) into a Transcript."""
+    """Normalize an agent's stdout (and its events file, if it wrote one) into a Transcript.
+
+    `session_text`: the CLI's own record of its session, read for the calls stdout
+    gives only summed (Codex's turns): its requests replace them where their totals
+    are the same, else stdout's stand."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     events = parse_events(events_text) if events_text and events_text.strip() else None
@@ -74,6 +84,8 @@ def parse_transcript(
         transcript = parse_stdout(output) if parse_stdout else parse_plain(output, command_pattern)
         if fmt == "auto":
             transcript = transcript.model_copy(update={"format": fmt, "recognised": False})
+        if session_text and (requests := _SESSION_PARSERS.get(fmt)) is not None:
+            transcript = _per_request(transcript, requests(session_text))
         if events is not None:
             transcript = _overlay_events(transcript, events)
     transcript.llm_calls = with_cumulative_input(transcript.llm_calls)
@@ -87,6 +99,21 @@ def _detect(output: str) -> str:
     """The first CLI format whose parser recognises `output`; "auto" when none does."""
     found = next((f for f in _AUTO_ORDER if _STDOUT_PARSERS[f](output).recognised), None)
     return found or gemini_format(output) or "auto"
+
+
+def _per_request(stdout: Transcript, requests: list[LLMCallMetrics]) -> Transcript:
+    """`requests` as the calls, where they add up to what stdout summed: a session file
+    of another session (or cut short) is not this run's."""
+    if not requests or _tokens(requests) != _tokens(stdout.llm_calls):
+        return stdout
+    return stdout.model_copy(update={"llm_calls": requests})
+
+
+def _tokens(calls: list[LLMCallMetrics]) -> tuple[int, ...]:
+    return tuple(
+        sum(getattr(call, kind) for call in calls)
+        for kind in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    )
 
 
 def _overlay_events(stdout: Transcript, events: Transcript) -> Transcript:

@@ -33,7 +33,7 @@ The traps, and how they are handled (fixtures SOURCES.md, section 1):
 - Checked against Claude Code 2.1.3, 2.1.7, 2.1.270 and 2.1.284 captures (fixtures SOURCES.md).
 - `--output-format json` prints only the result object (or an array of all
   messages). With no assistant lines, the result's session usage becomes one
-  aggregate call, as Codex runs have.
+  aggregate call, as Gemini CLI runs have.
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ The thread/turn/item protocol (0.44 onwards), and its traps:
   "done") printed as `agent_message`, `command_execution`, `agent_message` and one
   `turn.completed` of input 2200, output 60. Each request's usage is only in the
   session's rollout file in the CLI's home (`$CODEX_HOME/sessions/**/rollout-*.jsonl`:
-  an `event_msg` `token_count` per request, its `last_token_usage`), not in stdout.
+  an `event_msg` `token_count` per request, its `last_token_usage`), not in stdout:
+  a `codex` preset's run reads it (`rollout_calls`), and its requests replace the
+  turns' calls where their tokens add up to the same.
 - `cached_input_tokens` (and `cache_write_input_tokens`, when present) are subsets of
   `input_tokens`: the call stores input_tokens = input - cached - cache_write, so a
   price computed as input*in + cache*cache_price never counts a token twice.
@@ -254,6 +256,28 @@ def parse_codex(output: str) -> Transcript:
     for event in lines.objects:
         stream.read(event)
     return stream.transcript(lines.malformed)
+
+
+# A rollout's response items that are a tool call the model made.
+_ROLLOUT_TOOL_ITEMS = {"function_call", "custom_tool_call", "local_shell_call", "web_search_call"}
+
+
+def rollout_calls(text: str) -> list[LLMCallMetrics]:
+    """Each model request of a session, from the rollout file Codex keeps in its home
+    (`$CODEX_HOME/sessions/**/rollout-*.jsonl`), which `exec --json` does not print:
+    an `event_msg` `token_count` per request (the legacy protocol's event, read as
+    there), carrying the tool calls its response made (`response_item`s of a call's
+    kind) since the one before."""
+    stream = _Stream()
+    for line in read_json_lines(text).objects:
+        payload = line.get("payload")
+        if not isinstance(payload, dict):
+            continue
+        if line.get("type") == "response_item" and payload.get("type") in _ROLLOUT_TOOL_ITEMS:
+            stream.tools_this_turn += 1
+        elif line.get("type") == "event_msg" and payload.get("type") == "token_count":
+            stream._legacy_tokens(payload)
+    return stream.calls
 
 
 def _is_legacy_configuration(event: JsonObject) -> bool:

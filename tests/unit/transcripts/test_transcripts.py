@@ -984,3 +984,23 @@ def test_auto_recognises_every_sample_and_records_its_choice() -> None:
     # An events file stands in for stdout that no parser knows.
     events = parse_transcript("auto", "words\n", events_text=fixture("events-all-types.jsonl"))
     assert events.recognised and events.llm_calls
+
+
+def test_codex_requests_come_from_its_rollout_file_when_stdout_sums_them() -> None:
+    """`exec --json` printed one turn of 2200/60 for the two requests the scripted
+    server answered; the session's rollout file in Codex's home has each: the call
+    with the tool call, then the answer."""
+    rollout = fixture("codex-rollout-1.jsonl")
+    per_request = parse("codex-exec-json", "codex-exec-json-rollout-1.jsonl", session_text=rollout)
+    assert [
+        (c.input_tokens, c.output_tokens, c.tool_calls_made) for c in per_request.llm_calls
+    ] == [
+        (1000, 50, 1),
+        (1200, 10, 0),
+    ]
+    assert [c.cumulative_input for c in per_request.llm_calls] == [1000, 2200]
+    summed = parse("codex-exec-json", "codex-exec-json-rollout-1.jsonl")
+    assert [(c.input_tokens, c.output_tokens) for c in summed.llm_calls] == [(2200, 60)]
+    # Another session's rollout (its figures not this run's) leaves stdout's call.
+    other = parse("codex-exec-json", "codex-exec-json-1.jsonl", session_text=rollout)
+    assert len(other.llm_calls) == 1 and other.llm_calls[0].output_tokens == 122
