@@ -76,6 +76,7 @@ PRESETS: dict[str, AgentPreset] = {
         command="gemini --output-format stream-json {permissions}"
         ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} < "$PROMPT_FILE"',
         transcript="gemini-stream-json",
+        session_files=".gemini/tmp/*/chats/session-*.jsonl",
         permission_flags="--yolo",
         api_key_env="GEMINI_API_KEY",
         base_url_env=("GOOGLE_GEMINI_BASE_URL",),

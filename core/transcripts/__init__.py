@@ -33,7 +33,12 @@ from core.transcripts.claude import parse_claude
 from core.transcripts.codex import parse_codex, rollout_calls
 from core.transcripts.compact import render_transcript
 from core.transcripts.events import parse_events
-from core.transcripts.gemini import gemini_format, parse_gemini_json, parse_gemini_stream
+from core.transcripts.gemini import (
+    chat_calls,
+    gemini_format,
+    parse_gemini_json,
+    parse_gemini_stream,
+)
 from core.transcripts.opencode import parse_opencode
 from core.transcripts.outage import outage_of, stated_wait_s
 from core.transcripts.plain import parse_plain
@@ -52,6 +57,7 @@ FORMATS = ("events-jsonl", *_STDOUT_PARSERS, "plain", "auto")
 # (agent.preset's session_files name where the CLI keeps it).
 _SESSION_PARSERS: dict[str, Callable[[str], list[LLMCallMetrics]]] = {
     "codex-exec-json": rollout_calls,
+    "gemini-stream-json": chat_calls,
 }
 # Tried in this order by `auto`, then Gemini's two formats (gemini_format).
 _AUTO_ORDER = ("claude-stream-json", "codex-exec-json", "opencode-json")
@@ -67,8 +73,8 @@ def parse_transcript(
     """Normalize an agent's stdout (and its events file, if it wrote one) into a Transcript.
 
     `session_text`: the CLI's own record of its session, read for the calls stdout
-    gives only summed (Codex's turns): its requests replace them where their totals
-    are the same, else stdout's stand."""
+    gives only summed (Codex's turns, Gemini CLI's session): its requests replace
+    them where their totals are the same, else stdout's stand."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     events = parse_events(events_text) if events_text and events_text.strip() else None

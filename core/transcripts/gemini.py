@@ -29,7 +29,9 @@ The traps, and how they are handled:
   printed as `message`, `tool_use`, `tool_result`, `message` and one `result` of
   input_tokens 2200, output_tokens 60, tool_calls 1. Each request's usage is only in
   the CLI's chat recording in its home (`~/.gemini/tmp/<project>/chats/session-*.jsonl`,
-  `tokens` on each `gemini` message), not in stdout. The stream's `output_tokens` is
+  `tokens` on each `gemini` message), not in stdout: a `gemini-cli` preset's run
+  reads it (`chat_calls`), and its requests replace the session's call where their
+  tokens add up to the same. The stream's `output_tokens` is
   the candidates' alone: thinking tokens, which `json` counts, are only inside
   `total_tokens`, not told apart from tool-use prompt tokens there.
 - The shell tool (`run_shell_command`) reports no exit code: "Exit Code: N" in the
@@ -201,6 +203,33 @@ def parse_gemini_stream(output: str) -> Transcript:
     if not stream.recognised and any(_is_json_result(o) for o in lines.objects):
         return parse_gemini_json(output).model_copy(update={"format": STREAM_FORMAT})
     return stream.transcript(lines.malformed)
+
+
+def chat_calls(recording: str) -> list[LLMCallMetrics]:
+    """Each model request of a session, from the chat recording Gemini CLI keeps in its
+    home (`~/.gemini/tmp/<project>/chats/session-*.jsonl`), which stream-json does not
+    print: a `gemini` message per response with its `tokens`, written again (same id)
+    as it gains its `toolCalls`; the last writing of each counts. Output is the
+    candidates' (`output`), as the stream's total counts it."""
+    latest: dict[str, JsonObject] = {}
+    for record in read_json_lines(recording).objects:
+        if record.get("type") == "gemini" and isinstance(record.get("tokens"), dict):
+            latest[text(record, "id") or str(len(latest))] = record
+    calls = []
+    for record in latest.values():
+        tokens = as_object(record.get("tokens"))
+        cached = count(tokens, "cached")
+        tools = record.get("toolCalls")
+        calls.append(
+            LLMCallMetrics(
+                input_tokens=max(count(tokens, "input") - cached, 0) + count(tokens, "tool"),
+                output_tokens=count(tokens, "output"),
+                cache_read_tokens=cached,
+                tool_calls_made=len(tools) if isinstance(tools, list) else 0,
+                model=text(record, "model"),
+            )
+        )
+    return calls
 
 
 def _apply_result(transcript: Transcript, result: JsonObject, tool_calls: int) -> None:

@@ -1004,3 +1004,23 @@ def test_codex_requests_come_from_its_rollout_file_when_stdout_sums_them() -> No
     # Another session's rollout (its figures not this run's) leaves stdout's call.
     other = parse("codex-exec-json", "codex-exec-json-1.jsonl", session_text=rollout)
     assert len(other.llm_calls) == 1 and other.llm_calls[0].output_tokens == 122
+
+
+def test_gemini_requests_come_from_its_chat_recording_when_stdout_sums_them() -> None:
+    """stream-json printed one result of 2200/60 for the two requests served; the chat
+    recording in Gemini CLI's home has each response's tokens, the first written
+    twice (again with its tool call): counted once."""
+    recording = fixture("gemini-chat-1.jsonl")
+    per_request = parse(
+        "gemini-stream-json", "gemini-stream-json-chat-1.jsonl", session_text=recording
+    )
+    assert [
+        (c.input_tokens, c.output_tokens, c.tool_calls_made) for c in per_request.llm_calls
+    ] == [
+        (1000, 50, 1),
+        (1200, 10, 0),
+    ]
+    summed = parse("gemini-stream-json", "gemini-stream-json-chat-1.jsonl")
+    assert [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in summed.llm_calls] == [
+        (2200, 60, 1)
+    ]
