@@ -43,6 +43,7 @@ PRESETS: dict[str, AgentPreset] = {
         command="claude -p --output-format stream-json --verbose {permissions}"
         ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} < "$PROMPT_FILE"',
         transcript="claude-stream-json",
+        session_files=".claude/projects/*/*.jsonl",
         permission_flags="--dangerously-skip-permissions",
         api_key_env="ANTHROPIC_API_KEY",
         base_url_env=("ANTHROPIC_BASE_URL",),

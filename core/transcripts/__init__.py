@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from core.metrics.formulas import with_cumulative_input
 from core.results.transcript import LLMCallMetrics, Transcript
-from core.transcripts.claude import parse_claude
+from core.transcripts.claude import parse_claude, session_calls
 from core.transcripts.codex import parse_codex, rollout_calls
 from core.transcripts.compact import render_transcript
 from core.transcripts.events import parse_events
@@ -56,6 +56,7 @@ FORMATS = ("events-jsonl", *_STDOUT_PARSERS, "plain", "auto")
 # A CLI's own record of its session, where its stdout tells less: each model request
 # (agent.preset's session_files name where the CLI keeps it).
 _SESSION_PARSERS: dict[str, Callable[[str], list[LLMCallMetrics]]] = {
+    "claude-stream-json": session_calls,
     "codex-exec-json": rollout_calls,
     "gemini-stream-json": chat_calls,
 }
@@ -73,8 +74,10 @@ def parse_transcript(
     """Normalize an agent's stdout (and its events file, if it wrote one) into a Transcript.
 
     `session_text`: the CLI's own record of its session, read for the calls stdout
-    gives only summed (Codex's turns, Gemini CLI's session): its requests replace
-    them where their totals are the same, else stdout's stand."""
+    gives only summed (Codex's turns, Gemini CLI's session) or with placeholders
+    (Claude Code's output counts): its requests replace them where their tokens add
+    up to the run's figures (the CLI's reported totals, else its calls'), else
+    stdout's stand."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     events = parse_events(events_text) if events_text and events_text.strip() else None
@@ -107,19 +110,22 @@ def _detect(output: str) -> str:
     return found or gemini_format(output) or "auto"
 
 
+_TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
 def _per_request(stdout: Transcript, requests: list[LLMCallMetrics]) -> Transcript:
-    """`requests` as the calls, where they add up to what stdout summed: a session file
+    """`requests` as the calls, where they add up to the run's figures: a session file
     of another session (or cut short) is not this run's."""
-    if not requests or _tokens(requests) != _tokens(stdout.llm_calls):
+    figures = tuple(
+        reported
+        if (reported := getattr(stdout, f"reported_{kind}")) is not None
+        else sum(getattr(call, kind) for call in stdout.llm_calls)
+        for kind in _TOKENS
+    )
+    summed = tuple(sum(getattr(call, kind) for call in requests) for kind in _TOKENS)
+    if not requests or summed != figures:
         return stdout
     return stdout.model_copy(update={"llm_calls": requests})
-
-
-def _tokens(calls: list[LLMCallMetrics]) -> tuple[int, ...]:
-    return tuple(
-        sum(getattr(call, kind) for call in calls)
-        for kind in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-    )
 
 
 def _overlay_events(stdout: Transcript, events: Transcript) -> Transcript:

@@ -12,7 +12,9 @@ The traps, and how they are handled (fixtures SOURCES.md, section 1):
   against the scripted model server, whose requests are otherwise one call each, by
   `message.id`, with their input exact). The calls keep
   it, and the `result` line's `usage.output_tokens` becomes `reported_output_tokens`,
-  the authoritative total that cost and run totals use. Likewise `total_cost_usd`
+  the authoritative total that cost and run totals use. The session log in the
+  CLI's home has each response's final usage: a `claude-code` preset's run reads it
+  (`session_calls`) for exact calls. Likewise `total_cost_usd`
   (older builds: `cost_usd`) is the reported cost; usage is never re-priced here.
 - Subagent calls (`parent_tool_use_id` set) are real calls and counted; the Agent
   tool's own usage summaries are not added on top.
@@ -63,6 +65,18 @@ _USAGE_KEYS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
+
+
+def session_calls(log: str) -> list[LLMCallMetrics]:
+    """Each model request, from the session log Claude Code keeps in its home
+    (`~/.claude/projects/<folder>/<session>.jsonl`): its `assistant` records are
+    stream-json's lines, but with each response's final usage, where stream-json's
+    carry the output count of the response's start (1)."""
+    stream = _Stream()
+    for index, line in enumerate(read_json_lines(log).objects):
+        if line.get("type") == "assistant":
+            stream._assistant(line, index)
+    return [call.metrics() for call in stream.calls.values()]
 
 
 @dataclass

@@ -3,9 +3,8 @@
 no cost), as the user the tests run as: root in CI and in the compose image.
 
 Each CLI's model makes one real tool call (its own shell tool writes out.txt), which
-the gate checks; the run's tokens and cost are what the server served, and so are its
-LLM calls where the CLI's output tells one request from the next (Claude Code,
-OpenCode; Codex and Gemini CLI print one aggregate, see Case.calls). The CLIs come
+the gate checks; the run's tokens, cost and LLM calls are what the server served (see
+SERVED for where each CLI tells its requests apart). The CLIs come
 from npm at the versions pinned in .ci/agent-clis.json (.ci/install-agent-clis puts
 them where EVALFLEET_TEST_AGENT_CLIS says); a test whose CLI is missing skips.
 """
@@ -44,21 +43,19 @@ class Case:
     # where the base URL goes: the tier's env, or the worker's (passed through)
     base_url_env: str
     base_url_path: str = ""
-    # The LLM calls its transcript shows, each (input, output, tool calls), as the CLI
-    # prints them. OpenCode prints each request's usage: one call per request served.
-    # Claude Code prints each request (its message id) with its input, but with the
-    # output count of the stream's start (1); the exact output is only in its result's
-    # totals, which the run's figures take. Codex's `exec --json` and Gemini CLI's
-    # stream-json print only the turn's or the session's totals, but the records each
-    # keeps in the run's home (Codex's rollout, Gemini's chat recording) have each
-    # request, which the run reads (core/transcripts/codex.py and gemini.py).
-    calls: tuple[tuple[int, int, int], ...] = ((1000, 50, 1), (1200, 10, 0))
 
 
+# The LLM calls each run records, each (input, output, tool calls): one per request the
+# script serves. OpenCode prints each request's usage. Claude Code prints each request
+# with the output count of the stream's start (1), Codex's `exec --json` and Gemini
+# CLI's stream-json only the turn's or the session's totals; the record each keeps of
+# its session in the run's home has each request, which the run reads
+# (core/transcripts/claude.py, codex.py and gemini.py give the evidence).
+SERVED = ((1000, 50, 1), (1200, 10, 0))
 WRITE = "printf hello > out.txt"
 CASES = [
     Case("claude-code", "claude", ScriptedToolCall(name="Bash", arguments={"command": WRITE}),
-         "claude-sonnet-4-5", "ANTHROPIC_BASE_URL", calls=((1000, 1, 1), (1200, 1, 0))),
+         "claude-sonnet-4-5", "ANTHROPIC_BASE_URL"),
     Case("codex", "codex", ScriptedToolCall(name="exec_command", arguments={"cmd": WRITE}),
          "gpt-5-codex", "OPENAI_BASE_URL", "/v1"),
     Case("gemini-cli", "gemini",
@@ -147,7 +144,7 @@ pricing:
     # Served: 1000 + 1200 input and 50 + 10 output tokens over two turns.
     assert (run.input_tokens, run.output_tokens) == (2200, 60)
     calls = tuple((c.input_tokens, c.output_tokens, c.tool_calls_made) for c in run.llm_calls)
-    assert calls == case.calls
+    assert calls == SERVED
     assert run.cost_usd == pytest.approx(cost_usd(2200, 60, PRICE))
     assert run.interaction.total_commands == 1  # the shell tool's `printf`, every CLI
     # The CLI's state stayed in the run's own home: the worker's is untouched.

@@ -1024,3 +1024,22 @@ def test_gemini_requests_come_from_its_chat_recording_when_stdout_sums_them() ->
     assert [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in summed.llm_calls] == [
         (2200, 60, 1)
     ]
+
+
+def test_claude_requests_output_comes_from_its_session_log() -> None:
+    """stream-json gives each request with the output count of its start (1), the
+    result line the exact total; the session log in Claude Code's home has each
+    response's final usage, which adds up to the result's totals."""
+    log = fixture("claude-session-1.jsonl")
+    per_request = parse(
+        "claude-stream-json", "claude-stream-json-session-1.jsonl", session_text=log
+    )
+    assert [
+        (c.input_tokens, c.output_tokens, c.tool_calls_made) for c in per_request.llm_calls
+    ] == [
+        (1000, 50, 1),
+        (1200, 10, 0),
+    ]
+    placeholders = parse("claude-stream-json", "claude-stream-json-session-1.jsonl")
+    assert [c.output_tokens for c in placeholders.llm_calls] == [1, 1]
+    assert placeholders.reported_output_tokens == 60
