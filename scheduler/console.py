@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 
-from scheduler.interrupt import interrupted
+from scheduler.interrupt import catch, interrupted
 
 
 def run() -> None:
     """Never returns: the process ends with os._exit."""
+    catch(signal.SIGINT)
     imported = False
     try:
         # Imported here, not at the top: Ctrl-C in the first moments of a command then

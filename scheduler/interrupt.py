@@ -1,14 +1,38 @@
 """Telling an interrupt (Ctrl-C, or TERM and HUP, which the CLI raises as one) from a
-failure, wherever in a command it lands. Imports nothing: the console script uses it
-before anything else is imported."""
+failure, wherever in a command it lands. Imports only `signal`: the console script
+uses it before anything else is imported."""
 
 from __future__ import annotations
+
+import signal
+from types import FrameType
+
+# The interrupts this process received (catch): once one came, whatever ends the
+# command came of it.
+_received: list[int] = []
+
+
+def catch(*signums: int) -> None:
+    """Each of `signums` raises KeyboardInterrupt, as Ctrl-C does, and is remembered:
+    code that catches the KeyboardInterrupt and raises something else in its place
+    still ends as an interrupt (pydantic's schema builder, in Rust, turns it into a
+    SchemaError whose text alone names it)."""
+    for signum in signums:
+        signal.signal(signum, _raise)
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
 
 
 def interrupted(exc: BaseException) -> bool:
     """Whether `exc` is Ctrl-C (or TERM, HUP: scheduler.cli.run raises them as one) or
-    came of one: an import cut short by it can surface as another exception with the
-    KeyboardInterrupt as its cause (pydantic's lazily imported attributes do)."""
+    came of one: an interrupt was received (catch), or `exc` has a KeyboardInterrupt
+    along its causes (an import cut short by it can surface as another exception with
+    the KeyboardInterrupt as its cause: pydantic's lazily imported attributes do)."""
+    if _received:
+        return True
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import signal
 import sys
-from types import FrameType
 
 import click
 
 from scheduler.cli.context import Commands
-from scheduler.interrupt import interrupted
+from scheduler.interrupt import catch, interrupted
 
 # Each command's module is imported only when that command runs (or `--help` lists
 # them all): `scheduler status` need not import Celery, the preflight or the model
@@ -59,10 +58,6 @@ def main() -> None:
     """
 
 
-def _interrupted(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run() -> int:
     """`main` as the `scheduler` console script runs it; its exit status.
 
@@ -70,8 +65,7 @@ def run() -> int:
     Ctrl-C does: an embedded experiment's workers and Redis run in sessions of their
     own, out of the signal's reach, and only the command's own clean-up (its
     CLIContext's) stops them."""
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupted)
+    catch(signal.SIGTERM, signal.SIGHUP)
     code: object
     try:
         # Not standalone: click would end an interrupt outside a command (parsing its

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -61,3 +63,22 @@ def test_a_chain_that_loops_ends() -> None:
     first, second = ValueError("a"), ValueError("b")
     first.__cause__, second.__cause__ = second, first
     assert interrupted(first) is False
+
+
+def test_once_an_interrupt_came_any_exception_is_one() -> None:
+    """A Ctrl-C caught and replaced by another exception that names it only in its text,
+    with no cause or context (pydantic's schema builder, in Rust): the process
+    remembers it received one."""
+    script = """
+import os, signal
+from scheduler.interrupt import catch, interrupted
+print(interrupted(ValueError("before")))
+catch(signal.SIGINT)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+except KeyboardInterrupt:
+    said = "KeyboardInterrupt"
+print(interrupted(ValueError(f"SchemaError: ... {said}")))
+"""
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert ran.stdout.split() == ["False", "True"]
