@@ -11,6 +11,7 @@ import pytest
 from core.store import Store
 from tests.conftest import ROOT, StartWorker, run_cli
 from tests.support.llm_stub import LLMStub, scripted_judge
+from tests.support.terminal import planning_lines
 
 # Codex 0.169 as it meets `--full-auto`, a flag it no longer has (clap's refusal).
 OLD_FLAG_CODEX = """\
@@ -127,17 +128,6 @@ def test_the_example_is_sound(fleet_env: dict[str, str]) -> None:
     assert lines[spend + 1].startswith("planning: ")  # then validate's planning
 
 
-def _planning(text: str) -> list[str]:
-    """validate's planning lines: the "planning:" line and the indented ones under it."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("planning: ")), None)
-    assert start is not None, f"no planning in: {text}"
-    end = next(
-        (i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines)
-    )
-    return lines[start:end]
-
-
 @pytest.mark.integration
 def test_preflight_plans_what_the_experiment_can_detect_as_validate_does(
     fleet_env: dict[str, str], tmp_path: Path
@@ -157,20 +147,20 @@ scenarios:
 """)
     validated = run_cli("validate", str(matrix), "--icc", "0.15", env=fleet_env)
     assert validated.returncode == 0, validated.stderr
-    expected = _planning(validated.stdout)
+    expected = planning_lines(validated.stdout)
     assert "3 scenarios x 8 runs a tier" in expected[0]
     assert "intra-scenario correlation 0.15 assumed" in expected[0]
     checked = run_cli("preflight", str(matrix), "--icc", "0.15", env=fleet_env)
     assert checked.returncode == 0, checked.stderr
     lines = checked.stdout.splitlines()
     assert lines[0].split()[:2] == ["tier", "scenario"] and len(lines) > 8
-    assert _planning(checked.stdout) == expected
+    assert planning_lines(checked.stdout) == expected
     # Without --icc, the same default as validate's.
     assumed = run_cli("preflight", str(matrix), env=fleet_env)
-    assert _planning(assumed.stdout) == _planning(
+    assert planning_lines(assumed.stdout) == planning_lines(
         run_cli("validate", str(matrix), env=fleet_env).stdout
     )
-    assert "intra-scenario correlation 0.3 assumed" in _planning(assumed.stdout)[0]
+    assert "intra-scenario correlation 0.3 assumed" in planning_lines(assumed.stdout)[0]
 
 
 @pytest.mark.integration

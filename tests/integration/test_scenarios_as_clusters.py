@@ -30,6 +30,7 @@ from core.store import Store
 from tests.conftest import StartWorker, Worker, run_cli
 from tests.support.clusters import implied_icc, sato_risk_difference
 from tests.support.fleet import wait_until
+from tests.support.terminal import planning_lines
 
 pytestmark = pytest.mark.integration
 
@@ -314,17 +315,6 @@ def _resumable(folder: Path, agent: str) -> Path:
     return path
 
 
-def _planning_lines(text: str) -> list[str]:
-    """The planning: its "planning:" line and the indented lines under it."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("planning: ")), None)
-    assert start is not None, f"no planning in: {text}"
-    end = next(
-        (i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines)
-    )
-    return lines[start:end]
-
-
 @pytest.mark.parametrize("ran", [4, 0])
 def test_resume_plans_at_the_correlation_of_the_runs_so_far(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path, ran: int
@@ -347,7 +337,7 @@ def test_resume_plans_at_the_correlation_of_the_runs_so_far(
     try:
         resumed = run_cli("resume", exp_id, env=fleet_env)
         assert resumed.returncode == 0, resumed.stderr
-        shown = _planning_lines(resumed.stderr)
+        shown = planning_lines(resumed.stderr)
     finally:  # the queued runs run, so that nothing of this test is left in the queue
         start_worker(concurrency=2)
         wait_until(lambda: store.reports.get(exp_id), "the resumed experiment's report", 120)
@@ -372,6 +362,6 @@ def test_resume_plans_at_the_correlation_of_the_runs_so_far(
     # The very lines validate prints at that correlation, but for where it came from.
     validated = run_cli("validate", str(matrix), "--icc", at, env=fleet_env)
     assert validated.returncode == 0, validated.stderr
-    expected = _planning_lines(validated.stdout)
+    expected = planning_lines(validated.stdout)
     expected[0] = expected[0].replace(f"{float(at):g} assumed (--icc; a report measures it)", said)
     assert shown == expected

@@ -1,5 +1,5 @@
-"""Reading the CLI's terminal tables (`list`, `status`, the report) as a reader does,
-and running it in a terminal of its own."""
+"""Reading the CLI's terminal tables (`list`, `status`, the report) and its planning
+lines as a reader does, and running it in a terminal of its own."""
 
 from __future__ import annotations
 
@@ -50,3 +50,15 @@ def table_row(text: str, first: str) -> list[str]:
 def heading_words(text: str) -> set[str]:
     """The words of a table's headings, above its rule (a heading may wrap)."""
     return set(text.split("─", 1)[0].split())
+
+
+def planning_lines(text: str) -> list[str]:
+    """The planning `validate`, `preflight` and `resume` print: its "planning:" line and
+    the indented lines under it."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("planning: ")), None)
+    assert start is not None, f"no planning in: {text}"
+    end = next(
+        (i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines)
+    )
+    return lines[start:end]
