@@ -986,60 +986,49 @@ def test_auto_recognises_every_sample_and_records_its_choice() -> None:
     assert events.recognised and events.llm_calls
 
 
-def test_codex_requests_come_from_its_rollout_file_when_stdout_sums_them() -> None:
-    """`exec --json` printed one turn of 2200/60 for the two requests the scripted
-    server answered; the session's rollout file in Codex's home has each: the call
-    with the tool call, then the answer."""
-    rollout = fixture("codex-rollout-1.jsonl")
-    per_request = parse("codex-exec-json", "codex-exec-json-rollout-1.jsonl", session_text=rollout)
-    assert [
-        (c.input_tokens, c.output_tokens, c.tool_calls_made) for c in per_request.llm_calls
-    ] == [
-        (1000, 50, 1),
-        (1200, 10, 0),
-    ]
+# Each CLI's stdout and its own record of the same session, the scripted server having
+# served two requests: 1000 in / 50 out with a tool call, then 1200 / 10. Stdout alone
+# gives them summed (Codex's turn, Gemini CLI's session) or with the output count of
+# each response's start (Claude Code, whose result line has the exact total).
+SESSION_RECORDS = [
+    ("codex-exec-json", "codex-exec-json-rollout-1.jsonl", "codex-rollout-1.jsonl",
+     [(2200, 60, 0)], None),
+    ("gemini-stream-json", "gemini-stream-json-chat-1.jsonl", "gemini-chat-1.jsonl",
+     [(2200, 60, 1)], None),
+    ("claude-stream-json", "claude-stream-json-session-1.jsonl", "claude-session-1.jsonl",
+     [(1000, 1, 1), (1200, 1, 0)], 60),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fmt", "stdout", "record", "alone", "reported_output"),
+    SESSION_RECORDS,
+    ids=[fmt for fmt, *_ in SESSION_RECORDS],
+)
+def test_each_request_comes_from_the_clis_own_record_of_its_session(
+    fmt: str,
+    stdout: str,
+    record: str,
+    alone: list[tuple[int, int, int]],
+    reported_output: int | None,
+) -> None:
+    """Codex's rollout file, Gemini CLI's chat recording (its first response written
+    twice, again with its tool call: counted once), Claude Code's session log."""
+    per_request = parse(fmt, stdout, session_text=fixture(record))
+    assert _calls(per_request) == [(1000, 50, 1), (1200, 10, 0)]
     assert [c.cumulative_input for c in per_request.llm_calls] == [1000, 2200]
-    summed = parse("codex-exec-json", "codex-exec-json-rollout-1.jsonl")
-    assert [(c.input_tokens, c.output_tokens) for c in summed.llm_calls] == [(2200, 60)]
-    # Another session's rollout (its figures not this run's) leaves stdout's call.
-    other = parse("codex-exec-json", "codex-exec-json-1.jsonl", session_text=rollout)
+    from_stdout = parse(fmt, stdout)
+    assert _calls(from_stdout) == alone
+    assert from_stdout.reported_output_tokens == reported_output
+
+
+def test_another_sessions_record_leaves_stdouts_calls() -> None:
+    """A rollout whose figures are not this run's (another session, or cut short)."""
+    other = parse("codex-exec-json", "codex-exec-json-1.jsonl", session_text=fixture(
+        "codex-rollout-1.jsonl"
+    ))  # fmt: skip
     assert len(other.llm_calls) == 1 and other.llm_calls[0].output_tokens == 122
 
 
-def test_gemini_requests_come_from_its_chat_recording_when_stdout_sums_them() -> None:
-    """stream-json printed one result of 2200/60 for the two requests served; the chat
-    recording in Gemini CLI's home has each response's tokens, the first written
-    twice (again with its tool call): counted once."""
-    recording = fixture("gemini-chat-1.jsonl")
-    per_request = parse(
-        "gemini-stream-json", "gemini-stream-json-chat-1.jsonl", session_text=recording
-    )
-    assert [
-        (c.input_tokens, c.output_tokens, c.tool_calls_made) for c in per_request.llm_calls
-    ] == [
-        (1000, 50, 1),
-        (1200, 10, 0),
-    ]
-    summed = parse("gemini-stream-json", "gemini-stream-json-chat-1.jsonl")
-    assert [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in summed.llm_calls] == [
-        (2200, 60, 1)
-    ]
-
-
-def test_claude_requests_output_comes_from_its_session_log() -> None:
-    """stream-json gives each request with the output count of its start (1), the
-    result line the exact total; the session log in Claude Code's home has each
-    response's final usage, which adds up to the result's totals."""
-    log = fixture("claude-session-1.jsonl")
-    per_request = parse(
-        "claude-stream-json", "claude-stream-json-session-1.jsonl", session_text=log
-    )
-    assert [
-        (c.input_tokens, c.output_tokens, c.tool_calls_made) for c in per_request.llm_calls
-    ] == [
-        (1000, 50, 1),
-        (1200, 10, 0),
-    ]
-    placeholders = parse("claude-stream-json", "claude-stream-json-session-1.jsonl")
-    assert [c.output_tokens for c in placeholders.llm_calls] == [1, 1]
-    assert placeholders.reported_output_tokens == 60
+def _calls(transcript: Transcript) -> list[tuple[int, int, int]]:
+    return [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in transcript.llm_calls]
