@@ -59,8 +59,11 @@ class Prestarted:
         env = dict(os.environ) if env is None else env  # None: ours, as subprocess.run
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        # Our own stdin, as subprocess.run without `input` passes it on.
-        with self._request(argv, env, cwd, [0, out_w, err_w]) as conn:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(self._started()))
+            request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}).encode()
+            # Our own stdin, as subprocess.run without `input` passes it on.
+            socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, out_w, err_w])
             os.close(out_w)
             os.close(err_w)
             try:
@@ -70,15 +73,6 @@ class Prestarted:
                 raise
         stdout, stderr = (_as_text(output[fd]) for fd in (out_r, err_r))
         return subprocess.CompletedProcess(argv, status, stdout, stderr)
-
-    def _request(
-        self, argv: list[str], env: dict[str, str], cwd: Path, fds: list[int]
-    ) -> socket.socket:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(str(self._started()))
-        request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}).encode()
-        socket.send_fds(conn, [_HEADER.pack(len(request)) + request], fds)
-        return conn
 
     def close(self) -> None:
         if self._server is not None:
