@@ -110,18 +110,14 @@ def run(
         # Deleted while its runs were queued (`scheduler delete --force`), or lost with
         # a broker that restarted keeping nothing: nothing to run and nothing to write
         # back, not even the chord's count (Ignore: the message is acknowledged, the
-        # chord left alone).
+        # chord left alone). Only whether a restart lost it is asked: every queued run
+        # of a deleted experiment comes here (the keyspace scan that tells a half-lost
+        # one is the commands').
         try:
-            why: ExperimentNotFound | None = store_of(self.app).experiments.why_missing(
-                run_spec.experiment_id
-            )
+            lost = store_of(self.app).experiments.lost_in_restart(run_spec.experiment_id)
         except REDIS_DOWN:
-            why = None
-        said = (
-            why
-            if why is not None and type(why) is not ExperimentNotFound
-            else "its experiment was deleted"
-        )
+            lost = None
+        said = lost or "its experiment was deleted"
         log.warning("run %s dropped: %s", run_spec.run_id, said)
         raise Ignore() from None
     except REDIS_DOWN as exc:

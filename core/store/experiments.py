@@ -82,11 +82,16 @@ class Experiments:
             self.redis.scan_iter(match=others, count=SCAN_COUNT), None
         ):
             return ExperimentLost(exp_id)
+        return self.lost_in_restart(exp_id) or ExperimentNotFound(exp_id)
+
+    def lost_in_restart(self, exp_id: str) -> LostInRestart | None:
+        """The experiment was submitted before the broker last started, keeping nothing
+        on disk: the restart lost it (what its id says of when it was submitted)."""
         submitted = submitted_at(exp_id)
         restarted = None if submitted is None else restart_that_lost(self.redis, submitted)
-        if submitted is not None and restarted is not None:
-            return LostInRestart(exp_id, submitted, restarted)
-        return ExperimentNotFound(exp_id)
+        if submitted is None or restarted is None:
+            return None
+        return LostInRestart(exp_id, submitted, restarted)
 
     def exists(self, exp_id: str) -> bool:
         """Whether the experiment has its record (keys left without one do not count)."""

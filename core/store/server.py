@@ -14,11 +14,6 @@ import redis
 
 from core.store.client import TextClient
 
-_KEEPS_NOTHING = (
-    "the broker keeps nothing on disk (appendonly no, no save points): a restart "
-    "loses every queued run and stored result; set `appendonly yes` on it"
-)
-
 
 def risky_settings(client: TextClient) -> list[str]:
     """One sentence per setting of the server that can lose runs or results, with the
@@ -37,7 +32,10 @@ def risky_settings(client: TextClient) -> list[str]:
             "`maxmemory-policy noeviction` on it"
         )
     if _keeps_nothing(config):
-        found.append(_KEEPS_NOTHING)
+        found.append(
+            "the broker keeps nothing on disk (appendonly no, no save points): a restart "
+            "loses every queued run and stored result; set `appendonly yes` on it"
+        )
     return found
 
 
@@ -47,12 +45,13 @@ def restart_that_lost(client: TextClient, since: float) -> float | None:
     server does not say (CONFIG or INFO disabled)."""
     try:
         started = time.time() - int(client.info("server")["uptime_in_seconds"])
-        config = client.config_get("*")
+        # Whole seconds on both sides (the uptime, a stamp): a margin against a restart
+        # just before the write. Most often it started long before: no CONFIG asked.
+        if started <= since + 2:
+            return None
+        return started if _keeps_nothing(client.config_get("*")) else None
     except (redis.ResponseError, KeyError, ValueError):
         return None
-    # Whole seconds on both sides (the uptime, a stamp): a margin against a restart
-    # just before the write.
-    return started if started > since + 2 and _keeps_nothing(config) else None
 
 
 def _keeps_nothing(config: dict[str, str]) -> bool:
