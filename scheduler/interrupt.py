@@ -1,10 +1,12 @@
 """Telling an interrupt (Ctrl-C, or TERM and HUP, which the CLI raises as one) from a
-failure, wherever in a command it lands. Imports only `signal`: the console script
+failure, wherever in a command it lands. Standard library only: the console script
 uses it before anything else is imported."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import Iterator
 from types import FrameType
 
 # The interrupts this process received (catch): once one came, whatever ends the
@@ -24,6 +26,21 @@ def catch(*signums: int) -> None:
 def _raise(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def deferred(signum: int) -> Iterator[None]:
+    """`signum` received inside the block is handled as it ends, not where it landed:
+    for a step that must not be cut in two (a child process started, but not yet
+    known to the code that will stop it)."""
+    pending: list[int] = []
+    previous = signal.signal(signum, lambda received, frame: pending.append(received))
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+        if pending and callable(previous):
+            previous(signum, None)
 
 
 def interrupted(exc: BaseException) -> bool:

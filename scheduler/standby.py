@@ -27,6 +27,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from scheduler.interrupt import deferred
+
 # core.broker_url.ENV_BROKER, named here so as not to import redis first.
 _ENV_BROKER = "EVALFLEET_BROKER_URL"
 _COMMANDS = {"submit", "resume"}  # those that start local workers (Fleet.start_workers)
@@ -48,13 +50,16 @@ def prestart(args: Sequence[str]) -> None:
         return
     if any(a.startswith("--broker") or a in ("-h", "--help") for a in args):
         return
-    _standby = subprocess.Popen(
-        [*WORKER_MODULE, "--standby"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # as LocalWorkers: Ctrl-C reaches the CLI only
-    )
+    # A Ctrl-C between the fork and the assignment would leave a standby that `discard`
+    # does not know of, alive until its imports end and it reads its closed stdin.
+    with deferred(signal.SIGINT):
+        _standby = subprocess.Popen(
+            [*WORKER_MODULE, "--standby"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # as LocalWorkers: Ctrl-C reaches the CLI only
+        )
 
 
 def hand_over(

@@ -82,3 +82,25 @@ print(interrupted(ValueError(f"SchemaError: ... {said}")))
 """
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert ran.stdout.split() == ["False", "True"]
+
+
+def test_a_deferred_interrupt_lands_as_the_step_ends() -> None:
+    """A Ctrl-C inside `deferred` lets the step finish (the standby process started and
+    recorded, so that the CLI can stop it), then ends the command as an interrupt."""
+    script = """
+import os, signal
+from scheduler.interrupt import catch, deferred
+catch(signal.SIGINT)
+steps = []
+try:
+    with deferred(signal.SIGINT):
+        os.kill(os.getpid(), signal.SIGINT)
+        steps.append("finished")
+    steps.append("after")
+except KeyboardInterrupt:
+    steps.append("interrupted")
+print(*steps)
+print(signal.getsignal(signal.SIGINT).__name__)
+"""
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines() == ["finished interrupted", "_raise"]
