@@ -16,7 +16,6 @@ deletes exactly those, and fails if any key naming the session is left.
 from __future__ import annotations
 
 import atexit
-import compileall
 import contextlib
 import hashlib
 import json
@@ -37,6 +36,7 @@ import redis
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
 from scheduler.embedded import worker_command
+from tests.support.bytecode import compile_project, rewrite_test_modules
 from tests.support.prestarted import Prestarted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,12 +67,7 @@ SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Byte-compiles the project once, before any test starts a process of it.
-
-    Python writes no bytecode cache where PYTHONDONTWRITEBYTECODE is set (as on CI
-    machines that keep their images clean), and then each `scheduler` command and
-    worker the tests start compiles some 150 modules from source: a third of a cold
-    command's start-up, repeated hundreds of times. A user's installation caches them."""
+    """Bytecode for the project and the test modules, once (tests.support.bytecode)."""
     # Started in the background by a shell without job control, pytest inherits SIGINT
     # ignored, and so would every process it starts: the Ctrl-C tests' CLIs among them.
     # A handler of its own is reset to the default in each process it starts.
@@ -80,8 +75,8 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller did it
         return
-    for package in ("core", "scheduler", "worker", "evalfleet", "tests", "examples"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    compile_project(ROOT)
+    rewrite_test_modules(config, ROOT / "tests")
 
 
 @pytest.fixture(scope="session")
