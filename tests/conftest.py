@@ -262,6 +262,12 @@ _EXEC = os.environ.get("EVALFLEET_TEST_EXEC") == "1"
 atexit.register(_PRESTARTED.close)
 
 
+def scheduler_folder(folder: Path) -> Path:
+    """A folder for PATH whose `scheduler` runs as `run_cli` runs it (prestarted, unless
+    EVALFLEET_TEST_EXEC=1): for scripts that call the console script by name."""
+    return Path(SCHEDULER).parent if _EXEC else _PRESTARTED.shim(folder)
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None, cwd: Path = ROOT, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

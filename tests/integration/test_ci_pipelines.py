@@ -8,7 +8,9 @@ on infrastructure errors and on a regression against the stored baseline.
 What a test cannot have is stood in for: the broker is the test's Redis without TLS
 (over the examples' rediss:// URL), a worker leaves after 3 idle seconds (not 120),
 `python -m pip install "$EVALFLEET_PACKAGE"` is recorded, not run (evalfleet is
-installed here already), and steps that `uses:` an action are left out.
+installed here already), and steps that `uses:` an action are left out. The steps'
+`scheduler` is the console script forked from the tests' prestarted one, as every
+command of the tests is (tests.support.prestarted; EVALFLEET_TEST_EXEC=1: exec'd).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES, ROOT, SCHEDULER
+from tests.conftest import EXAMPLES, ROOT, scheduler_folder
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +63,8 @@ def runner(tmp_path: Path, fleet_env: dict[str, str]) -> dict[str, str]:
     python = shims / "python"
     python.write_text(f'#!/bin/sh\necho "$*" >> {installs}\n[ "$1 $2 $3" = "-m pip install" ]\n')
     python.chmod(0o755)
-    path = os.pathsep.join([str(shims), str(Path(SCHEDULER).parent), fleet_env["PATH"]])
+    scheduler = scheduler_folder(tmp_path / "scheduler")
+    path = os.pathsep.join([str(shims), str(scheduler), fleet_env["PATH"]])
     return {**fleet_env, "PATH": path, "INSTALLS": str(installs)}
 
 

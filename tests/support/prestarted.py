@@ -17,6 +17,9 @@ started with. What a command imports and how it takes Ctrl-C during its imports 
 tested on the real console script (`start_cli`), and so is every worker: tests read
 a worker's /proc environ. EVALFLEET_TEST_EXEC=1 starts every command anew instead.
 
+Scripts that call `scheduler` by name (a CI pipeline's steps) find a shim on their
+PATH (Prestarted.shim) that hands the server its own streams and passes on its signals.
+
 Run as `python -m tests.support.prestarted SOCKET`; it serves until its standard
 input closes (the test process ended).
 """
@@ -36,7 +39,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 _HEADER = struct.Struct("!I")
 _FDS = 3  # stdin, stdout, stderr
@@ -73,6 +76,23 @@ class Prestarted:
                 raise
         stdout, stderr = (_as_text(output[fd]) for fd in (out_r, err_r))
         return subprocess.CompletedProcess(argv, status, stdout, stderr)
+
+    def shim(self, folder: Path) -> Path:
+        """`folder`, holding a `scheduler` that runs here what it is given: for scripts
+        that find the console script on PATH (a CI pipeline's steps). Its streams,
+        environment, folder and arguments are its own; its exit status is the
+        command's, and signals sent to it reach the command."""
+        folder.mkdir(parents=True, exist_ok=True)
+        shim = folder / Path(self.script).name
+        shim.write_text(
+            f"#!{sys.executable} -P\n"
+            "import sys\n"
+            f"sys.path.insert(0, {str(self.cwd)!r})\n"
+            "from tests.support.prestarted import relay\n"
+            f"relay({str(self._started())!r}, [{self.script!r}, *sys.argv[1:]])\n"
+        )
+        shim.chmod(0o755)
+        return folder
 
     def close(self) -> None:
         if self._server is not None:
@@ -146,6 +166,27 @@ def _as_text(data: bytes) -> str:
     # As subprocess.run(text=True) decodes: the locale's encoding, universal newlines.
     text = data.decode(locale.getpreferredencoding(False))
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def relay(socket_path: str, argv: list[str]) -> NoReturn:
+    """The shim's process (Prestarted.shim): hands its own streams to the server, passes
+    on the signals it gets, and ends as the command ended."""
+    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(socket_path)
+        socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, 1, 2])
+        replies = conn.makefile("rb")
+        pid = int(replies.readline())
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, lambda received, frame: os.kill(pid, received))
+        status = replies.readline()
+    if not status:
+        sys.exit(f"scheduler (prestarted): the server left before pid {pid} ended")
+    code = int(status)
+    if code < 0:  # killed by a signal: so is the shim, as its caller would see it
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
 
 
 def serve(socket_path: str) -> None:
