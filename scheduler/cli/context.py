@@ -1,7 +1,7 @@
-"""What every command shares: the options many of them take, defined once and kept on
-one CLIContext; the Fleet, opened on first use and closed when the command ends;
-the stderr console; the printing of reports; and the one mapping of evalfleet's
-errors to exit codes.
+"""What every command shares: one CLIContext, where the shared options (their own
+module) keep their values; the Fleet, opened on first use and closed when the
+command ends; the stderr console; the printing of reports; and the one mapping of
+evalfleet's errors to exit codes.
 
 Exit codes: 1 an operational failure (broker unreachable, workers died) or, for
 `compare --fail-on-regression`, a regression; 2 bad input, nothing started;
@@ -15,29 +15,24 @@ import importlib
 import signal
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
-from core.broker_url import configured_broker
 from core.errors import ConfigError, EvalfleetError, InputError
 from core.evidence.text import visible
 from core.matrix import ConfigProblem, did_you_mean
 from core.results.report import ExperimentReport
-from core.stats.clustered import PLANNING_ICC
-from core.stats.significance import CORRECTIONS
 from scheduler.fleet import Fleet
 from scheduler.interrupt import interrupted
-from scheduler.report.render import FORMATS, NONFINITE
 from scheduler.report.sections import banner
 
 err = Console(stderr=True, highlight=False)
 USAGE_ERROR = 2
 INFRA_ERRORS = 3
 INTERRUPTED = 130
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class CLIContext:
@@ -213,123 +208,7 @@ def size(value: float) -> str:
     return f"{value:.1f} GB"
 
 
-def _keep(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
-    """An option's callback that keeps its value on the CLIContext."""
-
-    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-        if name == "broker":
-            configured_broker(value)  # a malformed URL stops the command before it starts
-        setattr(ctx.ensure_object(CLIContext), name, value)
-
-    return keep
-
-
-broker_option = click.option(
-    "--broker",
-    envvar="EVALFLEET_BROKER_URL",
-    default=None,
-    metavar="URL",
-    expose_value=False,
-    callback=_keep("broker"),
-    help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
-    "else the embedded Redis under ./.evalfleet (`scheduler worker` joins it only while "
-    "it runs).",
-)
-workers_option = click.option(
-    "--workers",
-    type=click.IntRange(1, 512),
-    default=None,
-    expose_value=False,
-    callback=_keep("workers"),
-    help="Embedded mode: local worker processes (default: the CPU count).",
-)
-nonfinite_option = click.option(
-    "--json-nonfinite",
-    "nonfinite",
-    type=click.Choice(NONFINITE),
-    default="string",
-    show_default=True,
-    expose_value=False,
-    callback=_keep("nonfinite"),
-    help='JSON: write Infinity and NaN as the strings "Infinity"/"NaN", or as null '
-    "(for jq, pandas and other readers of strict JSON numbers).",
-)
-
-
-def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
-    fmt = click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(choices),
-        default="table",
-        show_default=True,
-        expose_value=False,
-        callback=_keep("fmt"),
-    )
-    if choices != FORMATS:  # a comparison: one table, nothing to shorten
-        return fmt
-    full = click.option(
-        "--full",
-        is_flag=True,
-        expose_value=False,
-        callback=_keep("full"),
-        help="The table format with every section (default: one screen: each tier's "
-        "verdict, the most common failure reasons, where the rest is).",
-    )
-    return lambda command: fmt(full(command))
-
-
-def wait_option(help_text: str) -> Callable[[F], F]:
-    return click.option(
-        "--wait", is_flag=True, expose_value=False, callback=_keep("wait"), help=help_text
-    )
-
-
-allow_missing_judge_key_option = click.option(
-    "--allow-missing-judge-key",
-    is_flag=True,
-    help="Go on although a judged scenario's judge API key is not set here (when the "
-    "workers have it); without it that is an error, as every judged run would fail.",
-)
-
-
-icc_option = click.option(
-    "--icc",
-    type=click.FloatRange(0, 1),
-    default=PLANNING_ICC,
-    show_default=True,
-    help="Intra-scenario correlation the planning assumes (a report's "
-    "'implied intra-scenario correlation' measures it).",
-)
-
-
 def print_warnings(warnings: Iterable[ConfigProblem]) -> None:
     """What may be a mistake in the matrix, one line each on stderr."""
     for warning in warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(str(warning))}", soft_wrap=True)
-
-
-def budget_option(help_text: str) -> Callable[[F], F]:
-    return click.option(
-        "--budget",
-        type=click.FloatRange(min=0, min_open=True),
-        default=None,
-        metavar="USD",
-        help=help_text,
-    )
-
-
-def correction_option(default: str | None, default_help: str = "") -> Callable[[F], F]:
-    return click.option(
-        "--correction",
-        type=click.Choice(CORRECTIONS),
-        default=default,
-        show_default=default is not None,
-        help=" ".join(
-            [
-                "Multiple-comparison correction of every test: holm (family-wise error rate),",
-                "bh (Benjamini-Hochberg, false discovery rate) or none.",
-                *([default_help] if default_help else []),
-            ]
-        ),
-    )

@@ -9,7 +9,8 @@ import click
 
 from core.errors import InputError
 from core.store.retention import Deleted
-from scheduler.cli.context import CLIContext, broker_option, err, pass_cli, size
+from scheduler.cli.context import CLIContext, err, pass_cli, size
+from scheduler.cli.options import broker_option
 from scheduler.deletion import deletable, expired
 from scheduler.deletion import delete as delete_experiment
 

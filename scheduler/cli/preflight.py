@@ -11,7 +11,8 @@ import click
 from core.matrix import Matrix
 from core.modelserver import ModelScript, ModelServer, load_model_script
 from core.stats.clustered import PLANNING_ICC
-from scheduler.cli.context import USAGE_ERROR, err, icc_option
+from scheduler.cli.context import USAGE_ERROR, err
+from scheduler.cli.options import icc_option
 from scheduler.validation import planning
 from scheduler.validation import validate as check
 from worker.preflight import CellCheck

@@ -12,17 +12,8 @@ import click
 
 from core.analysis.comparison import CORRECTION
 from core.results.report import ExperimentInfo
-from scheduler.cli.context import (
-    CLIContext,
-    broker_option,
-    correction_option,
-    echo_rendered,
-    err,
-    format_option,
-    nonfinite_option,
-    pass_cli,
-    size,
-)
+from scheduler.cli.context import CLIContext, echo_rendered, err, pass_cli, size
+from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
 from scheduler.experiments import compare as compare_experiments
 from scheduler.experiments import list_experiments
 from scheduler.experiments import status as experiment_status

@@ -6,16 +6,8 @@ import click
 
 from core.errors import InputError
 from core.matrix import did_you_mean
-from scheduler.cli.context import (
-    CLIContext,
-    broker_option,
-    correction_option,
-    err,
-    exit_if_infra_errors,
-    format_option,
-    nonfinite_option,
-    pass_cli,
-)
+from scheduler.cli.context import CLIContext, err, exit_if_infra_errors, pass_cli
+from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
 from scheduler.experiments import evidence_blobs, load_report, report_versions
 from scheduler.report.render import SCENARIO_FORMATS, render
 

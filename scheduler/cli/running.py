@@ -10,15 +10,17 @@ import click
 from scheduler.cli.context import (
     USAGE_ERROR,
     CLIContext,
+    err,
+    exit_if_infra_errors,
+    pass_cli,
+    print_warnings,
+)
+from scheduler.cli.options import (
     allow_missing_judge_key_option,
     broker_option,
     budget_option,
-    err,
-    exit_if_infra_errors,
     format_option,
     nonfinite_option,
-    pass_cli,
-    print_warnings,
     wait_option,
     workers_option,
 )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from scheduler.cli.context import CLIContext, broker_option, err, pass_cli
+from scheduler.cli.context import CLIContext, err, pass_cli
+from scheduler.cli.options import broker_option
 from scheduler.experiments import load_run, report_versions
 from scheduler.report.render import terminal_width
 from scheduler.show import render_run

@@ -7,12 +7,8 @@ import json
 import click
 
 from core.matrix import matrix_json_schema
-from scheduler.cli.context import (
-    allow_missing_judge_key_option,
-    icc_option,
-    print_warnings,
-    size,
-)
+from scheduler.cli.context import print_warnings, size
+from scheduler.cli.options import allow_missing_judge_key_option, icc_option
 from scheduler.validation import missing_clis, planning, summary
 from scheduler.validation import validate as check
 

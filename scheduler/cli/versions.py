@@ -6,15 +6,11 @@ from __future__ import annotations
 import click
 
 from core.errors import ConfigError, InputError
-from scheduler.cli.context import (
-    CLIContext,
+from scheduler.cli.context import CLIContext, err, exit_if_infra_errors, pass_cli, print_problems
+from scheduler.cli.options import (
     broker_option,
-    err,
-    exit_if_infra_errors,
     format_option,
     nonfinite_option,
-    pass_cli,
-    print_problems,
     wait_option,
     workers_option,
 )

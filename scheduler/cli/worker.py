@@ -8,7 +8,8 @@ import click
 
 from core.broker_url import configured_broker
 from core.errors import InputError
-from scheduler.cli.context import CLIContext, broker_option, pass_cli
+from scheduler.cli.context import CLIContext, pass_cli
+from scheduler.cli.options import broker_option
 from scheduler.embedded import worker_command
 from worker.broker import running_embedded_broker
 from worker.sending import configured_queue

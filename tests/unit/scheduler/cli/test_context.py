@@ -1,4 +1,5 @@
-"""scheduler.cli.context: the one place errors become exit codes, and the shared options."""
+"""scheduler.cli.context and .options: the one place errors become exit codes, and the
+shared options landing on the context."""
 
 from __future__ import annotations
 
@@ -14,15 +15,8 @@ from core.errors import (
     SettingError,
     WorkersDied,
 )
-from scheduler.cli.context import (
-    CLIContext,
-    Commands,
-    broker_option,
-    format_option,
-    pass_cli,
-    size,
-    workers_option,
-)
+from scheduler.cli.context import CLIContext, Commands, pass_cli, size
+from scheduler.cli.options import broker_option, format_option, workers_option
 
 
 def group_raising(error: Exception) -> click.Group:

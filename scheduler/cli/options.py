@@ -1,0 +1,133 @@
+"""The options several commands share, defined once: each keeps its value on the
+command's CLIContext (the `_keep` callback) or is passed to the command as usual."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from core.broker_url import configured_broker
+from core.stats.clustered import PLANNING_ICC
+from core.stats.significance import CORRECTIONS
+from scheduler.cli.context import CLIContext
+from scheduler.report.render import FORMATS, NONFINITE
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _keep(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """An option's callback that keeps its value on the CLIContext."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if name == "broker":
+            configured_broker(value)  # a malformed URL stops the command before it starts
+        setattr(ctx.ensure_object(CLIContext), name, value)
+
+    return keep
+
+
+broker_option = click.option(
+    "--broker",
+    envvar="EVALFLEET_BROKER_URL",
+    default=None,
+    metavar="URL",
+    expose_value=False,
+    callback=_keep("broker"),
+    help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
+    "else the embedded Redis under ./.evalfleet (`scheduler worker` joins it only while "
+    "it runs).",
+)
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(1, 512),
+    default=None,
+    expose_value=False,
+    callback=_keep("workers"),
+    help="Embedded mode: local worker processes (default: the CPU count).",
+)
+nonfinite_option = click.option(
+    "--json-nonfinite",
+    "nonfinite",
+    type=click.Choice(NONFINITE),
+    default="string",
+    show_default=True,
+    expose_value=False,
+    callback=_keep("nonfinite"),
+    help='JSON: write Infinity and NaN as the strings "Infinity"/"NaN", or as null '
+    "(for jq, pandas and other readers of strict JSON numbers).",
+)
+
+
+def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
+    fmt = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default="table",
+        show_default=True,
+        expose_value=False,
+        callback=_keep("fmt"),
+    )
+    if choices != FORMATS:  # a comparison: one table, nothing to shorten
+        return fmt
+    full = click.option(
+        "--full",
+        is_flag=True,
+        expose_value=False,
+        callback=_keep("full"),
+        help="The table format with every section (default: one screen: each tier's "
+        "verdict, the most common failure reasons, where the rest is).",
+    )
+    return lambda command: fmt(full(command))
+
+
+def wait_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--wait", is_flag=True, expose_value=False, callback=_keep("wait"), help=help_text
+    )
+
+
+allow_missing_judge_key_option = click.option(
+    "--allow-missing-judge-key",
+    is_flag=True,
+    help="Go on although a judged scenario's judge API key is not set here (when the "
+    "workers have it); without it that is an error, as every judged run would fail.",
+)
+
+
+icc_option = click.option(
+    "--icc",
+    type=click.FloatRange(0, 1),
+    default=PLANNING_ICC,
+    show_default=True,
+    help="Intra-scenario correlation the planning assumes (a report's "
+    "'implied intra-scenario correlation' measures it).",
+)
+
+
+def budget_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--budget",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="USD",
+        help=help_text,
+    )
+
+
+def correction_option(default: str | None, default_help: str = "") -> Callable[[F], F]:
+    return click.option(
+        "--correction",
+        type=click.Choice(CORRECTIONS),
+        default=default,
+        show_default=default is not None,
+        help=" ".join(
+            [
+                "Multiple-comparison correction of every test: holm (family-wise error rate),",
+                "bh (Benjamini-Hochberg, false discovery rate) or none.",
+                *([default_help] if default_help else []),
+            ]
+        ),
+    )
