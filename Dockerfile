@@ -30,10 +30,13 @@ RUN set -eux; \
 WORKDIR /opt/evalfleet
 # Dependencies first, in a layer of their own: a change to evalfleet's code
 # rebuilds in seconds instead of reinstalling Celery and the rest.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt ${AGENT_PIP_PACKAGES} \
     && rm /tmp/requirements.txt
+# The README after the dependencies (the package's metadata names it): editing it
+# does not reinstall them.
+COPY README.md ./
 COPY core core
 COPY worker worker
 COPY scheduler scheduler

@@ -355,8 +355,10 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
 
 
 @pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis", password=uuid.uuid4().hex)
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    # Not in the test's folder, where its matrix is: Redis's files there (an AOF rewrite's
+    # temporary one, there and gone) would be among the experiment's files a submit sends.
+    server = RedisServer(tmp_path_factory.mktemp("redis"), password=uuid.uuid4().hex)
     yield server
     server.stop()
 
@@ -403,12 +405,12 @@ def test_redis_restarted_mid_experiment_loses_nothing(
 
 
 def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_write_nothing(
-    fleet_env: dict[str, str], tmp_path: Path
+    fleet_env: dict[str, str], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A broker keeping nothing on disk restarted with runs in progress and queued: the
     runs in progress end without writing a key of the lost experiment back, and each
     command says it was lost in the restart, with the fix, instead of "no experiment"."""
-    server = RedisServer(tmp_path / "redis", uuid.uuid4().hex, persistent=False)
+    server = RedisServer(tmp_path_factory.mktemp("redis"), uuid.uuid4().hex, persistent=False)
     env = {**fleet_env, "EVALFLEET_BROKER_URL": server.url}
     log = tmp_path / "started.log"
     matrix = write_matrix(

@@ -231,10 +231,10 @@ exit 1
 
 @pytest.mark.integration
 def test_the_broker_password_reaches_no_agent_result_report_or_judge(
-    fleet_env: dict[str, str], tmp_path: Path
+    fleet_env: dict[str, str], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     password = f"brokerpw-{uuid.uuid4().hex}"
-    broker = RedisServer(tmp_path / "redis", password=password)
+    broker = RedisServer(tmp_path_factory.mktemp("redis"), password=password)
     env = {**fleet_env, "EVALFLEET_BROKER_URL": broker.url}
     found = tmp_path / "found.txt"
     gate_found = tmp_path / "gate-found.txt"

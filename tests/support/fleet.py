@@ -145,7 +145,8 @@ def cli_worker(env: dict[str, str], log: Path, *args: str, name: str = "fleet") 
 
 class RedisServer:
     """A redis-server of the test's own, with AOF (or, not `persistent`, nothing kept on
-    disk), that the test can kill and restart."""
+    disk), that the test can kill and restart. Its `folder` is best not the one of a
+    matrix: a submit sends the files there, which Redis changes as it runs."""
 
     def __init__(self, folder: Path, password: str, *, persistent: bool = True):
         self.binary = redis_server_binary()
