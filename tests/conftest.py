@@ -36,8 +36,9 @@ import redis
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
 from scheduler.embedded import worker_command
+from scheduler.standby import WORKER_MODULE
 from tests.support.bytecode import compile_project, rewrite_test_modules
-from tests.support.prestarted import Prestarted
+from tests.support.prestarted import Prestarted, RemoteProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -181,8 +182,18 @@ def store(redis_url: str) -> Store:
     return Store.from_url(redis_url, prefix=PREFIX)
 
 
+# The console script and the workers forked from a process that imported them once
+# (why, and what that changes: tests.support.prestarted); EVALFLEET_TEST_EXEC=1 starts
+# each anew.
+_PRESTARTED = Prestarted(SCHEDULER, Path(tempfile.gettempdir()) / f"evalfleet-{SESSION}.sock", ROOT)
+_EXEC = os.environ.get("EVALFLEET_TEST_EXEC") == "1"
+atexit.register(_PRESTARTED.close)
+
+
 class Worker:
-    """A real `celery worker` process on the test queue."""
+    """A real `celery worker` process on the test queue: forked from the prestarted
+    process, or (`anew`) started anew (for a test that reads its /proc environ: what
+    tests.support.prestarted says differs)."""
 
     def __init__(
         self,
@@ -191,22 +202,25 @@ class Worker:
         concurrency: int = 2,
         queues: str = QUEUE,
         name: str | None = None,
+        anew: bool = False,
     ):
         self.log = log
         name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
         command = worker_command(concurrency, queues.split(","), hostname=name)  # the CLI's own
-        # Exec'd, not forked from the prestarted process as commands are: tests read a
-        # worker's /proc/PID/environ (what an agent hunting for the broker's password
-        # finds), which is what a process was exec'd with.
+        self.proc: subprocess.Popen[bytes] | RemoteProcess
         with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                command,
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            if anew or _EXEC:
+                self.proc = subprocess.Popen(
+                    command,
+                    env=env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            else:
+                args = command[len(WORKER_MODULE) :]
+                self.proc = _PRESTARTED.start_worker(args, env=env, cwd=ROOT, log=out.fileno())
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
@@ -253,13 +267,6 @@ def start_cli(
     """The `scheduler` console script started in the background, output piped."""
     options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
     return subprocess.Popen([SCHEDULER, *args], env=env, cwd=cwd, text=True, **options)
-
-
-# The console script forked from a process that imported it once (why, and what that
-# changes: tests.support.prestarted); EVALFLEET_TEST_EXEC=1 starts each anew.
-_PRESTARTED = Prestarted(SCHEDULER, Path(tempfile.gettempdir()) / f"evalfleet-{SESSION}.sock", ROOT)
-_EXEC = os.environ.get("EVALFLEET_TEST_EXEC") == "1"
-atexit.register(_PRESTARTED.close)
 
 
 def scheduler_folder(folder: Path) -> Path:

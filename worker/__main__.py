@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import sys
+from typing import NoReturn
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,19 +70,22 @@ def main(argv: list[str] | None = None) -> int:
     return int(worker.exitcode or 0)
 
 
-def standby() -> list[str] | None:
-    """`python -m worker --standby` (scheduler.standby): the worker's code imported
-    first, then its arguments, environment and log file read from stdin, as one JSON
-    line. None when stdin ends first: the CLI did not need this worker."""
-    # The bulk of a worker's start: Celery's app, worker program and prefork pool,
-    # kombu, evalfleet's tasks and models. The app itself is built once the broker is
-    # known (worker.app).
+def preimport() -> None:
+    """The bulk of a worker's start, none of it reading the environment: Celery's app,
+    worker program and prefork pool, kombu, evalfleet's tasks and models. The app itself
+    is built once the broker is known (worker.app)."""
     import celery.apps.worker  # noqa: F401
     import kombu.transport.redis  # noqa: F401
 
     import worker.celery_app
     import worker.tasks  # noqa: F401
 
+
+def standby() -> list[str] | None:
+    """`python -m worker --standby` (scheduler.standby): the worker's code imported
+    first, then its arguments, environment and log file read from stdin, as one JSON
+    line. None when stdin ends first: the CLI did not need this worker."""
+    preimport()
     line = sys.stdin.readline()
     if not line:
         return None
@@ -95,17 +99,21 @@ def standby() -> list[str] | None:
     return list(order["argv"])
 
 
+def run(argv: list[str] | None) -> NoReturn:
+    """`main`, then the process ends with os._exit: it skips the interpreter's teardown
+    (as the scheduler's console script does); of what that would have run, only
+    logging's flush matters once the pool has stopped."""
+    code = main(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     argv: list[str] | None = sys.argv[1:]
     if argv == ["--standby"]:
         argv = standby()
         if argv is None:
             os._exit(0)
-    code = main(argv)
-    # os._exit skips the interpreter's teardown (as the scheduler's console script
-    # does); of what it would have run, only logging's flush matters once the pool
-    # has stopped.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    run(argv)

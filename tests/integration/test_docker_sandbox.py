@@ -152,7 +152,10 @@ scenarios:
         - {{type: command_succeeds, command: "test -d {host_only}", where: host}}
 """)
     volumes_before = _unlabelled_volumes()
-    start_worker(extra_env={"WORKER_CANARY": canary, "ALLOWED_VAR": "yes"}, concurrency=2)
+    # Exec'd: the canary must be in its /proc environ, for the box to hide.
+    start_worker(
+        extra_env={"WORKER_CANARY": canary, "ALLOWED_VAR": "yes"}, concurrency=2, anew=True
+    )
     exp_id, runs = _submit(matrix, fleet_env, store)
 
     boxed = runs["boxed"]

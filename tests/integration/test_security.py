@@ -172,7 +172,7 @@ scenarios:
       judge: {{rubric: rubric.yaml}}
 """)
         env = {**fleet_env, "AGENT_SECRET": agent_secret, "JUDGE_SECRET": judge_secret}
-        worker = Worker(env, tmp_path / "worker.log")
+        worker = Worker(env, tmp_path / "worker.log", anew=True)  # agents read its environ
         try:
             # Only the worker holds the judge's key: the submitter says so.
             submitted = run_cli(
@@ -265,7 +265,7 @@ scenarios:
       gates: [{{type: command_succeeds, command: {json.dumps(gate)}}}]
       judge: {{rubric: rubric.yaml}}
 """)
-            worker = Worker(env, tmp_path / "worker.log")
+            worker = Worker(env, tmp_path / "worker.log", anew=True)  # agents read its environ
             try:
                 submitted = run_cli("submit", str(matrix), "--wait", "--json", env=env)
                 assert submitted.returncode == 0, submitted.stderr

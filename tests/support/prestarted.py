@@ -1,21 +1,24 @@
-"""The `scheduler` console script as the tests run it hundreds of times: forked from a
-process that imported it once.
+"""The `scheduler` console script and the worker as the tests start them hundreds of
+times: forked from a process that imported them once.
 
 A cold command spends about half a second of CPU importing click, rich, redis-py,
-pydantic, Celery and the models before it begins; over the suite's ~550 commands
-that was half of all the CPU the suite used on a 2-core machine. The server here
-imports the CLI once. For each command it forks a process that takes the test's
-argument list, environment, working folder and standard streams (passed over a Unix
-socket) and runs what the console script runs, scheduler.console.run, which ends
-the process with os._exit: exit status, output and the processes a command starts
-(embedded Redis, workers) are the console script's.
+pydantic, Celery and the models before it begins, a worker about as much; over the
+suite's ~550 commands and ~100 workers of its own that was over half of all the CPU
+the suite used on a 2-core machine. The server here imports both once. For each
+command or worker it forks a process that takes the test's argument list,
+environment, working folder and standard streams (passed over a Unix socket) and
+runs what the console script runs (scheduler.console.run) or what `python -m worker`
+runs (worker.__main__.run); both end the process with os._exit. Exit status,
+output and the processes a command starts (embedded Redis, workers) are theirs.
 
-What differs from an exec'd console script: the modules are imported already, so
-what runs at import sees the server's environment, not the command's (the CLI reads
-the environment when it uses it); and /proc/PID/environ shows what the server was
-started with. What a command imports and how it takes Ctrl-C during its imports are
-tested on the real console script (`start_cli`), and so is every worker: tests read
-a worker's /proc environ. EVALFLEET_TEST_EXEC=1 starts every command anew instead.
+What differs from an exec'd process: the modules are imported already, so what runs
+at import sees the server's environment, not the command's (the CLI and the worker
+read the environment when they use it; the worker's standby relies on that too);
+and /proc/PID/environ shows what the server was started with. So a test that reads
+a worker's /proc environ (what an agent hunting for the broker's password finds)
+starts that worker exec'd (`Worker(..., anew=True)`); what a command imports and how
+it takes Ctrl-C during its imports are tested on the real console script
+(`start_cli`). EVALFLEET_TEST_EXEC=1 starts every one anew instead.
 
 Scripts that call `scheduler` by name (a CI pipeline's steps) find a shim on their
 PATH (Prestarted.shim) that hands the server its own streams and passes on its signals.
@@ -30,6 +33,7 @@ import importlib
 import json
 import locale
 import os
+import select
 import selectors
 import signal
 import socket
@@ -41,13 +45,16 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+import worker
+
 _HEADER = struct.Struct("!I")
 _FDS = 3  # stdin, stdout, stderr
 
 
 class Prestarted:
     """The client side, with a server started on first use: `run_cli` is
-    subprocess.run(text=True, capture_output=True) of the console script at `script`."""
+    subprocess.run(text=True, capture_output=True) of the console script at `script`,
+    `start_worker` a Popen of `python -m worker` in a session of its own."""
 
     def __init__(self, script: str, socket_path: Path, cwd: Path) -> None:
         self.script = script
@@ -62,11 +69,8 @@ class Prestarted:
         env = dict(os.environ) if env is None else env  # None: ours, as subprocess.run
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(str(self._started()))
-            request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}).encode()
-            # Our own stdin, as subprocess.run without `input` passes it on.
-            socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, out_w, err_w])
+        # Our own stdin, as subprocess.run without `input` passes it on.
+        with self._request("cli", argv, env, cwd, [0, out_w, err_w]) as conn:
             os.close(out_w)
             os.close(err_w)
             try:
@@ -76,6 +80,22 @@ class Prestarted:
                 raise
         stdout, stderr = (_as_text(output[fd]) for fd in (out_r, err_r))
         return subprocess.CompletedProcess(argv, status, stdout, stderr)
+
+    def start_worker(
+        self, args: list[str], *, env: dict[str, str], cwd: Path, log: int
+    ) -> RemoteProcess:
+        """`python -m worker ARGS` in a session of its own, its output to `log`."""
+        argv = [str(Path(worker.__file__).parent / "__main__.py"), *args]
+        return RemoteProcess(self._request("worker", argv, env, cwd, [0, log, log]), argv)
+
+    def _request(
+        self, kind: str, argv: list[str], env: dict[str, str], cwd: Path, fds: list[int]
+    ) -> socket.socket:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(str(self._started()))
+        request = json.dumps({"kind": kind, "argv": argv, "env": env, "cwd": str(cwd)})
+        socket.send_fds(conn, [_HEADER.pack(len(request.encode())) + request.encode()], fds)
+        return conn
 
     def shim(self, folder: Path) -> Path:
         """`folder`, holding a `scheduler` that runs here what it is given: for scripts
@@ -125,6 +145,62 @@ class Prestarted:
         return self.socket_path
 
 
+class RemoteProcess:
+    """A process the server forked, as subprocess.Popen shows one: pid, poll, wait and
+    signals. Only its parent (the server's handler) can wait for it: its exit status
+    comes over the connection."""
+
+    def __init__(self, conn: socket.socket, args: list[str]) -> None:
+        self.args = args
+        self.returncode: int | None = None
+        self._conn = conn
+        self._replies = b""
+        pid = self._line(timeout=30)
+        if pid is None:
+            raise RuntimeError(f"the prestarted server did not start {args}")
+        self.pid = int(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None and (status := self._line(timeout=0)) is not None:
+            self._ended(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            status = self._line(timeout=timeout)
+            if status is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self._ended(status)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _ended(self, status: str) -> None:
+        self.returncode = int(status)
+        self._conn.close()
+
+    def _line(self, timeout: float | None) -> str | None:
+        """The next line the handler sends; None if none came within `timeout`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._replies:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._conn], [], [], remaining)
+            if not readable:
+                return None
+            data = self._conn.recv(4096)
+            if not data:
+                raise RuntimeError(f"the prestarted server's handler of {self.args} left")
+            self._replies += data
+        line, self._replies = self._replies.split(b"\n", 1)
+        return line.decode()
+
+
 def _collect(
     conn: socket.socket, out_r: int, err_r: int, deadline: float
 ) -> tuple[dict[int, bytes], int]:
@@ -171,7 +247,9 @@ def _as_text(data: bytes) -> str:
 def relay(socket_path: str, argv: list[str]) -> NoReturn:
     """The shim's process (Prestarted.shim): hands its own streams to the server, passes
     on the signals it gets, and ends as the command ended."""
-    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    request = json.dumps(
+        {"kind": "cli", "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    ).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(socket_path)
         socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, 1, 2])
@@ -214,7 +292,7 @@ def serve(socket_path: str) -> None:
 
 
 def _import_ours() -> None:
-    """What every command imports at its start, so no command pays for it again.
+    """What every command and worker imports at its start, so none pays for it again.
 
     Not worker.app: it reads the broker from the environment as it is imported."""
     from scheduler.cli import COMMANDS
@@ -223,6 +301,7 @@ def _import_ours() -> None:
         importlib.import_module(f"scheduler.cli.{target.split(':')[0]}")
     importlib.import_module("scheduler.console")
     importlib.import_module("scheduler.standby")
+    importlib.import_module("worker.__main__").preimport()
     # The console script's own folder leads sys.path, not the one this ran from.
     sys.path[0] = str(Path(sys.executable).parent)
 
@@ -254,9 +333,13 @@ def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 def _become_command(request: dict[str, Any], fds: list[int]) -> None:
-    """The console script's process from here: its streams, folder, environment, argv."""
+    """The console script's or the worker's process from here: its streams, folder,
+    environment and argv."""
+    if request["kind"] == "worker":
+        os.setsid()  # as the tests start workers: a group of their own to stop
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
+    for fd in set(fds):
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -266,14 +349,16 @@ def _become_command(request: dict[str, Any], fds: list[int]) -> None:
     # after it (`scheduler`), not after `python -m` this module.
     main = sys.modules["__main__"]
     main.__package__, main.__spec__ = None, None
-    from scheduler.console import run
-
     try:
-        run()  # ends the process with os._exit
+        if request["kind"] == "worker":
+            del sys.path[0]  # `python -P -m worker`: no script folder first
+            importlib.import_module("worker.__main__").run(sys.argv[1:])
+        else:
+            importlib.import_module("scheduler.console").run()
     except BaseException:  # as the interpreter ends on an uncaught exception
         traceback.print_exc()
         sys.stderr.flush()
-    os._exit(1)
+    os._exit(1)  # both end the process themselves
 
 
 if __name__ == "__main__":
