@@ -24,12 +24,12 @@ import pytest
 import statsmodels.api as sm
 from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
-from statsmodels.stats.multitest import multipletests
 
 from core.store import Store
 from tests.conftest import StartWorker, Worker, run_cli
 from tests.support.clusters import implied_icc, sato_risk_difference
 from tests.support.fleet import wait_until
+from tests.support.oracles import multipletests
 from tests.support.terminal import planning_lines
 
 pytestmark = pytest.mark.integration

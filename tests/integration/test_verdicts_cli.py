@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
-from statsmodels.stats.multitest import multipletests
 
 from core.store import Store
 from tests.conftest import PREFIX, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
+from tests.support.oracles import multipletests
 
 pytestmark = pytest.mark.integration
 

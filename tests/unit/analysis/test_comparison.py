@@ -7,7 +7,6 @@ import math
 import random
 
 import pytest
-from statsmodels.stats.multitest import multipletests
 
 from core.analysis.aggregate import aggregate
 from core.analysis.columns import Group
@@ -16,6 +15,7 @@ from core.matrix import Scoring
 from core.results.report import Comparison, ExperimentInfo, ExperimentReport, Verdict
 from core.results.run import RunResult
 from tests.support.experiments import make_run
+from tests.support.oracles import multipletests
 
 TIERS = ("T0", "T1", "T2", "T3")
 SCENARIOS = ("s1", "s2", "s3")

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
-from statsmodels.stats.multitest import multipletests
 
 from core.analysis.aggregate import aggregate
 from core.analysis.comparison import compare_experiments, correct_report
@@ -22,6 +21,7 @@ from core.results.run import RunResult, RunStatus
 from scheduler.report.render import render
 from scheduler.report.scenarios import questions_table
 from tests.support.experiments import make_run
+from tests.support.oracles import multipletests
 
 RUNS = 20
 

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep
 
 from core.metrics.formulas import pass_at_k, pass_hat_k
@@ -29,6 +28,7 @@ from core.stats.significance import (
     risk_difference_interval,
     wilson_interval,
 )
+from tests.support.oracles import multipletests
 
 counts = st.integers(min_value=0, max_value=60)
 # Composite-like scores: a few repeated grid values (ties) and arbitrary ones.
@@ -169,8 +169,6 @@ def test_adjusted_p_values_match_statsmodels(
     assert [p < 0.05 for p in adjusted] == list(expected[0])
 
 
-# 50 examples, not 100: statsmodels' Holm takes ~50 ms a call, the whole of this test.
-@settings(max_examples=50)
 @given(st.lists(st.one_of(st.sampled_from([0.0, 0.01, 0.05, 1.0]), st.floats(0, 1)), max_size=30))
 def test_adjusted_p_values_match_statsmodels_on_any_vector(pvalues: list[float]) -> None:
     assert adjust_p(pvalues, "none") == pvalues
