@@ -32,6 +32,7 @@ from core.evaluation.rejudge import RejudgePlan
 from core.evidence.text import visible
 from core.results.report import ExperimentReport, ExperimentStatus
 from core.store import Store
+from scheduler.interrupt import raise_if_lost
 from worker.recovery import BROKER_DOWN, recover
 
 _POLL_S = 0.25
@@ -122,6 +123,7 @@ class _StatusWait:
             self.changes = self.store.experiments.status_changes(self.exp_id)
 
     def wait(self) -> None:
+        raise_if_lost()
         if self.changes is not None:
             try:
                 self.changes.get_message(timeout=_POLL_S)
@@ -224,4 +226,5 @@ def follow_version(
             progress.update(task, completed=done)
             if done >= total:
                 finish_version(store, exp_id, plan)
+            raise_if_lost()
             time.sleep(_POLL_S)

@@ -6,21 +6,47 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 # The interrupts this process received (catch): once one came, whatever ends the
 # command came of it.
 _received: list[int] = []
+# Interrupts raised where Python drops exceptions, so that they ended nothing: in a
+# weakref callback or a __del__ that an import or the garbage collector ran.
+_lost: list[int] = []
+_unraisable: Callable[[Any], object] = sys.unraisablehook  # what reports the others
 
 
 def catch(*signums: int) -> None:
     """Each of `signums` raises KeyboardInterrupt, as Ctrl-C does, and is remembered:
     code that catches the KeyboardInterrupt and raises something else in its place
     still ends as an interrupt (pydantic's schema builder, in Rust, turns it into a
-    SchemaError whose text alone names it)."""
+    SchemaError whose text alone names it). One that Python dropped is kept, without
+    the traceback it would print, for `raise_if_lost`."""
     for signum in signums:
         signal.signal(signum, _raise)
+    global _unraisable
+    if sys.unraisablehook is not _dropped:
+        _unraisable, sys.unraisablehook = sys.unraisablehook, _dropped
+
+
+def raise_if_lost() -> None:
+    """Raises the interrupt Python dropped, if one was: called where a command goes on
+    with its work (before it starts or sends anything, and as it waits), so that a
+    Ctrl-C landing in an import's clean-up still ends the command."""
+    if _lost:
+        _lost.clear()
+        raise KeyboardInterrupt
+
+
+def _dropped(unraisable: Any) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _lost.append(1)
+        return
+    _unraisable(unraisable)
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:

@@ -15,7 +15,7 @@ import sys
 import click
 
 from scheduler.cli.context import Commands
-from scheduler.interrupt import catch, interrupted
+from scheduler.interrupt import catch, interrupted, raise_if_lost
 
 # Each command's module is imported only when that command runs (or `--help` lists
 # them all): `scheduler status` need not import Celery, the preflight or the model
@@ -71,6 +71,7 @@ def run() -> int:
         # Not standalone: click would end an interrupt outside a command (parsing its
         # options) as "Aborted!", exit 1.
         code = main.main(standalone_mode=False) or 0
+        raise_if_lost()  # the command ended, but so had the user asked
     except click.ClickException as exc:
         exc.show()
         code = exc.exit_code

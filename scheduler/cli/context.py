@@ -26,7 +26,7 @@ from core.evidence.text import visible
 from core.matrix import ConfigProblem, did_you_mean
 from core.results.report import ExperimentReport
 from scheduler.fleet import Fleet
-from scheduler.interrupt import interrupted
+from scheduler.interrupt import interrupted, raise_if_lost
 from scheduler.report.sections import banner
 
 err = Console(stderr=True, highlight=False)
@@ -56,6 +56,7 @@ class CLIContext:
         """The Fleet on --broker (else the embedded Redis; `create`: even where none
         was ever started)."""
         if self._fleet is None:
+            raise_if_lost()  # before anything is started or sent
             fleet = Fleet(self.broker, create=create, console=err)
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet

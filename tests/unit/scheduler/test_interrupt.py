@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -104,3 +105,37 @@ print(signal.getsignal(signal.SIGINT).__name__)
 """
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert ran.stdout.splitlines() == ["finished interrupted", "_raise"]
+
+
+def test_an_interrupt_python_dropped_is_raised_where_the_command_goes_on() -> None:
+    """A Ctrl-C landing in a __del__ (or an import lock's weakref callback, where the
+    Ctrl-C-at-any-moment test found one) is dropped by Python, with a traceback on
+    stderr, and the command went on: it is kept, quietly, and raised at the next
+    `raise_if_lost`; other unraisable errors are reported as before."""
+    script = """
+import gc, os, signal
+from scheduler.interrupt import catch, raise_if_lost
+catch(signal.SIGINT)
+
+class Interrupted:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+
+class Failing:
+    def __del__(self):
+        raise ValueError("reported")
+
+Interrupted()
+gc.collect()
+print("went on")
+raise_if_lost()
+"""
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert ran.stdout.splitlines() == ["went on"]
+    # Python ends on an uncaught KeyboardInterrupt as killed by SIGINT.
+    assert ran.returncode == -signal.SIGINT and ran.stderr.rstrip().endswith("KeyboardInterrupt")
+    assert "Exception ignored" not in ran.stderr
+    again = script.replace("raise_if_lost()\n", "Failing(); gc.collect(); raise_if_lost()\n")
+    ran = subprocess.run([sys.executable, "-c", again], capture_output=True, text=True)
+    assert "Exception ignored" in ran.stderr and "ValueError: reported" in ran.stderr
+    assert ran.returncode == -signal.SIGINT
