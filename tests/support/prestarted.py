@@ -70,7 +70,7 @@ class Prestarted:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         # Our own stdin, as subprocess.run without `input` passes it on.
-        with self._request("cli", argv, env, cwd, [0, out_w, err_w]) as conn:
+        with _request(str(self._started()), "cli", argv, env, str(cwd), [0, out_w, err_w]) as conn:
             os.close(out_w)
             os.close(err_w)
             try:
@@ -86,16 +86,8 @@ class Prestarted:
     ) -> RemoteProcess:
         """`python -m worker ARGS` in a session of its own, its output to `log`."""
         argv = [str(Path(worker.__file__).parent / "__main__.py"), *args]
-        return RemoteProcess(self._request("worker", argv, env, cwd, [0, log, log]), argv)
-
-    def _request(
-        self, kind: str, argv: list[str], env: dict[str, str], cwd: Path, fds: list[int]
-    ) -> socket.socket:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(str(self._started()))
-        request = json.dumps({"kind": kind, "argv": argv, "env": env, "cwd": str(cwd)})
-        socket.send_fds(conn, [_HEADER.pack(len(request.encode())) + request.encode()], fds)
-        return conn
+        conn = _request(str(self._started()), "worker", argv, env, str(cwd), [0, log, log])
+        return RemoteProcess(conn, argv)
 
     def shim(self, folder: Path) -> Path:
         """`folder`, holding a `scheduler` that runs here what it is given: for scripts
@@ -244,15 +236,22 @@ def _as_text(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _request(
+    socket_path: str, kind: str, argv: list[str], env: dict[str, str], cwd: str, fds: list[int]
+) -> socket.socket:
+    """A connection to the server, the command or worker asked for on it, `fds` its
+    stdin, stdout and stderr."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(socket_path)
+    request = json.dumps({"kind": kind, "argv": argv, "env": env, "cwd": cwd}).encode()
+    socket.send_fds(conn, [_HEADER.pack(len(request)) + request], fds)
+    return conn
+
+
 def relay(socket_path: str, argv: list[str]) -> NoReturn:
     """The shim's process (Prestarted.shim): hands its own streams to the server, passes
     on the signals it gets, and ends as the command ended."""
-    request = json.dumps(
-        {"kind": "cli", "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
-    ).encode()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.connect(socket_path)
-        socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, 1, 2])
+    with _request(socket_path, "cli", argv, dict(os.environ), os.getcwd(), [0, 1, 2]) as conn:
         replies = conn.makefile("rb")
         pid = int(replies.readline())
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
