@@ -1,5 +1,5 @@
 """The options several commands share, defined once: each keeps its value on the
-command's CLIContext (the `_keep` callback) or is passed to the command as usual."""
+command's CLIContext (`_kept`) or is passed to the command as usual."""
 
 from __future__ import annotations
 
@@ -17,66 +17,58 @@ from scheduler.report.render import FORMATS, NONFINITE
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _keep(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
-    """An option's callback that keeps its value on the CLIContext."""
+def _kept(
+    name: str, *decls: str, check: Callable[[Any], object] | None = None, **options: Any
+) -> Callable[[F], F]:
+    """A click option whose value the command finds on its CLIContext as `name`, not as
+    a parameter; `check` sees the value first (and raises to stop the command before
+    it starts)."""
 
     def keep(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-        if name == "broker":
-            configured_broker(value)  # a malformed URL stops the command before it starts
+        if check is not None:
+            check(value)
         setattr(ctx.ensure_object(CLIContext), name, value)
 
-    return keep
+    return click.option(*decls, expose_value=False, callback=keep, **options)
 
 
-broker_option = click.option(
+broker_option = _kept(
+    "broker",
     "--broker",
+    check=configured_broker,  # a malformed URL stops the command before it starts
     envvar="EVALFLEET_BROKER_URL",
     default=None,
     metavar="URL",
-    expose_value=False,
-    callback=_keep("broker"),
     help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
     "else the embedded Redis under ./.evalfleet (`scheduler worker` joins it only while "
     "it runs).",
 )
-workers_option = click.option(
+workers_option = _kept(
+    "workers",
     "--workers",
     type=click.IntRange(1, 512),
     default=None,
-    expose_value=False,
-    callback=_keep("workers"),
     help="Embedded mode: local worker processes (default: the CPU count).",
 )
-nonfinite_option = click.option(
-    "--json-nonfinite",
+nonfinite_option = _kept(
     "nonfinite",
+    "--json-nonfinite",
     type=click.Choice(NONFINITE),
     default="string",
     show_default=True,
-    expose_value=False,
-    callback=_keep("nonfinite"),
     help='JSON: write Infinity and NaN as the strings "Infinity"/"NaN", or as null '
     "(for jq, pandas and other readers of strict JSON numbers).",
 )
 
 
 def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
-    fmt = click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(choices),
-        default="table",
-        show_default=True,
-        expose_value=False,
-        callback=_keep("fmt"),
-    )
+    fmt = _kept("fmt", "--format", type=click.Choice(choices), default="table", show_default=True)
     if choices != FORMATS:  # a comparison: one table, nothing to shorten
         return fmt
-    full = click.option(
+    full = _kept(
+        "full",
         "--full",
         is_flag=True,
-        expose_value=False,
-        callback=_keep("full"),
         help="The table format with every section (default: one screen: each tier's "
         "verdict, the most common failure reasons, where the rest is).",
     )
@@ -84,9 +76,7 @@ def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
 
 
 def wait_option(help_text: str) -> Callable[[F], F]:
-    return click.option(
-        "--wait", is_flag=True, expose_value=False, callback=_keep("wait"), help=help_text
-    )
+    return _kept("wait", "--wait", is_flag=True, help=help_text)
 
 
 allow_missing_judge_key_option = click.option(
