@@ -35,7 +35,7 @@ import redis
 
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
-from scheduler.embedded import worker_command
+from scheduler.embedded import worker_args
 from scheduler.standby import WORKER_MODULE
 from tests.support.bytecode import compile_project, rewrite_test_modules
 from tests.support.prestarted import Prestarted, RemoteProcess
@@ -206,12 +206,12 @@ class Worker:
     ):
         self.log = log
         name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
-        command = worker_command(concurrency, queues.split(","), hostname=name)  # the CLI's own
+        args = worker_args(concurrency, queues.split(","), hostname=name)  # the CLI's own
         self.proc: subprocess.Popen[bytes] | RemoteProcess
         with log.open("ab") as out:
             if anew or _EXEC:
                 self.proc = subprocess.Popen(
-                    command,
+                    [*WORKER_MODULE, *args],
                     env=env,
                     cwd=ROOT,
                     stdout=out,
@@ -219,7 +219,6 @@ class Worker:
                     start_new_session=True,
                 )
             else:
-                args = command[len(WORKER_MODULE) :]
                 self.proc = _PRESTARTED.start_worker(args, env=env, cwd=ROOT, log=out.fileno())
         self._wait_ready()
 
