@@ -11,13 +11,17 @@ the submitter's paths.
 from __future__ import annotations
 
 import functools
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from core.files.bundle import materialise
+from core.files.bundle import MATRIX, Fetch, Manifest, damaged, materialise, restore
 from core.matrix import Matrix
 from core.store import Store
 from worker.workspace import work_root
+
+log = logging.getLogger(__name__)
 
 
 def cache_root() -> Path:
@@ -28,22 +32,66 @@ def cache_root() -> Path:
     return root.with_name(f"{root.name}-files")
 
 
-def local_matrix(store: Store, exp_id: str) -> Matrix:
-    """The experiment's matrix as runs on this machine use it: read and validated once
-    per process, its files fetched once per machine (again if the cache was cleaned)."""
-    matrix, folder = _prepared(store, exp_id)
-    if folder is not None and not folder.is_dir():
+@dataclass(frozen=True)
+class LocalFiles:
+    """An experiment's matrix on this machine, and the folder of its files (None for
+    an experiment submitted before files travelled)."""
+
+    matrix: Matrix
+    manifest: Manifest | None
+    folder: Path | None
+    fetch: Fetch
+
+    def damaged(self) -> str | None:
+        """The first of the experiment's files that is no longer as shipped, as the
+        matrix folder names it (`check.sh`), else None."""
+        if self.manifest is None or self.folder is None:
+            return None
+        problem = damaged(self.manifest, self.folder)
+        if problem is None:
+            return None
+        return problem.removeprefix(f"{MATRIX}/")
+
+    def hidden_paths(self) -> list[Path]:
+        """The folder's paths no agent may read (core.files.bundle, `hidden`)."""
+        if self.manifest is None or self.folder is None:
+            return []
+        return [self.folder / name for name in self.manifest.hidden]
+
+    def restore(self) -> None:
+        if self.manifest is not None:
+            restore(self.manifest, self.fetch, cache_root())
+
+
+def local_files(store: Store, exp_id: str) -> LocalFiles:
+    """The experiment's files as runs on this machine use them: the matrix read and
+    validated once per process, its files fetched once per machine (again if the
+    cache was cleaned) and checked against their hashes each time a run is to use
+    them: a folder a run outside any sandbox changed is rebuilt before it serves
+    another run or experiment."""
+    files = _prepared(store, exp_id)
+    if files.folder is not None and not files.folder.is_dir():
         _prepared.cache_clear()
-        matrix, folder = _prepared(store, exp_id)
-    return matrix
+        files = _prepared(store, exp_id)
+    if (problem := files.damaged()) is not None:
+        log.warning("the files of %s were changed on this worker (%s): restored", exp_id, problem)
+        files.restore()
+    return files
+
+
+def local_matrix(store: Store, exp_id: str) -> Matrix:
+    return local_files(store, exp_id).matrix
 
 
 @functools.lru_cache(maxsize=32)
-def _prepared(store: Store, exp_id: str) -> tuple[Matrix, Path | None]:
+def _prepared(store: Store, exp_id: str) -> LocalFiles:
     manifest = store.bundles.manifest(exp_id)
+
+    def fetch(digests: list[str]) -> dict[str, bytes]:
+        return store.bundles.files(exp_id, digests)
+
     if manifest is None:
-        return store.experiments.matrix(exp_id), None
-    folder = materialise(
-        manifest, lambda digests: store.bundles.files(exp_id, digests), cache_root()
-    )
-    return store.experiments.matrix(exp_id, relocate=manifest.relocation(folder)), folder
+        return LocalFiles(store.experiments.matrix(exp_id), None, None, fetch)
+    folder = materialise(manifest, fetch, cache_root())
+    matrix = store.experiments.matrix(exp_id, relocate=manifest.relocation(folder))
+    return LocalFiles(matrix, manifest, folder, fetch)

@@ -36,6 +36,7 @@ from kombu.exceptions import OperationalError
 
 from core.errors import BundleError, RetryLater, RunInProgress, SetupError, WorkspaceTooLarge
 from core.evaluation.evaluate import evaluate_run
+from core.evaluation.gates import Enclosure
 from core.evaluation.shell import kill_groups_by_env, pid_mark
 from core.evidence.models import RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
@@ -52,13 +53,22 @@ from core.store import Store
 from core.store.attempts import Delivery
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
+from worker.confinement import Confinement, confined, end_agent
 from worker.docker_sandbox import Container, agent_container
 from worker.environ import inherited
-from worker.files import local_matrix
+from worker.files import LocalFiles, local_files
 from worker.heartbeat import Lease, holder_died_here
 from worker.phase_clock import PhaseClock
 from worker.run_records import end_delivery, keep_evidence
-from worker.workspace import MARKER, RunDir, clear_dead_deliveries, own_home, prepare, run_setup
+from worker.workspace import (
+    MARKER,
+    RunDir,
+    clear_dead_deliveries,
+    own_home,
+    prepare,
+    run_setup,
+    with_tests,
+)
 
 Phase = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -245,7 +255,7 @@ def _attempt(
         return gave_up, None
     try:
         # Its paths lead to this machine's copy of the experiment's files.
-        local = _patiently(lambda: local_matrix(store, spec.experiment_id))
+        local = _patiently(lambda: local_files(store, spec.experiment_id))
     except (BundleError, OSError) as exc:
         return error_result(spec, f"the experiment's files: {exc}", attempts, started), None
     if matrix.budget is not None:
@@ -259,12 +269,13 @@ def _attempt(
 
 def _run(
     spec: RunSpec,
-    matrix: Matrix,
+    files: LocalFiles,
     on_phase: Phase,
     started: float,
     secrets: list[str],
     store: Store,
 ) -> Attempted:
+    matrix = files.matrix
     tier = matrix.tier(spec.tier)
     scenario = matrix.scenario(spec.scenario)
     prompt = scenario.prompt_text()
@@ -274,21 +285,32 @@ def _run(
         run_dir = prepare(spec.run_id, tier, scenario, prompt)
     except SetupError as exc:
         return error_result(spec, str(exc), 1, started), None
-    # `sandbox: docker`: the run's container lives through the agent and the gates.
-    containers = contextlib.ExitStack()
+    # The run's user and (`sandbox: docker`) its container live through the agent
+    # and the gates.
+    held = contextlib.ExitStack()
     try:
         env = agent_env(spec, matrix, run_dir, prompt)
+        agent = matrix.agent_for(tier)
         try:
-            run_setup(run_dir, scenario, env)
+            confinement = held.enter_context(
+                confined(agent, run_dir, files.folder, files.hidden_paths())
+            )
+            run_setup(run_dir, scenario, env, confinement.user)
             # What the agent changed (the judge's summary, the evidence's patch) is
             # measured from here.
             prepared = snapshot(run_dir.workspace)
-            agent = matrix.agent_for(tier)
-            container = containers.enter_context(agent_container(agent, spec.run_id, run_dir, env))
+            container = held.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
-            outcome = run_agent(matrix, spec, run_dir, prompt, env, container)
-        except SetupError as exc:  # setup commands, or the agent's sandbox
+            outcome = run_agent(matrix, spec, run_dir, prompt, env, container, confinement)
+            end_agent(confinement.user)
+            gate_env = with_tests(run_dir, scenario, env, confinement.user)
+        except SetupError as exc:  # setup commands, the agent's sandbox, its tests
             return error_result(spec, str(exc), 1, started), None
+        # Before the gates read them: the experiment's files as shipped, else the run
+        # changed them (the folder is restored for the gates and for every other run).
+        tampered = files.damaged()
+        if tampered is not None:
+            files.restore()
         outcome = outcome.model_copy(
             update={
                 "stdout": redact(outcome.stdout, secrets),
@@ -303,16 +325,22 @@ def _run(
             outcome,
             events_text=run_dir.events_text(),
             session_text=run_dir.session_text(agent.preset_spec),
-            env=env,
+            env=gate_env,
             on_phase=on_phase,
             secrets=secrets,
             prepared=prepared,
-            enclosure=container.enclosure() if container is not None else None,
+            enclosure=_enclosure(container, confinement, gate_env),
             judgments=store.judgments,
             on_gated=gated.extend,
         )
         result, evidence = evaluated.result, evaluated.evidence
+        # What the gates ran (the agent's own code among it) may have changed them too.
+        tampered = tampered or files.damaged()
+        if tampered is not None:
+            files.restore()
+            result = result.tampered_with(tampered)
         result.worker = socket.gethostname()
+        result.isolation = confinement.isolation
         if matrix.workspace_archive is not None and result.gates_total:
             unarchived = _archive(
                 store, matrix.workspace_archive, spec, run_dir, result, gated, secrets
@@ -321,7 +349,7 @@ def _run(
                 evidence = evidence.model_copy(update={"cuts": [*evidence.cuts, unarchived]})
         return result, evidence
     finally:
-        containers.close()
+        held.close()
         # Nothing the delivery started outlives it: not even a process that left
         # the agent's process group (setsid), as long as it kept its environment.
         kill_groups_by_env(MARKER, run_dir.marker, since=before)
@@ -355,6 +383,17 @@ def _archive(
     return None
 
 
+def _enclosure(
+    container: Container | None, confinement: Confinement, env: dict[str, str]
+) -> Enclosure | None:
+    """Where the run's command gates run: in its container, or as its own user."""
+    if container is not None:
+        return container.enclosure()
+    if confinement.user is not None:
+        return Enclosure((), env, confinement.user)
+    return None
+
+
 def run_agent(
     matrix: Matrix,
     spec: RunSpec,
@@ -362,6 +401,7 @@ def run_agent(
     prompt: str,
     env: dict[str, str],
     container: Container | None,
+    confinement: Confinement | None = None,
 ) -> AgentOutcome:
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
@@ -369,10 +409,11 @@ def run_agent(
     price = price_for(agent.model, matrix.pricing)
     if agent.kind == "openai":
         api_key = os.environ.get(agent.api_key_env) if agent.api_key_env else None
+        user = confinement.user if confinement is not None else None
         return run_openai_agent(
-            agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key, limits, price
+            agent, prompt, run_dir.workspace, run_dir.events_file, env, api_key, limits, price, user
         )
-    return run_command_agent(agent, run_dir, env, container, limits, price)
+    return run_command_agent(agent, run_dir, env, container, limits, price, confinement)
 
 
 def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> dict[str, str]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import SetupError
-from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
+from core.evaluation.shell import RunAs, Watch, kill_groups_by_env, run_shell
 from core.matrix import AgentPreset, Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
@@ -72,6 +72,11 @@ class RunDir:
     @property
     def events_file(self) -> Path:
         return self.root / "events.jsonl"
+
+    @property
+    def tests(self) -> Path:
+        """A scenario's hidden tests, copied in once the agent has ended (with_tests)."""
+        return self.root / "tests"
 
     @property
     def home(self) -> Path:
@@ -272,9 +277,13 @@ def disk_usage(root: Path, stop_above: int) -> int:
     return total
 
 
-def run_setup(run_dir: RunDir, scenario: Scenario, env: Mapping[str, str]) -> None:
+def run_setup(
+    run_dir: RunDir, scenario: Scenario, env: Mapping[str, str], user: RunAs | None = None
+) -> None:
     for command in scenario.setup:
-        result = run_shell(command, run_dir.workspace, timeout_s=scenario.setup_timeout_s, env=env)
+        result = run_shell(
+            command, run_dir.workspace, timeout_s=scenario.setup_timeout_s, env=env, user=user
+        )
         if not result.ok:
             why = (
                 f"timed out after {scenario.setup_timeout_s:g} s"
@@ -282,3 +291,27 @@ def run_setup(run_dir: RunDir, scenario: Scenario, env: Mapping[str, str]) -> No
                 else result.error or f"exit code {result.exit_code}: {result.stderr.strip()[-500:]}"
             )
             raise SetupError(f"setup command {command!r} failed: {why}")
+
+
+def with_tests(
+    run_dir: RunDir, scenario: Scenario, env: Mapping[str, str], user: RunAs | None
+) -> dict[str, str]:
+    """The gates' environment: the agent's, and where the scenario's hidden tests are
+    ($EVALFLEET_TESTS), copied in now that the agent has ended (and, confined,
+    nothing of its user is left running to read them). Raises SetupError."""
+    if scenario.tests is None:
+        return dict(env)
+    try:
+        shutil.copytree(scenario.tests, run_dir.tests, symlinks=True)
+        for folder, dirs, files in os.walk(run_dir.tests):
+            for name in (*dirs, *files):
+                path = os.path.join(folder, name)
+                if not os.path.islink(path):  # hidden in the cache: made plain here
+                    os.chmod(path, os.stat(path).st_mode | 0o644)
+                if user is not None:
+                    os.chown(path, user.uid, user.gid, follow_symlinks=False)
+        if user is not None:
+            os.chown(run_dir.tests, user.uid, user.gid)
+    except OSError as exc:
+        raise SetupError(f"copying the scenario's tests into the run failed: {exc}") from exc
+    return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}

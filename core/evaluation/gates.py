@@ -28,7 +28,7 @@ from typing import Any
 
 from jsonpath_ng.ext import parse as parse_jsonpath
 
-from core.evaluation.shell import ShellResult, run_shell
+from core.evaluation.shell import RunAs, ShellResult, run_shell
 from core.evidence.models import Excerpt, GateEvidence
 from core.matrix import (
     CommandJsonPath,
@@ -52,11 +52,15 @@ MAX_LISTED_FAILURES = 5
 
 @dataclass(frozen=True)
 class Enclosure:
-    """Where command gates run instead of on this machine: the argv that goes before
-    `bash -c COMMAND` and the environment of that argv's process."""
+    """Where command gates run instead of as this process: the argv that goes before
+    `bash -c COMMAND` (the agent's container; gates that say `where: host` run
+    without it) and the environment of that argv's process; `user`, the run's own
+    user (worker.confinement), whichever: the gates run what the agent left in its
+    workspace, which must not run with the worker's rights."""
 
     argv_prefix: Sequence[str]
     env: Mapping[str, str]
+    user: RunAs | None = None
 
 
 @dataclass(frozen=True)
@@ -155,10 +159,9 @@ def _evaluate(
     if isinstance(gate, FileExists | FileContains | FileMatches):
         return _file_gate(gate, workspace)
 
-    if enclosure is not None and gate.where == "container":
+    prefix: Sequence[str] = ()
+    if enclosure is not None and gate.where == "container" and enclosure.argv_prefix:
         env, prefix = enclosure.env, enclosure.argv_prefix
-    else:
-        prefix = ()
     out = run_shell(
         gate.command,
         workspace,
@@ -166,6 +169,7 @@ def _evaluate(
         env=env,
         max_output_bytes=MAX_OUTPUT_BYTES,
         argv_prefix=prefix,
+        user=enclosure.user if enclosure is not None else None,
     )
     return replace(_command_verdict(gate, out), out=out)
 

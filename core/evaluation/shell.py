@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MAX_BYTES = 1_000_000
 WATCH_INTERVAL_S = 0.5
@@ -31,6 +32,16 @@ _EXIT_POLL_S = 0.05
 Watch = Callable[[], str | None]
 # Given each chunk of stdout as it is read: likewise a reason to stop, or None.
 StdoutWatch = Callable[[bytes], str | None]
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The unprivileged user a run's commands run as (worker.confinement): its own, so
+    nothing the worker owns is its to write and no other process's environment is its
+    to read."""
+
+    uid: int
+    gid: int
 
 
 @dataclass(frozen=True)
@@ -115,11 +126,16 @@ def run_shell(
     argv_prefix: Sequence[str] = (),
     watch: Watch | None = None,
     on_stdout: StdoutWatch | None = None,
+    user: RunAs | None = None,
 ) -> ShellResult:
     """Run `command` with bash in `cwd`; never raises for the command's own failures.
 
-    `argv_prefix` goes before `bash -c COMMAND` (a sandbox such as bwrap).
+    `argv_prefix` goes before `bash -c COMMAND` (a sandbox such as bwrap); `user`: the
+    user it runs as (default: this process's).
     """
+    as_user: dict[str, Any] = {}
+    if user is not None:
+        as_user = {"user": user.uid, "group": user.gid, "extra_groups": []}
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -130,6 +146,7 @@ def run_shell(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            **as_user,
         )
     except OSError as exc:
         return ShellResult(None, "", "", False, time.monotonic() - start, error=str(exc))
@@ -284,3 +301,39 @@ def kill_group(pgid: int) -> None:
     """SIGKILL a whole process group; quietly done if it is already gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def kill_user_processes(uid: int) -> int:
+    """SIGKILL every process whose real or effective user is `uid`, until none is left
+    (one may fork while the others are killed). For a user of a run's own
+    (worker.confinement): whatever its agent left behind, daemonised, renamed or with
+    its environment cleared, ends with it. Returns how many were killed."""
+    killed = 0
+    for _ in range(_USER_SWEEPS):
+        found = [pid for pid in _pids() if uid in _uids(pid)]
+        if not found:
+            return killed
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+    return killed
+
+
+_USER_SWEEPS = 50
+
+
+def _pids() -> list[int]:
+    with os.scandir("/proc") as procs:
+        return [int(p.name) for p in procs if p.name.isdigit()]
+
+
+def _uids(pid: int) -> tuple[int, ...]:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Uid:"):
+                    return tuple(int(field) for field in line.split()[1:3])
+    except (OSError, ValueError):  # exited meanwhile
+        pass
+    return ()

@@ -14,10 +14,18 @@ several worker processes of one machine may race and every one of them sees a
 complete folder or none. The stored matrix keeps the submitter's absolute
 paths; `Manifest.relocation` maps each to its copy in the materialised folder
 (core.matrix applies it to every input path while the matrix is read).
+
+The folder is also what an agent could try to rewrite to move its own number
+(worker.confinement): its files are made read-only to everyone but the worker,
+the ones evaluation alone reads (`hidden`: a scenario's tests, rubrics, the matrix
+file) unreadable to everyone but the worker, and `damaged` tells whether it is
+still exactly its manifest (hashes, links, modes, nothing added) before it serves
+a run and before a run's gates; `restore` rebuilds a damaged one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import os
@@ -59,6 +67,10 @@ class Manifest(Record):
         default_factory=dict,
         description="a path the matrix names outside its folder -> its path in the bundle",
     )
+    hidden: list[str] = Field(
+        default_factory=list,
+        description="bundle paths (files or folders) only the evaluation reads: never an agent",
+    )
 
     @field_validator("entries")
     @classmethod
@@ -73,6 +85,16 @@ class Manifest(Record):
 
     def digest(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    def is_hidden(self, name: str) -> bool:
+        return any(name == top or name.startswith(f"{top}/") for top in self.hidden)
+
+    def place_of(self, path: Path) -> str | None:
+        """The bundle path of a submitter's path (the inverse of `relocation`)."""
+        if self.root is not None and path.is_relative_to(self.root):
+            relative = path.relative_to(self.root).as_posix()
+            return MATRIX if relative == "." else f"{MATRIX}/{relative}"
+        return self.outside.get(str(path))
 
     def digests(self) -> set[str]:
         return {e.digest for e in self.entries.values() if e.digest is not None}
@@ -103,8 +125,10 @@ class Bundle:
 # --- submit: collecting --------------------------------------------------------------------
 
 
-def collect(matrix: Matrix) -> Bundle:
-    """The bundle of `matrix`'s files, within its `bundle:` limits; raises BundleError."""
+def collect(matrix: Matrix, matrix_file: Path | None = None) -> Bundle:
+    """The bundle of `matrix`'s files, within its `bundle:` limits; raises BundleError.
+    `matrix_file` (its gates, references, everything an agent could game) is hidden
+    with the other paths only evaluation reads (`hidden_paths`)."""
     limits = matrix.bundle
     root = matrix.base_dir
     collector = _Collector(limits, root)
@@ -121,7 +145,21 @@ def collect(matrix: Matrix) -> Bundle:
             place = f"{OUTSIDE}/{hashlib.sha256(str(path).encode()).hexdigest()[:16]}/{path.name}"
             collector.add(path, place)
             collector.manifest.outside[str(path)] = place
+    hidden = [*hidden_paths(matrix), *([matrix_file.resolve()] if matrix_file else [])]
+    manifest = collector.manifest
+    places = (manifest.place_of(path) for path in hidden)
+    manifest.hidden = sorted({p for p in places if p is not None and p in manifest.entries})
     return collector.bundle()
+
+
+def hidden_paths(matrix: Matrix) -> Iterator[Path]:
+    """The paths only evaluation reads: scenarios' `tests:` and the judges' rubrics."""
+    for scenario in matrix.scenarios:
+        if scenario.tests is not None:
+            yield scenario.tests
+        judge = scenario.evaluation.judge
+        if judge is not None:
+            yield judge.rubric
 
 
 def named_paths(value: Any) -> Iterator[Path]:
@@ -256,7 +294,8 @@ def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
     final = cache / manifest.digest()
     if final.is_dir():
         return final
-    cache.mkdir(parents=True, exist_ok=True)
+    # Traversable by a run's own user (worker.confinement), writable by the worker alone.
+    cache.mkdir(mode=0o755, parents=True, exist_ok=True)
     building = cache / f".building-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
     try:
         _build(manifest, fetch, building)
@@ -266,7 +305,9 @@ def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
             if not final.is_dir():  # not a lost race: a real failure
                 raise
     finally:
-        shutil.rmtree(building, ignore_errors=True)
+        if building.exists():
+            _make_writable(building)
+            shutil.rmtree(building, ignore_errors=True)
     return final
 
 
@@ -287,14 +328,118 @@ def _build(manifest: Manifest, fetch: Fetch, folder: Path) -> None:
             target = folder / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-            if entry.executable:
-                target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     # Links last: a link never stands where a later entry is written through it
     # (symlink refuses a path that exists).
     for name, entry in entries:
         if entry.link is not None:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(entry.link, folder / name)
+    # Modes last, deepest first: a folder made read-only is still filled above.
+    for name, entry in reversed(entries):
+        if entry.link is None:
+            (folder / name).chmod(_mode(manifest, name, entry))
+    folder.chmod(0o755)
+
+
+def _mode(manifest: Manifest, name: str, entry: Entry) -> int:
+    """Read-only to all but the worker, unreadable to all but it when hidden; the
+    worker's own write bit is kept off too, so a slip of its own shows as damage."""
+    runnable = entry.digest is None or entry.executable
+    mode = 0o555 if runnable else 0o444
+    return mode & 0o500 if manifest.is_hidden(name) else mode
+
+
+# --- worker: checking ------------------------------------------------------------------------
+
+# (inode, mode, size, ctime) of each path: any write, chmod, rename or replacement
+# changes one of them, and ctime cannot be set back by a process.
+Signature = tuple[int, int, int, int]
+# Per process: the folders whose contents were last found whole, with their
+# signatures then; a folder whose signatures are unchanged need not be hashed again.
+_WHOLE: dict[Path, dict[str, Signature]] = {}
+
+
+def damaged(manifest: Manifest, folder: Path) -> str | None:
+    """The first bundle path of `folder` that is not as `manifest` says (changed,
+    gone, of another kind or mode, or added), else None. Hashes the files the first
+    time in this process and after any change; otherwise compares inodes and times."""
+    signatures = _signatures(folder)
+    if _WHOLE.get(folder) == signatures:
+        return None
+    problem = _differs(manifest, folder, signatures)
+    if problem is None:
+        _WHOLE[folder] = signatures
+    else:
+        _WHOLE.pop(folder, None)
+    return problem
+
+
+def restore(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
+    """Build `manifest`'s folder anew, the damaged one moved aside and deleted."""
+    final = cache / manifest.digest()
+    aside = cache / f".damaged-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
+    with contextlib.suppress(FileNotFoundError):
+        os.rename(final, aside)
+        _make_writable(aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    _WHOLE.pop(final, None)
+    return materialise(manifest, fetch, cache)
+
+
+def _signatures(folder: Path) -> dict[str, Signature]:
+    found: dict[str, Signature] = {}
+    for top, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            path = os.path.join(top, name)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:  # deleted meanwhile: _differs says so
+                continue
+            relative = os.path.relpath(path, folder).replace(os.sep, "/")
+            found[relative] = (info.st_ino, info.st_mode, info.st_size, info.st_ctime_ns)
+    return found
+
+
+def _differs(manifest: Manifest, folder: Path, signatures: dict[str, Signature]) -> str | None:
+    parents = {str(parent) for name in manifest.entries for parent in PurePosixPath(name).parents}
+    for name in sorted(set(signatures) - set(manifest.entries) - parents):
+        return f"{name} (added)"
+    for name, entry in sorted(manifest.entries.items()):
+        path = folder / name
+        try:
+            info = path.lstat()
+        except OSError:
+            return f"{name} (gone)"
+        if entry.link is not None:
+            if not stat.S_ISLNK(info.st_mode) or os.readlink(path) != entry.link:
+                return name
+            continue
+        if stat.S_IMODE(info.st_mode) != _mode(manifest, name, entry):
+            return f"{name} (mode changed)"
+        if entry.digest is None:
+            if not stat.S_ISDIR(info.st_mode):
+                return name
+        elif not stat.S_ISREG(info.st_mode) or _sha256(path) != entry.digest:
+            return name
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(MB):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _make_writable(folder: Path) -> None:
+    # Read-only folders cannot have their entries deleted, even by their owner.
+    for top, dirs, _ in os.walk(folder):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(top, name), 0o700, follow_symlinks=False)
+    with contextlib.suppress(OSError):
+        folder.chmod(0o700)
 
 
 def _unreadable(error: OSError) -> None:

@@ -106,10 +106,12 @@ class AgentConfig(Strict):
         allow_inf_nan=False,
         description="stop the agent when its workspace grows past this many MB",
     )
-    sandbox: Literal["none", "bwrap", "docker"] = Field(
-        "none",
-        description="bwrap: no network, read-only system, only the workspace writable; "
-        "docker: a container of its own per run (`docker:`)",
+    sandbox: Literal["auto", "user", "bwrap", "docker", "none"] = Field(
+        "auto",
+        description="auto: a user of the run's own where the worker runs as root, else "
+        "none; user: that user (the worker must run as root); bwrap: no network, read-only "
+        "system, only the workspace writable; docker: a container of its own per run "
+        "(`docker:`); none: unconfined, as the worker's user",
     )
     docker: DockerSandbox | None = Field(None, description="the container, for `sandbox: docker`")
 
@@ -147,8 +149,12 @@ class AgentConfig(Strict):
             raise ValueError("agent kind 'command' needs `command` (the shell command to run)")
         if self.kind == "openai" and not (self.base_url and self.model):
             raise ValueError("agent kind 'openai' needs `base_url` and `model`")
-        if self.kind == "openai" and (self.sandbox != "none" or self.max_workspace_mb):
-            raise ValueError("`sandbox` and `max_workspace_mb` apply to agent kind 'command' only")
+        confined_elsewhere = self.sandbox in ("bwrap", "docker")
+        if self.kind == "openai" and (confined_elsewhere or self.max_workspace_mb):
+            raise ValueError(
+                "`sandbox: bwrap|docker` and `max_workspace_mb` apply to agent kind 'command' "
+                "only (the built-in agent's commands run as the run's user under `auto`)"
+            )
         if self.sandbox == "docker" and self.docker is None:
             raise ValueError("`sandbox: docker` needs a `docker:` section with `image` or `build`")
         return self

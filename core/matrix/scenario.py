@@ -53,6 +53,11 @@ class Scenario(Strict):
         description="runs per tier of this scenario, instead of the matrix's runs_per_tier "
         "(a fixed count, also in an adaptive matrix)",
     )
+    tests: DirPath | None = Field(
+        None,
+        description="hidden tests (as Harbor's tests/): never readable by the agent, copied "
+        "into the run once the agent has ended, at the path the gates get as $EVALFLEET_TESTS",
+    )
     reference: str | None = Field(
         None,
         description="a bash command that solves the task, run by `scheduler preflight` in "

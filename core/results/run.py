@@ -4,6 +4,7 @@ core.results.report)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from typing import Any, Literal
@@ -26,6 +27,7 @@ class RunStatus(StrEnum):
     agent_error = "agent_error"  # it ran and failed: non-zero exit, its own error, a limit hit
     timeout = "timeout"  # killed at the agent timeout: a real, failed result
     limit = "limit"  # it spent past a `limits:` figure (stopped there when watched)
+    tampered = "tampered"  # the files evaluation reads were changed by the run: a failure
     infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
     # the judge unreachable, the attempt cap
     cancelled = "cancelled"  # the experiment was cancelled before this run started
@@ -43,6 +45,7 @@ class RunStatus(StrEnum):
             RunStatus.agent_error,
             RunStatus.timeout,
             RunStatus.limit,
+            RunStatus.tampered,
         )
 
 
@@ -211,6 +214,9 @@ class RunResult(Record):
     fail_reason: str | None = None
     attempts: int = 1
     worker: str | None = None
+    isolation: str | None = Field(
+        None, description="how its agent was confined: user, bwrap, docker or none"
+    )
     limit: str | None = Field(
         None, description="the `limits:` figure the run went past, and its own figure"
     )
@@ -271,6 +277,23 @@ class RunResult(Record):
     @property
     def is_infra_error(self) -> bool:
         return self.status.is_infra
+
+    def tampered_with(self, path: str) -> RunResult:
+        """This run, which changed the files evaluation reads (`path` the first found):
+        a failure counted against its agent with no credit, whatever its gates said."""
+        return self.model_copy(
+            update={
+                "status": RunStatus.tampered,
+                "fail_reason": f"tampered: {path}",
+                "passed": False,
+                "pass_rate": 0.0,
+                "impl_rate": 0.0,
+                "composite_score": 0.0,
+                "layered_composite": None if self.layered_composite is None else 0.0,
+                # As for any run that did not pass (core.metrics.formulas.cost_of_pass).
+                "cost_of_pass": None if self.cost_usd is None else math.inf,
+            }
+        )
 
     @property
     def counted(self) -> bool:

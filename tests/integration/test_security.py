@@ -38,7 +38,7 @@ from tests.support.fleet import RedisServer, wait_until
 from tests.support.html_pages import run_details
 from tests.support.llm_stub import LLMStub, RecordedRequest, Step, reply
 from worker.celery_app import create_app
-from worker.sandbox import sandbox_argv
+from worker.sandbox import bwrap_argv
 from worker.sending import RUN_TASK
 from worker.workspace import RunDir, prepare
 
@@ -445,7 +445,7 @@ runs_per_tier: 1
 agent: {{kind: command, command: {json.dumps(command)}, timeout_s: 30}}
 tiers:
   - {{id: jailed, agent: {{sandbox: bwrap}}}}
-  - {{id: open}}
+  - {{id: open, agent: {{sandbox: none}}}}
 scenarios:
   - id: s
     prompt: go
@@ -475,5 +475,4 @@ def test_a_worker_without_bwrap_refuses_rather_than_running_unconfined(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SetupError, match="install bubblewrap"):
-        sandbox_argv("bwrap", RunDir(tmp_path / "run"))
-    assert sandbox_argv("none", RunDir(tmp_path / "run")) == []
+        bwrap_argv(RunDir(tmp_path / "run"), None)

@@ -4,9 +4,9 @@ Bounded like every command (core.evaluation.shell: its process group killed at t
 timeout, output capped) and, per the agent's config, in its workspace size
 (`max_workspace_mb`, checked while it runs and once after) and sandboxed
 (`sandbox: bwrap`, worker.sandbox; `sandbox: docker`, worker.docker_sandbox,
-in the container the caller started). A preset's CLI missing from the worker's
-PATH is said as such, before anything runs (in a container, the image must have
-it). A streaming CLI's spend is watched against the run's `limits` as its stdout
+in the container the caller started; a user of the run's own, worker.confinement).
+A preset's CLI missing from the worker's PATH is said as such, before anything
+runs (in a container, the image must have it). A streaming CLI's spend is watched against the run's `limits` as its stdout
 arrives, and the agent stopped at the line that crosses one.
 """
 
@@ -21,8 +21,9 @@ from core.matrix import AgentConfig, Limits, ModelPrice
 from core.metrics.limits import crossed, spend_of
 from core.results.transcript import AgentOutcome
 from core.transcripts import parse_transcript
+from worker.confinement import Confinement
 from worker.docker_sandbox import Container
-from worker.sandbox import sandbox_argv
+from worker.sandbox import bwrap_argv
 from worker.workspace import RunDir, size_limit
 
 # Agent CLIs whose stdout is a stream of events while they run: spend can be watched.
@@ -71,9 +72,11 @@ def run_command_agent(
     container: Container | None = None,
     limits: Limits | None = None,
     price: ModelPrice | None = None,
+    confinement: Confinement | None = None,
 ) -> AgentOutcome:
     """Raises SetupError when the sandbox cannot be set up on this worker. `limits`:
-    watched while the agent runs when its transcript streams (`price` prices it)."""
+    watched while the agent runs when its transcript streams (`price` prices it);
+    `confinement`: the run's (worker.confinement)."""
     assert agent.command is not None  # the config refuses a command agent without one
     started = time.time()
     missing = agent.cli is not None and agent.sandbox != "docker"
@@ -88,8 +91,11 @@ def run_command_agent(
     if agent.sandbox == "docker":
         assert container is not None  # worker.run starts it around the agent and gates
         argv_prefix, env = container.exec_argv(), container.client_env
+    elif agent.sandbox == "bwrap":
+        c = confinement or Confinement("bwrap")
+        argv_prefix = bwrap_argv(run_dir, c.files, c.hidden)
     else:
-        argv_prefix = sandbox_argv(agent.sandbox, run_dir)
+        argv_prefix = []
     over_limit = size_limit(run_dir.workspace, agent.max_workspace_mb)
     spend = None
     if limits is not None and limits != Limits() and agent.transcript in STREAMING_FORMATS:
@@ -103,6 +109,7 @@ def run_command_agent(
         argv_prefix=argv_prefix,
         watch=over_limit,
         on_stdout=spend,
+        user=confinement.user if confinement is not None else None,
     )
     if container is not None:
         container.end_agent()  # its timeout, or what it left running in the background

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import DeadlineExceeded, LLMError
-from core.evaluation.shell import HeadTail, ShellResult, run_shell
+from core.evaluation.shell import HeadTail, RunAs, ShellResult, run_shell
 from core.evidence.redact import redact as redact_secrets
 from core.llm.client import Deadline, LLMHttp, LLMReply
 from core.matrix import AgentConfig, Limits, ModelPrice
@@ -93,6 +93,7 @@ def run_openai_agent(
     api_key: str | None,
     limits: Limits | None = None,
     price: ModelPrice | None = None,
+    user: RunAs | None = None,
 ) -> AgentOutcome:
     """Run the loop in `workspace`, writing `events_path`; never raises for the run's failures.
     `limits` are checked between LLM calls (`price` prices them)."""
@@ -104,7 +105,9 @@ def run_openai_agent(
         LLMHttp(attempts=_HTTP_ATTEMPTS, headers=_headers(api_key)) as http,
     ):
         events = _Events(events_file, redact)
-        loop = _Loop(agent, workspace, env, http, events, log, redact, limits or Limits(), price)
+        loop = _Loop(
+            agent, workspace, env, http, events, log, redact, limits or Limits(), price, user
+        )
         end = loop.run(prompt)
     return AgentOutcome(
         exit_code=end.exit_code,
@@ -163,8 +166,9 @@ class _Loop:
         redact: Redact,
         limits: Limits,
         price: ModelPrice | None,
+        user: RunAs | None,
     ):
-        self.agent, self.workspace, self.http = agent, workspace, http
+        self.agent, self.workspace, self.http, self.user = agent, workspace, http, user
         self.events, self.log, self.redact = events, log, redact
         # The loop's own credential is not the workspace's business.
         self.shell_env = {k: v for k, v in env.items() if k != agent.api_key_env}
@@ -324,6 +328,7 @@ class _Loop:
             timeout_s=timeout_s,
             env=self.shell_env,
             max_output_bytes=TOOL_OUTPUT_BYTES // 2,
+            user=self.user,
         )
         self.events.write(type="tool_result", id=call.id, exit_code=result.exit_code)
         output = _shell_output(result)

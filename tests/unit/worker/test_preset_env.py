@@ -15,7 +15,7 @@ from core.evaluation.shell import run_shell
 from core.matrix import Matrix
 from core.results.run import RunSpec
 from worker.run import agent_env
-from worker.sandbox import sandbox_argv
+from worker.sandbox import bwrap_argv
 from worker.workspace import RunDir
 
 SPEC = RunSpec(experiment_id="e", run_id="e:T:s:0", tier="T", scenario="s", run_index=0)
@@ -113,7 +113,7 @@ def test_under_bwrap_a_presets_own_home_is_writable_and_the_rest_is_not(tmp_path
     # Beside the home (in the jail's own /tmp when the run is under /tmp) nothing lasts.
     script = 'echo state > "$HOME/.state" && { touch "$HOME/../outside" 2>/dev/null; true; }'
     ran = run_shell(script, run_dir.workspace, timeout_s=30, env=env,
-                    argv_prefix=sandbox_argv("bwrap", run_dir))  # fmt: skip
+                    argv_prefix=bwrap_argv(run_dir, None))  # fmt: skip
     assert ran.ok, ran.stderr
     assert (run_dir.home / ".state").read_text() == "state\n"
     assert not (run_dir.root / "outside").exists()

@@ -1,0 +1,156 @@
+"""How a run's agent is kept from what it must not reach (README, "Isolation").
+
+The agent under test is an adversary: whatever it can reach it may use to move its
+own number. `sandbox: auto`, the default, means:
+
+- on a worker running as root (a CI container, the compose fleet): a **user of the
+  run's own**. Setup, agent and command gates run as an unprivileged uid leased
+  for the delivery (one per concurrent delivery of the machine, never shared), in a
+  workspace and home it owns. The experiment's files (worker.files) are root's and
+  read-only to it, the ones evaluation keeps hidden (tests, solutions, rubrics, the
+  matrix file) unreadable; other processes' /proc environ, memory and files are not
+  its to read; every process of the uid is killed when the agent ends, so nothing
+  of it waits for the hidden tests to arrive. The network is the host's: the model
+  endpoint is reached as it is, and evalfleet's store needs a password no file or
+  process of the agent's shows (the embedded broker listens on a private socket).
+- elsewhere: unconfined, as `sandbox: none`; `validate` says so, the experiment's
+  files are still verified by their hashes before the gates (a change is the run's
+  `tampered` failure).
+
+The uids carry no passwd entry: HOME, USER and LOGNAME are set by the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from core.errors import SetupError
+from core.evaluation.shell import RunAs, kill_user_processes
+from core.matrix import AgentConfig
+from worker.workspace import RunDir, work_root
+
+Isolation = Literal["user", "bwrap", "docker", "none"]
+
+# Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n).
+UID_BASE = 1_500_000_000
+UID_SLOTS = 4096
+USER_NAME = "evalfleet-run"
+
+DESCRIPTIONS: dict[Isolation, str] = {
+    "user": "own user: graders read-only, hidden files unreadable, no other process's "
+    "environment; the host's network",
+    "bwrap": "bwrap: no network, read-only graders, hidden files masked",
+    "docker": "docker: a container of its own; graders and hidden files stay on the worker",
+    "none": "unconfined: the agent could reach the worker's files, processes and local "
+    "services; graders verified by hash",
+}
+
+
+def isolation(agent: AgentConfig, is_root: bool | None = None) -> Isolation:
+    """What `agent.sandbox` means on this machine (a worker running as root or not)."""
+    if agent.sandbox != "auto":
+        return agent.sandbox
+    return "user" if (os.geteuid() == 0 if is_root is None else is_root) else "none"
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """A delivery's confinement: its isolation, the user it runs as (`user`), the
+    experiment's folder (`files`) and the paths of it the agent must not see
+    (`hidden`: masked under bwrap, unreadable to `user`)."""
+
+    isolation: Isolation
+    user: RunAs | None = None
+    files: Path | None = None
+    hidden: tuple[Path, ...] = ()
+
+
+@contextlib.contextmanager
+def confined(
+    agent: AgentConfig, run_dir: RunDir, files: Path | None = None, hidden: Sequence[Path] = ()
+) -> Iterator[Confinement]:
+    """The delivery's confinement while the block runs (a user leased under `user`)."""
+    kind = isolation(agent)
+    if kind != "user":
+        yield Confinement(kind, None, files, tuple(hidden))
+        return
+    if os.geteuid() != 0:
+        raise SetupError(
+            "the agent asks for `sandbox: user` but this worker does not run as root, "
+            "which a user of the run's own needs; run the worker as root or choose "
+            "`sandbox: bwrap`"
+        )
+    with run_user(run_dir) as user:
+        yield Confinement(kind, user, files, tuple(hidden))
+
+
+def users_root() -> Path:
+    root = work_root()
+    return root.with_name(f"{root.name}-users")
+
+
+@contextlib.contextmanager
+def run_user(run_dir: RunDir) -> Iterator[RunAs]:
+    """A uid of the delivery's own while the block runs, with its workspace, home and
+    events file made its own: the first free slot, held by a lock the kernel drops
+    when this process dies. Whatever of the uid is still running when the block
+    ends (or was left by a dead delivery that held the slot) is killed."""
+    slot, lock = _lease()
+    user = RunAs(UID_BASE + slot, UID_BASE + slot)
+    try:
+        kill_user_processes(user.uid)
+        _hand_over(run_dir, user)
+        yield user
+    finally:
+        kill_user_processes(user.uid)
+        os.close(lock)
+
+
+def end_agent(user: RunAs | None) -> None:
+    """The agent's time is over: nothing of its user outlives it (before the hidden
+    files are copied in for the gates)."""
+    if user is not None:
+        kill_user_processes(user.uid)
+
+
+def _lease() -> tuple[int, int]:
+    folder = users_root()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for slot in range(UID_SLOTS):
+        fd = os.open(folder / f"{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return slot, fd
+    raise SetupError(f"all {UID_SLOTS} run users of this machine are busy")
+
+
+def _hand_over(run_dir: RunDir, user: RunAs) -> None:
+    """The workspace, the home and the events file become the user's; the folders
+    above them only traversable (no listing another delivery's name)."""
+    try:
+        for folder in (work_root(), run_dir.root):
+            folder.chmod(0o711)
+        run_dir.prompt_file.chmod(0o644)
+        run_dir.events_file.touch()
+        for top in (run_dir.workspace, run_dir.home, run_dir.events_file):
+            _chown_tree(top, user)
+    except OSError as exc:
+        raise SetupError(f"handing the workspace to the run's user failed: {exc}") from exc
+
+
+def _chown_tree(top: Path, user: RunAs) -> None:
+    if not top.exists():
+        return
+    os.chown(top, user.uid, user.gid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(folder, name), user.uid, user.gid, follow_symlinks=False)
