@@ -6,8 +6,9 @@ timeout, output capped) and, per the agent's config, in its workspace size
 (`sandbox: bwrap`, worker.sandbox; `sandbox: docker`, worker.docker_sandbox,
 in the container the caller started; a user of the run's own, worker.confinement).
 A preset's CLI missing from the worker's PATH is said as such, before anything
-runs (in a container, the image must have it). A streaming CLI's spend is watched against the run's `limits` as its stdout
-arrives, and the agent stopped at the line that crosses one.
+runs (in a container, the image must have it). A streaming CLI's spend is watched
+against the run's `limits` as its stdout arrives, and the agent stopped at the
+line that crosses one.
 """
 
 from __future__ import annotations
