@@ -56,7 +56,7 @@ def validate(matrix_file: str | Path, *, allow_missing_judge_key: bool = False) 
     matrix = load_matrix(matrix_file)
     warnings = refuse_mistakes(matrix, matrix_file, allow_missing_judge_key=allow_missing_judge_key)
     _check_runs(matrix)
-    return Checked(matrix, _bundle(matrix), tuple(warnings))
+    return Checked(matrix, _bundle(matrix, Path(matrix_file)), tuple(warnings))
 
 
 def prepare(
@@ -83,7 +83,7 @@ def prepare(
         matrix.artifacts = Artifacts(dir=os.path.abspath(artifacts))
     _check_artifacts(matrix, "--artifacts" if artifacts is not None else str(matrix_file))
     # The bundle after the artifacts: that folder is not shipped.
-    return Checked(matrix, _bundle(matrix), tuple(warnings))
+    return Checked(matrix, _bundle(matrix, Path(matrix_file)), tuple(warnings))
 
 
 def _check_runs(matrix: Matrix) -> None:
@@ -100,9 +100,9 @@ def _check_runs(matrix: Matrix) -> None:
         )
 
 
-def _bundle(matrix: Matrix) -> Bundle:
+def _bundle(matrix: Matrix, matrix_file: Path) -> Bundle:
     try:
-        return collect(matrix)
+        return collect(matrix, matrix_file)
     except BundleError as exc:
         raise BundleError(f"{exc}; nothing was started") from None
 

@@ -28,28 +28,16 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from core.errors import SetupError
 from core.evaluation.shell import RunAs, kill_user_processes
 from core.matrix import AgentConfig
+from core.results.run import Isolation
 from worker.workspace import RunDir, work_root
-
-Isolation = Literal["user", "bwrap", "docker", "none"]
 
 # Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n).
 UID_BASE = 1_500_000_000
 UID_SLOTS = 4096
-USER_NAME = "evalfleet-run"
-
-DESCRIPTIONS: dict[Isolation, str] = {
-    "user": "own user: graders read-only, hidden files unreadable, no other process's "
-    "environment; the host's network",
-    "bwrap": "bwrap: no network, read-only graders, hidden files masked",
-    "docker": "docker: a container of its own; graders and hidden files stay on the worker",
-    "none": "unconfined: the agent could reach the worker's files, processes and local "
-    "services; graders verified by hash",
-}
 
 
 def isolation(agent: AgentConfig, is_root: bool | None = None) -> Isolation:

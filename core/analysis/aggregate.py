@@ -38,7 +38,7 @@ from core.results.report import (
     Statistics,
     TierReport,
 )
-from core.results.run import ProcessMetrics, RunResult, RunStatus, error_key
+from core.results.run import ISOLATIONS, ProcessMetrics, RunResult, RunStatus, error_key
 from core.stats.descriptive import statistics, variance
 from core.stats.significance import Correction
 
@@ -167,6 +167,8 @@ def tier_report(
         cancelled=statuses[RunStatus.cancelled],
         not_run=statuses[RunStatus.not_run],
         counted=len(valid),
+        tampered=statuses[RunStatus.tampered],
+        isolation=isolation_line(runs.column("isolation")),
         passes=sum(valid.column("passed")),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),
         consistency=None
@@ -183,6 +185,15 @@ def tier_report(
         analysis=analyse(valid, baseline),
         scenarios=scenarios or {},
     )
+
+
+def isolation_line(isolations: Sequence[str | None]) -> str | None:
+    """How a group's agents were confined, in a line: one isolation's meaning, or each
+    isolation with its count when runs differed (workers of different kinds)."""
+    counts = Counter(i for i in isolations if i is not None)
+    if len(counts) == 1:
+        return ISOLATIONS[next(iter(counts))]
+    return ", ".join(f"{name} ({n} runs)" for name, n in sorted(counts.items())) or None
 
 
 def cross_tier(reports: dict[str, TierReport], baseline: str) -> CrossTierResult:

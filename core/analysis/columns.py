@@ -27,6 +27,7 @@ _OWN = (
     "run_index",
     "run_id",
     "status",
+    "isolation",
     "passed",
     "fail_reason",
     "judge",

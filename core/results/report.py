@@ -277,7 +277,13 @@ class TierReport(Record):
     cancelled: int = Field(0, description="runs cancelled before they started, kept out")
     not_run: int = Field(0, description="runs the budget kept from starting, kept out")
     counted: int = Field(
-        0, description="runs in the statistics: completed, agent_error and timeout"
+        0, description="runs in the statistics: completed, agent_error, timeout, limit, tampered"
+    )
+    tampered: int = Field(
+        0, description="runs that changed the files evaluation reads: counted, never passed"
+    )
+    isolation: str | None = Field(
+        None, description="how its agents were confined, in a line (core.results.run.ISOLATIONS)"
     )
 
     @model_validator(mode="before")

@@ -14,6 +14,17 @@ from pydantic import ConfigDict, Field
 from core.results.record import Record
 from core.results.transcript import ComponentType, LLMCallMetrics
 
+# How a run's agent was confined (worker.confinement), and what that let it reach.
+Isolation = Literal["user", "bwrap", "docker", "none"]
+ISOLATIONS: dict[str, str] = {
+    "user": "own user: graders read-only, hidden files unreadable, no other process's "
+    "environment; the host's network",
+    "bwrap": "bwrap: no network, read-only graders, hidden files masked",
+    "docker": "docker: a container of its own; graders and hidden files stay on the worker",
+    "none": "unconfined: the agent could reach the worker's files, processes and local "
+    "services; graders verified by hash",
+}
+
 
 class RunStatus(StrEnum):
     """A run's outcome: one closed set, each with one meaning (README, "Outcomes").
@@ -214,8 +225,8 @@ class RunResult(Record):
     fail_reason: str | None = None
     attempts: int = 1
     worker: str | None = None
-    isolation: str | None = Field(
-        None, description="how its agent was confined: user, bwrap, docker or none"
+    isolation: Isolation | None = Field(
+        None, description="how its agent was confined (ISOLATIONS says what each means)"
     )
     limit: str | None = Field(
         None, description="the `limits:` figure the run went past, and its own figure"

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from core.results.report import ExperimentReport, Verdict
 from core.results.run import RunResult, RunStatus, error_key
 from scheduler.report.formatting import Table, num, pass_rate
+from scheduler.report.headline import integrity
 from scheduler.report.metric_tables import ADD_PRICES
 from scheduler.report.verdicts import multiplicity_note, undetectable
 
@@ -48,7 +49,7 @@ def _headline(report: ExperimentReport) -> Table:
         )
         if vs is not None and vs.verdict is Verdict.no_difference and vs.detectable is not None:
             unseen.append(f"{tier_id}: {undetectable(vs.detectable)}")
-    notes = [multiplicity_note(report.multiplicity), *unseen]
+    notes = [multiplicity_note(report.multiplicity), *unseen, *integrity(report)]
     errors = sum(t.errors for t in report.tiers.values())
     if errors:
         notes.append(f"{errors} infrastructure errors are kept out of these figures")

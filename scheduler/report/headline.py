@@ -100,7 +100,8 @@ def definitions() -> list[str]:
     """What the headline figures are computed from (README, "Reading a report")."""
     return [
         f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval; "
-        "runs counted = completed + agent_error + timeout + limit; infrastructure errors, "
+        "runs counted = completed + agent_error + timeout + limit + tampered; infrastructure "
+        "errors, "
         "cancelled runs and runs not run for the budget are counted apart and kept out of "
         "every figure",
         "grade: from the median composite score; uplift = (the tier's median composite - "
@@ -125,12 +126,30 @@ def hidden_failures(report: ExperimentReport, scenario: str | None = None) -> li
     return notes
 
 
+def integrity(report: ExperimentReport) -> list[str]:
+    """How each tier's agents were confined (one line when all were alike), and the
+    runs that changed the files they were graded with."""
+    isolation = {tier_id: t.isolation for tier_id, t in report.tiers.items() if t.isolation}
+    if len(set(isolation.values())) == 1 and len(isolation) == len(report.tiers):
+        lines = [f"agents' isolation: {next(iter(isolation.values()))}"]
+    else:
+        lines = [f"{tier_id} isolation: {line}" for tier_id, line in isolation.items()]
+    for tier_id, t in report.tiers.items():
+        if t.tampered:
+            lines.append(
+                f"{tier_id}: {t.tampered} runs changed the files evaluation reads "
+                "(status tampered: counted as failures)"
+            )
+    return lines
+
+
 def footer(report: ExperimentReport) -> list[str]:
     c = report.cross_tier
     lines = [
         f"baseline {c.baseline}; variance of the tiers' median pass_rate "
         f"{num(c.pass_rate_variance, 4)}; of their median cost {num(c.cost_variance, 6)}; "
-        f"cost delta ${num(c.cost_delta, 4)}"
+        f"cost delta ${num(c.cost_delta, 4)}",
+        *integrity(report),
     ]
     if c.uplift_note:
         lines.append(f"uplift: {c.uplift_note}")
