@@ -163,15 +163,33 @@ def _own_unacked(client: redis.Redis, queue: str = QUEUE) -> list[bytes]:
     return own
 
 
+def passable(folder: Path) -> Path:
+    """`folder` and the folders above it in the temporary folder made passable to other
+    users (pytest makes them 0700): a worker running as root runs each agent as a user
+    of its own (worker.confinement), which reaches its run's files by their paths."""
+    for above in [folder, *folder.parents]:
+        if above == Path(tempfile.gettempdir()) or above == above.parent:
+            break
+        above.chmod(above.stat().st_mode | 0o001)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _passable_tmp_path(tmp_path: Path) -> None:
+    # Where tests put their own work folders and experiments' files.
+    passable(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def fleet_env(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment every evalfleet process of a test runs with."""
+    passable(tmp_path_factory.getbasetemp())
     return {
         **os.environ,
         "EVALFLEET_BROKER_URL": redis_url,
         "EVALFLEET_KEY_PREFIX": PREFIX,
         "EVALFLEET_QUEUE": QUEUE,
-        "EVALFLEET_WORKDIR": str(tmp_path_factory.mktemp("runs")),
+        "EVALFLEET_WORKDIR": str(passable(tmp_path_factory.mktemp("runs"))),
         "PYTHONPATH": str(ROOT),
     }
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from core.errors import SetupError
 from core.evaluation.shell import RunAs, kill_user_processes
 from core.matrix import AgentConfig
 from core.results.run import Isolation
-from worker.workspace import RunDir, work_root
+from worker.workspace import RunDir, chown_tree, work_root
 
 # Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n).
 UID_BASE = 1_500_000_000
@@ -74,13 +75,31 @@ def confined(
             "which a user of the run's own needs; run the worker as root or choose "
             "`sandbox: bwrap`"
         )
+    for folder in (work_root(), *([files] if files is not None else [])):
+        _reachable(folder)
     with run_user(run_dir) as user:
         yield Confinement(kind, user, files, tuple(hidden))
 
 
+def _reachable(folder: Path) -> None:
+    """Every folder above `folder` lets other users pass (its agent reaches its files by
+    their paths); raises SetupError naming the one that does not, rather than
+    loosening a folder the worker was given."""
+    for above in folder.parents:
+        if above.exists() and not above.stat().st_mode & 0o001:
+            raise SetupError(
+                f"{above} (mode {above.stat().st_mode & 0o777:o}) keeps the run's own user "
+                f"from reaching {folder}: `chmod o+x {above}`, or set EVALFLEET_WORKDIR "
+                "(and EVALFLEET_CACHE_DIR) to a folder under one others may pass, such as /tmp"
+            )
+
+
 def users_root() -> Path:
-    root = work_root()
-    return root.with_name(f"{root.name}-users")
+    """Where the uids' leases are held: one folder for the whole machine, whatever work
+    folder each worker has, so two workers never lease one uid (and never kill each
+    other's agents when their runs end)."""
+    run = Path("/run")
+    return (run if os.access(run, os.W_OK) else Path(tempfile.gettempdir())) / "evalfleet-users"
 
 
 @contextlib.contextmanager
@@ -110,6 +129,8 @@ def end_agent(user: RunAs | None) -> None:
 def _lease() -> tuple[int, int]:
     folder = users_root()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != 0 or folder.is_symlink():  # made by another user to steer ours
+        raise SetupError(f"{folder} is not root's own folder; remove it")
     for slot in range(UID_SLOTS):
         fd = os.open(folder / f"{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -130,15 +151,6 @@ def _hand_over(run_dir: RunDir, user: RunAs) -> None:
         run_dir.prompt_file.chmod(0o644)
         run_dir.events_file.touch()
         for top in (run_dir.workspace, run_dir.home, run_dir.events_file):
-            _chown_tree(top, user)
+            chown_tree(top, user)
     except OSError as exc:
         raise SetupError(f"handing the workspace to the run's user failed: {exc}") from exc
-
-
-def _chown_tree(top: Path, user: RunAs) -> None:
-    if not top.exists():
-        return
-    os.chown(top, user.uid, user.gid, follow_symlinks=False)
-    for folder, dirs, files in os.walk(top):
-        for name in (*dirs, *files):
-            os.chown(os.path.join(folder, name), user.uid, user.gid, follow_symlinks=False)

@@ -179,6 +179,9 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
         run_dir.root.mkdir()
         if scenario.workspace is not None:
             shutil.copytree(scenario.workspace, run_dir.workspace, symlinks=True)
+            # The template is read-only in the experiment's files (core.files.bundle);
+            # its copy is the run's to change.
+            _add_mode(run_dir.workspace, 0o200)
         else:
             run_dir.workspace.mkdir()
         for dest, source in tier.files.items():
@@ -188,6 +191,26 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
         run_dir.prompt_file.write_text(prompt, encoding="utf-8")
     except OSError as exc:
         raise SetupError(f"preparing the workspace failed: {exc}") from exc
+
+
+def _add_mode(top: Path, bits: int) -> None:
+    """`bits` added to the mode of `top` and everything under it (links left alone)."""
+    top.chmod(top.stat().st_mode | bits)
+    for folder, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.lstat(path).st_mode | bits)
+
+
+def chown_tree(top: Path, user: RunAs) -> None:
+    """`top` and everything under it made `user`'s (links themselves, not followed)."""
+    if not top.exists():
+        return
+    os.chown(top, user.uid, user.gid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(folder, name), user.uid, user.gid, follow_symlinks=False)
 
 
 def _lock(lock_file: Path) -> int:
@@ -303,15 +326,9 @@ def with_tests(
         return dict(env)
     try:
         shutil.copytree(scenario.tests, run_dir.tests, symlinks=True)
-        for folder, dirs, files in os.walk(run_dir.tests):
-            for name in (*dirs, *files):
-                path = os.path.join(folder, name)
-                if not os.path.islink(path):  # hidden in the cache: made plain here
-                    os.chmod(path, os.stat(path).st_mode | 0o644)
-                if user is not None:
-                    os.chown(path, user.uid, user.gid, follow_symlinks=False)
+        _add_mode(run_dir.tests, 0o644)  # hidden in the experiment's files: plain here
         if user is not None:
-            os.chown(run_dir.tests, user.uid, user.gid)
+            chown_tree(run_dir.tests, user)
     except OSError as exc:
         raise SetupError(f"copying the scenario's tests into the run failed: {exc}") from exc
     return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}

@@ -255,7 +255,9 @@ def test_the_broker_password_reaches_no_agent_result_report_or_judge(
             matrix.write_text(f"""
 name: broker-secret
 runs_per_tier: 1
-agent: {{kind: command, command: {json.dumps(hunt)}, timeout_s: 30}}
+# Unconfined: the worker's own scrubbing is what is tested (confined, its environ is
+# not the agent's to read at all).
+agent: {{kind: command, command: {json.dumps(hunt)}, timeout_s: 30, sandbox: none}}
 tiers: [{{id: T0}}]
 judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null, max_attempts: 1}}
 scenarios:
