@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import sys
+from pathlib import Path
 
 WORD = re.compile(rb"[A-Za-z0-9_\-.~%]{12,128}")
 
@@ -25,7 +26,7 @@ def listening_ports() -> set[int]:
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            lines = open(table).read().splitlines()[1:]
+            lines = Path(table).read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
@@ -37,7 +38,7 @@ def listening_ports() -> set[int]:
 
 def unix_sockets() -> set[str]:
     paths = set()
-    for line in open("/proc/net/unix").read().splitlines()[1:]:
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         fields = line.split()
         if len(fields) >= 8 and fields[7].startswith("/"):
             paths.add(fields[7])
@@ -48,7 +49,7 @@ def candidates() -> set[str]:
     words: set[str] = set()
     for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline"):
         try:
-            data = open(path, "rb").read()
+            data = Path(path).read_bytes()
         except OSError:
             continue
         for word in WORD.findall(data):
@@ -133,7 +134,7 @@ def main() -> None:
     private = {}
     for path in glob.glob("/proc/[0-9]*/cwd/.evalfleet/private/password"):
         try:
-            private[path] = open(path).read().strip()
+            private[path] = Path(path).read_text().strip()
         except OSError:
             continue
     with open(sys.argv[1], "w") as out:
