@@ -2,7 +2,8 @@
 (scheduler.fleet), for a command or a Python API caller.
 
 The Redis keeps its data with AOF under ./.evalfleet, so `scheduler report`
-can reopen it after the experiment ended. It is the same code path as the
+can reopen it after the experiment ended; it is reached through a Unix socket
+and a password kept in ./.evalfleet/private (EmbeddedRedis says why). It is the same code path as the
 distributed mode; only who starts Redis and the workers differs.
 """
 

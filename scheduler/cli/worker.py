@@ -70,7 +70,7 @@ def worker(
 
     \b
     Examples:
-      scheduler worker --broker redis://:pw@broker:6379/0 --concurrency 4
+      scheduler worker --broker redis://broker:6379/0 --broker-password-file /run/secrets/redis
       scheduler worker --queues evalfleet,gpu
       scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
     """
