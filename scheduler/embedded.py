@@ -3,8 +3,9 @@
 
 The Redis keeps its data with AOF under ./.evalfleet, so `scheduler report`
 can reopen it after the experiment ended; it is reached through a Unix socket
-and a password kept in ./.evalfleet/private (EmbeddedRedis says why). It is the same code path as the
-distributed mode; only who starts Redis and the workers differs.
+and a password kept in ./.evalfleet/private (EmbeddedRedis says why). It is the
+same code path as the distributed mode; only who starts Redis and the workers
+differs.
 """
 
 from __future__ import annotations

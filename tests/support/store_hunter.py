@@ -95,7 +95,7 @@ def keys_of(sock: socket.socket) -> list[str]:
     return found
 
 
-def probe(address: object, family: int, words: set[str]) -> dict[str, object] | None:
+def probe(address: tuple[str, int] | str, family: int, words: set[str]) -> dict[str, object] | None:
     def connect() -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.settimeout(1.0)
