@@ -37,9 +37,13 @@ SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 @dataclass
 class Fleet:
     folder: Path
-    url: str
+    redis: EmbeddedRedis
     store: Store
     pools: list[LocalWorkers] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.redis.url
 
     @property
     def workers(self) -> LocalWorkers | None:
@@ -49,7 +53,7 @@ class Fleet:
         """`processes` local workers of `concurrency` slots each on the default queue,
         returned (the first) once Celery says every one is ready."""
         for i in range(processes):
-            workers = LocalWorkers(self.url, concurrency, [configured_queue()], name=f"bench{i}")
+            workers = LocalWorkers(self.redis, concurrency, [configured_queue()], name=f"bench{i}")
             workers.log_path = self.folder / f"worker{i}.log"
             workers.start()
             self.pools.append(workers)
@@ -78,7 +82,8 @@ def private_fleet() -> Iterator[Fleet]:
         redis_server = EmbeddedRedis(folder / ".evalfleet")
         os.chdir(folder)
         try:
-            fleet = Fleet(folder, redis_server.start(), Store.from_url(redis_server.url))
+            redis_server.start()
+            fleet = Fleet(folder, redis_server, Store.from_url(redis_server.url))
             try:
                 yield fleet
             finally:

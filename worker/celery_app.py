@@ -13,11 +13,10 @@ so no worker module imports an app.
 
 from __future__ import annotations
 
-from celery import Celery, signals
+from celery import Celery
 
-from core.broker_url import ENV_BROKER
 from core.store.keys import key_prefix
-from worker import environ, grace, idle, kombu_guard, prefork, recovery, task_events
+from worker import grace, idle, kombu_guard, prefork, recovery, task_events
 from worker.sending import configured_queue, configured_visibility_timeout_s
 
 
@@ -82,10 +81,3 @@ def create_app(
     task_events.register(app)
     prefork.register()
     return app
-
-
-@signals.worker_init.connect
-def _forget_the_broker_url(**_: object) -> None:
-    """A worker has read its broker URL: its agents must not find it (worker.environ).
-    Before the pool forks, so its processes never hold it either."""
-    environ.forget(ENV_BROKER)

@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 
 from core.matrix import AgentConfig
+from worker import procfs
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +52,6 @@ def forget(name: str) -> None:
     if os.environ.pop(name, None) is None:
         return
     try:
-        _blank_in_initial_environment(name.encode())
+        procfs.blank_variable(name)
     except (OSError, ValueError) as exc:  # no /proc (not Linux), or a kernel that refuses
         log.warning("%s is still readable in /proc/%d/environ: %s", name, os.getpid(), exc)
-
-
-def _blank_in_initial_environment(name: bytes) -> None:
-    with open("/proc/self/stat", "rb") as stat:
-        # Fields after the command name, which may hold spaces and brackets:
-        # env_start and env_end are fields 50 and 51 of proc(5), 47 and 48 here.
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    start, end = int(fields[47]), int(fields[48])
-    with open("/proc/self/mem", "r+b", buffering=0) as memory:
-        memory.seek(start)
-        block = memory.read(end - start)
-        offset = 0
-        for entry in block.split(b"\0"):
-            if entry.startswith(name + b"="):
-                value_at = start + offset + len(name) + 1
-                memory.seek(value_at)
-                memory.write(b"\0" * (len(entry) - len(name) - 1))
-            offset += len(entry) + 1

@@ -21,6 +21,8 @@ import redis
 from redis.client import PubSub
 from redis.commands.core import Script
 
+from core.broker_url import redis_py_url
+
 # Keys or fields one SCAN step reads: few round-trips, each short enough not to
 # hold up the server's other clients.
 SCAN_COUNT = 1000
@@ -129,7 +131,7 @@ class BinaryClient(_Client, Protocol):
 
 def connect(url: str) -> tuple[TextClient, BinaryClient]:
     """The two clients of the Redis at `url`, each with its own connection pool."""
-    text = _Redis.from_url(url, decode_responses=True)
+    text = _Redis.from_url(redis_py_url(url), decode_responses=True)
     pool = text.connection_pool
     kwargs = dict(pool.connection_kwargs, decode_responses=False)
     binary = _Redis(

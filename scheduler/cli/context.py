@@ -41,7 +41,9 @@ class CLIContext:
     the command."""
 
     def __init__(self) -> None:
+        # The broker's URL, its password put in (--broker-password-file), once read.
         self.broker: str | None = None
+        self.broker_password_file: str | None = None
         self.workers: int | None = None
         self.wait = False
         self.fmt = "table"

@@ -8,11 +8,12 @@ from typing import Any, TypeVar
 
 import click
 
-from core.broker_url import configured_broker
+from core.broker_url import ENV_BROKER, ENV_PASSWORD, ENV_PASSWORD_FILE
 from core.stats.clustered import PLANNING_ICC
 from core.stats.significance import CORRECTIONS
 from scheduler.cli.context import CLIContext
 from scheduler.report.render import FORMATS, NONFINITE
+from worker.broker import take_broker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,17 +33,45 @@ def _kept(
     return click.option(*decls, expose_value=False, callback=keep, **options)
 
 
-broker_option = _kept(
-    "broker",
+def _take_broker(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """The broker's URL with its password, kept on the CLIContext and blanked at once
+    wherever this process shows it (worker.broker.take_broker); a malformed URL, or an
+    unreadable password file, stops the command before it starts."""
+    cli = ctx.ensure_object(CLIContext)
+    cli.broker = take_broker(value, cli.broker_password_file)
+
+
+_broker_url = click.option(
     "--broker",
-    check=configured_broker,  # a malformed URL stops the command before it starts
-    envvar="EVALFLEET_BROKER_URL",
+    expose_value=False,
+    callback=_take_broker,
+    envvar=ENV_BROKER,
     default=None,
     metavar="URL",
-    help="Shared Redis broker (redis:// or rediss://). Default: EVALFLEET_BROKER_URL, "
+    help="Shared Redis broker (redis://, rediss:// or redis+socket://), best without its "
+    f"password (--broker-password-file, or {ENV_PASSWORD}). Default: {ENV_BROKER}, "
     "else the embedded Redis under ./.evalfleet (`scheduler worker` joins it only while "
     "it runs).",
 )
+_broker_password_file = _kept(
+    "broker_password_file",
+    "--broker-password-file",
+    # Read before --broker's callback, wherever it is on the command line: that one
+    # puts the two together.
+    is_eager=True,
+    envvar=ENV_PASSWORD_FILE,
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="The broker's password, the first line of FILE (kept out of the command line "
+    "and the environment, where other processes can read it).",
+)
+
+
+def broker_option(command: F) -> F:
+    return _broker_url(_broker_password_file(command))
+
+
 workers_option = _kept(
     "workers",
     "--workers",

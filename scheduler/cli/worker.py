@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from urllib.parse import unquote, urlsplit
 
 import click
 
-from core.broker_url import configured_broker
+from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, with_password
 from core.errors import InputError
 from scheduler.cli.context import CLIContext, pass_cli
 from scheduler.cli.options import broker_option
@@ -69,11 +70,11 @@ def worker(
 
     \b
     Examples:
-      scheduler worker --broker redis://:pw@broker:6379/0 --concurrency 4
+      scheduler worker --broker redis://broker:6379/0 --broker-password-file /run/secrets/redis
       scheduler worker --queues evalfleet,gpu
       scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
     """
-    url = configured_broker(cli.broker) or running_embedded_broker()
+    url = cli.broker or running_embedded_broker()
     if url is None:
         raise InputError(
             "no broker: pass --broker URL or set EVALFLEET_BROKER_URL (a worker joins the "
@@ -91,4 +92,19 @@ def worker(
         command += ["--until-idle", f"{until_idle:g}"]
     if grace is not None:
         command += ["--grace", f"{grace:g}"]
-    os.execvpe(command[0], command, {**os.environ, "EVALFLEET_BROKER_URL": url})
+    os.execvpe(command[0], command, {**os.environ, **_handed_over(url)})
+
+
+def _handed_over(url: str) -> dict[str, str]:
+    """The variables that give the worker its broker: the URL without its password, and
+    the password on a pipe the worker inherits across the exec (read once, then empty):
+    in no argument or variable of the worker, whose agents may read them."""
+    env = {ENV_BROKER: with_password(url, None)}
+    password = urlsplit(url).password
+    if password:
+        read, write = os.pipe()
+        os.write(write, unquote(password).encode() + b"\n")  # far below a pipe's buffer
+        os.close(write)
+        os.set_inheritable(read, True)
+        env[ENV_PASSWORD_FILE] = f"/dev/fd/{read}"
+    return env

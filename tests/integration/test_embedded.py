@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from core.broker_url import redis_py_url
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
 from tests.conftest import EXAMPLES, PREFIX, run_cli, start_cli
 from tests.support.fleet import alive, wait_until
+from worker.broker import running_embedded_broker
 
 pytestmark = pytest.mark.integration
 
@@ -159,9 +161,8 @@ def _redis_pid(state: Path) -> int | None:
 
 def _a_run_under_way(state: Path) -> bool:
     """A worker holds a run's lease: it took the run and started it."""
-    try:
-        url = json.loads(state.read_text())["url"]
-    except (OSError, ValueError):
+    url = running_embedded_broker(state.parent)
+    if url is None:
         return False
     store = Store.from_url(url, prefix=PREFIX)
     exp_id = store.experiments.latest()
@@ -178,10 +179,10 @@ def test_the_bundled_redis_serves_when_none_is_on_path(
     monkeypatch.setenv("PATH", os.environ["PATH"])
     state = tmp_path / ".evalfleet"
     with EmbeddedRedis(state) as server:
-        redis.Redis.from_url(server.url).set("kept", "yes")
+        redis.Redis.from_url(redis_py_url(server.url)).set("kept", "yes")
     # AOF persistence: a new server on the same folder has the data.
     with EmbeddedRedis(state) as server:
-        assert redis.Redis.from_url(server.url).get("kept") == b"yes"
+        assert redis.Redis.from_url(redis_py_url(server.url)).get("kept") == b"yes"
 
 
 def test_submit_from_a_project_with_its_own_core_and_worker_packages(
@@ -262,7 +263,7 @@ def test_an_idle_local_worker_stops_without_waiting_out_its_brpop(tmp_path: Path
     with EmbeddedRedis(tmp_path / ".evalfleet") as server:
         took = []
         for turn in range(5):
-            workers = LocalWorkers(server.url, 1, [f"idle-{tmp_path.name}"], name=f"idle{turn}")
+            workers = LocalWorkers(server, 1, [f"idle-{tmp_path.name}"], name=f"idle{turn}")
             workers.log_path = tmp_path / f"worker{turn}.log"
             workers.start()
             log = workers.log_path

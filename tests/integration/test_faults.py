@@ -29,6 +29,7 @@ from core.store import Store
 from tests.conftest import PREFIX, StartWorker, Worker, run_cli, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import RedisServer, alive, wait_until
+from worker.broker import running_embedded_broker
 
 pytestmark = pytest.mark.integration
 
@@ -726,8 +727,8 @@ def test_embedded_stack_killed_mid_experiment_resumes_from_its_aof(
     )  # fmt: skip
     state = home / ".evalfleet" / "redis.json"
     try:
-        wait_until(state.exists, "the embedded Redis", timeout=30)
-        store = Store.from_url(json.loads(state.read_text())["url"], prefix=PREFIX)
+        url = wait_until(lambda: running_embedded_broker(state.parent), "the embedded Redis", 30)
+        store = Store.from_url(url, prefix=PREFIX)
         wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
         time.sleep(1.5)  # AOF `everysec`: let the results reach the disk
         exp_id = store.experiments.latest()

@@ -157,10 +157,15 @@ class RedisServer:
         self.start()
 
     def start(self) -> None:
+        # The password from a file, not an argument: tests that hunt for it in every
+        # process's /proc/PID/cmdline must not find it in this one's.
+        config = self.folder / "password.conf"
+        config.write_text(f"requirepass {self.password}\n")
+        config.chmod(0o600)
         command = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary, str(config), "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.folder), "--appendonly", self.appendonly, "--appendfsync", "always",
-            "--save", "", "--requirepass", self.password, "--logfile", "redis.log",
+            "--save", "", "--logfile", "redis.log",
         ]  # fmt: skip
         proc = subprocess.Popen(
             command,

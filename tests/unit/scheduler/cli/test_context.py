@@ -3,6 +3,8 @@ shared options landing on the context."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -86,6 +88,33 @@ def test_shared_options_land_on_the_context_and_a_bad_broker_stops_first() -> No
 
     bad = runner.invoke(group, ["command", "--broker", "http://h:6379"])
     assert bad.exit_code == 2 and bad.stderr.startswith("error: ") and len(seen) == 2
+
+
+def test_the_broker_password_file_joins_the_url_wherever_it_is_on_the_line(tmp_path: Path) -> None:
+    seen: list[str | None] = []
+
+    @click.command()
+    @broker_option
+    @pass_cli
+    def command(cli: CLIContext) -> None:
+        seen.append(cli.broker)
+
+    secret = tmp_path / "password"
+    secret.write_text("filepw\n")
+    clean = {"EVALFLEET_BROKER_URL": None, "EVALFLEET_BROKER_PASSWORD": None}
+    runner = CliRunner()
+    for args in (
+        ["--broker", "redis://h:6379/0", "--broker-password-file", str(secret)],
+        ["--broker-password-file", str(secret), "--broker", "redis://h:6379/0"],
+    ):
+        assert runner.invoke(command, args, env=clean).exit_code == 0
+    env = {
+        **clean,
+        "EVALFLEET_BROKER_URL": "redis://h:6379/0",
+        "EVALFLEET_BROKER_PASSWORD": "envpw",
+    }
+    assert runner.invoke(command, [], env=env).exit_code == 0
+    assert seen == ["redis://:filepw@h:6379/0"] * 2 + ["redis://:envpw@h:6379/0"]
 
 
 def test_size() -> None:
