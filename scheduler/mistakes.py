@@ -14,6 +14,10 @@ Each would otherwise show only once money is spent:
 - An agent command run by a relative path that is not next to the matrix
   (`./run.sh`): a warning, as the workspace may well hold it; it says where
   commands run.
+- Agents that would run unconfined (`sandbox: none`, or `auto` on a machine not
+  running as root): a warning, since such an agent could rewrite or read what it
+  is graded with (worker.confinement); and hidden tests whose folder on this machine
+  other users may read, which a run user of an embedded run could.
 
 Only what a command runs is looked at (scheduler.shellwords): the command word of
 each simple command and the script an interpreter is given. Its arguments are not:
@@ -50,7 +54,7 @@ def refuse_mistakes(
         errors += _missing_judge_key(matrix, path)
     if errors:
         raise ConfigError(errors)
-    return _relative_programs(matrix, path)
+    return _relative_programs(matrix, path) + _unconfined(matrix, path)
 
 
 def _missing_judge_key(matrix: Matrix, path: Path) -> list[ConfigProblem]:
@@ -169,3 +173,48 @@ def _relative_programs(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             )
             problems.setdefault((command.loc, word), problem_at(path, command.loc, message))
     return list(problems.values())
+
+
+def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    # Tiers whose agents would run unconfined, by the key that makes them so.
+    unconfined: dict[tuple[str | int, ...], list[str]] = {}
+    why = {}
+    for index, tier in enumerate(matrix.tiers):
+        agent = matrix.agent_for(tier)
+        if agent.sandbox == "none" or (agent.sandbox == "auto" and os.geteuid() != 0):
+            own = tier.agent is not None and "sandbox" in tier.agent.model_fields_set
+            loc: tuple[str | int, ...] = ("tiers", index, "agent") if own else ("agent",)
+            unconfined.setdefault(loc, []).append(tier.id)
+            why[loc] = "`sandbox: none`" if agent.sandbox == "none" else "this machine is not root"
+    problems = [
+        problem_at(
+            path,
+            loc,
+            f"{'tiers' if len(tiers) > 1 else 'tier'} {', '.join(tiers)}: agents would run "
+            f"unconfined ({why[loc]}): an "
+            "agent could read the scenarios' hidden tests and the matrix, and reach the "
+            "worker's processes and local services; a change to the files it is graded with "
+            "is still caught (status tampered). Run workers as root (`sandbox: auto` then "
+            "gives each run a user of its own) or set `sandbox: bwrap`",
+        )
+        for loc, tiers in unconfined.items()
+    ]
+    for index, scenario in enumerate(matrix.scenarios):
+        if scenario.tests is not None and _others_read(scenario.tests):
+            problems.append(
+                problem_at(
+                    path,
+                    ("scenarios", index, "tests"),
+                    f"{scenario.tests} may be read by other users of this machine, which a "
+                    "run's own user is: an embedded run's agent could read its tests here. "
+                    f"`chmod o-rx {scenario.tests}` (or a folder above it)",
+                )
+            )
+    return problems
+
+
+def _others_read(folder: Path) -> bool:
+    """Whether other users may open `folder`'s entries: it and every folder above it
+    let them pass, and it lets them list."""
+    passable = all(p.stat().st_mode & 0o001 for p in [folder, *folder.parents])
+    return passable and bool(folder.stat().st_mode & 0o004)

@@ -1,0 +1,237 @@
+"""Graders out of reach: an agent that rewrites the checks it is graded with, or hunts
+for the hidden tests, moves no number (worker.confinement, core.files.bundle).
+
+Each test's agents are adversaries with real processes, against a real worker:
+- under the default (`sandbox: auto`: a user of the run's own, the worker being
+  root here) a tampering agent cannot write its grader, passes nothing, and a later
+  experiment from the same files on the same worker is graded by the same, whole
+  grader;
+- unconfined (`sandbox: none`) its rewrite is caught by hash: the run is `tampered`,
+  counted against it, and the folder restored for every run after it;
+- hidden tests reach the gates only: an agent searching every place it can read
+  (the shipped folder, its run's folder and those above it, /tmp, every process's
+  environ and command line, a child left running to wait for them) finds neither
+  the tests nor the reference answer the matrix file holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from core.results.run import RunStatus
+from core.store import Store
+from tests.conftest import StartWorker, run_cli
+from worker.files import cache_root
+
+ANSWER = "42"
+# What the hidden test and the matrix's reference hold, and nothing the agent may see.
+SECRET = "hidden-answer-7f3a9c"
+
+# Rewrites the grader every way it can, then answers wrongly.
+TAMPER = r"""
+check="$EVALFLEET_MATRIX_DIR/check.sh"
+printf '#!/bin/bash\nexit 0\n' > "$check" 2>/dev/null
+chmod u+w "$check" "$EVALFLEET_MATRIX_DIR" 2>/dev/null
+printf '#!/bin/bash\nexit 0\n' > "$check" 2>/dev/null
+rm -f "$check" 2>/dev/null && printf '#!/bin/bash\nexit 0\n' > "$check" 2>/dev/null
+echo 41 > answer.txt
+"""
+
+
+def _grader_matrix(folder: Path, tamper_sandbox: str | None = None) -> Path:
+    folder.mkdir(exist_ok=True)
+    check = folder / "check.sh"
+    check.write_text(f"#!/bin/bash\ngrep -qx {ANSWER} answer.txt\n")
+    check.chmod(0o755)
+    sandbox = f", sandbox: {tamper_sandbox}" if tamper_sandbox else ""
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(f"""
+name: graders
+runs_per_tier: 2
+agent: {{kind: command, command: "echo 41 > answer.txt", timeout_s: 30}}
+tiers:
+  - {{id: tamper, agent: {{command: {json.dumps(TAMPER)}{sandbox}}}}}
+  - {{id: wrong}}
+  - {{id: right, agent: {{command: "echo {ANSWER} > answer.txt"}}}}
+scenarios:
+  - id: s
+    prompt: answer
+    evaluation:
+      gates: [{{type: command_succeeds, command: 'bash "$EVALFLEET_MATRIX_DIR/check.sh"'}}]
+""")
+    return matrix
+
+
+def _submit(matrix: Path, env: dict[str, str]) -> str:
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["experiment"]["id"])
+
+
+def _shipped_checks(env: dict[str, str]) -> list[bytes]:
+    """Every copy of check.sh in the worker's cache of experiments' files."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EVALFLEET_WORKDIR", env["EVALFLEET_WORKDIR"])
+        root = cache_root()
+    return [path.read_bytes() for path in root.glob("*/matrix/check.sh")]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run's own user needs a worker running as root")
+def test_an_agent_that_rewrites_its_grader_passes_nothing_now_or_in_a_later_experiment(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    matrix = _grader_matrix(tmp_path / "exp")
+    start_worker(concurrency=2)
+    for _ in range(2):  # the second experiment reuses the worker's copy of the files
+        exp_id = _submit(matrix, fleet_env)
+        runs = store.results.all(exp_id)
+        passed = {tier: [r.passed for r in runs if r.tier == tier] for tier in ("tamper", "wrong", "right")}
+        assert passed == {"tamper": [False, False], "wrong": [False, False], "right": [True, True]}
+        assert {r.isolation for r in runs} == {"user"}
+        # Its grader was never writable: the run is its own honest failure.
+        assert all(r.status is RunStatus.completed for r in runs)
+    original = (tmp_path / "exp" / "check.sh").read_bytes()
+    assert _shipped_checks(fleet_env) == [original]
+
+
+@pytest.mark.integration
+def test_an_unconfined_agent_that_rewrites_its_grader_is_tampered_and_the_files_restored(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    matrix = _grader_matrix(tmp_path / "exp", tamper_sandbox="none")
+    # One run at a time: an unconfined agent shares the worker's copy with the runs
+    # beside it, which is why a confined one is the default.
+    start_worker(concurrency=1)
+    warned = run_cli("validate", str(matrix), env=fleet_env)
+    assert "tier tamper: agents would run unconfined (`sandbox: none`)" in warned.stderr
+    for _ in range(2):
+        exp_id = _submit(matrix, fleet_env)
+        runs = store.results.all(exp_id)
+        tampered = [r for r in runs if r.tier == "tamper"]
+        assert [(r.status, r.passed, r.fail_reason) for r in tampered] == [
+            (RunStatus.tampered, False, "tampered: check.sh")
+        ] * 2
+        assert {r.tier: r.passed for r in runs if r.tier != "tamper"} == {"wrong": False, "right": True}
+        assert [r.passed for r in runs if r.tier == "right"] == [True, True]
+        report = json.loads(run_cli("report", exp_id, "--format", "json", env=fleet_env).stdout)
+        assert report["tiers"]["tamper"]["tampered"] == 2
+        assert report["tiers"]["tamper"]["counted"] == 2 and report["tiers"]["tamper"]["passes"] == 0
+        assert report["tiers"]["tamper"]["isolation"].startswith("unconfined")
+        shown = run_cli("report", exp_id, env=fleet_env).stdout
+        assert "tamper: 2 runs changed the files evaluation reads" in shown
+    assert _shipped_checks(fleet_env) == [(tmp_path / "exp" / "check.sh").read_bytes()]
+
+
+# Looks for the secret everywhere it can read, leaves a child waiting for the tests to
+# arrive, and answers with whatever it found.
+HUNT = r"""
+found=""
+look() { grep -rIl --exclude-dir=proc -e "$SECRET_WORD" "$@" 2>/dev/null; }
+for place in "$EVALFLEET_MATRIX_DIR" "$PWD/.." "$PWD/../.." /tmp "$HOME"; do
+  hit=$(look "$place" | head -3); [ -n "$hit" ] && found="$found files:$hit"
+done
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
+  tr '\0' '\n' < "$f" 2>/dev/null | grep -q -e "$SECRET_WORD" && found="$found proc:$f"
+  # A path a process was given (the matrix file, a work folder) is searched too.
+  for word in $(tr '\0' ' ' < "$f" 2>/dev/null); do
+    case "$word" in /*) [ -e "$word" ] && { hit=$(look "$word" | head -1); [ -n "$hit" ] && found="$found via:$hit"; } ;; esac
+  done
+done
+env | grep -q EVALFLEET_TESTS && found="$found env:EVALFLEET_TESTS"
+echo "found:[$found]"
+( setsid bash -c 'for i in $(seq 60); do for t in "$0"/../tests "$0"/../../*/tests; do
+    [ -e "$t" ] && cp -r "$t" "$0/leaked" 2>/dev/null; done; sleep 0.1; done' "$PWD" & ) >/dev/null 2>&1
+if [ -n "$found" ]; then echo "$found" > answer.txt; else echo unknown > answer.txt; fi
+"""
+
+
+def _hidden_matrix(folder: Path, sandbox: str) -> Path:
+    folder.mkdir()
+    tests = folder / "tests"
+    tests.mkdir()
+    (tests / "expected.txt").write_text(f"{SECRET}\n")
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(f"""
+name: hidden
+runs_per_tier: 1
+agent: {{kind: command, command: {json.dumps(HUNT)}, timeout_s: 60, sandbox: {sandbox},
+         env: {{SECRET_WORD: "{SECRET[:6]}{"-"}answer"}}}}
+tiers: [{{id: hunter}}]
+scenarios:
+  - id: s
+    prompt: find the answer
+    tests: tests
+    reference: "echo {SECRET} > answer.txt"
+    evaluation:
+      gates:
+        - {{type: command_succeeds, command: 'diff -q answer.txt "$EVALFLEET_TESTS/expected.txt"'}}
+        - {{type: command_succeeds, command: 'test -f "$EVALFLEET_TESTS/expected.txt"'}}
+        - {{type: command_succeeds, command: 'sleep 1; test ! -e leaked'}}
+""")
+    return matrix
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sandbox", ["auto", "bwrap"])
+def test_hidden_tests_and_the_reference_reach_the_gates_and_no_agent(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path, sandbox: str
+) -> None:
+    if sandbox == "auto" and os.geteuid() != 0:
+        pytest.skip("a run's own user needs a worker running as root")
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    matrix = _hidden_matrix(tmp_path / "exp", sandbox)
+    # As the README says of an embedded run's tests: kept from this machine's other users.
+    warned = run_cli("validate", str(matrix), env=fleet_env)
+    assert "may be read by other users of this machine" in warned.stderr
+    (tmp_path / "exp").chmod(0o700)
+    assert "other users" not in run_cli("validate", str(matrix), env=fleet_env).stderr
+    start_worker(concurrency=1)
+    exp_id = _submit(matrix, fleet_env)
+    [run] = store.results.all(exp_id)
+    evidence = store.evidence.get(exp_id, run.run_id)
+    assert evidence is not None
+    stdout = evidence.stdout.text
+    # It searched and found nothing: not the tests, not the matrix's reference, not
+    # where the gates get them.
+    assert "found:[]" in stdout, stdout
+    assert SECRET not in stdout and SECRET not in evidence.model_dump_json()
+    # The gates had the tests, and nothing of the agent was left to copy them.
+    assert [g.passed for g in run.gates] == [False, True, True], [g.message for g in run.gates]
+    assert not run.passed and run.isolation == ("user" if sandbox == "auto" else "bwrap")
+
+
+def test_the_matrix_file_tests_and_rubrics_are_hidden_in_the_shipped_files(tmp_path: Path) -> None:
+    from core.files.bundle import collect, materialise
+    from core.matrix import load_matrix
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test_it.py").write_text("assert True\n")
+    (folder / "rubric.yaml").write_text("criteria: [{id: q, weight: 1, description: q}]\n")
+    (folder / "tool.sh").write_text("echo tool\n")
+    (folder / "matrix.yaml").write_text("""
+name: h
+agent: {kind: command, command: "true"}
+tiers: [{id: T}]
+scenarios:
+  - {id: s, prompt: go, tests: tests, evaluation: {judge: {enabled: false, rubric: rubric.yaml}}}
+""")
+    matrix = load_matrix(folder / "matrix.yaml")
+    bundle = collect(matrix, folder / "matrix.yaml")
+    assert bundle.manifest.hidden == ["matrix/matrix.yaml", "matrix/rubric.yaml", "matrix/tests"]
+    built = materialise(bundle.manifest, lambda ds: {d: bundle.contents[d] for d in ds}, tmp_path / "cache")
+    modes = {p.relative_to(built).as_posix(): p.stat().st_mode & 0o777 for p in built.rglob("*")}
+    assert modes["matrix/tool.sh"] == 0o444 and modes["matrix"] == 0o555
+    assert modes["matrix/tests"] == 0o500 and modes["matrix/tests/test_it.py"] == 0o400
+    assert modes["matrix/matrix.yaml"] == 0o400 and modes["matrix/rubric.yaml"] == 0o400
+    digest = hashlib.sha256(b"echo tool\n").hexdigest()
+    assert bundle.manifest.entries["matrix/tool.sh"].digest == digest
