@@ -13,10 +13,12 @@ connection errors, reading at most its size cap. So at most N*N requests are
 made (``JudgeResult.attempts`` counts them), and all of them within one
 deadline, ``config.deadline``, from the start of the call.
 
-Answer validation: every rubric criterion needs a score in [0, 1]; scores for
-ids not in the rubric are tolerated, kept in the response and ignored by the
-weighted score, which is recomputed from the rubric weights (the judge's own
-figure is kept as ``reported_weighted_score``).
+Answer validation: every rubric criterion needs a score in [0, 1], a JSON number
+(``true`` or ``"1"`` is no score: JudgeResponse is strict); scores for ids not in
+the rubric are tolerated, kept in the response and ignored by the weighted score,
+which is recomputed from the rubric weights (the judge's own figure is kept as
+``reported_weighted_score``). An unusable answer's error names what the judge
+answered.
 
 Repeats (``config.repeats`` = K): the run is judged K times, each judgment with
 its own retries and deadline; its score is the mean of the K weighted scores and
@@ -34,7 +36,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import re
 import statistics
 import time
@@ -42,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from core.errors import AnswerError, LLMError, UnusableURL
 from core.evidence.models import Excerpt, JudgeCall, JudgeEvidence, JudgeInputs
@@ -64,7 +66,7 @@ SYSTEM_PROMPT = (
 
 # Part of every judgment cache key: bump it whenever build_prompt, answer_format or
 # parse_answer change what a given prompt's answer means, so older answers are not reused.
-PROMPT_VERSION = "2"
+PROMPT_VERSION = "3"
 
 
 class CachedJudgment(Record):
@@ -368,20 +370,27 @@ def parse_answer(text: str, rubric: Rubric) -> JudgeResponse:
     try:
         response = JudgeResponse.model_validate(data)
     except ValidationError as exc:
-        raise AnswerError(
-            "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
-        ) from None
+        raise AnswerError("; ".join(_problem(e) for e in exc.errors()[:5])) from None
     unscored = [c.id for c in rubric.criteria if c.id not in response.scores]
     if unscored:
         raise AnswerError("no score for criteria: " + ", ".join(unscored))
     out_of_range = [
         f"{c.id}={response.scores[c.id]}"
         for c in rubric.criteria
-        if not (math.isfinite(response.scores[c.id]) and 0.0 <= response.scores[c.id] <= 1.0)
+        if not 0.0 <= response.scores[c.id] <= 1.0
     ]
     if out_of_range:
         raise AnswerError("scores must be within [0, 1]: " + ", ".join(out_of_range))
     return response
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One unusable field of an answer, with what the judge answered in it: the judge
+    is shown it when asked again, and the run's error keeps it."""
+    where = ".".join(str(p) for p in error["loc"])
+    if error["type"] == "missing":
+        return f"{where}: {error['msg']}"
+    return f"{where}: {error['msg']}, got {excerpt(json.dumps(error['input']))}"
 
 
 def _json_object(text: str) -> dict[str, Any]:

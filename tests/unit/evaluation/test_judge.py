@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from core.evaluation.judge import clip_middle, judge_run
+from core.errors import AnswerError
+from core.evaluation.judge import clip_middle, judge_run, parse_answer
 from core.evidence.models import Excerpt, JudgeInputs
 from core.llm.client import MAX_RESPONSE_BYTES
 from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge, load_rubric
@@ -200,6 +201,8 @@ def test_fenced_answer_and_unknown_criteria_are_accepted(
         (answer(completion=1.5), "scores must be within [0, 1]: completion=1.5"),
         (json.dumps({"scores": {}, "weighted_score": 1}), "missing fields: confidence, issues"),
         ("[1, 2]", "answer must be a JSON object, got list"),
+        (answer(correctness=True), "scores.correctness: Input should be a valid number, got true"),
+        (answer(completion="1"), 'scores.completion: Input should be a valid number, got "1"'),
     ],
 )
 def test_malformed_answer_is_asked_again_with_a_reminder(
@@ -214,6 +217,49 @@ def test_malformed_answer_is_asked_again_with_a_reminder(
     assert "could not be used" in retry[2]["content"] and problem in retry[2]["content"]
     assert '"scores": {"correctness": <number 0-1>' in retry[2]["content"]
     assert result.input_tokens == 20  # both calls are paid for
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "answered"),
+    [
+        ("correctness", True, "true"),
+        ("correctness", False, "false"),
+        ("correctness", "1", '"1"'),
+        ("correctness", "0.9", '"0.9"'),
+        ("correctness", None, "null"),
+        ("correctness", [1], "[1]"),
+        ("weighted_score", True, "true"),
+        ("weighted_score", "0.8", '"0.8"'),
+        ("confidence", True, "true"),
+    ],
+)
+def test_scores_must_be_json_numbers_not_booleans_or_strings(
+    field: str, value: Any, answered: str, rubric: Rubric
+) -> None:
+    # Lax pydantic read `true` and "1" as 1.0: a judge that said `true` passed the run.
+    body = json.loads(answer())
+    if field in body["scores"]:
+        body["scores"][field] = value
+    else:
+        body[field] = value
+    where = f"scores.{field}" if field in body["scores"] else field
+    with pytest.raises(AnswerError) as caught:
+        parse_answer(json.dumps(body), rubric)
+    assert str(caught.value).startswith(f"{where}: Input should be a valid number, got {answered}")
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity"])
+def test_scores_must_be_finite(bad: str, rubric: Rubric) -> None:
+    # Python's json reads these non-standard literals; a judge's score is never one.
+    text = answer().replace('"correctness": 0.9', f'"correctness": {bad}')
+    with pytest.raises(AnswerError, match=r"scores\.correctness: Input should be a finite number"):
+        parse_answer(text, rubric)
+
+
+def test_integer_scores_are_json_numbers(rubric: Rubric) -> None:
+    response = parse_answer(answer(correctness=1, completion=0, weighted_score=1), rubric)
+    assert response.scores == {"correctness": 1.0, "completion": 0.0}
+    assert isinstance(response.scores["correctness"], float)
 
 
 def test_malformed_forever_gives_up_after_max_attempts(
