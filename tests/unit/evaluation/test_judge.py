@@ -204,7 +204,10 @@ def test_fenced_answer_and_unknown_criteria_are_accepted(
         (json.dumps({"scores": {}, "weighted_score": 1}), "missing fields: confidence, issues"),
         ("[1, 2]", "answer must be a JSON object, got list"),
         (answer(correctness=True), "scores.correctness: Input should be a valid number, got true"),
-        (answer(completion="1"), 'scores.completion: Input should be a valid number, got "1"'),
+        (
+            answer().replace('"completion": 0.5', '"completion": "1"'),
+            'scores.completion: Input should be a valid number, got "1"',
+        ),
     ],
 )
 def test_malformed_answer_is_asked_again_with_a_reminder(
