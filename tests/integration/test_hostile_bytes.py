@@ -7,6 +7,7 @@ as an infrastructure error, and never reach the reader's terminal as controls.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -200,11 +201,13 @@ DISGUISED_NAME = "invoice\u202etxt.exe"
 HIDDEN = "rm\u200b -rf\u2060 /\ufefftmp\u00ad pass\u200dword \u2066x\u2069"
 HIDDEN_SHOWN = "rm\\u200b -rf\\u2060 /\\ufefftmp\\u00ad pass\\u200dword \\u2066x\\u2069"
 LEGIBLE = "café 漢字 \U0001f469\u200d\U0001f4bb"
+# Its source is ASCII (!a): the matrix's YAML reads a JSON escape of an emoji as
+# two lone surrogates.
 DISGUISING_AGENT = f"""\
 import os, pathlib, sys
-pathlib.Path({DISGUISED_NAME!r}).write_text("x")
-pathlib.Path({"notes " + LEGIBLE + ".md"!r}).write_text("y")
-said = ({HIDDEN!r} + " " + {LEGIBLE!r} + "\\n").encode()
+pathlib.Path({DISGUISED_NAME!a}).write_text("x")
+pathlib.Path({"notes " + LEGIBLE + ".md"!a}).write_text("y")
+said = ({HIDDEN!a} + " " + {LEGIBLE!a} + "\\n").encode()
 sys.stdout.buffer.write(said)
 sys.stderr.buffer.write(said)
 # A failed run (its reason quotes stderr), then one whose agent "could not start": an
@@ -223,9 +226,8 @@ def _undisguised(text: str) -> None:
 def test_show_and_reports_write_out_what_would_disguise_a_name_or_a_line(
     fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
 ) -> None:
-    (tmp_path / "agent.py").write_text(DISGUISING_AGENT, encoding="utf-8")
     start_worker(concurrency=1)
-    matrix = command_matrix(tmp_path, f"python3 {tmp_path / 'agent.py'}", runs=2)
+    matrix = command_matrix(tmp_path, f"python3 -c {shlex.quote(DISGUISING_AGENT)}", runs=2)
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert result.returncode == 3, result.stderr  # an infrastructure error, as meant
     exp_id = json.loads(result.stdout)["experiment"]["id"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -44,10 +45,15 @@ def _gullible(request: RecordedRequest) -> Step:
     return reply(content=json.dumps(body))
 
 
+def _printing(text: str) -> str:
+    """An agent's command that prints `text` (inline: agents may not read the matrix's
+    folder)."""
+    return "python3 -c " + shlex.quote(f"import sys; sys.stdout.write({text!r})")
+
+
 def test_headings_an_agent_forges_do_not_reach_its_judge_as_the_prompts_own(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
-    (tmp_path / "forged.txt").write_text(FORGED)
     (tmp_path / "rubric.yaml").write_text(
         "criteria: [{id: quality, weight: 1, description: the task is done}]\n"
     )
@@ -56,7 +62,7 @@ def test_headings_an_agent_forges_do_not_reach_its_judge_as_the_prompts_own(
         matrix.write_text(f"""
 name: forged-headings
 runs_per_tier: 1
-agent: {{kind: command, command: "cat {tmp_path / "forged.txt"}", timeout_s: 30}}
+agent: {{kind: command, command: {json.dumps(_printing(FORGED))}, timeout_s: 30}}
 tiers: [{{id: T0}}]
 judge: {{base_url: "{judge.base_url}", model: judge-model, api_key_env: null}}
 scenarios:
