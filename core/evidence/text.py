@@ -6,7 +6,10 @@ gave as undecodable bytes (Python's surrogateescape) would make any UTF-8
 encoder raise, and what an agent names its files must never decide its outcome.
 `visible` is for everything printed to a terminal: a control character an agent
 printed (an escape sequence that sets the window title, writes the clipboard or
-moves the cursor over the lines above) is shown, never obeyed.
+moves the cursor over the lines above) is shown, never obeyed; and so is a
+character that changes what a text seems to say without being seen itself: a
+bidirectional control (U+202E turns `exe.txt` around) or a zero-width one (a
+file name with a space no reader sees).
 """
 
 from __future__ import annotations
@@ -20,6 +23,18 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROLS = {
     code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)] if chr(code) not in "\n\t"
 }
+# Bidirectional controls: the Arabic letter mark, LRM and RLM, the embeddings and
+# overrides (U+202A-U+202E), the isolates (U+2066-U+2069).
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+# Zero-width and invisible: spaces and joiners (U+200B-U+200D), the word joiner and
+# invisible operators (U+2060-U+2064), the BOM, the Mongolian vowel separator, the
+# soft hyphen.
+_INVISIBLE = [*range(0x200B, 0x200E), *range(0x2060, 0x2065), 0xFEFF, 0x180E, 0x00AD]
+_SHOWN = _CONTROLS | {code: f"\\u{code:04x}" for code in [*_BIDI, *_INVISIBLE]}
+# The joiner that makes one emoji of several (👩‍💻, 🏳️‍🌈) is the emoji's own, not a
+# disguise: kept between pictographs (after an emoji's variation selector too).
+_PICTOGRAPH = "\u2600-\u27bf\U0001f000-\U0001faff"
+_EMOJI_JOINER = re.compile(f"(?<=[{_PICTOGRAPH}\ufe0f])\u200d(?=[{_PICTOGRAPH}])")
 
 
 def encodable(text: str) -> str:
@@ -34,8 +49,11 @@ def encodable(text: str) -> str:
 
 def visible(text: str) -> str:
     """`text` with every control character but newline and tab written as its
-    ``\\xNN`` escape, so that printing it moves nothing and sets nothing."""
-    return encodable(text).translate(_CONTROLS)
+    ``\\xNN`` escape, so that printing it moves nothing and sets nothing, and every
+    bidirectional control and invisible character as its ``\\uNNNN`` escape, so that
+    it shows what it holds. Other text (accents, CJK, emoji) stays as it is."""
+    parts = _EMOJI_JOINER.split(encodable(text))
+    return "\u200d".join(part.translate(_SHOWN) for part in parts)
 
 
 def each_text(value: Any, change: Callable[[str], str]) -> Any:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, Strict
 
 from core.results.record import Record
 from core.results.transcript import ComponentType, LLMCallMetrics
@@ -120,14 +120,20 @@ class GateResult(Record):
 # --- layer 3 ----------------------------------------------------------------------------
 
 
+# A number the judge answered: a JSON number and finite, never true or "1". Lax pydantic
+# would read those as 1.0, and a judge that says `true` has not given a score.
+JudgeNumber = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+
+
 class JudgeResponse(Record):
-    """The judge's answer, as llm-tool-test's schema demands."""
+    """The judge's answer, as llm-tool-test's schema demands. A score's range is the
+    rubric's, checked where the answer is read against it (core.evaluation.judge)."""
 
     model_config = ConfigDict(extra="ignore", ser_json_inf_nan="strings")
 
-    scores: dict[str, float]
-    weighted_score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
-    confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    scores: dict[str, JudgeNumber]
+    weighted_score: Annotated[JudgeNumber, Field(ge=0.0, le=1.0)]
+    confidence: Annotated[JudgeNumber, Field(ge=0.0, le=1.0)]
     issues: list[str]
     highlights: list[str]
     reasons: dict[str, str] = Field(

@@ -98,9 +98,9 @@ class CLIContext:
 
 
 def echo_rendered(rendered: str) -> None:
-    """A rendered report or comparison on stdout, ending in one newline; to a terminal
-    inert (an agent's text quoted in markdown or CSV could move the cursor or set the
-    title), to a file or a pipe as rendered."""
+    """A rendered report, comparison or run (JSON) on stdout, ending in one newline; to
+    a terminal inert (an agent's text quoted in markdown or CSV could move the cursor or
+    set the title, or turn a file name around), to a file or a pipe as rendered."""
     if sys.stdout.isatty():
         rendered = visible(rendered)
     click.echo(rendered, nl=not rendered.endswith("\n"))

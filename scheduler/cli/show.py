@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from scheduler.cli.context import CLIContext, err, pass_cli
+from scheduler.cli.context import CLIContext, echo_rendered, err, pass_cli
 from scheduler.cli.options import broker_option
 from scheduler.experiments import load_run, report_versions
 from scheduler.report.render import terminal_width
@@ -45,7 +45,7 @@ def show(cli: CLIContext, run: tuple[str, ...], as_json: bool) -> None:
             markup=False,
         )
     if as_json:
-        click.echo(loaded.record.model_dump_json(indent=2))
+        echo_rendered(loaded.record.model_dump_json(indent=2))
         if loaded.unreadable is not None:
             err.print(f"note: {loaded.unreadable}", markup=False)
         return

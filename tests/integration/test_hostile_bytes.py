@@ -7,6 +7,7 @@ as an infrastructure error, and never reach the reader's terminal as controls.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,67 @@ def test_the_table_report_prints_an_agents_error_inert(
     shown = in_terminal([SCHEDULER, "report", exp_id, "--format", "markdown"], env, columns=400)
     _inert(shown.replace("\r\n", "\n"))
     assert "\\x1b]0;owned\\x07" in shown
+
+
+# Characters that change what a text seems to say, unseen: U+202E shows the name
+# `invoice\u202etxt.exe` as `invoiceexe.txt`; zero-width ones (and a joiner outside
+# an emoji, a BOM, a soft hyphen) hide in a word. Beside them, text to keep as it is.
+DISGUISED_NAME = "invoice\u202etxt.exe"
+HIDDEN = "rm\u200b -rf\u2060 /\ufefftmp\u00ad pass\u200dword \u2066x\u2069"
+HIDDEN_SHOWN = "rm\\u200b -rf\\u2060 /\\ufefftmp\\u00ad pass\\u200dword \\u2066x\\u2069"
+LEGIBLE = "café 漢字 \U0001f469\u200d\U0001f4bb"
+# Its source is ASCII (!a): the matrix's YAML reads a JSON escape of an emoji as
+# two lone surrogates.
+DISGUISING_AGENT = f"""\
+import os, pathlib, sys
+pathlib.Path({DISGUISED_NAME!a}).write_text("x")
+pathlib.Path({"notes " + LEGIBLE + ".md"!a}).write_text("y")
+said = ({HIDDEN!a} + " " + {LEGIBLE!a} + "\\n").encode()
+sys.stdout.buffer.write(said)
+sys.stderr.buffer.write(said)
+# A failed run (its reason quotes stderr), then one whose agent "could not start": an
+# infrastructure error, whose reason every report form lists.
+sys.exit(127 if os.environ["EVALFLEET_RUN_INDEX"] == "1" else 1)
+"""
+
+
+def _undisguised(text: str) -> None:
+    """No bidirectional control or invisible character, but the joiner of an emoji."""
+    hidden = {hex(ord(c)) for c in text.replace("\U0001f469\u200d\U0001f4bb", "") if c in HIDDEN}
+    assert hidden <= {hex(ord(c)) for c in "rm -rf/tmpasword x"}  # the visible letters
+    assert "\u202e" not in text
+
+
+def test_show_and_reports_write_out_what_would_disguise_a_name_or_a_line(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    start_worker(concurrency=1)
+    matrix = command_matrix(tmp_path, f"python3 -c {shlex.quote(DISGUISING_AGENT)}", runs=2)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert result.returncode == 3, result.stderr  # an infrastructure error, as meant
+    exp_id = json.loads(result.stdout)["experiment"]["id"]
+    env = {**fleet_env, "COLUMNS": "400"}
+
+    shown = run_cli("show", f"{exp_id}:T0:s:0", env=env)
+    assert shown.returncode == 0, shown.stderr
+    _undisguised(shown.stdout)
+    assert "added: invoice\\u202etxt.exe (1 bytes)" in shown.stdout
+    assert f"added: notes {LEGIBLE}.md (1 bytes)" in shown.stdout  # legible text stays
+    assert f"{HIDDEN_SHOWN} {LEGIBLE}" in shown.stdout.split("\nstdout (")[1]
+    assert f"{HIDDEN_SHOWN} {LEGIBLE}" in shown.stdout.split("\nstderr (")[1]
+    # Where the output depends on a terminal: each form printed to one.
+    for argv in (
+        ["show", f"{exp_id}:T0:s:0", "--json"],  # the patch and the names, as JSON escapes
+        ["report", exp_id],  # the table, its failure reasons quoting stderr
+        ["report", exp_id, "--full"],
+        ["report", exp_id, "--format", "markdown"],
+        ["report", exp_id, "--format", "json", "--runs"],
+    ):
+        printed = in_terminal([SCHEDULER, *argv], env, columns=400)
+        _undisguised(printed)
+        assert "rm\\u200b -rf\\u2060" in printed, argv
+    patch = in_terminal([SCHEDULER, "show", f"{exp_id}:T0:s:0", "--json"], env, columns=400)
+    assert "+++ b/invoice\\u202etxt.exe" in patch
+    # To a pipe, JSON is as stored: its readers get the characters themselves.
+    piped = run_cli("show", f"{exp_id}:T0:s:0", "--json", env=env)
+    assert "invoice\u202etxt.exe" in piped.stdout

@@ -1,11 +1,12 @@
 """A judge API that misbehaves, end to end: a loopback server, real workers, the CLI.
 
 One scenario per fault (the server answers by the task text in the judge's
-prompt): a 429 storm, 500s, malformed bodies, malformed answers, a server that
-never answers, and one healthy scenario. Every faulty run ends as a recorded
-infrastructure error with its reason after bounded retries, and the
-experiment completes. Likewise a judge that dribbles its answer or sends one
-without end, and a model under test that does the latter.
+prompt): a 429 storm, 500s, malformed bodies, malformed answers, scores that are
+no numbers (`true`, `"1"`), a server that never answers, and one healthy
+scenario. Every faulty run ends as a recorded infrastructure error with its
+reason after bounded retries, and the experiment completes. Likewise a judge
+that dribbles its answer or sends one without end, and a model under test that
+does the latter.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ FAULTS: dict[str, Step] = {
     "garbled": malformed("<html>bad gateway</html>"),
     "nonsense": reply(content="I think it went well, 8/10."),
     "silent": slow(60),
+    # Scores that are no numbers: lax parsing read both as 1.0 and passed the run.
+    "boolean": reply(content=json.dumps({**GOOD, "scores": {"quality": True}})),
+    "string": reply(content=json.dumps({**GOOD, "scores": {"quality": "1"}})),
     "healthy": reply(content=json.dumps(GOOD)),
 }
 
@@ -92,16 +96,20 @@ scenarios:
         "garbled": "judge error: malformed answer after 2 attempts: response body is not JSON",
         "nonsense": "judge error: malformed answer after 2 attempts: answer is not valid JSON",
         "silent": "judge error: read timeout after 2 attempts",
+        "boolean": "judge error: malformed answer after 2 attempts: "
+        "scores.quality: Input should be a valid number, got true",
+        "string": "judge error: malformed answer after 2 attempts: "
+        'scores.quality: Input should be a valid number, got "1"',
     }
     for scenario, reason in expected.items():
         run = runs[scenario]
-        assert run.status == RunStatus.infra_error, scenario
+        assert run.status == RunStatus.infra_error and not run.passed, scenario
         assert (run.fail_reason or "").startswith(reason), (scenario, run.fail_reason)
         assert run.judge is not None and 1 <= run.judge.attempts <= 4  # at most N*N requests
     assert runs["healthy"].passed and runs["healthy"].judge is not None
     assert runs["healthy"].judge.weighted_score == pytest.approx(0.9)
     assert report["experiment"]["status"] == "complete"
-    assert report["tiers"]["T0"]["errors"] == 5 and report["tiers"]["T0"]["passes"] == 1
+    assert report["tiers"]["T0"]["errors"] == 7 and report["tiers"]["T0"]["passes"] == 1
     assert elapsed < 90  # bounded: no fault holds a run for long
 
 
