@@ -50,6 +50,8 @@ class LocalFiles:
         problem = damaged(self.manifest, self.folder)
         if problem is None:
             return None
+        if problem.startswith(f"{MATRIX} "):  # the folder itself
+            return f"$EVALFLEET_MATRIX_DIR{problem.removeprefix(MATRIX)}"
         return problem.removeprefix(f"{MATRIX}/")
 
     def hidden_paths(self) -> list[Path]:

@@ -401,9 +401,12 @@ def _signatures(folder: Path) -> dict[str, Signature]:
 
 
 def _differs(manifest: Manifest, folder: Path, signatures: dict[str, Signature]) -> str | None:
+    """The most telling difference: a file's content (what moves a grade) before a mode."""
     parents = {str(parent) for name in manifest.entries for parent in PurePosixPath(name).parents}
-    for name in sorted(set(signatures) - set(manifest.entries) - parents):
-        return f"{name} (added)"
+    added = sorted(set(signatures) - set(manifest.entries) - parents)
+    if added:
+        return f"{added[0]} (added)"
+    modes = []
     for name, entry in sorted(manifest.entries.items()):
         path = folder / name
         try:
@@ -414,14 +417,14 @@ def _differs(manifest: Manifest, folder: Path, signatures: dict[str, Signature])
             if not stat.S_ISLNK(info.st_mode) or os.readlink(path) != entry.link:
                 return name
             continue
-        if stat.S_IMODE(info.st_mode) != _mode(manifest, name, entry):
-            return f"{name} (mode changed)"
         if entry.digest is None:
             if not stat.S_ISDIR(info.st_mode):
                 return name
         elif not stat.S_ISREG(info.st_mode) or _sha256(path) != entry.digest:
             return name
-    return None
+        if stat.S_IMODE(info.st_mode) != _mode(manifest, name, entry):
+            modes.append(f"{name} (mode changed)")
+    return modes[0] if modes else None
 
 
 def _sha256(path: Path) -> str:
