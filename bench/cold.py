@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from support import ROOT, SCHEDULER, require_bash, shell_loop, show, write_matrix
+from support import ROOT, SCHEDULER, bench_folder, require_bash, shell_loop, show, write_matrix
 
 AGENT = "true"
 GATES = ("true", "true")
@@ -43,8 +43,8 @@ INSPECT = Path(os.environ.get("VIRTUAL_ENV", Path(SCHEDULER).parent.parent)) / "
 def evalfleet_cold(runs: int, workers: int | None) -> float:
     """Seconds of one `scheduler submit` in embedded mode, in a fresh folder (`workers`
     None: the default, one per CPU, as a user runs it)."""
-    with tempfile.TemporaryDirectory(prefix="evalfleet-cold-") as folder:
-        matrix = write_matrix(Path(folder), command=AGENT, runs=runs, gates=GATES_YAML)
+    with bench_folder("evalfleet-cold-") as folder:
+        matrix = write_matrix(folder, command=AGENT, runs=runs, gates=GATES_YAML)
         env = {k: v for k, v in os.environ.items() if k != "EVALFLEET_BROKER_URL"}
         env["EVALFLEET_WORKDIR"] = str(Path(folder) / "runs")
         command = [SCHEDULER, "submit", str(matrix)]

@@ -19,7 +19,6 @@ import argparse
 import os
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from support import (
     SCHEDULER,
     Fleet,
+    bench_folder,
     group_cpu_s,
     private_fleet,
     redis_cpu_s,
@@ -77,8 +77,8 @@ def evalfleet_warm(fleet: Fleet, runs: int) -> Warm:
 
 def evalfleet_cold(runs: int, workers: int) -> float:
     """`scheduler submit` in embedded mode: starts Redis and workers, runs, reports, stops."""
-    with tempfile.TemporaryDirectory() as folder:
-        matrix = write_matrix(Path(folder), command=AGENT, runs=runs, gates=GATES)
+    with bench_folder() as folder:
+        matrix = write_matrix(folder, command=AGENT, runs=runs, gates=GATES)
         env = {k: v for k, v in os.environ.items() if k != "EVALFLEET_BROKER_URL"}
         env["EVALFLEET_WORKDIR"] = str(Path(folder) / "runs")
         started = time.perf_counter()

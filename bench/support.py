@@ -72,12 +72,20 @@ class Fleet:
 
 
 @contextlib.contextmanager
+def bench_folder(prefix: str = "evalfleet-bench-") -> Iterator[Path]:
+    """A temporary folder that run users may pass: as root, a worker runs each agent as a
+    user of its own (worker.confinement), which reaches its run's files by their paths."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        os.chmod(tmp, 0o711)
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
 def private_fleet() -> Iterator[Fleet]:
     """A private Redis under a temporary folder (the working directory meanwhile, as the
     embedded mode's state lives in ./.evalfleet); workers are started on demand."""
     home = os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="evalfleet-bench-") as tmp:
-        folder = Path(tmp)
+    with bench_folder() as folder:
         os.environ["EVALFLEET_WORKDIR"] = str(folder / "runs")
         redis_server = EmbeddedRedis(folder / ".evalfleet")
         os.chdir(folder)
