@@ -153,10 +153,10 @@ def collect(matrix: Matrix, matrix_file: Path | None = None) -> Bundle:
 
 
 def hidden_paths(matrix: Matrix) -> Iterator[Path]:
-    """The paths only evaluation reads: scenarios' `tests:` and the judges' rubrics."""
+    """The paths only evaluation reads: scenarios' `tests:` and `solution:`, and the
+    judges' rubrics."""
     for scenario in matrix.scenarios:
-        if scenario.tests is not None:
-            yield scenario.tests
+        yield from (p for p in (scenario.tests, scenario.solution) if p is not None)
         judge = scenario.evaluation.judge
         if judge is not None:
             yield judge.rubric

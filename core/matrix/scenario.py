@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from core.matrix.fields import DirPath, FilePath, Identifier, Regex, Strict
 from core.matrix.scoring import Evaluation
 from core.matrix.spend import Limits
+from core.matrix.task import TaskEnvironment, Verifier
 
 
 class Target(Strict):
@@ -62,6 +63,31 @@ class Scenario(Strict):
         None,
         description="a bash command that solves the task, run by `scheduler preflight` in "
         "a prepared workspace instead of the agent: every gate must pass after it",
+    )
+    solution: DirPath | None = Field(
+        None,
+        description="the task's solution files (Harbor's solution/, with solve.sh): hidden "
+        "from agents, at /solution for the oracle preset and the reference only",
+    )
+    task: DirPath | None = Field(
+        None, description="the benchmark task directory this scenario was read from"
+    )
+    environment: TaskEnvironment | None = Field(
+        None, description="the task's environment: its image and resources, its workdir"
+    )
+    verifier: Verifier | None = Field(
+        None, description="the task's verifier, run after the agent in its environment"
+    )
+    pass_reward: float = Field(
+        1.0,
+        allow_inf_nan=False,
+        description="a run passes when every reward of its verifier reaches this",
+    )
+    agent_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="the agent's time limit on this scenario (a task's), over agent.timeout_s",
     )
 
     @model_validator(mode="after")

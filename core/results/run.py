@@ -280,6 +280,10 @@ class RunResult(Record):
     gates_passed: int = 0
     gates_total: int = 0
     judge: JudgeResult | None = None
+    rewards: dict[str, float] = Field(
+        default_factory=dict,
+        description="a benchmark task's verifier's rewards by name (`reward` for reward.txt)",
+    )
     process: ProcessMetrics | None = None
 
     # transcript bookkeeping
