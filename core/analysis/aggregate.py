@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from core.analysis.columns import Group
 from core.analysis.comparison import ALPHA, CORRECTION, correct_report
-from core.analysis.group import analyse, context_by_call
+from core.analysis.group import analyse, context_by_call, reward_summaries
 from core.analysis.judge_noise import judge_summary
 from core.analysis.ordering import ordered_ids
 from core.matrix import Budget, Scoring
@@ -180,6 +180,7 @@ def tier_report(
         **seed,
         interaction={m.name: statistics(valid.values(m)) for m in INTERACTION_METRICS},
         process=_process_stats(valid),
+        rewards=reward_summaries(runs),
         statuses={status.value: statuses[status] for status in RunStatus if statuses[status]},
         context_by_call=context_by_call(valid),
         analysis=analyse(valid, baseline),

@@ -31,6 +31,7 @@ _OWN = (
     "passed",
     "fail_reason",
     "judge",
+    "rewards",
     "interaction.exit_codes_approximate",
     "process",
     "llm_calls",

@@ -15,9 +15,13 @@ from core.analysis.columns import Group
 from core.analysis.comparison import ALPHA, CONFIDENCE, compare
 from core.analysis.scenarios import across_scenarios, clustered
 from core.metrics.formulas import pass_at_k, pass_hat_k
-from core.results.report import Interval, Statistics, TierAnalysis
+from core.results.report import Interval, RewardSummary, Statistics, TierAnalysis
 from core.stats.descriptive import statistics
-from core.stats.significance import bootstrap_median_interval, wilson_interval
+from core.stats.significance import (
+    bootstrap_mean_interval,
+    bootstrap_median_interval,
+    wilson_interval,
+)
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
@@ -30,6 +34,27 @@ _BOOTSTRAP = (
     f"percentile bootstrap of the median, {CONFIDENCE:.0%}, "
     f"{BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}"
 )
+_BOOTSTRAP_MEAN = _BOOTSTRAP.replace("of the median", "of the mean")
+
+
+def reward_summaries(runs: Group) -> dict[str, RewardSummary]:
+    """Each verifier reward over the counted runs of the scenarios that give it: a run
+    whose verifier gave none (no reward file, a timeout) earned 0 of it."""
+    valid = runs.counted
+    scored = list(zip(valid.column("scenario"), valid.column("rewards"), strict=True))
+    given: dict[str, set[str]] = {}
+    for scenario, rewards in scored:
+        for name in rewards:
+            given.setdefault(name, set()).add(scenario)
+    summaries = {}
+    for name, scenarios in sorted(given.items()):
+        values = [rewards.get(name, 0.0) for scenario, rewards in scored if scenario in scenarios]
+        low, high = bootstrap_mean_interval(values, CONFIDENCE, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)
+        summaries[name] = RewardSummary(
+            stats=statistics(values),
+            mean_ci=Interval(low=low, high=high, confidence=CONFIDENCE, method=_BOOTSTRAP_MEAN),
+        )
+    return summaries
 
 
 def analyse(

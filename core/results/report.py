@@ -269,6 +269,15 @@ class TierAnalysis(Record):
     )
 
 
+class RewardSummary(Record):
+    """One reward of a benchmark task's verifier over a group of runs: the seed's
+    Statistics of its per-run values and an interval for its mean. A counted run of a
+    scenario that gives this reward but whose verifier gave none counts as 0."""
+
+    stats: Statistics = Field(default_factory=Statistics)
+    mean_ci: Interval | None = None
+
+
 class TierReport(Record):
     """Per tier (and, under `scenarios`, per tier x scenario): the same shape."""
 
@@ -319,6 +328,9 @@ class TierReport(Record):
     interaction: dict[str, Statistics] = Field(default_factory=dict)
     process: dict[str, Statistics] = Field(default_factory=dict)
     statuses: dict[str, int] = Field(default_factory=dict)
+    rewards: dict[str, RewardSummary] = Field(
+        default_factory=dict, description="each verifier reward's figures (benchmark tasks)"
+    )
     context_by_call: list[Statistics] = Field(
         default_factory=list, description="input tokens of the i-th LLM call, over the runs"
     )

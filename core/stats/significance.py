@@ -88,6 +88,23 @@ def bootstrap_median_interval(
     return _quantile(medians, tail), _quantile(medians, 1 - tail)
 
 
+def bootstrap_mean_interval(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval for the mean: within the values' range, so a
+    reward's interval never leaves the rewards' own bounds."""
+    if not values:
+        raise ValueError("a bootstrap interval needs at least one value")
+    if resamples < 1:
+        raise ValueError("resamples must be at least 1")
+    _z(confidence)
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(math.fsum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return _quantile(means, tail), _quantile(means, 1 - tail)
+
+
 def _resampled_median(ordered: list[float], rng: random.Random) -> float:
     """The median of one bootstrap resample of `ordered`, drawn from its exact law.
 

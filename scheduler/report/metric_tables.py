@@ -148,6 +148,42 @@ def interaction(report: ExperimentReport, scenario: str | None = None) -> Table:
     )
 
 
+def rewards(report: ExperimentReport, scenario: str | None = None) -> list[Table]:
+    """Each benchmark task verifier's reward per tier and tier x scenario (none without
+    a verifier): its mean with an interval, as pass rate has one, and its spread."""
+    rows = [
+        [
+            tier_id,
+            scope,
+            name,
+            f"{num(r.stats.mean)} [{num(r.mean_ci.low)}, {num(r.mean_ci.high)}]"
+            if r.mean_ci is not None
+            else num(r.stats.mean),
+            num(r.stats.median),
+            f"{num(r.stats.min)} - {num(r.stats.max)}",
+            str(r.stats.count),
+        ]
+        for tier_id, scope, t in cells(report, scenario)
+        for name, r in t.rewards.items()
+    ]
+    if not rows:
+        return []
+    return [
+        Table(
+            "Rewards (benchmark tasks' verifiers)",
+            ["tier", "scenario", "reward", "mean [95% CI]", "median", "min - max", "runs"],
+            rows,
+            [
+                "a reward is a number the task's verifier wrote (reward.txt: `reward`; "
+                "reward.json: each of its names); a run passes when every one reaches the "
+                "scenario's pass_reward; a counted run whose verifier gave none counts 0; "
+                "the interval is a percentile bootstrap of the mean"
+            ],
+            label_columns=3,
+        )
+    ]
+
+
 def guidance(report: ExperimentReport, scenario: str) -> Table:
     """One scenario, each tier side by side (llm-tool-test's guidance comparison)."""
     tiers = {tier_id: t.scenarios.get(scenario) for tier_id, t in report.tiers.items()}

@@ -14,6 +14,7 @@ from scheduler.report.metric_tables import (
     guidance,
     interaction,
     pass_at_k,
+    rewards,
     seed_metrics,
 )
 from scheduler.report.noise import judge_noise
@@ -48,6 +49,7 @@ def scenario_tables(report: ExperimentReport, scenario: str) -> list[Table]:
         guidance(report, scenario),
         summary(report, scenario),
         significance(report, scenario),
+        *rewards(report, scenario),
         pass_at_k(report, scenario),
         interaction(report, scenario),
     ]
@@ -62,6 +64,7 @@ def report_tables(report: ExperimentReport) -> list[Table]:
         cross_tier(report),
         significance(report),
         *across_scenario_tables(report),
+        *rewards(report),
         pass_at_k(report),
         interaction(report),
         *(guidance(report, s) for s in scenarios),

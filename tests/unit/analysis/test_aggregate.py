@@ -351,3 +351,43 @@ def test_a_budget_notice_keeps_small_spends_apart_from_their_limit() -> None:
     )
     large = budget_report(Budget(agent_usd=1250), Group.of([make_run(cost=1234.5)]))
     assert large.notice == "budget: $1,234.50 of $1,250.00 spent"
+
+
+def test_rewards_per_tier_and_scenario_with_a_missing_one_counted_zero() -> None:
+    runs = [
+        make_run(scenario="s1", index=0, rewards={"correct": 1.0, "style": 0.5}),
+        make_run(scenario="s1", index=1, passed=False, rewards={"correct": 0.0, "style": 1.0}),
+        # Its verifier wrote nothing: it earned none of either reward.
+        make_run(scenario="s1", index=2, passed=False),
+        make_run(scenario="s2", index=0, rewards={"reward": 0.25}),
+        # Kept out like every infrastructure error.
+        make_run(scenario="s2", index=1, status=RunStatus.infra_error, rewards={"reward": 1.0}),
+    ]
+    tier = aggregate(_info(["T0"], ["s1", "s2"]), runs, baseline="T0", scoring=SCORING).tiers["T0"]
+    assert list(tier.rewards) == ["correct", "reward", "style"]
+    correct = tier.rewards["correct"]
+    assert (correct.stats.count, correct.stats.mean) == (3, pytest.approx(1 / 3))
+    assert tier.rewards["style"].stats.mean == pytest.approx(0.5)
+    # Only the scenario that gives a reward counts toward it.
+    assert (tier.rewards["reward"].stats.count, tier.rewards["reward"].stats.mean) == (1, 0.25)
+    assert tier.scenarios["s2"].rewards["reward"].stats.max == 0.25
+    assert "correct" not in tier.scenarios["s2"].rewards
+    for reward in tier.rewards.values():
+        assert reward.mean_ci is not None
+        low, high = reward.mean_ci.low, reward.mean_ci.high
+        assert reward.stats.min <= low <= reward.stats.mean <= high <= reward.stats.max  # type: ignore[operator]
+
+
+def test_the_rewards_table_is_in_markdown_and_html_only_when_a_verifier_gave_rewards() -> None:
+    from scheduler.report.render import render
+
+    plain = _report([make_run(index=0)], ["T0"])
+    assert "Rewards" not in render(plain, "markdown")
+    scored = _report(
+        [make_run(index=0, rewards={"correct": 1.0}), make_run(index=1, rewards={"correct": 0.5})],
+        ["T0"],
+    )
+    markdown = render(scored, "markdown")
+    assert "Rewards (benchmark tasks' verifiers)" in markdown
+    assert "| T0 | (all) | correct | 0.750 [0.500, 1.000] | 0.750 | 0.500 - 1.000 | 2 |" in markdown
+    assert "correct" in render(scored, "html") and "0.750 [0.500, 1.000]" in render(scored, "html")
