@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SetupError
-from core.evaluation.shell import RunAs, kill_user_processes
+from core.evaluation.shell import PidMark, RunAs, kill_user_processes, pid_mark
 from core.matrix import AgentConfig
 from core.results.run import Isolation
 from worker.workspace import RunDir, chown_tree, work_root
@@ -58,6 +58,13 @@ class Confinement:
     user: RunAs | None = None
     files: Path | None = None
     hidden: tuple[Path, ...] = ()
+    since: PidMark | None = None  # before the user's first process: its scans are quick
+
+    def end_agent(self) -> None:
+        """The agent's time is over: nothing of its user outlives it (before the hidden
+        files are copied in for the gates)."""
+        if self.user is not None:
+            kill_user_processes(self.user.uid, self.since)
 
 
 @contextlib.contextmanager
@@ -78,7 +85,7 @@ def confined(
     for folder in (work_root(), *([files] if files is not None else [])):
         _reachable(folder)
     with run_user(run_dir) as user:
-        yield Confinement(kind, user, files, tuple(hidden))
+        yield Confinement(kind, user, files, tuple(hidden), since=pid_mark())
 
 
 def _reachable(folder: Path) -> None:
@@ -108,25 +115,22 @@ def run_user(run_dir: RunDir) -> Iterator[RunAs]:
     events file made its own: the first free slot, held by a lock the kernel drops
     when this process dies. Whatever of the uid is still running when the block
     ends (or was left by a dead delivery that held the slot) is killed."""
-    slot, lock = _lease()
+    slot, lock, abandoned = _lease()
     user = RunAs(UID_BASE + slot, UID_BASE + slot)
+    since = None
     try:
-        kill_user_processes(user.uid)
+        if abandoned:  # its last holder died: what that delivery left may still run
+            kill_user_processes(user.uid)
+        since = pid_mark()
         _hand_over(run_dir, user)
         yield user
     finally:
-        kill_user_processes(user.uid)
+        kill_user_processes(user.uid, since)
+        os.ftruncate(lock, 0)  # handed back whole: the next holder need not sweep
         os.close(lock)
 
 
-def end_agent(user: RunAs | None) -> None:
-    """The agent's time is over: nothing of its user outlives it (before the hidden
-    files are copied in for the gates)."""
-    if user is not None:
-        kill_user_processes(user.uid)
-
-
-def _lease() -> tuple[int, int]:
+def _lease() -> tuple[int, int, bool]:
     folder = users_root()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.stat().st_uid != 0 or folder.is_symlink():  # made by another user to steer ours
@@ -138,7 +142,11 @@ def _lease() -> tuple[int, int]:
         except BlockingIOError:
             os.close(fd)
             continue
-        return slot, fd
+        # The lock file holds a mark while a delivery uses the slot, cleared when it
+        # hands the slot back: a mark found means its holder died with it.
+        abandoned = os.pread(fd, 1, 0) != b""
+        os.pwrite(fd, b"1", 0)
+        return slot, fd, abandoned
     raise SetupError(f"all {UID_SLOTS} run users of this machine are busy")
 
 

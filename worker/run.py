@@ -53,7 +53,7 @@ from core.store import Store
 from core.store.attempts import Delivery
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
-from worker.confinement import Confinement, confined, end_agent
+from worker.confinement import Confinement, confined
 from worker.docker_sandbox import Container, agent_container
 from worker.environ import inherited
 from worker.files import LocalFiles, local_files
@@ -302,7 +302,7 @@ def _run(
             container = held.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
             outcome = run_agent(matrix, spec, run_dir, prompt, env, container, confinement)
-            end_agent(confinement.user)
+            confinement.end_agent()
             gate_env = with_tests(run_dir, scenario, env, confinement.user)
         except SetupError as exc:  # setup commands, the agent's sandbox, its tests
             return error_result(spec, str(exc), 1, started), None

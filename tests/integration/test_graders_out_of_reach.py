@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -31,10 +32,12 @@ from worker.files import cache_root
 
 ANSWER = "42"
 # What the hidden test and the matrix's reference hold, and nothing the agent may see.
-SECRET = "hidden-answer-7f3a9c"
+# Made anew each session: not in any file (this one included) an agent could read.
+_SUFFIX = uuid.uuid4().hex[:10]
+SECRET = f"hidden-answer-{_SUFFIX}"
 # What the hunter greps for: a pattern matching SECRET that does not match itself, so
 # its own environ and command line are no find.
-SEARCHED = "hidden-answe[r]-7f3a9c"
+SEARCHED = f"hidden-answe[r]-{_SUFFIX}"
 
 # Rewrites the grader every way it can, then answers wrongly.
 TAMPER = r"""
