@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from core.matrix.fields import DirPath, Strict
+from core.matrix.fields import DirPath, FilePath, Strict
 
 # Where a task's files are inside its environment (Harbor's container layout).
 TESTS_DIR = "/tests"
@@ -51,6 +51,12 @@ class Verifier(Strict):
     environment with the tests at /tests, and how its verdict is read."""
 
     command: str = Field(description="e.g. `bash /tests/test.sh`")
+    runner: FilePath | None = Field(
+        None,
+        description="a script put at /tests/<its name> beside the tests before the command "
+        "runs: Terminal-Bench's run-tests.sh, which lives at its task's root, not in tests/; "
+        "hidden from agents like the tests",
+    )
     timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
     reward: Literal["file", "exit_code"] = Field(
