@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator
 
 from core.matrix.fields import DirPath, FilePath, Strict
 
@@ -39,11 +39,13 @@ class TaskEnvironment(Strict):
     agent_user: str | None = Field(None, description="the user the agent runs as in the image")
     verifier_user: str | None = Field(None, description="the user the verifier runs as")
 
-    @model_validator(mode="after")
-    def _absolute_workdir(self) -> TaskEnvironment:
-        if not self.workdir.startswith("/"):
-            raise ValueError(f"workdir must be an absolute path, got {self.workdir!r}")
-        return self
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, workdir: str) -> str:
+        # At the key, so that a task folder's error is at its line too.
+        if not workdir.startswith("/"):
+            raise ValueError(f"workdir must be an absolute path, got {workdir!r}")
+        return workdir
 
 
 class Verifier(Strict):
