@@ -199,7 +199,14 @@ def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
         )
         for loc, tiers in unconfined.items()
     ]
+    readable_tasks = []
     for index, scenario in enumerate(matrix.scenarios):
+        if scenario.task is not None and scenario.tests is not None:
+            # A task folder's: one warning for them all (a dataset has a hundred), at
+            # `scenarios` (the entry that named them is not known after loading).
+            if _others_read(scenario.tests):
+                readable_tasks.append(scenario.task)
+            continue
         if scenario.tests is not None and _others_read(scenario.tests):
             problems.append(
                 problem_at(
@@ -210,6 +217,18 @@ def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
                     f"`chmod o-rx {scenario.tests}` (or a folder above it)",
                 )
             )
+    if readable_tasks:
+        top = Path(os.path.commonpath(readable_tasks))
+        problems.append(
+            problem_at(
+                path,
+                ("scenarios",),
+                f"the tests of {len(readable_tasks)} task folders (e.g. "
+                f"{readable_tasks[0] / 'tests'}) may be read by other users of this machine, "
+                "which a run's own user is: an embedded run's agent could read them here. "
+                f"`chmod o-rx {top}` (or a folder above it)",
+            )
+        )
     return problems
 
 

@@ -79,6 +79,10 @@ def check_size(matrix: Matrix) -> None:
         )
 
 
+# Scenarios with a run count of their own named one by one; past it, counted.
+MAX_NAMED_COUNTS = 5
+
+
 def describe_runs(matrix: Matrix) -> str:
     """The runs each tier gets of each scenario, in words: "10 runs",
     "5 to 40 runs (adaptive)", and the scenarios with a count of their own."""
@@ -88,4 +92,10 @@ def describe_runs(matrix: Matrix) -> str:
     else:
         text = f"{adaptive.min} to {adaptive.max} runs (adaptive, waves of {adaptive.step})"
     own = [f"{s.id}: {s.runs}" for s in matrix.scenarios if s.runs is not None]
+    if len(own) > MAX_NAMED_COUNTS:  # a dataset's tasks: by count, not one by one
+        counts: dict[int, int] = {}
+        for scenario in matrix.scenarios:
+            if scenario.runs is not None:
+                counts[scenario.runs] = counts.get(scenario.runs, 0) + 1
+        own = [f"{n} scenarios: {runs}" for runs, n in counts.items()]
     return text + (f" ({', '.join(own)} runs)" if own else "")

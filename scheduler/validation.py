@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 from core.analysis.comparison import runs_icc
 from core.errors import BundleError, InputError, PlanTooLarge
 from core.files.bundle import Bundle, collect
-from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, load_matrix
+from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, Scenario, load_matrix
+from core.matrix.task_folders import task_format
 from core.metrics.pricing import price_for
 from core.results.run import RunResult
 from core.stats.clustered import (
@@ -150,14 +152,78 @@ def summary(matrix: Matrix) -> str:
             f"timeout {agent.timeout_s:g} s{extra}"
         )
     for scenario in matrix.scenarios:
+        if scenario.task is not None:
+            continue  # listed by folder below: a dataset has a hundred
         gates = ", ".join(g.name or g.type for g in scenario.evaluation.gates) or "none"
         judge = scenario.evaluation.judge
         judged = f"judge >= {judge.pass_threshold:g}" if judge and judge.enabled else "no judge"
         lines.append(f"  scenario {scenario.id}: gates [{gates}], {judged}")
+    lines += task_lines(matrix)
     lines.append(_judge_line(matrix))
     if matrix.budget is not None:
         lines.append(_budget_line(matrix, matrix.budget))
     return "\n".join(lines)
+
+
+# A folder's tasks listed one by one up to this many; past it, the first few and a count.
+MAX_LISTED_TASKS = 8
+FIRST_TASKS = 5
+
+
+def task_lines(matrix: Matrix) -> list[str]:
+    """The scenarios read from benchmark task folders (`task:`, `tasks:`), by the folder
+    holding them: how many of each format, what sandbox they need, and the first few."""
+    by_folder: dict[Path, list[Scenario]] = {}
+    for scenario in matrix.scenarios:
+        if scenario.task is not None:
+            by_folder.setdefault(scenario.task.parent, []).append(scenario)
+    lines = []
+    for folder, scenarios in by_folder.items():
+        formats = Counter(task_format(s.task) or "?" for s in scenarios if s.task is not None)
+        docker = sum(_needs_docker(s) for s in scenarios)
+        lines.append(
+            f"  tasks in {_shown(folder, matrix)}/: {len(scenarios)} scenarios ("
+            + ", ".join(f"{n} {kind}" for kind, n in sorted(formats.items()))
+            + f"); needs sandbox: docker for {docker} (their own image), bwrap for "
+            f"{len(scenarios) - docker} (they run on this system)"
+        )
+        shown = scenarios if len(scenarios) <= MAX_LISTED_TASKS else scenarios[:FIRST_TASKS]
+        lines += [f"    {_task_line(s, matrix)}" for s in shown]
+        if len(shown) < len(scenarios):
+            lines.append(f"    ... and {len(scenarios) - len(shown)} more")
+    return lines
+
+
+def _needs_docker(scenario: Scenario) -> bool:
+    env = scenario.environment
+    return env is not None and (env.image is not None or env.build is not None)
+
+
+def _task_line(scenario: Scenario, matrix: Matrix) -> str:
+    env, verifier = scenario.environment, scenario.verifier
+    if env is not None and env.image is not None:
+        where = f"docker (image {env.image})"
+    elif env is not None and env.build is not None:
+        where = f"docker (builds {_shown(env.build / 'Dockerfile', matrix)})"
+    else:
+        where = "bwrap (runs on this system)"
+    agent = f"{scenario.agent_timeout_s:g} s" if scenario.agent_timeout_s else "(agent.timeout_s)"
+    checked = (
+        f"verifier {verifier.timeout_s:g} s, reward {verifier.reward}"
+        if verifier
+        else "no verifier"
+    )
+    kind = task_format(scenario.task) if scenario.task is not None else None
+    return (
+        f"{scenario.id}: {kind or '?'}, needs sandbox: {where}; timeouts: agent {agent}, {checked}"
+    )
+
+
+def _shown(path: Path, matrix: Matrix) -> str:
+    base = matrix.base_dir
+    return (
+        str(path.relative_to(base)) if base is not None and path.is_relative_to(base) else str(path)
+    )
 
 
 def _budget_line(matrix: Matrix, budget: Budget) -> str:

@@ -153,10 +153,12 @@ def collect(matrix: Matrix, matrix_file: Path | None = None) -> Bundle:
 
 
 def hidden_paths(matrix: Matrix) -> Iterator[Path]:
-    """The paths only evaluation reads: scenarios' `tests:` and `solution:`, and the
-    judges' rubrics."""
+    """The paths only evaluation reads: scenarios' `tests:`, `solution:` and verifier
+    runner, and the judges' rubrics."""
     for scenario in matrix.scenarios:
         yield from (p for p in (scenario.tests, scenario.solution) if p is not None)
+        if scenario.verifier is not None and scenario.verifier.runner is not None:
+            yield scenario.verifier.runner  # beside the tests at /tests: as hidden as they
         judge = scenario.evaluation.judge
         if judge is not None:
             yield judge.rubric

@@ -33,6 +33,7 @@ from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, Re
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
 from core.matrix.suggestions import did_you_mean
+from core.matrix.task import TaskEnvironment, Verifier
 from core.matrix.tier import Tier
 from core.matrix.yaml_model import ConfigProblem, load_yaml_model, problem_at
 
@@ -76,7 +77,9 @@ __all__ = [
     "Script",
     "StopWhen",
     "Target",
+    "TaskEnvironment",
     "Tier",
+    "Verifier",
     "WorkspaceArchive",
     "did_you_mean",
     "load_matrix",

@@ -75,14 +75,14 @@ def relocated(path: Path, info: ValidationInfo) -> Path:
     return relocate(path) if relocate is not None else path
 
 
-def _existing(kind: Literal["file", "dir"]) -> Any:
+def _existing(kind: Literal["file", "dir", "file or folder"]) -> Any:
     # The one look at the file system a validator makes unasked: a missing file is an
     # error at its key and YAML line, reported with the matrix's other problems, which
     # only pydantic's own error of the field carries. `check_files: False` skips it.
     def check(value: Path, info: ValidationInfo) -> Path:
         path = inside_matrix_folder(resolve(value, info), info)
         if context_of(info).get("check_files", True):
-            exists = path.is_file() if kind == "file" else path.is_dir()
+            exists = {"file": path.is_file, "dir": path.is_dir}.get(kind, path.exists)()
             if not exists:
                 raise ValueError(f"{kind} not found: {path}")
         return relocated(path, info)
@@ -92,6 +92,8 @@ def _existing(kind: Literal["file", "dir"]) -> Any:
 
 FilePath = Annotated[Path, _existing("file")]
 DirPath = Annotated[Path, _existing("dir")]
+# A task's solution: Harbor's solution/ folder, or Terminal-Bench's one solution.sh.
+FileOrDirPath = Annotated[Path, _existing("file or folder")]
 
 
 def _compiles(pattern: str) -> str:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from core.matrix.fields import DirPath, FilePath, Identifier, Regex, Strict
+from core.matrix.fields import DirPath, FileOrDirPath, FilePath, Identifier, Regex, Strict
 from core.matrix.scoring import Evaluation
 from core.matrix.spend import Limits
 from core.matrix.task import TaskEnvironment, Verifier
@@ -64,10 +64,11 @@ class Scenario(Strict):
         description="a bash command that solves the task, run by `scheduler preflight` in "
         "a prepared workspace instead of the agent: every gate must pass after it",
     )
-    solution: DirPath | None = Field(
+    solution: FileOrDirPath | None = Field(
         None,
-        description="the task's solution files (Harbor's solution/, with solve.sh): hidden "
-        "from agents, at /solution for the oracle preset and the reference only",
+        description="the task's solution: a folder holding solve.sh (Harbor's solution/) or "
+        "one script (Terminal-Bench's solution.sh, put at /solution/solve.sh); hidden from "
+        "agents, at /solution for the oracle preset and the reference only",
     )
     task: DirPath | None = Field(
         None, description="the benchmark task directory this scenario was read from"

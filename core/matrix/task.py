@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator
 
-from core.matrix.fields import DirPath, Strict
+from core.matrix.fields import DirPath, FilePath, Strict
 
 # Where a task's files are inside its environment (Harbor's container layout).
 TESTS_DIR = "/tests"
@@ -39,11 +39,13 @@ class TaskEnvironment(Strict):
     agent_user: str | None = Field(None, description="the user the agent runs as in the image")
     verifier_user: str | None = Field(None, description="the user the verifier runs as")
 
-    @model_validator(mode="after")
-    def _absolute_workdir(self) -> TaskEnvironment:
-        if not self.workdir.startswith("/"):
-            raise ValueError(f"workdir must be an absolute path, got {self.workdir!r}")
-        return self
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, workdir: str) -> str:
+        # At the key, so that a task folder's error is at its line too.
+        if not workdir.startswith("/"):
+            raise ValueError(f"workdir must be an absolute path, got {workdir!r}")
+        return workdir
 
 
 class Verifier(Strict):
@@ -51,6 +53,12 @@ class Verifier(Strict):
     environment with the tests at /tests, and how its verdict is read."""
 
     command: str = Field(description="e.g. `bash /tests/test.sh`")
+    runner: FilePath | None = Field(
+        None,
+        description="a script put at /tests/<its name> beside the tests before the command "
+        "runs: Terminal-Bench's run-tests.sh, which lives at its task's root, not in tests/; "
+        "hidden from agents like the tests",
+    )
     timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)
     reward: Literal["file", "exit_code"] = Field(

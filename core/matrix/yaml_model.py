@@ -2,12 +2,16 @@
 
 A validation error names the file, the YAML line and column of the offending
 value, the field path and what was expected. Generic over the model: the
-matrix and its rubrics (core.matrix.loading) are both read here.
+matrix and its rubrics (core.matrix.loading) are both read here. A `prepare`
+step may rewrite the file's data before it is validated (the matrix's task
+folders become scenarios, core.matrix.task_folders), saying where each value of
+its data comes from in the file, so that errors still point at the file's lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +23,9 @@ from core.matrix.suggestions import did_you_mean, literal_choices, unknown_key_h
 from core.settings import setting
 
 M = TypeVar("M", bound=BaseModel)
+Loc = tuple[str | int, ...]
+# A problem at a place of the file being read: (its location in the file's data, message).
+Placer = Callable[[Sequence[str | int], str], "ConfigProblem"]
 # Matrix and rubric files: a real one is a few KB. Larger ones cost memory on
 # every worker (the matrix is stored with the experiment and read by each one).
 ENV_MAX_CONFIG_BYTES = "EVALFLEET_MAX_CONFIG_BYTES"
@@ -39,25 +46,55 @@ class ConfigProblem(BaseModel):
         return f"{where}:{field} {self.message}"
 
 
+def _same_place(loc: Loc) -> tuple[Loc, str]:
+    return loc, ""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The data a model is validated from, after `prepare` rewrote the file's, and
+    `origin`: a location in `data` -> the location in the file it comes from and a
+    note put before the message (e.g. which task folder gave the value)."""
+
+    data: dict[str, Any]
+    origin: Callable[[Loc], tuple[Loc, str]] = _same_place
+
+
 def load_yaml_model(
     path: Path,
     model: type[M],
     base_dir: Path | None = None,
     context: Mapping[str, Any] | None = None,
+    prepare: Callable[[dict[str, Any], Placer], Prepared] | None = None,
 ) -> M:
-    """`context`: what the model is given besides `base_dir` (core.matrix.fields)."""
+    """`context`: what the model is given besides `base_dir` (core.matrix.fields).
+    `prepare`: rewrites the data before validation; it raises ConfigError for what it
+    refuses, placed with the Placer it is given."""
     data, root = _read_yaml(path)
     context = {**(context or {}), "base_dir": base_dir or path.resolve().parent}
+
+    def place(loc: Sequence[str | int], message: str) -> ConfigProblem:
+        return _placed(path, root, loc, message)
+
+    prepared = prepare(data, place) if prepare is not None else Prepared(data)
     try:
-        return model.model_validate(data, context=context)
+        return model.model_validate(prepared.data, context=context)
     except ValidationError as exc:
-        raise ConfigError([_problem(path, root, err, model) for err in exc.errors()]) from None
+        problems = [_problem(path, root, err, model, prepared.origin) for err in exc.errors()]
+        # Values a prepare step copied into several places fail once per copy.
+        raise ConfigError(list({str(p): p for p in problems}.values())) from None
 
 
 def problem_at(path: Path, loc: Sequence[str | int], message: str) -> ConfigProblem:
     """A problem found after loading (the checks before spending, scheduler.mistakes),
     placed as a validation error is: the line and column of the value at `loc`."""
-    node = _node_at(_read_yaml(path)[1], list(loc))
+    return _placed(path, _read_yaml(path)[1], loc, message)
+
+
+def _placed(
+    path: Path, root: yaml.Node | None, loc: Sequence[str | int], message: str
+) -> ConfigProblem:
+    node = _node_at(root, list(loc))
     return ConfigProblem(
         file=str(path),
         line=node.start_mark.line + 1 if node is not None else None,
@@ -126,10 +163,16 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     return data, root
 
 
-def _problem(path: Path, root: yaml.Node | None, err: Any, model: type[BaseModel]) -> ConfigProblem:
-    loc = [part for part in err["loc"] if not _is_union_tag(part)]
-    node = _node_at(root, loc)
-    message = _message(err, model)
+def _problem(
+    path: Path,
+    root: yaml.Node | None,
+    err: Any,
+    model: type[BaseModel],
+    origin: Callable[[Loc], tuple[Loc, str]] = _same_place,
+) -> ConfigProblem:
+    loc, note = origin(tuple(part for part in err["loc"] if not _is_union_tag(part)))
+    node = _node_at(root, list(loc))
+    message = note + _message(err, model)
     return ConfigProblem(
         file=str(path),
         line=node.start_mark.line + 1 if node is not None else None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import typing
 from collections.abc import Iterator
@@ -49,7 +50,9 @@ from core.matrix import (
     Scoring,
     StopWhen,
     Target,
+    TaskEnvironment,
     Tier,
+    Verifier,
     WorkspaceArchive,
     load_matrix,
     load_rubric,
@@ -57,7 +60,7 @@ from core.matrix import (
 from core.matrix.assertions import FORMS, parse_assertion
 from core.results.run import RunSpec
 from core.results.transcript import CommandRecord
-from tests.conftest import ROOT
+from tests.conftest import FIXTURES, ROOT
 from worker.run import agent_env
 from worker.workspace import RunDir
 
@@ -67,6 +70,12 @@ KINDS = {"matrix minimal", "matrix", "fragment", "gates", "rubric", "workspace"}
 # Created beside every matrix example (the doc's top comment lists them).
 SUPPORT_FILES = ("prompts/create_notes.md", "guidance/AGENTS.md", "skills/my-tool.md")
 SUPPORT_DIRS = ("fixtures/notes",)
+# Benchmark task folders the examples name: their copies -> the fixture tasks copied.
+SUPPORT_TASKS = {
+    "datasets/tb": sorted((FIXTURES / "tasks").glob("tb-*")),
+    "datasets/harbor": [FIXTURES / "tasks" / "hello-file"],
+}
+HARBOR_EXAMPLE = "hello-world"
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,11 @@ def _write_matrix(folder: Path, data: dict[str, Any]) -> Path:
         (folder / name).write_text(f"{name}\n", encoding="utf-8")
     for name in SUPPORT_DIRS:
         (folder / name).mkdir(parents=True, exist_ok=True)
+    for name, tasks in SUPPORT_TASKS.items():
+        for task in tasks:
+            copy = folder / name / (HARBOR_EXAMPLE if name.endswith("harbor") else task.name)
+            if not copy.exists():
+                shutil.copytree(task, copy)
     (folder / "rubrics").mkdir(exist_ok=True)
     (folder / "rubrics" / "notes.yaml").write_text(_only("rubric").text, encoding="utf-8")
     path = folder / "matrix.yaml"
@@ -276,6 +290,8 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     Tier: "## tiers",
     Scenario: "## scenarios",
     Target: "### target",
+    TaskEnvironment: "### environment",
+    Verifier: "### verifier",
     ProcessConfig: "### process",
     ExpectedStep: "### process",
     Limits: "### limits",
