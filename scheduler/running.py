@@ -198,12 +198,12 @@ def wait(fleet: Fleet, experiment: str) -> ExperimentReport:
     return report
 
 
-def cancel(fleet: Fleet, experiment: str) -> str:
+def cancel(fleet: Fleet, experiment: str) -> tuple[str, ExperimentStatus]:
     """Cancel an experiment (its id): runs not yet started are recorded as cancelled,
-    running ones finish.
+    running ones finish. Returns its id and its status before: a complete or already
+    cancelled experiment is left as it was.
 
-        cancel(fleet, "notes-guidance-20261122-101500-ab12")
+        exp_id, before = cancel(fleet, "notes-guidance-20261122-101500-ab12")
     """
     exp_id = fleet.experiment_id(experiment)
-    fleet.store.experiments.set_status(exp_id, ExperimentStatus.cancelled)
-    return exp_id
+    return exp_id, fleet.store.experiments.cancel(exp_id)

@@ -14,8 +14,10 @@ experiment, are acknowledged and dropped (`Ignore`), the chord left alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -146,7 +148,9 @@ def aggregate_version(
     self: Task, _results: list[Any] | None, experiment_id: str, plan: dict[str, Any]
 ) -> dict[str, Any]:
     """Chord body of a rejudge: the report of the new version."""
-    return finish_version(store_of(self.app), experiment_id, RejudgePlan.model_validate(plan))
+    with _dropped_when_deleted(experiment_id):
+        return finish_version(store_of(self.app), experiment_id, RejudgePlan.model_validate(plan))
+    return {"experiment_id": experiment_id, "status": "dropped"}
 
 
 @gc_paused()  # see finish_experiment
@@ -166,7 +170,21 @@ def aggregate_experiment(
     self: Task, _results: list[Any] | None, experiment_id: str
 ) -> dict[str, Any]:
     """Chord body (worker.recovery calls finish_experiment too, for lost runs' experiments)."""
-    return finish_experiment(store_of(self.app), experiment_id)
+    with _dropped_when_deleted(experiment_id):
+        return finish_experiment(store_of(self.app), experiment_id)
+    return {"experiment_id": experiment_id, "status": "dropped"}
+
+
+@contextlib.contextmanager
+def _dropped_when_deleted(experiment_id: str) -> Iterator[None]:
+    """A chord body whose experiment is gone (deleted, or lost with a broker that kept
+    nothing) while its message waited, or redelivered after a worker died holding it:
+    nothing to report, said in one line rather than a task failure's traceback, which
+    the docs keep for a worker's own bugs."""
+    try:
+        yield
+    except ExperimentNotFound:
+        log.warning("the report of %s dropped: its experiment was deleted", experiment_id)
 
 
 # Without the cycle collector until the runs are freed: it would walk their millions of

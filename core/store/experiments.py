@@ -43,6 +43,7 @@ class Experiments:
         self._ledger = ledger
         self._specs = specs
         self._release_hold = client.register_script(scripts.RELEASE_HOLD)
+        self._cancel = client.register_script(scripts.CANCEL)
 
     def create(
         self,
@@ -144,6 +145,18 @@ class Experiments:
         pipe.hset(self.keys.experiment(exp_id), mapping=mapping)
         pipe.publish(self.keys.status_channel(exp_id), status.value)
         pipe.execute()
+
+    def cancel(self, exp_id: str) -> ExperimentStatus:
+        """Mark a pending or running experiment cancelled, in one step with reading its
+        status (scripts.CANCEL); returns its status before. A finished one (complete
+        or cancelled) is left as it is: its report stands. ExperimentNotFound when it
+        has no record."""
+        cancelled = ExperimentStatus.cancelled.value
+        keys = [self.keys.experiment(exp_id), self.keys.status_channel(exp_id)]
+        before = self._cancel(keys=keys, args=[cancelled])
+        if not before:
+            raise ExperimentNotFound(exp_id)
+        return ExperimentStatus(before)
 
     def status_changes(self, exp_id: str) -> PubSub:
         """A subscription to the experiment's status changes (set_status), whose

@@ -345,3 +345,18 @@ for i = 2, #ARGV do
 end
 return overdue
 """
+
+# Cancelling is one step with reading the status: a finish that lands between the two
+# must not be relabelled (a complete experiment's report stands). Returns the status
+# before ('' for an experiment without a record); only pending and running ones change.
+# KEYS[1] experiment, KEYS[2] its status channel.
+# ARGV[1] the cancelled status's value.
+CANCEL = """
+local before = redis.call('HGET', KEYS[1], 'status')
+if not before then return '' end
+if before == 'pending' or before == 'running' then
+  redis.call('HSET', KEYS[1], 'status', ARGV[1])
+  redis.call('PUBLISH', KEYS[2], ARGV[1])
+end
+return before
+"""

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from core.results.report import ExperimentStatus
 from scheduler.cli.context import (
     USAGE_ERROR,
     CLIContext,
@@ -165,7 +166,10 @@ def cancel(cli: CLIContext, experiment: str) -> None:
 
     Example: scheduler cancel notes-guidance-20261122-101500-ab12
     """
-    exp_id = cancel_experiment(cli.fleet(), experiment)
+    exp_id, before = cancel_experiment(cli.fleet(), experiment)
+    if before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
+        click.echo(f"{exp_id} is already {before.value}; nothing changed")
+        return
     click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
 
 
