@@ -157,7 +157,9 @@ def test_without_a_prior_the_runs_started_unprojected_are_the_overshoot(
     any has finished are projected at $0, so each may overshoot by its whole cost."""
     for _ in range(WORKERS):
         start_worker(concurrency=SLOTS)
-    matrix = budget_matrix(tmp_path, shared_with_agents(tmp_path / "executions"), budget="{agent_usd: 1000}")
+    matrix = budget_matrix(
+        tmp_path, shared_with_agents(tmp_path / "executions"), budget="{agent_usd: 1000}"
+    )
     submitted = run_cli(
         "submit", str(matrix), "--budget", str(BUDGET), "--wait", "--json", env=fleet_env
     )

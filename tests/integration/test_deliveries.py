@@ -30,7 +30,7 @@ from core.evaluation.shell import PidMark, kill_groups_by_env, pid_mark
 from core.matrix import Scenario, Tier
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import QUEUE, StartWorker, Worker, run_cli, start_cli, shared_with_agents
+from tests.conftest import QUEUE, StartWorker, Worker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import alive, wait_until
 from worker.workspace import MARKER, clear_dead_deliveries, folder_name, prepare

@@ -14,7 +14,7 @@ import redis
 from core.broker_url import redis_py_url
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
-from tests.conftest import EXAMPLES, PREFIX, run_cli, start_cli, shared_with_agents
+from tests.conftest import EXAMPLES, PREFIX, run_cli, shared_with_agents, start_cli
 from tests.support.fleet import alive, wait_until
 from worker.broker import running_embedded_broker
 

@@ -26,7 +26,7 @@ import redis
 from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, StartWorker, Worker, run_cli, start_cli, shared_with_agents
+from tests.conftest import PREFIX, StartWorker, Worker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import RedisServer, alive, wait_until
 from worker.broker import running_embedded_broker

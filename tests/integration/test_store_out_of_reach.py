@@ -130,8 +130,8 @@ def test_an_agent_hunting_for_the_embedded_store_reaches_no_key_and_no_password(
     # user (root passes the folder's mode) it was refused: no word of any process's
     # arguments or environment is its password.
     confined = found["euid"] != os.geteuid()
-    reached = {"auth": "denied" if confined else "refused", "keys": []}
-    assert found["reached"][f"unix:{socket}"] == reached
+    auth = "denied" if confined else "refused"
+    assert found["reached"][f"unix:{socket}"] == {"auth": auth, "keys": []}
     assert shown == []
     assert modes == [0o700, 0o600, 0o600, 0o700]  # the socket's folder: private or its own
     # It earned a failed gate, and that is what was recorded.
