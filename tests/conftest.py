@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ from typing import Any
 
 import pytest
 import redis
+from _pytest.pathlib import LOCK_TIMEOUT, make_numbered_dir_with_cleanup
 
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
@@ -67,8 +69,10 @@ for _size in ("COLUMNS", "LINES"):
 SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own makes its temporary folders' factory
 def pytest_configure(config: pytest.Config) -> None:
-    """Bytecode for the project and the test modules, once (tests.support.bytecode)."""
+    """Bytecode for the project and the test modules, once (tests.support.bytecode);
+    as root, a base temporary folder run users can reach (_basetemp_for_run_users)."""
     # Started in the background by a shell without job control, pytest inherits SIGINT
     # ignored, and so would every process it starts: the Ctrl-C tests' CLIs among them.
     # A handler of its own is reset to the default in each process it starts.
@@ -76,6 +80,8 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller did it
         return
+    if config.option.basetemp is None and os.geteuid() == 0:
+        config.option.basetemp = str(_basetemp_for_run_users())
     compile_project(ROOT)
     rewrite_test_modules(config, ROOT / "tests")
 
@@ -161,6 +167,48 @@ def _own_unacked(client: redis.Redis, queue: str = QUEUE) -> list[bytes]:
         if queue in f"{exchange} {routing_key}":
             own.append(tag)
     return own
+
+
+def _basetemp_for_run_users() -> Path:
+    """The session's base temporary folder when tests run as root, whose agents run as
+    users of their own (worker.confinement) that must pass every folder above their
+    run's files. Not under pytest's /tmp/pytest-of-root: every pytest session starting
+    on the machine (another checkout's, a test's inner session) makes that 0700 again,
+    which would lock out the agents of every session running then. Numbered and kept
+    like pytest's own (the last three sessions'), in a folder of root's others may pass."""
+    root = Path(tempfile.gettempdir()) / "evalfleet-tests-of-root"
+    root.mkdir(mode=0o711, exist_ok=True)
+    info = root.lstat()
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != 0:  # made by another user to steer ours
+        raise pytest.UsageError(f"{root} is not root's own folder; remove it")
+    root.chmod(0o711)
+    numbered = make_numbered_dir_with_cleanup(
+        root=root,
+        prefix="pytest-",
+        mode=0o711,
+        keep=3,
+        lock_timeout=LOCK_TIMEOUT,
+        register=atexit.register,
+    )
+    # pytest empties and remakes the folder it is given: a folder below the lock.
+    return numbered / "session"
+
+
+def shared_with_agents(path: Path, *, folder: bool = False) -> Path:
+    """`path`, a test's instrumentation (a counter, a pid file, a report an agent writes
+    for the test to read), made writable to the users agents run as: a worker running
+    as root runs setup, agent and command gates as an unprivileged uid of the run's own
+    (worker.confinement), which may write nothing else of the test's. A file is made
+    empty, mode 0o666: the test's own, so runs of several uids may all append to it.
+    `folder=True`: a folder of mode 0o1777, for files a run creates itself (one it
+    moves into place, or whose appearance the test waits for). Returns `path`."""
+    if folder:
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o1777)
+    else:
+        path.touch()
+        path.chmod(0o666)
+    return path
 
 
 def passable(folder: Path) -> Path:

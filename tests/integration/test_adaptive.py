@@ -17,7 +17,7 @@ from core.analysis.sequential import PROCEDURE
 from core.matrix import AdaptiveRuns, StopWhen
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import StartWorker, run_cli, shared_with_agents
 from tests.support.sequential import deterministic
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ scenarios:
 def test_an_adaptive_experiment_stops_a_far_better_tier_early_and_runs_an_identical_one_to_max(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
-    log = tmp_path / "executions"
+    log = shared_with_agents(tmp_path / "executions")
     matrix = adaptive_matrix(tmp_path, log)
     validated = run_cli("validate", str(matrix), env=fleet_env)
     assert validated.returncode == 0, validated.stderr

@@ -21,7 +21,7 @@ import pytest
 
 from core.results.run import NOT_RUN_NOTE, RunStatus
 from core.store import Store
-from tests.conftest import SUPPORT, StartWorker, run_cli
+from tests.conftest import SUPPORT, StartWorker, run_cli, shared_with_agents
 
 STANDINS = SUPPORT / "agent_clis"
 # A prompt a shell would mangle if the preset let it: it must arrive byte for byte.
@@ -212,7 +212,7 @@ def test_a_provider_outage_is_retried_and_never_scored(
     """The CLI's first two invocations meet a 429 (Codex's turn.failed, "retry after
     1s"): those deliveries store nothing and are sent again after the stated second;
     every run ends with one result of its own, none of them an outage."""
-    state = tmp_path / "invocations"
+    state = shared_with_agents(tmp_path / "invocations")
     matrix = preset_matrix(
         tmp_path,
         f"""  - id: codex
@@ -241,7 +241,7 @@ def test_an_outage_that_outlasts_the_attempts_is_an_infrastructure_error(
     store: Store,
     tmp_path: Path,
 ) -> None:
-    state = tmp_path / "invocations"
+    state = shared_with_agents(tmp_path / "invocations")
     matrix = preset_matrix(
         tmp_path,
         f"""  - id: gemini

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from core.store import Store
-from tests.conftest import ROOT, StartWorker, run_cli
+from tests.conftest import ROOT, StartWorker, run_cli, shared_with_agents
 from tests.support.llm_stub import LLMStub, scripted_judge
 from worker.broker import NO_BROKER
 
@@ -42,8 +42,7 @@ def test_the_agent_gets_no_unlisted_variable_of_the_worker_and_a_passed_one_is_r
 ) -> None:
     secret = f"aws-secret-{uuid.uuid4().hex}"
     plain = f"plain-{uuid.uuid4().hex}"
-    seen = tmp_path / "seen"
-    seen.mkdir()
+    seen = shared_with_agents(tmp_path / "seen", folder=True)
 
     judge = scripted_judge({}, model_scores={"judge-model": 1.0})
     (tmp_path / "rubric.yaml").write_text("criteria: [{id: quality, weight: 1, description: q}]\n")

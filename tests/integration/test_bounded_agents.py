@@ -15,7 +15,7 @@ import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import StartWorker, run_cli, shared_with_agents
 from tests.support.fleet import alive
 
 pytestmark = pytest.mark.integration
@@ -37,8 +37,7 @@ def test_misbehaving_agents_are_bounded_and_recorded(
     store: Store,
     tmp_path: Path,
 ) -> None:
-    pids = tmp_path / "pids"
-    pids.mkdir()
+    pids = shared_with_agents(tmp_path / "pids", folder=True)
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(f"""
 name: bounded

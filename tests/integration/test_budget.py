@@ -16,7 +16,7 @@ import pytest
 from core.matrix import Matrix, load_matrix
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import StartWorker, run_cli, shared_with_agents
 from tests.support.experiments import make_run
 from tests.support.terminal import heading_words, table_row
 
@@ -63,7 +63,7 @@ def test_a_budget_stops_runs_within_the_bound_and_a_raised_budget_runs_the_rest(
 ) -> None:
     for _ in range(WORKERS):
         start_worker(concurrency=SLOTS)
-    log = tmp_path / "executions"
+    log = shared_with_agents(tmp_path / "executions")
     matrix = budget_matrix(tmp_path, log)
     validated = run_cli("validate", str(matrix), env=fleet_env)
     assert "budget: agents $6; a run's cost before its tier x scenario has one: $1" in (
@@ -157,7 +157,9 @@ def test_without_a_prior_the_runs_started_unprojected_are_the_overshoot(
     any has finished are projected at $0, so each may overshoot by its whole cost."""
     for _ in range(WORKERS):
         start_worker(concurrency=SLOTS)
-    matrix = budget_matrix(tmp_path, tmp_path / "executions", budget="{agent_usd: 1000}")
+    matrix = budget_matrix(
+        tmp_path, shared_with_agents(tmp_path / "executions"), budget="{agent_usd: 1000}"
+    )
     submitted = run_cli(
         "submit", str(matrix), "--budget", str(BUDGET), "--wait", "--json", env=fleet_env
     )

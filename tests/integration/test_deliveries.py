@@ -30,7 +30,7 @@ from core.evaluation.shell import PidMark, kill_groups_by_env, pid_mark
 from core.matrix import Scenario, Tier
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import QUEUE, StartWorker, Worker, run_cli, start_cli
+from tests.conftest import QUEUE, StartWorker, Worker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import alive, wait_until
 from worker.workspace import MARKER, clear_dead_deliveries, folder_name, prepare
@@ -112,11 +112,12 @@ def test_a_pool_process_killed_while_its_lease_sends_the_run_again_corrupts_noth
     message back, and that copy finds the lease still live and is dropped; once the
     lease lapses the sweep sends the run again, and the new delivery runs beside
     the dead one's orphan on this machine."""
-    log = tmp_path / "agents.log"
+    log = shared_with_agents(tmp_path / "agents.log")
     # Run 0's first delivery sleeps on, orphaned, until a later delivery clears it;
     # run 1 frees a slot for Celery's copy, and runs 2-4 one for the lease's, 4 s later.
+    marks = shared_with_agents(tmp_path / "marks", folder=True)
     sleep = (
-        f"if [ $EVALFLEET_RUN_INDEX = 0 ] && mkdir {tmp_path}/first 2>/dev/null; then sleep 300; "
+        f"if [ $EVALFLEET_RUN_INDEX = 0 ] && mkdir {marks}/first 2>/dev/null; then sleep 300; "
         "else case $EVALFLEET_RUN_INDEX in 0) sleep 8;; 1) sleep 12;; *) sleep 16;; esac; fi"
     )
     matrix = command_matrix(tmp_path / "m", agent(log, sleep), runs=5, extra=f"lease_s: {LEASE_S}")
@@ -144,7 +145,7 @@ def test_a_pool_process_killed_while_its_lease_sends_the_run_again_corrupts_noth
 def test_a_worker_frozen_past_its_lease_resumes_beside_its_replacement_and_corrupts_nothing(
     env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
-    log = tmp_path / "agents.log"
+    log = shared_with_agents(tmp_path / "agents.log")
     matrix = command_matrix(tmp_path / "m", agent(log, "sleep 6"), runs=4,
                             extra=f"lease_s: {LEASE_S}")  # fmt: skip
     with two_workers(env, tmp_path) as workers:
@@ -182,7 +183,7 @@ def _started_by(worker: Worker, runs: dict[str, dict[str, float]]) -> bool:
 def test_resume_while_runs_are_queued_sends_only_the_lost_one(
     env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
-    log = tmp_path / "agents.log"
+    log = shared_with_agents(tmp_path / "agents.log")
     queue = f"{QUEUE}-resume"  # nothing else is in it
     env = {**env, "EVALFLEET_QUEUE": queue}
     matrix = command_matrix(tmp_path / "m", agent(log, "sleep 3"), runs=2)
@@ -237,7 +238,7 @@ def _run_index(message: bytes | str) -> int:
 def test_a_process_that_left_the_agents_group_does_not_outlive_the_run(
     env: dict[str, str], store: Store, tmp_path: Path, start_worker: StartWorker
 ) -> None:
-    pid_file = tmp_path / "escaped.pid"
+    pid_file = shared_with_agents(tmp_path / "escaped.pid")
     # setsid: a session and process group of its own, out of reach of the group kill.
     command = f"setsid sleep 300 & echo $! > {pid_file}; touch out.txt"
     matrix = command_matrix(tmp_path / "m", command, runs=1)

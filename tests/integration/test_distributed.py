@@ -15,7 +15,7 @@ import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, start_cli
+from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import alive, wait_until
 from worker.celery_app import create_app
@@ -144,7 +144,7 @@ def test_timed_out_agent_is_killed_with_its_child_and_recorded(
     tmp_path: Path,
 ) -> None:
     start_worker(concurrency=1)
-    pidfile = tmp_path / "child.pid"
+    pidfile = shared_with_agents(tmp_path / "child.pid")
     command = f"(trap '' TERM; sleep 300) & echo $! > {pidfile}; sleep 300"
     exp_id, report = submit_and_wait(_matrix(tmp_path, command, timeout=2), fleet_env)
     run = store.results.all(exp_id)[0]
@@ -203,7 +203,7 @@ def test_a_redelivered_run_returns_its_stored_result(
     tmp_path: Path,
 ) -> None:
     start_worker(concurrency=1)
-    counter = tmp_path / "executions"
+    counter = shared_with_agents(tmp_path / "executions")
     exp_id, _ = submit_and_wait(_matrix(tmp_path, f"echo x >> {counter}; touch out.txt"), fleet_env)
     assert counter.read_text().count("x") == 1
     first = store.results.all(exp_id)[0]
@@ -226,7 +226,7 @@ def test_resume_finishes_a_half_done_experiment_without_rerunning_finished_runs(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    counter = tmp_path / "executions"
+    counter = shared_with_agents(tmp_path / "executions")
     matrix_file = _matrix(
         tmp_path, f"echo $EVALFLEET_RUN_INDEX >> {counter}; touch out.txt", runs=4
     )

@@ -14,7 +14,7 @@ import redis
 from core.broker_url import redis_py_url
 from core.store import Store
 from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
-from tests.conftest import EXAMPLES, PREFIX, run_cli, start_cli
+from tests.conftest import EXAMPLES, PREFIX, run_cli, shared_with_agents, start_cli
 from tests.support.fleet import alive, wait_until
 from worker.broker import running_embedded_broker
 
@@ -224,7 +224,7 @@ def test_the_worker_started_beside_the_cli_runs_the_experiment(
 ) -> None:
     """`scheduler submit` starts its worker's process before it imports its own code
     (scheduler.standby): that process runs the runs, without the broker's URL."""
-    seen = tmp_path / "seen"
+    seen = shared_with_agents(tmp_path / "seen")
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(
         "name: standby\nruns_per_tier: 1\n"

@@ -240,7 +240,9 @@ def test_a_killed_delivery_shows_among_the_attempts(
     start_worker(concurrency=1)
     marker = tmp_path / "first"
     agent = f"if mkdir {marker} 2>/dev/null; then kill -9 $PPID; sleep 30; fi; touch out.txt"
-    exp_id = submit(command_matrix(tmp_path / "m", agent, extra="lease_s: 5"), fleet_env)
+    # Unconfined: a run's own user cannot kill the worker's pool process (root's).
+    matrix = command_matrix(tmp_path / "m", agent, extra="lease_s: 5", agent="sandbox: none")
+    exp_id = submit(matrix, fleet_env)
     run_id = f"{exp_id}:T0:s:0"
 
     record = show_json(fleet_env, run_id)

@@ -26,7 +26,7 @@ import redis
 from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, StartWorker, Worker, run_cli, start_cli
+from tests.conftest import PREFIX, StartWorker, Worker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import RedisServer, alive, wait_until
 from worker.broker import running_embedded_broker
@@ -37,9 +37,17 @@ LEASE_S = 5  # short for the tests, yet well above a heartbeat (LEASE_S / 3) on 
 
 
 def write_matrix(
-    folder: Path, command: str, *, runs: int, lease_s: float = LEASE_S, extra: str = ""
+    folder: Path,
+    command: str,
+    *,
+    runs: int,
+    lease_s: float = LEASE_S,
+    extra: str = "",
+    agent: str = "",
 ) -> Path:
-    return command_matrix(folder, command, runs=runs, extra=f"lease_s: {lease_s}\n{extra}")
+    return command_matrix(
+        folder, command, runs=runs, extra=f"lease_s: {lease_s}\n{extra}", agent=agent
+    )
 
 
 def started(log: Path) -> list[str]:
@@ -57,7 +65,7 @@ def kill_agents(lines: list[str]) -> None:
 def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 3; touch out.txt'
     matrix = write_matrix(tmp_path / "m", command, runs=4)
     # The survivor sweeps every second; nobody else follows this experiment.
@@ -127,7 +135,7 @@ def _queued_experiment(
     """An experiment sent to a default queue of its own (the submitter's
     EVALFLEET_QUEUE), with no worker to take it yet: (experiment id, queue, the log
     each started agent writes its run id to)."""
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     queue = f"{fleet_env['EVALFLEET_QUEUE']}-{queue_suffix}"  # nothing else is in it
     matrix = write_matrix(
         tmp_path / "m", f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt', runs=runs
@@ -246,7 +254,7 @@ def test_copies_of_a_running_runs_message_neither_run_nor_count_as_deliveries(
     messages after a restart hands out: each finds the run's live lease and is
     dropped. (Each copy used to take the run over as a new delivery; the fourth gave
     the run up as an infrastructure error while the first still ran.)"""
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     queue = f"{fleet_env['EVALFLEET_QUEUE']}-copies"
     matrix = write_matrix(
         tmp_path / "m", f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 4; touch out.txt', runs=1
@@ -279,7 +287,7 @@ def test_a_pool_process_terminated_while_the_worker_stays_hands_back_only_that_r
     and runs again, and the process, which the worker did not ask to leave, runs
     the next runs in full (it used to hand back every later run after its grace,
     until each was given up as an infrastructure error)."""
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt'
     matrix = write_matrix(tmp_path / "m", command, runs=3)
     worker = start_worker({"EVALFLEET_SHUTDOWN_GRACE": "0.5"}, concurrency=1)
@@ -331,7 +339,10 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     )
     # Redelivery here is Celery's (the message is requeued when the pool process
     # dies), not the lease's: a long lease keeps the sweep out of it.
-    matrix = write_matrix(tmp_path, command, runs=3, lease_s=60, extra="max_attempts: 2")
+    # Unconfined: a run's own user cannot kill the worker's pool process (root's).
+    matrix = write_matrix(
+        tmp_path, command, runs=3, lease_s=60, extra="max_attempts: 2", agent="sandbox: none"
+    )
     worker = start_worker(concurrency=2)
     result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
     assert result.returncode == 3, result.stderr  # the killer run is an infrastructure error
@@ -371,7 +382,7 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     shorter than a run: had the restart's connection loss read as the worker leaving
     (Celery cancelling runs with SIGTERM), each later run would be handed back."""
     env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url, "EVALFLEET_SHUTDOWN_GRACE": "1"}
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     # A lease the 2 s outage cannot lapse: a lapsed one would rightly send a run again.
     matrix = write_matrix(
         tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt', runs=8,
@@ -413,7 +424,7 @@ def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_writ
     command says it was lost in the restart, with the fix, instead of "no experiment"."""
     server = RedisServer(tmp_path_factory.mktemp("redis"), uuid.uuid4().hex, persistent=False)
     env = {**fleet_env, "EVALFLEET_BROKER_URL": server.url}
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     matrix = write_matrix(
         tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 6; touch out.txt', runs=6,
         lease_s=20,
@@ -559,7 +570,7 @@ def test_a_submit_stopped_part_way_is_run_to_the_end_by_resume_and_a_worker(
     )  # fmt: skip
     env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
     refusing = own_redis.url.replace(f":{own_redis.password}@", "no-lpush:pw@")
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     matrix = write_matrix(tmp_path, f'echo "$EVALFLEET_RUN_ID $$" >> {log}; touch out.txt', runs=6)
     refused = run_cli("submit", str(matrix), env={**env, "EVALFLEET_BROKER_URL": refusing})
     said = " ".join(refused.stderr.split())
@@ -587,7 +598,7 @@ def test_a_broker_that_refuses_writes_mid_experiment_stops_nothing_for_good(
     kombu acked and recorded messages in one, which Celery called unrecoverable: the
     fleet exited), then every run ends with the result its agent earned."""
     env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt'
     matrix = write_matrix(tmp_path, command, runs=16, lease_s=30)
     workers = [Worker(env, tmp_path / f"w{i}.log", name=f"w{i}") for i in range(2)]
@@ -716,7 +727,7 @@ def test_embedded_stack_killed_mid_experiment_resumes_from_its_aof(
 ) -> None:
     """kill -9 of the CLI, its Redis and its workers; `resume` reopens the AOF and finishes."""
     env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
-    log = tmp_path / "started.log"
+    log = shared_with_agents(tmp_path / "started.log")
     command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 2; touch out.txt'
     matrix = write_matrix(tmp_path / "m", command, runs=6)
     home = tmp_path / "home"

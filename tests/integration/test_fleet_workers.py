@@ -22,7 +22,7 @@ import redis
 from core.results.run import RunStatus
 from core.store import Store
 from scheduler.embedded import redis_server_binary
-from tests.conftest import QUEUE, _own_unacked, run_cli
+from tests.conftest import QUEUE, _own_unacked, run_cli, shared_with_agents
 from tests.support.experiments import command_matrix
 from tests.support.fleet import (
     Service,
@@ -96,7 +96,8 @@ def _labelled_worker(env: dict[str, str], folder: Path, label: str, *args: str) 
 
 def _slow_agent(tmp_path: Path) -> tuple[str, Path, Path]:
     """An agent that logs its start (worker label, its pid) and its end, 6 s apart."""
-    started, finished = tmp_path / "started", tmp_path / "finished"
+    started = shared_with_agents(tmp_path / "started")
+    finished = shared_with_agents(tmp_path / "finished")
     command = (
         f'echo "$WORKER_LABEL $$" >> {started}; sleep 6; touch out.txt; '
         f'echo "$WORKER_LABEL" >> {finished}'
@@ -165,7 +166,7 @@ def test_runs_go_to_the_queue_their_tier_or_scenario_names(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
     gpu = f"{QUEUE}-gpu"  # unique to the session, and removed with its keys
-    log = tmp_path / "ran"
+    log = shared_with_agents(tmp_path / "ran")
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(f"""
 name: routing

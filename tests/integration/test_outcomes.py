@@ -16,7 +16,7 @@ import pytest
 
 from core.results.run import NOT_RUN_NOTE, RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import StartWorker, run_cli, shared_with_agents
 from tests.support.experiments import command_matrix
 from tests.support.fleet import wait_until
 from tests.support.terminal import table_row
@@ -158,7 +158,7 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     store: Store,
     tmp_path: Path,
 ) -> None:
-    executions = tmp_path / "executions"
+    executions = shared_with_agents(tmp_path / "executions")
     matrix = command_matrix(
         tmp_path, f"echo $EVALFLEET_RUN_INDEX >> {executions}; touch out.txt", runs=6
     )

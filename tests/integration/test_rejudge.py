@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.store import Store
-from tests.conftest import QUEUE, StartWorker, run_cli
+from tests.conftest import QUEUE, StartWorker, run_cli, shared_with_agents
 from tests.support.experiments import command_matrix, judged_matrix
 from tests.support.llm_stub import LLMStub, scripted_judge
 from tests.support.terminal import table_row
@@ -168,7 +168,7 @@ def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     """The gate looked for "hello" where the agent wrote "Hello": fixed in a new matrix
     file, rescore passes both runs from their archived workspaces."""
     start_worker(concurrency=2, extra_env={"AGENT_SECRET": "sk-agent-secret-0123456789"})
-    starts = tmp_path / "agent-starts.log"
+    starts = shared_with_agents(tmp_path / "agent-starts.log")
     agent = f'echo "Hello $AGENT_SECRET" > out.txt; echo started >> {starts}'
     extra = "workspace_archive: {keep: failed}\nsecret_env: [AGENT_SECRET]"
     matrix = command_matrix(

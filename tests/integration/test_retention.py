@@ -24,7 +24,7 @@ from core.evidence.models import RunEvidence
 from core.files.bundle import Bundle, Manifest
 from core.results.report import ExperimentStatus
 from core.store import Store
-from tests.conftest import PREFIX, QUEUE, SCHEDULER, _own_unacked
+from tests.conftest import PREFIX, QUEUE, SCHEDULER, _own_unacked, shared_with_agents
 from tests.support.experiments import Cell, command_matrix, seed_experiment
 from tests.support.fleet import cli_worker, services, wait_until
 from tests.support.terminal import table_row
@@ -143,7 +143,7 @@ def test_runs_of_an_experiment_deleted_mid_run_stop_at_once_and_bring_no_key_bac
     """The worker has run the experiment, so its process knows the matrix: the delete
     is checked at each delivery's start, and the run in flight stores nothing."""
     queue = f"{QUEUE}-deleted-mid-run"
-    started = tmp_path / "started.log"
+    started = shared_with_agents(tmp_path / "started.log")
     command = f'echo "$EVALFLEET_RUN_ID" >> {started}; sleep 1; touch out.txt'
     matrix = command_matrix(tmp_path, command, runs=12, extra=f"queue: {queue}")
     with services() as running:

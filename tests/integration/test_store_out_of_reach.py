@@ -8,14 +8,18 @@ gets into. Its gate fails. Meanwhile the test reads the arguments and environmen
 every process on the machine (the CLI during `submit --wait`, the workers, their
 pool processes, Flower) for the password.
 
-The agents run as the worker's user, root here: a root agent passes every file
-permission, so what keeps it out is that the password is in no process's arguments
-or environment. What a root agent can still reach is named where it is measured.
+The workers run as root here, so the hunter runs as a user of its run's own
+(worker.confinement, `sandbox: auto`): the embedded socket's 0700 folder keeps it from
+connecting at all, and no other process's environment or working folder is its to
+read. The test itself reads every process as root: the password is in none of their
+arguments or environments, which is what keeps out an agent that runs as the worker's
+own user (`sandbox: none`, or a worker that is not root).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import uuid
@@ -25,7 +29,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.conftest import PREFIX, QUEUE, SUPPORT, run_cli, start_cli
+from tests.conftest import PREFIX, QUEUE, SUPPORT, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import RedisServer, Service, cli_worker, free_port, services, wait_until
 
@@ -36,7 +40,7 @@ HUNTER = SUPPORT / "store_hunter.py"
 
 def _hunting_matrix(folder: Path, hunt: Path, release: Path) -> Path:
     """One run whose agent hunts, then waits for the test to have read /proc; its gate
-    fails (it makes no out.txt)."""
+    fails (it makes no out.txt). `hunt`'s folder must be shared with the agent's user."""
     command = (
         f"python3 {HUNTER} {hunt}.tmp && mv {hunt}.tmp {hunt}; "
         f"while [ ! -e {release} ]; do sleep 0.1; done"
@@ -98,7 +102,8 @@ def test_an_agent_hunting_for_the_embedded_store_reaches_no_key_and_no_password(
     fleet_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
-    hunt, release = tmp_path / "hunt.json", tmp_path / "release"
+    hunt = shared_with_agents(tmp_path / "found", folder=True) / "hunt.json"
+    release = tmp_path / "release"
     matrix = _hunting_matrix(tmp_path / "m", hunt, release)
     home = tmp_path / "home"
     home.mkdir()
@@ -120,19 +125,23 @@ def test_an_agent_hunting_for_the_embedded_store_reaches_no_key_and_no_password(
 
     # Of every Redis it could speak to, none gave it a key of the experiment ...
     assert _keys_reached(found, _harness_endpoint(fleet_env["EVALFLEET_BROKER_URL"])) == {}
-    # ... though it found the embedded one's socket (root passes the folder's 0700) and
-    # was refused: no word of any process's arguments or environment is its password.
-    assert found["reached"][f"unix:{socket}"] == {"auth": "refused", "keys": []}
+    # ... though it found the embedded one's socket. Confined (a user other than the
+    # CLI's), the socket's 0700 folder keeps it from connecting at all; as the CLI's own
+    # user (root passes the folder's mode) it was refused: no word of any process's
+    # arguments or environment is its password.
+    confined = found["euid"] != os.geteuid()
+    auth = "denied" if confined else "refused"
+    assert found["reached"][f"unix:{socket}"] == {"auth": auth, "keys": []}
     assert shown == []
     assert modes == [0o700, 0o600, 0o600, 0o700]  # the socket's folder: private or its own
     # It earned a failed gate, and that is what was recorded.
     exp_id = json.loads(out)["experiment"]["id"]
     assert _outcome(exp_id, env, home) == ("completed", False)
-    # ROOT: the password file itself is the owner's and root's only. An agent running
-    # as root (as agents do here until they run as a user of their own) reads it under
-    # /proc/<the CLI's or a worker's pid>/cwd/.evalfleet/private/password, and with it
-    # would get in; one that is not root cannot.
-    if found["euid"] != 0:
+    # The password file itself is the CLI's user's only (and root's). An agent running as
+    # that user (unconfined) reads it under /proc/<the CLI's or a worker's
+    # pid>/cwd/.evalfleet/private/password, and with it would get in; a user of the
+    # run's own reads no other user's working folder.
+    if confined:
         assert found["private_files"] == []
 
 
@@ -146,7 +155,8 @@ def test_an_agent_on_a_fleet_finds_the_password_in_no_process_and_reaches_no_key
     password_file.write_text(password + "\n")
     password_file.chmod(0o600)
     env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
-    hunt, release = tmp_path / "hunt.json", tmp_path / "release"
+    hunt = shared_with_agents(tmp_path / "found", folder=True) / "hunt.json"
+    release = tmp_path / "release"
     matrix = _hunting_matrix(tmp_path / "m", hunt, release)
     try:
         with services() as started:

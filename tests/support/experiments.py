@@ -21,6 +21,7 @@ from core.results.run import InteractionMetrics, RunResult, RunSpec, RunStatus
 from core.results.transcript import LLMCallMetrics
 from core.store import Store
 from scheduler.plan import experiment_info, new_experiment_id, plan
+from tests.conftest import shared_with_agents
 
 
 def make_run(
@@ -183,11 +184,13 @@ def command_matrix(
     gates: str = "[{type: file_exists, path: out.txt}]",
     extra: str = "",
     pass_env: Sequence[str] = (),
+    agent: str = "",
 ) -> Path:
     """matrix.yaml of one tier and one scenario whose agent is `command`.
 
-    `extra` is more top-level YAML (say `lease_s: 5`); `pass_env`, the worker variables
-    the agent gets (a secret the test gives the worker, for the agent to leak).
+    `extra` is more top-level YAML (say `lease_s: 5`); `agent`, more keys of the agent
+    (say `sandbox: none`); `pass_env`, the worker variables the agent gets (a secret the
+    test gives the worker, for the agent to leak).
     """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "matrix.yaml"
@@ -195,7 +198,7 @@ def command_matrix(
 name: t
 runs_per_tier: {runs}
 agent: {{kind: command, command: {json.dumps(command)}, timeout_s: {timeout_s},
-        pass_env: {json.dumps(list(pass_env))}}}
+        pass_env: {json.dumps(list(pass_env))}{", " + agent if agent else ""}}}
 tiers: [{{id: T0}}]
 scenarios:
   - id: s
@@ -214,11 +217,12 @@ def judged_matrix(
     tests.support.llm_stub.scripted_judge), passes its gate and notes each start in
     FOLDER/agent-starts.log; the judge (model judge-a) is at `base_url`. The prompt
     names a fresh token: the judgment cache outlives the experiment, and another
-    test's identical runs would be answered from it."""
+    test's identical runs would be answered from it. The log is shared with the
+    agents' users (tests.conftest.shared_with_agents)."""
     (folder / "rubric.yaml").write_text("criteria: [{id: quality, weight: 1, description: q}]\n")
     ids = ", ".join(f"{{id: {t.strip()}}}" for t in tiers.split(","))
     matrix = folder / "matrix.yaml"
-    starts = f"echo started >> {folder / 'agent-starts.log'}"
+    starts = f"echo started >> {shared_with_agents(folder / 'agent-starts.log')}"
     matrix.write_text(f"""
 name: judged
 runs_per_tier: {runs}

@@ -3,8 +3,9 @@ socket this machine has, spoken to as Redis, without a password and with every
 password-looking word of every /proc/*/environ and /proc/*/cmdline it can read; then
 every key of every database it got into. Run as `python3 store_hunter.py OUT.json`.
 
-Also, apart (`private_files`): the embedded Redis's password file, looked for under
-every process's working folder, which only its owner (or root) can read.
+A socket it may not connect to is listed as `denied`. Also, apart (`private_files`):
+the embedded Redis's password file, looked for under every process's working folder,
+which only its owner (or root) can read.
 
 Standard library only: it runs as the agent, with the agent's python3.
 """
@@ -105,6 +106,8 @@ def probe(address: tuple[str, int] | str, family: int, words: set[str]) -> dict[
     try:
         sock = connect()
         hello = command(sock, "PING")
+    except PermissionError:  # a socket this user may not connect to (its folder's mode)
+        return {"auth": "denied", "keys": []}
     except OSError:
         return None
     if hello.startswith(b"+PONG"):
