@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
-from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
+from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, REWARD_BELOW, judge_with, scored
 from core.evaluation.judge import JudgmentCache
 from core.evidence.models import JudgeInputs
 from core.matrix import Gate, JudgeConfig, Matrix, Rubric
@@ -69,9 +69,9 @@ def rejudge_run(
 
 def agent_reasons(result: RunResult) -> list[str]:
     """The fail reasons of the agent's own part of the run: the stored reason without
-    what its gates and its judge said (they are said again from the new judge)."""
+    what its gates, its rewards and its judge said (they are said again from the new judge)."""
     parts = (result.fail_reason or "").split("; ") if result.fail_reason else []
-    verdict = (JUDGE_ERROR, GATES_FAILED, JUDGE_SCORE)
+    verdict = (JUDGE_ERROR, GATES_FAILED, JUDGE_SCORE, REWARD_BELOW)
     return [p for p in parts if not p.startswith(verdict)]
 
 
