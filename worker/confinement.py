@@ -37,11 +37,11 @@ from pathlib import Path
 
 from core.errors import SetupError
 from core.evaluation.shell import RunAs, kill_user_processes
-from core.matrix import AgentConfig
+from core.matrix import AgentConfig, Scenario
 from core.matrix.task import TaskEnvironment
 from core.results.run import Isolation
 from worker.sandbox import bwrap_argv
-from worker.workspace import RunDir, chown_tree, work_root
+from worker.workspace import RunDir, chown_tree, with_solution, work_root
 
 # Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n).
 UID_BASE = 1_500_000_000
@@ -103,11 +103,13 @@ def confined(
     run_dir: RunDir,
     files: Path | None = None,
     hidden: Sequence[Path] = (),
-    environment: TaskEnvironment | None = None,
+    scenario: Scenario | None = None,
 ) -> Iterator[Confinement]:
     """The delivery's confinement while the block runs (a user leased under `user`, and
-    under `bwrap` on a root worker). `environment`: a benchmark task's, which only a
-    jail holds: raises SetupError for a sandbox without one."""
+    under `bwrap` on a root worker), with the task's solution in the run for an agent
+    that runs it (the oracle). A benchmark task's environment only a jail holds:
+    raises SetupError for a sandbox without one."""
+    environment = scenario.environment if scenario is not None else None
     kind = isolation(agent, task=environment is not None)
     if environment is not None and kind != "bwrap":
         raise SetupError(
@@ -118,7 +120,10 @@ def confined(
     workdir = environment.workdir if environment is not None else None
     network = needs_network(agent, environment)
     leased = kind == "user" or (kind == "bwrap" and os.geteuid() == 0)
+    runs_solution = agent.preset_spec is not None and agent.preset_spec.runs_solution
     if not leased:
+        if runs_solution:
+            with_solution(run_dir, scenario, None)
         yield Confinement(kind, None, files, tuple(hidden), workdir, network)
         return
     if os.geteuid() != 0:
@@ -130,6 +135,8 @@ def confined(
     for folder in (work_root(), *([files] if files is not None else [])):
         _reachable(folder)
     with run_user(run_dir) as user:
+        if runs_solution:
+            with_solution(run_dir, scenario, user)
         yield Confinement(kind, user, files, tuple(hidden), workdir, network)
 
 

@@ -71,7 +71,6 @@ from worker.workspace import (
     own_home,
     prepare,
     run_setup,
-    with_solution,
     with_tests,
 )
 
@@ -298,10 +297,8 @@ def _run(
         agent = matrix.agent_for(tier)
         try:
             confinement = held.enter_context(
-                confined(agent, run_dir, files.folder, files.hidden_paths(), scenario.environment)
+                confined(agent, run_dir, files.folder, files.hidden_paths(), scenario)
             )
-            if agent.preset_spec is not None and agent.preset_spec.runs_solution:
-                with_solution(run_dir, scenario, confinement.user)
             run_setup(run_dir, scenario, env, confinement.user)
             # What the agent changed (the judge's summary, the evidence's patch) is
             # measured from here.

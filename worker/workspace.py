@@ -342,13 +342,14 @@ def with_tests(
     return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}
 
 
-def with_solution(run_dir: RunDir, scenario: Scenario, user: RunAs | None) -> None:
+def with_solution(run_dir: RunDir, scenario: Scenario | None, user: RunAs | None) -> None:
     """The task's solution in the run, for the oracle (and only it) to run. Raises
     SetupError."""
-    if scenario.solution is None:
+    if scenario is None or scenario.solution is None or scenario.environment is None:
+        name = repr(scenario.id) if scenario is not None else "(none)"
         raise SetupError(
-            f"the oracle runs a task's solution, and scenario {scenario.id!r} has none "
-            "(`solution:`, a folder with solve.sh)"
+            f"the oracle runs a benchmark task's solution in its environment, and scenario "
+            f"{name} has no `solution:` (a folder with solve.sh) or no `environment:`"
         )
     _copy_in(scenario.solution, run_dir.solution, user, "solution")
 

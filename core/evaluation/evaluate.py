@@ -20,7 +20,7 @@ from pathlib import Path
 
 from core.evaluation.gates import Enclosure, gate_runs
 from core.evaluation.judge import Judgment, JudgmentCache, judge_run
-from core.evaluation.verifier import RunEnvironment, Verification, verify
+from core.evaluation.verifier import RunEnvironment, Verification, below, verify
 from core.evidence.events import compact_events
 from core.evidence.models import Excerpt, GateEvidence, JudgeInputs, RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
@@ -406,11 +406,11 @@ def scored(
     return result.model_copy(update=update)
 
 
-# How the fail reasons of the judge and of a task's rewards begin (rejudge tells them,
-# and the gates' by core/results.GATES_FAILED, from the agent's own by these).
+# How the fail reasons of the judge begin (rejudge tells them, and the gates' by
+# core/results.GATES_FAILED and the rewards' by verifier.REWARD_BELOW, from the
+# agent's own by these).
 JUDGE_ERROR = "judge error: "
 JUDGE_SCORE = "judge score "
-REWARD_BELOW = "reward "
 
 
 def _agent_reasons(
@@ -446,9 +446,9 @@ def _verdict_reasons(result: RunResult, scenario: Scenario) -> list[str]:
     failed = [g.name or g.gate_type for g in result.gates if not g.passed]
     if failed:
         reasons.append(f"{GATES_FAILED}{', '.join(failed)}")
-    low = [f"{name} {r:g}" for name, r in result.rewards.items() if r < scenario.pass_reward]
-    if low:
-        reasons.append(f"{REWARD_BELOW}{', '.join(low)} < {scenario.pass_reward:g} (pass_reward)")
+    low = below(result.rewards, scenario.pass_reward)
+    if low is not None:
+        reasons.append(low)
     judge = result.judge
     if judge is not None and judge.error is None and not judge.passed:
         reasons.append(f"{JUDGE_SCORE}{judge.weighted_score:.2f} < {judge.pass_threshold:.2f}")

@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
-from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, REWARD_BELOW, judge_with, scored
+from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
 from core.evaluation.judge import JudgmentCache
+from core.evaluation.verifier import REWARD_BELOW
 from core.evidence.models import JudgeInputs
 from core.matrix import Gate, JudgeConfig, Matrix, Rubric
 from core.results.record import Record

@@ -29,6 +29,9 @@ from core.matrix.task import VERIFIER_LOGS, Verifier
 # to the run's: the sandbox's part of a verifier.
 RunInEnvironment = Callable[[str, float, Mapping[str, str]], ShellResult]
 
+# How the fail reason of rewards below a task's pass_reward begins (rejudge tells it
+# from the agent's own reasons).
+REWARD_BELOW = "reward "
 # As a gate's (core.evaluation.gates): room for a test runner's whole report.
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 # A reward file is a few bytes; a larger one is not read whole.
@@ -46,6 +49,16 @@ class Verification:
     failure: str | None
     evidence: GateEvidence
     error: str | None = None
+
+    def unmet(self, pass_reward: float) -> str | None:
+        """Why this verdict does not pass a run, else None."""
+        return self.error or self.failure or below(self.rewards, pass_reward)
+
+
+def below(rewards: Mapping[str, float], pass_reward: float) -> str | None:
+    """The rewards under `pass_reward`, as a fail reason; None when none is."""
+    low = [f"{name} {r:g}" for name, r in rewards.items() if r < pass_reward]
+    return f"{REWARD_BELOW}{', '.join(low)} < {pass_reward:g} (pass_reward)" if low else None
 
 
 @dataclass(frozen=True)
