@@ -23,9 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from core.modelserver import ModelServer
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
+from tests.integration.test_real_agent_clis import CASES, KEY, cli_path, script_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -176,3 +178,45 @@ def test_preflight_runs_the_oracle_and_the_verifier_in_the_jail_and_names_broken
         "verifier: no /logs/verifier/reward.txt or reward.json",
         "scenario vacuous: its verifier passes the untouched environment: its tests check nothing",
     ], checked.stderr
+
+
+def test_a_real_agent_cli_in_a_tasks_jail_reaches_its_model(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Claude Code under the jail a task gets (`auto`, the run's own uid, a tmpfs root)
+    makes its requests to the scripted server on loopback: the jail keeps the network
+    for an agent CLI, whose install (EVALFLEET_TEST_AGENT_CLIS) and home it reaches."""
+    [case] = [c for c in CASES if c.preset == "claude-code"]
+    binary = Path(cli_path(case.cli))
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    tests = folder / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text(
+        "grep -q hello /app/out.txt && echo 1 > /logs/verifier/reward.txt"
+        " || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    with ModelServer(script_for(case)) as server:
+        worker_env = {"ANTHROPIC_API_KEY": KEY, case.base_url_env: server.base_url}
+        matrix = folder / "matrix.yaml"
+        matrix.write_text(f"""
+name: real-cli-task
+runs_per_tier: 1
+agent: {{preset: claude-code, model: {case.model}, timeout_s: 180,
+         env: {{PATH: "{binary.parent}:${{PATH}}"}}}}
+tiers: [{{id: claude}}]
+scenarios:
+  - id: write
+    prompt: Create out.txt holding the word hello.
+    tests: tests
+    environment: {{workdir: /app}}
+    verifier: {{command: "bash /tests/test.sh", timeout_s: 30}}
+""")
+        start_worker(extra_env=worker_env, concurrency=1)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        served = [r for r in server.model_requests() if r.body and r.body.get("tools")]
+    assert submitted.returncode == 0, submitted.stderr
+    (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
+    assert run.isolation == "bwrap"
+    assert [r.turn for r in served] == [0, 1], store.evidence.get(run.experiment_id, run.run_id)
+    assert run.passed and run.rewards == {"reward": 1.0}, run.fail_reason
