@@ -55,6 +55,7 @@ from core.matrix import (
     load_rubric,
 )
 from core.matrix.assertions import FORMS, parse_assertion
+from core.matrix.task import TaskEnvironment, Verifier
 from core.results.run import RunSpec
 from core.results.transcript import CommandRecord
 from tests.conftest import ROOT
@@ -66,7 +67,7 @@ MYTOOL_DIR = ROOT / "examples" / "bin"  # the example's real CLI, which the gate
 KINDS = {"matrix minimal", "matrix", "fragment", "gates", "rubric", "workspace"}
 # Created beside every matrix example (the doc's top comment lists them).
 SUPPORT_FILES = ("prompts/create_notes.md", "guidance/AGENTS.md", "skills/my-tool.md")
-SUPPORT_DIRS = ("fixtures/notes",)
+SUPPORT_DIRS = ("fixtures/notes", "tasks/fix-the-build/tests", "tasks/fix-the-build/solution")
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,8 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     StopWhen: "## adaptive runs_per_tier",
     WorkspaceArchive: "### workspace_archive",
     BundleConfig: "## bundle",
+    TaskEnvironment: "### Benchmark tasks: environment, verifier, rewards",
+    Verifier: "### Benchmark tasks: environment, verifier, rewards",
     **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
 }
 EXEMPT: dict[type[BaseModel], str] = {
