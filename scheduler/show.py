@@ -1,5 +1,6 @@
 """`scheduler show RUN`: one run in the terminal, in the order a reader asks about it:
-its outcome and why, then its gates (command, exit code, output), the judge's
+its outcome and why, then its gates (command, exit code, output), a benchmark
+task's verifier (rewards, command, output), the judge's
 scores and reasons, a compact transcript (LLM calls with tokens, tool calls with
 exit codes, messages), the tails of stdout and stderr, and every delivery.
 
@@ -47,6 +48,8 @@ def render_run(record: RunRecord, run_id: str, width: int, note: str | None = No
     if result is not None and result.gates:
         outputs = evidence.gates if evidence is not None else []
         _gates(console, result.gates, outputs)
+    if evidence is not None and evidence.verifier is not None and result is not None:
+        _verifier(console, result, evidence.verifier)
     if result is not None and result.judge is not None:
         _judge(console, result.judge, evidence.judge if evidence is not None else None)
     if evidence is not None:
@@ -111,11 +114,23 @@ def _gates(console: Console, gates: list[GateResult], outputs: list[GateEvidence
         mark = "[green]pass[/green]" if gate.passed else "[red]FAIL[/red]"
         console.print(f"{mark} {escape(gate.name or gate.gate_type)}: {escape(gate.message)}")
         seen = outputs[index] if index < len(outputs) else None
-        if seen is None or seen.command is None:
-            continue
-        code = "no exit code" if seen.exit_code is None else f"exit {seen.exit_code}"
-        console.print(f"  $ {seen.command}  [{code}]", markup=False)
-        _lines(console, _tail_lines(seen.output, OUTPUT_LINES), None, indent="    ")
+        if seen is not None and seen.command is not None:
+            _command(console, seen)
+
+
+def _verifier(console: Console, result: RunResult, seen: GateEvidence) -> None:
+    """A benchmark task's verifier: its rewards (none when it gave none: the reason says
+    why), its command and its output."""
+    rewards = ", ".join(f"{name} {value:g}" for name, value in result.rewards.items())
+    _section(console, f"Verifier: {rewards or 'no rewards'}")
+    if seen.command is not None:
+        _command(console, seen)
+
+
+def _command(console: Console, seen: GateEvidence) -> None:
+    code = "no exit code" if seen.exit_code is None else f"exit {seen.exit_code}"
+    console.print(f"  $ {seen.command}  [{code}]", markup=False)
+    _lines(console, _tail_lines(seen.output, OUTPUT_LINES), None, indent="    ")
 
 
 def _judge(console: Console, judge: JudgeResult, evidence: JudgeEvidence | None) -> None:

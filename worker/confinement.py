@@ -16,6 +16,11 @@ own number. `sandbox: auto`, the default, means:
 - elsewhere: unconfined, as `sandbox: none`; `validate` says so, the experiment's
   files are still verified by their hashes before the gates (a change is the run's
   `tampered` failure).
+- for a benchmark task (a scenario with an `environment`): `bwrap`, whose jail
+  holds the task's /app, /tests and /logs (worker.sandbox); no host folder can.
+
+Under `bwrap` a worker running as root leases the run's own user too, and starts
+the jail as it: the two together, as `user` and as `bwrap` each say.
 
 The uids carry no passwd entry: HOME, USER and LOGNAME are set by the run.
 """
@@ -26,25 +31,30 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SetupError
 from core.evaluation.shell import PidMark, RunAs, kill_user_processes, pid_mark
-from core.matrix import AgentConfig
+from core.matrix import AgentConfig, Scenario
+from core.matrix.task import TaskEnvironment
 from core.results.run import Isolation
-from worker.workspace import RunDir, chown_tree, work_root
+from worker.sandbox import bwrap_argv
+from worker.workspace import RunDir, chown_tree, with_solution, work_root
 
 # Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n).
 UID_BASE = 1_500_000_000
 UID_SLOTS = 4096
 
 
-def isolation(agent: AgentConfig, is_root: bool | None = None) -> Isolation:
-    """What `agent.sandbox` means on this machine (a worker running as root or not)."""
+def isolation(agent: AgentConfig, is_root: bool | None = None, task: bool = False) -> Isolation:
+    """What `agent.sandbox` means on this machine (a worker running as root or not)
+    for a scenario that is a benchmark task (`task`) or not."""
     if agent.sandbox != "auto":
         return agent.sandbox
+    if task:
+        return "bwrap"
     return "user" if (os.geteuid() == 0 if is_root is None else is_root) else "none"
 
 
@@ -52,12 +62,15 @@ def isolation(agent: AgentConfig, is_root: bool | None = None) -> Isolation:
 class Confinement:
     """A delivery's confinement: its isolation, the user it runs as (`user`), the
     experiment's folder (`files`) and the paths of it the agent must not see
-    (`hidden`: masked under bwrap, unreadable to `user`)."""
+    (`hidden`: masked under bwrap, unreadable to `user`). Under bwrap: a task's
+    `workdir` (worker.sandbox) and whether the jail has the host's network."""
 
     isolation: Isolation
     user: RunAs | None = None
     files: Path | None = None
     hidden: tuple[Path, ...] = ()
+    workdir: str | None = None
+    network: bool = False
     since: PidMark | None = None  # before the user's first process: its scans are quick
 
     def end_agent(self) -> None:
@@ -66,15 +79,59 @@ class Confinement:
         if self.user is not None:
             kill_user_processes(self.user.uid, self.since)
 
+    def argv_prefix(self, run_dir: RunDir, binds: Mapping[str, Path] | None = None) -> list[str]:
+        """What goes before `bash -c COMMAND` to run it confined: the jail's argv under
+        bwrap (with `binds`, worker.sandbox), else nothing. Raises SetupError."""
+        if self.isolation != "bwrap":
+            return []
+        return bwrap_argv(
+            run_dir,
+            self.files,
+            self.hidden,
+            workdir=self.workdir,
+            network=self.network,
+            binds=binds,
+        )
+
+
+def needs_network(agent: AgentConfig, environment: TaskEnvironment | None) -> bool:
+    """Whether a bwrap jail keeps the host's network. An agent CLI calls its model (a
+    provider, a gateway, or the scripted server on loopback, which a namespace of its
+    own would not share): without the network it retries until its timeout and makes
+    no request. A task may allow the internet. A plain command agent, the oracle and
+    a verifier otherwise get loopback only."""
+    calls_model = agent.preset_spec is not None and agent.preset_spec.calls_model
+    return calls_model or (environment is not None and environment.allow_internet)
+
 
 @contextlib.contextmanager
 def confined(
-    agent: AgentConfig, run_dir: RunDir, files: Path | None = None, hidden: Sequence[Path] = ()
+    agent: AgentConfig,
+    run_dir: RunDir,
+    files: Path | None = None,
+    hidden: Sequence[Path] = (),
+    scenario: Scenario | None = None,
 ) -> Iterator[Confinement]:
-    """The delivery's confinement while the block runs (a user leased under `user`)."""
-    kind = isolation(agent)
-    if kind != "user":
-        yield Confinement(kind, None, files, tuple(hidden))
+    """The delivery's confinement while the block runs (a user leased under `user`, and
+    under `bwrap` on a root worker), with the task's solution in the run for an agent
+    that runs it (the oracle). A benchmark task's environment only a jail holds:
+    raises SetupError for a sandbox without one."""
+    environment = scenario.environment if scenario is not None else None
+    kind = isolation(agent, task=environment is not None)
+    if environment is not None and kind != "bwrap":
+        raise SetupError(
+            f"a benchmark task runs in its environment (its workdir, /tests, /logs), which "
+            f"`sandbox: {agent.sandbox}` does not provide here; use `sandbox: bwrap` (or "
+            "`auto`)"
+        )
+    workdir = environment.workdir if environment is not None else None
+    network = needs_network(agent, environment)
+    leased = kind == "user" or (kind == "bwrap" and os.geteuid() == 0)
+    runs_solution = agent.preset_spec is not None and agent.preset_spec.runs_solution
+    if not leased:
+        if runs_solution:
+            with_solution(run_dir, scenario, None)
+        yield Confinement(kind, None, files, tuple(hidden), workdir, network)
         return
     if os.geteuid() != 0:
         raise SetupError(
@@ -85,7 +142,9 @@ def confined(
     for folder in (work_root(), *([files] if files is not None else [])):
         _reachable(folder)
     with run_user(run_dir) as user:
-        yield Confinement(kind, user, files, tuple(hidden), since=pid_mark())
+        if runs_solution:
+            with_solution(run_dir, scenario, user)
+        yield Confinement(kind, user, files, tuple(hidden), workdir, network, since=pid_mark())
 
 
 def _reachable(folder: Path) -> None:
@@ -158,7 +217,7 @@ def _hand_over(run_dir: RunDir, user: RunAs) -> None:
             folder.chmod(0o711)
         run_dir.prompt_file.chmod(0o644)
         run_dir.events_file.touch()
-        for top in (run_dir.workspace, run_dir.home, run_dir.events_file):
+        for top in (run_dir.workspace, run_dir.home, run_dir.events_file, run_dir.logs):
             chown_tree(top, user)
     except OSError as exc:
         raise SetupError(f"handing the workspace to the run's user failed: {exc}") from exc

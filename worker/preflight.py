@@ -9,6 +9,11 @@ runs of the workspace check the scenario itself: with no agent at all its gates
 must not all pass (else they check nothing), and with its `reference:` solution
 they must (else the task is broken). Gates that read the transcript
 (`no_transcript_errors`) are left out of those two: there is no transcript.
+
+A benchmark task (a scenario with an environment and a verifier) is checked in its
+jail, as its runs are (worker.confinement), once for all tiers: its verifier on the
+untouched environment must not pass, and after its oracle (the task's solution,
+the `oracle` preset) it must.
 """
 
 from __future__ import annotations
@@ -18,19 +23,23 @@ import os
 import re
 import shutil
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from core.errors import SetupError
 from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, evaluate_run
 from core.evaluation.gates import run_gates
 from core.evaluation.shell import run_shell
-from core.matrix import Gate, Matrix, Scenario, Tier
+from core.evaluation.verifier import verify
+from core.matrix import AgentConfig, Gate, Matrix, Scenario, Tier
 from core.modelserver import ModelServer
 from core.results.record import Record
 from core.results.run import GATES_FAILED, JudgeResult, RunSpec, RunStatus
 from core.results.transcript import AgentOutcome
+from worker.agents.command import run_command_agent
+from worker.confinement import Confinement, confined
 from worker.docker_sandbox import agent_container
-from worker.run import agent_env, run_agent
-from worker.workspace import RunDir, prepare, run_setup
+from worker.run import agent_env, run_agent, task_environment
+from worker.workspace import RunDir, prepare, run_setup, with_tests
 
 # Placed in the environment of a preset whose key is unset: the scripted server
 # takes any key, and a CLI without one would not start.
@@ -83,15 +92,31 @@ def preflight(
     if server is not None:
         pointed = _pointed_at(pointed, server)
     with scripted:
+        tasks = {s.id: _task_soundness(pointed, s) for s in pointed.scenarios if _is_task(s)}
         return [
-            _check(matrix, pointed, tier, scenario, judge_key_elsewhere)
+            _check(matrix, pointed, tier, scenario, judge_key_elsewhere, tasks.get(scenario.id))
             for tier in matrix.tiers
             for scenario in matrix.scenarios
         ]
 
 
+@dataclass(frozen=True)
+class _Soundness:
+    """A scenario's own checks, the same for every tier: the table's columns, and the
+    problems they found."""
+
+    vacuous: str
+    reference: str
+    problems: list[str]
+
+
 def _check(
-    original: Matrix, matrix: Matrix, tier: Tier, scenario: Scenario, key_elsewhere: bool
+    original: Matrix,
+    matrix: Matrix,
+    tier: Tier,
+    scenario: Scenario,
+    key_elsewhere: bool,
+    task: _Soundness | None,
 ) -> CellCheck:
     problems: list[str] = []
     agent = matrix.agent_for(tier)
@@ -101,20 +126,26 @@ def _check(
     run, transcript, gates, spend = "not run", "-", "-", None
     judged: JudgeResult | None = None
     try:
-        with _prepared(matrix, spec) as (run_dir, env):
+        with _prepared(matrix, spec) as (run_dir, env), _jail(agent, run_dir, scenario) as jail:
             if agent.cli is not None:
                 cli = "found" if shutil.which(agent.cli, path=env.get("PATH")) else "missing"
                 if cli == "missing":
                     problems.append(f"agent CLI {agent.cli!r} is not on the agent's PATH")
             with agent_container(agent, spec.run_id, run_dir, env) as container:
                 prompt = scenario.prompt_text()
-                outcome = run_agent(matrix, spec, run_dir, prompt, env, container)
+                outcome = run_agent(matrix, spec, run_dir, prompt, env, container, jail)
                 if cli == "found" and refuses_flags(agent.cli or "", outcome):
                     cli = "refuses flags"
+                verifier_site = None
+                if jail is not None:
+                    jail.end_agent()
+                    gate_env = with_tests(run_dir, scenario, env, jail.user)
+                    verifier_site = task_environment(run_dir, scenario, jail, gate_env)
                 result = evaluate_run(
                     spec, matrix, run_dir.workspace, outcome, events_text=run_dir.events_text(),
                     session_text=run_dir.session_text(agent.preset_spec),
                     env=env, enclosure=container.enclosure() if container else None,
+                    task=verifier_site,
                 ).result  # fmt: skip
     except SetupError as exc:
         problems.append(f"setup failed: {exc}")
@@ -128,8 +159,12 @@ def _check(
         judged = result.judge
         if result.cost_usd is not None:
             spend = result.cost_usd * matrix.runs_for(scenario)
-    vacuous = _vacuous(matrix, spec, scenario, problems)
-    reference = _reference(matrix, spec, scenario, agent.timeout_s, problems)
+    if task is not None:
+        vacuous, reference = task.vacuous, task.reference
+        problems += task.problems
+    else:
+        vacuous = _vacuous(matrix, spec, scenario, problems)
+        reference = _reference(matrix, spec, scenario, agent.timeout_s, problems)
     judge_key = _judge_key(original, scenario, problems, key_elsewhere)
     if judged is not None and judge_key == "set":
         if judged.error is not None:
@@ -202,6 +237,72 @@ def _reference(
         problems.append(f"the reference solution does not pass its gates: {names}")
         return "fails"
     return "passes"
+
+
+def _is_task(scenario: Scenario) -> bool:
+    return scenario.environment is not None and scenario.verifier is not None
+
+
+def _jail(
+    agent: AgentConfig, run_dir: RunDir, scenario: Scenario
+) -> contextlib.AbstractContextManager[Confinement | None]:
+    """A task's agent runs in its jail, as on a worker; any other as preflight always ran it."""
+    if scenario.environment is None:
+        return contextlib.nullcontext()
+    return confined(agent, run_dir, scenario=scenario)
+
+
+# What stands in for the agent when the verifier checks the untouched environment.
+_UNTOUCHED = AgentConfig(command="true")
+
+
+def _task_soundness(matrix: Matrix, scenario: Scenario) -> _Soundness:
+    """A task's verifier on its untouched environment (it must not pass) and after its
+    oracle (it must), each in the task's jail."""
+    problems: list[str] = []
+    vacuous, reference = "-", "-"
+    try:
+        vacuous = "no" if _unmet(matrix, scenario, None) else "yes"
+        if vacuous == "yes":
+            problems.append(
+                "its verifier passes the untouched environment: its tests check nothing"
+            )
+        if scenario.solution is not None:
+            agent = matrix.agent
+            timeout_s = scenario.agent_timeout_s or agent.timeout_s
+            oracle = AgentConfig(preset="oracle", timeout_s=timeout_s)
+            why = _unmet(matrix, scenario, oracle)
+            reference = "fails" if why else "passes"
+            if why:
+                problems.append(f"the oracle (the task's solution) fails: {why}")
+    except SetupError as exc:
+        problems.append(f"the task's environment could not be set up: {exc}")
+    return _Soundness(vacuous, reference, problems)
+
+
+def _unmet(matrix: Matrix, scenario: Scenario, oracle: AgentConfig | None) -> str | None:
+    """Why the task's verifier does not pass it after `oracle` ran (None: untouched), or
+    why the oracle itself failed; None when it passes. Raises SetupError."""
+    assert scenario.verifier is not None
+    spec = RunSpec(experiment_id="preflight",
+                   run_id=f"preflight:{scenario.id}:{'oracle' if oracle else 'untouched'}",
+                   tier=matrix.tiers[0].id, scenario=scenario.id, run_index=0)  # fmt: skip
+    agent = oracle or _UNTOUCHED
+    with (
+        _prepared(matrix, spec) as (run_dir, env),
+        confined(agent, run_dir, scenario=scenario) as jail,
+    ):
+        if oracle is not None:
+            ran = run_command_agent(oracle, run_dir, env, confinement=jail)
+            jail.end_agent()
+            if not ran.completed:
+                how = "timed out" if ran.timed_out else ran.error or f"exit code {ran.exit_code}"
+                return f"solve.sh: {how}: {ran.stderr.strip()[-300:]}"
+        site = task_environment(
+            run_dir, scenario, jail, with_tests(run_dir, scenario, env, jail.user)
+        )
+        assert site is not None  # a task has a verifier
+        return verify(scenario.verifier, site).unmet(scenario.pass_reward)
 
 
 def _judge_key(matrix: Matrix, scenario: Scenario, problems: list[str], elsewhere: bool) -> str:

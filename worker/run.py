@@ -27,7 +27,7 @@ import socket
 import string
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import redis
@@ -37,13 +37,16 @@ from kombu.exceptions import OperationalError
 from core.errors import BundleError, RetryLater, RunInProgress, SetupError, WorkspaceTooLarge
 from core.evaluation.evaluate import evaluate_run
 from core.evaluation.gates import Enclosure
-from core.evaluation.shell import kill_groups_by_env, pid_mark
+from core.evaluation.shell import ShellResult, kill_groups_by_env, pid_mark, run_shell
+from core.evaluation.verifier import MAX_OUTPUT_BYTES as VERIFIER_OUTPUT_BYTES
+from core.evaluation.verifier import RunEnvironment
 from core.evidence.models import RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
 from core.evidence.text import visible
 from core.files.archive import pack
 from core.files.changes import snapshot
-from core.matrix import Matrix, WorkspaceArchive
+from core.matrix import Matrix, Scenario, WorkspaceArchive
+from core.matrix.task import TESTS_DIR
 from core.metrics.pricing import price_for
 from core.results.report import ExperimentStatus
 from core.results.run import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key
@@ -64,6 +67,7 @@ from worker.workspace import (
     MARKER,
     RunDir,
     clear_dead_deliveries,
+    fresh_rewards,
     own_home,
     prepare,
     run_setup,
@@ -293,7 +297,7 @@ def _run(
         agent = matrix.agent_for(tier)
         try:
             confinement = held.enter_context(
-                confined(agent, run_dir, files.folder, files.hidden_paths())
+                confined(agent, run_dir, files.folder, files.hidden_paths(), scenario)
             )
             run_setup(run_dir, scenario, env, confinement.user)
             # What the agent changed (the judge's summary, the evidence's patch) is
@@ -304,6 +308,7 @@ def _run(
             outcome = run_agent(matrix, spec, run_dir, prompt, env, container, confinement)
             confinement.end_agent()
             gate_env = with_tests(run_dir, scenario, env, confinement.user)
+            task = task_environment(run_dir, scenario, confinement, gate_env)
         except SetupError as exc:  # setup commands, the agent's sandbox, its tests
             return error_result(spec, str(exc), 1, started), None
         # Before the gates read them: the experiment's files as shipped, else the run
@@ -332,6 +337,7 @@ def _run(
             enclosure=_enclosure(container, confinement, gate_env),
             judgments=store.judgments,
             on_gated=gated.extend,
+            task=task,
         )
         result, evidence = evaluated.result, evaluated.evidence
         # What the gates ran (the agent's own code among it) may have changed them too.
@@ -394,6 +400,33 @@ def _enclosure(
     return None
 
 
+def task_environment(
+    run_dir: RunDir, scenario: Scenario, confinement: Confinement, env: Mapping[str, str]
+) -> RunEnvironment | None:
+    """Where a benchmark task's verifier runs (core.evaluation.verifier): the agent's
+    jail, its tests at /tests, a fresh /logs/verifier; None for a scenario without a
+    verifier. Raises SetupError."""
+    if scenario.verifier is None:
+        return None
+    binds = {TESTS_DIR: run_dir.tests} if scenario.tests is not None else {}
+    argv_prefix = confinement.argv_prefix(run_dir, binds)
+    # The gates' $EVALFLEET_TESTS is the run folder's copy, which the jail shows at /tests.
+    base = {**env, "EVALFLEET_TESTS": TESTS_DIR} if binds else dict(env)
+
+    def run(command: str, timeout_s: float, extra: Mapping[str, str]) -> ShellResult:
+        return run_shell(
+            command,
+            run_dir.workspace,
+            timeout_s=timeout_s,
+            env={**base, **extra},
+            max_output_bytes=VERIFIER_OUTPUT_BYTES,
+            argv_prefix=argv_prefix,
+            user=confinement.user,
+        )
+
+    return RunEnvironment(run, fresh_rewards(run_dir, confinement.user))
+
+
 def run_agent(
     matrix: Matrix,
     spec: RunSpec,
@@ -405,7 +438,10 @@ def run_agent(
 ) -> AgentOutcome:
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
-    limits = matrix.limits_for(tier, matrix.scenario(spec.scenario))
+    scenario = matrix.scenario(spec.scenario)
+    if scenario.agent_timeout_s is not None:  # a task's own time limit
+        agent = agent.model_copy(update={"timeout_s": scenario.agent_timeout_s})
+    limits = matrix.limits_for(tier, scenario)
     price = price_for(agent.model, matrix.pricing)
     if agent.kind == "openai":
         api_key = os.environ.get(agent.api_key_env) if agent.api_key_env else None

@@ -1,12 +1,19 @@
-"""`sandbox: bwrap`: a command agent inside bubblewrap.
+"""`sandbox: bwrap`: a command agent (and a benchmark task's verifier) inside bubblewrap.
 
-The agent sees the host's file system read-only, a private /tmp and /dev, no
-network (a fresh network namespace with only loopback), its own PID, IPC and
-UTS namespaces, and only its workspace, its events file and its own home
-writable, its prompt file readable. The work folder (other deliveries) and the
-experiment's hidden files (worker.confinement) are masked. bwrap dies with its
-parent, and the run's process-group kill reaches the jail too. Setup commands
-and gates are the matrix author's and run outside it.
+The jail's root is a fresh tmpfs holding the host's top-level folders read-only
+(its top-level links recreated), so the jail can hold folders of its own where a
+task expects them: the workspace at the task's `workdir` (/app) besides its own
+path, the run's logs at /logs, and for one command each the tests at /tests (the
+verifier) or the solution at /solution (the oracle). It has a private /tmp and
+/dev, its own PID, IPC and UTS namespaces, and only its workspace, its logs, its
+events file and its own home writable, its prompt file readable. The work folder
+(other deliveries) and the experiment's hidden files (worker.confinement) are
+masked. bwrap dies with its parent, and the run's process-group kill reaches the
+jail too. A worker running as root starts bwrap as the run's own uid
+(worker.confinement), so even a way out of the namespaces leaves it unprivileged.
+
+The network is a fresh namespace with only loopback, unless the run needs more
+(`network=True`, worker.run decides): an agent CLI must reach its model.
 
 bubblewrap comes from the distribution (`apt-get install bubblewrap`); it needs
 unprivileged user namespaces or root. A worker without it records the run as an
@@ -15,23 +22,38 @@ infrastructure error rather than running the agent unconfined.
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from core.errors import SetupError
 from worker.workspace import RunDir, work_root
 
+# Top-level folders the jail makes its own rather than taking the host's.
+_OWN_TOP = ("proc", "dev", "tmp")
 
-def bwrap_argv(run_dir: RunDir, files: Path | None, hidden: Sequence[Path] = ()) -> list[str]:
+
+def bwrap_argv(
+    run_dir: RunDir,
+    files: Path | None,
+    hidden: Sequence[Path] = (),
+    *,
+    workdir: str | None = None,
+    network: bool = False,
+    binds: Mapping[str, Path] | None = None,
+) -> list[str]:
     """The argv prefix that runs `bash -c COMMAND` in the sandbox; raises SetupError.
     `files`: the experiment's folder (worker.files), shown read-only wherever it is;
-    `hidden`: its paths masked."""
+    `hidden`: its paths masked. `workdir`: a task's (core.matrix.task), where the
+    workspace is shown too and the command starts, with the run's logs at /logs.
+    `binds`: more of the run's folders, by the path they are shown at (/tests)."""
     binary = shutil.which("bwrap")
     if binary is None:
         raise SetupError(
-            "the agent asks for `sandbox: bwrap` but this worker has no bwrap; "
-            "install bubblewrap (apt-get install bubblewrap)"
+            "the agent runs under `sandbox: bwrap` (what `auto` means for a benchmark "
+            "task) but this worker has no bwrap; install bubblewrap (apt-get install "
+            "bubblewrap), or choose `sandbox: docker`"
         )
     workspace, events = str(run_dir.workspace), str(run_dir.events_file)
     run_dir.events_file.touch()  # a bind mount needs the file to exist
@@ -46,9 +68,17 @@ def bwrap_argv(run_dir: RunDir, files: Path | None, hidden: Sequence[Path] = ())
             masks += ["--tmpfs", str(path)]
         elif path.exists():
             masks += ["--ro-bind", "/dev/null", str(path)]
+    task: list[str] = []
+    if workdir is not None:
+        task = ["--bind", workspace, workdir, "--bind", str(run_dir.logs), "/logs"]
+    for at, folder in (binds or {}).items():
+        task += ["--bind", str(folder), at]
+    # A host's own /app (or /tests) would hide the run's: those are left out of the root.
+    tops = [*(binds or {}), *([workdir, "/logs"] if workdir else [])]
+    mounted = {at.strip("/") for at in tops if "/" not in at.strip("/")}
     return [
         binary,
-        "--ro-bind", "/", "/",
+        *_host_root(skip=mounted),
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
@@ -61,7 +91,26 @@ def bwrap_argv(run_dir: RunDir, files: Path | None, hidden: Sequence[Path] = ())
         "--bind", events, events,
         *prompt_bind,
         *home,
+        *task,
         "--unshare-all",
+        *(["--share-net"] if network else []),
         "--die-with-parent",
-        "--chdir", workspace,
+        "--chdir", workdir or workspace,
     ]  # fmt: skip
+
+
+def _host_root(skip: set[str]) -> list[str]:
+    """The host's top-level entries, read-only, on the jail's tmpfs root: not `/` itself,
+    which would leave no room for a task's /app, /tests and /logs. Links (`/bin ->
+    usr/bin`) are made again as links; the jail's own folders and `skip` are left out."""
+    argv: list[str] = []
+    with os.scandir("/") as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name in _OWN_TOP or entry.name in skip:
+                continue
+            path = f"/{entry.name}"
+            if entry.is_symlink():
+                argv += ["--symlink", os.readlink(path), path]
+            else:
+                argv += ["--ro-bind", path, path]
+    return argv

@@ -91,8 +91,10 @@ def _budget_s(matrix: Matrix, tier_id: str, scenario_id: str) -> float:
     scenario = matrix.scenario(scenario_id)
     setup = scenario.setup_timeout_s * len(scenario.setup)
     gates = sum(g.timeout_s for g in scenario.evaluation.gates)
+    gates += scenario.verifier.timeout_s if scenario.verifier is not None else 0.0
     judge = 0.0
     if scenario.evaluation.judge_enabled and matrix.judge is not None:
         # Every request and wait of each of its judgments is within its deadline.
         judge = matrix.judge.deadline * matrix.judge.repeats
-    return agent.timeout_s + setup + gates + judge + _MARGIN_S
+    agent_s = scenario.agent_timeout_s or agent.timeout_s
+    return agent_s + setup + gates + judge + _MARGIN_S

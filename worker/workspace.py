@@ -79,6 +79,17 @@ class RunDir:
         return self.root / "tests"
 
     @property
+    def solution(self) -> Path:
+        """A task's solution, copied in for the oracle only (with_solution)."""
+        return self.root / "solution"
+
+    @property
+    def logs(self) -> Path:
+        """A task's /logs: `agent/` the agent's to write, `verifier/` its verifier's
+        rewards (core.evaluation.verifier)."""
+        return self.root / "logs"
+
+    @property
     def home(self) -> Path:
         """A preset CLI's home, beside the workspace: its state is not the agent's work."""
         return self.root / "home"
@@ -189,6 +200,9 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
         run_dir.prompt_file.write_text(prompt, encoding="utf-8")
+        if scenario.environment is not None:
+            for folder in ("agent", "verifier"):
+                (run_dir.logs / folder).mkdir(parents=True)
     except OSError as exc:
         raise SetupError(f"preparing the workspace failed: {exc}") from exc
 
@@ -324,11 +338,45 @@ def with_tests(
     nothing of its user is left running to read them). Raises SetupError."""
     if scenario.tests is None:
         return dict(env)
-    try:
-        shutil.copytree(scenario.tests, run_dir.tests, symlinks=True)
-        _add_mode(run_dir.tests, 0o644)  # hidden in the experiment's files: plain here
-        if user is not None:
-            chown_tree(run_dir.tests, user)
-    except OSError as exc:
-        raise SetupError(f"copying the scenario's tests into the run failed: {exc}") from exc
+    _copy_in(scenario.tests, run_dir.tests, user, "tests")
     return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}
+
+
+def with_solution(run_dir: RunDir, scenario: Scenario | None, user: RunAs | None) -> None:
+    """The task's solution in the run, for the oracle (and only it) to run. Raises
+    SetupError."""
+    if scenario is None or scenario.solution is None or scenario.environment is None:
+        name = repr(scenario.id) if scenario is not None else "(none)"
+        raise SetupError(
+            f"the oracle runs a benchmark task's solution in its environment, and scenario "
+            f"{name} has no `solution:` (a folder with solve.sh) or no `environment:`"
+        )
+    _copy_in(scenario.solution, run_dir.solution, user, "solution")
+
+
+def _copy_in(source: Path, dest: Path, user: RunAs | None, what: str) -> None:
+    try:
+        shutil.copytree(source, dest, symlinks=True)
+        _add_mode(dest, 0o644)  # hidden in the experiment's files: plain here
+        if user is not None:
+            chown_tree(dest, user)
+    except OSError as exc:
+        raise SetupError(f"copying the scenario's {what} into the run failed: {exc}") from exc
+
+
+def fresh_rewards(run_dir: RunDir, user: RunAs | None) -> Path:
+    """The folder the verifier writes its rewards in (/logs/verifier), made anew: what
+    the agent left there (a reward.txt of its own, a link elsewhere) is not its verdict."""
+    folder = run_dir.logs / "verifier"
+    try:
+        if folder.is_symlink() or folder.is_file():
+            folder.unlink()
+        elif folder.is_dir():
+            shutil.rmtree(folder)
+        run_dir.logs.mkdir(exist_ok=True)
+        folder.mkdir()
+        if user is not None:
+            chown_tree(folder, user)
+    except OSError as exc:
+        raise SetupError(f"preparing {folder} for the verifier failed: {exc}") from exc
+    return folder

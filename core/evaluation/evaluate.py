@@ -20,12 +20,14 @@ from pathlib import Path
 
 from core.evaluation.gates import Enclosure, gate_runs
 from core.evaluation.judge import Judgment, JudgmentCache, judge_run
+from core.evaluation.verifier import RunEnvironment, Verification, below, verify
 from core.evidence.events import compact_events
 from core.evidence.models import Excerpt, GateEvidence, JudgeInputs, RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
 from core.evidence.text import encodable
 from core.files.changes import Snapshot, patch, snapshot, summarize_changes
 from core.matrix import Matrix, ModelPrice, Rubric, Scenario, load_rubric
+from core.matrix.task import Verifier
 from core.metrics import formulas
 from core.metrics.interaction import interaction_metrics, target_commands
 from core.metrics.limits import crossed, spend_of
@@ -70,6 +72,7 @@ def evaluate_run(
     enclosure: Enclosure | None = None,
     judgments: JudgmentCache | None = None,
     on_gated: Callable[[list[CommandRecord]], None] = lambda commands: None,
+    task: RunEnvironment | None = None,
 ) -> Evaluated:
     """`session_text`: the record a preset's CLI keeps of its session (its requests,
     where stdout sums them). `secrets`: the values to redact, when the caller has them already
@@ -77,7 +80,8 @@ def evaluate_run(
     agent found it, for the summary and the patch of what the agent changed.
     `enclosure`: where command gates run (the agent's container). `judgments`:
     the judgment cache; `on_gated`, once the gates ran, the target commands their
-    transcript gates read (kept for rescore)."""
+    transcript gates read (kept for rescore). `task`: where a benchmark task's
+    verifier runs (core.evaluation.verifier), before the gates."""
     tier = matrix.tier(spec.tier)
     agent = matrix.agent_for(tier)
     scenario = matrix.scenario(spec.scenario)
@@ -111,6 +115,11 @@ def evaluate_run(
     judge_evidence = None
     changes, changed = "", ""
     missing: list[str] = []
+    verification = None
+    if not_started is None and scenario.verifier is not None:
+        verification = _verified(scenario.verifier, task, on_phase)
+        if verification.error is not None:
+            not_started = verification.error
     if not_started is None:
         on_phase("gates")
         runs = gate_runs(
@@ -163,7 +172,10 @@ def evaluate_run(
         transcript_unrecognised=not transcript.recognised,
     )
     result = _with_tokens_and_cost(result, transcript, price, model)
-    result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets)
+    if verification is not None:
+        result.rewards = verification.rewards
+    verdict = [verification.failure] if verification is not None and verification.failure else []
+    result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets, verdict)
     if not_started is not None:
         # Nothing gated, nothing judged: no credit either (an empty gate list's rates
         # would read as all of it).
@@ -192,6 +204,7 @@ def evaluate_run(
         transcript=Excerpt.whole(events_text or ""),
         events=compact_events(transcript),
         gates=gate_evidence,
+        verifier=verification.evidence if verification is not None else None,
         judge=judge_evidence,
         changes_summary=changes,
         patch=Excerpt.whole(changed),
@@ -201,6 +214,16 @@ def evaluate_run(
         ],
     )
     return Evaluated(result, evidence)
+
+
+def _verified(verifier: Verifier, task: RunEnvironment | None, on_phase: Phase) -> Verification:
+    """The task's verdict on the run; a caller that gave no environment to run the
+    verifier in (a check of the gates alone) gets no rewards, which fails the run."""
+    if task is None:
+        return Verification({}, "verifier: not run (no environment given to run it in)",
+                            GateEvidence())  # fmt: skip
+    on_phase("verifier")
+    return verify(verifier, task)
 
 
 def _encodable(outcome: AgentOutcome, events_text: str | None) -> tuple[AgentOutcome, str | None]:
@@ -325,23 +348,36 @@ def _with_outcome(
     outcome: AgentOutcome,
     transcript: Transcript,
     secrets: Sequence[str],
+    verdict: Sequence[str],
 ) -> RunResult:
-    return scored(result, matrix, scenario, _agent_reasons(result, outcome, transcript, secrets))
+    reasons = [*_agent_reasons(result, outcome, transcript, secrets), *verdict]
+    return scored(result, matrix, scenario, reasons)
 
 
 def scored(
     result: RunResult, matrix: Matrix, scenario: Scenario, agent_reasons: Sequence[str]
 ) -> RunResult:
-    """The verdict from the result's status, gates and judge: passed, the rates, the
-    composites and the fail reason (`agent_reasons`, what the agent's part of the
-    run says, then the gates' and the judge's). Rejudge scores a new judge this way."""
+    """The verdict from the result's status, gates, judge and a task's rewards: passed,
+    the rates, the composites and the fail reason (`agent_reasons`, what the agent's
+    part of the run and a verifier that gave no rewards say, then the gates', the
+    rewards' and the judge's). Rejudge scores a new judge this way."""
     judge = result.judge
     judge_score = judge.weighted_score if judge is not None else None
     gates_ok = result.gates_passed == result.gates_total
+    rewards_ok = scenario.verifier is None or (
+        bool(result.rewards) and all(r >= scenario.pass_reward for r in result.rewards.values())
+    )
     # Only an agent that finished by itself can pass, whatever its gates say.
-    passed = result.status is RunStatus.completed and gates_ok and (judge is None or judge.passed)
+    passed = (
+        result.status is RunStatus.completed
+        and gates_ok
+        and rewards_ok
+        and (judge is None or judge.passed)
+    )
     pass_rate = formulas.pass_rate(passed)
-    impl_rate = formulas.impl_rate(judge_score, result.gates_passed, result.gates_total)
+    impl_rate = formulas.impl_rate(
+        judge_score, result.gates_passed, result.gates_total, passed=passed
+    )
     update: dict[str, object] = {
         "passed": passed,
         "pass_rate": pass_rate,
@@ -361,7 +397,7 @@ def scored(
             result.interaction,
             scenario.evaluation.composite,
         )
-    reasons = [*agent_reasons, *_verdict_reasons(result)]
+    reasons = [*agent_reasons, *_verdict_reasons(result, scenario)]
     if judge is not None and judge.error is not None:
         # The judge never answered: no verdict exists, so this is not a result.
         update["status"] = RunStatus.infra_error
@@ -371,7 +407,8 @@ def scored(
 
 
 # How the fail reasons of the judge begin (rejudge tells them, and the gates' by
-# core/results.GATES_FAILED, from the agent's own by these).
+# core/results.GATES_FAILED and the rewards' by verifier.REWARD_BELOW, from the
+# agent's own by these).
 JUDGE_ERROR = "judge error: "
 JUDGE_SCORE = "judge score "
 
@@ -404,11 +441,14 @@ def _agent_reasons(
     return reasons
 
 
-def _verdict_reasons(result: RunResult) -> list[str]:
+def _verdict_reasons(result: RunResult, scenario: Scenario) -> list[str]:
     reasons = []
     failed = [g.name or g.gate_type for g in result.gates if not g.passed]
     if failed:
         reasons.append(f"{GATES_FAILED}{', '.join(failed)}")
+    low = below(result.rewards, scenario.pass_reward)
+    if low is not None:
+        reasons.append(low)
     judge = result.judge
     if judge is not None and judge.error is None and not judge.passed:
         reasons.append(f"{JUDGE_SCORE}{judge.weighted_score:.2f} < {judge.pass_threshold:.2f}")

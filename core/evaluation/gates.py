@@ -131,10 +131,16 @@ def _run_gate(
 
 def _evidence(gate: Gate, out: ShellResult | None) -> GateEvidence:
     """The command and its whole captured output (bounded later, with the rest of the
-    run's evidence): stdout, then stderr under a line that says so."""
+    run's evidence)."""
     command = getattr(gate, "command", None)  # file and transcript gates run none
     if out is None:
         return GateEvidence(command=command)
+    return command_evidence(command, out)
+
+
+def command_evidence(command: str | None, out: ShellResult) -> GateEvidence:
+    """What a command ran to check a run (a gate, a task's verifier) left: its exit, its
+    stdout, then its stderr under a line that says so."""
     text = out.stdout
     if out.stderr:
         text += ("" if text.endswith("\n") or not text else "\n") + f"--- stderr ---\n{out.stderr}"

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
 from core.evaluation.judge import JudgmentCache
+from core.evaluation.verifier import REWARD_BELOW
 from core.evidence.models import JudgeInputs
 from core.matrix import Gate, JudgeConfig, Matrix, Rubric
 from core.results.record import Record
@@ -69,9 +70,9 @@ def rejudge_run(
 
 def agent_reasons(result: RunResult) -> list[str]:
     """The fail reasons of the agent's own part of the run: the stored reason without
-    what its gates and its judge said (they are said again from the new judge)."""
+    what its gates, its rewards and its judge said (they are said again from the new judge)."""
     parts = (result.fail_reason or "").split("; ") if result.fail_reason else []
-    verdict = (JUDGE_ERROR, GATES_FAILED, JUDGE_SCORE)
+    verdict = (JUDGE_ERROR, GATES_FAILED, JUDGE_SCORE, REWARD_BELOW)
     return [p for p in parts if not p.startswith(verdict)]
 
 

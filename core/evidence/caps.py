@@ -52,6 +52,9 @@ def bounded(evidence: RunEvidence, limits: EvidenceLimits, secrets: Sequence[str
         gate.model_copy(update={"output": kept[f"gate {i + 1} output"]})
         for i, gate in enumerate(evidence.gates)
     ]
+    verifier = evidence.verifier
+    if verifier is not None:
+        verifier = verifier.model_copy(update={"output": kept["verifier output"]})
     judge = evidence.judge
     if judge is not None:
         calls = [
@@ -71,6 +74,7 @@ def bounded(evidence: RunEvidence, limits: EvidenceLimits, secrets: Sequence[str
             "transcript": kept["transcript"],
             "patch": kept["patch"],
             "gates": gates,
+            "verifier": verifier,
             "judge": judge,
             "events": events,
             "cuts": cuts,
@@ -86,6 +90,9 @@ def minimal(evidence: RunEvidence, note: str) -> RunEvidence:
         experiment_id=evidence.experiment_id,
         run_id=evidence.run_id,
         gates=[GateEvidence(command=g.command, exit_code=g.exit_code) for g in evidence.gates],
+        verifier=None
+        if evidence.verifier is None
+        else GateEvidence(command=evidence.verifier.command, exit_code=evidence.verifier.exit_code),
         changes_summary=evidence.changes_summary,
         phases=evidence.phases,
         attempts=evidence.attempts,
@@ -123,6 +130,8 @@ def _texts(evidence: RunEvidence) -> list[_Text]:
         ("patch", evidence.patch),
     ]
     named += [(f"gate {i + 1} output", g.output) for i, g in enumerate(evidence.gates)]
+    if evidence.verifier is not None:
+        named.append(("verifier output", evidence.verifier.output))
     for i, call in enumerate(evidence.judge.calls if evidence.judge is not None else []):
         named.append((f"judge call {i + 1} prompt", call.prompt))
         if call.raw_answer is not None:

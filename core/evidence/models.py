@@ -85,6 +85,9 @@ class RunEvidence(Record):
         default_factory=list, description="the parsed events (LLM calls, tool calls, messages)"
     )
     gates: list[GateEvidence] = Field(default_factory=list)
+    verifier: GateEvidence | None = Field(
+        None, description="a benchmark task's verifier: its command, exit and output"
+    )
     judge: JudgeEvidence | None = None
     changes_summary: str = ""
     patch: Excerpt = Field(default_factory=Excerpt, description="text changes, unified diff")

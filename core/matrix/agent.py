@@ -109,8 +109,9 @@ class AgentConfig(Strict):
     sandbox: Literal["auto", "user", "bwrap", "docker", "none"] = Field(
         "auto",
         description="auto: a user of the run's own where the worker runs as root, else "
-        "none; user: that user (the worker must run as root); bwrap: no network, read-only "
-        "system, only the workspace writable; docker: a container of its own per run "
+        "none (bwrap for a benchmark task); user: that user (the worker must run as root); "
+        "bwrap: read-only system, only the workspace writable, no network but an agent "
+        "CLI's; docker: a container of its own per run "
         "(`docker:`); none: unconfined, as the worker's user",
     )
     docker: DockerSandbox | None = Field(None, description="the container, for `sandbox: docker`")

@@ -35,6 +35,10 @@ class AgentPreset:
     # Where in its home the CLI records its session, for what its stdout only sums
     # (core.transcripts: each model request); a glob.
     session_files: str | None = None
+    # It calls a model, so its jail keeps the network (worker.confinement.needs_network).
+    calls_model: bool = True
+    # It runs a benchmark task's solution, copied into its run and shown at /solution.
+    runs_solution: bool = False
 
 
 PRESETS: dict[str, AgentPreset] = {
@@ -98,8 +102,19 @@ PRESETS: dict[str, AgentPreset] = {
         base_url_env=("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"),
         env={"OPENCODE_DISABLE_AUTOUPDATE": "true"},
     ),
+    # Harbor's oracle agent: the task's own solution run where an agent would run, so
+    # a task whose oracle fails is broken, whatever an agent does (scheduler preflight).
+    "oracle": AgentPreset(
+        cli="bash",
+        command="bash /solution/solve.sh",
+        transcript="plain",
+        permission_flags="",
+        api_key_env=None,
+        calls_model=False,
+        runs_solution=True,
+    ),
 }
-PresetName = Literal["claude-code", "codex", "gemini-cli", "opencode"]
+PresetName = Literal["claude-code", "codex", "gemini-cli", "opencode", "oracle"]
 
 
 def preset_fields(preset: AgentPreset, permission_flags: str | None) -> dict[str, Any]:

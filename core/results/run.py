@@ -19,7 +19,8 @@ Isolation = Literal["user", "bwrap", "docker", "none"]
 ISOLATIONS: dict[str, str] = {
     "user": "own user: graders read-only, hidden files unreadable, no other process's "
     "environment; the host's network",
-    "bwrap": "bwrap: no network, read-only graders, hidden files masked",
+    "bwrap": "bwrap: the host's folders read-only, graders read-only, hidden files masked; "
+    "network only for an agent CLI's model or a task allowing it",
     "docker": "docker: a container of its own; graders and hidden files stay on the worker",
     "none": "unconfined: the agent could reach the worker's files, processes and local "
     "services; graders verified by hash",

@@ -169,7 +169,8 @@
         "before evidence was kept, its evidence could not be stored, or it is in an artifacts " +
         "folder the machine that wrote this page could not read): its result is all there is."));
     }
-    parts.push(...gates(run, evidence), ...judge(run, evidence), ...transcript(run, evidence));
+    parts.push(...gates(run, evidence), ...verifier(run, evidence), ...judge(run, evidence),
+      ...transcript(run, evidence));
     if (evidence) {
       parts.push(
         ...excerpt("stderr", evidence.stderr),
@@ -231,6 +232,19 @@
       el("h4", {}, `Gates: ${run.gates_passed} of ${run.gates_total} passed`),
       el("ul", {className: "gates"}, items),
     ];
+  }
+
+  // A benchmark task's verifier: its rewards (the reason says why there are none), what
+  // it ran and printed.
+  function verifier(run, evidence) {
+    const ran = evidence ? evidence.verifier : null;
+    if (!ran) return [];
+    const rewards = Object.entries(run.rewards).map(([name, value]) => `${name} ${value}`);
+    return [
+      el("h4", {}, `Verifier: ${rewards.length ? rewards.join(", ") : "no rewards"}`),
+      ran.command !== null ? command(ran.command, ran.exit_code) : null,
+      ran.output.text ? text(ran.output) : null,
+    ].filter((part) => part !== null);
   }
 
   // The run's own judge result first (a rejudged version's is its own), the judge

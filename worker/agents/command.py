@@ -19,12 +19,12 @@ from collections.abc import Mapping
 
 from core.evaluation.shell import run_shell
 from core.matrix import AgentConfig, Limits, ModelPrice
+from core.matrix.task import SOLUTION_DIR
 from core.metrics.limits import crossed, spend_of
 from core.results.transcript import AgentOutcome
 from core.transcripts import parse_transcript
-from worker.confinement import Confinement
+from worker.confinement import Confinement, isolation
 from worker.docker_sandbox import Container
-from worker.sandbox import bwrap_argv
 from worker.workspace import RunDir, size_limit
 
 # Agent CLIs whose stdout is a stream of events while they run: spend can be watched.
@@ -92,11 +92,13 @@ def run_command_agent(
     if agent.sandbox == "docker":
         assert container is not None  # worker.run starts it around the agent and gates
         argv_prefix, env = container.exec_argv(), container.client_env
-    elif agent.sandbox == "bwrap":
-        c = confinement or Confinement("bwrap")
-        argv_prefix = bwrap_argv(run_dir, c.files, c.hidden)
     else:
-        argv_prefix = []
+        c = confinement or Confinement(isolation(agent))
+        # The oracle's solution (worker.workspace.with_solution) is its alone to see.
+        runs_solution = agent.preset_spec is not None and agent.preset_spec.runs_solution
+        argv_prefix = c.argv_prefix(
+            run_dir, {SOLUTION_DIR: run_dir.solution} if runs_solution else None
+        )
     over_limit = size_limit(run_dir.workspace, agent.max_workspace_mb)
     spend = None
     if limits is not None and limits != Limits() and agent.transcript in STREAMING_FORMATS:

@@ -69,7 +69,7 @@ MYTOOL_DIR = ROOT / "examples" / "bin"  # the example's real CLI, which the gate
 KINDS = {"matrix minimal", "matrix", "fragment", "gates", "rubric", "workspace"}
 # Created beside every matrix example (the doc's top comment lists them).
 SUPPORT_FILES = ("prompts/create_notes.md", "guidance/AGENTS.md", "skills/my-tool.md")
-SUPPORT_DIRS = ("fixtures/notes",)
+SUPPORT_DIRS = ("fixtures/notes", "tasks/fix-the-build/tests", "tasks/fix-the-build/solution")
 # Benchmark task folders the examples name: their copies -> the fixture tasks copied.
 SUPPORT_TASKS = {
     "datasets/tb": sorted((FIXTURES / "tasks").glob("tb-*")),
