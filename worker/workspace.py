@@ -338,7 +338,9 @@ def with_tests(
     nothing of its user is left running to read them). Raises SetupError."""
     if scenario.tests is None:
         return dict(env)
-    _copy_in(scenario.tests, run_dir.tests, user, "tests")
+    # Terminal-Bench's runner lies beside its tests, at the task's root: /tests holds both.
+    runner = scenario.verifier.runner if scenario.verifier is not None else None
+    _copy_in(scenario.tests, run_dir.tests, user, "tests", extra=runner)
     return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}
 
 
@@ -354,9 +356,23 @@ def with_solution(run_dir: RunDir, scenario: Scenario | None, user: RunAs | None
     _copy_in(scenario.solution, run_dir.solution, user, "solution")
 
 
-def _copy_in(source: Path, dest: Path, user: RunAs | None, what: str) -> None:
+# Where a solution given as one script (Terminal-Bench's solution.sh) goes in /solution.
+SOLVE = "solve.sh"
+
+
+def _copy_in(
+    source: Path, dest: Path, user: RunAs | None, what: str, extra: Path | None = None
+) -> None:
+    """`source` (a folder, or one script that becomes solve.sh) at `dest`, with `extra`
+    beside its files, the run's user's to read."""
     try:
-        shutil.copytree(source, dest, symlinks=True)
+        if source.is_dir():
+            shutil.copytree(source, dest, symlinks=True)
+        else:
+            dest.mkdir()
+            shutil.copyfile(source, dest / SOLVE)
+        if extra is not None:
+            shutil.copyfile(extra, dest / extra.name)
         _add_mode(dest, 0o644)  # hidden in the experiment's files: plain here
         if user is not None:
             chown_tree(dest, user)
