@@ -366,10 +366,12 @@ def _copy_in(
     """`source` (a folder, or one script that becomes solve.sh) at `dest`, with `extra`
     beside its files, the run's user's to read."""
     try:
+        # `dest` may exist, empty: under docker the container's /tests is bound to it
+        # from the start (worker.docker_sandbox).
         if source.is_dir():
-            shutil.copytree(source, dest, symlinks=True)
+            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
         else:
-            dest.mkdir()
+            dest.mkdir(exist_ok=True)
             shutil.copyfile(source, dest / SOLVE)
         if extra is not None:
             shutil.copyfile(extra, dest / extra.name)
