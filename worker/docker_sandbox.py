@@ -348,8 +348,13 @@ def task_image(docker: str, context: Path) -> str:
     hash of their contents and of the base image given: built at most once per
     machine (a lock per hash; an image already tagged is used as it is)."""
     base = os.environ.get(ENV_TASK_BASE_IMAGE) or None
-    tag = f"evalfleet-task:{_context_hash(context, base)[:20]}"
-    return _task_built(docker, context, tag, base)
+    return _task_built(docker, context, task_tag(context, base), base)
+
+
+def task_tag(context: Path, base: str | None) -> str:
+    """The tag of the image built from a task's build folder `context` with `base` as
+    its BASE_IMAGE build argument."""
+    return f"evalfleet-task:{_context_hash(context, base)[:20]}"
 
 
 @functools.lru_cache(maxsize=64)

@@ -376,6 +376,9 @@ def _copy_in(
         if extra is not None:
             shutil.copyfile(extra, dest / extra.name)
         _add_mode(dest, 0o644)  # hidden in the experiment's files: plain here
+        # Its folders passable too: a container's user is not the one copying them in.
+        for folder, _, _ in os.walk(dest):
+            os.chmod(folder, os.stat(folder).st_mode | 0o111)
         if user is not None:
             chown_tree(dest, user)
     except OSError as exc:
