@@ -10,7 +10,8 @@ image).
 - an agent that searches the container for the hidden tests or the solution (as
   root in it) finds neither: the answer-in-tests task stays failed;
 - `scheduler preflight` checks each task in its container and names exactly the
-  broken and the vacuous task.
+  broken and the vacuous task, and says when a preset CLI in a container cannot
+  reach its scripted model server (the worker's loopback is not the container's).
 
 Skipped, with the reason, where no engine answers (tests.support.engine).
 """
@@ -171,3 +172,20 @@ def test_preflight_under_docker_names_exactly_the_broken_and_vacuous_tasks(
     finally:
         builds = [d.parent for d in (tmp_path / "tasks").rglob("Dockerfile")]
         _remove_images([task_tag(context, BASE) for context in builds])
+
+
+def test_preflight_says_a_preset_in_a_container_cannot_reach_the_scripted_server(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "matrix.yaml").write_text(f"""
+name: preset-in-docker
+runs_per_tier: 1
+agent: {{preset: claude-code, sandbox: docker, docker: {{image: {BASE}}}, timeout_s: 20}}
+tiers: [{{id: claude}}]
+scenarios: [{{id: s, prompt: go}}]
+""")
+    checked = run_cli("preflight", str(tmp_path / "matrix.yaml"), env=fleet_env, timeout=300)
+    assert checked.returncode == 2, checked.stderr
+    assert "the scripted model server (on this machine's loopback) is unreachable" in (
+        checked.stderr
+    )
