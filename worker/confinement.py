@@ -18,6 +18,7 @@ own number. `sandbox: auto`, the default, means:
   `tampered` failure).
 - for a benchmark task (a scenario with an `environment`): `bwrap`, whose jail
   holds the task's /app, /tests and /logs (worker.sandbox); no host folder can.
+  `sandbox: docker` holds them too, in the task's own image (worker.docker_sandbox).
 
 Under `bwrap` a worker running as root leases the run's own user too, and starts
 the jail as it: the two together, as `user` and as `bwrap` each say.
@@ -118,11 +119,11 @@ def confined(
     raises SetupError for a sandbox without one."""
     environment = scenario.environment if scenario is not None else None
     kind = isolation(agent, task=environment is not None)
-    if environment is not None and kind != "bwrap":
+    if environment is not None and kind not in ("bwrap", "docker"):
         raise SetupError(
             f"a benchmark task runs in its environment (its workdir, /tests, /logs), which "
             f"`sandbox: {agent.sandbox}` does not provide here; use `sandbox: bwrap` (or "
-            "`auto`)"
+            "`auto`), or `docker`"
         )
     workdir = environment.workdir if environment is not None else None
     network = needs_network(agent, environment)

@@ -11,7 +11,8 @@ they must (else the task is broken). Gates that read the transcript
 (`no_transcript_errors`) are left out of those two: there is no transcript.
 
 A benchmark task (a scenario with an environment and a verifier) is checked in its
-jail, as its runs are (worker.confinement), once for all tiers: its verifier on the
+jail, or in its container when a tier runs under `sandbox: docker`, as its runs are
+(worker.confinement, worker.docker_sandbox), once for all tiers: its verifier on the
 untouched environment must not pass, and after its oracle (the task's solution,
 the `oracle` preset) it must.
 """
@@ -94,7 +95,15 @@ def preflight(
     with scripted:
         tasks = {s.id: _task_soundness(pointed, s) for s in pointed.scenarios if _is_task(s)}
         return [
-            _check(matrix, pointed, tier, scenario, judge_key_elsewhere, tasks.get(scenario.id))
+            _check(
+                matrix,
+                pointed,
+                tier,
+                scenario,
+                judge_key_elsewhere,
+                tasks.get(scenario.id),
+                scripted=server is not None,
+            )
             for tier in matrix.tiers
             for scenario in matrix.scenarios
         ]
@@ -117,9 +126,17 @@ def _check(
     scenario: Scenario,
     key_elsewhere: bool,
     task: _Soundness | None,
+    scripted: bool = False,
 ) -> CellCheck:
     problems: list[str] = []
     agent = matrix.agent_for(tier)
+    if (
+        scripted
+        and agent.sandbox == "docker"
+        and agent.preset_spec
+        and agent.preset_spec.calls_model
+    ):
+        problems.append(_UNREACHABLE)
     spec = RunSpec(experiment_id="preflight", run_id=f"preflight:{tier.id}:{scenario.id}:0",
                    tier=tier.id, scenario=scenario.id, run_index=0)  # fmt: skip
     cli = "-"
@@ -131,7 +148,7 @@ def _check(
                 cli = "found" if shutil.which(agent.cli, path=env.get("PATH")) else "missing"
                 if cli == "missing":
                     problems.append(f"agent CLI {agent.cli!r} is not on the agent's PATH")
-            with agent_container(agent, spec.run_id, run_dir, env) as container:
+            with agent_container(agent, spec.run_id, run_dir, env, scenario) as container:
                 prompt = scenario.prompt_text()
                 outcome = run_agent(matrix, spec, run_dir, prompt, env, container, jail)
                 if cli == "found" and refuses_flags(agent.cli or "", outcome):
@@ -140,7 +157,7 @@ def _check(
                 if jail is not None:
                     jail.end_agent()
                     gate_env = with_tests(run_dir, scenario, env, jail.user)
-                    verifier_site = task_environment(run_dir, scenario, jail, gate_env)
+                    verifier_site = task_environment(run_dir, scenario, jail, gate_env, container)
                 result = evaluate_run(
                     spec, matrix, run_dir.workspace, outcome, events_text=run_dir.events_text(),
                     session_text=run_dir.session_text(agent.preset_spec),
@@ -255,14 +272,35 @@ def _jail(
 # What stands in for the agent when the verifier checks the untouched environment.
 _UNTOUCHED = AgentConfig(command="true")
 
+# The scripted model server listens on this machine's loopback (core.modelserver), which
+# a container does not share: a preset CLI in one cannot reach it.
+_UNREACHABLE = (
+    "the scripted model server (on this machine's loopback) is unreachable from the "
+    "agent's container (`sandbox: docker`: its loopback is its own), so its CLI cannot be "
+    "checked here: check the CLI under `sandbox: bwrap`, or run preflight with `--live`"
+)
+
+
+def _sandbox_of(matrix: Matrix) -> dict[str, object]:
+    """How a task's own checks (untouched, oracle) are confined: in a container when a
+    tier runs under `sandbox: docker` (the first such tier's `docker:`), as its runs
+    are; else in its jail (bwrap)."""
+    for tier in matrix.tiers:
+        agent = matrix.agent_for(tier)
+        if agent.sandbox == "docker":
+            return {"sandbox": "docker", "docker": agent.docker}
+    return {}
+
 
 def _task_soundness(matrix: Matrix, scenario: Scenario) -> _Soundness:
     """A task's verifier on its untouched environment (it must not pass) and after its
     oracle (it must), each in the task's jail."""
     problems: list[str] = []
     vacuous, reference = "-", "-"
+    sandbox = _sandbox_of(matrix)
     try:
-        vacuous = "no" if _unmet(matrix, scenario, None) else "yes"
+        untouched = _UNTOUCHED.model_copy(update=sandbox)
+        vacuous = "no" if _unmet(matrix, scenario, untouched, solves=False) else "yes"
         if vacuous == "yes":
             problems.append(
                 "its verifier passes the untouched environment: its tests check nothing"
@@ -270,8 +308,8 @@ def _task_soundness(matrix: Matrix, scenario: Scenario) -> _Soundness:
         if scenario.solution is not None:
             agent = matrix.agent
             timeout_s = scenario.agent_timeout_s or agent.timeout_s
-            oracle = AgentConfig(preset="oracle", timeout_s=timeout_s)
-            why = _unmet(matrix, scenario, oracle)
+            oracle = AgentConfig(preset="oracle", timeout_s=timeout_s).model_copy(update=sandbox)
+            why = _unmet(matrix, scenario, oracle, solves=True)
             reference = "fails" if why else "passes"
             if why:
                 problems.append(f"the oracle (the task's solution) fails: {why}")
@@ -280,26 +318,27 @@ def _task_soundness(matrix: Matrix, scenario: Scenario) -> _Soundness:
     return _Soundness(vacuous, reference, problems)
 
 
-def _unmet(matrix: Matrix, scenario: Scenario, oracle: AgentConfig | None) -> str | None:
-    """Why the task's verifier does not pass it after `oracle` ran (None: untouched), or
-    why the oracle itself failed; None when it passes. Raises SetupError."""
+def _unmet(matrix: Matrix, scenario: Scenario, agent: AgentConfig, solves: bool) -> str | None:
+    """Why the task's verifier does not pass it after the oracle `agent` ran (`solves`;
+    else `agent` stands for the untouched environment), or why the oracle itself
+    failed; None when it passes. Raises SetupError."""
     assert scenario.verifier is not None
     spec = RunSpec(experiment_id="preflight",
-                   run_id=f"preflight:{scenario.id}:{'oracle' if oracle else 'untouched'}",
+                   run_id=f"preflight:{scenario.id}:{'oracle' if solves else 'untouched'}",
                    tier=matrix.tiers[0].id, scenario=scenario.id, run_index=0)  # fmt: skip
-    agent = oracle or _UNTOUCHED
     with (
         _prepared(matrix, spec) as (run_dir, env),
         confined(agent, run_dir, scenario=scenario) as jail,
+        agent_container(agent, spec.run_id, run_dir, env, scenario) as container,
     ):
-        if oracle is not None:
-            ran = run_command_agent(oracle, run_dir, env, confinement=jail)
+        if solves:
+            ran = run_command_agent(agent, run_dir, env, container, confinement=jail)
             jail.end_agent()
             if not ran.completed:
                 how = "timed out" if ran.timed_out else ran.error or f"exit code {ran.exit_code}"
                 return f"solve.sh: {how}: {ran.stderr.strip()[-300:]}"
         site = task_environment(
-            run_dir, scenario, jail, with_tests(run_dir, scenario, env, jail.user)
+            run_dir, scenario, jail, with_tests(run_dir, scenario, env, jail.user), container
         )
         assert site is not None  # a task has a verifier
         return verify(scenario.verifier, site).unmet(scenario.pass_reward)

@@ -300,15 +300,18 @@ def _run(
                 confined(agent, run_dir, files.folder, files.hidden_paths(), scenario)
             )
             run_setup(run_dir, scenario, env, confinement.user)
+            # A task's container seeds the workspace with its image's workdir.
+            container = held.enter_context(
+                agent_container(agent, spec.run_id, run_dir, env, scenario, files.hidden_paths())
+            )
             # What the agent changed (the judge's summary, the evidence's patch) is
             # measured from here.
             prepared = snapshot(run_dir.workspace)
-            container = held.enter_context(agent_container(agent, spec.run_id, run_dir, env))
             on_phase("agent")
             outcome = run_agent(matrix, spec, run_dir, prompt, env, container, confinement)
             confinement.end_agent()
             gate_env = with_tests(run_dir, scenario, env, confinement.user)
-            task = task_environment(run_dir, scenario, confinement, gate_env)
+            task = task_environment(run_dir, scenario, confinement, gate_env, container)
         except SetupError as exc:  # setup commands, the agent's sandbox, its tests
             return error_result(spec, str(exc), 1, started), None
         # Before the gates read them: the experiment's files as shipped, else the run
@@ -401,14 +404,37 @@ def _enclosure(
 
 
 def task_environment(
-    run_dir: RunDir, scenario: Scenario, confinement: Confinement, env: Mapping[str, str]
+    run_dir: RunDir,
+    scenario: Scenario,
+    confinement: Confinement,
+    env: Mapping[str, str],
+    container: Container | None = None,
 ) -> RunEnvironment | None:
     """Where a benchmark task's verifier runs (core.evaluation.verifier): the agent's
-    jail, its tests at /tests, a fresh /logs/verifier; None for a scenario without a
-    verifier. Raises SetupError."""
+    jail or container (after the agent ended), its tests at /tests, a fresh
+    /logs/verifier; None for a scenario without a verifier. Raises SetupError."""
     if scenario.verifier is None:
         return None
-    binds = {TESTS_DIR: run_dir.tests} if scenario.tests is not None else {}
+    has_tests = scenario.tests is not None
+    rewards = fresh_rewards(run_dir, confinement.user)
+    if container is not None:
+        # The container's /tests is bound to the run's copy (worker.docker_sandbox).
+        inside = {**container.env, **({"EVALFLEET_TESTS": TESTS_DIR} if has_tests else {})}
+        container.hand_over([rewards], container.verifier_user)
+
+        def in_container(command: str, timeout_s: float, extra: Mapping[str, str]) -> ShellResult:
+            argv_prefix, client_env = container.verifier_call({**inside, **extra})
+            return run_shell(
+                command,
+                run_dir.workspace,
+                timeout_s=timeout_s,
+                env=client_env,
+                max_output_bytes=VERIFIER_OUTPUT_BYTES,
+                argv_prefix=argv_prefix,
+            )
+
+        return RunEnvironment(in_container, rewards)
+    binds = {TESTS_DIR: run_dir.tests} if has_tests else {}
     argv_prefix = confinement.argv_prefix(run_dir, binds)
     # The gates' $EVALFLEET_TESTS is the run folder's copy, which the jail shows at /tests.
     base = {**env, "EVALFLEET_TESTS": TESTS_DIR} if binds else dict(env)
@@ -424,7 +450,7 @@ def task_environment(
             user=confinement.user,
         )
 
-    return RunEnvironment(run, fresh_rewards(run_dir, confinement.user))
+    return RunEnvironment(run, rewards)
 
 
 def run_agent(

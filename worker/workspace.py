@@ -366,14 +366,19 @@ def _copy_in(
     """`source` (a folder, or one script that becomes solve.sh) at `dest`, with `extra`
     beside its files, the run's user's to read."""
     try:
+        # `dest` may exist, empty: under docker the container's /tests is bound to it
+        # from the start (worker.docker_sandbox).
         if source.is_dir():
-            shutil.copytree(source, dest, symlinks=True)
+            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
         else:
-            dest.mkdir()
+            dest.mkdir(exist_ok=True)
             shutil.copyfile(source, dest / SOLVE)
         if extra is not None:
             shutil.copyfile(extra, dest / extra.name)
         _add_mode(dest, 0o644)  # hidden in the experiment's files: plain here
+        # Its folders passable too: a container's user is not the one copying them in.
+        for folder, _, _ in os.walk(dest):
+            os.chmod(folder, os.stat(folder).st_mode | 0o111)
         if user is not None:
             chown_tree(dest, user)
     except OSError as exc:

@@ -156,8 +156,6 @@ class AgentConfig(Strict):
                 "`sandbox: bwrap|docker` and `max_workspace_mb` apply to agent kind 'command' "
                 "only (the built-in agent's commands run as the run's user under `auto`)"
             )
-        if self.sandbox == "docker" and self.docker is None:
-            raise ValueError("`sandbox: docker` needs a `docker:` section with `image` or `build`")
         return self
 
 

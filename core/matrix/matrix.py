@@ -138,7 +138,16 @@ class Matrix(Strict):
                 + (f"; {hint}" if hint else "")
             )
         for tier in self.tiers:
-            self.agent_for(tier)  # raises with the tier named
+            agent = self.agent_for(tier)  # raises with the tier named
+            if agent.sandbox == "docker" and agent.docker is None:
+                # A benchmark task with an image of its own needs no `docker:` image.
+                bare = [s.id for s in self.scenarios if not _has_image(s)]
+                if bare:
+                    raise ValueError(
+                        f"tier {tier.id!r}: `sandbox: docker` needs a `docker:` section with "
+                        f"`image` or `build` for scenarios without an image of their own "
+                        f"(`environment.image` or `build`): {', '.join(bare[:5])}"
+                    )
         for scenario in self.scenarios:
             if scenario.evaluation.judge_enabled:
                 self._check_judge(scenario)
@@ -230,3 +239,8 @@ def matrix_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "evalfleet matrix.yaml"
     return schema
+
+
+def _has_image(scenario: Scenario) -> bool:
+    env = scenario.environment
+    return env is not None and (env.image is not None or env.build is not None)

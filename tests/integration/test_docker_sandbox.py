@@ -28,7 +28,7 @@ import yaml
 from pydantic import ValidationError
 
 from core.errors import SetupError
-from core.matrix import AgentConfig
+from core.matrix import AgentConfig, Matrix
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import EXAMPLES, StartWorker, run_cli
@@ -256,10 +256,33 @@ def test_a_worker_without_docker_refuses_rather_than_running_unconfined(
 
 
 def test_sandbox_docker_needs_exactly_one_of_an_image_or_a_dockerfile() -> None:
-    with pytest.raises(ValidationError, match="needs a `docker:` section"):
-        AgentConfig(command="true", sandbox="docker")
     with pytest.raises(ValidationError, match="exactly one of `image` or `build`"):
         AgentConfig(command="true", sandbox="docker", docker={})
+
+
+def test_sandbox_docker_needs_a_docker_image_only_for_scenarios_without_their_own() -> None:
+    own = {"id": "t", "prompt": "go", "environment": {"image": IMAGE}}
+    plain = {"id": "p", "prompt": "go"}
+    bare = {"command": "true", "sandbox": "docker"}
+    Matrix.model_validate({"name": "m", "agent": bare, "tiers": [{"id": "a"}], "scenarios": [own]})
+    with pytest.raises(ValidationError, match=r"needs a `docker:` section .*: p \[type"):
+        Matrix.model_validate(
+            {"name": "m", "agent": bare, "tiers": [{"id": "a"}], "scenarios": [own, plain]}
+        )
+
+
+def test_a_presets_container_gets_its_key_and_the_runs_home(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    agent = AgentConfig.model_validate(
+        {"preset": "claude-code", "sandbox": "docker", "docker": {"image": IMAGE}}
+    )
+    run_env = {"PROMPT": "go", "HOME": "/runs/r/home", "XDG_CONFIG_HOME": "/runs/r/home/.config"}
+    env = container_env(agent, run_env, {})
+    assert env["ANTHROPIC_API_KEY"] == "sk-test"
+    # Mounted at its own path: the CLI's session record is read from it afterwards.
+    assert (env["HOME"], env["XDG_CONFIG_HOME"]) == ("/runs/r/home", "/runs/r/home/.config")
 
 
 def test_the_container_env_is_the_run_contract_the_allow_list_and_env_over_the_image(
