@@ -134,8 +134,8 @@ agent: {{kind: command, command: {json.dumps(command)}, timeout_s: 60}}
 tiers:
   - id: boxed
     agent: {{sandbox: docker, docker: {{build: Dockerfile, pass_env: [ALLOWED_VAR]}}}}
-  - id: open
-    agent: {{pass_env: [ALLOWED_VAR]}}
+  - id: open  # the unconfined control: what docker takes away
+    agent: {{pass_env: [ALLOWED_VAR], sandbox: none}}
 scenarios:
   - id: s
     prompt: probe the walls
