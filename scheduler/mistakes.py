@@ -3,8 +3,12 @@
 Each would otherwise show only once money is spent:
 - A judged scenario whose judge API key is not set: every agent runs, then each
   judged run becomes an infrastructure error. An error, unless the caller says the
-  workers have the key (`--allow-missing-judge-key`): `judge: {enabled: auto}` judges
-  only when the key is set, and the summary's judge line says what runs will get.
+  workers have the key (`--allow-missing-keys`, once `--allow-missing-judge-key`):
+  `judge: {enabled: auto}` judges only when the key is set, and the summary's judge
+  line says what runs will get.
+- An agent (a preset, or any `api_key_env`) whose API key is not set: every run of its
+  tiers would end as an agent error ("Not logged in") counted in the tier's pass rate,
+  a failure the agent never had a chance at. An error, under the same flag.
 - An agent command that runs a file next to the matrix by a relative path
   (`./agent.py`, `agent.py`, `python3 agent.py`): commands run in each run's own
   workspace, a fresh folder, so the file is not there (exit 127, or another file of
@@ -39,19 +43,21 @@ from core.errors import ConfigError
 from core.matrix import ConfigProblem, Matrix, Scenario, Tier, problem_at
 from scheduler.shellwords import Run, runs_of
 
-ALLOW_MISSING_JUDGE_KEY = "--allow-missing-judge-key"
+# One flag for every API key this machine lacks and the workers may hold; the judge's
+# own name for it is kept as an alias (scheduler.cli.options).
+ALLOW_MISSING_KEYS = "--allow-missing-keys"
 _MATRIX_DIR = "$EVALFLEET_MATRIX_DIR"
 
 
 def refuse_mistakes(
-    matrix: Matrix, matrix_file: str | Path, *, allow_missing_judge_key: bool = False
+    matrix: Matrix, matrix_file: str | Path, *, allow_missing_keys: bool = False
 ) -> list[ConfigProblem]:
     """Raise ConfigError with every mistake that would waste the experiment; return the
     warnings (what may be a mistake but need not be)."""
     path = Path(matrix_file)
     errors = _relative_files(matrix, path)
-    if not allow_missing_judge_key:
-        errors += _missing_judge_key(matrix, path)
+    if not allow_missing_keys:
+        errors += _missing_agent_keys(matrix, path) + _missing_judge_key(matrix, path)
     if errors:
         raise ConfigError(errors)
     return _relative_programs(matrix, path) + _unconfined(matrix, path)
@@ -70,9 +76,43 @@ def _missing_judge_key(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             f"each judged run would end as an infrastructure error for want of the key. Set "
             f"{key}, or give the scenario's judge `enabled: auto` (judged only when the key "
             f"is set); if the workers have the key and this machine has not, pass "
-            f"{ALLOW_MISSING_JUDGE_KEY}",
+            f"{ALLOW_MISSING_KEYS}",
         )
     ]
+
+
+def _missing_agent_keys(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    """Each agent API key variable unset here, once, at the first key that names it
+    (the preset, or `api_key_env`), with every tier whose agent reads it."""
+    tiers: dict[str, list[str]] = {}
+    where: dict[str, tuple[str | int, ...]] = {}
+    for index, tier in enumerate(matrix.tiers):
+        key = matrix.agent_for(tier).api_key_env
+        if not key or os.environ.get(key):
+            continue
+        tiers.setdefault(key, []).append(tier.id)
+        # A preset fills in its key: then the preset is what the matrix says.
+        if tier.agent is not None and (tier.agent.api_key_env or tier.agent.preset):
+            field = "api_key_env" if tier.agent.api_key_env else "preset"
+            loc: tuple[str | int, ...] = ("tiers", index, "agent", field)
+        else:
+            filled = "api_key_env" in matrix.agent.preset_filled()
+            loc = ("agent", "preset" if filled else "api_key_env")
+        where.setdefault(key, loc)
+    return [
+        problem_at(
+            path,
+            where[key],
+            f"{key} is not set, and the agent of {_tiers(ids)} reads it: every run would end "
+            f"as an agent error (not logged in), counted in the pass rate. Set {key}; if the "
+            f"workers have it and this machine has not, pass {ALLOW_MISSING_KEYS}",
+        )
+        for key, ids in tiers.items()
+    ]
+
+
+def _tiers(ids: list[str]) -> str:
+    return f"tier {ids[0]}" if len(ids) == 1 else f"tiers {', '.join(ids)}"
 
 
 def _scenarios(ids: list[str]) -> str:

@@ -40,13 +40,13 @@ def submit(
     *,
     workers: int | None = None,
     experiment_id: str | None = None,
-    allow_missing_judge_key: bool = False,
+    allow_missing_keys: bool = False,
 ) -> Sent:
     """Record a new experiment of `matrix` (a matrix file, or one `prepare` checked)
     and send its runs. Embedded, `workers` local worker processes (default: one per
     CPU) start first and take them; the Fleet's console gets a line saying so. A
-    matrix file whose judged scenarios' judge key is not set here is refused
-    (ConfigError) unless `allow_missing_judge_key` (the workers have it).
+    matrix file whose agents' or judged scenarios' API key is not set here is refused
+    (ConfigError) unless `allow_missing_keys` (the workers have it).
 
         with Fleet() as fleet:
             sent = submit(fleet, "examples/matrix.yaml", workers=2)
@@ -57,7 +57,7 @@ def submit(
     checked = (
         matrix
         if isinstance(matrix, Checked)
-        else prepare(matrix, allow_missing_judge_key=allow_missing_judge_key)
+        else prepare(matrix, allow_missing_keys=allow_missing_keys)
     )
     if fleet.shared:
         for warning in risky_settings(fleet.store.redis):

@@ -46,17 +46,17 @@ class Checked:
     warnings: tuple[ConfigProblem, ...] = ()
 
 
-def validate(matrix_file: str | Path, *, allow_missing_judge_key: bool = False) -> Checked:
+def validate(matrix_file: str | Path, *, allow_missing_keys: bool = False) -> Checked:
     """The matrix of `matrix_file`, checked as `submit` checks it (ConfigError,
     PlanTooLarge, BundleError, InputError otherwise); nothing is started.
-    `allow_missing_judge_key`: a judged scenario whose judge key is not set here is
-    no error (the workers have the key).
+    `allow_missing_keys`: an agent's or a judged scenario's API key not set here is
+    no error (the workers have it).
 
         checked = validate("examples/matrix.yaml")
         print(checked.matrix.total_runs(), checked.bundle.size)
     """
     matrix = load_matrix(matrix_file)
-    warnings = refuse_mistakes(matrix, matrix_file, allow_missing_judge_key=allow_missing_judge_key)
+    warnings = refuse_mistakes(matrix, matrix_file, allow_missing_keys=allow_missing_keys)
     _check_runs(matrix)
     return Checked(matrix, _bundle(matrix, Path(matrix_file)), tuple(warnings))
 
@@ -67,13 +67,13 @@ def prepare(
     budget: float | None = None,
     keep_workspaces: bool = False,
     artifacts: str | Path | None = None,
-    allow_missing_judge_key: bool = False,
+    allow_missing_keys: bool = False,
 ) -> Checked:
     """`validate`, with what a submit may change: a ceiling on the agents' spend over
     the matrix's `budget.agent_usd`, runs' folders kept, an artifacts folder over the
     matrix's (made here, and checked writable)."""
     matrix = load_matrix(matrix_file)
-    warnings = refuse_mistakes(matrix, matrix_file, allow_missing_judge_key=allow_missing_judge_key)
+    warnings = refuse_mistakes(matrix, matrix_file, allow_missing_keys=allow_missing_keys)
     if budget is not None:
         matrix.budget = (matrix.budget or Budget(agent_usd=budget)).model_copy(
             update={"agent_usd": budget}

@@ -33,6 +33,7 @@ from core.results.report import (
     Heterogeneity,
     Interval,
     Multiplicity,
+    NoInterval,
     PairedDifference,
     PlannedDetectable,
     ScenarioComparison,
@@ -41,6 +42,7 @@ from core.results.report import (
     Verdict,
 )
 from core.stats.clustered import (
+    MIN_SCENARIOS_FOR_INTERVAL,
     MIN_SCENARIOS_TO_GENERALISE,
     PLANNING_POWER,
     PLANNING_RATE,
@@ -58,6 +60,10 @@ CLUSTERED = "clustered by scenario (CR1, G/(G-1)), Student t on G-1 df, {:.0%}, 
 PAIRED = "Student t on n-1 df over per-scenario differences, {:.0%}"
 SATO = "Mantel-Haenszel, Sato variance, normal, {:.0%}"
 STRATIFIED = "CMH and van Elteren on these {} scenarios"
+NO_SPREAD_STRATIFIED = (
+    "in each scenario every run passed or every run failed, on each side: there is no "
+    "spread to put an interval on"
+)
 
 
 def clustered(runs: Group, field: str, confidence: float) -> ClusteredMean | None:
@@ -75,8 +81,13 @@ def clustered(runs: Group, field: str, confidence: float) -> ClusteredMean | Non
         se_cr0=c.se_cr0,
         se=c.se_cr1,
         df=c.df,
-        ci=Interval(
-            low=c.low, high=c.high, confidence=confidence, method=CLUSTERED.format(confidence)
+        ci=_reported(
+            c.clusters,
+            c.se_cr1,
+            "every run has the same value: there is no spread to put an interval on",
+            Interval(
+                low=c.low, high=c.high, confidence=confidence, method=CLUSTERED.format(confidence)
+            ),
         ),
         design_effect=c.design_effect,
         icc=c.icc,
@@ -123,8 +134,12 @@ def across_scenarios(
             cmh_p=mh.p,
             cmh_p_continuity=mh.p_continuity,
             risk_difference=mh.risk_difference,
-            risk_difference_ci=Interval(
-                low=mh.low, high=mh.high, confidence=confidence, method=SATO.format(confidence)
+            risk_difference_ci=(
+                Interval(
+                    low=mh.low, high=mh.high, confidence=confidence, method=SATO.format(confidence)
+                )
+                if mh.se
+                else NoInterval(not_reported=NO_SPREAD_STRATIFIED)
             ),
             van_elteren_z=ranks.z,
             van_elteren_p=ranks.p,
@@ -158,12 +173,33 @@ def _paired(differences: Sequence[float], confidence: float) -> PairedDifference
         mean=p.mean,
         se=p.se,
         df=p.df,
-        ci=Interval(
-            low=p.low, high=p.high, confidence=confidence, method=PAIRED.format(confidence)
+        ci=_reported(
+            p.n,
+            p.se,
+            f"the difference is the same in each of the {p.n} scenarios: there is no spread "
+            "to put an interval on",
+            Interval(
+                low=p.low, high=p.high, confidence=confidence, method=PAIRED.format(confidence)
+            ),
         ),
         t=p.t,
         p=p.p,
     )
+
+
+def _reported(scenarios: int, se: float, no_spread: str, ci: Interval) -> Interval | NoInterval:
+    """`ci`, or the words for what cannot be concluded in its place: with too few
+    scenarios a t interval spans more than the whole range, and with no spread at all
+    it would claim a certainty a handful of scenarios cannot give."""
+    if scenarios < MIN_SCENARIOS_FOR_INTERVAL:
+        return NoInterval(not_reported=too_few_for_interval(scenarios))
+    if se == 0:
+        return NoInterval(not_reported=no_spread)
+    return ci
+
+
+def too_few_for_interval(scenarios: int) -> str:
+    return f"{scenarios} scenarios are too few to say anything about scenarios like these"
 
 
 def _raw(c: ScenarioComparison) -> list[float]:

@@ -35,6 +35,15 @@ class Interval(Record):
     method: str
 
 
+class NoInterval(Record):
+    """Where an interval would claim more than the data hold (a t interval on one degree
+    of freedom, or a sample with no spread at all), the words saying what cannot be
+    concluded stand in its place: `ci.not_reported` in JSON, the sentence in every other
+    format."""
+
+    not_reported: str = Field(description="why there is no interval, in the report's words")
+
+
 class Verdict(StrEnum):
     """What the two tests of a Comparison say at its alpha."""
 
@@ -132,7 +141,10 @@ class ClusteredMean(Record):
     se_cr0: float = Field(description="sqrt(sum over scenarios of (sum of residuals)^2) / runs")
     se: float = Field(description="CR1: se_cr0 * sqrt(G / (G - 1)), the small-sample correction")
     df: int = Field(description="G - 1")
-    ci: Interval = Field(description="mean +- t(G - 1) * se, clipped to [0, 1]")
+    ci: Interval | NoInterval = Field(
+        description="mean +- t(G - 1) * se, clipped to [0, 1]; not reported with fewer than "
+        "3 scenarios or when every run has the same value"
+    )
     design_effect: float | None = Field(
         None, description="(se_cr0 / se_independent)^2; None when every run scored the same"
     )
@@ -151,7 +163,10 @@ class PairedDifference(Record):
     mean: float
     se: float = Field(description="sample SD of the differences / sqrt(n)")
     df: int
-    ci: Interval = Field(description="Student t on n - 1 degrees of freedom")
+    ci: Interval | NoInterval = Field(
+        description="Student t on n - 1 degrees of freedom, clipped to [-1, 1]; not reported "
+        "with fewer than 3 scenarios or when every scenario's difference is the same"
+    )
     t: float | None = Field(None, description="mean / se; None when se is 0")
     p: float = Field(description="two-sided; with se 0: 0 if mean != 0, else 1")
     p_adjusted: float | None = None
@@ -170,8 +185,10 @@ class StratifiedComparison(Record):
     risk_difference: float | None = Field(
         None, description="Mantel-Haenszel common risk difference of the pass rates"
     )
-    risk_difference_ci: Interval | None = Field(
-        None, description="Sato's variance (Sato, Greenland & Robins 1989)"
+    risk_difference_ci: Interval | NoInterval | None = Field(
+        None,
+        description="Sato's variance (Sato, Greenland & Robins 1989), clipped to [-1, 1]; not "
+        "reported when it is 0 (every scenario all passes or all failures on each side)",
     )
     van_elteren_z: float | None = Field(
         None, description="van Elteren's stratified rank-sum test of composite scores"

@@ -35,6 +35,10 @@ from core.stats.significance import average_ranks
 
 # Fewer scenarios than this are too few to say much about scenarios like them.
 MIN_SCENARIOS_TO_GENERALISE = 5
+# Fewer scenarios than this are too few for any interval across scenarios: with two, the t
+# interval has one degree of freedom (t 12.7 at 95%), wider than every rate's range, and
+# says nothing the range does not.
+MIN_SCENARIOS_FOR_INTERVAL = 3
 # Planning's power, and the pass rate it assumes: at 0.5 a pass rate varies most (the
 # cautious side).
 PLANNING_POWER = 0.8
@@ -45,11 +49,12 @@ PLANNING_ICC = 0.3
 
 
 def _t_interval(
-    mean: float, se: float, df: int, confidence: float, clip: bool
+    mean: float, se: float, df: int, confidence: float, bounds: tuple[float, float]
 ) -> tuple[float, float]:
+    """mean +- t * se within `bounds`, the range the estimate can take: past it the
+    interval would hold impossible values, not more uncertainty."""
     half = t_quantile(0.5 + confidence / 2, df) * se
-    low, high = mean - half, mean + half
-    return (max(0.0, low), min(1.0, high)) if clip else (low, high)
+    return max(bounds[0], mean - half), min(bounds[1], mean + half)
 
 
 # --- a tier's mean with scenarios as clusters ------------------------------------------------
@@ -91,7 +96,7 @@ def clustered_mean(clusters: Sequence[Sequence[float]], confidence: float = 0.95
     deff = None if independent == 0 else (cr0 / independent) ** 2
     size = n / g_count
     icc = None if deff is None or size <= 1 else min(1.0, max(0.0, (deff - 1) / (size - 1)))
-    low, high = _t_interval(mean, cr1, g_count - 1, confidence, clip=True)
+    low, high = _t_interval(mean, cr1, g_count - 1, confidence, (0.0, 1.0))
     return Clustered(mean, g_count, n, independent, cr0, cr1, g_count - 1, low, high, deff, icc)
 
 
@@ -111,8 +116,9 @@ class Paired:
 
 
 def paired_t(differences: Sequence[float], confidence: float = 0.95) -> Paired:
-    """One-sample t test of the differences against 0 (two-sided), with its t interval.
-    With every difference the same the SE is 0: p is 0 when they are not 0, else 1."""
+    """One-sample t test of the differences against 0 (two-sided), with its t interval
+    clipped to [-1, 1] (each a difference of two rates or scores in [0, 1]). With every
+    difference the same the SE is 0: p is 0 when they are not 0, else 1."""
     n = len(differences)
     if n < 2:
         raise ValueError("a paired t test needs at least two differences")
@@ -127,7 +133,7 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95) -> Paired:
     if se == 0:
         return Paired(n, mean, 0.0, n - 1, None, 0.0 if mean else 1.0, mean, mean)
     t = mean / se
-    low, high = _t_interval(mean, se, n - 1, confidence, clip=False)
+    low, high = _t_interval(mean, se, n - 1, confidence, (-1.0, 1.0))
     return Paired(n, mean, se, n - 1, t, t_two_sided(t, n - 1), low, high)
 
 
@@ -172,6 +178,7 @@ class MantelHaenszel:
     p_continuity: float
     excess: float  # sum of (passes - expected): its sign is the direction
     risk_difference: float
+    se: float  # of the risk difference: the square root of Sato's variance
     low: float
     high: float
 
@@ -208,8 +215,11 @@ def mantel_haenszel(strata: Sequence[Stratum], confidence: float = 0.95) -> Mant
         statistic, p, p_cc = 0.0, 1.0, 1.0
     rd = rd_num / weights
     rd_variance = max(0.0, (rd * p_sum + q_sum) / (weights * weights))
-    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(rd_variance)
-    return MantelHaenszel(statistic, p, p_cc, excess, rd, max(-1.0, rd - half), min(1.0, rd + half))
+    se = math.sqrt(rd_variance)
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * se
+    return MantelHaenszel(
+        statistic, p, p_cc, excess, rd, se, max(-1.0, rd - half), min(1.0, rd + half)
+    )
 
 
 @dataclass(frozen=True)

@@ -108,11 +108,15 @@ def wait_option(help_text: str) -> Callable[[F], F]:
     return _kept("wait", "--wait", is_flag=True, help=help_text)
 
 
-allow_missing_judge_key_option = click.option(
+allow_missing_keys_option = click.option(
+    "--allow-missing-keys",
+    # The name it had while only the judge's key was checked, kept for scripts that use it.
     "--allow-missing-judge-key",
+    "allow_missing_keys",
     is_flag=True,
-    help="Go on although a judged scenario's judge API key is not set here (when the "
-    "workers have it); without it that is an error, as every judged run would fail.",
+    help="Go on although an API key the matrix needs (an agent's, the judge's) is not set "
+    "here (when the workers have it); without it that is an error, as every run that "
+    "needs the key would fail.",
 )
 
 

@@ -60,7 +60,7 @@ def preflight(
     if live and script_file is not None:
         raise click.UsageError("--live and --script exclude each other")
     # An unset judge key is one of the preflight's own lines, not a refusal first.
-    matrix = check(matrix_file, allow_missing_judge_key=True).matrix
+    matrix = check(matrix_file, allow_missing_keys=True).matrix
     if not run_preflight(matrix, script_file, live=live, judge=judge, icc=icc):
         sys.exit(USAGE_ERROR)
 

@@ -17,7 +17,7 @@ from scheduler.cli.context import (
     print_warnings,
 )
 from scheduler.cli.options import (
-    allow_missing_judge_key_option,
+    allow_missing_keys_option,
     broker_option,
     budget_option,
     format_option,
@@ -59,7 +59,7 @@ from scheduler.validation import prepare
     "Ceiling on the agents' spend over the whole experiment, over the matrix's "
     "budget.agent_usd: runs that do not fit are recorded not_run."
 )
-@allow_missing_judge_key_option
+@allow_missing_keys_option
 @nonfinite_option
 @click.option(
     "--preflight",
@@ -75,7 +75,7 @@ def submit(
     keep_workspaces: bool,
     artifacts: str | None,
     budget: float | None,
-    allow_missing_judge_key: bool,
+    allow_missing_keys: bool,
     first_preflight: bool,
 ) -> None:
     """Validate a matrix and run every (tier, scenario, run) of it.
@@ -91,7 +91,7 @@ def submit(
       scheduler submit matrix.yaml --broker redis://:pw@redis:6379/0 --wait --json
       scheduler submit matrix.yaml --artifacts /mnt/shared/evidence
       scheduler submit matrix.yaml --budget 25      # agents spend at most $25 in all
-      scheduler submit matrix.yaml --broker URL --allow-missing-judge-key  # workers hold the key
+      scheduler submit matrix.yaml --broker URL --allow-missing-keys  # workers hold the keys
       scheduler submit matrix.yaml --preflight      # each tier x scenario tried first
     """
     checked = prepare(
@@ -100,11 +100,11 @@ def submit(
         keep_workspaces=keep_workspaces,
         artifacts=artifacts,
         # With --preflight an unset judge key is one of its lines, not a refusal first.
-        allow_missing_judge_key=allow_missing_judge_key or first_preflight,
+        allow_missing_keys=allow_missing_keys or first_preflight,
     )
     print_warnings(checked.warnings)
     if first_preflight and not run_preflight(
-        checked.matrix, None, aside=True, judge_key_elsewhere=allow_missing_judge_key
+        checked.matrix, None, aside=True, judge_key_elsewhere=allow_missing_keys
     ):
         sys.exit(USAGE_ERROR)
     if as_json:

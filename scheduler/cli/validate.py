@@ -8,22 +8,22 @@ import click
 
 from core.matrix import matrix_json_schema
 from scheduler.cli.context import print_warnings, size
-from scheduler.cli.options import allow_missing_judge_key_option, icc_option
+from scheduler.cli.options import allow_missing_keys_option, icc_option
 from scheduler.validation import missing_clis, planning, summary
 from scheduler.validation import validate as check
 
 
 @click.command()
 @click.argument("matrix_file", type=click.Path(dir_okay=False))
-@allow_missing_judge_key_option
+@allow_missing_keys_option
 @icc_option
-def validate(matrix_file: str, allow_missing_judge_key: bool, icc: float) -> None:
+def validate(matrix_file: str, allow_missing_keys: bool, icc: float) -> None:
     """Check a matrix file, summarize the plan and say what differences it can detect
     (exit 2 on any problem).
 
     Example: scheduler validate examples/matrix.yaml --icc 0.4
     """
-    checked = check(matrix_file, allow_missing_judge_key=allow_missing_judge_key)
+    checked = check(matrix_file, allow_missing_keys=allow_missing_keys)
     matrix, bundle = checked.matrix, checked.bundle
     click.echo(summary(matrix))
     for line in planning(matrix, icc):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from core.analysis.group import CONFIDENCE
-from core.results.report import ExperimentReport, Interval, Statistics, TierReport
+from core.results.report import ExperimentReport, Interval, NoInterval, Statistics, TierReport
 from core.stats.significance import wilson_interval
 
 ALL = "(all)"
@@ -80,8 +80,14 @@ def signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.3f}"
 
 
-def bracket(interval: Interval | None) -> str:
+# In a table cell, where an interval is not reported: the note under the table says why.
+NO_INTERVAL = "(no interval)"
+
+
+def bracket(interval: Interval | NoInterval | None) -> str:
     """The interval of a difference, signed as the difference is (and as github shows it)."""
+    if isinstance(interval, NoInterval):
+        return NO_INTERVAL
     return "-" if interval is None else f"[{signed(interval.low)}, {signed(interval.high)}]"
 
 

@@ -10,10 +10,11 @@ same way (B's tier against A's), `--format github` the section in short, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from core.analysis.comparison import ALPHA
 from core.analysis.group import CONFIDENCE
+from core.analysis.scenarios import too_few_for_interval
 from core.results.report import (
     ClusteredMean,
     Comparison,
@@ -21,12 +22,13 @@ from core.results.report import (
     ExperimentReport,
     Interval,
     Multiplicity,
+    NoInterval,
     ScenarioComparison,
     TierReport,
     Verdict,
 )
-from core.stats.clustered import MIN_SCENARIOS_TO_GENERALISE
-from scheduler.report.formatting import Table, bracket, num, p_value, signed
+from core.stats.clustered import MIN_SCENARIOS_FOR_INTERVAL, MIN_SCENARIOS_TO_GENERALISE
+from scheduler.report.formatting import NO_INTERVAL, Table, bracket, num, p_value, signed
 from scheduler.report.verdicts import CORRECTION_NAMES
 
 THESE = "on these scenarios"
@@ -78,6 +80,7 @@ def clustered_table(report: ExperimentReport) -> Table:
             "design effect = (CR0 SE / SE if independent)^2; intra-scenario correlation = "
             "(design effect - 1) / (runs per scenario - 1): give it to `scheduler validate "
             "--icc` to plan the next experiment",
+            *clustered_notes(report),
         ],
         label_columns=2,
     )
@@ -96,8 +99,37 @@ def _clustered_row(c: ClusteredMean) -> list[str]:
     ]
 
 
-def _interval(interval: Interval) -> str:
+def _interval(interval: Interval | NoInterval) -> str:
+    if isinstance(interval, NoInterval):
+        return NO_INTERVAL
     return f"[{num(interval.low)}, {num(interval.high)}]"
+
+
+def clustered_notes(report: ExperimentReport) -> list[str]:
+    """Why a clustered mean has no interval, once per reason, naming the means it holds
+    for."""
+    labelled = [
+        (f"{tier_id} {measure}", c.ci)
+        for tier_id, tier in report.tiers.items()
+        for measure, c in (
+            ("pass rate", tier.analysis.pass_rate_clustered),
+            ("mean composite", tier.analysis.composite_mean_clustered),
+        )
+        if c is not None
+    ]
+    return _no_interval_notes("", labelled)
+
+
+def _no_interval_notes(
+    lead: str, labelled: Sequence[tuple[str, Interval | NoInterval | None]]
+) -> list[str]:
+    """What cannot be concluded, once per reason, and the figures it leaves without an
+    interval."""
+    reasons: dict[str, list[str]] = {}
+    for label, ci in labelled:
+        if isinstance(ci, NoInterval):
+            reasons.setdefault(ci.not_reported, []).append(label)
+    return [f"{lead}{why} (no interval for {', '.join(labels)})" for why, labels in reasons.items()]
 
 
 def questions_table(report: ExperimentReport) -> Table:
@@ -224,9 +256,7 @@ def csv_values(cell: TierReport, tier_row: bool) -> list[object]:
     vs, c = a.vs_baseline, a.across_scenarios
     values: list[object] = [None, None] if vs is None else [vs.verdict_from, vs.pooled_verdict]
     for clustered in (a.pass_rate_clustered, a.composite_mean_clustered):
-        values += (
-            [None] * 3 if clustered is None else [clustered.se, clustered.ci.low, clustered.ci.high]
-        )
+        values += [None] * 3 if clustered is None else [clustered.se, *_bounds(clustered.ci)]
     if c is None:
         return values + [None] * (len(CSV_COLUMNS) - len(values))
     these, risk = c.these_scenarios, c.these_scenarios.risk_difference_ci
@@ -236,11 +266,16 @@ def csv_values(cell: TierReport, tier_row: bool) -> list[object]:
         these.van_elteren_p,
         these.van_elteren_p_adjusted,
         these.risk_difference,
-        *((None, None) if risk is None else (risk.low, risk.high)),
+        *_bounds(risk),
     ]
     for d in (c.like_these.pass_rate, c.like_these.composite):
-        values += [d.mean, d.se, d.ci.low, d.ci.high, d.p, d.p_adjusted]
+        values += [d.mean, d.se, *_bounds(d.ci), d.p, d.p_adjusted]
     return [*values, c.heterogeneity.p]
+
+
+def _bounds(ci: Interval | NoInterval | None) -> tuple[float | None, float | None]:
+    """An interval's two columns, blank where it is not reported (the JSON says why)."""
+    return (ci.low, ci.high) if isinstance(ci, Interval) else (None, None)
 
 
 def compact_table(report: ExperimentReport) -> Table | None:
@@ -272,7 +307,14 @@ def compact_table(report: ExperimentReport) -> Table | None:
         )
     if not rows:
         return None
-    sentences = [
+    sentences = _no_interval_notes(
+        "",
+        [
+            (f"{tier_id} pass rate", clustered.ci)
+            for tier_id, tier in report.tiers.items()
+            if (clustered := tier.analysis.pass_rate_clustered) is not None
+        ],
+    ) + [
         sentence
         for tier_id, tier in report.tiers.items()
         if (c := tier.analysis.across_scenarios) is not None
@@ -341,15 +383,26 @@ def question_sentences(
     scenario rows' tests)."""
     these, like, h = c.these_scenarios, c.like_these, c.heterogeneity
     n = these.scenarios
-    sentences = []
+    sentences = _no_interval_notes(
+        f"{tier_id}: ",
+        [
+            (f"Δ pass rate {THESE}", these.risk_difference_ci),
+            (f"Δ pass rate {LIKE_THESE}", like.pass_rate.ci),
+            (f"Δ mean composite {LIKE_THESE}", like.composite.ci),
+        ],
+    )
+    # Too few for an interval is said above, and says more than too few to generalise.
+    too_few = like.too_few_scenarios and n >= MIN_SCENARIOS_FOR_INTERVAL
     if these.verdict is not like.verdict:
         if (
             these.verdict in (Verdict.better, Verdict.worse)
             and like.verdict is Verdict.no_difference
         ):
             why = (
-                f"{n} scenarios are too few to generalise from"
-                if like.too_few_scenarios
+                too_few_for_interval(n)
+                if n < MIN_SCENARIOS_FOR_INTERVAL
+                else f"{n} scenarios are too few to generalise from"
+                if too_few
                 else f"paired t, p adj. {p_value(like.pass_rate.p_adjusted)}"
             )
             sentences.append(
@@ -360,7 +413,7 @@ def question_sentences(
             sentences.append(
                 f"{tier_id}: {these.verdict.value} {THESE} ({n}); {like.verdict.value} {LIKE_THESE}"
             )
-    elif like.too_few_scenarios:
+    elif too_few:
         sentences.append(f"{tier_id}: {n} scenarios are too few to generalise from, {LIKE_THESE}")
     if h.p is not None and h.p < (ALPHA if family is None else family.alpha):
         sentences.append(

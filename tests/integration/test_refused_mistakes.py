@@ -81,7 +81,7 @@ def test_a_judged_scenario_without_its_judge_key_is_refused_unless_allowed(
         matrix,
         f"matrix.yaml:{place(JUDGED, KEY)}: judge.api_key_env: {KEY} is not set, and "
         "scenario judged is judged: every agent would run",
-        "--allow-missing-judge-key",
+        "--allow-missing-keys",
     )
     # Set, or allowed (the workers have it): the matrix is good.
     for extra, run_env in (((), {**env, KEY: "sk-test"}), (("--allow-missing-judge-key",), env)):
@@ -222,3 +222,45 @@ scenarios:
     assert "agent.command" not in result.stderr
     runs = store.results.all(json.loads(result.stdout)["experiment"]["id"])
     assert sorted((r.tier, r.passed) for r in runs) == [("T0", True), ("T1", True)]
+
+
+AGENT_KEYED = """\
+name: keyed
+runs_per_tier: 1
+agent: {preset: claude-code}
+tiers:
+  - {id: T0}
+  - {id: T1, agent: {model: claude-opus-4-5}}
+  - {id: mine, agent: {kind: command, command: "true", api_key_env: EVALFLEET_TEST_AGENT_KEY}}
+scenarios:
+  - {id: s, prompt: hi, evaluation: {gates: [{type: command_succeeds, command: "true"}]}}
+"""
+
+
+def test_an_agent_without_its_api_key_is_refused_unless_allowed(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store
+) -> None:
+    # Submitted, every run would be an agent error "Not logged in", counted as a failure.
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(AGENT_KEYED)
+    unset = ("ANTHROPIC_API_KEY", "EVALFLEET_TEST_AGENT_KEY")
+    env = {k: v for k, v in fleet_env.items() if k not in unset}
+    refused(
+        store,
+        env,
+        matrix,
+        f"matrix.yaml:{place(AGENT_KEYED, 'claude-code')}: agent.preset: ANTHROPIC_API_KEY is "
+        "not set, and the agent of tiers T0, T1 reads it: every run would end as an agent "
+        "error (not logged in), counted in the pass rate",
+        "EVALFLEET_TEST_AGENT_KEY is not set, and the agent of tier mine reads it",
+        "pass --allow-missing-keys",
+    )
+    keys = {k: "sk-test" for k in unset}
+    # Set, or allowed under either name of the flag (the workers have them): good.
+    for extra, run_env in (
+        ((), {**env, **keys}),
+        (("--allow-missing-keys",), env),
+        (("--allow-missing-judge-key",), env),
+    ):
+        result = run_cli("validate", str(matrix), *extra, env=run_env)
+        assert result.returncode == 0, (extra, result.stderr)

@@ -170,10 +170,10 @@ def test_a_judge_without_its_key(
     path = tmp_path / "matrix.yaml"
     path.write_text(JUDGED.format(enabled=enabled, key=key))
     if not refused:
-        prepare(path, allow_missing_judge_key=allowed)
+        prepare(path, allow_missing_keys=allowed)
         return
     with pytest.raises(ConfigError) as raised:
-        prepare(path, allow_missing_judge_key=allowed)
+        prepare(path, allow_missing_keys=allowed)
     [found] = map(problem, raised.value.problems)
     assert (found.field, found.line, found.column) == ("judge.api_key_env", 9, 42)
     assert found.message.startswith("MISTAKES_TEST_KEY is not set, and scenario s is judged")

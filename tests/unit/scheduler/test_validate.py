@@ -88,7 +88,7 @@ def test_validate_says_once_which_judge_runs_and_why(tmp_path: Path) -> None:
     assert "judge.api_key_env: OPENAI_API_KEY is not set, and scenario create_notes is judged" in (
         refused.stderr
     )
-    assert "--allow-missing-judge-key" in refused.stderr
+    assert "--allow-missing-keys" in refused.stderr
     # The workers have the key: validate says what the runs would get where it is not.
     unset = run_cli("validate", str(copy / "matrix.yaml"), "--allow-missing-judge-key", env=without)
     assert unset.returncode == 0, unset.stderr

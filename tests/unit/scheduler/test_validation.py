@@ -84,6 +84,7 @@ def test_missing_clis_names_the_tiers_of_a_preset_not_on_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     text = MATRIX.replace(
         'agent: {command: "echo hi", timeout_s: 30}', "agent: {preset: claude-code}"
     )
