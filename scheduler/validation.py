@@ -17,8 +17,7 @@ from pathlib import Path
 from core.analysis.comparison import runs_icc
 from core.errors import BundleError, InputError, PlanTooLarge
 from core.files.bundle import Bundle, collect
-from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, Scenario, load_matrix
-from core.matrix.task_folders import task_format
+from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, Scenario, load_matrix, task_format
 from core.metrics.pricing import price_for
 from core.results.run import RunResult
 from core.stats.clustered import (

@@ -38,8 +38,7 @@ from pathlib import Path
 
 from core.errors import SetupError
 from core.evaluation.shell import PidMark, RunAs, kill_user_processes, pid_mark
-from core.matrix import AgentConfig, Scenario
-from core.matrix.task import TaskEnvironment
+from core.matrix import AgentConfig, Scenario, TaskEnvironment
 from core.results.run import Isolation
 from worker.sandbox import bwrap_argv
 from worker.workspace import RunDir, chown_tree, with_solution, work_root

@@ -78,8 +78,15 @@ from pathlib import Path
 from core.errors import SetupError
 from core.evaluation.gates import Enclosure
 from core.evaluation.shell import RunAs
-from core.matrix import AgentConfig, DockerSandbox, Scenario
-from core.matrix.task import LOGS_DIR, SOLUTION_DIR, TESTS_DIR, TaskEnvironment
+from core.matrix import (
+    LOGS_DIR,
+    SOLUTION_DIR,
+    TESTS_DIR,
+    AgentConfig,
+    DockerSandbox,
+    Scenario,
+    TaskEnvironment,
+)
 from worker.confinement import needs_network
 from worker.workspace import RunDir, chown_tree
 

@@ -45,8 +45,7 @@ from core.evidence.redact import redact, redact_record, secret_values
 from core.evidence.text import visible
 from core.files.archive import pack
 from core.files.changes import snapshot
-from core.matrix import Matrix, Scenario, WorkspaceArchive
-from core.matrix.task import TESTS_DIR
+from core.matrix import TESTS_DIR, Matrix, Scenario, WorkspaceArchive
 from core.metrics.pricing import price_for
 from core.results.report import ExperimentStatus
 from core.results.run import NOT_RUN_NOTE, RunResult, RunSpec, RunStatus, error_key

@@ -26,8 +26,7 @@ from core.evidence.models import Excerpt, GateEvidence, JudgeInputs, RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
 from core.evidence.text import encodable
 from core.files.changes import Snapshot, patch, snapshot, summarize_changes
-from core.matrix import Matrix, ModelPrice, Rubric, Scenario, load_rubric
-from core.matrix.task import Verifier
+from core.matrix import Matrix, ModelPrice, Rubric, Scenario, Verifier, load_rubric
 from core.metrics import formulas
 from core.metrics.interaction import interaction_metrics, target_commands
 from core.metrics.limits import crossed, spend_of

@@ -23,7 +23,7 @@ from pathlib import Path
 from core.evaluation.gates import command_evidence
 from core.evaluation.shell import ShellResult
 from core.evidence.models import GateEvidence
-from core.matrix.task import VERIFIER_LOGS, Verifier
+from core.matrix import VERIFIER_LOGS, Verifier
 
 # Runs `command` in the run's environment with `timeout_s` and these variables added
 # to the run's: the sandbox's part of a verifier.

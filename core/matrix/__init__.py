@@ -33,13 +33,25 @@ from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, Re
 from core.matrix.spend import Budget, Limits, ModelPrice
 from core.matrix.storage import Artifacts, BundleConfig, EvidenceLimits, WorkspaceArchive
 from core.matrix.suggestions import did_you_mean
-from core.matrix.task import TaskEnvironment, Verifier
+from core.matrix.task import (
+    LOGS_DIR,
+    SOLUTION_DIR,
+    TESTS_DIR,
+    VERIFIER_LOGS,
+    TaskEnvironment,
+    Verifier,
+)
+from core.matrix.task_folders import task_format
 from core.matrix.tier import Tier
 from core.matrix.yaml_model import ConfigProblem, load_yaml_model, problem_at
 
 __all__ = [
     "DEFAULT_GRADES",
+    "LOGS_DIR",
     "MAX_WAIT_S",
+    "SOLUTION_DIR",
+    "TESTS_DIR",
+    "VERIFIER_LOGS",
     "AdaptiveRuns",
     "AgentConfig",
     "AgentOverride",
@@ -87,4 +99,5 @@ __all__ = [
     "load_yaml_model",
     "matrix_json_schema",
     "problem_at",
+    "task_format",
 ]

@@ -18,8 +18,7 @@ import time
 from collections.abc import Mapping
 
 from core.evaluation.shell import run_shell
-from core.matrix import AgentConfig, Limits, ModelPrice
-from core.matrix.task import SOLUTION_DIR
+from core.matrix import SOLUTION_DIR, AgentConfig, Limits, ModelPrice
 from core.metrics.limits import crossed, spend_of
 from core.results.transcript import AgentOutcome
 from core.transcripts import parse_transcript
