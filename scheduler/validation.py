@@ -135,6 +135,18 @@ def missing_clis(matrix: Matrix) -> dict[str, list[str]]:
     return missing
 
 
+def unpriced_models(matrix: Matrix) -> dict[str, list[str]]:
+    """The agents' models with no price (`pricing:` or built in), with the tiers that
+    use them: their runs' cost and cost of pass would be unknown. A tier that names
+    no model is priced by the model its CLI reports, known only once it ran."""
+    unpriced: dict[str, list[str]] = {}
+    for tier in matrix.tiers:
+        model = matrix.agent_for(tier).model
+        if model and price_for(model, matrix.pricing) is None:
+            unpriced.setdefault(model, []).append(tier.id)
+    return unpriced
+
+
 def summary(matrix: Matrix) -> str:
     """The plan in words: runs, tiers, scenarios, the judge and the budget."""
     lines = [

@@ -109,6 +109,31 @@ def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Pa
     ) in result.stdout.splitlines()
 
 
+def test_validate_warns_of_an_agent_model_without_a_price(tmp_path: Path) -> None:
+    """The README's preset examples' models are priced built in (OpenCode's under its
+    provider); any other model without `pricing:` is a warning naming the tiers."""
+    tiers = {
+        "claude": "claude-sonnet-4",
+        "codex": "gpt-5-codex",
+        "gemini": "gemini-2.5-pro",
+        "opencode": "anthropic/claude-sonnet-4",
+        "mine": "my-model",
+        "mine2": "my-model",
+    }
+    listed = "".join(f"  - {{id: {t}, agent: {{model: {m}}}}}\n" for t, m in tiers.items())
+    text = GOOD.replace("  - id: T0\n  - id: T1\n    files: {AGENTS.md: guide.md}\n", listed)
+    result = run_cli("validate", str(write(tmp_path, text)), env=KEYED)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "has no price" in line]
+    assert warnings == [
+        "warning: tiers mine, mine2: model 'my-model' has no price, so their runs' cost and "
+        "cost of pass will be unknown; add it under `pricing:` in the matrix (my-model: "
+        "{input: ..., output: ...}, $ per 1M tokens)"
+    ]
+    priced = write(tmp_path, text + "pricing: {my-model: {input: 1, output: 2}}\n")
+    assert "has no price" not in run_cli("validate", str(priced), env=KEYED).stderr
+
+
 def test_validate_accepts_the_example() -> None:
     result = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=KEYED)
     assert result.returncode == 0, result.stderr
