@@ -149,8 +149,9 @@ def test_compare_plans_at_the_correlation_the_two_experiments_showed(
         text = run_cli("compare", a, b, "--format", fmt, env={**fleet_env, "COLUMNS": "250"}).stdout
         assert (
             "T1: planning, at the intra-scenario correlation observed (0.58), the smallest "
-            f"pass-rate difference 2 scenarios x 10 runs detect (80% power at 0.0125): on these "
-            f"scenarios {plan['these_scenarios']:.3f}" in " ".join(text.split())
+            "difference in pass rate 2 scenarios x 10 runs detect (80% power at 0.0125): on "
+            f"these scenarios a difference of {plan['these_scenarios'] * 100:.0f} points or more"
+            in " ".join(text.split())
         ), fmt
 
 
@@ -285,8 +286,8 @@ def test_corrected_verdicts_gate_the_regression(
         f"[{newcombe[0]:+.3f}, {newcombe[1]:+.3f}]",
     ]
     assert cells[-1] == (
-        f"no significant difference (could not detect any rise or a fall < "
-        f"{detect['regression']:.3f})"
+        f"no significant difference (could detect a fall of "
+        f"{detect['regression'] * 100:.0f} points or more in pass rate; not a rise)"
     )
     name = "Holm" if correction == "holm" else "Benjamini-Hochberg"
     assert f"p adj.: {name}-adjusted across all 4 tests" in shown.stdout

@@ -237,13 +237,13 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
     # From 6/20 at the level of one test in twelve, even a fall to 0 would go unseen.
     assert t2["detectable"]["regression"] is None
     # The tier's verdict names the tests it came from; a scenario row's says what its
-    # runs could not have seen.
+    # runs could have seen, in points of pass rate.
     stratified = "no significant difference (CMH and van Elteren on these 2 scenarios)"
     s1 = report["tiers"]["T2"]["scenarios"]["s1"]["analysis"]["vs_baseline"]
     assert s1["detectable"]["regression"] is None
     undetected = (
-        f"no significant difference (could not detect a rise < "
-        f"{s1['detectable']['improvement']:.3f} or any fall)"
+        f"no significant difference (could detect a rise of "
+        f"{s1['detectable']['improvement'] * 100:.0f} points or more in pass rate; not a fall)"
     )
 
     markdown = _cli(fleet_env, "report", family, "--format", "markdown")

@@ -371,9 +371,23 @@ def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
     these = z * (2 * 0.25 * (1 - icc) / (g * m)) ** 0.5
     like = t * (2 * 0.25 * (1 + (m - 1) * icc) / (g * m)) ** 0.5
     assert "two-sided at 0.0125" in out and "design effect 5.75" in out
-    assert f"  on these scenarios: {these:.3f}\n" in out
-    # 4 scenarios cannot tell a difference of a pass rate on scenarios like these.
-    assert f"  on scenarios like these: not detectable ({like:.2f} > 1)" in out
+    assert f"  on these scenarios: a difference of {these * 100:.0f} points or more\n" in out
+    # 4 scenarios cannot tell a difference of a pass rate on scenarios like these: the
+    # plan says so in points, and how many scenarios would tell one of 30 points.
+    assert (
+        f"  on scenarios like these: no difference (it would take {like * 100:.0f} points; "
+        "pass rates span 100)"
+    ) in out
+
+    def like_these(g: int, m: int) -> float:
+        t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+        return t * (2 * 0.25 * (1 + (m - 1) * icc) / (g * m)) ** 0.5
+
+    fewest = next(g for g in range(2, 1000) if like_these(g, m) <= 0.3)
+    assert (
+        f"  to detect 30 points on scenarios like these: {fewest} scenarios x 20 runs; "
+        "no number of runs on 4 scenarios would\n"
+    ) in out
     assert "twice the scenarios (8 x 20)" in out and "twice the runs (4 x 40)" in out
     assert "4 scenarios are too few to generalise from" in out
 
