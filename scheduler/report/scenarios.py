@@ -37,7 +37,7 @@ from scheduler.report.formatting import (
     points,
     signed,
 )
-from scheduler.report.verdicts import CORRECTION_NAMES
+from scheduler.report.verdicts import ACROSS_SCENARIOS, corrected_across
 
 THESE = "on these scenarios"
 LIKE_THESE = "on scenarios like these"
@@ -363,8 +363,8 @@ def _multiplicity_note(m: Multiplicity | None) -> str:
     if m is None or m.correction == "none":
         return "p-values not corrected for multiple comparisons"
     return (
-        f"p adj.: {CORRECTION_NAMES[m.correction]}-adjusted across these {m.tests} tests "
-        f"(four per tier), a family apart from the run-level tests, at {m.alpha:g}"
+        f"p adj.: {corrected_across(m, ACROSS_SCENARIOS)} (four per tier), a family apart "
+        f"from the run-level tests, at {m.alpha:g}"
     )
 
 

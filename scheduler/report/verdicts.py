@@ -25,6 +25,20 @@ from scheduler.report.formatting import (
 CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}
 
 
+# A report's two families of tests, each corrected apart: a count given without its
+# family's name reads as the other's (8 in a headline, 12 in a note, of one report).
+RUN_LEVEL = "run-level"
+ACROSS_SCENARIOS = "across-scenario"
+
+
+def corrected_across(m: Multiplicity, family: str) -> str:
+    """How a family's p-values were corrected, its tests counted and named: the one
+    wording of every count of tests, in every format."""
+    if m.correction == "none":
+        return f"not corrected across the {m.tests} {family} tests"
+    return f"{CORRECTION_NAMES[m.correction]}-corrected across the {m.tests} {family} tests"
+
+
 def multiplicity_note(m: Multiplicity | None) -> str:
     """How the p-values were corrected and what the verdicts are read from."""
     if m is None:
@@ -34,13 +48,13 @@ def multiplicity_note(m: Multiplicity | None) -> str:
         )
     if m.correction == "none":
         return (
-            f"verdicts at alpha {m.alpha:g} per test, not corrected for multiple comparisons "
-            f"({m.tests} tests: some raw p-values fall under alpha by chance)"
+            f"verdicts at alpha {m.alpha:g} per test, {corrected_across(m, RUN_LEVEL)} "
+            "(some raw p-values fall under alpha by chance)"
         )
     guards = "false discovery rate" if m.correction == "bh" else "family-wise error rate"
     return (
-        f"p adj.: {CORRECTION_NAMES[m.correction]}-adjusted across all {m.tests} tests "
-        f"({guards} {m.alpha:g}); verdicts come from the adjusted p-values"
+        f"p adj.: {corrected_across(m, RUN_LEVEL)} ({guards} {m.alpha:g}); verdicts come "
+        "from the adjusted p-values"
     )
 
 

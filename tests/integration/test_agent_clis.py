@@ -344,7 +344,7 @@ def test_an_agent_that_wrote_nothing_is_not_told_its_format_is_wrong(
     matrix = preset_matrix(
         tmp_path,
         "  - {id: jailed, agent: {sandbox: bwrap, model: claude-sonnet-4,"
-        ' command: \'cat "$EVALFLEET_MATRIX_DIR/matrix.yaml" >/dev/null || exit 1\'}}',
+        " command: 'cat \"$EVALFLEET_MATRIX_DIR/matrix.yaml\" >/dev/null || exit 1'}}",
         runs=1,
     )
     start_worker(concurrency=1)

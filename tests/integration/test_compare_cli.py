@@ -115,7 +115,8 @@ def test_tiers_with_the_same_scenarios_are_compared_scenario_by_scenario(
     github = run_cli("compare", a, b, "--format", "github", env=fleet_env).stdout
     assert github.splitlines()[0] == (
         f"**❌ Regression: T1 significantly worse in {b} than in {a}** "
-        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across 4 tests, alpha 0.05)"
+        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across the 4 "
+        "across-scenario tests, alpha 0.05)"
     )
 
 
@@ -290,7 +291,7 @@ def test_corrected_verdicts_gate_the_regression(
         f"{detect['regression'] * 100:.0f} points or more in pass rate; not a rise)"
     )
     name = "Holm" if correction == "holm" else "Benjamini-Hochberg"
-    assert f"p adj.: {name}-adjusted across all 4 tests" in shown.stdout
+    assert f"p adj.: {name}-corrected across the 4 run-level tests" in shown.stdout
 
 
 def test_a_report_json_with_its_runs_is_a_baseline_as_good_as_its_experiment(

@@ -105,7 +105,7 @@ def test_a_tier_with_scenarios_is_judged_on_them_not_on_its_pooled_runs() -> Non
     github = render(report, "github")
     assert github.splitlines()[0] == (
         "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 2 scenarios; "
-        "Holm-corrected across 4 tests, alpha 0.05)"
+        "Holm-corrected across the 4 across-scenario tests, alpha 0.05)"
     )
 
 
