@@ -194,6 +194,7 @@ def test_planning_uses_the_intra_scenario_correlation_observed() -> None:
     assert plan.like_these == pytest.approx(t * math.sqrt(0.5 * deff / (4 * RUNS)))
     assert plan.like_these_twice_the_scenarios is not None
     assert plan.like_these_twice_the_runs is not None
+    assert plan.like_these is not None and plan.like_these_limit is not None
     assert plan.like_these_twice_the_scenarios < plan.like_these_twice_the_runs
     said = [n for n in questions_table(report).notes if "planning" in n]
     assert said == [
