@@ -22,15 +22,20 @@ from core.metrics.pricing import price_for
 from core.results.run import RunResult
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
+    MOST_PLANNED,
     PLANNING_ICC,
     PLANNING_POWER,
     PLANNING_RATE,
+    PLANNING_TARGET,
     design_effect,
     planned_detectable,
+    runs_to_detect,
+    scenarios_to_detect,
 )
 from core.stats.significance import lone_test_alpha
 from scheduler.mistakes import refuse_mistakes
 from scheduler.plan import check_size, describe_runs
+from scheduler.report.formatting import points
 from scheduler.report.scenarios import difference
 from worker.sending import configured_visibility_timeout_s, longest_run_s
 
@@ -132,6 +137,18 @@ def missing_clis(matrix: Matrix) -> dict[str, list[str]]:
         if cli is not None and shutil.which(cli) is None:
             missing.setdefault(cli, []).append(tier.id)
     return missing
+
+
+def unpriced_models(matrix: Matrix) -> dict[str, list[str]]:
+    """The agents' models with no price (`pricing:` or built in), with the tiers that
+    use them: their runs' cost and cost of pass would be unknown. A tier that names
+    no model is priced by the model its CLI reports, known only once it ran."""
+    unpriced: dict[str, list[str]] = {}
+    for tier in matrix.tiers:
+        model = matrix.agent_for(tier).model
+        if model and price_for(model, matrix.pricing) is None:
+            unpriced.setdefault(model, []).append(tier.id)
+    return unpriced
 
 
 def summary(matrix: Matrix) -> str:
@@ -301,8 +318,9 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
     per = " (the mean over scenarios)" if any(s.runs is not None for s in matrix.scenarios) else ""
     at = " at most (adaptive: each cell's max)" if matrix.adaptive is not None else ""
     lines = [
-        f"planning: the smallest pass-rate difference each question can detect with "
-        f"{PLANNING_POWER:.0%} power, {scenarios} scenarios x {runs} runs{per}{at} a tier, "
+        f"planning: the smallest difference in pass rate (in points: 0.10 is 10 points) each "
+        f"question can detect with {PLANNING_POWER:.0%} power, {scenarios} scenarios x "
+        f"{runs} runs{per}{at} a tier, "
         f"pass rates near {PLANNING_RATE:g}, two-sided at {level:.3g} (the level one of the "
         f"{tests} tests across scenarios must reach alone), intra-scenario correlation "
         f"{said or f'{icc:g} assumed (--icc; a report measures it)'}, design effect "
@@ -324,6 +342,8 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
         f"{more_scenarios[1]} like these; twice the runs ({scenarios} x {2 * runs}): "
         f"{more_runs[0]} on these, {more_runs[1]} like these"
     )
+    if scenarios >= 2 and (plan.like_these or 0.0) > 1:
+        lines.append(f"  {_what_would_detect(scenarios, runs, icc, level)}")
     if scenarios < MIN_SCENARIOS_TO_GENERALISE:
         lines.append(
             f"  {scenarios} scenarios are too few to generalise from: write "
@@ -336,6 +356,25 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
             "scenarios; on scenarios like these only more scenarios do"
         )
     return lines
+
+
+def _what_would_detect(scenarios: int, runs: int, icc: float, level: float) -> str:
+    """When no difference is detectable on scenarios like these, what would detect one
+    of PLANNING_TARGET: more scenarios at these runs, or more runs at these scenarios."""
+    target = points(PLANNING_TARGET)
+    more_scenarios = scenarios_to_detect(PLANNING_TARGET, runs, icc, level)
+    more_runs = runs_to_detect(PLANNING_TARGET, scenarios, icc, level)
+    by_scenarios = (
+        f"more than {MOST_PLANNED} scenarios"
+        if more_scenarios is None
+        else f"{more_scenarios} scenarios x {runs} runs"
+    )
+    by_runs = (
+        f"no number of runs on {scenarios} scenarios would"
+        if more_runs is None
+        else f"{scenarios} scenarios x {more_runs} runs"
+    )
+    return f"to detect {target} on scenarios like these: {by_scenarios}; {by_runs}"
 
 
 def planning_so_far(matrix: Matrix, runs: Sequence[RunResult]) -> list[str]:

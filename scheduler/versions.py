@@ -61,11 +61,18 @@ def rejudge(
     matrix = store.experiments.matrix(exp_id)
     if matrix.judge is None:
         raise InputError(f"experiment {exp_id} has no judge (no top-level `judge:` in its matrix)")
+    judged = [r.run_id for r in store.results.all(exp_id) if r.judge is not None]
+    if not judged:
+        key = f" with {matrix.judge.api_key_env} unset" if matrix.judge.api_key_env else ""
+        raise InputError(
+            f"no run of {exp_id} was judged, so there is nothing to judge again: its "
+            f"scenarios' judge was off when it was submitted (`enabled: false`, or "
+            f"`enabled: auto`{key}); submit it again with the judge on"
+        )
     # Whether judge inputs were kept is seen in one run's evidence, not in every
     # run's (each is a decompression): runs judged before evidence was kept are
     # kept as they were by the workers.
-    judged = [r.run_id for r in store.results.all(exp_id) if r.judge is not None]
-    first = store.evidence.get(exp_id, judged[0]) if judged else None
+    first = store.evidence.get(exp_id, judged[0])
     if first is None or first.judge is None:
         raise InputError(
             f"no run of {exp_id} has stored judge inputs (evidence): nothing to judge "

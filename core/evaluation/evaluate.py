@@ -168,7 +168,7 @@ def evaluate_run(
         + transcript.events_file_malformed_lines,
         transcript_truncated=outcome.output_truncated,
         transcript_unfinished=not transcript.finished,
-        transcript_unrecognised=not transcript.recognised,
+        transcript_unrecognised=not_started is None and _wrong_format(outcome, transcript),
     )
     result = _with_tokens_and_cost(result, transcript, price, model)
     if verification is not None:
@@ -427,17 +427,26 @@ def _agent_reasons(
         reasons.append(
             f"agent exited with code {outcome.exit_code}" + (f": {tail}" if tail else "")
         )
-    if not transcript.recognised:
+    if _wrong_format(outcome, transcript):
         expected = "in a CLI format" if transcript.format == "auto" else transcript.format
         reasons.append(
             f"transcript not recognised: no line of the agent's output is {expected} "
             "(check `agent.transcript`)"
         )
+    elif not transcript.recognised:
+        reasons.append("no transcript: the agent wrote nothing on stdout")
     if result.limit is not None and outcome.limit is None:  # crossed, but not watched
         reasons.append(result.limit)
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
     return reasons
+
+
+def _wrong_format(outcome: AgentOutcome, transcript: Transcript) -> bool:
+    """The agent wrote output and none of it is in the format the matrix names: the
+    matrix likely names the wrong one. An agent that wrote nothing (it could not read
+    its prompt, it died at once) says nothing about the format."""
+    return not transcript.recognised and bool(outcome.stdout.strip())
 
 
 def _verdict_reasons(result: RunResult, scenario: Scenario) -> list[str]:

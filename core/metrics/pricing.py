@@ -1,11 +1,13 @@
 """Model prices ($ per 1M tokens) and what a run's tokens cost.
 
 A model is priced only by its exact name, or by that name without a release
-date suffix (`claude-sonnet-4-20250514`, `gpt-4o-2024-08-06`). Never by prefix:
+date suffix (`claude-sonnet-4-20250514`, `gpt-4o-2024-08-06`) or without the
+provider OpenCode puts before it (`anthropic/claude-sonnet-4`). Never by prefix:
 `gpt-4o-audio-preview` is not `gpt-4o` and must stay unpriced rather than be
 charged at another model's price. An unpriced model leaves the cost unknown
 (docs/ARCHITECTURE.md, glossary: cost). The default judge (gpt-4o-mini) is priced,
-so that a budget counts its spend.
+so that a budget counts its spend, and so is the model of each preset's example in
+the README (`claude-sonnet-4`, `gpt-5-codex`, `gemini-2.5-pro`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ BUILTIN_PRICES: Mapping[str, ModelPrice] = {
     "claude-sonnet-4": ModelPrice(input=3.0, output=15.0),
     "gpt-4o": ModelPrice(input=5.0, output=15.0),
     "gpt-4o-mini": ModelPrice(input=0.15, output=0.6, cache_read=0.075),
+    # OpenAI's list price, https://developers.openai.com/api/docs/models/gpt-5-codex
+    "gpt-5-codex": ModelPrice(input=1.25, output=10.0, cache_read=0.125),
+    # Google's list price for prompts up to 200k tokens (longer ones cost more: an
+    # agent's turns are rarely that long), https://ai.google.dev/gemini-api/docs/pricing
+    "gemini-2.5-pro": ModelPrice(input=1.25, output=10.0),
 }
 
 # Anthropic dates its releases -YYYYMMDD, OpenAI -YYYY-MM-DD.
@@ -35,8 +42,9 @@ def price_for(model: str | None, overrides: Mapping[str, ModelPrice]) -> ModelPr
     """The price of `model`: the matrix's `pricing:` first, then the built-ins."""
     if not model:
         return None
-    undated = _DATE_SUFFIX.sub("", model)
-    for name in dict.fromkeys((model, undated)):
+    named = model.rsplit("/", 1)[-1]  # OpenCode's provider/model
+    names = (model, _DATE_SUFFIX.sub("", model), named, _DATE_SUFFIX.sub("", named))
+    for name in dict.fromkeys(names):
         for table in (overrides, BUILTIN_PRICES):
             if name in table:
                 return table[name]

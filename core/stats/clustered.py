@@ -26,7 +26,7 @@ every figure in the tests.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist, fmean
 
@@ -46,6 +46,9 @@ PLANNING_RATE = 0.5
 # The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
 # of one scenario are alike well beyond chance in most agent experiments.
 PLANNING_ICC = 0.3
+# When no difference is detectable, planning says what would detect this one: 30 points of
+# pass rate, a difference a change of prompt or model is commonly hoped to make.
+PLANNING_TARGET = 0.3
 
 
 def _t_interval(
@@ -351,3 +354,45 @@ def planned_detectable(
     like = t * math.sqrt(2 * s2 * design_effect(runs, icc) / (scenarios * runs))
     limit = t * math.sqrt(2 * s2 * icc / scenarios)
     return Detectable(these, like, limit)
+
+
+# Past this many scenarios or runs per scenario, planning says "more than" rather than search.
+MOST_PLANNED = 100_000
+
+
+def scenarios_to_detect(
+    target: float, runs: int, icc: float, alpha: float, power: float = PLANNING_POWER
+) -> int | None:
+    """The fewest scenarios, each with `runs` runs, whose question on scenarios like
+    these detects a pass-rate difference of `target` (planned_detectable); None past
+    MOST_PLANNED."""
+    return _fewest(lambda g: planned_detectable(g, runs, icc, alpha, power).like_these, target, 2)
+
+
+def runs_to_detect(
+    target: float, scenarios: int, icc: float, alpha: float, power: float = PLANNING_POWER
+) -> int | None:
+    """The fewest runs per scenario with which `scenarios` scenarios detect a pass-rate
+    difference of `target` on scenarios like these; None when no number of runs does
+    (the limit with unlimited runs is above it: only more scenarios go lower)."""
+    return _fewest(
+        lambda m: planned_detectable(scenarios, m, icc, alpha, power).like_these, target, 1
+    )
+
+
+def _fewest(detectable: Callable[[int], float | None], target: float, start: int) -> int | None:
+    # The detectable difference falls as scenarios or runs grow: double, then bisect.
+    high = start
+    while (d := detectable(high)) is None or d > target:
+        if high >= MOST_PLANNED:
+            return None
+        high = min(2 * high, MOST_PLANNED)
+    low = max(start, high // 2)
+    while low < high:
+        middle = (low + high) // 2
+        d = detectable(middle)
+        if d is not None and d <= target:
+            high = middle
+        else:
+            low = middle + 1
+    return high

@@ -53,8 +53,11 @@ def _headline(report: ExperimentReport) -> Table:
     errors = sum(t.errors for t in report.tiers.values())
     if errors:
         notes.append(f"{errors} infrastructure errors are kept out of these figures")
-    if all(t.cost_of_pass is None for t in report.tiers.values()):
-        notes.append(f"cost of pass unknown: {ADD_PRICES}")
+    # Only a counted run's model without a price leaves a cost unknown: infrastructure
+    # errors have no cost, and a price would change nothing for them.
+    unpriced = [tier_id for tier_id, t in report.tiers.items() if t.cost_unknown_runs]
+    if unpriced:
+        notes.append(f"cost unknown for runs of {', '.join(unpriced)}: {ADD_PRICES}")
     return Table(
         f"Verdict per tier against the baseline ({baseline})",
         ["tier", "verdict", "passes/counted", "pass rate [95% CI]", "cost of pass $"],

@@ -41,6 +41,11 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def points(difference: float) -> str:
+    """A difference of pass rates in points, as a reader says it: 0.629 is 63 points."""
+    return f"{difference * 100:.0f} points"
+
+
 def duration(seconds: float | None) -> str:
     """Seconds as a reader takes them in: a quick run in ms, not "0.0 s"."""
     if seconds is None:

@@ -132,16 +132,21 @@ def _verdict_line(report: ExperimentReport, against: dict[str, Comparison]) -> s
 
 
 def _families(
-    verdicts: dict[str, Comparison], run_level: Multiplicity | None, stratified: Multiplicity | None
+    against: dict[str, Comparison], run_level: Multiplicity | None, stratified: Multiplicity | None
 ) -> str:
     """The family the verdicts came from: the run-level one, the stratified one when every
     tier has two or more scenarios (named with its tests), or both."""
-    basis = {c.verdict_from for c in verdicts.values()}
+    basis = {c.verdict_from for c in against.values()}
     if basis == {None}:
-        return _corrected(run_level)
+        return _corrected(run_level, verdicts.RUN_LEVEL)
     if None in basis:
-        return f"run-level tests {_corrected(run_level)}; stratified tests {_corrected(stratified)}"
-    return "; ".join([*sorted(str(b) for b in basis), _corrected(stratified)])
+        return (
+            f"{_corrected(run_level, verdicts.RUN_LEVEL)}; "
+            f"{_corrected(stratified, verdicts.ACROSS_SCENARIOS)}"
+        )
+    return "; ".join(
+        [*sorted(str(b) for b in basis), _corrected(stratified, verdicts.ACROSS_SCENARIOS)]
+    )
 
 
 def github_comparison(result: ExperimentComparison) -> str:
@@ -219,13 +224,12 @@ def _mark(comparisons: Iterable[Comparison]) -> str:
     return _MARKS["none"]
 
 
-def _corrected(m: Multiplicity | None) -> str:
+def _corrected(m: Multiplicity | None, family: str) -> str:
     if m is None:
         return "not corrected for multiple comparisons"
     if m.correction == "none":
-        return f"{m.tests} tests at alpha {m.alpha:g} each, not corrected"
-    name = verdicts.CORRECTION_NAMES[m.correction]
-    return f"{name}-corrected across {m.tests} tests, alpha {m.alpha:g}"
+        return f"{verdicts.corrected_across(m, family)}, alpha {m.alpha:g} each"
+    return f"{verdicts.corrected_across(m, family)}, alpha {m.alpha:g}"
 
 
 def _test(c: Comparison) -> list[str]:

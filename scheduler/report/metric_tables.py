@@ -55,22 +55,26 @@ ADD_PRICES = "add each model's price under `pricing:` in the matrix (docs/MATRIX
 
 def _frontier_and_value(report: ExperimentReport) -> tuple[str, str]:
     """The notes on the cheapest tier per pass and the best value. Without a known
-    cost a tier has neither: the note says the costs are unknown, not that it failed."""
+    cost a tier has neither: the note says why (a counted run's model has no price, or
+    no run was counted at all), not that it failed. Prices are asked for only where
+    a counted run lacks one: an infrastructure error has no cost to price."""
     c = report.cross_tier
     tiers = report.tiers.values()
     priced = [t for t in tiers if t.cost_of_pass is not None]
-    unpriced = [tier_id for tier_id, t in report.tiers.items() if t.cost_of_pass is None]
+    unpriced = [tier_id for tier_id, t in report.tiers.items() if t.cost_unknown_runs]
     left_out = f" (cost unknown for {', '.join(unpriced)}: {ADD_PRICES})" if unpriced else ""
     if c.frontier_tier is not None:
         frontier = (
             f"frontier cost of pass ${num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier}, "
             f"the cheapest tier per pass){left_out}"
         )
-    elif not priced:
+    elif not priced and unpriced:
         frontier = (
             "costs are unknown (no run's model has a price), so there is no frontier cost "
             f"of pass and no best value: {ADD_PRICES}"
         )
+    elif not priced:
+        frontier = "no run was counted, so there is no frontier cost of pass and no best value"
     else:
         frontier = (
             f"no tier with a known cost passed, so there is no frontier cost of pass{left_out}"

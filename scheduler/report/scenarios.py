@@ -28,8 +28,16 @@ from core.results.report import (
     Verdict,
 )
 from core.stats.clustered import MIN_SCENARIOS_FOR_INTERVAL, MIN_SCENARIOS_TO_GENERALISE
-from scheduler.report.formatting import NO_INTERVAL, Table, bracket, num, p_value, signed
-from scheduler.report.verdicts import CORRECTION_NAMES
+from scheduler.report.formatting import (
+    NO_INTERVAL,
+    Table,
+    bracket,
+    num,
+    p_value,
+    points,
+    signed,
+)
+from scheduler.report.verdicts import ACROSS_SCENARIOS, corrected_across
 
 THESE = "on these scenarios"
 LIKE_THESE = "on scenarios like these"
@@ -338,12 +346,13 @@ def compact_table(report: ExperimentReport) -> Table | None:
 
 
 def difference(d: float | None) -> str:
-    """A planned detectable difference of pass rates; above 1 none is."""
+    """A planned detectable difference of pass rates, in points; above 100 points (the
+    whole range) none is, and the words say so rather than a ratio."""
     if d is None:
         return "-"
     if d > 1:
-        return f"not detectable ({d:.2f} > 1)"
-    return f"{d:.3f}"
+        return f"no difference (it would take {points(d)}; pass rates span 100)"
+    return f"a difference of {points(d)} or more"
 
 
 def _p(p: float, adjusted: float | None) -> str:
@@ -354,8 +363,8 @@ def _multiplicity_note(m: Multiplicity | None) -> str:
     if m is None or m.correction == "none":
         return "p-values not corrected for multiple comparisons"
     return (
-        f"p adj.: {CORRECTION_NAMES[m.correction]}-adjusted across these {m.tests} tests "
-        f"(four per tier), a family apart from the run-level tests, at {m.alpha:g}"
+        f"p adj.: {corrected_across(m, ACROSS_SCENARIOS)} (four per tier), a family apart "
+        f"from the run-level tests, at {m.alpha:g}"
     )
 
 
@@ -438,7 +447,7 @@ def _planning_sentence(tier_id: str, c: ScenarioComparison) -> list[str]:
         return []
     return [
         f"{tier_id}: planning, at the intra-scenario correlation observed "
-        f"({num(plan.icc, 2)}), the smallest pass-rate difference {plan.scenarios} "
+        f"({num(plan.icc, 2)}), the smallest difference in pass rate {plan.scenarios} "
         f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
         f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
         f"{difference(plan.like_these)}, with twice the scenarios "

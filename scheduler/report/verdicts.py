@@ -14,15 +14,29 @@ from scheduler.report.formatting import (
     Table,
     bracket,
     cells,
-    num,
     p_value,
     pass_rate,
+    points,
     signed,
     signed_interval,
     with_interval,
 )
 
 CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}
+
+
+# A report's two families of tests, each corrected apart: a count given without its
+# family's name reads as the other's (8 in a headline, 12 in a note, of one report).
+RUN_LEVEL = "run-level"
+ACROSS_SCENARIOS = "across-scenario"
+
+
+def corrected_across(m: Multiplicity, family: str) -> str:
+    """How a family's p-values were corrected, its tests counted and named: the one
+    wording of every count of tests, in every format."""
+    if m.correction == "none":
+        return f"not corrected across the {m.tests} {family} tests"
+    return f"{CORRECTION_NAMES[m.correction]}-corrected across the {m.tests} {family} tests"
 
 
 def multiplicity_note(m: Multiplicity | None) -> str:
@@ -34,21 +48,22 @@ def multiplicity_note(m: Multiplicity | None) -> str:
         )
     if m.correction == "none":
         return (
-            f"verdicts at alpha {m.alpha:g} per test, not corrected for multiple comparisons "
-            f"({m.tests} tests: some raw p-values fall under alpha by chance)"
+            f"verdicts at alpha {m.alpha:g} per test, {corrected_across(m, RUN_LEVEL)} "
+            "(some raw p-values fall under alpha by chance)"
         )
     guards = "false discovery rate" if m.correction == "bh" else "family-wise error rate"
     return (
-        f"p adj.: {CORRECTION_NAMES[m.correction]}-adjusted across all {m.tests} tests "
-        f"({guards} {m.alpha:g}); verdicts come from the adjusted p-values"
+        f"p adj.: {corrected_across(m, RUN_LEVEL)} ({guards} {m.alpha:g}); verdicts come "
+        "from the adjusted p-values"
     )
 
 
 def detectable_note(m: Multiplicity | None) -> str:
     level = ALPHA if m is None else m.lone_test_alpha
     return (
-        f"could not detect: the smallest rise / fall of the pass rate from the reference's "
-        f"rate that these runs detect with {POWER:.0%} power (normal approximation, two-sided, "
+        f"could detect: the smallest rise / fall of the pass rate from the reference's "
+        f"rate, in points (0.10 of pass rate is 10 points), that these runs detect with "
+        f"{POWER:.0%} power (normal approximation, two-sided, "
         f"at {level:.4g}, the level one test must reach alone); a smaller difference may "
         "exist and go unseen"
     )
@@ -87,9 +102,16 @@ def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:
 
 
 def undetectable(d: Detectable) -> str:
-    rise = "any rise" if d.improvement is None else f"a rise < {num(d.improvement)}"
-    fall = "any fall" if d.regression is None else f"a fall < {num(d.regression)}"
-    return f"could not detect {rise} or {fall}"
+    """What difference of the pass rate the runs could detect, in points, each way."""
+    rise = None if d.improvement is None else points(d.improvement)
+    fall = None if d.regression is None else points(d.regression)
+    if rise is not None and fall is not None:
+        return f"could detect a rise of {rise} or more in pass rate, or a fall of {fall} or more"
+    if rise is not None:
+        return f"could detect a rise of {rise} or more in pass rate; not a fall"
+    if fall is not None:
+        return f"could detect a fall of {fall} or more in pass rate; not a rise"
+    return "could detect no rise and no fall in pass rate: too few runs"
 
 
 # The columns of one test against a reference, in a report and in compare.

@@ -308,3 +308,51 @@ def test_a_streaming_cli_is_stopped_within_one_llm_call_of_its_cost_limit(
     assert run.cost_usd is not None and 0.025 < run.cost_usd < 0.0284
     tier = report["tiers"]["capped"]
     assert (tier["counted"], tier["passes"], tier["statuses"]) == (1, 0, {"limit": 1})
+
+
+@pytest.mark.integration
+def test_a_missing_cli_is_said_as_an_infrastructure_error_alone(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """No claude on the worker: its runs never ran, so neither their transcript's
+    format nor their model's price is in question, and neither is hinted at."""
+    matrix = preset_matrix(
+        tmp_path,
+        '  - {id: bare, agent: {model: claude-sonnet-4, env: {PATH: "/usr/bin:/bin"}}}',
+        runs=2,
+    )
+    start_worker(concurrency=1)
+    result = run_cli("submit", str(matrix), "--wait", "--allow-missing-keys", env=fleet_env)
+    assert result.returncode == 3, result.stderr
+    assert "infrastructure error: agent could not run: agent CLI not found: claude" in (
+        result.stdout
+    )
+    assert "names the format" not in result.stderr
+    assert "is not claude-stream-json" not in result.stdout + result.stderr
+    assert "pricing:" not in result.stdout
+    full = run_cli("report", result.stdout.split()[0], "--full", env=fleet_env).stdout
+    assert "pricing:" not in full
+    assert "no run was counted, so there is no frontier cost of pass and no best value" in full
+
+
+@pytest.mark.integration
+def test_an_agent_that_wrote_nothing_is_not_told_its_format_is_wrong(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Under bwrap the matrix file is hidden: an agent reading it fails at once and
+    writes nothing, which says nothing about the format its output is in."""
+    matrix = preset_matrix(
+        tmp_path,
+        "  - {id: jailed, agent: {sandbox: bwrap, model: claude-sonnet-4,"
+        " command: 'cat \"$EVALFLEET_MATRIX_DIR/matrix.yaml\" >/dev/null || exit 1'}}",
+        runs=1,
+    )
+    start_worker(concurrency=1)
+    result = run_cli("submit", str(matrix), "--wait", "--allow-missing-keys", env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    assert "names the format" not in result.stderr
+    assert "check `agent.transcript`" not in result.stdout
+    [run] = store.results.all(result.stdout.split()[0])
+    assert not run.transcript_unrecognised
+    assert (run.fail_reason or "").startswith("agent exited with code 1: cat: ")
+    assert "; no transcript: the agent wrote nothing on stdout; " in (run.fail_reason or "")

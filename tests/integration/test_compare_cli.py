@@ -115,7 +115,8 @@ def test_tiers_with_the_same_scenarios_are_compared_scenario_by_scenario(
     github = run_cli("compare", a, b, "--format", "github", env=fleet_env).stdout
     assert github.splitlines()[0] == (
         f"**❌ Regression: T1 significantly worse in {b} than in {a}** "
-        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across 4 tests, alpha 0.05)"
+        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across the 4 "
+        "across-scenario tests, alpha 0.05)"
     )
 
 
@@ -149,8 +150,9 @@ def test_compare_plans_at_the_correlation_the_two_experiments_showed(
         text = run_cli("compare", a, b, "--format", fmt, env={**fleet_env, "COLUMNS": "250"}).stdout
         assert (
             "T1: planning, at the intra-scenario correlation observed (0.58), the smallest "
-            f"pass-rate difference 2 scenarios x 10 runs detect (80% power at 0.0125): on these "
-            f"scenarios {plan['these_scenarios']:.3f}" in " ".join(text.split())
+            "difference in pass rate 2 scenarios x 10 runs detect (80% power at 0.0125): on "
+            f"these scenarios a difference of {plan['these_scenarios'] * 100:.0f} points or more"
+            in " ".join(text.split())
         ), fmt
 
 
@@ -285,11 +287,11 @@ def test_corrected_verdicts_gate_the_regression(
         f"[{newcombe[0]:+.3f}, {newcombe[1]:+.3f}]",
     ]
     assert cells[-1] == (
-        f"no significant difference (could not detect any rise or a fall < "
-        f"{detect['regression']:.3f})"
+        f"no significant difference (could detect a fall of "
+        f"{detect['regression'] * 100:.0f} points or more in pass rate; not a rise)"
     )
     name = "Holm" if correction == "holm" else "Benjamini-Hochberg"
-    assert f"p adj.: {name}-adjusted across all 4 tests" in shown.stdout
+    assert f"p adj.: {name}-corrected across the 4 run-level tests" in shown.stdout
 
 
 def test_a_report_json_with_its_runs_is_a_baseline_as_good_as_its_experiment(

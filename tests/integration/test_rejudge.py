@@ -125,6 +125,26 @@ def test_rejudge_refuses_bad_input_and_starts_nothing(
     assert empty.returncode == 2 and "--judge-model is empty" in empty.stderr
 
 
+def test_rejudge_of_runs_never_judged_says_the_judge_was_off(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """`enabled: auto` with the judge's key unset at submit: no run was judged, and
+    rejudge says so, not that they were judged before evidence was kept."""
+    matrix = judged_matrix(tmp_path, "http://127.0.0.1:9", runs=1, tiers="T0")
+    text = matrix.read_text().replace("api_key_env: null", "api_key_env: EVALFLEET_UNSET_KEY")
+    matrix.write_text(text.replace("judge: {rubric:", "judge: {enabled: auto, rubric:"))
+    start_worker(concurrency=1)
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 0, done.stderr
+    refused = run_cli("rejudge", json.loads(done.stdout)["experiment"]["id"], env=fleet_env)
+    assert refused.returncode == 2
+    assert "was judged, so there is nothing to judge again: its scenarios' judge was off" in (
+        refused.stderr
+    )
+    assert "`enabled: auto` with EVALFLEET_UNSET_KEY unset" in refused.stderr
+    assert "before evidence was kept" not in refused.stderr
+
+
 def test_embedded_rejudge_with_more_repeats_asks_only_the_new_ones(
     fleet_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -240,7 +240,8 @@ def test_validate_says_what_each_question_can_detect(
     shown = run_cli("validate", matrix, "--icc", "0.42", env=fleet_env)
     assert shown.returncode == 0, shown.stderr
     assert "intra-scenario correlation 0.42 assumed" in shown.stdout
-    assert "on these scenarios: 0.2" in shown.stdout  # the 0.2 it found, near the limit
+    # the 20 points it found, near the limit
+    assert "on these scenarios: a difference of 2" in shown.stdout
     assert "4 scenarios are too few to generalise from" in shown.stdout
 
 
@@ -281,7 +282,7 @@ def test_csv_and_github_carry_the_figures(
     text = github.stdout
     assert text.splitlines()[0] == (
         "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 4 scenarios; "
-        "Holm-corrected across 4 tests, alpha 0.05)"
+        "Holm-corrected across the 4 across-scenario tests, alpha 0.05)"
     )
     section = text.split(
         "**Across scenarios: against T0 on these scenarios and on scenarios like these**"

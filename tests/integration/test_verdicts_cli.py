@@ -237,13 +237,13 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
     # From 6/20 at the level of one test in twelve, even a fall to 0 would go unseen.
     assert t2["detectable"]["regression"] is None
     # The tier's verdict names the tests it came from; a scenario row's says what its
-    # runs could not have seen.
+    # runs could have seen, in points of pass rate.
     stratified = "no significant difference (CMH and van Elteren on these 2 scenarios)"
     s1 = report["tiers"]["T2"]["scenarios"]["s1"]["analysis"]["vs_baseline"]
     assert s1["detectable"]["regression"] is None
     undetected = (
-        f"no significant difference (could not detect a rise < "
-        f"{s1['detectable']['improvement']:.3f} or any fall)"
+        f"no significant difference (could detect a rise of "
+        f"{s1['detectable']['improvement'] * 100:.0f} points or more in pass rate; not a fall)"
     )
 
     markdown = _cli(fleet_env, "report", family, "--format", "markdown")
@@ -263,13 +263,16 @@ def test_every_format_shows_raw_and_adjusted_p_and_effect_sizes(
     assert significance[8] == stratified
     s1_row = next(line for line in section.splitlines() if line.startswith("| T2 | s1 |"))
     assert s1_row.endswith(f"| {undetected} |")
-    assert "p adj.: Holm-adjusted across all 12 tests (family-wise error rate 0.05)" in markdown
+    assert (
+        "p adj.: Holm-corrected across the 12 run-level tests (family-wise error rate 0.05)"
+        in markdown
+    )
     assert "a tier with two or more scenarios takes its verdict from the tests stratified" in (
         " ".join(markdown.split())
     )
 
     terminal = " ".join(_cli({**fleet_env, "COLUMNS": "250"}, "report", family, "--full").split())
-    assert "p adj." in terminal and "Holm-adjusted across all 12 tests" in terminal
+    assert "p adj." in terminal and "Holm-corrected across the 12 run-level tests" in terminal
     assert stratified in terminal and undetected in terminal
 
     page = " ".join(html.unescape(_cli(fleet_env, "report", family, "--format", "html")).split())
@@ -295,13 +298,17 @@ def test_github_format_opens_with_the_verdict(
     lines = github.splitlines()
     assert lines[0] == (
         "**✅ Against baseline T0: T1 better, T2 no significant difference** "
-        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across 8 tests, alpha 0.05)"
+        "(CMH and van Elteren on these 2 scenarios; Holm-corrected across the 8 "
+        "across-scenario tests, alpha 0.05)"
     )
+    # Each count is named with its family, the same words in the headline and the notes.
+    assert "p adj.: Holm-corrected across the 12 run-level tests" in github
+    assert "Holm-corrected across the 8 across-scenario tests (four per tier)" in github
     assert lines[2].startswith(f"default ({family}): complete, 60/60 runs")
     bh = _cli(fleet_env, "report", experiments["family"], "--format", "github")
     assert bh.splitlines()[0] == (
         "**✅ Against baseline T0: T1 better, T2 better** (CMH and van Elteren on these 2 "
-        "scenarios; Benjamini-Hochberg-corrected across 8 tests, alpha 0.05)"
+        "scenarios; Benjamini-Hochberg-corrected across the 8 across-scenario tests, alpha 0.05)"
     )
     tier_rows = [line for line in lines if re.match(r"\| T\d \|", line)]
     assert [r.split(" | ")[0] for r in tier_rows[:3]] == ["| T0", "| T1", "| T2"]
@@ -336,7 +343,7 @@ def test_a_tier_is_judged_within_its_scenarios_and_the_pooled_verdict_said_besid
     github = _cli(fleet_env, "report", strata, "--format", "github")
     assert github.splitlines()[0] == (
         "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 2 scenarios; "
-        "Holm-corrected across 4 tests, alpha 0.05)"
+        "Holm-corrected across the 4 across-scenario tests, alpha 0.05)"
     )
     assert "| better (CMH and van Elteren on these 2 scenarios) |" in github
     rows = list(csv.DictReader(io.StringIO(_cli(fleet_env, "report", strata, "--format", "csv"))))
@@ -381,7 +388,7 @@ def test_compare_github_gates_on_the_corrected_verdict(
     assert gate.returncode == 1
     assert gate.stdout.splitlines()[0] == (
         f"**❌ Regression: T1 significantly worse in {b} than in {a}** "
-        "(Holm-corrected across 4 tests, alpha 0.05)"
+        "(Holm-corrected across the 4 run-level tests, alpha 0.05)"
     )
     assert "<details>" not in gate.stdout  # one scenario: its rows are the tiers'
     fine = run_cli("compare", a, a, "--fail-on-regression", "--format", "github", env=fleet_env)

@@ -105,7 +105,7 @@ def test_a_tier_with_scenarios_is_judged_on_them_not_on_its_pooled_runs() -> Non
     github = render(report, "github")
     assert github.splitlines()[0] == (
         "**✅ Against baseline T0: T1 better** (CMH and van Elteren on these 2 scenarios; "
-        "Holm-corrected across 4 tests, alpha 0.05)"
+        "Holm-corrected across the 4 across-scenario tests, alpha 0.05)"
     )
 
 
@@ -194,16 +194,20 @@ def test_planning_uses_the_intra_scenario_correlation_observed() -> None:
     assert plan.like_these == pytest.approx(t * math.sqrt(0.5 * deff / (4 * RUNS)))
     assert plan.like_these_twice_the_scenarios is not None
     assert plan.like_these_twice_the_runs is not None
+    assert plan.like_these is not None and plan.like_these_limit is not None
     assert plan.like_these_twice_the_scenarios < plan.like_these_twice_the_runs
     said = [n for n in questions_table(report).notes if "planning" in n]
     assert said == [
         "T1: planning, at the intra-scenario correlation observed (0.21), the smallest "
-        "pass-rate difference 4 scenarios x 20 runs detect (80% power at 0.0125): on these "
-        f"scenarios {plan.these_scenarios:.3f}; on scenarios like these not detectable "
-        f"({plan.like_these:.2f} > 1), with twice the scenarios "
-        f"{plan.like_these_twice_the_scenarios:.3f}, with twice the runs not detectable "
-        f"({plan.like_these_twice_the_runs:.2f} > 1), with unlimited runs not detectable "
-        f"({plan.like_these_limit:.2f} > 1)"
+        "difference in pass rate 4 scenarios x 20 runs detect (80% power at 0.0125): on "
+        f"these scenarios a difference of {plan.these_scenarios * 100:.0f} points or more; on "
+        "scenarios like these no difference (it would take "
+        f"{plan.like_these * 100:.0f} points; pass rates span 100), with twice the scenarios "
+        f"a difference of {plan.like_these_twice_the_scenarios * 100:.0f} points or more, "
+        "with twice the runs no difference (it would take "
+        f"{plan.like_these_twice_the_runs * 100:.0f} points; pass rates span 100), with "
+        f"unlimited runs no difference (it would take {plan.like_these_limit * 100:.0f} "
+        "points; pass rates span 100)"
     ]
 
 

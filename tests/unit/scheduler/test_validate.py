@@ -109,6 +109,31 @@ def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Pa
     ) in result.stdout.splitlines()
 
 
+def test_validate_warns_of_an_agent_model_without_a_price(tmp_path: Path) -> None:
+    """The README's preset examples' models are priced built in (OpenCode's under its
+    provider); any other model without `pricing:` is a warning naming the tiers."""
+    tiers = {
+        "claude": "claude-sonnet-4",
+        "codex": "gpt-5-codex",
+        "gemini": "gemini-2.5-pro",
+        "opencode": "anthropic/claude-sonnet-4",
+        "mine": "my-model",
+        "mine2": "my-model",
+    }
+    listed = "".join(f"  - {{id: {t}, agent: {{model: {m}}}}}\n" for t, m in tiers.items())
+    text = GOOD.replace("  - id: T0\n  - id: T1\n    files: {AGENTS.md: guide.md}\n", listed)
+    result = run_cli("validate", str(write(tmp_path, text)), env=KEYED)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "has no price" in line]
+    assert warnings == [
+        "warning: tiers mine, mine2: model 'my-model' has no price, so their runs' cost and "
+        "cost of pass will be unknown; add it under `pricing:` in the matrix (my-model: "
+        "{input: ..., output: ...}, $ per 1M tokens)"
+    ]
+    priced = write(tmp_path, text + "pricing: {my-model: {input: 1, output: 2}}\n")
+    assert "has no price" not in run_cli("validate", str(priced), env=KEYED).stderr
+
+
 def test_validate_accepts_the_example() -> None:
     result = run_cli("validate", str(EXAMPLES / "matrix.yaml"), env=KEYED)
     assert result.returncode == 0, result.stderr
@@ -346,9 +371,23 @@ def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
     these = z * (2 * 0.25 * (1 - icc) / (g * m)) ** 0.5
     like = t * (2 * 0.25 * (1 + (m - 1) * icc) / (g * m)) ** 0.5
     assert "two-sided at 0.0125" in out and "design effect 5.75" in out
-    assert f"  on these scenarios: {these:.3f}\n" in out
-    # 4 scenarios cannot tell a difference of a pass rate on scenarios like these.
-    assert f"  on scenarios like these: not detectable ({like:.2f} > 1)" in out
+    assert f"  on these scenarios: a difference of {these * 100:.0f} points or more\n" in out
+    # 4 scenarios cannot tell a difference of a pass rate on scenarios like these: the
+    # plan says so in points, and how many scenarios would tell one of 30 points.
+    assert (
+        f"  on scenarios like these: no difference (it would take {like * 100:.0f} points; "
+        "pass rates span 100)"
+    ) in out
+
+    def like_these(g: int, m: int) -> float:
+        t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+        return t * (2 * 0.25 * (1 + (m - 1) * icc) / (g * m)) ** 0.5
+
+    fewest = next(g for g in range(2, 1000) if like_these(g, m) <= 0.3)
+    assert (
+        f"  to detect 30 points on scenarios like these: {fewest} scenarios x 20 runs; "
+        "no number of runs on 4 scenarios would\n"
+    ) in out
     assert "twice the scenarios (8 x 20)" in out and "twice the runs (4 x 40)" in out
     assert "4 scenarios are too few to generalise from" in out
 

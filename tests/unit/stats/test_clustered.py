@@ -22,6 +22,8 @@ from core.stats.clustered import (
     mantel_haenszel,
     paired_t,
     planned_detectable,
+    runs_to_detect,
+    scenarios_to_detect,
     van_elteren,
 )
 from core.stats.distributions import chi2_sf, incomplete_beta, t_quantile, t_two_sided
@@ -428,3 +430,19 @@ def test_planned_detectable_differences_follow_their_formulas() -> None:
     assert planned_detectable(1, m, icc, alpha).like_these is None
     with pytest.raises(ValueError, match="correlation"):
         planned_detectable(g, m, 1.5, alpha)
+
+
+def test_the_fewest_scenarios_or_runs_that_detect_a_difference_are_the_fewest() -> None:
+    icc, alpha = 0.3, 0.0125
+
+    def like(g: int, m: int) -> float:
+        d = planned_detectable(g, m, icc, alpha).like_these
+        assert d is not None
+        return d
+
+    g = scenarios_to_detect(0.3, 5, icc, alpha)
+    assert g is not None and like(g, 5) <= 0.3 < like(g - 1, 5)
+    m = runs_to_detect(0.3, 40, icc, alpha)
+    assert m is not None and like(40, m) <= 0.3 < like(40, m - 1)
+    # Past the limit of unlimited runs only more scenarios go lower.
+    assert runs_to_detect(0.3, 4, icc, alpha) is None

@@ -124,7 +124,8 @@ def test_an_experiment_without_results_renders_everywhere() -> None:
     for fmt in ("markdown", "table", "csv", "json", "github"):
         assert "T1" in render(report, fmt)
     assert render(report, "github").startswith(
-        "**⚪ Against baseline T0: T1 not enough runs** (Holm-corrected across 0 tests"
+        "**⚪ Against baseline T0: T1 not enough runs** "
+        "(Holm-corrected across the 0 run-level tests"
     )
 
 
