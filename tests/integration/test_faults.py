@@ -624,6 +624,60 @@ def test_a_broker_that_refuses_writes_mid_experiment_stops_nothing_for_good(
         assert "Unrecoverable error" not in (tmp_path / f"w{i}.log").read_text()
 
 
+def test_a_worker_left_alone_with_a_full_broker_finishes_every_run_once_it_has_room(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """One worker, and Redis full for longer than a run waits for it (about a minute),
+    than a lease and than the worker's visibility timeout, with runs in progress and
+    queued. Each run in progress gives up storing its result and rejects its message
+    back to the queue, which the full broker refuses too. kombu kept each such message
+    as delivered forever: two of them and the worker's prefetch was spent, so it never
+    fetched again and the experiment stayed running until a second worker came. Now
+    the same worker finishes every run once the broker has room, each recorded once
+    with the outcome its agent earned, and its log says the broker is full in a line,
+    without a traceback."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url, "EVALFLEET_SWEEP_S": "1"}
+    log = shared_with_agents(tmp_path / "started.log")
+    earned = "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
+    command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 3; {earned}'
+    matrix = write_matrix(tmp_path, command, runs=10)
+    # The worker's visibility timeout is short too: kombu's own restore of old messages
+    # (refused while the broker is full) must not stop the worker either. A submit
+    # refuses a matrix whose runs could outlast it: the submitter keeps the default.
+    worker_env = {**env, "EVALFLEET_VISIBILITY_TIMEOUT": "10"}
+    worker = Worker(worker_env, tmp_path / "w.log", concurrency=2)
+    store = Store.from_url(own_redis.url, prefix=PREFIX)
+    broker = redis.Redis.from_url(own_redis.url)
+    broker.config_set("maxmemory-policy", "noeviction")
+    follower = start_cli("submit", str(matrix), "--wait", "--json", env=env)
+    try:
+        wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
+        broker.config_set("maxmemory", 1)  # every write refused from now on
+        time.sleep(75)  # the runs in progress give up on the broker after ~60 s
+        assert worker.proc.poll() is None, "the worker exited"
+        broker.config_set("maxmemory", 0)
+        try:
+            out, err = follower.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the experiment did not finish: {_where_runs_are(store)}")
+    finally:
+        follower.kill()
+        worker.stop()
+    assert follower.returncode == 0, err
+    report = json.loads(out)
+    exp_id = report["experiment"]["id"]
+    runs = store.results.all(exp_id)
+    assert sorted((r.run_index, r.passed) for r in runs) == [(i, i % 2 == 0) for i in range(10)]
+    assert report["experiment"]["completed_runs"] == 10
+    assert report["tiers"]["T0"]["runs"] == 10 and report["tiers"]["T0"]["passes"] == 5
+    assert {r.worker for r in runs} == {r.worker for r in runs[:1]}  # the one worker
+    # Every run's agent ran; a run whose result the full broker refused ran again.
+    assert {line.split()[0] for line in started(log)} == {r.run_id for r in runs}
+    said = worker.log.read_text()
+    assert "Traceback" not in said and "CRITICAL" not in said, said[-5000:]
+    assert "the broker is full and refuses writes" in said, said[-5000:]
+
+
 def test_a_broker_set_to_lose_runs_is_named_at_submit_and_at_worker_start(
     fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
 ) -> None:
