@@ -190,6 +190,17 @@ class RetryLater(EvalfleetError):
         self.holder = holder
 
 
+class ExperimentPaused(EvalfleetError):
+    """The run's experiment is interrupted (an embedded submit stopped by Ctrl-C): its
+    message is dropped, nothing recorded; `scheduler resume` sends the run again."""
+
+    def __init__(self, exp_id: str, run_id: str):
+        super().__init__(
+            f"run {run_id} dropped: experiment {exp_id} was interrupted; "
+            f"`scheduler resume {exp_id}` sends it again"
+        )
+
+
 class RunInProgress(EvalfleetError):
     """Another delivery of the run holds its live lease: this copy of its message (a
     broker's restore, a resend racing the run) is dropped; if that delivery dies, its

@@ -27,7 +27,7 @@ from celery.app import trace
 from celery.exceptions import Ignore, Reject
 
 from core.analysis.aggregate import aggregate
-from core.errors import ExperimentNotFound, RetryLater, RunInProgress
+from core.errors import ExperimentNotFound, ExperimentPaused, RetryLater, RunInProgress
 from core.evaluation.rejudge import RejudgePlan
 from core.evidence.text import visible
 from core.matrix import Budget, Matrix
@@ -107,6 +107,11 @@ def run(
         # waits for this run's one result.
         kwargs = {"outages": exc.outages, "continues": exc.holder}
         raise self.retry(args=(spec,), kwargs=kwargs, countdown=exc.wait_s) from None
+    except ExperimentPaused as exc:
+        # Nothing recorded and the chord left alone: the resume that lifts the pause
+        # sends the run again, as a run without a result, lease or message.
+        log.warning("%s", exc)
+        raise Ignore() from None
     except RunInProgress as exc:
         # The delivery that runs it answers for it; should that one die, its lease
         # lapses and the sweep sends the run again.
