@@ -23,6 +23,7 @@
     ├── WorkspaceTooLarge (ValueError) ─ a workspace above `workspace_archive.max_bytes`
     ├── SetupError ─ a run's workspace could not be prepared (an infrastructure error)
     ├── RetryLater ─ a provider outage: the run goes back to the queue for later
+    ├── ExperimentPaused ─ a run of an interrupted experiment: dropped until a resume
     └── RunInProgress ─ a copy of a run that another delivery is running: dropped
 
 The second bases keep the callers that catch ValueError, KeyError or RuntimeError
