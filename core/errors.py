@@ -23,6 +23,7 @@
     ├── WorkspaceTooLarge (ValueError) ─ a workspace above `workspace_archive.max_bytes`
     ├── SetupError ─ a run's workspace could not be prepared (an infrastructure error)
     ├── RetryLater ─ a provider outage: the run goes back to the queue for later
+    ├── ExperimentPaused ─ a run of an interrupted experiment: dropped until a resume
     └── RunInProgress ─ a copy of a run that another delivery is running: dropped
 
 The second bases keep the callers that catch ValueError, KeyError or RuntimeError
@@ -188,6 +189,17 @@ class RetryLater(EvalfleetError):
         self.wait_s = wait_s
         self.outages = outages
         self.holder = holder
+
+
+class ExperimentPaused(EvalfleetError):
+    """The run's experiment is interrupted (an embedded submit stopped by Ctrl-C): its
+    message is dropped, nothing recorded; `scheduler resume` sends the run again."""
+
+    def __init__(self, exp_id: str, run_id: str):
+        super().__init__(
+            f"run {run_id} dropped: experiment {exp_id} was interrupted; "
+            f"`scheduler resume {exp_id}` sends it again"
+        )
 
 
 class RunInProgress(EvalfleetError):

@@ -9,8 +9,9 @@ Redis result backend, without the per-task costs that make that call take
   worker finishing a header task counts it (`on_chord_part_return`, which
   Celery runs whether or not the task's result is stored) and the last one
   sends the body;
-- the messages go out in Redis pipelines (kombu's `Producer.batch`) instead
-  of one round trip each;
+- the messages go out in Redis pipelines, one LPUSH per queue, instead of one
+  round trip each; a broker near its limit (maxmemory, noeviction) that refuses
+  a batch is sent it in halves, down to one run, before the submit stops;
 - run tasks ignore their Celery result: their RunResult lives in our own keys
   (core.store.keys), so the scheduler neither subscribes to a result channel per
   run nor leaves a result key per run in Redis;
@@ -29,6 +30,7 @@ import contextlib
 import itertools
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -116,27 +118,70 @@ def send(
         for queue in run_queues(matrix, app.conf.task_default_queue):
             producer.maybe_declare(app.amqp.queues[queue])
     runs = iter(specs)
-    index = 0
+    index = sent = 0
+    fits = BATCH_SIZE  # the most runs the broker took in one go
     while batch := list(itertools.islice(runs, BATCH_SIZE)):
-        pipe = store.redis.pipeline(transaction=False)
-        queued: dict[str, list[str]] = {}
+        parcels = []
         for offset, spec in enumerate(batch):
             cell = (spec.tier, spec.scenario)
             if cell not in templates:
                 templates[cell] = Template(app, run_options(matrix, spec), group_id, body)
             template = templates[cell]
-            queued.setdefault(template.queue, []).append(template.message(spec, index + offset))
-        for queue, messages in queued.items():
-            pipe.lpush(keys.queue_key(queue), *messages)
-        try:
-            if record:
-                store.specs.add(experiment_id, batch)
-            pipe.execute()
-        except redis.RedisError as exc:
-            # The runs not sent are the resume's: their plan is the matrix's (complete_plan).
-            raise PartlySent(experiment_id, index, count, exc) from exc
+            parcels.append(Parcel(spec, template.queue, template.message(spec, index + offset)))
         index += len(batch)
+        while parcels:
+            part = parcels[:fits]
+            try:
+                refused, why = _push(store, experiment_id, part, record)
+            except redis.RedisError as exc:
+                # The runs not sent are the resume's: their plan is the matrix's (complete_plan).
+                raise PartlySent(experiment_id, sent, count, exc) from exc
+            sent += len(part) - len(refused)
+            if refused and len(part) == 1:  # not even one run fits
+                raise PartlySent(experiment_id, sent, count, why)
+            if refused:
+                # A broker near its limit holds a whole command while it parses it:
+                # fewer runs at once may fit where a batch does not.
+                fits = len(part) // 2
+            parcels[: len(part)] = refused
     store.experiments.mark_sent(experiment_id, app.conf.task_default_queue)
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """A run's message, ready to be pushed to its queue."""
+
+    spec: RunSpec
+    queue: str
+    message: str
+
+
+def _push(
+    store: Store, experiment_id: str, parcels: list[Parcel], record: bool
+) -> tuple[list[Parcel], redis.OutOfMemoryError | None]:
+    """Push the parcels, one LPUSH per queue in one round trip; with `record`, their specs
+    are stored first. Returns those a full broker refused, and its refusal: all of them
+    if it refused their specs, else those of the queues whose LPUSH it refused (an LPUSH
+    is refused whole or taken whole, so none is sent twice when they are pushed again)."""
+    if record:
+        try:
+            store.specs.add(experiment_id, [p.spec for p in parcels])
+        except redis.OutOfMemoryError as exc:
+            return parcels, exc
+    by_queue: dict[str, list[Parcel]] = {}
+    for parcel in parcels:
+        by_queue.setdefault(parcel.queue, []).append(parcel)
+    pipe = store.redis.pipeline(transaction=False)
+    for queue, group in by_queue.items():
+        pipe.lpush(keys.queue_key(queue), *(p.message for p in group))
+    refused: list[Parcel] = []
+    why = None
+    for group, reply in zip(by_queue.values(), pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(reply, redis.OutOfMemoryError):
+            refused, why = refused + group, reply
+        elif isinstance(reply, Exception):
+            raise reply
+    return refused, why
 
 
 class Template:

@@ -11,6 +11,8 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
+
 from core.errors import FleetError, InputError, WorkersDied
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentReport, ExperimentStatus
@@ -102,6 +104,10 @@ def _resume(fleet: Fleet, exp_id: str, budget: float | None, workers: int | None
     matrix = store.experiments.matrix(exp_id)
     info = store.experiments.info(exp_id)
     app = fleet.app
+    if info.status == ExperimentStatus.interrupted:
+        # Its runs go on: those still queued run as they come, those whose messages a
+        # later command's workers dropped have none and are sent again below.
+        store.experiments.set_status(exp_id, ExperimentStatus.running)
     if budget is not None and matrix.budget is None:
         raise InputError(
             f"experiment {exp_id} was submitted without a budget; --budget on resume "
@@ -196,6 +202,18 @@ def wait(fleet: Fleet, experiment: str) -> ExperimentReport:
     if report is None:
         raise FleetError(f"experiment {experiment} ended without a report")
     return report
+
+
+def interrupt(fleet: Fleet, exp_id: str) -> bool:
+    """Pause an experiment whose embedded submit or resume was interrupted (Ctrl-C): the
+    workers of later commands here drop its queued runs' messages, recording nothing,
+    instead of running them before their own, until `resume` (which sends them again)
+    or `cancel`. Whether it is paused: not if it had finished, or the store is gone."""
+    try:
+        before = fleet.store.experiments.interrupt(exp_id)
+    except redis.RedisError:
+        return False
+    return before not in (ExperimentStatus.complete, ExperimentStatus.cancelled)
 
 
 def cancel(fleet: Fleet, experiment: str) -> tuple[str, ExperimentStatus]:

@@ -1,5 +1,6 @@
-"""kombu's Redis transport, mended three times: a worker must survive a Redis restart
-and a full Redis, and a run must not pay for a new Redis client at every broker call.
+"""kombu's Redis transport (and Celery's Redis backend), mended: a worker must survive a
+Redis restart and a full Redis, and a run must not pay for a new Redis client at every
+broker call.
 
 When Redis goes away, Celery closes the broker connection; closing its channel
 gives back the messages the worker holds, and a run finishing meanwhile acks
@@ -20,8 +21,8 @@ and kombu acks a message with ZREM and HDEL in one: the ack raised
 OutOfMemoryError, which Celery also calls unrecoverable, and a full broker took
 the fleet down. The ack's two deletes go without a transaction (each is safe
 alone: kombu's visibility sweep skips an index entry without its message), and
-a refused write of kombu's (a requeue, a restore) is a connection error, after
-which the message stays unacknowledged for the sweep.
+a refused restore of kombu's is a connection error, after which the message
+stays unacknowledged for the sweep.
 
 kombu's channel builds a new redis-py client for each publish, ack and
 reservation (`conn_or_acquire`), and redis-py 8 fills a table of some 300
@@ -31,6 +32,19 @@ a worker's main process. The channel keeps one client per connection pool
 instead: the same pool, so the same connections as before. When Celery drops
 the channel's pools (a lost connection), the next call builds its client anew,
 through the guard above.
+
+A message is the worker's until its ack or reject succeeds: kombu counts it
+against the prefetch limit until then. A full Redis refuses a reject's requeue
+(a write); Celery logged "Couldn't reject" and went on, and the message stayed
+counted forever. Two such, the prefetch of a two-process worker was spent: the
+worker never fetched again, though the broker had room long since, and its
+experiment waited for another worker. A refused ack or reject now gives the
+message up here (the sweep puts it back, sends its run again, or drops it: it is
+still among the unacknowledged, or nowhere), in one line, and the worker takes
+the next. Celery's count of a finished chord part, a Lua script a full Redis
+refuses, is skipped the same way (the chord then never fires; the sweep reports
+the experiment once every run has a result): it failed the task outside its
+body, with a traceback in the log twice over.
 """
 
 from __future__ import annotations
@@ -42,8 +56,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from celery.backends import redis as celery_redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
+
+from core.store.client import refused_write
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +97,17 @@ def _remove_from_indices_without_multi(self: Any, delivery_tag: str, pipe: Any =
 REFUSED = (redis.OutOfMemoryError, redis.exceptions.ExecAbortError)
 
 
+class BrokerRefuses(redis.ConnectionError):
+    """A write of kombu's that a full Redis refused, as the connection error Celery lives with."""
+
+
 def _refused_writes_as_connection_errors(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
         except REFUSED as exc:
-            raise redis.ConnectionError(f"the broker refuses writes: {exc}") from exc
+            raise BrokerRefuses(f"the broker refuses writes: {exc}") from exc
 
     return guarded
 
@@ -102,8 +123,46 @@ def _append_even_when_full(self: Any, message: Any, delivery_tag: str) -> None:
         virtual.QoS.append(self, message, delivery_tag)  # kept in memory, to be acked
 
 
+def _settled_even_when_refused(name: str) -> Callable[..., Any]:
+    """kombu's `ack` or `reject`, which a full Redis may refuse: the message is then given
+    up by this worker all the same, so that it stops counting against the prefetch."""
+    settle = _ORIGINALS[name]
+    done = {"ack": "acknowledged", "reject": "given back to its queue"}[name]
+
+    @functools.wraps(settle)
+    def settled(self: Any, delivery_tag: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return settle(self, delivery_tag, *args, **kwargs)
+        except (*REFUSED, BrokerRefuses):  # a reject's requeue is a guarded restore
+            virtual.QoS.ack(self, delivery_tag)  # only this worker's count of it
+            log.warning(
+                "the broker is full and refuses writes: message %s not %s; it is left to "
+                "the recovery sweep, and this worker takes the next",
+                delivery_tag,
+                done,
+            )
+        return None
+
+    return settled
+
+
+def _chord_part_skipped_when_refused(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return _ORIGINALS["chord part"](self, request, *args, **kwargs)
+    except redis.RedisError as exc:
+        if not refused_write(exc):
+            raise
+        log.warning(
+            "the broker is full and refuses writes: task %s not counted toward its chord; "
+            "the recovery sweep reports its experiment once every run has a result",
+            request.id,
+        )
+    return None
+
+
 _remove_from_indices = kombu_redis.QoS._remove_from_indices
-_GUARDED = ("ack", "reject", "restore_by_tag", "restore_unacked", "restore_visible")
+_GUARDED = ("restore_by_tag", "restore_unacked", "restore_visible")
+_SETTLING = ("ack", "reject")
 _ORIGINALS: dict[str, Callable[..., Any]] = {}
 
 
@@ -115,5 +174,11 @@ def install() -> None:
     for name in _GUARDED:  # each wrapped once, however often an app is built
         original = _ORIGINALS.setdefault(name, getattr(qos, name))
         setattr(qos, name, _refused_writes_as_connection_errors(original))
+    for name in _SETTLING:
+        _ORIGINALS.setdefault(name, getattr(qos, name))
+        setattr(qos, name, _settled_even_when_refused(name))
+    backend = celery_redis.RedisBackend
+    _ORIGINALS.setdefault("chord part", backend.on_chord_part_return)
+    setattr(backend, "on_chord_part_return", _chord_part_skipped_when_refused)  # noqa: B010
     _ORIGINALS.setdefault("append", qos.append)
     setattr(qos, "append", _append_even_when_full)  # noqa: B010

@@ -101,10 +101,10 @@ def execute(
     """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
     result is recorded; the run's message or its lease brings it back. Raises
     RetryLater after a provider outage while deliveries remain, RunInProgress when
-    another delivery runs the run. `outages`: the earlier deliveries' outages, kept
-    on the result; `continues`: the lease holder of the delivery that met the last
-    one. `worker`: the name its deliveries are recorded under (default: the host
-    name)."""
+    another delivery runs the run, ExperimentPaused while its experiment is
+    interrupted. `outages`: the earlier deliveries' outages, kept on the result;
+    `continues`: the lease holder of the delivery that met the last one. `worker`: the
+    name its deliveries are recorded under (default: the host name)."""
     started = time.time()
     matrix = _matrix(store, spec.experiment_id)
     lease = Lease(store, spec, matrix.lease_s)

@@ -44,6 +44,8 @@ def keep_evidence(
             update={"phases": phases, "attempts": _attempts(delivery, result, started)}
         )
         _save(store, matrix, bounded(whole, matrix.evidence, secrets))
+    except redis.OutOfMemoryError:  # the broker's state, not a bug: no traceback
+        log.warning("run %s: evidence not stored: the broker is full", result.run_id)
     except Exception as exc:
         log.warning("run %s: evidence not stored: %r", result.run_id, exc, exc_info=True)
 

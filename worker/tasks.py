@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
+import redis
 from celery import Celery, Task, shared_task
+from celery.app import trace
 from celery.exceptions import Ignore, Reject
 
 from core.analysis.aggregate import aggregate
-from core.errors import ExperimentNotFound, RetryLater, RunInProgress
+from core.errors import ExperimentNotFound, ExperimentPaused, RetryLater, RunInProgress
 from core.evaluation.rejudge import RejudgePlan
 from core.evidence.text import visible
 from core.matrix import Budget, Matrix
@@ -41,6 +43,10 @@ from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK,
 from worker.waves import adaptive_report
 
 log = logging.getLogger(__name__)
+# Celery logs a rejected task with a traceback, which shows only where this module
+# raised Reject: a run handed back, or the broker away or full, is said in the one line
+# of its reason, as an ignored task's is.
+trace.log_policy_reject = trace.log_policy_reject._replace(traceback=0)
 
 
 def store_of(app: Celery) -> Store:
@@ -101,6 +107,11 @@ def run(
         # waits for this run's one result.
         kwargs = {"outages": exc.outages, "continues": exc.holder}
         raise self.retry(args=(spec,), kwargs=kwargs, countdown=exc.wait_s) from None
+    except ExperimentPaused as exc:
+        # Nothing recorded and the chord left alone: the resume that lifts the pause
+        # sends the run again, as a run without a result, lease or message.
+        log.warning("%s", exc)
+        raise Ignore() from None
     except RunInProgress as exc:
         # The delivery that runs it answers for it; should that one die, its lease
         # lapses and the sweep sends the run again.
@@ -126,8 +137,14 @@ def run(
         # Not the run's fault and not acknowledged: the message goes back to the
         # queue (or, Redis still away, the broker redelivers it); the lease, if
         # taken, expires and the run is sent again sooner.
-        raise Reject(f"Redis unreachable: {exc}", requeue=True) from None
+        raise Reject(f"{_unavailable(exc)}: {exc}", requeue=True) from None
     return summary(result)
+
+
+def _unavailable(exc: Exception) -> str:
+    if isinstance(exc, redis.OutOfMemoryError):
+        return "the broker is full and refuses writes"
+    return "Redis unreachable"
 
 
 @shared_task(bind=True, name=REJUDGE_TASK)
@@ -139,7 +156,7 @@ def rejudge(self: Task, experiment_id: str, run_id: str, plan: dict[str, Any]) -
     try:
         result = rejudged(db, experiment_id, run_id, rejudge_plan)
     except REDIS_DOWN as exc:
-        raise Reject(f"Redis unreachable: {exc}", requeue=True) from None
+        raise Reject(f"{_unavailable(exc)}: {exc}", requeue=True) from None
     return summary(result)
 
 

@@ -388,6 +388,9 @@ class ExperimentStatus(StrEnum):
     running = "running"
     complete = "complete"
     cancelled = "cancelled"
+    # An embedded submit or resume stopped by Ctrl-C: its runs wait for a resume
+    # (a later command's workers drop their messages, scheduler.running.interrupt).
+    interrupted = "interrupted"
 
 
 # An experiment's id ends with when it was submitted (scheduler.plan.new_experiment_id):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from core.errors import ExperimentNotFound, RunInProgress
+from core.errors import ExperimentNotFound, ExperimentPaused, RunInProgress
 from core.evidence.models import Attempt
 from core.results.report import ExperimentStatus
 from core.results.run import RunResult
@@ -56,7 +56,8 @@ class Attempts:
         """A delivery of a run starts: its stored result, if it has one; else the
         delivery is counted and recorded as `worker`'s, and `holder` takes the run's
         lease for `lease_s`. ExperimentNotFound when the experiment has no record;
-        RunInProgress while another delivery than `continues` holds a live lease."""
+        ExperimentPaused while it is interrupted; RunInProgress while another delivery
+        than `continues` holds a live lease."""
         reply = self._begin(
             keys=[
                 self.keys.runs(exp_id),
@@ -70,6 +71,8 @@ class Attempts:
         )
         if reply[0] == "gone":
             raise ExperimentNotFound(exp_id)
+        if reply[0] == "paused":
+            raise ExperimentPaused(exp_id, run_id)
         if reply[0] == "busy":
             raise RunInProgress(run_id, float(reply[1]), reply[2])
         if reply[0] == "stored":

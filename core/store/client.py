@@ -49,7 +49,7 @@ class Pipeline(Protocol):
     def lpush(self, name: str, *values: Value) -> Self: ...
     def publish(self, channel: str, message: Value) -> Self: ...
     def memory_usage(self, key: str, samples: int | None = None) -> Self: ...
-    def execute(self) -> list[Any]: ...
+    def execute(self, raise_on_error: bool = True) -> list[Any]: ...
     def __len__(self) -> int: ...
 
 
@@ -144,6 +144,14 @@ def connect(url: str) -> tuple[TextClient, BinaryClient]:
 _REFUSED = "command not allowed when used memory > 'maxmemory'"
 
 
+def refused_write(exc: BaseException) -> bool:
+    """Whether `exc` is a full Redis refusing a write: a plain command's
+    OutOfMemoryError, or the generic error of a script whose write it refused."""
+    return isinstance(exc, redis.OutOfMemoryError) or (
+        isinstance(exc, redis.ResponseError) and _REFUSED in str(exc)
+    )
+
+
 class _Redis(redis.Redis):
     """A plain command refused by a full Redis raises OutOfMemoryError; inside a script
     the same refusal is a generic script error. These clients' scripts raise
@@ -160,6 +168,6 @@ class _Script(Script):
         except redis.OutOfMemoryError:
             raise
         except redis.ResponseError as exc:
-            if _REFUSED in str(exc):
+            if refused_write(exc):
                 raise redis.OutOfMemoryError(str(exc)) from exc
             raise

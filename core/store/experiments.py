@@ -158,6 +158,15 @@ class Experiments:
             raise ExperimentNotFound(exp_id)
         return ExperimentStatus(before)
 
+    def interrupt(self, exp_id: str) -> ExperimentStatus:
+        """Mark a pending or running experiment interrupted (its runs wait for a resume),
+        as `cancel` marks it cancelled, in one step; returns its status before."""
+        keys = [self.keys.experiment(exp_id), self.keys.status_channel(exp_id)]
+        before = self._cancel(keys=keys, args=[ExperimentStatus.interrupted.value])
+        if not before:
+            raise ExperimentNotFound(exp_id)
+        return ExperimentStatus(before)
+
     def status_changes(self, exp_id: str) -> PubSub:
         """A subscription to the experiment's status changes (set_status), whose
         get_message(timeout=...) waits for the next one."""
@@ -218,12 +227,16 @@ class Experiments:
         return ids[0] if ids else None
 
     def active(self, recent: int = 1000) -> list[str]:
-        """Experiments not yet aggregated (no finished_at), among the `recent` latest."""
+        """Experiments not yet aggregated (no finished_at) nor interrupted (nothing of
+        theirs is sent again until a resume), among the `recent` latest."""
         ids = self.redis.zrange(self.keys.experiments(), -recent, -1)
         pipe = self.redis.pipeline(transaction=False)  # a full Redis refuses every MULTI
         for exp_id in ids:
             pipe.hmget(self.keys.experiment(exp_id), "status", "finished_at")
         states = pipe.execute()
+        paused = ExperimentStatus.interrupted.value
         return [
-            i for i, (status, finished) in zip(ids, states, strict=True) if status and not finished
+            i
+            for i, (status, finished) in zip(ids, states, strict=True)
+            if status and status != paused and not finished
         ]

@@ -37,24 +37,26 @@ return 'saved'
 
 # A delivery's first step, in one round trip: nothing when the experiment has no
 # record (deleted, or lost by the broker: its run must not re-create its keys);
-# the stored result if the run has one (then nothing else happens); nothing but
-# how long it lasts when another delivery holds the run's live lease (two copies of
-# one message, say a broker's restore after a restart, never run at once nor count
-# as two deliveries); else the delivery is counted, recorded among the run's
+# the stored result if the run has one (then nothing else happens); nothing when the
+# experiment is interrupted (its runs wait for a resume); nothing but how long it
+# lasts when another delivery holds the run's live lease (two copies of one message,
+# say a broker's restore after a restart, never run at once nor count as two
+# deliveries); else the delivery is counted, recorded among the run's
 # deliveries (so that one that dies without a result still shows) and takes the
 # run's lease, lapsed or its own predecessor's (ARGV[6]: after a provider outage).
 # KEYS[1] runs, KEYS[2] attempts, KEYS[3] leases, KEYS[4] experiment, KEYS[5] halted,
 # KEYS[6] deliveries.
 # ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier,
 # ARGV[5] the worker's name, ARGV[6] the holder this delivery continues ('' none).
-# Returns {'gone'}, {'stored', RunResult JSON}, {'busy', seconds the lease has left,
-# its holder}
+# Returns {'gone'}, {'stored', RunResult JSON}, {'paused'}, {'busy', seconds the lease
+# has left, its holder}
 # or {'started', attempts, experiment status, why fail-fast stopped the tier or '',
 # the deliveries' JSON list}.
 BEGIN_DELIVERY = """
 if redis.call('HEXISTS', KEYS[4], 'info') == 0 then return {'gone'} end
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if stored then return {'stored', stored} end
+if redis.call('HGET', KEYS[4], 'status') == 'interrupted' then return {'paused'} end
 local now = redis.call('TIME')
 now = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local lease = redis.call('HGET', KEYS[3], ARGV[1])
@@ -346,15 +348,16 @@ end
 return overdue
 """
 
-# Cancelling is one step with reading the status: a finish that lands between the two
-# must not be relabelled (a complete experiment's report stands). Returns the status
-# before ('' for an experiment without a record); only pending and running ones change.
+# Cancelling (or interrupting) is one step with reading the status: a finish that lands
+# between the two must not be relabelled (a complete experiment's report stands).
+# Returns the status before ('' for an experiment without a record); only pending,
+# running and interrupted ones change.
 # KEYS[1] experiment, KEYS[2] its status channel.
-# ARGV[1] the cancelled status's value.
+# ARGV[1] the new status's value (cancelled or interrupted).
 CANCEL = """
 local before = redis.call('HGET', KEYS[1], 'status')
 if not before then return '' end
-if before == 'pending' or before == 'running' then
+if before == 'pending' or before == 'running' or before == 'interrupted' then
   redis.call('HSET', KEYS[1], 'status', ARGV[1])
   redis.call('PUBLISH', KEYS[2], ARGV[1])
 end

@@ -64,7 +64,8 @@ class CLIContext:
         return self._fleet
 
     def interrupted(self) -> str:
-        """What to say on Ctrl-C (or TERM, HUP): how to go on with what was sent."""
+        """What to say on Ctrl-C (or TERM, HUP): how to go on with what was sent. An
+        embedded experiment is paused first (scheduler.running.interrupt)."""
         exp_id = self.experiment
         if exp_id is None:
             return "interrupted"
@@ -76,10 +77,18 @@ class CLIContext:
                 f"stopped following; the fleet goes on running it: `scheduler status "
                 f"{exp_id}` follows it, `scheduler cancel {exp_id}` stops it"
             )
+        from scheduler.running import interrupt  # as the commands that send import it
+
+        if not interrupt(fleet, exp_id):
+            return (
+                f"interrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
+                f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "
+                "would run them first)"
+            )
         return (
-            f"interrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
-            f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "
-            "would run them first)"
+            f"interrupted; {exp_id} is paused: later submits here leave its runs not yet "
+            f"run alone, `scheduler resume {exp_id}` finishes it, `scheduler cancel "
+            f"{exp_id}` drops them"
         )
 
     @property

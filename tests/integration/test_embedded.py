@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -273,3 +274,87 @@ def test_an_idle_local_worker_stops_without_waiting_out_its_brpop(tmp_path: Path
             workers.stop()
             took.append(time.monotonic() - started)
     assert min(took) < 0.15, took  # without: 0.2-0.28 s
+
+
+def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_runs_alone(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Ctrl-C of an embedded submit after a few runs: its experiment is `interrupted` at
+    once, and the next submit in the folder runs its own run without running one of the
+    first's queued runs first (300 of them once took 43 s before a 1-run experiment).
+    `resume` then runs each run of the first that has no result, once, each with the
+    outcome its agent earned."""
+    log = shared_with_agents(tmp_path / "executions.log")
+    runs = 30
+    earned = "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
+    first = _matrix(
+        tmp_path / "first", "first", runs,
+        f'echo "start $EVALFLEET_RUN_ID" >> {log}; sleep 3; '
+        f'echo "end $EVALFLEET_RUN_ID" >> {log}; {earned}',
+    )  # fmt: skip
+    proc = start_cli("submit", str(first), "--workers", "2", env=embedded_env, cwd=tmp_path)
+    wait_until(lambda: _said(log, "end") >= 3, "a few runs to finish", timeout=120)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    said = " ".join(stderr.split())
+    found = re.search(r"interrupted; (first-\S+) is paused", said)
+    assert found is not None and "scheduler resume" in said, said
+    exp_id = found[1]
+    assert _status(embedded_env, tmp_path, exp_id) == "interrupted"
+    before = log.read_text().splitlines()
+
+    second = _matrix(
+        tmp_path / "second", "second", 1, f'echo "start second" >> {log}; touch out.txt'
+    )
+    began = time.monotonic()
+    submitted = run_cli("submit", str(second), "--workers", "2", "--json", env=embedded_env,
+                        cwd=tmp_path)  # fmt: skip
+    took = time.monotonic() - began
+    assert submitted.returncode == 0, submitted.stderr
+    assert json.loads(submitted.stdout)["experiment"]["passes"] == 1
+    assert log.read_text().splitlines() == [*before, "start second"]  # none of the first's
+    # The first's 20-odd runs left would take 30 s or more on two workers.
+    assert took < 25, took
+    assert _status(embedded_env, tmp_path, exp_id) == "interrupted"
+
+    resumed = run_cli("resume", exp_id, "--workers", "2", "--format", "json", env=embedded_env,
+                      cwd=tmp_path, timeout=240)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["experiment"]["status"] == "complete"
+    assert report["experiment"]["completed_runs"] == runs
+    assert report["tiers"]["T0"]["passes"] == runs // 2  # each the outcome its agent earned
+    lines = log.read_text().splitlines()
+    ended_before = {line.split()[1] for line in before if line.startswith("end ")}
+    again = [line.split()[1] for line in lines[len(before) + 1 :] if line.startswith("start ")]
+    assert len(again) == len(set(again)), again  # each remaining run once
+    assert not set(again) & ended_before  # no finished run ran again
+    assert len(ended_before) + len(again) == runs
+    assert _status(embedded_env, tmp_path, exp_id) == "complete"
+
+
+def _matrix(folder: Path, name: str, runs: int, command: str) -> Path:
+    folder.mkdir()
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(f"""
+name: {name}
+runs_per_tier: {runs}
+agent: {{command: {json.dumps(command)}, timeout_s: 60}}
+tiers: [{{id: T0}}]
+scenarios:
+  - id: s
+    prompt: go
+    evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}
+""")
+    return matrix
+
+
+def _said(log: Path, what: str) -> int:
+    return sum(line.startswith(f"{what} ") for line in log.read_text().splitlines())
+
+
+def _status(env: dict[str, str], cwd: Path, exp_id: str) -> str:
+    listed = run_cli("list", "--json", env=env, cwd=cwd)
+    assert listed.returncode == 0, listed.stderr
+    return next(str(e["status"]) for e in json.loads(listed.stdout) if e["id"] == exp_id)

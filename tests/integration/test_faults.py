@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ import redis
 from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from core.results.run import RunStatus
 from core.store import Store
+from scheduler.dispatch import BATCH_SIZE
 from tests.conftest import PREFIX, StartWorker, Worker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import RedisServer, alive, wait_until
@@ -455,8 +457,42 @@ def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_writ
         server.stop()
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """What a submit takes of a broker's memory (bytes)."""
+
+    kept: int  # everything the submit leaves in Redis: the experiment, its files, its runs
+    batch: int  # one full batch of run messages, which Redis holds whole while it parses it
+
+    def per_run(self, runs: int) -> int:
+        return self.kept // runs
+
+
+def footprint(
+    env: dict[str, str], matrix: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Footprint:
+    """The matrix submitted, as the code sends it, to a scratch redis-server of its own:
+    a full-broker test sizes its limit from this, not from a constant that fits one
+    machine's allocator and not another's."""
+    scratch = RedisServer(tmp_path_factory.mktemp("scratch"), uuid.uuid4().hex, persistent=False)
+    try:
+        client = redis.Redis.from_url(scratch.url)
+        before = int(client.info("memory")["used_memory"])
+        submitted = run_cli("submit", str(matrix), env={**env, "EVALFLEET_BROKER_URL": scratch.url})
+        assert submitted.returncode == 0, submitted.stderr
+        kept = int(client.info("memory")["used_memory"]) - before
+        messages = client.lrange(env["EVALFLEET_QUEUE"], 0, -1)
+    finally:
+        scratch.stop()
+    longest = max(len(m) for m in messages)
+    return Footprint(kept=kept, batch=min(BATCH_SIZE, len(messages)) * longest)
+
+
 def test_evidence_a_full_broker_refuses_is_named_and_every_run_keeps_its_outcome(
-    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+    fleet_env: dict[str, str],
+    own_redis: RedisServer,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """The probe's steps: agents printing megabytes into a broker with little room
     (maxmemory, noeviction). Every run ends with the outcome its agent earned (even
@@ -469,10 +505,13 @@ def test_evidence_a_full_broker_refuses_is_named_and_every_run_keeps_its_outcome
         "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
     )
     matrix = write_matrix(tmp_path, noisy, runs=8)
+    submit = footprint(env, matrix, tmp_path_factory)
     broker = redis.Redis.from_url(own_redis.url)
     broker.config_set("maxmemory-policy", "noeviction")
-    # Room for the evidence of two or three runs (each kept to 256 KB, compressed).
-    broker.config_set("maxmemory", int(broker.info("memory")["used_memory"]) + 600_000)
+    # Room for the submit, and for the evidence of two or three runs (each kept to
+    # 256 KB, compressed).
+    room = submit.kept + submit.batch + 600_000
+    broker.config_set("maxmemory", int(broker.info("memory")["used_memory"]) + room)
     worker = Worker(env, tmp_path / "w.log", concurrency=1)
     try:
         submitted = run_cli("submit", str(matrix), "--wait", "--json", env=env, timeout=240)
@@ -498,18 +537,26 @@ def test_evidence_a_full_broker_refuses_is_named_and_every_run_keeps_its_outcome
 
 
 def test_a_submit_a_full_broker_stops_part_way_is_completed_exactly_by_resume(
-    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+    fleet_env: dict[str, str],
+    own_redis: RedisServer,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """A broker that refuses writes (maxmemory, noeviction) part-way through a submit:
-    one sentence with the fix, and `resume` sends exactly the runs not sent, saying
-    how many it found where. No worker: the queue itself shows each run once."""
+    """A broker that refuses writes (maxmemory, noeviction) part-way through a submit,
+    with less room than one batch takes while Redis parses it: the submit sends smaller
+    batches, as many runs as fit (it used to stop before sending any), then says so in
+    one sentence with the fix, and `resume` sends exactly the runs not sent, saying how
+    many it found where. No worker: the queue itself shows each run once."""
     env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
     runs = 1600
     matrix = write_matrix(tmp_path, "touch out.txt", runs=runs)
+    submit = footprint(env, matrix, tmp_path_factory)
+    room = submit.batch // 2  # less than a batch, room for some runs, not all
+    assert 20 * submit.per_run(runs) < room < submit.kept, submit
     broker = redis.Redis.from_url(own_redis.url)
     used = int(broker.info("memory")["used_memory"])
     broker.config_set("maxmemory-policy", "noeviction")
-    broker.config_set("maxmemory", used + 1_200_000)  # room for a batch or two of runs
+    broker.config_set("maxmemory", used + room)
     refused = run_cli("submit", str(matrix), env=env)
     assert refused.returncode == 1, refused.stderr
     said = " ".join(refused.stderr.split())
@@ -622,6 +669,60 @@ def test_a_broker_that_refuses_writes_mid_experiment_stops_nothing_for_good(
     _each_ran_once(store, json.loads(out)["experiment"]["id"], log, runs=16)
     for i in range(2):
         assert "Unrecoverable error" not in (tmp_path / f"w{i}.log").read_text()
+
+
+def test_a_worker_left_alone_with_a_full_broker_finishes_every_run_once_it_has_room(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """One worker, and Redis full for longer than a run waits for it (about a minute),
+    than a lease and than the worker's visibility timeout, with runs in progress and
+    queued. Each run in progress gives up storing its result and rejects its message
+    back to the queue, which the full broker refuses too. kombu kept each such message
+    as delivered forever: two of them and the worker's prefetch was spent, so it never
+    fetched again and the experiment stayed running until a second worker came. Now
+    the same worker finishes every run once the broker has room, each recorded once
+    with the outcome its agent earned, and its log says the broker is full in a line,
+    without a traceback."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url, "EVALFLEET_SWEEP_S": "1"}
+    log = shared_with_agents(tmp_path / "started.log")
+    earned = "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
+    command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 3; {earned}'
+    matrix = write_matrix(tmp_path, command, runs=10)
+    # The worker's visibility timeout is short too: kombu's own restore of old messages
+    # (refused while the broker is full) must not stop the worker either. A submit
+    # refuses a matrix whose runs could outlast it: the submitter keeps the default.
+    worker_env = {**env, "EVALFLEET_VISIBILITY_TIMEOUT": "10"}
+    worker = Worker(worker_env, tmp_path / "w.log", concurrency=2)
+    store = Store.from_url(own_redis.url, prefix=PREFIX)
+    broker = redis.Redis.from_url(own_redis.url)
+    broker.config_set("maxmemory-policy", "noeviction")
+    follower = start_cli("submit", str(matrix), "--wait", "--json", env=env)
+    try:
+        wait_until(lambda: _results(store) >= 2, "two results", timeout=60)
+        broker.config_set("maxmemory", 1)  # every write refused from now on
+        time.sleep(75)  # the runs in progress give up on the broker after ~60 s
+        assert worker.proc.poll() is None, "the worker exited"
+        broker.config_set("maxmemory", 0)
+        try:
+            out, err = follower.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the experiment did not finish: {_where_runs_are(store)}")
+    finally:
+        follower.kill()
+        worker.stop()
+    assert follower.returncode == 0, err
+    report = json.loads(out)
+    exp_id = report["experiment"]["id"]
+    runs = store.results.all(exp_id)
+    assert sorted((r.run_index, r.passed) for r in runs) == [(i, i % 2 == 0) for i in range(10)]
+    assert report["experiment"]["completed_runs"] == 10
+    assert report["tiers"]["T0"]["runs"] == 10 and report["tiers"]["T0"]["passes"] == 5
+    assert {r.worker for r in runs} == {r.worker for r in runs[:1]}  # the one worker
+    # Every run's agent ran; a run whose result the full broker refused ran again.
+    assert {line.split()[0] for line in started(log)} == {r.run_id for r in runs}
+    said = worker.log.read_text()
+    assert "Traceback" not in said and "CRITICAL" not in said, said[-5000:]
+    assert "the broker is full and refuses writes" in said, said[-5000:]
 
 
 def test_a_broker_set_to_lose_runs_is_named_at_submit_and_at_worker_start(
