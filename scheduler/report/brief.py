@@ -22,7 +22,7 @@ INFRA = "infrastructure error: "
 
 
 def brief_tables(report: ExperimentReport) -> list[Table]:
-    return [_headline(report), _reasons(report)]
+    return [verdict_table(report), _reasons(report)]
 
 
 def full_report_line(report: ExperimentReport) -> str:
@@ -32,7 +32,9 @@ def full_report_line(report: ExperimentReport) -> str:
     )
 
 
-def _headline(report: ExperimentReport) -> Table:
+def verdict_table(report: ExperimentReport) -> Table:
+    """Each tier's verdict against the baseline, pass rate and cost of pass: what the
+    terminal's one screen and the HTML report open with."""
     baseline = report.cross_tier.baseline
     rows = []
     unseen = []

@@ -291,11 +291,12 @@ def _html(exp_id: str, env: dict[str, str]) -> str:
     assert 'href="#runs"' in page
     assert page.count("<script>") == 1
     assert f"<h1>{NAME} ({exp_id})" in page
-    assert page.count('<figure class="chart"') == 4
+    # The difference from the baseline and one per scenario lead; four charts after them.
+    assert page.count('<figure class="chart"') == 1 + 2 + 4
     return page
 
 
-def test_html_is_one_self_contained_file_with_four_charts(
+def test_html_is_one_self_contained_file_with_its_charts(
     experiment: str, fleet_env: dict[str, str]
 ) -> None:
     page = _html(experiment, fleet_env)
@@ -337,8 +338,18 @@ def test_html_renders_its_charts_in_headless_chromium(
 ) -> None:
     measured = rendered_json(_html(experiment, fleet_env), _MEASURE, "measured", tmp_path)
     charts = {c["id"]: c for c in measured}
-    assert set(charts) == {"pass-rate", "composite", "cost-composite", "context-growth"}
-    assert all(c["width"] > 300 and c["height"] > 200 for c in charts.values())
+    assert set(charts) == {
+        "difference",
+        "scenario-0",
+        "scenario-1",
+        "pass-rate",
+        "composite",
+        "cost-composite",
+        "context-growth",
+    }
+    # The interval charts are as tall as their rows (a tier or two here), the others 320 px.
+    assert all(c["width"] > 300 and c["height"] > 60 for c in charts.values())
+    assert all(charts[c]["height"] > 200 for c in ("pass-rate", "composite", "context-growth"))
     t0, t1 = charts["pass-rate"]["bars"]
     assert (t0["label"], t1["label"]) == ("T0", "T1")
     # Laid out to scale: 0.9 is nine times as tall as 0.1.
