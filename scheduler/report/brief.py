@@ -16,7 +16,7 @@ from scheduler.report.verdicts import multiplicity_note, undetectable
 
 # Reasons listed; the rest are counted in a note.
 MOST_REASONS = 5
-# A reason longer than this is cut (`scheduler show` has it whole).
+# A reason longer than this is cut at a word (`scheduler show` has it whole).
 REASON_CHARS = 90
 INFRA = "infrastructure error: "
 
@@ -26,9 +26,10 @@ def brief_tables(report: ExperimentReport) -> list[Table]:
 
 
 def full_report_line(report: ExperimentReport) -> str:
+    """Where the rest is; each command in backticks, which the terminal never breaks."""
     return (
-        f"the full report: scheduler report {report.experiment.id} --full (every section), "
-        "or --format html > report.html (charts and the run table)"
+        f"the full report: `scheduler report {report.experiment.id} --full` (every section), "
+        "or `--format html > report.html` (charts and the run table)"
     )
 
 
@@ -94,7 +95,13 @@ def failure_reason(run: RunResult) -> str | None:
 
 
 def cut(reason: str, most: int = REASON_CHARS) -> str:
-    return reason if len(reason) <= most else reason[: most - 1] + "…"
+    """At most `most` characters, cut after the last whole word that fits (mid-word
+    only for a single word longer than that)."""
+    if len(reason) <= most:
+        return reason
+    kept = reason[: most - 1]
+    space = kept.rfind(" ")
+    return (kept[:space].rstrip() if space > 0 else kept) + "…"
 
 
 def _reasons(report: ExperimentReport) -> Table:
@@ -102,11 +109,8 @@ def _reasons(report: ExperimentReport) -> Table:
         found = failure_reasons(report.runs)
     else:  # a report without its runs names only the infrastructure errors
         found = [(INFRA + r, n, "") for r, n in report.error_reasons.items()]
-    rows = []
-    for reason, n, example in found[:MOST_REASONS]:
-        rows.append(
-            [str(n), cut(reason) + (f"\n  e.g. scheduler show {example}" if example else "")]
-        )
+    shown = found[:MOST_REASONS]
+    rows = [[str(n), cut(reason)] for reason, n, _ in shown]
     notes = [] if rows else ["no run failed"]
     rest = len(found) - len(rows)
     if rest > 0:
@@ -120,4 +124,5 @@ def _reasons(report: ExperimentReport) -> Table:
         rows,
         notes,
         label_columns=2,
+        commands=tuple(f"e.g. scheduler show {run}" if run else "" for *_, run in shown),
     )
