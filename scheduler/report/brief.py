@@ -16,23 +16,26 @@ from scheduler.report.verdicts import multiplicity_note, undetectable
 
 # Reasons listed; the rest are counted in a note.
 MOST_REASONS = 5
-# A reason longer than this is cut (`scheduler show` has it whole).
+# A reason longer than this is cut at a word (`scheduler show` has it whole).
 REASON_CHARS = 90
 INFRA = "infrastructure error: "
 
 
 def brief_tables(report: ExperimentReport) -> list[Table]:
-    return [_headline(report), _reasons(report)]
+    return [verdict_table(report), _reasons(report)]
 
 
 def full_report_line(report: ExperimentReport) -> str:
+    """Where the rest is; each command in backticks, which the terminal never breaks."""
     return (
-        f"the full report: scheduler report {report.experiment.id} --full (every section), "
-        "or --format html > report.html (charts and the run table)"
+        f"the full report: `scheduler report {report.experiment.id} --full` (every section), "
+        "or `--format html > report.html` (charts and the run table)"
     )
 
 
-def _headline(report: ExperimentReport) -> Table:
+def verdict_table(report: ExperimentReport) -> Table:
+    """Each tier's verdict against the baseline, pass rate and cost of pass: what the
+    terminal's one screen and the HTML report open with."""
     baseline = report.cross_tier.baseline
     rows = []
     unseen = []
@@ -92,7 +95,13 @@ def failure_reason(run: RunResult) -> str | None:
 
 
 def cut(reason: str, most: int = REASON_CHARS) -> str:
-    return reason if len(reason) <= most else reason[: most - 1] + "…"
+    """At most `most` characters, cut after the last whole word that fits (mid-word
+    only for a single word longer than that)."""
+    if len(reason) <= most:
+        return reason
+    kept = reason[: most - 1]
+    space = kept.rfind(" ")
+    return (kept[:space].rstrip() if space > 0 else kept) + "…"
 
 
 def _reasons(report: ExperimentReport) -> Table:
@@ -100,11 +109,8 @@ def _reasons(report: ExperimentReport) -> Table:
         found = failure_reasons(report.runs)
     else:  # a report without its runs names only the infrastructure errors
         found = [(INFRA + r, n, "") for r, n in report.error_reasons.items()]
-    rows = []
-    for reason, n, example in found[:MOST_REASONS]:
-        rows.append(
-            [str(n), cut(reason) + (f"\n  e.g. scheduler show {example}" if example else "")]
-        )
+    shown = found[:MOST_REASONS]
+    rows = [[str(n), cut(reason)] for reason, n, _ in shown]
     notes = [] if rows else ["no run failed"]
     rest = len(found) - len(rows)
     if rest > 0:
@@ -118,4 +124,5 @@ def _reasons(report: ExperimentReport) -> Table:
         rows,
         notes,
         label_columns=2,
+        commands=tuple(f"e.g. scheduler show {run}" if run else "" for *_, run in shown),
     )

@@ -37,6 +37,18 @@ class Bar:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """One row of an interval chart: a value with its interval, or the words saying why
+    it has none (drawn beside the point, never an interval made up)."""
+
+    label: str
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+    no_interval: str | None = None
+
+
+@dataclass(frozen=True)
 class Point:
     label: str
     x: float
@@ -75,6 +87,75 @@ def bar_chart(chart_id: str, title: str, bars: Sequence[Bar], y_label: str, y_ma
         if bar.low is not None and bar.high is not None:
             body.append(_error_bar(x + slot * 0.3, plot.y(bar.low), plot.y(bar.high), bar.label))
     return _figure(chart_id, title, "".join(body))
+
+
+# An interval chart's height per row, and its margins for the axis below the rows.
+ROW, ROWS_TOP, ROWS_BOTTOM = 28, 8, 40
+
+
+def interval_chart(
+    chart_id: str,
+    title: str,
+    rows: Sequence[Estimate],
+    x_label: str,
+    x_range: tuple[float, float],
+    width: int = WIDTH,
+    notes: Sequence[str] = (),
+) -> str:
+    """One row per label: the value as a point, its interval as a horizontal whisker
+    (clipped to `x_range`, which holds every possible value), a line at 0 when the range
+    spans it; as tall as its rows. A row without an interval says so beside its point,
+    and why under the chart, after `notes`."""
+    if not any(r.value is not None for r in rows):
+        return _figure(chart_id, title, _no_data())
+    height = ROWS_TOP + ROW * len(rows) + ROWS_BOTTOM
+    # Room on the left for the longest label (11 px text: about 6.5 px a character).
+    left = min(width // 3, max(LEFT, 12 + round(6.5 * max(len(r.label) for r in rows))))
+    sign = "+" if x_range[0] < 0 else ""  # a difference is written with its sign
+    plot = _Plot(*x_range, 0.0, 1.0, (left, width - RIGHT, ROWS_TOP, height - ROWS_BOTTOM))
+    body = [plot.x_axis(x_label, height=height)]
+    if x_range[0] < 0 < x_range[1]:
+        body.append(_line(plot.x(0), plot.top, plot.x(0), plot.bottom, "zero"))
+    for i, row in enumerate(rows):
+        y = ROWS_TOP + ROW * (i + 0.5)
+        body.append(_text(left - 6, y + 4, row.label, "end"))
+        if row.value is None:
+            continue
+        if row.low is not None and row.high is not None:
+            body.append(_whisker(plot.x(row.low), plot.x(row.high), y, row))
+        cx = plot.x(row.value)
+        body.append(
+            f'<circle class="estimate" data-label="{_attr(row.label)}" '
+            f'data-value="{row.value:.6g}" cx="{cx:.1f}" cy="{y:.1f}" r="5" fill="{color(i)}">'
+            f"<title>{escape(row.label)}: {row.value:{sign}.3f}"
+            + ("" if row.low is None else f" [{row.low:{sign}.3f}, {row.high:{sign}.3f}]")
+            + "</title></circle>"
+        )
+        if row.no_interval is not None:  # on the side of the point with room for it
+            right = cx < plot.left + plot.width / 2
+            body.append(
+                _text(
+                    cx + 9 if right else cx - 9,
+                    y + 4,
+                    "no interval (see below)",
+                    "start" if right else "end",
+                    "no-interval",
+                )
+            )
+    missing = [f"{r.label}: no interval: {r.no_interval}" for r in rows if r.no_interval]
+    return _figure(chart_id, title, "".join(body), width, height, [*notes, *missing])
+
+
+def _whisker(x_low: float, x_high: float, y: float, row: Estimate) -> str:
+    cap = 5
+    return (
+        f'<g class="interval" data-label="{_attr(row.label)}" data-low="{row.low:.6g}" '
+        f'data-high="{row.high:.6g}">'
+        + _line(x_low, y, x_high, y, "whisker")
+        + _line(x_low, y - cap, x_low, y + cap, "whisker")
+        + _line(x_high, y - cap, x_high, y + cap, "whisker")
+        + "</g>"
+    )
 
 
 def scatter_chart(
@@ -119,44 +200,56 @@ def line_chart(
 
 
 class _Plot:
-    """Data coordinates -> SVG coordinates inside the margins."""
+    """Data coordinates -> SVG coordinates inside a frame (left, right, top, bottom in
+    pixels; the margins of a WIDTH x HEIGHT chart unless given). A value outside the
+    axes is drawn at their edge, never outside the plot."""
 
-    def __init__(self, x_min: float, x_max: float, y_min: float, y_max: float):
+    def __init__(
+        self,
+        x_min: float,
+        x_max: float,
+        y_min: float,
+        y_max: float,
+        frame: tuple[float, float, float, float] = (LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM),
+    ):
         self.x_min, self.x_max, self.y_min, self.y_max = x_min, x_max, y_min, y_max
-        self.width = WIDTH - LEFT - RIGHT
-        self.height = HEIGHT - TOP - BOTTOM
+        self.left, right, self.top, self.bottom = frame
+        self.width = right - self.left
+        self.height = self.bottom - self.top
 
     def x(self, value: float) -> float:
-        return LEFT + (value - self.x_min) / (self.x_max - self.x_min) * self.width
+        clamped = min(max(value, self.x_min), self.x_max)
+        return self.left + (clamped - self.x_min) / (self.x_max - self.x_min) * self.width
 
     def y(self, value: float) -> float:
         clamped = min(max(value, self.y_min), self.y_max)
-        return TOP + self.height - (clamped - self.y_min) / (self.y_max - self.y_min) * self.height
+        return self.bottom - (clamped - self.y_min) / (self.y_max - self.y_min) * self.height
 
     def y_axis(self, label: str) -> str:
-        parts = [_line(LEFT, TOP, LEFT, TOP + self.height, "axis")]
+        parts = [_line(self.left, self.top, self.left, self.bottom, "axis")]
         for tick in _ticks(self.y_max):
             y = self.y(tick)
-            parts.append(_line(LEFT, y, LEFT + self.width, y, "grid"))
-            parts.append(_text(LEFT - 6, y + 4, _tick_label(tick), "end"))
+            parts.append(_line(self.left, y, self.left + self.width, y, "grid"))
+            parts.append(_text(self.left - 6, y + 4, _tick_label(tick), "end"))
         parts.append(
-            f'<text class="axis-label" transform="translate(14 {TOP + self.height / 2:.0f}) '
+            f'<text class="axis-label" transform="translate(14 {self.top + self.height / 2:.0f}) '
             f'rotate(-90)" text-anchor="middle">{escape(label)}</text>'
         )
         return "".join(parts)
 
-    def x_axis(self, label: str, integer: bool = False) -> str:
-        y = TOP + self.height
-        parts = [_line(LEFT, y, LEFT + self.width, y, "axis")]
-        ticks = (
-            [float(n) for n in range(int(self.x_min), int(self.x_max) + 1)]
-            if integer
-            else _ticks(self.x_max)
-        )
+    def x_axis(self, label: str, integer: bool = False, height: int = HEIGHT) -> str:
+        y = self.bottom
+        parts = [_line(self.left, y, self.left + self.width, y, "axis")]
+        if integer:
+            ticks = [float(n) for n in range(int(self.x_min), int(self.x_max) + 1)]
+        elif self.x_min < 0:  # a symmetric range of differences: ticks each side of 0
+            ticks = [-t for t in reversed(_ticks(-self.x_min)[1:])] + _ticks(self.x_max)
+        else:
+            ticks = _ticks(self.x_max)
         step = max(1, math.ceil(len(ticks) / 12))  # at most ~12 labels
         for tick in ticks[::step]:
             parts.append(_text(self.x(tick), y + 16, _tick_label(tick), "middle"))
-        parts.append(_text(LEFT + self.width / 2, HEIGHT - 8, label, "middle", "axis-label"))
+        parts.append(_text(self.left + self.width / 2, height - 8, label, "middle", "axis-label"))
         return "".join(parts)
 
 
@@ -180,7 +273,7 @@ def _nice_max(value: float) -> float:
 
 
 def _tick_label(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.4g}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
 
 
 def _error_bar(x: float, y_low: float, y_high: float, label: str) -> str:
@@ -220,11 +313,21 @@ def _attr(value: str) -> str:
     return escape(value, quote=True)
 
 
-def _figure(chart_id: str, title: str, body: str) -> str:
+def _figure(
+    chart_id: str,
+    title: str,
+    body: str,
+    width: int = WIDTH,
+    height: int = HEIGHT,
+    notes: Sequence[str] = (),
+) -> str:
+    listed = "".join(f"<li>{escape(n)}</li>" for n in notes)
     return (
         f'<figure class="chart" id="{_attr(chart_id)}">'
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{_attr(title)}">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{_attr(title)}">'
         f"<title>{escape(title)}</title>{body}</svg>"
-        f"<figcaption>{escape(title)}</figcaption></figure>"
+        f"<figcaption>{escape(title)}"
+        + (f'<ul class="notes">{listed}</ul>' if listed else "")
+        + "</figcaption></figure>"
     )

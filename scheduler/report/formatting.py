@@ -31,6 +31,9 @@ class Table:
     label_columns: int = 1
     # Columns a narrow terminal leaves out, first to go first; the others wrap.
     narrow_drop: tuple[str, ...] = ()
+    # Per row, a command to copy ("" for none): the terminal prints it under its row,
+    # whole on a line of its own, never wrapped or cut.
+    commands: tuple[str, ...] = ()
 
 
 def num(value: float | None, digits: int = 3) -> str:

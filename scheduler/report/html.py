@@ -8,16 +8,27 @@ is wider than the window: a table too wide for it scrolls in its own box.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from html import escape
 
-from core.results.report import ExperimentReport, Interval, TierReport
-from scheduler.report.brief import cut, failure_reasons
-from scheduler.report.charts import Bar, Point, Series, bar_chart, line_chart, scatter_chart
+from core.results.report import ExperimentReport, Interval, NoInterval, TierReport
+from scheduler.report.brief import cut, failure_reasons, verdict_table
+from scheduler.report.charts import (
+    Bar,
+    Estimate,
+    Point,
+    Series,
+    bar_chart,
+    interval_chart,
+    line_chart,
+    scatter_chart,
+)
 from scheduler.report.formatting import Table, pass_share
 from scheduler.report.runs import RUNS_STYLE, runs_section
 from scheduler.report.sections import banner, header, report_tables, scenario_tables
+from scheduler.report.verdicts import verdict_difference
 
 # An interval as the tables write it: "[0.541, 0.773]".
 _INTERVAL = re.compile(r"\[[^\]]*\]")
@@ -30,7 +41,7 @@ h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.5rem; }
 figure.chart { margin: 0; } figcaption { font-size: .85rem; color: #555; }
 svg .axis, svg .grid, svg .whisker { stroke: #888; } svg .grid { stroke: #e4e4e4; }
-svg .whisker { stroke: #222; stroke-width: 1.5; }
+svg .whisker { stroke: #222; stroke-width: 1.5; } svg .zero { stroke: #888; stroke-dasharray: 3 3; }
 svg text { font-size: 11px; fill: #333; } svg .axis-label { font-size: 12px; }
 table { border-collapse: collapse; margin: .5rem 0; font-size: 13px;
         font-variant-numeric: tabular-nums; }
@@ -49,9 +60,10 @@ def html_report(
     scenario: str | None = None,
     evidence: Mapping[str, bytes] | None = None,
 ) -> str:
-    """The full report, or with `scenario` the view of that scenario (its tiers side by side).
-    With the report's runs (`report.runs`), the run table too (of that scenario's runs),
-    each run with its `evidence` (by run id, as the store keeps it) when there is some."""
+    """The full report, opening with the verdicts (_lead), or with `scenario` the view of
+    that scenario (its tiers side by side). With the report's runs (`report.runs`), the
+    run table too (of that scenario's runs), each run with its `evidence` (by run id, as
+    the store keeps it) when there is some."""
     title = header(report) + (f" — scenario {scenario}" if scenario else "")
     groups = _groups(report, scenario)
     tables = report_tables(report) if scenario is None else scenario_tables(report, scenario)
@@ -74,6 +86,7 @@ def html_report(
         f"<title>{escape(title)}</title><style>{style}</style></head><body>"
         + "".join(f'<p class="banner"><strong>{escape(b)}</strong></p>' for b in banner(report))
         + f"<h1>{escape(title)}</h1>"
+        + (_lead(report) if scenario is None else "")
         + _contents(contents)
         + failures
         + f'<section class="charts" id="charts">{_charts(groups)}</section>'
@@ -83,13 +96,25 @@ def html_report(
     )
 
 
+# The sections the page names itself; a table's anchor never takes one of these.
+_OWN_IDS = (
+    "verdict",
+    "difference",
+    "per-scenario",
+    "charts",
+    "runs",
+    "failure-reasons",
+    "contents",
+)
+
+
 def _ids(titles: list[str]) -> list[str]:
     """An anchor per section, from its title ("Seed metrics: T1" -> seed-metrics-t1)."""
     ids: list[str] = []
     for title in titles:
         base = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
         found, n = base, 2
-        while found in ids or found in ("charts", "runs", "failure-reasons", "contents"):
+        while found in ids or found in _OWN_IDS:
             found, n = f"{base}-{n}", n + 1
         ids.append(found)
     return ids
@@ -128,6 +153,78 @@ def _failures(reasons: list[tuple[str, int, str]], runs: int) -> str:
         + "".join(f"<li>{escape(n)}</li>" for n in notes)
         + "</ul></section>"
     )
+
+
+def _lead(report: ExperimentReport) -> str:
+    """What the page opens with: the verdict per tier (the terminal's own table), each
+    tier's difference from the baseline that its verdict was read from, then each
+    scenario's pass rate per tier."""
+    return (
+        _table(verdict_table(report), "verdict")
+        + f'<section class="charts" id="difference">{_difference_chart(report)}</section>'
+        + '<section id="per-scenario"><h2>Pass rate per scenario</h2><div class="charts">'
+        + "".join(_scenario_charts(report))
+        + "</div></section>"
+    )
+
+
+def _difference_chart(report: ExperimentReport) -> str:
+    rows, bases = [], []
+    for tier_id, tier in report.tiers.items():
+        found = verdict_difference(tier)
+        if found is None:
+            continue
+        bases.append(f"{tier_id}: {found.basis}")
+        ci = found.interval
+        if isinstance(ci, Interval):
+            rows.append(Estimate(tier_id, found.value, ci.low, ci.high))
+        elif found.value is None:
+            rows.append(Estimate(tier_id, None))
+        else:
+            why = ci.not_reported if isinstance(ci, NoInterval) else "none was computed"
+            rows.append(Estimate(tier_id, found.value, no_interval=why))
+    # Symmetric about 0, as wide as the largest figure needs (a difference of pass
+    # rates is within [-1, 1]).
+    reach = max([abs(v) for r in rows for v in (r.value, r.low, r.high) if v is not None] or [1.0])
+    bound = min(1.0, max(0.25, math.ceil(reach * 4) / 4))
+    return interval_chart(
+        "difference",
+        f"Each tier's difference in pass rate from the baseline ({report.cross_tier.baseline}), "
+        "the one its verdict is read from (95% interval)",
+        rows,
+        "difference in pass rate",
+        (-bound, bound),
+        notes=bases,
+    )
+
+
+def _scenario_charts(report: ExperimentReport) -> list[str]:
+    scenarios = list(dict.fromkeys(s for t in report.tiers.values() for s in t.scenarios))
+    charts = []
+    for n, scenario in enumerate(scenarios):
+        rows = []
+        for tier_id, tier in report.tiers.items():
+            cell = tier.scenarios.get(scenario)
+            if cell is None:
+                continue
+            low, high = _bounds(pass_share(cell.passes, cell.counted))
+            value = cell.passes / cell.counted if cell.counted else None
+            rows.append(Estimate(tier_id, value, low, high))
+        charts.append(
+            interval_chart(
+                f"scenario-{n}",
+                f"{scenario}: pass rate per tier (95% Wilson interval)",
+                rows,
+                "pass rate",
+                (0.0, 1.0),
+                width=SCENARIO_CHART_WIDTH,
+            )
+        )
+    return charts
+
+
+# Narrow enough for two or three scenarios' charts side by side.
+SCENARIO_CHART_WIDTH = 380
 
 
 def _groups(report: ExperimentReport, scenario: str | None) -> dict[str, TierReport]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 import textwrap
 from collections.abc import Mapping
@@ -79,12 +80,7 @@ def render(
             "".join(f"{visible(line)}\n" for line in banner)
             + _terminal(title, brief_tables(report), width)
             + "\n"
-            + textwrap.fill(
-                full_report_line(report),
-                width or terminal_width(),
-                break_long_words=False,
-                break_on_hyphens=False,
-            )
+            + fill(full_report_line(report), width or terminal_width())
             + "\n"
         )
     tables = (
@@ -131,6 +127,20 @@ def to_json_text(model: BaseModel, nonfinite: str = "string") -> str:
 
 # --- layouts ---------------------------------------------------------------------------------
 
+# A command or an id to copy, in a note or a line: never broken across lines.
+_COMMAND = re.compile(r"`[^`\n]*`")
+# Stands for a space inside a command while the text is wrapped (a private-use character).
+_KEPT_SPACE = "\ue000"
+
+
+def fill(text: str, width: int) -> str:
+    """`text` in lines of at most `width`, broken at spaces but never inside a
+    `command` or a word: one longer than a line gets a line of its own, as long as
+    it is (a terminal folds it there, and copying it gives it whole)."""
+    kept = _COMMAND.sub(lambda m: m.group().replace(" ", _KEPT_SPACE), text)
+    lines = textwrap.wrap(kept, width, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines).replace(_KEPT_SPACE, " ")
+
 
 def _markdown(title: str, tables: list[Table]) -> str:
     lines = [f"# {md(title)}"]
@@ -165,6 +175,12 @@ def _terminal(title: str | None, tables: list[Table], width: int | None) -> str:
     if title is not None:
         console.print(visible(title), highlight=False, markup=False)
     for table_index, table in enumerate(tables):
+        if title is not None or table_index:
+            console.print()
+        if table.commands:
+            console.print(_with_commands(table, console.width), soft_wrap=True, markup=False)
+            _notes(console, table.notes)
+            continue
         value_columns = list(range(table.label_columns, len(table.columns)))
         dropped: list[str] = []
         for column in table.narrow_drop:
@@ -173,7 +189,7 @@ def _terminal(title: str | None, tables: list[Table], width: int | None) -> str:
             dropped.append(column)
             value_columns.remove(table.columns.index(column))
         for block, columns in enumerate(_blocks(console, table, value_columns)):
-            if title is not None or table_index or block:
+            if block:
                 console.print()
             # Headings whole where the block fits with them so, else wrapped.
             whole = _width(console, table, columns, whole_headings=True) <= console.width
@@ -184,9 +200,42 @@ def _terminal(title: str | None, tables: list[Table], width: int | None) -> str:
                 f"left out at {console.width} columns: {', '.join(dropped)} "
                 "(a wider terminal, COLUMNS=200 or --format markdown shows them)"
             )
-        for note in notes:
-            console.print(f"- {note}", highlight=False, markup=False)
+        _notes(console, notes)
     return console.export_text()
+
+
+def _notes(console: Console, notes: list[str]) -> None:
+    for note in notes:
+        console.print(fill(f"- {note}", console.width), soft_wrap=True, markup=False)
+
+
+def _with_commands(table: Table, width: int) -> str:
+    """A table whose rows each carry a command to copy, laid out here rather than by
+    rich so that the command is never wrapped or cut: every column but the last as wide
+    as its widest cell, the last wrapped at its words in the width left; under each
+    row its command, in the last column where it fits, else on a line of its own."""
+    widths = [
+        max(len(c) for c in [table.columns[i], *(r[i] for r in table.rows)])
+        for i in range(len(table.columns) - 1)
+    ]
+    start = sum(w + 2 for w in widths)
+    room = max(width - start, 20)
+
+    def line(cells: list[str], last: str) -> str:
+        return "  ".join([*(c.ljust(w) for c, w in zip(cells, widths, strict=True)), last])
+
+    heading = textwrap.wrap(table.columns[-1], room) or [""]
+    head = [line(table.columns[:-1], heading[0])] + [" " * start + h for h in heading[1:]]
+    body = []
+    for row, command in zip(table.rows, table.commands, strict=True):
+        wrapped = textwrap.wrap(row[-1], room, break_on_hyphens=False) or [""]
+        body.append(line(row[:-1], wrapped[0]))
+        body += [" " * start + rest for rest in wrapped[1:]]
+        if command:
+            body.append((" " * start if start + len(command) <= width else "") + command)
+    rule = "─" * min(width, max(len(x) for x in head + body))
+    lines = [table.title, *head, rule, *body]
+    return "\n".join(x.rstrip() for x in lines)
 
 
 def _blocks(console: Console, table: Table, value_columns: list[int]) -> list[list[int]]:

@@ -5,10 +5,20 @@ corrected and what the runs could not have detected."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from core.analysis.comparison import ALPHA, POWER
 from core.analysis.group import BOOTSTRAP_RESAMPLES
-from core.results.report import Comparison, Detectable, ExperimentReport, Multiplicity, Verdict
+from core.results.report import (
+    Comparison,
+    Detectable,
+    ExperimentReport,
+    Interval,
+    Multiplicity,
+    NoInterval,
+    TierReport,
+    Verdict,
+)
 from scheduler.report.formatting import (
     PASS_RATE,
     Table,
@@ -78,6 +88,37 @@ def verdict(c: Comparison) -> str:
     if c.verdict is not Verdict.no_difference or c.detectable is None:
         return c.verdict.value
     return f"{c.verdict.value} ({undetectable(c.detectable)})"
+
+
+class Difference(NamedTuple):
+    """A tier's difference in pass rate from the baseline, as its verdict reads it."""
+
+    value: float | None
+    interval: Interval | NoInterval | None
+    basis: str
+
+
+def verdict_difference(tier: TierReport) -> Difference | None:
+    """The difference in pass rate the tier's verdict was read from, with its interval:
+    the Mantel-Haenszel common risk difference on these scenarios when the stratified
+    tests gave the verdict, else the difference over the runs; None for the baseline."""
+    vs = tier.analysis.vs_baseline
+    if vs is None:
+        return None
+    across = tier.analysis.across_scenarios
+    if vs.verdict_from is not None and across is not None:
+        these = across.these_scenarios
+        return Difference(
+            these.risk_difference,
+            these.risk_difference_ci,
+            f"{ACROSS_SCENARIOS}: Mantel-Haenszel risk difference on these {these.scenarios} "
+            "scenarios (Sato's interval)",
+        )
+    return Difference(
+        vs.pass_rate_delta,
+        vs.risk_difference_ci,
+        f"{RUN_LEVEL}: over the runs (Newcombe's hybrid score interval)",
+    )
 
 
 def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:

@@ -47,7 +47,9 @@ class Compose:
 
     def __init__(self, project: str, env_file: Path):
         self.base = ["docker", "compose", "--project-name", project, "--env-file", str(env_file)]
-        self.base += ["--file", str(ROOT / "docker-compose.yml")]
+        # The broker published on the host (the override file): the test's store reads it.
+        for path in ("docker-compose.yml", "docker-compose.redis-port.yml"):
+            self.base += ["--file", str(ROOT / path)]
 
     def argv(self, *args: str) -> list[str]:
         return [*self.base, *args]
@@ -105,9 +107,13 @@ def test_the_compose_fleet_runs_the_example_under_a_real_engine_through_scale_up
     # 1. The example through the scheduler service; a third worker joins mid-experiment.
     with _Submit(compose, tmp_path / "first.out") as submit:
         phases = _follow(api, auth, submit.exp_id, until=lambda runs: _succeeded(runs) >= 6)
-        compose("up", "-d", "--wait", "--no-recreate", "--scale", "worker=3", "worker")
+        running = set(compose("ps", "-q").split())
+        # As a user scales up: every service's image is the one built, so nothing running
+        # is recreated (were each service to build the image, each would be).
+        compose("up", "-d", "--wait", "--scale", "worker=3")
         every_worker = wait_until(lambda: _workers(api, auth, 3), "a third worker in Flower")
         assert every_worker > workers
+        assert running < set(compose("ps", "-q").split()), "running containers were recreated"
         assert store.experiments.info(submit.exp_id).completed_runs < TOTAL_RUNS, (
             "ended before the scale-up"
         )

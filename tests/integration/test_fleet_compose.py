@@ -31,6 +31,7 @@ from tests.conftest import ROOT
 from tests.support.fleet import Service, executable, free_port, services, wait_until
 
 COMPOSE = ROOT / "docker-compose.yml"
+REDIS_PORT_FILE = ROOT / "docker-compose.redis-port.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -84,8 +85,8 @@ def dotenv(path: Path) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
-def compose(env: dict[str, str]) -> dict[str, Any]:
-    return interpolate(yaml.safe_load(COMPOSE.read_text()), env)
+def compose(env: dict[str, str], path: Path = COMPOSE) -> dict[str, Any]:
+    return interpolate(yaml.safe_load(path.read_text()), env)
 
 
 # --- the files ------------------------------------------------------------------------------
@@ -112,8 +113,11 @@ def test_compose_declares_a_password_protected_redis_scalable_workers_flower_and
     for name in ("worker", "flower", "scheduler"):
         service = services_[name]
         assert service["environment"]["EVALFLEET_BROKER_URL"] == broker, name
-        assert service["build"]["context"] == "."  # the Dockerfile beside it
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+        # One image, never pulled: the worker builds it, the others run it as built.
+        assert (service["image"], service["pull_policy"]) == ("evalfleet:latest", "never"), name
+    assert services_["worker"]["build"]["context"] == "."  # the Dockerfile beside it
+    assert [n for n, service in services_.items() if "build" in service] == ["worker"]
 
     worker = services_["worker"]
     # `--scale worker=N` needs no fixed name and no host port.
@@ -141,8 +145,21 @@ def test_compose_declares_a_password_protected_redis_scalable_workers_flower_and
     assert mount in worker["volumes"]
 
 
+def test_redis_is_published_on_the_host_only_when_asked_and_not_on_6379() -> None:
+    """A local Redis usually holds 6379: the fleet's broker is reached by its services
+    on their own network; the override file .env.example names publishes it on loopback,
+    on a port of its own."""
+    env = dotenv(ENV_EXAMPLE)
+    assert "ports" not in compose(env)["services"]["redis"]
+    example = ENV_EXAMPLE.read_text()
+    assert "# COMPOSE_FILE=docker-compose.yml:docker-compose.redis-port.yml" in example
+    published = compose(env, REDIS_PORT_FILE)["services"]["redis"]["ports"]
+    assert published == ["127.0.0.1:16379:6379"]
+    assert compose({}, REDIS_PORT_FILE)["services"]["redis"]["ports"] == ["127.0.0.1:16379:6379"]
+
+
 def test_secrets_come_from_an_uncommitted_env_file_documented_by_env_example() -> None:
-    text = COMPOSE.read_text()
+    text = COMPOSE.read_text() + REDIS_PORT_FILE.read_text()
     documented = dotenv(ENV_EXAMPLE)
     assert variables(text) <= set(documented), "every compose variable is in .env.example"
     assert ".env" in ROOT.joinpath(".gitignore").read_text().split()

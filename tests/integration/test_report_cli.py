@@ -19,10 +19,10 @@ from scipy import stats
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, run_cli
+from tests.conftest import PREFIX, SCHEDULER, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
 from tests.support.html_pages import rendered_json
-from tests.support.terminal import heading_words, table_row
+from tests.support.terminal import heading_words, in_terminal, table_row
 
 pytestmark = pytest.mark.integration
 
@@ -233,14 +233,58 @@ def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
     assert examples == [f"{exp_id}:T0:s1:2", f"{exp_id}:T0:s1:7", f"{exp_id}:T1:s1:9"]
     example = run_cli("show", examples[1], env=fleet_env)
     assert example.returncode == 0 and "reason: agent_error: exit 1: boom" in example.stdout
-    # The last lines, wrapped to the terminal.
+    # The last lines, wrapped to the terminal between its commands.
     assert " ".join(lines[-2:]) == (
-        f"the full report: scheduler report {exp_id} --full (every section), "
-        "or --format html > report.html (charts and the run table)"
+        f"the full report: `scheduler report {exp_id} --full` (every section), "
+        "or `--format html > report.html` (charts and the run table)"
     )
     assert "Seed metrics" not in shown
     full = _report(exp_id, fleet_env, "--full")
     assert "Summary" in full and "Seed metrics: T1" in full and "failure reasons" not in full
+
+
+# Words, a parenthesis and a name: cut at 90 characters, inside "configuration".
+LONG_REASON = (
+    "agent exited with code 1 (preset claude-code: the CLI printed that its configuration "
+    "file could not be read, and stopped)"
+)
+
+
+def test_commands_and_ids_are_whole_at_80_columns_and_reasons_cut_at_a_word(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """A long experiment id and scenario name at 80 columns, piped and in a terminal:
+    every `scheduler show` command and the full report's commands stand whole on one
+    line (on a line of their own when longer than the terminal); a long reason wraps at
+    its words and is cut after a whole word."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    scenario = "create_notes_with_tags_and_search_them"
+    cells = {
+        ("T0", scenario): Cell(_passed(2), reasons={i: LONG_REASON for i in range(2, 10)}),
+        ("T1", scenario): Cell(_passed(9), reasons={9: "gates failed: out-file"}),
+    }
+    exp_id = seed_experiment(store, tmp_path, cells, name="notes-guidance-with-a-long-name")
+    piped = _report(exp_id, {**fleet_env, "COLUMNS": "80"})
+    env = {k: v for k, v in fleet_env.items() if k not in ("COLUMNS", "LINES")}
+    terminal = in_terminal([SCHEDULER, "report", exp_id], env, rows=50, columns=80)
+    for shown in (piped, terminal):
+        lines = shown.splitlines()
+        commands = [
+            f"e.g. scheduler show {exp_id}:T0:{scenario}:2",
+            f"e.g. scheduler show {exp_id}:T1:{scenario}:9",
+        ]
+        assert [line.strip() for line in lines if "scheduler show" in line] == commands, shown
+        assert any(f"`scheduler report {exp_id} --full`" in line for line in lines), shown
+        assert any("`--format html > report.html`" in line for line in lines), shown
+        # Only a command longer than the terminal is wider than it.
+        assert all(len(line) <= 80 for line in lines if line.strip() not in commands), shown
+        # The reason: whole words up to the cut, wrapped at words.
+        start = next(i for i, line in enumerate(lines) if LONG_REASON[:20] in line)
+        reason = " ".join(
+            [lines[start].split(maxsplit=1)[1], *(x.strip() for x in lines[start + 1 : start + 3])]
+        ).split("…")[0]
+        assert LONG_REASON.startswith(reason) and LONG_REASON[len(reason)] == " ", reason
+        assert len(reason) >= 60 and f"{reason}…" in " ".join(shown.split())
 
 
 def test_scenario_view_puts_tiers_side_by_side_and_only_that_scenario(
@@ -291,11 +335,12 @@ def _html(exp_id: str, env: dict[str, str]) -> str:
     assert 'href="#runs"' in page
     assert page.count("<script>") == 1
     assert f"<h1>{NAME} ({exp_id})" in page
-    assert page.count('<figure class="chart"') == 4
+    # The difference from the baseline and one per scenario lead; four charts after them.
+    assert page.count('<figure class="chart"') == 1 + 2 + 4
     return page
 
 
-def test_html_is_one_self_contained_file_with_four_charts(
+def test_html_is_one_self_contained_file_with_its_charts(
     experiment: str, fleet_env: dict[str, str]
 ) -> None:
     page = _html(experiment, fleet_env)
@@ -337,8 +382,18 @@ def test_html_renders_its_charts_in_headless_chromium(
 ) -> None:
     measured = rendered_json(_html(experiment, fleet_env), _MEASURE, "measured", tmp_path)
     charts = {c["id"]: c for c in measured}
-    assert set(charts) == {"pass-rate", "composite", "cost-composite", "context-growth"}
-    assert all(c["width"] > 300 and c["height"] > 200 for c in charts.values())
+    assert set(charts) == {
+        "difference",
+        "scenario-0",
+        "scenario-1",
+        "pass-rate",
+        "composite",
+        "cost-composite",
+        "context-growth",
+    }
+    # The interval charts are as tall as their rows (a tier or two here), the others 320 px.
+    assert all(c["width"] > 300 and c["height"] > 60 for c in charts.values())
+    assert all(charts[c]["height"] > 200 for c in ("pass-rate", "composite", "context-growth"))
     t0, t1 = charts["pass-rate"]["bars"]
     assert (t0["label"], t1["label"]) == ("T0", "T1")
     # Laid out to scale: 0.9 is nine times as tall as 0.1.

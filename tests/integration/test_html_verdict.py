@@ -1,0 +1,201 @@
+"""The HTML report leads with the verdict: the terminal's verdict table, then each
+tier's difference from the baseline with the interval its verdict was read from, then
+each scenario's pass rate per tier, for an experiment run through `scheduler submit`
+(3 tiers x 3 scenarios), and as headless Chromium lays it out."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scipy import stats
+
+from core.analysis.scenarios import NO_SPREAD_STRATIFIED
+from tests.conftest import StartWorker, run_cli
+from tests.support.html_pages import rendered_json
+from tests.support.terminal import table_row
+
+pytestmark = pytest.mark.integration
+
+RUNS = 4
+# The charts' data attributes carry six significant digits.
+SHOWN = 1e-5
+# T0 fails every run; T1 passes some runs of each scenario (an interval); T2 passes
+# every run: against T0 each scenario is all passes on one side and all failures on
+# the other, so the stratified difference (1) has no spread to put an interval on.
+AGENT = (
+    'case "$EVALFLEET_TIER:$EVALFLEET_SCENARIO:$EVALFLEET_RUN_INDEX" in '
+    "T1:a:0|T1:a:2|T1:b:*|T1:c:0|T2:*) echo ok > out.txt ;; "
+    "esac; true"
+)
+PASSES = {
+    "T0": dict.fromkeys("abc", 0),
+    "T1": {"a": 2, "b": 4, "c": 1},
+    "T2": dict.fromkeys("abc", 4),
+}
+
+
+@pytest.fixture
+def experiment(fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path) -> str:
+    gate = {"type": "file_exists", "path": "out.txt"}
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        json.dumps(
+            {
+                "name": "html-verdict",
+                "runs_per_tier": RUNS,
+                "agent": {"kind": "command", "command": AGENT, "timeout_s": 60},
+                "tiers": [{"id": t} for t in PASSES],
+                "scenarios": [
+                    {"id": s, "prompt": "write out.txt", "evaluation": {"gates": [gate]}}
+                    for s in "abc"
+                ],
+            }
+        )
+    )
+    start_worker(concurrency=2)
+    submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    return str(json.loads(submitted.stdout)["experiment"]["id"])
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def _figure(page: str, chart_id: str) -> str:
+    found = re.search(f'<figure class="chart" id="{chart_id}">(.*?)</figure>', page, re.DOTALL)
+    assert found, f"no chart {chart_id}"
+    return found.group(1)
+
+
+def _estimates(figure: str) -> dict[str, float]:
+    return {
+        label: float(value)
+        for label, value in re.findall(
+            r'<circle class="estimate" data-label="([^"]+)" data-value="([^"]+)"', figure
+        )
+    }
+
+
+def _intervals(figure: str) -> dict[str, tuple[float, float]]:
+    return {
+        label: (float(low), float(high))
+        for label, low, high in re.findall(
+            r'<g class="interval" data-label="([^"]+)" data-low="([^"]+)" data-high="([^"]+)"',
+            figure,
+        )
+    }
+
+
+def _flat(intervals: dict[str, tuple[float, float]]) -> dict[tuple[str, str], float]:
+    """Bounds by (label, "low" / "high"): what pytest.approx compares."""
+    return {(k, "low"): low for k, (low, _) in intervals.items()} | {
+        (k, "high"): high for k, (_, high) in intervals.items()
+    }
+
+
+# Appended by the test: where Chromium drew each chart's intervals and points against
+# its axis, and the order of the page's first sections.
+_MEASURE = """<script>
+const box = el => el.getBoundingClientRect();
+const read = {
+  width: document.documentElement.scrollWidth,
+  order: [...document.querySelectorAll("body > section, body > nav")].slice(0, 4).map(
+    el => el.id),
+  charts: [...document.querySelectorAll("figure.chart")].filter(
+    fig => fig.querySelector(".estimate")).map(fig => {
+    const axis = box(fig.querySelector("line.axis"));
+    return {
+      id: fig.id, axis: [axis.left, axis.right], svg: box(fig.querySelector("svg")).width,
+      intervals: [...fig.querySelectorAll("g.interval")].map(g => [box(g).left, box(g).right]),
+      points: [...fig.querySelectorAll("circle.estimate")].map(
+        c => (box(c).left + box(c).right) / 2),
+    };
+  }),
+};
+const out = document.createElement("pre");
+out.id = "measured";
+out.textContent = JSON.stringify(read);
+document.body.appendChild(out);
+</script>"""
+
+
+def test_the_html_report_opens_with_verdicts_the_difference_and_each_scenario(
+    experiment: str, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    page = run_cli("report", experiment, "--format", "html", env=fleet_env).stdout
+    report = json.loads(run_cli("report", experiment, "--format", "json", env=fleet_env).stdout)
+    terminal = run_cli("report", experiment, env={**fleet_env, "COLUMNS": "200"}).stdout
+
+    # In this order, right under the title: nothing comes between.
+    body = page.split("</h1>", 1)[1]
+    starts = [body.index(f'id="{i}"') for i in ("verdict", "difference", "per-scenario")]
+    assert body.startswith('<section id="verdict">') and starts == sorted(starts)
+    assert starts[-1] < body.index('id="contents"') < body.index('id="charts"')
+
+    # The verdict table: the terminal's rows and notes, cell for cell.
+    verdict = body[: starts[1]]
+    rows = [
+        [_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", verdict.split("<tbody>")[1])
+    ]
+    assert rows == [table_row(terminal, tier) for tier in PASSES]
+    assert [r[1] for r in rows] == ["baseline", "better", "better"]
+    notes = [_text(n) for n in re.findall(r"<li>(.*?)</li>", verdict)]
+    assert notes and all(f"- {n}" in " ".join(terminal.split()) for n in notes)
+
+    # Each tier's difference, the one its verdict came from: the stratified one here.
+    difference = _figure(page, "difference")
+    t1 = report["tiers"]["T1"]["analysis"]["across_scenarios"]["these_scenarios"]
+    t2 = report["tiers"]["T2"]["analysis"]["across_scenarios"]["these_scenarios"]
+    assert _estimates(difference) == pytest.approx(
+        {"T1": t1["risk_difference"], "T2": t2["risk_difference"]}, abs=SHOWN
+    )
+    ci = t1["risk_difference_ci"]
+    assert _flat(_intervals(difference)) == pytest.approx(
+        _flat({"T1": (ci["low"], ci["high"])}), abs=SHOWN
+    )
+    assert ci["low"] < t1["risk_difference"] < ci["high"]
+    # T2's has none: the point is drawn and the chart says why, no interval made up.
+    assert t2["risk_difference_ci"] == {"not_reported": NO_SPREAD_STRATIFIED}
+    caption = " ".join(_text(difference.split("<figcaption>")[1]).split())
+    assert f"T2: no interval: {NO_SPREAD_STRATIFIED}" in caption
+    assert "T1: across-scenario: Mantel-Haenszel risk difference on these 3 scenarios" in caption
+    assert "no interval (see below)" in difference
+
+    # One chart per scenario, in the matrix's order: each tier's pass rate and Wilson interval.
+    for n, scenario in enumerate("abc"):
+        chart = _figure(page, f"scenario-{n}")
+        assert f"<figcaption>{scenario}: pass rate per tier" in chart
+        assert _estimates(chart) == {t: p[scenario] / RUNS for t, p in PASSES.items()}
+        wilson = {
+            t: stats.binomtest(p[scenario], RUNS).proportion_ci(method="wilson")
+            for t, p in PASSES.items()
+        }
+        assert _flat(_intervals(chart)) == pytest.approx(
+            _flat({t: (w.low, w.high) for t, w in wilson.items()}), abs=SHOWN
+        )
+    # Every interval drawn holds its value, within the range its chart spans.
+    for chart_id in ("difference", "scenario-0", "scenario-1", "scenario-2"):
+        figure = _figure(page, chart_id)
+        lowest = -1.0 if chart_id == "difference" else 0.0
+        for label, (low, high) in _intervals(figure).items():
+            assert lowest <= low <= _estimates(figure)[label] <= high <= 1.0
+
+    measured: dict[str, Any] = rendered_json(page, _MEASURE, "measured", tmp_path)
+    assert measured["order"] == ["verdict", "difference", "per-scenario", "contents"]
+    assert measured["width"] <= 1280
+    charts = {c["id"]: c for c in measured["charts"]}
+    assert {"difference", "scenario-0", "scenario-1", "scenario-2"} <= set(charts)
+    for chart in charts.values():
+        left, right = chart["axis"]
+        assert chart["svg"] > 300 and right - left > 150, chart
+        # Whiskers and points within the axis, as Chromium laid them out.
+        assert all(left - 1 <= a and b <= right + 1 for a, b in chart["intervals"]), chart
+        assert all(left - 1 <= x <= right + 1 for x in chart["points"]), chart
+    assert len(charts["difference"]["intervals"]) == 1 and len(charts["difference"]["points"]) == 2
