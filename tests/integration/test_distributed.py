@@ -340,7 +340,8 @@ scenarios:
     prompt: "Create notes/a.txt"
     evaluation: {{gates: [{{type: file_exists, path: notes/a.txt}}]}}
 """)
-        exp_id, report = submit_and_wait(path, fleet_env)
+        # Only the worker has the key: the submitter says so.
+        exp_id, report = submit_and_wait(path, fleet_env, "--allow-missing-keys")
         assert len(stub.requests) == 3
         assert stub.requests[0].headers["authorization"] == "Bearer sk-stub-key-0000"
     run = store.results.all(exp_id)[0]
@@ -395,7 +396,7 @@ scenarios:
 """)
         # Only the worker holds the judge's key; the submitter says so.
         refused = run_cli("submit", str(matrix), env=fleet_env)
-        assert refused.returncode == 2 and "--allow-missing-judge-key" in refused.stderr
+        assert refused.returncode == 2 and "--allow-missing-keys" in refused.stderr
         _, report = submit_and_wait(matrix, fleet_env, "--allow-missing-judge-key")
         prompt = json.dumps(stub.requests[0].body)
 

@@ -67,6 +67,10 @@ CASES = [
 ]  # fmt: skip
 
 
+# The keys are the workers' (worker_env), not the submitting machine's: it says so.
+ALLOW_KEYS = "--allow-missing-keys"
+
+
 def script_for(case: Case) -> ModelScript:
     return ModelScript(
         turns=[
@@ -127,7 +131,7 @@ pricing:
   {case.model.split("/")[-1]}: {{input: {PRICE.input}, output: {PRICE.output}}}
 """)
         start_worker(extra_env=worker_env, concurrency=1)
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
         served = [r for r in server.model_requests() if r.body and r.body.get("tools")]
         # A side request (OpenCode's title) offers no tools: it is no turn of the session.
         side = [r for r in server.model_requests() if not (r.body and r.body.get("tools"))]
@@ -194,7 +198,7 @@ scenarios:
     evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
 """)
         start_worker(extra_env={"ANTHROPIC_API_KEY": KEY}, concurrency=1)
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
     assert submitted.returncode == 3, submitted.stderr  # some runs were infrastructure errors
     runs = {r.tier: r for r in store.results.all(json.loads(submitted.stdout)["experiment"]["id"])}
     passed = runs["limited"]
@@ -237,7 +241,7 @@ scenarios:
 """)
         start_worker(extra_env={"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY,
                                 "GEMINI_API_KEY": KEY}, concurrency=1)  # fmt: skip
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
         assert server.model_requests(), "the CLI never reached the server"
     (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
     assert run.status == RunStatus.infra_error and run.outage, (run.status, run.fail_reason)
@@ -273,7 +277,7 @@ scenarios:
     evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
 """)
         start_worker(concurrency=1)
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
         served = [r for r in server.model_requests() if r.body and r.body.get("tools")]
     assert submitted.returncode == 0, submitted.stderr
     (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
