@@ -73,6 +73,7 @@ class CellCheck(Record):
     vacuous: str  # "yes" when an untouched workspace passes every gate
     reference: str
     judge_key: str
+    agent_key: str  # "set", "missing NAME" (the check ran with a placeholder), "-" without one
     spend_usd: float | None  # this run's cost times the cell's runs
     problems: list[str]
 
@@ -89,10 +90,12 @@ def preflight(
     real keys, real spend). `judge`: a judged run's judge is called for real.
     `judge_key_elsewhere`: a judge key unset here is the workers' (not a problem)."""
     pointed = matrix if judge else _without_judges(matrix)
-    scripted = contextlib.nullcontext() if server is None else _scripted_environment(matrix, server)
+    scripted: contextlib.AbstractContextManager[set[str]] = (
+        contextlib.nullcontext(set()) if server is None else _scripted_environment(matrix, server)
+    )
     if server is not None:
         pointed = _pointed_at(pointed, server)
-    with scripted:
+    with scripted as placeholders:
         tasks = {s.id: _task_soundness(pointed, s) for s in pointed.scenarios if _is_task(s)}
         return [
             _check(
@@ -103,6 +106,7 @@ def preflight(
                 judge_key_elsewhere,
                 tasks.get(scenario.id),
                 scripted=server is not None,
+                placeholders=placeholders,
             )
             for tier in matrix.tiers
             for scenario in matrix.scenarios
@@ -126,7 +130,9 @@ def _check(
     scenario: Scenario,
     key_elsewhere: bool,
     task: _Soundness | None,
-    scripted: bool = False,
+    *,
+    scripted: bool,
+    placeholders: set[str],
 ) -> CellCheck:
     problems: list[str] = []
     agent = matrix.agent_for(tier)
@@ -192,7 +198,8 @@ def _check(
     return CellCheck(
         tier=tier.id, scenario=scenario.id, cli=cli, run=run, transcript=transcript,
         gates=gates, vacuous=vacuous, reference=reference, judge_key=judge_key,
-        spend_usd=spend, problems=problems,
+        agent_key=_agent_key(agent.api_key_env, placeholders), spend_usd=spend,
+        problems=problems,
     )  # fmt: skip
 
 
@@ -344,6 +351,14 @@ def _unmet(matrix: Matrix, scenario: Scenario, agent: AgentConfig, solves: bool)
         return verify(scenario.verifier, site).unmet(scenario.pass_reward)
 
 
+def _agent_key(name: str | None, placeholders: set[str]) -> str:
+    """Whether the agent's key is set here. Not a problem: the workers may hold it
+    (submit refuses it unless told so), but the check ran without the real one."""
+    if not name:
+        return "-"
+    return f"missing {name}" if name in placeholders or not os.environ.get(name) else "set"
+
+
 def _judge_key(matrix: Matrix, scenario: Scenario, problems: list[str], elsewhere: bool) -> str:
     if not scenario.evaluation.judge_enabled or matrix.judge is None:
         return "-"
@@ -395,18 +410,20 @@ def _pointed_at(matrix: Matrix, server: ModelServer) -> Matrix:
 
 
 @contextlib.contextmanager
-def _scripted_environment(matrix: Matrix, server: ModelServer) -> Iterator[None]:
+def _scripted_environment(matrix: Matrix, server: ModelServer) -> Iterator[set[str]]:
     """The server's base URLs (which presets pass through) and a placeholder for each
-    unset key, in this process's environment while the preflight runs."""
+    unset key, in this process's environment while the preflight runs; yields the
+    names of the keys it stands in for."""
     keys = {matrix.agent_for(t).api_key_env for t in matrix.tiers} - {None}
+    placeholders = {k for k in keys if k and not os.environ.get(k)}
     changes: Mapping[str, str] = {
-        **{k: PLACEHOLDER_KEY for k in keys if k and not os.environ.get(k)},
+        **dict.fromkeys(placeholders, PLACEHOLDER_KEY),
         **server.environment(),
     }
     before = {name: os.environ.get(name) for name in changes}
     os.environ.update(changes)
     try:
-        yield
+        yield placeholders
     finally:
         for name, value in before.items():
             if value is None:

@@ -226,14 +226,17 @@ def _judged(c: ScenarioComparison, adjusted: Sequence[float], alpha: float) -> S
     )
     rate = like.pass_rate.model_copy(update={"p_adjusted": rate_p})
     composite = like.composite.model_copy(update={"p_adjusted": composite_p})
+    # Below the scenarios an interval needs, the t test's p (on 1 df: p = 0 when the
+    # scenarios agree exactly) is no verdict either.
+    like_verdict = (
+        Verdict.too_few_scenarios
+        if like.scenarios < MIN_SCENARIOS_FOR_INTERVAL
+        else verdict_of(
+            {direction(rate.mean, rate_p, alpha), direction(composite.mean, composite_p, alpha)}
+        )
+    )
     like = like.model_copy(
-        update={
-            "pass_rate": rate,
-            "composite": composite,
-            "verdict": verdict_of(
-                {direction(rate.mean, rate_p, alpha), direction(composite.mean, composite_p, alpha)}
-            ),
-        }
+        update={"pass_rate": rate, "composite": composite, "verdict": like_verdict}
     )
     return c.model_copy(update={"these_scenarios": these, "like_these": like})
 

@@ -94,6 +94,7 @@ def evaluate_run(
         events_text,
         scenario.target.command_pattern,
         session_text=session_text,
+        stderr=outcome.stderr,
     )
     commands = target_commands(transcript, scenario.target)
     interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)
@@ -423,9 +424,12 @@ def _agent_reasons(
     elif outcome.stopped:
         reasons.append(f"agent stopped: {outcome.stopped}")
     elif outcome.exit_code not in (0, None):
-        tail = redact(outcome.stderr.strip()[-300:], secrets)
+        # The error the agent reported says why in its own words (said below); stderr's
+        # tail would be noise before it (OpenCode's: a stack trace), and is evidence.
+        tail = "" if transcript.agent_reported_error else outcome.stderr.strip()[-300:]
         reasons.append(
-            f"agent exited with code {outcome.exit_code}" + (f": {tail}" if tail else "")
+            f"agent exited with code {outcome.exit_code}"
+            + (f": {redact(tail, secrets)}" if tail else "")
         )
     if _wrong_format(outcome, transcript):
         expected = "in a CLI format" if transcript.format == "auto" else transcript.format

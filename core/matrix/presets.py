@@ -94,7 +94,11 @@ PRESETS: dict[str, AgentPreset] = {
     ),
     "opencode": AgentPreset(
         cli="opencode",
-        command="opencode run --format json {permissions}"
+        # Its log on stderr: the cause of an error its stdout calls only "Unexpected
+        # server error" (core.transcripts.opencode). A title of its own: else OpenCode
+        # asks a second model for one, a request whose tokens it reports nowhere.
+        command="opencode run --format json --print-logs --log-level ERROR"
+        ' --title "$EVALFLEET_RUN_ID" {permissions}'
         ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} "$PROMPT"',
         transcript="opencode-json",
         permission_flags="",

@@ -7,7 +7,7 @@ provider OpenCode puts before it (`anthropic/claude-sonnet-4`). Never by prefix:
 charged at another model's price. An unpriced model leaves the cost unknown
 (docs/ARCHITECTURE.md, glossary: cost). The default judge (gpt-4o-mini) is priced,
 so that a budget counts its spend, and so is the model of each preset's example in
-the README (`claude-sonnet-4`, `gpt-5-codex`, `gemini-2.5-pro`).
+the README (`claude-sonnet-4`, `claude-sonnet-4-5`, `gpt-5-codex`, `gemini-2.5-pro`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ BUILTIN_PRICES: Mapping[str, ModelPrice] = {
     "claude-opus-4-5": _OPUS_4_5,
     "claude-opus-4.5": _OPUS_4_5,
     "claude-sonnet-4": ModelPrice(input=3.0, output=15.0),
+    "claude-sonnet-4-5": ModelPrice(input=3.0, output=15.0),
     "gpt-4o": ModelPrice(input=5.0, output=15.0),
     "gpt-4o-mini": ModelPrice(input=0.15, output=0.6, cache_read=0.075),
     # OpenAI's list price, https://developers.openai.com/api/docs/models/gpt-5-codex

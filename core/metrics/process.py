@@ -10,12 +10,25 @@ made-up 0 or 1.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from core.matrix import ExpectedStep, ProcessConfig
 from core.metrics.formulas import fraction_of
 from core.results.run import ProcessMetrics
 from core.results.transcript import CommandRecord
+
+# What each metric (a ProcessMetrics field) is, in a phrase: a report's note under the
+# table that shows them (docs/METRICS.md, "Process metrics", says it at length).
+DEFINITIONS: Mapping[str, str] = {
+    "r_prog": "the weight of the scenario's expected steps the agent's commands reached, "
+    "over the weight of them all",
+    "r_prog_simple": "r_prog with every step weighing 1",
+    "strategic_drift": "the share of the agent's commands that match no goal pattern",
+    "strategic_drift_binary": "the same, counted (equal while commands weigh 1 each)",
+    "change_fail_percentage": "the share of the commands matching a change pattern "
+    "that failed (a fraction, 0 to 1)",
+    "pr_revert_rate": "the share of changes reverted in review",
+}
 
 
 def r_prog(achieved: float, expected: float) -> float:

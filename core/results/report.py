@@ -52,6 +52,9 @@ class Verdict(StrEnum):
     mixed = "mixed"  # one test significantly better, the other significantly worse
     no_difference = "no significant difference"
     not_enough_runs = "not enough runs"
+    # On scenarios like these with fewer than 3 scenarios: a t test on 1 degree of
+    # freedom says better or worse whenever the scenarios agree, however few they are.
+    too_few_scenarios = "too few scenarios"
 
 
 class Detectable(Record):
@@ -207,7 +210,10 @@ class GeneralisedComparison(Record):
     pass_rate: PairedDifference
     composite: PairedDifference = Field(description="of the mean composite score")
     too_few_scenarios: bool = Field(description="fewer than 5 scenarios to generalise from")
-    verdict: Verdict = Field(description="from the adjusted p-values of both tests")
+    verdict: Verdict = Field(
+        description="from the adjusted p-values of both tests; too few scenarios below 3, "
+        "where no interval is reported either"
+    )
 
 
 class Heterogeneity(Record):

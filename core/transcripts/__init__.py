@@ -60,6 +60,11 @@ _SESSION_PARSERS: dict[str, Callable[[str], list[LLMCallMetrics]]] = {
     "codex-exec-json": rollout_calls,
     "gemini-stream-json": chat_calls,
 }
+# A CLI that states the cause of an error only in its log, printed on stderr: its
+# parser reads that too (OpenCode's "Unexpected server error", core.transcripts.opencode).
+_LOG_READING_PARSERS: dict[str, Callable[[str, str], Transcript]] = {
+    "opencode-json": parse_opencode,
+}
 # Tried in this order by `auto`, then Gemini's two formats (gemini_format).
 _AUTO_ORDER = ("claude-stream-json", "codex-exec-json", "opencode-json")
 
@@ -70,6 +75,7 @@ def parse_transcript(
     events_text: str | None = None,
     command_pattern: str | None = None,
     session_text: str | None = None,
+    stderr: str = "",
 ) -> Transcript:
     """Normalize an agent's stdout (and its events file, if it wrote one) into a Transcript.
 
@@ -77,7 +83,8 @@ def parse_transcript(
     gives only summed (Codex's turns, Gemini CLI's session) or with placeholders
     (Claude Code's output counts): its requests replace them where their tokens add
     up to the run's figures (the CLI's reported totals, else its calls'), else
-    stdout's stand."""
+    stdout's stand. `stderr`: what the agent printed there, for a CLI that logs the
+    cause of an error there only."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     events = parse_events(events_text) if events_text and events_text.strip() else None
@@ -90,7 +97,12 @@ def parse_transcript(
         if fmt == "auto":
             fmt = _detect(output)
         parse_stdout = _STDOUT_PARSERS.get(fmt)
-        transcript = parse_stdout(output) if parse_stdout else parse_plain(output, command_pattern)
+        if (parse_with_log := _LOG_READING_PARSERS.get(fmt)) is not None:
+            transcript = parse_with_log(output, stderr)
+        elif parse_stdout is not None:
+            transcript = parse_stdout(output)
+        else:
+            transcript = parse_plain(output, command_pattern)
         if fmt == "auto":
             transcript = transcript.model_copy(update={"format": fmt, "recognised": False})
         if session_text and (requests := _SESSION_PARSERS.get(fmt)) is not None:

@@ -11,7 +11,12 @@ The traps, and how they are handled (fixtures SOURCES.md, section 3):
   "completed" when it is non-zero). Status "error" (the tool failed or permission was
   refused) counts as failed: the metadata exit when given, else 1. `invalid` and
   other tools are not commands.
-- `error` lines (no `part`) are the agent's error: opencode exits 0 after them.
+- `error` lines (no `part`) are the agent's error: opencode exits 0 after them (1.18.33:
+  1). Their message is often only "Unexpected server error. Check server logs for
+  details." with a `ref`: the cause is in OpenCode's log, which its preset prints on
+  stderr (`--print-logs`; the log file in its home misses the lines written just
+  before it exits), on the `message=failed ref=REF error="..."` line. That line
+  becomes the error (fixtures SOURCES.md, "A CLI's log on stderr").
 - A stream with no such event (a `part`, or an `error` line) is not OpenCode output:
   `recognised=False`. Checked against opencode of Dec 2025, Feb 2026 and 1.18.29.
 - There is no final event: the run finished when the last `step_finish` has a
@@ -20,6 +25,7 @@ The traps, and how they are handled (fixtures SOURCES.md, section 3):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
@@ -34,6 +40,13 @@ from core.transcripts.jsonlines import (
 
 FORMAT = "opencode-json"
 _EVENTS = {"step_start", "step_finish", "text", "reasoning", "tool_use", "error"}
+# OpenCode's log line of the failure an `error` line names by its ref (logfmt: the
+# error's value is quoted, its own quotes escaped).
+_LOGGED_FAILURE = re.compile(r'level=ERROR .*?message=failed ref=(\S+) error="((?:[^"\\]|\\.)*)"')
+# "Model not found: anthropic/claude-sonnet-4-5. Did you mean: claude-sonnet-4-5, ...?":
+# OpenCode knows the model but lists no provider for it, which it does when the
+# provider's API key is unset.
+_UNCONFIGURED = re.compile(r"Model not found: ([^/\s]+)/(\S+)\. Did you mean: ([^?]*)\?")
 
 
 @dataclass
@@ -49,6 +62,7 @@ class _Stream:
     last_reason: str | None = None
     steps_finished: int = 0
     error: str | None = None
+    error_ref: str | None = None
     first_timestamp: float | None = None
     last_timestamp: float | None = None
     recognised: bool = False
@@ -66,6 +80,7 @@ class _Stream:
         if kind == "error":
             error = as_object(event.get("error"))
             self.error = text(error.get("data"), "message") or text(error, "name") or "error"
+            self.error_ref = text(error.get("data"), "ref")
         elif not isinstance(part, dict):
             return
         elif kind == "step_start":
@@ -119,7 +134,17 @@ class _Stream:
             self.cost = (self.cost or 0.0) + step_cost
         self.step_started = None
 
-    def transcript(self, malformed: int) -> Transcript:
+    def logged_error(self, log: str) -> str | None:
+        """The error as OpenCode's log states it, when the log has its ref."""
+        if self.error is None or self.error_ref is None:
+            return self.error
+        for ref, cause in _LOGGED_FAILURE.findall(log):
+            if ref == self.error_ref:
+                cause = cause.replace('\\"', '"')
+                return f"{cause}{_unconfigured_hint(cause)} (OpenCode's log, {ref})"
+        return self.error
+
+    def transcript(self, malformed: int, log: str) -> Transcript:
         duration = None
         if self.first_timestamp is not None and self.last_timestamp is not None:
             duration = self.last_timestamp - self.first_timestamp
@@ -130,19 +155,33 @@ class _Stream:
             messages=self.messages,
             reported_cost_usd=self.cost,
             reported_duration_ms=duration,
-            agent_reported_error=self.error,
+            agent_reported_error=self.logged_error(log),
             finished=self.steps_finished > 0 and self.last_reason != "tool-calls",
             recognised=self.recognised,
             malformed_lines=malformed,
         )
 
 
-def parse_opencode(output: str) -> Transcript:
+def parse_opencode(output: str, log: str = "") -> Transcript:
+    """`log`: what OpenCode printed on stderr, its log with `--print-logs`."""
     lines = read_json_lines(output)
     stream = _Stream()
     for index, event in enumerate(lines.objects):
         stream.read(event, index)
-    return stream.transcript(lines.malformed)
+    return stream.transcript(lines.malformed, log)
+
+
+def _unconfigured_hint(cause: str) -> str:
+    found = _UNCONFIGURED.search(cause)
+    if found is None:
+        return ""
+    provider, model, suggested = found.groups()
+    if model not in (s.strip() for s in suggested.split(",")):
+        return ""
+    return (
+        f": OpenCode knows {model} but has no provider {provider} for it, as when "
+        f"{provider}'s API key is not set"
+    )
 
 
 def _exit_code(state: JsonObject) -> int | None:

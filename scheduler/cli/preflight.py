@@ -19,7 +19,7 @@ from worker.preflight import CellCheck
 from worker.preflight import preflight as check_cells
 
 COLUMNS = ("tier", "scenario", "cli", "run", "transcript", "gates", "vacuous", "reference",
-           "judge key", "est. spend")  # fmt: skip
+           "judge key", "agent key", "est. spend")  # fmt: skip
 
 
 @click.command()
@@ -47,8 +47,9 @@ def preflight(
     One line per tier x scenario: the preset's CLI found (or found but refusing its
     flags), how its run ended, its transcript recognised, its gates after the
     scripted run, whether the gates pass on an untouched workspace (vacuous),
-    whether the scenario's `reference:` solution passes them, the judge's key, and
-    the cell's estimated spend (this run's cost times its runs); then what the
+    whether the scenario's `reference:` solution passes them, the judge's key, the
+    agent's key (set, or missing: the check then ran with a placeholder), and the
+    cell's estimated spend (this run's cost times its runs); then what the
     experiment can detect, as `scheduler validate` says it. Exit 0 when sound; 2 with
     each problem on a line.
 
@@ -131,7 +132,7 @@ def _grouped(cells: list[CellCheck]) -> list[str]:
 def _table(cells: list[CellCheck]) -> str:
     rows = [COLUMNS] + [
         (c.tier, c.scenario, c.cli, c.run, c.transcript, c.gates, c.vacuous, c.reference,
-         c.judge_key, "?" if c.spend_usd is None else f"${c.spend_usd:.4f}")
+         c.judge_key, c.agent_key, "?" if c.spend_usd is None else f"${c.spend_usd:.4f}")
         for c in cells
     ]  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from core.analysis.group import PASS_K
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
+from core.metrics.process import DEFINITIONS as PROCESS_DEFINITIONS
 from core.results.report import ExperimentReport, Statistics
 from scheduler.report.formatting import ALL, Table, cells, num, pct
 
@@ -118,6 +119,7 @@ def pass_at_k(report: ExperimentReport, scenario: str | None = None) -> Table:
 def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
     tier = report.tiers[tier_id]
     rows = []
+    process: dict[str, str] = {}  # the process metrics shown, each defined under the table
     for scenario, cell in [(ALL, tier), *tier.scenarios.items()]:
         for metric in RUN_METRICS:
             stats: Statistics | None = getattr(cell, metric.name)
@@ -125,11 +127,13 @@ def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
                 rows.append([scenario, metric.label, *_stat_cells(stats)])
         for name, stats in cell.process.items():
             rows.append([scenario, name, *_stat_cells(stats)])
+            process.setdefault(name, PROCESS_DEFINITIONS[name])
     return Table(
         f"Seed metrics: {tier_id} (grade {tier.grade or '-'}, "
         f"cost of pass ${num(tier.cost_of_pass, 4)})",
         ["scenario", "metric", "median", "mean", "mode", "std_dev", "min", "max", "n"],
         rows,
+        [f"{name}: {meaning}" for name, meaning in process.items()],
         label_columns=2,
     )
 

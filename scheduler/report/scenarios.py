@@ -403,9 +403,9 @@ def question_sentences(
     # Too few for an interval is said above, and says more than too few to generalise.
     too_few = like.too_few_scenarios and n >= MIN_SCENARIOS_FOR_INTERVAL
     if these.verdict is not like.verdict:
-        if (
-            these.verdict in (Verdict.better, Verdict.worse)
-            and like.verdict is Verdict.no_difference
+        if these.verdict in (Verdict.better, Verdict.worse) and like.verdict in (
+            Verdict.no_difference,
+            Verdict.too_few_scenarios,
         ):
             why = (
                 too_few_for_interval(n)

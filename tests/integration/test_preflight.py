@@ -198,6 +198,42 @@ pricing: {m: {input: 1.0, output: 10.0}}
 
 
 @pytest.mark.integration
+def test_the_agent_key_column_says_which_key_was_missing_and_the_check_still_ran(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An unset agent key is replaced by a placeholder for the scripted server, and the
+    table says so in its own column; it is no problem (the workers may hold it)."""
+    # The agent writes out.txt only when it was given a key: the placeholder counts.
+    write = 'test -n "${KEY_VAR}" && printf hello > out.txt'
+    (tmp_path / "matrix.yaml").write_text(f"""
+name: agent-keys
+runs_per_tier: 1
+agent: {{command: 'printf hello > out.txt', transcript: plain}}
+tiers:
+  - id: keyless
+  - id: keyed
+    agent: {{command: '{write.replace("KEY_VAR", "PREFLIGHT_AGENT_KEY_SET")}',
+             api_key_env: PREFLIGHT_AGENT_KEY_SET}}
+  - id: unkeyed
+    agent: {{command: '{write.replace("KEY_VAR", "PREFLIGHT_AGENT_KEY_UNSET")}',
+             api_key_env: PREFLIGHT_AGENT_KEY_UNSET}}
+scenarios:
+  - id: write
+    prompt: Write hello to out.txt.
+    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
+""")
+    checked = run_cli("preflight", str(tmp_path / "matrix.yaml"),
+                      env={**fleet_env, "PREFLIGHT_AGENT_KEY_SET": "k"})  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    header, *rows = checked.stdout.splitlines()[:4]
+    assert header.split()[-6:] == ["judge", "key", "agent", "key", "est.", "spend"]
+    start = header.index("agent key")
+    keys = {row.split()[0]: row[start:].split("  ")[0].strip() for row in rows}
+    assert keys == {"keyed": "set", "unkeyed": "missing PREFLIGHT_AGENT_KEY_UNSET", "keyless": "-"}
+    assert all(row.split()[3:6] == ["completed", "plain", "1/1"] for row in rows), rows
+
+
+@pytest.mark.integration
 def test_submit_preflight_sends_nothing_unless_sound(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,12 @@ class Case:
 # (core/transcripts/claude.py, codex.py and gemini.py give the evidence).
 SERVED = ((1000, 50, 1), (1200, 10, 0))
 WRITE = "printf hello > out.txt"
+# The one scenario of each matrix: the gate checks what the model's tool call wrote.
+SCENARIO = """scenarios:
+  - id: write
+    prompt: Create out.txt holding the word hello.
+    evaluation: {gates: [{type: file_contains, path: out.txt, substring: hello}]}
+"""
 CASES = [
     Case("claude-code", "claude", ScriptedToolCall(name="Bash", arguments={"command": WRITE}),
          "claude-sonnet-4-5", "ANTHROPIC_BASE_URL"),
@@ -65,10 +72,6 @@ CASES = [
          ScriptedToolCall(name="bash", arguments={"command": WRITE, "description": "write"}),
          "anthropic/claude-sonnet-4-5", "ANTHROPIC_BASE_URL", "/v1"),
 ]  # fmt: skip
-
-
-# The keys are the workers' (worker_env), not the submitting machine's: it says so.
-ALLOW_KEYS = "--allow-missing-keys"
 
 
 def script_for(case: Case) -> ModelScript:
@@ -90,6 +93,12 @@ def cli_path(cli: str) -> str:
             "(npm) and EVALFLEET_TEST_AGENT_CLIS names its bin folder"
         )
     return found
+
+
+def submit(matrix: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`scheduler submit --wait --json`: the keys are the workers' (given to
+    start_worker), not this shell's."""
+    return run_cli("submit", str(matrix), "--wait", "--json", "--allow-missing-keys", env=env)
 
 
 @pytest.mark.integration
@@ -131,7 +140,7 @@ pricing:
   {case.model.split("/")[-1]}: {{input: {PRICE.input}, output: {PRICE.output}}}
 """)
         start_worker(extra_env=worker_env, concurrency=1)
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
+        submitted = submit(matrix, fleet_env)
         served = [r for r in server.model_requests() if r.body and r.body.get("tools")]
         # A side request (OpenCode's title) offers no tools: it is no turn of the session.
         side = [r for r in server.model_requests() if not (r.body and r.body.get("tools"))]
@@ -154,6 +163,10 @@ pricing:
     # The CLI's state stayed in the run's own home: the worker's is untouched.
     assert list(worker_home.iterdir()) == []
     assert all(KEY not in line for line in (tmp_path / "requests.jsonl").read_text().splitlines())
+    if case.preset == "opencode":
+        # Its preset names the session: OpenCode asks no second model for a title, a
+        # request whose tokens it would report nowhere (its stdout, its session store).
+        assert side == []
     assert len(side) <= 1
 
 
@@ -192,13 +205,9 @@ agent:
 tiers:
   - {{id: limited, agent: {{env: {{ANTHROPIC_BASE_URL: "{once.base_url}"}}}}}}
   - {{id: refused, agent: {{env: {{ANTHROPIC_BASE_URL: "{always.base_url}"}}}}}}
-scenarios:
-  - id: write
-    prompt: Create out.txt holding the word hello.
-    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
-""")
+{SCENARIO}""")
         start_worker(extra_env={"ANTHROPIC_API_KEY": KEY}, concurrency=1)
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
+        submitted = submit(matrix, fleet_env)
     assert submitted.returncode == 3, submitted.stderr  # some runs were infrastructure errors
     runs = {r.tier: r for r in store.results.all(json.loads(submitted.stdout)["experiment"]["id"])}
     passed = runs["limited"]
@@ -234,14 +243,10 @@ max_attempts: 1
 agent: {{preset: {case.preset}, model: {case.model}, timeout_s: 120{key_env},
          env: {json.dumps({**tier_env, "CLAUDE_CODE_MAX_RETRIES": "0"})}}}
 tiers: [{{id: {case.preset}}}]
-scenarios:
-  - id: write
-    prompt: Create out.txt holding the word hello.
-    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
-""")
+{SCENARIO}""")
         start_worker(extra_env={"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY,
                                 "GEMINI_API_KEY": KEY}, concurrency=1)  # fmt: skip
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
+        submitted = submit(matrix, fleet_env)
         assert server.model_requests(), "the CLI never reached the server"
     (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
     assert run.status == RunStatus.infra_error and run.outage, (run.status, run.fail_reason)
@@ -271,13 +276,9 @@ name: real-opencode-chat
 runs_per_tier: 1
 agent: {{preset: opencode, model: scripted/m, timeout_s: 180, env: {json.dumps(env)}}}
 tiers: [{{id: opencode}}]
-scenarios:
-  - id: write
-    prompt: Create out.txt holding the word hello.
-    evaluation: {{gates: [{{type: file_contains, path: out.txt, substring: hello}}]}}
-""")
+{SCENARIO}""")
         start_worker(concurrency=1)
-        submitted = run_cli("submit", str(matrix), "--wait", "--json", ALLOW_KEYS, env=fleet_env)
+        submitted = submit(matrix, fleet_env)
         served = [r for r in server.model_requests() if r.body and r.body.get("tools")]
     assert submitted.returncode == 0, submitted.stderr
     (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
@@ -286,3 +287,45 @@ scenarios:
         ("openai-chat", True, 0), ("openai-chat", True, 1)
     ]  # fmt: skip
     assert (run.input_tokens, run.output_tokens, len(run.llm_calls)) == (2200, 60, 2)
+
+
+@pytest.mark.integration
+def test_real_opencodes_unknown_model_is_named_from_its_log_in_show_and_preflight(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """The model id README's example had (anthropic/claude-sonnet-4), which OpenCode's
+    bundled catalog lacks offline: its stdout says only "Unexpected server error";
+    its log (on stderr, from the preset's --print-logs) names the model and what it
+    has instead, and that is the run's reason and preflight's problem."""
+    binary = Path(cli_path("opencode"))
+    with ModelServer(script_for(CASES[3])) as server:
+        env = {"PATH": f"{binary.parent}:${{PATH}}",
+               "ANTHROPIC_BASE_URL": f"{server.base_url}/v1"}  # fmt: skip
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: real-opencode-unknown-model
+runs_per_tier: 1
+max_attempts: 1
+agent: {{preset: opencode, model: anthropic/claude-sonnet-4, timeout_s: 120,
+         api_key_env: ANTHROPIC_API_KEY, env: {json.dumps(env)}}}
+tiers: [{{id: opencode}}]
+{SCENARIO}""")
+        start_worker(extra_env={"ANTHROPIC_API_KEY": KEY}, concurrency=1)
+        submitted = submit(matrix, fleet_env)
+        checked = run_cli("preflight", str(matrix), env={**fleet_env, "ANTHROPIC_API_KEY": KEY})
+    (run,) = store.results.all(json.loads(submitted.stdout)["experiment"]["id"])
+    assert run.status == RunStatus.agent_error, (run.status, run.fail_reason)
+    shown = run_cli("show", run.run_id, env={**fleet_env, "COLUMNS": "400"})
+    assert shown.returncode == 0, shown.stderr
+    actionable = (
+        "Model not found: anthropic/claude-sonnet-4. Did you mean: claude-sonnet-4-6, "
+        "claude-sonnet-4-5"
+    )
+    reason = next(line for line in shown.stdout.splitlines() if line.startswith("reason: "))
+    assert actionable in reason and "Unexpected server error" not in reason, reason
+    assert "SessionPrompt" not in reason  # the log's stack trace stays in the evidence
+    assert checked.returncode == 2
+    assert actionable in checked.stderr, checked.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from core.results.run import RunStatus
+from core.results.run import ProcessMetrics, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, SCHEDULER, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
@@ -454,3 +454,49 @@ def test_list_and_status_are_tables_with_headers(
     assert row[:6] == [experiment, "complete", "40/40", "20", "0", "0"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", row[6]) and row[7] == "1"
     assert re.fullmatch(r"[\d.]+ KB", row[8])
+
+
+def test_full_report_defines_the_process_metrics_it_shows(
+    redis_url: str, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """r_prog, strategic_drift, change fail %: each process metric the Seed metrics
+    table shows is defined in a phrase under it, and none it does not show."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    process = ProcessMetrics(r_prog=0.5, r_prog_simple=0.5, change_fail_percentage=0.25)
+    exp_id = seed_experiment(store, tmp_path, {("T0", "s"): Cell((True, False), process=process)})
+    full = _report(exp_id, {**fleet_env, "COLUMNS": "200"}, "--full")
+    seed = full.split("Seed metrics: T0")[1]
+    assert "change_fail_percentage" in seed and "strategic_drift" not in seed
+    notes = [line.strip() for line in seed.splitlines() if line.strip().startswith("- ")]
+    assert notes == [
+        "- r_prog: the weight of the scenario's expected steps the agent's commands "
+        "reached, over the weight of them all",
+        "- r_prog_simple: r_prog with every step weighing 1",
+        "- change_fail_percentage: the share of the commands matching a change pattern "
+        "that failed (a fraction, 0 to 1)",
+    ]
+
+
+def test_two_scenarios_are_too_few_for_a_verdict_on_scenarios_like_these(
+    redis_url: str, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """T1 passes 8 of 10 where T0 passes 2, in both scenarios: the paired t on 1 df
+    gives p = 0, yet 2 scenarios say nothing of others. Every format says so."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    cells = {(t, s): Cell(_passed(8 if t == "T1" else 2)) for t in ("T0", "T1") for s in ("a", "b")}
+    exp_id = seed_experiment(store, tmp_path, cells)
+    report = json.loads(_report(exp_id, fleet_env, "--format", "json"))
+    like = report["tiers"]["T1"]["analysis"]["across_scenarios"]["like_these"]
+    assert (like["pass_rate"]["mean"], like["pass_rate"]["p"]) == (pytest.approx(0.6), 0.0)
+    assert like["verdict"] == "too few scenarios"
+    env = {**fleet_env, "COLUMNS": "250"}
+    for fmt in ("table", "markdown", "github", "html"):
+        shown = _report(exp_id, env, "--format", fmt, *(["--full"] if fmt == "table" else []))
+        assert (
+            "T1: better on these 2 scenarios; not shown to carry over to others (on "
+            "scenarios like these): 2 scenarios are too few to say anything" in shown
+        ), fmt
+        # The question's own row (github's short table has no verdict column).
+        rows = [row for row in re.split(r"\n|</?tr", shown) if "on scenarios like these (2)" in row]
+        assert all("too few scenarios" in row and "better" not in row for row in rows), rows
+        assert rows or fmt == "github", fmt

@@ -17,7 +17,7 @@ from pathlib import Path
 from core.evidence.models import RunEvidence
 from core.matrix import load_matrix
 from core.metrics import formulas
-from core.results.run import InteractionMetrics, RunResult, RunSpec, RunStatus
+from core.results.run import InteractionMetrics, ProcessMetrics, RunResult, RunSpec, RunStatus
 from core.results.transcript import LLMCallMetrics
 from core.store import Store
 from scheduler.plan import experiment_info, new_experiment_id, plan
@@ -78,6 +78,8 @@ class Cell:
     unpriced: bool = False
     # Run index -> why it failed (its fail_reason).
     reasons: dict[int, str] = field(default_factory=dict)
+    # Every run's process metrics (a scenario with `process:`).
+    process: ProcessMetrics | None = None
 
 
 def impl_rate(passed: bool, index: int) -> float:
@@ -171,6 +173,7 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
             first_try_success_rate=cell.first_try_success_rate,
             completed=True,
         ),
+        process=cell.process,
     )
 
 

@@ -226,7 +226,7 @@ def test_date_suffix_is_stripped(model: str, base: str) -> None:
 
 @pytest.mark.parametrize(
     "model",
-    ["gpt-4o-audio-preview", "gpt-4o-mini-tts", "claude-sonnet-4-5", "gpt-4", "x", "", None],
+    ["gpt-4o-audio-preview", "gpt-4o-mini-tts", "claude-sonnet-4-6", "gpt-4", "x", "", None],
 )
 def test_no_prefix_matching_and_unknown_models_are_unpriced(model: str | None) -> None:
     assert price_for(model, {}) is None

@@ -116,7 +116,7 @@ def test_validate_warns_of_an_agent_model_without_a_price(tmp_path: Path) -> Non
         "claude": "claude-sonnet-4",
         "codex": "gpt-5-codex",
         "gemini": "gemini-2.5-pro",
-        "opencode": "anthropic/claude-sonnet-4",
+        "opencode": "anthropic/claude-sonnet-4-5",
         "mine": "my-model",
         "mine2": "my-model",
     }

@@ -23,7 +23,7 @@ def fixture(name: str) -> str:
     return (TRANSCRIPTS / name).read_text(encoding="utf-8")
 
 
-def parse(fmt: str, name: str, **kwargs: str | None) -> Transcript:
+def parse(fmt: str, name: str, **kwargs: str) -> Transcript:
     return parse_transcript(fmt, fixture(name), **kwargs)
 
 
@@ -271,6 +271,33 @@ def test_opencode_3_error_line_only() -> None:
         "Unexpected server error. Check server logs for details."
     )
     assert transcript.llm_calls == [] and not transcript.finished
+
+
+def test_opencode_error_reads_its_cause_from_the_log_on_stderr() -> None:
+    """OpenCode 1.18.33's stdout says only "Unexpected server error" (with a ref); its
+    log, on stderr under the preset's --print-logs, has the cause under that ref."""
+    name = "opencode-json-unknown-model"
+    unknown = parse("opencode-json", f"{name}.jsonl", stderr=fixture(f"{name}.log"))
+    assert unknown.agent_reported_error == (
+        "ProviderModelNotFoundError: Model not found: anthropic/claude-sonnet-4. Did you "
+        "mean: claude-sonnet-4-6, claude-sonnet-4-5, claude-sonnet-4-5-20250929? "
+        "(OpenCode's log, err_5032415c)"
+    )
+    no_key = parse("opencode-json", "opencode-json-no-key.jsonl",
+                   stderr=fixture("opencode-json-no-key.log"))  # fmt: skip
+    assert no_key.agent_reported_error is not None
+    assert no_key.agent_reported_error.endswith(
+        "Did you mean: claude-sonnet-4-5, claude-sonnet-4-5-20250929?: OpenCode knows "
+        "claude-sonnet-4-5 but has no provider anthropic for it, as when anthropic's API "
+        "key is not set (OpenCode's log, err_7faa823c)"
+    )
+    assert no_key.outage is None  # the run's own configuration, not the provider's outage
+    # Without the log (or another run's), stdout's words stand.
+    for log in ("", fixture("opencode-json-no-key.log")):
+        alone = parse("opencode-json", f"{name}.jsonl", stderr=log)
+        assert alone.agent_reported_error == (
+            "Unexpected server error. Check server logs for details."
+        )
 
 
 def test_opencode_error_status_reasoning_and_duplicate_step() -> None:
