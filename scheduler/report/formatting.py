@@ -31,9 +31,16 @@ class Table:
     label_columns: int = 1
     # Columns a narrow terminal leaves out, first to go first; the others wrap.
     narrow_drop: tuple[str, ...] = ()
+    # Columns of words (a verdict with where it came from): in the terminal they wrap
+    # at their words within WORDS_WIDTH rather than widen the table until figures
+    # are left out.
+    words: tuple[str, ...] = ()
     # Per row, a command to copy ("" for none): the terminal prints it under its row,
     # whole on a line of its own, never wrapped or cut.
     commands: tuple[str, ...] = ()
+
+
+WORDS_WIDTH = 32
 
 
 def num(value: float | None, digits: int = 3) -> str:

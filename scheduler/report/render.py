@@ -27,7 +27,7 @@ from core.results.report import Comparison, ExperimentComparison, ExperimentRepo
 from core.results.run import RunResult
 from scheduler.report import compare, formatting, scenarios, sections
 from scheduler.report.brief import brief_tables, full_report_line
-from scheduler.report.formatting import Table
+from scheduler.report.formatting import WORDS_WIDTH, Table
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
 from scheduler.report.markdown import md, table_lines
@@ -277,6 +277,11 @@ def _rich_table(
         # (unless whole_headings, where the table fits with them whole).
         words = [heading] if whole_headings else heading.split()
         widest = max([*map(len, words), *(len(row[i]) for row in table.rows)])
+        if heading in table.words:
+            longest_word = max(len(w) for row in table.rows for w in [*row[i].split(), ""])
+            widest = min(widest, max(WORDS_WIDTH, longest_word))
+            rich.add_column(heading, justify="left", max_width=widest)
+            continue
         rich.add_column(heading, justify="right", max_width=widest)
     for row in table.rows:
         rich.add_row(*row[: table.label_columns], *(row[i] for i in value_columns))

@@ -232,4 +232,5 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
         label_columns=2,
         # The composite's medians; its test, effect size and every p-value stay.
         narrow_drop=("median composite [95% CI]", "Δ median composite"),
+        words=("verdict",),
     )
