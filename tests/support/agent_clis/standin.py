@@ -23,6 +23,8 @@ from typing import Any
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "transcripts"
 
+# In an expected argv: the run's id, as the preset passes it ($EVALFLEET_RUN_ID).
+RUN_ID = "{run id}"
 # name -> (argv before the model flag, argv after it, prompt as the last argument?, replay)
 CLIS = {
     "claude": (
@@ -43,7 +45,12 @@ CLIS = {
         False,
         "gemini-stream-json-1.jsonl",
     ),
-    "opencode": (["run", "--format", "json"], [], True, "opencode-json-1.jsonl"),
+    "opencode": (
+        ["run", "--format", "json", "--print-logs", "--log-level", "ERROR", "--title", RUN_ID],
+        [],
+        True,
+        "opencode-json-1.jsonl",
+    ),
 }
 
 OUTAGES: dict[str, list[dict[str, Any]]] = {
@@ -101,6 +108,7 @@ def main() -> int:
     before, after, prompt_argument, replay = CLIS[name]
     model = os.environ.get("EVALFLEET_MODEL", "")
     prompt = os.environ["PROMPT"]
+    before = [os.environ["EVALFLEET_RUN_ID"] if arg == RUN_ID else arg for arg in before]
     expected = before + (["--model", model] if model else []) + after
     if prompt_argument:
         expected.append(prompt)
