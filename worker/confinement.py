@@ -23,7 +23,8 @@ own number. `sandbox: auto`, the default, means:
 Under `bwrap` a worker running as root leases the run's own user too, and starts
 the jail as it: the two together, as `user` and as `bwrap` each say.
 
-The uids carry no passwd entry: HOME, USER and LOGNAME are set by the run.
+The uids carry no passwd entry: HOME is the run's own (worker.workspace.own_home),
+which is all the agent CLIs look up.
 """
 
 from __future__ import annotations
