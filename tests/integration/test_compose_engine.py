@@ -121,6 +121,8 @@ def test_the_compose_fleet_runs_the_example_under_a_real_engine_through_scale_up
     for tier in ("T0", "T1", "T2"):
         assert f"| {tier} |" in report
     _assert_complete(store, submit.exp_id)
+    # The worker is root in its container: each run's agent ran as a user of its own.
+    assert {run.isolation for run in store.results.all(submit.exp_id)} == {"user"}
 
     # Flower: nothing without the password; with it, every worker and every run.
     assert httpx.get(f"{api}/api/workers", timeout=10).status_code == 401
