@@ -225,7 +225,13 @@ def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             own = tier.agent is not None and "sandbox" in tier.agent.model_fields_set
             loc: tuple[str | int, ...] = ("tiers", index, "agent") if own else ("agent",)
             unconfined.setdefault(loc, []).append(tier.id)
-            why[loc] = "`sandbox: none`" if agent.sandbox == "none" else "this machine is not root"
+            why[loc] = (
+                "`sandbox: none`"
+                if agent.sandbox == "none"
+                # The workers decide (a compose worker is root in its container); this
+                # machine, not root, would be such a worker itself in embedded mode.
+                else "`sandbox: auto` on a worker not running as root, as this machine is not"
+            )
     problems = [
         problem_at(
             path,
