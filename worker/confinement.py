@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,9 +45,11 @@ from core.results.run import Isolation
 from worker.sandbox import bwrap_argv
 from worker.workspace import RunDir, chown_tree, with_solution, work_root
 
-# Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n).
+# Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n),
+# in blocks of UID_SLOTS; the last block ends below 2**32 - 1, which no uid may be.
 UID_BASE = 1_500_000_000
 UID_SLOTS = 4096
+UID_BLOCKS = 600_000
 
 
 def isolation(agent: AgentConfig, is_root: bool | None = None, task: bool = False) -> Isolation:
@@ -176,7 +179,8 @@ def run_user(run_dir: RunDir) -> Iterator[RunAs]:
     when this process dies. Whatever of the uid is still running when the block
     ends (or was left by a dead delivery that held the slot) is killed."""
     slot, lock, abandoned = _lease()
-    user = RunAs(UID_BASE + slot, UID_BASE + slot)
+    base = _uid_base()
+    user = RunAs(base + slot, base + slot)
     since = None
     try:
         if abandoned:  # its last holder died: what that delivery left may still run
@@ -188,6 +192,30 @@ def run_user(run_dir: RunDir) -> Iterator[RunAs]:
         kill_user_processes(user.uid, since)
         os.ftruncate(lock, 0)  # handed back whole: the next holder need not sweep
         os.close(lock)
+
+
+def _uid_base() -> int:
+    """This machine's block of run uids, drawn at random once per machine (once per
+    /run). Containers of one host each have a /run of their own and lease their slots
+    apart, but uids are the kernel's: in one block, the host's sweep for its run
+    user's processes (it sees every container's) would kill another container's
+    agents."""
+    path = users_root() / "uid-base"
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        pass
+    drawn = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_SLOTS
+    # Written whole, then linked into place: a reader never sees half a number.
+    draft = path.with_name(f"uid-base.{os.getpid()}")
+    draft.write_text(str(drawn))
+    try:
+        os.link(draft, path)
+    except FileExistsError:  # another process drew first: its block is the machine's
+        drawn = int(path.read_text())
+    finally:
+        draft.unlink()
+    return drawn
 
 
 def _lease() -> tuple[int, int, bool]:
