@@ -46,10 +46,12 @@ from worker.sandbox import bwrap_argv
 from worker.workspace import RunDir, chown_tree, with_solution, work_root
 
 # Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n),
-# in blocks of UID_SLOTS; the last block ends below 2**32 - 1, which no uid may be.
+# in blocks of UID_SLOTS. The last block ends below 2**31: bubblewrap, like other tools
+# that hold a uid in a signed int, refuses one above ("setting up uid map: Invalid
+# argument"), though the kernel takes uids up to 2**32 - 2.
 UID_BASE = 1_500_000_000
 UID_SLOTS = 4096
-UID_BLOCKS = 600_000
+UID_BLOCKS = (2**31 - UID_BASE) // UID_SLOTS
 
 
 def isolation(agent: AgentConfig, is_root: bool | None = None, task: bool = False) -> Isolation:
@@ -202,9 +204,14 @@ def _uid_base() -> int:
     agents."""
     path = users_root() / "uid-base"
     try:
-        return int(path.read_text())
+        kept = int(path.read_text())
     except FileNotFoundError:
         pass
+    else:
+        if _is_block(kept):
+            return kept
+        # Drawn by an older evalfleet from a wider range (uids bubblewrap refuses).
+        path.unlink(missing_ok=True)
     drawn = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_SLOTS
     # Written whole, then linked into place: a reader never sees half a number.
     draft = path.with_name(f"uid-base.{os.getpid()}")
@@ -216,6 +223,14 @@ def _uid_base() -> int:
     finally:
         draft.unlink()
     return drawn
+
+
+def _is_block(base: int) -> bool:
+    return (
+        base >= UID_BASE
+        and (base - UID_BASE) % UID_SLOTS == 0
+        and base < UID_BASE + UID_BLOCKS * UID_SLOTS
+    )
 
 
 def _lease() -> tuple[int, int, bool]:

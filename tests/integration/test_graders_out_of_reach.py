@@ -28,7 +28,6 @@ import pytest
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
-from worker.files import cache_root
 
 ANSWER = "42"
 # What the hidden test and the matrix's reference hold, and nothing the agent may see.
@@ -80,12 +79,17 @@ def _submit(matrix: Path, env: dict[str, str]) -> str:
     return str(json.loads(done.stdout)["experiment"]["id"])
 
 
-def _shipped_checks(env: dict[str, str]) -> list[bytes]:
+def _own_cache(start_worker: StartWorker, tmp_path: Path, concurrency: int) -> Path:
+    """A worker whose cache of experiments' files is this test's alone (the session's
+    workers share one, holding other tests' copies of the same check.sh)."""
+    cache = tmp_path / "files"
+    start_worker({"EVALFLEET_CACHE_DIR": str(cache)}, concurrency=concurrency)
+    return cache
+
+
+def _shipped_checks(cache: Path) -> list[bytes]:
     """Every copy of check.sh in the worker's cache of experiments' files."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("EVALFLEET_WORKDIR", env["EVALFLEET_WORKDIR"])
-        root = cache_root()
-    return [path.read_bytes() for path in root.glob("*/matrix/check.sh")]
+    return [path.read_bytes() for path in cache.glob("*/matrix/check.sh")]
 
 
 @pytest.mark.integration
@@ -94,7 +98,7 @@ def test_an_agent_that_rewrites_its_grader_passes_nothing_now_or_in_a_later_expe
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
     matrix = _grader_matrix(tmp_path / "exp")
-    start_worker(concurrency=2)
+    cache = _own_cache(start_worker, tmp_path, concurrency=2)
     for _ in range(2):  # the second experiment reuses the worker's copy of the files
         exp_id = _submit(matrix, fleet_env)
         runs = store.results.all(exp_id)
@@ -105,7 +109,7 @@ def test_an_agent_that_rewrites_its_grader_passes_nothing_now_or_in_a_later_expe
         # Its grader was never writable: the run is its own honest failure.
         assert all(r.status is RunStatus.completed for r in runs)
     original = (tmp_path / "exp" / "check.sh").read_bytes()
-    assert _shipped_checks(fleet_env) == [original]
+    assert _shipped_checks(cache) == [original]
 
 
 @pytest.mark.integration
@@ -115,7 +119,7 @@ def test_an_unconfined_agent_that_rewrites_its_grader_is_tampered_and_the_files_
     matrix = _grader_matrix(tmp_path / "exp", tamper_sandbox="none")
     # One run at a time: an unconfined agent shares the worker's copy with the runs
     # beside it, which is why a confined one is the default.
-    start_worker(concurrency=1)
+    cache = _own_cache(start_worker, tmp_path, concurrency=1)
     warned = run_cli("validate", str(matrix), env=fleet_env)
     assert "tier tamper: agents would run unconfined (`sandbox: none`)" in warned.stderr
     for _ in range(2):
@@ -133,7 +137,7 @@ def test_an_unconfined_agent_that_rewrites_its_grader_is_tampered_and_the_files_
         assert tier["isolation"].startswith("unconfined")
         shown = run_cli("report", exp_id, env=fleet_env).stdout
         assert "tamper: 2 runs changed the files evaluation reads" in shown
-    assert _shipped_checks(fleet_env) == [(tmp_path / "exp" / "check.sh").read_bytes()]
+    assert _shipped_checks(cache) == [(tmp_path / "exp" / "check.sh").read_bytes()]
 
 
 # Looks for the secret everywhere it can read, leaves a child waiting for the tests to
