@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SetupError
-from core.evaluation.shell import PidMark, RunAs, kill_user_processes, pid_mark
+from core.evaluation.credentials import SUPPORTED, RunAs
 from core.matrix import AgentConfig, Scenario, TaskEnvironment
 from core.results.run import Isolation
 from worker.sandbox import bwrap_argv
@@ -61,7 +61,8 @@ def isolation(agent: AgentConfig, is_root: bool | None = None, task: bool = Fals
         return agent.sandbox
     if task:
         return "bwrap"
-    return "user" if (os.geteuid() == 0 if is_root is None else is_root) else "none"
+    root = os.geteuid() == 0 if is_root is None else is_root
+    return "user" if root and SUPPORTED else "none"
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,12 @@ class Confinement:
     hidden: tuple[Path, ...] = ()
     workdir: str | None = None
     network: bool = False
-    since: PidMark | None = None  # before the user's first process: its scans are quick
 
     def end_agent(self) -> None:
         """The agent's time is over: nothing of its user outlives it (before the hidden
         files are copied in for the gates)."""
         if self.user is not None:
-            kill_user_processes(self.user.uid, self.since)
+            self.user.kill_all()
 
     def argv_prefix(self, run_dir: RunDir, binds: Mapping[str, Path] | None = None) -> list[str]:
         """What goes before `bash -c COMMAND` to run it confined: the jail's argv under
@@ -145,12 +145,17 @@ def confined(
             "which a user of the run's own needs; run the worker as root or choose "
             "`sandbox: bwrap`"
         )
+    if not SUPPORTED:
+        raise SetupError(
+            "the agent asks for a user of the run's own, which evalfleet switches to on "
+            "Linux on x86_64, aarch64 or riscv64 only; choose `sandbox: bwrap` or `none`"
+        )
     for folder in (work_root(), *([files] if files is not None else [])):
         _reachable(folder)
     with run_user(run_dir) as user:
         if runs_solution:
             with_solution(run_dir, scenario, user)
-        yield Confinement(kind, user, files, tuple(hidden), workdir, network, since=pid_mark())
+        yield Confinement(kind, user, files, tuple(hidden), workdir, network)
 
 
 def _reachable(folder: Path) -> None:
@@ -180,19 +185,15 @@ def run_user(run_dir: RunDir) -> Iterator[RunAs]:
     events file made its own: the first free slot, held by a lock the kernel drops
     when this process dies. Whatever of the uid is still running when the block
     ends (or was left by a dead delivery that held the slot) is killed."""
-    slot, lock, abandoned = _lease()
+    slot, lock = _lease()
     base = _uid_base()
     user = RunAs(base + slot, base + slot)
-    since = None
     try:
-        if abandoned:  # its last holder died: what that delivery left may still run
-            kill_user_processes(user.uid)
-        since = pid_mark()
+        user.kill_all()  # a delivery that held the slot and died may have left some
         _hand_over(run_dir, user)
         yield user
     finally:
-        kill_user_processes(user.uid, since)
-        os.ftruncate(lock, 0)  # handed back whole: the next holder need not sweep
+        user.kill_all()
         os.close(lock)
 
 
@@ -233,7 +234,7 @@ def _is_block(base: int) -> bool:
     )
 
 
-def _lease() -> tuple[int, int, bool]:
+def _lease() -> tuple[int, int]:
     folder = users_root()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.stat().st_uid != 0 or folder.is_symlink():  # made by another user to steer ours
@@ -245,11 +246,7 @@ def _lease() -> tuple[int, int, bool]:
         except BlockingIOError:
             os.close(fd)
             continue
-        # The lock file holds a mark while a delivery uses the slot, cleared when it
-        # hands the slot back: a mark found means its holder died with it.
-        abandoned = os.pread(fd, 1, 0) != b""
-        os.pwrite(fd, b"1", 0)
-        return slot, fd, abandoned
+        return slot, fd
     raise SetupError(f"all {UID_SLOTS} run users of this machine are busy")
 
 

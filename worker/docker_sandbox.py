@@ -76,8 +76,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SetupError
+from core.evaluation.credentials import RunAs
 from core.evaluation.gates import Enclosure
-from core.evaluation.shell import RunAs
 from core.matrix import (
     LOGS_DIR,
     SOLUTION_DIR,

@@ -291,6 +291,7 @@ def _run(
     # The run's user and (`sandbox: docker`) its container live through the agent
     # and the gates.
     held = contextlib.ExitStack()
+    confinement: Confinement | None = None
     try:
         env = agent_env(spec, matrix, run_dir, prompt)
         agent = matrix.agent_for(tier)
@@ -360,7 +361,10 @@ def _run(
         held.close()
         # Nothing the delivery started outlives it: not even a process that left
         # the agent's process group (setsid), as long as it kept its environment.
-        kill_groups_by_env(MARKER, run_dir.marker, since=before)
+        # Every process of a run with a user of its own was that user's, and
+        # ended with it (worker.confinement): nothing to look for.
+        if confinement is None or confinement.user is None:
+            kill_groups_by_env(MARKER, run_dir.marker, since=before)
         if not matrix.keep_workspaces:
             run_dir.remove()
         run_dir.release()

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import SetupError
-from core.evaluation.shell import RunAs, Watch, kill_groups_by_env, run_shell
+from core.evaluation.credentials import RunAs
+from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
 from core.matrix import AgentPreset, Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with

@@ -28,7 +28,8 @@ from typing import Any
 
 from jsonpath_ng.ext import parse as parse_jsonpath
 
-from core.evaluation.shell import RunAs, ShellResult, run_shell
+from core.evaluation.credentials import RunAs
+from core.evaluation.shell import ShellResult, run_shell
 from core.evidence.models import Excerpt, GateEvidence
 from core.matrix import (
     CommandJsonPath,

@@ -15,14 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from core.evaluation.credentials import RunAs
 
 DEFAULT_MAX_BYTES = 1_000_000
 WATCH_INTERVAL_S = 0.5
@@ -33,33 +33,6 @@ _EXIT_POLL_S = 0.05
 Watch = Callable[[], str | None]
 # Given each chunk of stdout as it is read: likewise a reason to stop, or None.
 StdoutWatch = Callable[[bytes], str | None]
-
-
-@dataclass(frozen=True)
-class RunAs:
-    """The unprivileged user a run's commands run as (worker.confinement): its own, so
-    nothing the worker owns is its to write and no other process's environment is its
-    to read."""
-
-    uid: int
-    gid: int
-
-    def argv(self) -> list[str]:
-        """What goes before a command to run it as this user. util-linux's setpriv
-        switches in the child: Popen's own `user=` would make it fork the whole worker
-        process instead of vfork, which costs a run milliseconds of system time per
-        command; without setpriv, `user=` it is (popen_kwargs)."""
-        if _SETPRIV is None:
-            return []
-        return [_SETPRIV, f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--"]
-
-    def popen_kwargs(self) -> dict[str, Any]:
-        if _SETPRIV is not None:
-            return {}
-        return {"user": self.uid, "group": self.gid, "extra_groups": []}
-
-
-_SETPRIV = shutil.which("setpriv")
 
 
 @dataclass(frozen=True)
@@ -151,21 +124,18 @@ def run_shell(
     `argv_prefix` goes before `bash -c COMMAND` (a sandbox such as bwrap); `user`: the
     user it runs as (default: this process's).
     """
-    as_user = user.popen_kwargs() if user is not None else {}
-    if user is not None:
-        argv_prefix = [*user.argv(), *argv_prefix]
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            [*argv_prefix, "bash", "-c", command],
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            **as_user,
-        )
+        with user.this_thread() if user is not None else contextlib.nullcontext():
+            proc = subprocess.Popen(
+                [*argv_prefix, "bash", "-c", command],
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
     except OSError as exc:
         return ShellResult(None, "", "", False, time.monotonic() - start, error=str(exc))
     output = _Output(proc, max_output_bytes)
@@ -319,60 +289,3 @@ def kill_group(pgid: int) -> None:
     """SIGKILL a whole process group; quietly done if it is already gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def kill_user_processes(uid: int, since: PidMark | None = None) -> int:
-    """SIGKILL every process of user `uid`, until none is left (one may fork while the
-    others are killed). For a user of a run's own (worker.confinement): whatever its
-    agent left behind, daemonised, renamed or with its environment cleared, ends
-    with it. With `since` (taken before the user's first process started), a
-    process is known by its /proc folder's owner, and only the ones started since
-    that are the kernel's own (a process that made itself undumpable shows as
-    root's) have their status read: a scan of a busy machine then costs a stat a
-    process. Returns how many were killed."""
-    killed = 0
-    for _ in range(_USER_SWEEPS):
-        after = _pid_floor(since)
-        found = [pid for pid in _pids() if _runs_as(pid, uid, after)]
-        if not found:
-            return killed
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        killed += len(found)
-    return killed
-
-
-_USER_SWEEPS = 50
-
-
-def _pid_floor(since: PidMark | None) -> int | None:
-    """The process id below which no process of the user can be (pid_mark), else None."""
-    if since is None or time.monotonic() - since.at >= _PID_TURN_S:
-        return None
-    now = pid_mark()
-    return since.pid if now is not None and now.pid >= since.pid else None
-
-
-def _pids() -> list[int]:
-    with os.scandir("/proc") as procs:
-        return [int(p.name) for p in procs if p.name.isdigit()]
-
-
-def _runs_as(pid: int, uid: int, after: int | None) -> bool:
-    try:
-        owner = os.stat(f"/proc/{pid}").st_uid
-    except OSError:  # exited meanwhile
-        return False
-    if owner == uid:
-        return True
-    if owner != 0 or (after is not None and pid <= after):
-        return False
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"Uid:"):
-                    return uid in (int(field) for field in line.split()[1:3])
-    except (OSError, ValueError):
-        pass
-    return False

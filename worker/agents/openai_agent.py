@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import DeadlineExceeded, LLMError
-from core.evaluation.shell import HeadTail, RunAs, ShellResult, run_shell
+from core.evaluation.credentials import RunAs
+from core.evaluation.shell import HeadTail, ShellResult, run_shell
 from core.evidence.redact import redact as redact_secrets
 from core.llm.client import Deadline, LLMHttp, LLMReply
 from core.matrix import AgentConfig, Limits, ModelPrice

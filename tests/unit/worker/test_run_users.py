@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from core.evaluation.credentials import RunAs
 from worker import confinement
 
 
@@ -46,8 +47,8 @@ def test_a_block_drawn_above_what_bubblewrap_takes_is_drawn_again(
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"), reason="needs root and bwrap")
 def test_the_last_uid_of_the_last_block_runs_bubblewrap() -> None:
     last = confinement.UID_BASE + confinement.UID_BLOCKS * confinement.UID_SLOTS - 1
-    as_last = ["setpriv", f"--reuid={last}", f"--regid={last}", "--clear-groups"]
-    done = subprocess.run(
-        [*as_last, "bwrap", "--ro-bind", "/", "/", "true"], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    with RunAs(last, last).this_thread():
+        done = subprocess.run(
+            ["bwrap", "--ro-bind", "/", "/", "true"], capture_output=True, text=True
+        )
+    assert done.returncode == 0, done.stderr.decode()

@@ -1,0 +1,110 @@
+"""A root worker's thread becoming a run's user for a moment (core.evaluation.credentials):
+what it starts is that user's whole and for good, the worker's other threads and the
+thread afterwards are root's, and kill_all ends every process of the user and no one
+else's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from core.evaluation.credentials import SUPPORTED, RunAs
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not SUPPORTED, reason="switching users needs a root worker on Linux"
+)
+
+# Far from the uids worker.confinement leases, so no test run's sweep meets these.
+USER = RunAs(2_000_000_001, 2_000_000_001)
+OTHER = RunAs(2_000_000_002, 2_000_000_002)
+
+
+def _status(fields: tuple[str, ...]) -> dict[str, str]:
+    with USER.this_thread():
+        done = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True)
+    lines = (line.split(":", 1) for line in done.stdout.splitlines())
+    return {name: value.split() for name, value in lines if name in fields}  # type: ignore[misc]
+
+
+def test_a_command_started_as_the_user_is_the_users_whole_with_no_way_back() -> None:
+    status = _status(("Uid", "Gid", "Groups", "CapPrm", "CapEff", "CapAmb"))
+    assert status["Uid"] == [str(USER.uid)] * 4  # real, effective, saved, filesystem
+    assert status["Gid"] == [str(USER.gid)] * 4
+    assert status["Groups"] == []
+    assert status["CapPrm"] == status["CapEff"] == status["CapAmb"] == ["0000000000000000"]
+    with USER.this_thread():
+        done = subprocess.run(["setpriv", "--reuid=0", "true"], capture_output=True, text=True)
+    assert done.returncode != 0 and "not permitted" in done.stderr
+
+
+def test_only_the_switching_thread_is_the_user_and_only_while_the_block_runs() -> None:
+    groups = os.getgroups()
+    inside, outside = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def switched() -> None:
+        with USER.this_thread():
+            seen.append(os.geteuid())
+            inside.set()
+            outside.wait(10)
+        seen.append(os.geteuid())
+
+    thread = threading.Thread(target=switched)
+    thread.start()
+    assert inside.wait(10)
+    assert os.geteuid() == 0  # this thread meanwhile: still root
+    outside.set()
+    thread.join(10)
+    assert seen == [USER.uid, 0]
+    assert os.getresuid() == (0, 0, 0) and os.getgroups() == groups
+
+
+def test_a_thread_switched_back_after_an_error_in_the_block_is_root_again() -> None:
+    with pytest.raises(RuntimeError), USER.this_thread():
+        raise RuntimeError("the command could not start")
+    assert os.getresuid() == (0, 0, 0) and os.getresgid() == (0, 0, 0)
+
+
+# Leaves a daemon that left the group and renamed itself, and one that made itself
+# undumpable (its /proc shows root as owner), both of them waiting.
+_HIDING = r"""
+setsid bash -c 'exec -a innocent sleep 300' &
+python3 -c 'import ctypes, time; ctypes.CDLL(None).prctl(4, 0); time.sleep(300)' &
+"""
+
+
+def _pids_of(user: RunAs) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        if f"\t{user.uid}\t" in status and "State:\tZ" not in status:
+            found.append(int(entry.name))
+    return found
+
+
+def test_kill_all_ends_every_process_of_the_user_and_none_of_another() -> None:
+    for user in (USER, OTHER):
+        with user.this_thread():
+            subprocess.Popen(["bash", "-c", _HIDING], start_new_session=True).wait()
+    deadline = time.monotonic() + 10
+    while len(_pids_of(USER)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_pids_of(USER)) == 2
+    try:
+        assert USER.kill_all()
+        deadline = time.monotonic() + 10
+        while _pids_of(USER) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _pids_of(USER) == []
+        assert len(_pids_of(OTHER)) == 2
+    finally:
+        OTHER.kill_all()
+    assert os.getresuid() == (0, 0, 0)
