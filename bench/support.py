@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worker.sending import configured_queue
+
 from core.files.bundle import collect
 from core.matrix import load_matrix
 from core.store import Store
@@ -27,7 +29,6 @@ from scheduler.dispatch import start
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from scheduler.plan import new_experiment_id
 from worker.celery_app import create_app
-from worker.sending import configured_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 # The scheduler's console script next to this interpreter (the project's venv).
