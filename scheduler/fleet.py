@@ -11,7 +11,8 @@ connection, and what the `scheduler` commands do as its methods.
 
 The connection behind it (scheduler.connection: the store, the Celery app, the
 local workers) is private; each method is one call of scheduler.running,
-.experiments, .versions or .deletion over it, which the CLI makes the same way.
+.experiments, .versions or .deletion over it. The CLI holds a Fleet too
+(scheduler.cli.context) and calls the same methods.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from core.errors import InputError
 from core.results.report import ExperimentComparison, ExperimentReport, ExperimentStatus
 from core.results.run import RunResult
 from core.store.retention import Deleted
-from scheduler import deletion, experiments
+from scheduler import deletion
+from scheduler import experiments as reading
 from scheduler.connection import Connection
 from scheduler.deletion import Doomed, Expired
 from scheduler.experiments import Listed, LoadedRun, Status
@@ -43,8 +45,9 @@ class Fleet:
     """evalfleet's fleet as one object. Make one with `Fleet.embedded()` (a private Redis
     under ./.evalfleet and local workers, started for it) or `Fleet.connect(url)` (a
     shared broker, whose workers run elsewhere); closing it (or the end of its `with`
-    block) stops what it started. Every method taking an experiment takes its id or
-    what `submit`, `resume`, `rejudge` or `rescore` returned."""
+    block) stops what it started. Every method taking an experiment takes its id or the
+    `Sent` that `submit` or `resume` returned; `wait` also takes the `NewVersion` of a
+    `rejudge` or `rescore`."""
 
     def __init__(self, connection: Connection):
         """Use `Fleet.embedded()` or `Fleet.connect(url)`."""
@@ -167,12 +170,12 @@ class Fleet:
 
     def experiments(self) -> list[Listed]:
         """Every experiment, oldest first, with its report versions and stored bytes."""
-        return experiments.list_experiments(self._connection)
+        return reading.list_experiments(self._connection)
 
     def status(self, experiment: str | Sent | None = None) -> Status:
         """An experiment's progress (default: the latest), and on a shared broker the
         queues it waits on that no worker consumes."""
-        return experiments.status(self._connection, _maybe_id(experiment))
+        return reading.status(self._connection, _maybe_id(experiment))
 
     def report(
         self,
@@ -186,7 +189,7 @@ class Fleet:
         """An experiment's report (default: the latest experiment): its latest version
         unless `version`, with every RunResult under `runs` if asked, its tests corrected
         again with another `correction` (holm, bh, none) or `alpha` if given."""
-        return experiments.load_report(
+        return reading.load_report(
             self._connection,
             _maybe_id(experiment),
             version=version,
@@ -197,21 +200,21 @@ class Fleet:
 
     def report_versions(self, experiment: str | Sent) -> list[int]:
         """The report versions: 1 is the runs' own, 2, 3... each rejudge's or rescore's."""
-        return experiments.report_versions(self._connection, _id(experiment))
+        return reading.report_versions(self._connection, _id(experiment))
 
     def runs(self, experiment: str | Sent, version: int = 1) -> Iterator[RunResult]:
         """Every run's RunResult: as it ran (version 1), or as a version made it."""
-        return experiments.iter_runs(self._connection, _id(experiment), version)
+        return reading.iter_runs(self._connection, _id(experiment), version)
 
     def run(self, *run: str) -> LoadedRun:
         """One run with its evidence and deliveries: its id (EXP:TIER:SCENARIO:INDEX, or
         the end of one that only one run of the 100 latest experiments has), or the four
         words EXP, TIER, SCENARIO, INDEX."""
-        return experiments.load_run(self._connection, run)
+        return reading.load_run(self._connection, run)
 
     def evidence_blobs(self, experiment: str) -> dict[str, bytes]:
         """Every run's evidence as stored (compressed JSON), as the HTML report embeds it."""
-        return experiments.evidence_blobs(self._connection, experiment)
+        return reading.evidence_blobs(self._connection, experiment)
 
     def compare(
         self,
@@ -224,7 +227,7 @@ class Fleet:
         """Experiment B against A, per tier and tier x scenario, from their runs as they
         ran; either may be a report JSON file with its runs (`report --format json
         --runs`)."""
-        return experiments.compare(
+        return reading.compare(
             self._connection,
             _id(experiment_a),
             _id(experiment_b),
