@@ -20,8 +20,11 @@ _LOADED = (
 
 
 @pytest.mark.parametrize(
-    "module", ["scheduler.follow", "scheduler.dispatch", "scheduler.fleet", "evalfleet"]
-)
+    "module",
+    # scheduler.cli.preflight: the preflight imports the worker's run only to run one.
+    ["scheduler.follow", "scheduler.dispatch", "scheduler.fleet", "evalfleet",
+     "scheduler.cli.running", "scheduler.cli.preflight"],
+)  # fmt: skip
 def test_the_scheduler_side_loads_no_worker_module_and_no_agent(module: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _LOADED, module],
