@@ -38,6 +38,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 # does not reinstall them.
 COPY README.md ./
 COPY core core
+COPY fleet fleet
 COPY worker worker
 COPY scheduler scheduler
 COPY evalfleet evalfleet

@@ -3,7 +3,7 @@
 2 tiers x 2 scenarios x 25,000 runs whose results (two gates each, passes,
 costs, durations and token counts that vary from run to run) are stored the
 way workers store them (Results.save), on a private Redis; then the chord
-body's work (worker.tasks.finish_experiment), timed: read and parse every
+body's work (fleet.finish.finish_experiment), timed: read and parse every
 result, the report (statistics, intervals, tests against the baseline,
 pass@k), stored. Its CPU time is shown beside the wall time: on a shared
 machine it is the steadier figure.
@@ -52,7 +52,10 @@ _TURN = """
 import json, sys, time
 import core
 from core.store import Store
-from worker.tasks import finish_experiment
+try:
+    from fleet.finish import finish_experiment
+except ImportError:  # the code at --before, where it was the worker's
+    from worker.tasks import finish_experiment
 
 store = Store.from_url(sys.argv[1])
 wall, cpu = time.perf_counter(), time.process_time()

@@ -36,8 +36,8 @@ from core.evidence.models import Excerpt, GateEvidence, RunEvidence
 from core.matrix import load_matrix
 from core.results.run import GateResult, RunResult, RunStatus
 from core.store import Store
+from fleet.finish import finish_experiment
 from scheduler.plan import experiment_info, new_experiment_id, plan
-from worker.tasks import finish_experiment
 
 TARGET_S = 2.0
 TIERS, SCENARIOS = 5, 8

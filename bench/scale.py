@@ -35,7 +35,7 @@ from support import (
 
 from core.analysis.aggregate import aggregate
 from core.store import Store
-from worker.tasks import finish_experiment
+from fleet.finish import finish_experiment
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, int, str]:

@@ -19,7 +19,7 @@ import time
 
 from support import SCHEDULER, private_fleet, show, write_matrix
 
-from worker.sending import configured_queue
+from fleet.sending import configured_queue
 
 
 def main() -> None:

@@ -23,11 +23,11 @@ from pathlib import Path
 from core.files.bundle import collect
 from core.matrix import load_matrix
 from core.store import Store
+from fleet.app import fleet_app
+from fleet.sending import configured_queue
 from scheduler.dispatch import start
 from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from scheduler.plan import new_experiment_id
-from worker.celery_app import create_app
-from worker.sending import configured_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 # The scheduler's console script next to this interpreter (the project's venv).
@@ -133,7 +133,7 @@ def submit(fleet: Fleet, matrix_file: Path) -> str:
     """What `scheduler submit --broker URL` does, in this process: plan, store, send."""
     matrix = load_matrix(matrix_file)
     exp_id = new_experiment_id(matrix)
-    start(create_app(fleet.url), fleet.store, matrix, exp_id, collect(matrix))
+    start(fleet_app(fleet.url), fleet.store, matrix, exp_id, collect(matrix))
     return exp_id
 
 

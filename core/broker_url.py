@@ -5,7 +5,7 @@ clear error wherever it is used.
 
 The password may come apart from the URL, so that it is in no process's arguments
 or environment: a file (`--broker-password-file`, EVALFLEET_BROKER_PASSWORD_FILE,
-which may be a pipe: /dev/fd/N), else EVALFLEET_BROKER_PASSWORD (worker.broker
+which may be a pipe: /dev/fd/N), else EVALFLEET_BROKER_PASSWORD (fleet.broker
 blanks it once read). Either replaces a password in the URL.
 """
 

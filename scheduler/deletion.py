@@ -18,7 +18,7 @@ from core.store.retention import (
     experiment_keys,
     stored_bytes,
 )
-from scheduler.fleet import Fleet
+from scheduler.connection import Connection
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,10 @@ class Doomed:
     stored_bytes: int
 
 
-def deletable(fleet: Fleet, experiment: str, *, force: bool = False) -> Doomed:
+def deletable(conn: Connection, experiment: str, *, force: bool = False) -> Doomed:
     """What deleting `experiment` would remove; ExperimentNotFound when it has no key,
     InputError while it runs (unless `force`)."""
-    store = fleet.store
+    store = conn.store
     keys = experiment_keys(store, experiment)
     if not keys:
         raise ExperimentNotFound(experiment)
@@ -41,15 +41,11 @@ def deletable(fleet: Fleet, experiment: str, *, force: bool = False) -> Doomed:
     return Doomed(experiment, len(keys), stored_bytes(store).get(experiment, 0))
 
 
-def delete(fleet: Fleet, experiment: str, *, force: bool = False) -> Deleted:
+def delete(conn: Connection, experiment: str, *, force: bool = False) -> Deleted:
     """Delete an experiment and everything stored with it: runs, evidence (its files in
-    an artifacts folder too), reports, files, counters, and its chords' Celery keys.
-
-        deleted = delete(fleet, "notes-guidance-20261122-101500-ab12")
-        print(deleted.keys, deleted.unreachable)
-    """
-    _refuse_running(fleet.store, experiment, force)
-    return delete_experiment(fleet.store, experiment)
+    an artifacts folder too), reports, files, counters, and its chords' Celery keys."""
+    _refuse_running(conn.store, experiment, force)
+    return delete_experiment(conn.store, experiment)
 
 
 @dataclass(frozen=True)
@@ -58,14 +54,10 @@ class Expired:
     kept: dict[str, str] = field(default_factory=dict)  # running ones, with how far they are
 
 
-def expired(fleet: Fleet, older_than_s: float, *, force: bool = False) -> Expired:
+def expired(conn: Connection, older_than_s: float, *, force: bool = False) -> Expired:
     """The experiments created longer ago than `older_than_s`: those to delete, and the
-    running ones kept (unless `force`).
-
-        for exp_id in expired(fleet, 30 * 86400).doomed:
-            delete(fleet, exp_id)
-    """
-    store = fleet.store
+    running ones kept (unless `force`)."""
+    store = conn.store
     sizes = stored_bytes(store)
     found = Expired()
     for exp_id in created_before(store, time.time() - older_than_s):

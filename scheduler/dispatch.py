@@ -46,8 +46,7 @@ from core.matrix import Matrix
 from core.results.run import RunSpec
 from core.store import Store, keys
 from core.store.retention import delete_experiment
-from scheduler.plan import experiment_info, plan
-from worker.sending import (
+from fleet.sending import (
     AGGREGATE_TASK,
     AGGREGATE_VERSION_TASK,
     REJUDGE_TASK,
@@ -56,6 +55,7 @@ from worker.sending import (
     run_queues,
     task_options,
 )
+from scheduler.plan import experiment_info, plan
 
 # Messages per Redis pipeline: large enough to amortize the round trip, small
 # enough that workers start on the first runs while the rest are being sent.
@@ -196,7 +196,9 @@ class Template:
         # transport would push it (both are kombu's virtual transport).
         with Connection("memory://") as memory, memory.Producer() as producer:
             task_id = uuid()
-            app.tasks[RUN_TASK].apply_async(
+            # By name: the scheduler's app has no tasks (fleet.app).
+            app.send_task(
+                RUN_TASK,
                 ([],),  # the spec goes in per run
                 producer=producer,
                 task_id=task_id,
@@ -268,10 +270,10 @@ def send_rejudge(app: Celery, store: Store, matrix: Matrix, exp_id: str, plan: R
     group_id = uuid()
     body.freeze(group_id=group_id)
     app.backend.set_chord_size(group_id, len(runs))
-    task = app.tasks[REJUDGE_TASK]
     for index, run in enumerate(runs):
         tier, scenario = matrix.tier(run.tier), matrix.scenario(run.scenario)
-        task.apply_async(
+        app.send_task(
+            REJUDGE_TASK,
             (exp_id, run.run_id, payload),
             group_id=group_id,
             group_index=index,

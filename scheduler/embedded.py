@@ -27,9 +27,7 @@ import redis
 from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, redis_py_url, with_password
 from core.errors import EmbeddedError
 from core.evaluation.shell import kill_group
-from scheduler import standby
-from scheduler.standby import WORKER_MODULE
-from worker.broker import (
+from fleet.broker import (
     EMBEDDED_STATE,
     PASSWORD_FILE,
     PRIVATE_DIR,
@@ -37,6 +35,8 @@ from worker.broker import (
     embedded_url,
     running_embedded_broker,
 )
+from scheduler import standby
+from scheduler.standby import WORKER_MODULE
 
 _START_TIMEOUT_S = 20.0
 _UNBLOCK_EVERY_S = 0.02

@@ -25,8 +25,8 @@ from core.results.report import (
 from core.results.run import RunResult, outcome
 from core.stats.significance import Correction
 from core.store.retention import stored_bytes
-from scheduler.fleet import Fleet
-from worker.sending import run_queues
+from fleet.sending import run_queues
+from scheduler.connection import Connection
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -39,12 +39,9 @@ class Listed:
     stored_bytes: int  # MEMORY USAGE of its keys, summed
 
 
-def list_experiments(fleet: Fleet) -> list[Listed]:
-    """Every experiment, oldest first, with its report versions and what it takes in Redis.
-
-    for listed in list_experiments(fleet): print(listed.info.id, listed.info.status)
-    """
-    store = fleet.store
+def list_experiments(conn: Connection) -> list[Listed]:
+    """Every experiment, oldest first, with its report versions and what it takes in Redis."""
+    store = conn.store
     infos = store.experiments.all()
     sizes = stored_bytes(store)
     return [Listed(i, store.reports.versions(i.id), sizes.get(i.id, 0)) for i in infos]
@@ -56,15 +53,15 @@ class Status:
     idle_queues: list[str]  # shared broker, still running: its queues no live worker takes
 
 
-def status(fleet: Fleet, experiment: str | None = None) -> Status:
+def status(conn: Connection, experiment: str | None = None) -> Status:
     """Progress of an experiment (default: the latest), and on a shared broker the
     queues it waits on that no worker consumes."""
-    store = fleet.store
-    exp_id = fleet.experiment_id(experiment)
+    store = conn.store
+    exp_id = conn.experiment_id(experiment)
     info = store.experiments.info(exp_id)
     idle: list[str] = []
-    if fleet.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
-        app = fleet.app
+    if conn.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
+        app = conn.app
         default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
         idle = _queues_without_workers(
             app, sorted(run_queues(store.experiments.matrix(exp_id), default))
@@ -93,14 +90,14 @@ def status_line(info: ExperimentInfo) -> str:
     )
 
 
-def report_versions(fleet: Fleet, experiment: str) -> list[int]:
+def report_versions(conn: Connection, experiment: str) -> list[int]:
     """The experiment's report versions: 1 is the runs' own, 2, 3... each rejudge's or
     rescore's; empty until it has finished."""
-    return fleet.store.reports.versions(fleet.experiment_id(experiment))
+    return conn.store.reports.versions(conn.experiment_id(experiment))
 
 
 def load_report(
-    fleet: Fleet,
+    conn: Connection,
     experiment: str | None = None,
     *,
     version: int | None = None,
@@ -111,13 +108,9 @@ def load_report(
     """The report of an experiment (default: the latest), as the pydantic model: its
     latest version unless `version`, every RunResult under `runs` with `runs=True`,
     and its tests corrected again with another `correction` (holm, bh, none) or
-    `alpha` if given.
-
-        report = load_report(fleet, exp_id, runs=True)
-        for tier, result in report.tiers.items(): print(tier, result.pass_rate)
-    """
-    store = fleet.store
-    exp_id = fleet.experiment_id(experiment)
+    `alpha` if given."""
+    store = conn.store
+    exp_id = conn.experiment_id(experiment)
     versions = store.reports.versions(exp_id)
     if not versions:
         raise FleetError(
@@ -132,7 +125,7 @@ def load_report(
     report = store.reports.get(exp_id, shown)
     assert report is not None  # listed as stored
     if runs:
-        report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id, shown))})
+        report = report.model_copy(update={"runs": list(iter_runs(conn, exp_id, shown))})
     if correction is None and alpha is None:
         return report
     stored = report.multiplicity
@@ -143,20 +136,17 @@ def load_report(
     )
 
 
-def iter_runs(fleet: Fleet, experiment: str, version: int = 1) -> Iterator[RunResult]:
-    """Every run's RunResult: as it ran (version 1), or as a rejudge or rescore made it.
-
-    failed = [r.run_id for r in iter_runs(fleet, exp_id) if not r.passed]
-    """
-    store, exp_id = fleet.store, fleet.experiment_id(experiment)
+def iter_runs(conn: Connection, experiment: str, version: int = 1) -> Iterator[RunResult]:
+    """Every run's RunResult: as it ran (version 1), or as a rejudge or rescore made it."""
+    store, exp_id = conn.store, conn.experiment_id(experiment)
     yield from store.results.all(exp_id) if version == 1 else store.reports.runs(exp_id, version)
 
 
-def evidence_blobs(fleet: Fleet, exp_id: str) -> dict[str, bytes]:
+def evidence_blobs(conn: Connection, exp_id: str) -> dict[str, bytes]:
     """Every run's evidence as stored (compressed JSON), for the html run table.
     Evidence kept as a file in an artifacts folder this machine does not see is
     left out, and the Fleet's console says so."""
-    store = fleet.store
+    store = conn.store
     try:
         return store.evidence.blobs(exp_id)
     except OSError:
@@ -172,7 +162,7 @@ def evidence_blobs(fleet: Fleet, exp_id: str) -> dict[str, bytes]:
         if evidence is not None:
             found[run.run_id] = evidence
     if unreadable:
-        fleet.console.print(
+        conn.console.print(
             f"note: the evidence of {len(unreadable)} run(s) is in an artifacts folder this "
             f"machine cannot read, and not in the page (first: {unreadable[0]}); write the "
             "report where that folder is mounted",
@@ -190,16 +180,12 @@ class LoadedRun:
     unreadable: str | None  # why its evidence is missing: not stored, or its file unreadable here
 
 
-def load_run(fleet: Fleet, run: Sequence[str]) -> LoadedRun:
+def load_run(conn: Connection, run: Sequence[str]) -> LoadedRun:
     """One run with its evidence and deliveries. `run` is its id as one word
     (EXP:TIER:SCENARIO:INDEX, or the end of one that only one run of the 100 latest
-    experiments has), or the four words EXP TIER SCENARIO INDEX.
-
-        loaded = load_run(fleet, ["notes-guidance-20261122-101500-ab12:T1:create_notes:3"])
-        print(loaded.record.result.status)
-    """
-    store = fleet.store
-    exp_id, run_id = _run_of(fleet, run)
+    experiments has), or the four words EXP TIER SCENARIO INDEX."""
+    store = conn.store
+    exp_id, run_id = _run_of(conn, run)
     note = None
     try:
         evidence = store.evidence.get(exp_id, run_id)
@@ -219,11 +205,11 @@ def load_run(fleet: Fleet, run: Sequence[str]) -> LoadedRun:
     return LoadedRun(exp_id, run_id, record, note)
 
 
-def _run_of(fleet: Fleet, words: Sequence[str]) -> tuple[str, str]:
+def _run_of(conn: Connection, words: Sequence[str]) -> tuple[str, str]:
     """(experiment id, run id) of `load_run`'s words; InputError if there is no such run."""
-    store = fleet.store
+    store = conn.store
     if len(words) == 4:
-        exp_id = fleet.experiment_id(words[0])
+        exp_id = conn.experiment_id(words[0])
         run_id = ":".join(words)
     elif len(words) == 1:
         exp_id, run_id = words[0].rsplit(":", 3)[0], words[0]
@@ -254,7 +240,7 @@ def _run_of(fleet: Fleet, words: Sequence[str]) -> tuple[str, str]:
 
 
 def compare(
-    fleet: Fleet,
+    conn: Connection,
     experiment_a: str,
     experiment_b: str,
     *,
@@ -265,21 +251,17 @@ def compare(
     ran: deltas with effect sizes, Fisher's exact and Mann-Whitney U tests corrected
     together. The Fleet's console notes an unfinished experiment or a rejudged one.
     Either may be a report JSON file with its runs (`report --format json --runs`): a
-    baseline kept as a CI artifact, its experiment long gone from the broker.
-
-        result = compare(fleet, baseline_id, candidate_id)
-        assert not result.regressions
-    """
-    sides = [_side(fleet, e) for e in (experiment_a, experiment_b)]
+    baseline kept as a CI artifact, its experiment long gone from the broker."""
+    sides = [_side(conn, e) for e in (experiment_a, experiment_b)]
     ids = [info.id for info, _, _ in sides]
     infos = [info for info, _, _ in sides]
     runs = [side_runs for _, side_runs, _ in sides]
     for info in infos:
         if info.status != ExperimentStatus.complete:
-            fleet.say(f"note: {status_line(info)}: comparing the runs it has", soft_wrap=False)
+            conn.say(f"note: {status_line(info)}: comparing the runs it has", soft_wrap=False)
     for _, _, note in sides:
         if note is not None:
-            fleet.say(f"note: {note}")
+            conn.say(f"note: {note}")
     result = compare_experiments(
         infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
     )
@@ -288,7 +270,7 @@ def compare(
     return result
 
 
-def _side(fleet: Fleet, experiment: str) -> tuple[ExperimentInfo, list[RunResult], str | None]:
+def _side(conn: Connection, experiment: str) -> tuple[ExperimentInfo, list[RunResult], str | None]:
     """An experiment of the store, or of a report JSON file: its info, its runs, and
     what to note about which version of them they are."""
     if experiment.endswith(".json") or Path(experiment).is_file():
@@ -311,8 +293,8 @@ def _side(fleet: Fleet, experiment: str) -> tuple[ExperimentInfo, list[RunResult
         if report.version > 1:
             note = f"{experiment} is report version {report.version}: compare reads its runs so"
         return report.experiment, report.runs, note
-    store = fleet.store
-    exp_id = fleet.experiment_id(experiment)
+    store = conn.store
+    exp_id = conn.experiment_id(experiment)
     versions = store.reports.versions(exp_id)
     note = None
     if len(versions) > 1:

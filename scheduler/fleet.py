@@ -1,72 +1,89 @@
-"""The connection every command and every Python API call goes through: the store on
-the configured broker, or the embedded Redis of ./.evalfleet, and what was started
-for it.
+"""`Fleet`, the object a user holds: evalfleet's broker, store and workers as one
+connection, and what the `scheduler` commands do as its methods.
 
-A Fleet opens nothing until its store is first asked for, and `close` (or the end
-of its `with` block) stops exactly what it started, last started first: the local
-workers, then the embedded Redis. Celery is imported only when a call needs the
-app, so the commands that only read the store never pay for it.
+    with Fleet.embedded() as fleet:                     # no servers needed
+        sent = fleet.submit("examples/matrix.yaml")
+        report = fleet.wait(sent)                       # an ExperimentReport
+        failed = [r.run_id for r in fleet.runs(sent) if not r.passed]
+
+    with Fleet.connect("redis://broker:6379/0") as fleet:
+        print(fleet.report().experiment.id)             # the latest experiment's
+
+The connection behind it (scheduler.connection: the store, the Celery app, the
+local workers) is private; each method is one call of scheduler.running,
+.experiments, .versions or .deletion over it. The CLI holds a Fleet too
+(scheduler.cli.context) and calls the same methods.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
-import redis
 from rich.console import Console
 
-from core.broker_url import configured_broker
-from core.errors import (
-    BrokerUnreachable,
-    ExperimentLost,
-    ExperimentNotFound,
-    InputError,
-    LostInRestart,
-)
-from core.matrix import Matrix, did_you_mean
-from core.store import Store
-from scheduler.embedded import EmbeddedRedis, LocalWorkers
-from worker.broker import STATE_DIR
-from worker.sending import configured_queue, run_queues
+from core.analysis.comparison import ALPHA, CORRECTION
+from core.broker_url import ENV_BROKER, configured_broker
+from core.errors import InputError
+from core.results.report import ExperimentComparison, ExperimentReport, ExperimentStatus
+from core.results.run import RunResult
+from core.store.retention import Deleted
+from scheduler import deletion
+from scheduler import experiments as reading
+from scheduler.connection import Connection
+from scheduler.deletion import Doomed, Expired
+from scheduler.experiments import Listed, LoadedRun, Status
 
 if TYPE_CHECKING:
-    from celery import Celery
+    from scheduler.running import Sent
+    from scheduler.validation import Checked
+    from scheduler.versions import NewVersion
 
 
 class Fleet:
-    """evalfleet's store and workers as one connection.
+    """evalfleet's fleet as one object. Make one with `Fleet.embedded()` (a private Redis
+    under ./.evalfleet and local workers, started for it) or `Fleet.connect(url)` (a
+    shared broker, whose workers run elsewhere); closing it (or the end of its `with`
+    block) stops what it started. Every method taking an experiment takes its id or the
+    `Sent` that `submit` or `resume` returned; `wait` also takes the `NewVersion` of a
+    `rejudge` or `rescore`."""
 
-    `broker` is a redis:// or rediss:// URL of a shared broker; None takes
-    EVALFLEET_BROKER_URL, else the embedded Redis of ./.evalfleet, started on first
-    use (`create=True` lets it start where none was ever started). `queue` is the
-    queue runs are sent to (default: EVALFLEET_QUEUE, else evalfleet). Progress bars
-    and notes go to `console` (default: nowhere).
+    def __init__(self, connection: Connection):
+        """Use `Fleet.embedded()` or `Fleet.connect(url)`."""
+        self._connection = connection
 
-        with Fleet("redis://broker:6379/0") as fleet:
-            print(fleet.store.experiments.latest())
-    """
-
-    def __init__(
-        self,
-        broker: str | None = None,
+    @classmethod
+    def embedded(
+        cls,
         *,
-        create: bool = False,
+        workers: int | None = None,
         queue: str | None = None,
         console: Console | None = None,
-    ):
-        self.broker_url = configured_broker(broker)  # BrokerURLError now, not at first use
-        self.create = create
-        self.queue = queue or configured_queue()
-        self.console = console or Console(quiet=True)
-        self._cleanup = contextlib.ExitStack()
-        self._store: Store | None = None
-        self._url = ""
-        self._app: Celery | None = None
-        self._embedded: EmbeddedRedis | None = None  # the embedded Redis, once opened
-        self.workers: LocalWorkers | None = None  # the local workers, once started
+        create: bool = True,
+    ) -> Fleet:
+        """The embedded Redis of ./.evalfleet, started on first use (with `create=False`
+        only where one was started before: InputError otherwise), and `workers` local
+        worker processes (default: one per CPU) once runs are sent. `queue`: where runs
+        go (default: EVALFLEET_QUEUE, else evalfleet). Progress bars and notes go to
+        `console` (default: nowhere; `rich.console.Console()` shows them)."""
+        return cls(Connection(None, create=create, workers=workers, queue=queue, console=console))
+
+    @classmethod
+    def connect(
+        cls, url: str | None = None, *, queue: str | None = None, console: Console | None = None
+    ) -> Fleet:
+        """A shared broker: `url` (redis://, rediss:// or redis+socket://), else
+        EVALFLEET_BROKER_URL, with the password EVALFLEET_BROKER_PASSWORD_FILE or
+        EVALFLEET_BROKER_PASSWORD gives. The fleet's workers (`scheduler worker`) run
+        the runs; `submit` returns once they are sent."""
+        broker = configured_broker(url)  # BrokerURLError now, not at first use
+        if broker is None:
+            raise InputError(
+                f"no broker: pass Fleet.connect a URL (redis://host:6379/0) or set "
+                f"{ENV_BROKER}; Fleet.embedded() needs none"
+            )
+        return cls(Connection(broker, queue=queue, console=console))
 
     def __enter__(self) -> Fleet:
         return self
@@ -76,120 +93,201 @@ class Fleet:
 
     def close(self) -> None:
         """Stop what this Fleet started (local workers, the embedded Redis)."""
-        self._cleanup.close()
+        self._connection.close()
 
     @property
     def shared(self) -> bool:
         """True on a shared broker: the fleet's workers run elsewhere, on their own."""
-        return self.broker_url is not None
+        return self._connection.shared
 
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            self._store = self._open()
-        return self._store
+    def experiment_id(self, experiment: str | None = None) -> str:
+        """`experiment` when the store has it (ExperimentNotFound, with the nearest ids,
+        if not), the latest experiment's id when None."""
+        return self._connection.experiment_id(experiment)
 
-    @property
-    def url(self) -> str:
-        """The broker's URL, password included (the embedded one's once it runs)."""
-        if self._store is None:
-            self._store = self._open()
-        return self._url
+    def has_experiment(self, experiment: str) -> bool:
+        """Whether the store has `experiment`; False, opening nothing, before it is open."""
+        return self._connection.has_experiment(experiment)
 
-    @property
-    def app(self) -> Celery:
-        """The Celery app on the broker, for the calls that send runs or ask workers.
-        Imported here: Celery and the tasks take a third of a second that
-        `scheduler --help` and `validate` should not pay."""
-        if self._app is None:
-            from worker.celery_app import create_app
+    # Running. Their modules are imported when first called: they check matrices and
+    # plan runs, which the commands that only read never need.
 
-            self._app = create_app(self.url, default_queue=self.queue)
-        return self._app
+    def submit(
+        self,
+        matrix: str | Path | Checked,
+        *,
+        experiment_id: str | None = None,
+        allow_missing_keys: bool = False,
+    ) -> Sent:
+        """Record a new experiment of `matrix` (a matrix file, or what `prepare` checked)
+        and send its runs; embedded, the local workers start first and take them. A
+        matrix whose agents' or judge's API key is not set here is refused (ConfigError)
+        unless `allow_missing_keys` (the workers have it)."""
+        from scheduler.running import submit
 
-    def start_workers(self, concurrency: int | None, queues: list[str]) -> LocalWorkers:
-        """Local worker processes on the embedded Redis (default: one per CPU), stopped
-        with the Fleet. Started before Celery is imported here: their start-up, the
-        longest wait of a short experiment, runs beside this process's own."""
-        if self._store is None:
-            self._store = self._open()
-        # Callers ask only in embedded mode (not `shared`): a shared fleet's workers run
-        # elsewhere.
-        assert self._embedded is not None
-        local = LocalWorkers(self._embedded, concurrency or os.cpu_count() or 1, queues)
-        local.nudge = lambda: self._wake(local.hostname)
-        self.workers = self._cleanup.enter_context(local)
-        return local
+        return submit(
+            self._connection,
+            matrix,
+            experiment_id=experiment_id,
+            allow_missing_keys=allow_missing_keys,
+        )
 
-    def say(self, line: str, *, soft_wrap: bool = True) -> None:
-        """A note on the console (progress bars have it too)."""
-        self.console.print(line, soft_wrap=soft_wrap)
+    def wait(self, experiment: str | Sent | NewVersion) -> ExperimentReport:
+        """Block until the report exists, sweeping for lost runs on the way (a progress
+        bar on the console): the experiment's, or a rejudge's or rescore's version's.
+        Raises WorkersDied when the local workers exit first."""
+        from scheduler.running import wait
+        from scheduler.versions import NewVersion, wait_version
 
-    def _wake(self, hostname: str) -> None:
-        """A control message to one worker, no reply asked: an event its loop wakes for
-        (none when nothing was sent: the app, and Celery, were never needed)."""
-        if self._app is None:
-            return
-        from celery.utils.nodenames import host_format
+        if isinstance(experiment, NewVersion):
+            return wait_version(self._connection, experiment)
+        return wait(self._connection, _id(experiment))
 
-        self._app.control.broadcast("ping", destination=[host_format(hostname)], reply=False)
+    def resume(self, experiment: str | Sent, *, budget: float | None = None) -> Sent | None:
+        """Send again the runs of `experiment` that have no result and are neither running
+        nor queued: a cancelled one's never-started runs; with `budget` (a new ceiling on
+        the agents' spend), those the old one kept from starting. None when every run
+        has a result."""
+        from scheduler.running import resume
 
-    def queues(self, matrix: Matrix) -> list[str]:
-        """What local workers consume: the default queue first, then every queue the
-        matrix names."""
-        return [self.queue, *sorted(run_queues(matrix, self.queue) - {self.queue})]
+        return resume(self._connection, _id(experiment), budget=budget)
 
-    def has_experiment(self, exp_id: str) -> bool:
-        """Whether the store has `exp_id`; False, without opening it, before it is open."""
-        if self._store is None:
-            return False
-        try:
-            return self._store.experiments.exists(exp_id)
-        except redis.RedisError:
-            return False
+    def cancel(self, experiment: str | Sent) -> tuple[str, ExperimentStatus]:
+        """Cancel an experiment: runs not yet started are recorded as cancelled, running
+        ones finish. Its id and its status before (a finished one is left as it was)."""
+        from scheduler.running import cancel
 
-    def experiment_id(self, experiment: str | None) -> str:
-        """`experiment` when the store has it, the latest experiment when None."""
-        if experiment is None:
-            latest = self.store.experiments.latest()
-            if latest is None:
-                raise InputError(
-                    "no experiments yet; start one with `scheduler submit matrix.yaml`"
-                )
-            return latest
-        try:
-            self.store.experiments.require(experiment)
-        except (ExperimentLost, LostInRestart):
-            raise
-        except ExperimentNotFound:
-            known = self.store.experiments.recent_ids()
-            raise ExperimentNotFound(experiment, did_you_mean(experiment, known)) from None
-        return experiment
+        return cancel(self._connection, _id(experiment))
 
-    def _open(self) -> Store:
-        if self.broker_url is not None:
-            store = Store.from_url(self.broker_url)
-            try:
-                store.redis.ping()
-            except redis.RedisError as exc:
-                raise BrokerUnreachable(
-                    f"cannot reach the broker at {_safe(self.broker_url)}: {exc}"
-                ) from None
-            self._url = self.broker_url
-            return store
-        if not self.create and not STATE_DIR.is_dir():
-            raise InputError(
-                "no broker given and no embedded store in this folder (./.evalfleet); "
-                "pass --broker URL or run `scheduler submit` here first"
-            )
-        self._embedded = self._cleanup.enter_context(EmbeddedRedis())
-        self._url = self._embedded.url
-        return Store.from_url(self._url)
+    def interrupt(self, experiment: str) -> bool:
+        """Pause an experiment whose embedded submit or resume was interrupted, until
+        `resume` or `cancel`; whether it was paused (not if it had finished)."""
+        from scheduler.running import interrupt
+
+        return interrupt(self._connection, experiment)
+
+    # Reading.
+
+    def experiments(self) -> list[Listed]:
+        """Every experiment, oldest first, with its report versions and stored bytes."""
+        return reading.list_experiments(self._connection)
+
+    def status(self, experiment: str | Sent | None = None) -> Status:
+        """An experiment's progress (default: the latest), and on a shared broker the
+        queues it waits on that no worker consumes."""
+        return reading.status(self._connection, _maybe_id(experiment))
+
+    def report(
+        self,
+        experiment: str | Sent | None = None,
+        *,
+        version: int | None = None,
+        runs: bool = False,
+        correction: str | None = None,
+        alpha: float | None = None,
+    ) -> ExperimentReport:
+        """An experiment's report (default: the latest experiment): its latest version
+        unless `version`, with every RunResult under `runs` if asked, its tests corrected
+        again with another `correction` (holm, bh, none) or `alpha` if given."""
+        return reading.load_report(
+            self._connection,
+            _maybe_id(experiment),
+            version=version,
+            runs=runs,
+            correction=correction,
+            alpha=alpha,
+        )
+
+    def report_versions(self, experiment: str | Sent) -> list[int]:
+        """The report versions: 1 is the runs' own, 2, 3... each rejudge's or rescore's."""
+        return reading.report_versions(self._connection, _id(experiment))
+
+    def runs(self, experiment: str | Sent, version: int = 1) -> Iterator[RunResult]:
+        """Every run's RunResult: as it ran (version 1), or as a version made it."""
+        return reading.iter_runs(self._connection, _id(experiment), version)
+
+    def run(self, *run: str) -> LoadedRun:
+        """One run with its evidence and deliveries: its id (EXP:TIER:SCENARIO:INDEX, or
+        the end of one that only one run of the 100 latest experiments has), or the four
+        words EXP, TIER, SCENARIO, INDEX."""
+        return reading.load_run(self._connection, run)
+
+    def evidence_blobs(self, experiment: str) -> dict[str, bytes]:
+        """Every run's evidence as stored (compressed JSON), as the HTML report embeds it."""
+        return reading.evidence_blobs(self._connection, experiment)
+
+    def compare(
+        self,
+        experiment_a: str | Sent,
+        experiment_b: str | Sent,
+        *,
+        alpha: float = ALPHA,
+        correction: str = CORRECTION,
+    ) -> ExperimentComparison:
+        """Experiment B against A, per tier and tier x scenario, from their runs as they
+        ran; either may be a report JSON file with its runs (`report --format json
+        --runs`)."""
+        return reading.compare(
+            self._connection,
+            _id(experiment_a),
+            _id(experiment_b),
+            alpha=alpha,
+            correction=correction,
+        )
+
+    # New report versions.
+
+    def rejudge(
+        self,
+        experiment: str | Sent,
+        *,
+        judge_model: str | None = None,
+        rubric: str | Path | None = None,
+        repeats: int | None = None,
+    ) -> NewVersion:
+        """Judge every run of a finished experiment again from its stored evidence, with
+        another judge model, rubric file or number of judgments if given: a new report
+        version (`wait` gives its report)."""
+        from scheduler.versions import rejudge
+
+        return rejudge(
+            self._connection,
+            _id(experiment),
+            judge_model=judge_model,
+            rubric=rubric,
+            repeats=repeats,
+        )
+
+    def rescore(
+        self, experiment: str | Sent, *, gates_from: str | Path | None = None
+    ) -> NewVersion:
+        """Run the gates again on the runs' archived workspaces (the experiment's own
+        gates, or those of the matrix file `gates_from`): a new report version."""
+        from scheduler.versions import rescore
+
+        return rescore(self._connection, _id(experiment), gates_from=gates_from)
+
+    # Deleting.
+
+    def deletable(self, experiment: str | Sent, *, force: bool = False) -> Doomed:
+        """What deleting `experiment` would remove; InputError while it runs (unless
+        `force`)."""
+        return deletion.deletable(self._connection, _id(experiment), force=force)
+
+    def delete(self, experiment: str | Sent, *, force: bool = False) -> Deleted:
+        """Delete an experiment and everything stored with it; InputError while it runs
+        (unless `force`)."""
+        return deletion.delete(self._connection, _id(experiment), force=force)
+
+    def expired(self, older_than_s: float, *, force: bool = False) -> Expired:
+        """The experiments created longer ago than `older_than_s`: those to delete, and
+        the running ones kept (unless `force`)."""
+        return deletion.expired(self._connection, older_than_s, force=force)
 
 
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@")
-    return url
+def _id(experiment: str | Sent) -> str:
+    return experiment if isinstance(experiment, str) else experiment.experiment_id
+
+
+def _maybe_id(experiment: str | Sent | None) -> str | None:
+    return None if experiment is None else _id(experiment)

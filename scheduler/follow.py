@@ -2,7 +2,7 @@
 
 The follower wakes on each status change the store announces (Store.set_status),
 so the end of an experiment is seen at once, and every _POLL_S otherwise for the
-progress bar. The follower also sweeps the experiment every second (worker.recovery):
+progress bar. The follower also sweeps the experiment every second (fleet.recovery):
 runs whose worker died are sent again, and the experiment is aggregated once
 every run has a result, even when its chord never fires. A broker that goes
 away for a while (a Redis restart) is waited for, not fatal.
@@ -32,8 +32,10 @@ from core.evaluation.rejudge import RejudgePlan
 from core.evidence.text import visible
 from core.results.report import ExperimentReport, ExperimentStatus
 from core.store import Store
+from fleet.app import BROKER_DOWN
+from fleet.finish import finish_version
+from fleet.recovery import recover
 from scheduler.interrupt import raise_if_lost
-from worker.recovery import BROKER_DOWN, recover
 
 _POLL_S = 0.25
 _SWEEP_S = 1.0
@@ -51,7 +53,7 @@ def follow(
     app: Celery, store: Store, exp_id: str, console: Console, workers: Workers | None = None
 ) -> None:
     """Block until the experiment is complete (or cancelled and aggregated), sweeping it
-    for lost runs on the way (worker.recovery)."""
+    for lost runs on the way (fleet.recovery)."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -77,7 +79,7 @@ def follow(
             try:
                 waits.subscribe()  # before reading: no change falls between the two
                 info = store.experiments.info(exp_id)
-                # An adaptive experiment's total drops as its cells stop (worker.waves).
+                # An adaptive experiment's total drops as its cells stop (fleet.waves).
                 progress.update(
                     task,
                     total=info.total_runs,
@@ -201,10 +203,6 @@ def follow_version(
 ) -> ExperimentReport:
     """Block until the version's report exists; aggregates it here when every run has
     its result but the chord's body did not come (a worker lost on the way)."""
-    # The aggregation a lost chord body leaves to us: imported here, as the worker's
-    # tasks are not needed to follow a submit.
-    from worker.tasks import finish_version
-
     total = store.experiments.info(exp_id).completed_runs
     progress = Progress(
         TextColumn(f"[bold]{'rescore' if plan.rescore else 'rejudge'} v{plan.version}"),

@@ -1,6 +1,6 @@
 """From a validated Matrix to the runs to send: the experiment's record and its runs' ids.
 
-Their task options and time budgets are the worker's (worker.sending)."""
+Their task options and time budgets are the fleet's (fleet.sending)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from core.results.report import ExperimentReport, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store
 from core.store.server import risky_settings
-from scheduler.fleet import Fleet
+from scheduler.connection import Connection
 from scheduler.plan import new_experiment_id, plan
 from scheduler.validation import Checked, planning_so_far, prepare
 
@@ -37,73 +37,61 @@ class Sent:
 
 
 def submit(
-    fleet: Fleet,
+    conn: Connection,
     matrix: str | Path | Checked,
     *,
-    workers: int | None = None,
     experiment_id: str | None = None,
     allow_missing_keys: bool = False,
 ) -> Sent:
     """Record a new experiment of `matrix` (a matrix file, or one `prepare` checked)
-    and send its runs. Embedded, `workers` local worker processes (default: one per
-    CPU) start first and take them; the Fleet's console gets a line saying so. A
-    matrix file whose agents' or judged scenarios' API key is not set here is refused
-    (ConfigError) unless `allow_missing_keys` (the workers have it).
-
-        with Fleet() as fleet:
-            sent = submit(fleet, "examples/matrix.yaml", workers=2)
-            report = wait(fleet, sent.experiment_id)
-    """
-    from scheduler.dispatch import start  # imports Celery (see Fleet.app)
+    and send its runs. Embedded, the local workers start first and take them; the
+    console gets a line saying so. A matrix file whose agents' or judged scenarios' API
+    key is not set here is refused (ConfigError) unless `allow_missing_keys` (the
+    workers have it)."""
+    from scheduler.dispatch import start  # imports Celery (see Connection.app)
 
     checked = (
         matrix
         if isinstance(matrix, Checked)
         else prepare(matrix, allow_missing_keys=allow_missing_keys)
     )
-    if fleet.shared:
-        for warning in risky_settings(fleet.store.redis):
-            fleet.say(f"warning: {warning}")
+    if conn.shared:
+        for warning in risky_settings(conn.store.redis):
+            conn.say(f"warning: {warning}")
     exp_id = experiment_id or new_experiment_id(checked.matrix)
-    local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(checked.matrix))
-    total = start(fleet.app, fleet.store, checked.matrix, exp_id, checked.bundle)
+    local = None if conn.shared else conn.start_workers(conn.queues(checked.matrix))
+    total = start(conn.app, conn.store, checked.matrix, exp_id, checked.bundle)
     if local is not None:
         line = f"experiment {exp_id}: {total} runs on {local.concurrency} local workers"
-        fleet.say(line, soft_wrap=False)
+        conn.say(line, soft_wrap=False)
     return Sent(exp_id, total, local.concurrency if local is not None else None)
 
 
 def resume(
-    fleet: Fleet,
+    conn: Connection,
     experiment: str,
     *,
     budget: float | None = None,
-    workers: int | None = None,
 ) -> Sent | None:
     """Re-send the runs of `experiment` that have no result and are neither running nor
     queued: of a cancelled one, those cancelled before they started; with `budget` (a
     new ceiling on the agents' spend of the whole experiment), those it kept from
-    starting. None when every run has a result. The Fleet's console gets what is re-sent,
-    and what the experiment can detect at the correlation its runs so far showed
-    (scheduler.validation.planning_so_far).
-
-        with Fleet() as fleet:
-            if resume(fleet, exp_id, budget=40) is not None:
-                report = wait(fleet, exp_id)
-    """
-    exp_id = fleet.experiment_id(experiment)
-    with fleet.store.experiments.resuming(exp_id):  # two at once would send runs twice
-        return _resume(fleet, exp_id, budget, workers)
+    starting. None when every run has a result. The console gets what is re-sent, and
+    what the experiment can detect at the correlation its runs so far showed
+    (scheduler.validation.planning_so_far)."""
+    exp_id = conn.experiment_id(experiment)
+    with conn.store.experiments.resuming(exp_id):  # two at once would send runs twice
+        return _resume(conn, exp_id, budget)
 
 
-def _resume(fleet: Fleet, exp_id: str, budget: float | None, workers: int | None) -> Sent | None:
-    from scheduler.dispatch import send  # both import Celery (see Fleet.app)
-    from worker.recovery import to_resend
+def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
+    from fleet.recovery import to_resend
+    from scheduler.dispatch import send  # both import Celery (see Connection.app)
 
-    store = fleet.store
+    store = conn.store
     matrix = store.experiments.matrix(exp_id)
     info = store.experiments.info(exp_id)
-    app = fleet.app
+    app = conn.app
     if info.status == ExperimentStatus.interrupted:
         # Its runs go on: those still queued run as they come, those whose messages a
         # later command's workers dropped have none and are sent again below.
@@ -135,12 +123,12 @@ def _resume(fleet: Fleet, exp_id: str, budget: float | None, workers: int | None
     )
     waiting = found.queued + found.running
     if not pending and not waiting and store.reports.get(exp_id) is not None:
-        fleet.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
+        conn.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
         return None
     if pending:
         store.experiments.reopen(exp_id)
     unstarted = len(cancelled) + len(not_run) + never_sent
-    fleet.say(
+    conn.say(
         f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
         f"before they started, "
         + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
@@ -150,8 +138,8 @@ def _resume(fleet: Fleet, exp_id: str, budget: float | None, workers: int | None
     )
     # What the whole experiment can detect, at the correlation its runs so far showed.
     for line in planning_so_far(matrix, store.results.all(exp_id)):
-        fleet.say(line)
-    local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(matrix))
+        conn.say(line)
+    local = None if conn.shared else conn.start_workers(conn.queues(matrix))
     if pending or not waiting:  # nothing to send and nothing on its way: aggregate
         send(app, store, matrix, exp_id, pending, len(pending))
     return Sent(exp_id, len(pending), local.concurrency if local is not None else None)
@@ -182,46 +170,39 @@ def raise_budget(store: Store, exp_id: str, budget: Budget, agent_usd: float) ->
     return store.results.unrecord(exp_id, RunStatus.not_run)
 
 
-def wait(fleet: Fleet, experiment: str) -> ExperimentReport:
+def wait(conn: Connection, experiment: str) -> ExperimentReport:
     """Block until the experiment's report exists, sweeping it for lost runs on the way
     (a progress bar on the Fleet's console); its report. Raises WorkersDied when the Fleet's
-    local workers exit first.
-
-        report = wait(fleet, "notes-guidance-20261122-101500-ab12")
-        print(report.experiment.passes)
-    """
-    from scheduler.follow import follow  # imports Celery (see Fleet.app)
+    local workers exit first."""
+    from scheduler.follow import follow  # imports Celery (see Connection.app)
 
     try:
-        follow(fleet.app, fleet.store, experiment, fleet.console, fleet.workers)
+        follow(conn.app, conn.store, experiment, conn.console, conn.workers)
     except WorkersDied as exc:
         raise WorkersDied(
             f"{exc}; the experiment can continue with `scheduler resume {experiment}`"
         ) from None
-    report = fleet.store.reports.get(experiment)
+    report = conn.store.reports.get(experiment)
     if report is None:
         raise FleetError(f"experiment {experiment} ended without a report")
     return report
 
 
-def interrupt(fleet: Fleet, exp_id: str) -> bool:
+def interrupt(conn: Connection, exp_id: str) -> bool:
     """Pause an experiment whose embedded submit or resume was interrupted (Ctrl-C): the
     workers of later commands here drop its queued runs' messages, recording nothing,
     instead of running them before their own, until `resume` (which sends them again)
     or `cancel`. Whether it is paused: not if it had finished, or the store is gone."""
     try:
-        before = fleet.store.experiments.interrupt(exp_id)
+        before = conn.store.experiments.interrupt(exp_id)
     except redis.RedisError:
         return False
     return before not in (ExperimentStatus.complete, ExperimentStatus.cancelled)
 
 
-def cancel(fleet: Fleet, experiment: str) -> tuple[str, ExperimentStatus]:
+def cancel(conn: Connection, experiment: str) -> tuple[str, ExperimentStatus]:
     """Cancel an experiment (its id): runs not yet started are recorded as cancelled,
     running ones finish. Returns its id and its status before: a complete or already
-    cancelled experiment is left as it was.
-
-        exp_id, before = cancel(fleet, "notes-guidance-20261122-101500-ab12")
-    """
-    exp_id = fleet.experiment_id(experiment)
-    return exp_id, fleet.store.experiments.cancel(exp_id)
+    cancelled experiment is left as it was."""
+    exp_id = conn.experiment_id(experiment)
+    return exp_id, conn.store.experiments.cancel(exp_id)

@@ -42,11 +42,11 @@ from core.stats.clustered import (
     scenarios_to_detect,
 )
 from core.stats.significance import lone_test_alpha
+from fleet.sending import configured_visibility_timeout_s, longest_run_s
 from scheduler.mistakes import refuse_mistakes
 from scheduler.plan import check_size, describe_runs
 from scheduler.report.formatting import points
 from scheduler.report.scenarios import difference
-from worker.sending import configured_visibility_timeout_s, longest_run_s
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from core.errors import InputError, WorkersDied
 from core.matrix import Matrix, load_matrix, load_rubric
 from core.results.report import ExperimentReport
+from scheduler.connection import Connection
 from scheduler.experiments import status_line
-from scheduler.fleet import Fleet
 
 if TYPE_CHECKING:
     # Imported where a plan is made: the evaluation's modules (gates, transcripts) are
@@ -35,29 +35,24 @@ class NewVersion:
 
 
 def rejudge(
-    fleet: Fleet,
+    conn: Connection,
     experiment: str,
     *,
     judge_model: str | None = None,
     rubric: str | Path | None = None,
     repeats: int | None = None,
-    workers: int | None = None,
 ) -> NewVersion:
     """Judge every run of a finished experiment again from its stored evidence, with
     another judge model, rubric (a file) or number of judgments per run if given.
-    Judgments already asked come from the judgment cache at no cost.
-
-        version = rejudge(fleet, exp_id, judge_model="gpt-4o")
-        report = wait_version(fleet, version)
-    """
+    Judgments already asked come from the judgment cache at no cost."""
     if judge_model is not None and not judge_model.strip():
         raise InputError(
             "--judge-model is empty: give the judge model's name, e.g. --judge-model gpt-4o"
         )
     # Read before the store is: a rubric with problems is a ConfigError, nothing started.
     new_rubric = load_rubric(Path(rubric).resolve()) if rubric is not None else None
-    store = fleet.store
-    exp_id = finished(fleet, experiment)
+    store = conn.store
+    exp_id = finished(conn, experiment)
     matrix = store.experiments.matrix(exp_id)
     if matrix.judge is None:
         raise InputError(f"experiment {exp_id} has no judge (no top-level `judge:` in its matrix)")
@@ -89,29 +84,24 @@ def rejudge(
     }
     runs = store.experiments.info(exp_id).completed_runs
     what = f"judging {len(judged)} of {runs} runs again with {judge.model} x{judge.repeats}"
-    return _send(fleet, exp_id, matrix, plan, what, workers)
+    return _send(conn, exp_id, matrix, plan, what)
 
 
 def rescore(
-    fleet: Fleet,
+    conn: Connection,
     experiment: str,
     *,
     gates_from: str | Path | None = None,
-    workers: int | None = None,
 ) -> NewVersion:
     """Run the gates again on the runs' archived workspaces (matrix `workspace_archive:`),
     and their judge with the new gates: the experiment's own gates, or those of the
     scenarios of the matrix file `gates_from` (a gate fixed since). Runs without an
-    archived workspace are kept as they were.
-
-        version = rescore(fleet, exp_id, gates_from="matrix.yaml")
-        report = wait_version(fleet, version)
-    """
+    archived workspace are kept as they were."""
     gates = {}
     if gates_from is not None:
         gates = {s.id: s.evaluation.gates for s in load_matrix(gates_from).scenarios}
-    store = fleet.store
-    exp_id = finished(fleet, experiment)
+    store = conn.store
+    exp_id = finished(conn, experiment)
     matrix = store.experiments.matrix(exp_id)
     unknown = sorted(set(gates) - {s.id for s in matrix.scenarios})
     if unknown:
@@ -132,60 +122,59 @@ def rescore(
     }
     runs = store.experiments.info(exp_id).completed_runs
     what = f"gating {archived} of {runs} runs again on their archived workspaces"
-    return _send(fleet, exp_id, matrix, plan, what, workers)
+    return _send(conn, exp_id, matrix, plan, what)
 
 
-def finished(fleet: Fleet, experiment: str) -> str:
+def finished(conn: Connection, experiment: str) -> str:
     """The id of `experiment`, which has its report (InputError if not yet)."""
-    exp_id = fleet.experiment_id(experiment)
-    if fleet.store.reports.get(exp_id) is None:
-        info = fleet.store.experiments.info(exp_id)
+    exp_id = conn.experiment_id(experiment)
+    if conn.store.reports.get(exp_id) is None:
+        info = conn.store.experiments.info(exp_id)
         raise InputError(f"experiment {exp_id} has not finished ({status_line(info)})")
     return exp_id
 
 
 def _send(
-    fleet: Fleet,
+    conn: Connection,
     exp_id: str,
     matrix: Matrix,
     plan_fields: dict[str, Any],
     what: str,
-    workers: int | None,
 ) -> NewVersion:
     """What rejudge and rescore share: a new version, sent through the fleet (embedded:
     to local workers started here)."""
     from core.evaluation.rejudge import RejudgePlan
-    from scheduler.dispatch import send_rejudge  # imports Celery (see Fleet.app)
+    from scheduler.dispatch import send_rejudge  # imports Celery (see Connection.app)
 
-    store = fleet.store
+    store = conn.store
     judge = plan_fields.get("judge") or matrix.judge
     key = judge.api_key_env if judge is not None else None
-    if not fleet.shared and key and not os.environ.get(key):
+    if not conn.shared and key and not os.environ.get(key):
         # The local workers judge with this shell's environment: every judgment would
         # be an infrastructure error in a version that then shows by default.
         raise InputError(
             f"{key} is not set: the local workers need it to judge; nothing was started"
         )
     plan = RejudgePlan(version=store.reports.new_version(exp_id), **plan_fields)
-    app = fleet.app
-    fleet.say(
+    app = conn.app
+    conn.say(
         f"experiment {exp_id}: report version {plan.version}, {what} (the others are kept "
         "as they were)"
     )
-    if not fleet.shared:
-        fleet.start_workers(workers, [app.conf.task_default_queue])
+    if not conn.shared:
+        conn.start_workers([app.conf.task_default_queue])
     send_rejudge(app, store, matrix, exp_id, plan)
     return NewVersion(exp_id, plan)
 
 
-def wait_version(fleet: Fleet, version: NewVersion) -> ExperimentReport:
+def wait_version(conn: Connection, version: NewVersion) -> ExperimentReport:
     """Block until the version's report exists (a progress bar on the Fleet's console);
     its report. Raises WorkersDied when the Fleet's local workers exit first."""
-    from scheduler.follow import follow_version  # imports Celery (see Fleet.app)
+    from scheduler.follow import follow_version  # imports Celery (see Connection.app)
 
     try:
         return follow_version(
-            fleet.store, version.experiment_id, version.plan, fleet.console, fleet.workers
+            conn.store, version.experiment_id, version.plan, conn.console, conn.workers
         )
     except WorkersDied as exc:
         raise WorkersDied(f"{exc}; version {version.version} is incomplete") from None

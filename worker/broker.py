@@ -1,80 +1,23 @@
-"""Which broker `celery -A worker.app worker|flower` and `python -m worker` join, and
-its password kept out of every evalfleet process's arguments and environment.
+"""Which broker `celery -A worker.app worker|flower` and `python -m worker` join.
 
 Order: Celery's `--broker` (which Celery's command line passes on as
-CELERY_BROKER_URL), then the configured URL (core.broker_url: EVALFLEET_BROKER_URL
-and its password), then the embedded Redis that `scheduler` started under
-./.evalfleet (while it runs). The embedded Redis leaves its socket's path in
-./.evalfleet/redis.json and its password in a file only its owner can read
-(scheduler.embedded writes both) so that a worker or Flower started by hand in the
-same folder finds it. Nothing else: a process that would guess (Redis on this
-machine's default port) could join, and show or send runs to, a broker nobody chose.
+CELERY_BROKER_URL), then the configured URL and the embedded Redis of ./.evalfleet
+(fleet.broker). Found once, and blanked at once from the process's arguments and
+environment: the worker's agents, and anyone reading Flower's /proc, must not find
+the password.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
-from core.broker_url import (
-    ENV_BROKER,
-    ENV_PASSWORD,
-    ENV_PASSWORD_FILE,
-    SOCKET,
-    configured_broker,
-    configured_password,
-    with_password,
-)
-from worker import procfs
-from worker.environ import forget
+from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE
+from fleet.broker import CELERY_BROKER, running_embedded_broker, take_broker
 
-STATE_DIR = Path(".evalfleet")
-EMBEDDED_STATE = "redis.json"
-# The embedded Redis's socket and password: a folder only its owner may open.
-PRIVATE_DIR = "private"
-PASSWORD_FILE = "password"
-CELERY_BROKER = "CELERY_BROKER_URL"
 NO_BROKER = (
     f"error: no broker: set {ENV_BROKER} (e.g. redis://host:6379/0 and "
     f"{ENV_PASSWORD_FILE}), or start `scheduler` in this folder for its embedded one"
 )
-
-
-def embedded_url(socket: str | Path, password: str) -> str:
-    return with_password(f"{SOCKET}://{socket}?virtual_host=0", password)
-
-
-def running_embedded_broker(state_dir: Path = STATE_DIR) -> str | None:
-    """The URL of an embedded Redis started from this folder, if it is still alive."""
-    try:
-        state = json.loads((state_dir / EMBEDDED_STATE).read_text())
-        os.kill(int(state["pid"]), 0)
-        password = configured_password(str(state_dir / PRIVATE_DIR / PASSWORD_FILE))
-    except (OSError, ValueError, KeyError, TypeError):  # BrokerURLError is a ValueError
-        return None
-    return embedded_url(state["socket"], password or "")
-
-
-def take_broker(explicit: str | None = None, password_file: str | None = None) -> str | None:
-    """configured_broker, then the URL and password blanked wherever this process shows
-    them: its environment's variables (and those of the processes it starts) and any
-    argument that held the password (`--broker redis://:PW@host`)."""
-    url = configured_broker(explicit, password_file)
-    hide_broker(url)
-    return url
-
-
-def hide_broker(url: str | None) -> None:
-    for name in (ENV_BROKER, ENV_PASSWORD, ENV_PASSWORD_FILE, CELERY_BROKER):
-        forget(name)
-    written = urlsplit(url).password if url else None
-    if written:
-        with contextlib.suppress(OSError, ValueError):  # no /proc (not Linux): nor is it shown
-            for form in {written, unquote(written)}:
-                procfs.mask_in_arguments(form)
 
 
 def worker_broker() -> str | None:

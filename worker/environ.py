@@ -1,25 +1,20 @@
-"""What of the worker's environment an agent gets, and the broker URL, password
-included, kept from it.
+"""What of the worker's environment an agent gets.
 
 Agents get an allow-list of the worker's environment (`inherited`, used by
 worker.run.agent_env for every agent, its setup and its gates), never
 EVALFLEET_*; but an unsandboxed agent can still read its parent's /proc/PID/environ: the
 environment the worker process was started with, which taking the variable
 out of os.environ does not change (the kernel shows the original block of
-memory). So once the worker has read the URL, `forget` also overwrites the
-value in that block; the pool processes forked afterwards inherit the blank.
+memory). So once the worker has read the broker's URL, fleet.procfs.forget also
+overwrites the value in that block; the pool processes forked afterwards inherit
+the blank.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Mapping
 
 from core.matrix import AgentConfig
-from worker import procfs
-
-log = logging.getLogger(__name__)
 
 # Where programs are, whose home it is, how text is read and shown: what a CLI needs
 # to start, and never a credential.
@@ -45,13 +40,3 @@ def inherited(agent: AgentConfig, environ: Mapping[str, str]) -> dict[str, str]:
         if not name.startswith("EVALFLEET_")
         and (name in KEPT or name in named or name.startswith(KEPT_PREFIXES))
     }
-
-
-def forget(name: str) -> None:
-    """Take `name` out of os.environ and blank its value in /proc/self/environ."""
-    if os.environ.pop(name, None) is None:
-        return
-    try:
-        procfs.blank_variable(name)
-    except (OSError, ValueError) as exc:  # no /proc (not Linux), or a kernel that refuses
-        log.warning("%s is still readable in /proc/%d/environ: %s", name, os.getpid(), exc)

@@ -36,7 +36,7 @@ from celery import Celery, bootsteps, signals
 from celery.worker import state
 
 from core.settings import NUMBERS, setting
-from worker.sending import RUN_TASK
+from fleet.sending import RUN_TASK
 
 ENV_GRACE_S = "EVALFLEET_SHUTDOWN_GRACE"
 

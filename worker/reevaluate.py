@@ -16,8 +16,9 @@ from core.files.archive import ArchivedWorkspace, unpack
 from core.matrix import Matrix
 from core.results.run import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
+from fleet.app import BROKER_DOWN
 from worker.files import local_matrix
-from worker.run import REDIS_DOWN, agent_env
+from worker.run import agent_env
 from worker.workspace import RunDir
 
 
@@ -46,7 +47,7 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
             result = rejudge_run(
                 original, inputs, matrix, plan, os.environ, db.judgments, secrets, gates
             )
-        except REDIS_DOWN:
+        except BROKER_DOWN:
             raise
         except Exception as exc:  # the chord must fire: the run is an error of this version
             result = original.model_copy(

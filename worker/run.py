@@ -9,7 +9,7 @@ next delivery's result lists the outages before it. The last allowed delivery
 stores its outage as the infrastructure error it is.
 Deliveries are counted in Redis and capped. While a delivery runs it holds the
 run's lease (worker.heartbeat), so a run whose worker died is sent again
-within minutes (worker.recovery). Secrets are taken out of the result
+within minutes (fleet.recovery). Secrets are taken out of the result
 before it is stored. With a `budget:`, a run reserves its projected cost
 before it starts and settles it once its result is stored (core.store.ledger);
 one that does not fit is recorded `not_run` without starting.
@@ -32,7 +32,6 @@ from typing import TypeVar
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
-from kombu.exceptions import OperationalError
 
 from core.errors import BundleError, RetryLater, RunInProgress, SetupError, WorkspaceTooLarge
 from core.evaluation.evaluate import evaluate_run
@@ -53,6 +52,7 @@ from core.results.transcript import AgentOutcome, CommandRecord
 from core.settings import setting
 from core.store import Store
 from core.store.attempts import Delivery
+from fleet.app import BROKER_DOWN
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
 from worker.confinement import Confinement, confined
@@ -76,10 +76,8 @@ from worker.workspace import (
 Phase = Callable[[str], None]
 log = logging.getLogger(__name__)
 
-# Redis away (a restart), seen through redis-py or through kombu, or refusing
-# writes (full: maxmemory with noeviction): its calls are tried again for about a
-# minute.
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.OutOfMemoryError, OperationalError)
+# A run's calls to a broker that is away (fleet.app.BROKER_DOWN) are tried again for
+# about a minute.
 _RETRY_WAITS_S = (1, 2, 4, 8, 15, 30)
 # After a provider outage: the first wait when the provider stated none (doubled per
 # delivery), and the longest wait honoured (a "resets tomorrow" is not waited for).
@@ -98,7 +96,7 @@ def execute(
     worker: str | None = None,
     continues: str = "",
 ) -> RunResult:
-    """Raises REDIS_DOWN when Redis stays away: that is not the run's fault, so no
+    """Raises BROKER_DOWN when Redis stays away: that is not the run's fault, so no
     result is recorded; the run's message or its lease brings it back. Raises
     RetryLater after a provider outage while deliveries remain, RunInProgress when
     another delivery runs the run, ExperimentPaused while its experiment is
@@ -142,7 +140,7 @@ def execute(
     try:
         with lease.held():
             result, evidence = _attempt(spec, matrix, delivery, started, secrets, clock, store)
-    except REDIS_DOWN:
+    except BROKER_DOWN:
         raise
     except SoftTimeLimitExceeded:
         result = error_result(
@@ -216,7 +214,7 @@ def _patiently(call: Callable[[], T]) -> T:
     for wait_s in _RETRY_WAITS_S:
         try:
             return call()
-        except REDIS_DOWN:
+        except BROKER_DOWN:
             time.sleep(wait_s)
     return call()
 

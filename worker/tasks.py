@@ -1,4 +1,4 @@
-"""Celery tasks: a thin shell over worker.run and core.analysis.aggregate.
+"""Celery tasks: thin entry points over worker.run, worker.reevaluate and fleet.finish.
 
 `evalfleet.run` is a chord header task: it must never raise (a failed header
 kills the chord), so every outcome, a soft time limit included, becomes a
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterator
 from functools import cache
 from typing import Any
@@ -26,21 +25,18 @@ from celery import Celery, Task, shared_task
 from celery.app import trace
 from celery.exceptions import Ignore, Reject
 
-from core.analysis.aggregate import aggregate
 from core.errors import ExperimentNotFound, ExperimentPaused, RetryLater, RunInProgress
 from core.evaluation.rejudge import RejudgePlan
 from core.evidence.text import visible
-from core.matrix import Budget, Matrix
-from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
 from core.results.run import RunResult, RunSpec
 from core.store import Store
-from core.store.results import gc_paused
+from fleet.app import BROKER_DOWN
+from fleet.finish import finish_experiment, finish_version
+from fleet.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.reevaluate import rejudged
-from worker.run import REDIS_DOWN, execute
-from worker.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, RUN_TASK
-from worker.waves import adaptive_report
+from worker.run import execute
 
 log = logging.getLogger(__name__)
 # Celery logs a rejected task with a traceback, which shows only where this module
@@ -128,12 +124,12 @@ def run(
         # one is the commands').
         try:
             lost = store_of(self.app).experiments.lost_in_restart(run_spec.experiment_id)
-        except REDIS_DOWN:
+        except BROKER_DOWN:
             lost = None
         said = lost or "its experiment was deleted"
         log.warning("run %s dropped: %s", run_spec.run_id, said)
         raise Ignore() from None
-    except REDIS_DOWN as exc:
+    except BROKER_DOWN as exc:
         # Not the run's fault and not acknowledged: the message goes back to the
         # queue (or, Redis still away, the broker redelivers it); the lease, if
         # taken, expires and the run is sent again sooner.
@@ -155,7 +151,7 @@ def rejudge(self: Task, experiment_id: str, run_id: str, plan: dict[str, Any]) -
     db = store_of(self.app)
     try:
         result = rejudged(db, experiment_id, run_id, rejudge_plan)
-    except REDIS_DOWN as exc:
+    except BROKER_DOWN as exc:
         raise Reject(f"{_unavailable(exc)}: {exc}", requeue=True) from None
     return summary(result)
 
@@ -170,23 +166,11 @@ def aggregate_version(
     return {"experiment_id": experiment_id, "status": "dropped"}
 
 
-@gc_paused()  # see finish_experiment
-def finish_version(db: Store, experiment_id: str, plan: RejudgePlan) -> dict[str, Any]:
-    """The version's report once each of the experiment's runs has a result in it."""
-    info = db.experiments.info(experiment_id)
-    runs = db.reports.runs(experiment_id, plan.version)
-    if len(runs) < info.completed_runs:
-        return {"experiment_id": experiment_id, "status": "waiting for runs"}
-    report = _report(db, info, runs, db.experiments.matrix(experiment_id))
-    db.reports.save(report.model_copy(update={"version": plan.version, "version_note": plan.note}))
-    return {"experiment_id": experiment_id, "version": plan.version}
-
-
 @shared_task(bind=True, name=AGGREGATE_TASK)
 def aggregate_experiment(
     self: Task, _results: list[Any] | None, experiment_id: str
 ) -> dict[str, Any]:
-    """Chord body (worker.recovery calls finish_experiment too, for lost runs' experiments)."""
+    """Chord body (fleet.recovery calls finish_experiment too, for lost runs' experiments)."""
     with _dropped_when_deleted(experiment_id):
         return finish_experiment(store_of(self.app), experiment_id)
     return {"experiment_id": experiment_id, "status": "dropped"}
@@ -202,62 +186,3 @@ def _dropped_when_deleted(experiment_id: str) -> Iterator[None]:
         yield
     except ExperimentNotFound:
         log.warning("the report of %s dropped: its experiment was deleted", experiment_id)
-
-
-# Without the cycle collector until the runs are freed: it would walk their millions of
-# objects, none of them garbage, several times (2 s of a 100,000-run report).
-@gc_paused()
-def finish_experiment(db: Store, experiment_id: str) -> dict[str, Any]:
-    """The report from every stored RunResult, once each run has one.
-
-    Idempotent: same runs, same report. Until the last result is in there is
-    nothing to do: a chord can fire early (a superseded delivery answered for a
-    run another delivery holds), and the recovery sweep finishes it later.
-    """
-    matrix = db.experiments.matrix(experiment_id)
-    info = db.experiments.info(experiment_id)
-    if info.completed_runs < info.total_runs:
-        return {"experiment_id": experiment_id, "status": "waiting for runs"}
-    if info.status != ExperimentStatus.cancelled:
-        info = info.model_copy(update={"status": ExperimentStatus.complete})
-    runs = db.results.all(experiment_id)
-    # The first aggregation fixes finished_at, so re-running it changes nothing.
-    finished = info.finished_at or max((r.ended_at or 0.0 for r in runs), default=time.time())
-    info = info.model_copy(update={"finished_at": finished})
-    db.reports.save(_report(db, info, runs, matrix))
-    db.experiments.set_status(experiment_id, info.status, finished_at=finished)
-    return {"experiment_id": experiment_id, "status": info.status.value}
-
-
-def _report(
-    db: Store, info: ExperimentInfo, runs: list[RunResult], matrix: Matrix
-) -> ExperimentReport:
-    """The report of these runs as the matrix asks for it (every version alike): with
-    the budget they were held to and, for an adaptive experiment, where each cell stopped."""
-    report = aggregate(
-        info,
-        runs,
-        baseline=matrix.baseline_tier,
-        scoring=matrix.scoring,
-        tier_order=[t.id for t in matrix.tiers],
-        scenario_order=[s.id for s in matrix.scenarios],
-        correction=matrix.report.correction,
-        alpha=matrix.report.alpha,
-        budget=_budget(db, matrix, info.id),
-    )
-    if matrix.adaptive is not None:
-        report.adaptive = adaptive_report(db, info.id, matrix, runs)
-    # Each stored result is followed by its evidence (worker.run_records).
-    report.evidence_missing = max(0, len(runs) - db.evidence.count(info.id))
-    return report
-
-
-def _budget(db: Store, matrix: Matrix, experiment_id: str) -> Budget | None:
-    """The budget the runs were held to: the matrix's, with the ceilings the ledger has now
-    (a resume may have raised them)."""
-    if matrix.budget is None:
-        return None
-    limits = db.ledger.state(experiment_id).limits
-    return matrix.budget.model_copy(
-        update={"agent_usd": limits.get("agent"), "judge_usd": limits.get("judge")}
-    )

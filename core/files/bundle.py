@@ -47,7 +47,7 @@ from core.results.record import Record
 MATRIX = "matrix"
 OUTSIDE = "outside"
 MB = 1024 * 1024
-# The embedded broker's state folder (worker.broker), in the folder `scheduler`
+# The embedded broker's state folder (fleet.broker), in the folder `scheduler`
 # runs in: never shipped, whatever `bundle.exclude` says.
 STATE_DIR = ".evalfleet"
 

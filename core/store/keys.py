@@ -19,7 +19,7 @@ Ours, under the prefix (no TTL on any of them):
   one resume works out what to send and sends it (expires: a killed resume
   holds it no longer than RESUME_HOLD_S);
 - ``exp:{id}:unaccounted`` run id -> when a sweep first found the run nowhere
-  (worker.recovery);
+  (fleet.recovery);
 - ``exp:{id}:health`` the first results of each tier, for fail-fast (TIER +
   newline: the tier has a result of its own; TIER + newline + REASON: how many
   of its runs ended with that infrastructure error); ``exp:{id}:unrecognised``
@@ -45,7 +45,7 @@ Ours, under the prefix (no TTL on any of them):
   scenario ``KIND:n:CELL`` / ``KIND:sum:CELL`` of finished runs; ``stopped``: why
   the first reservation that did not fit was refused;
   ``exp:{id}:reservations`` run id -> "AGENT JUDGE" projected dollars it holds;
-- ``exp:{id}:waves`` an adaptive experiment's waves (worker.waves): ``wave``
+- ``exp:{id}:waves`` an adaptive experiment's waves (fleet.waves): ``wave``
   the number sent, and per closed tier x scenario cell why it stopped;
 - ``exp:{id}:workspaces`` run id -> an ArchivedWorkspace JSON (matrix
   ``workspace_archive:``; what ``scheduler rescore`` runs the gates on);

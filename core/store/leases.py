@@ -4,7 +4,7 @@ A delivery takes its run's lease when it starts (Attempts.begin, in the
 same step as counting the delivery) and a heartbeat renews it every third of
 its duration (worker.heartbeat, `lease_s` in the matrix). A worker that dies
 stops renewing; once the lease has expired, a sweep claims the run and sends
-it again (worker.recovery). Saving the run's result ends its lease
+it again (fleet.recovery). Saving the run's result ends its lease
 (Results.save), in the same step as storing it.
 
 A delivery that finds another's live lease does not start (Attempts.begin):

@@ -3,8 +3,8 @@
 With --broker URL (or EVALFLEET_BROKER_URL) every command talks to that shared
 Redis; without, to the embedded Redis of ./.evalfleet, started on demand. One
 small module per command or group of commands, each doing options, prompts and
-printing over the click-free functions the Python API (evalfleet) publishes; what
-they share is scheduler.cli.context.
+printing over what the Python API (evalfleet) publishes: the Fleet's methods, and
+validate and prepare; what they share is scheduler.cli.context.
 """
 
 from __future__ import annotations

@@ -55,11 +55,15 @@ class CLIContext:
         self._fleet: Fleet | None = None
 
     def fleet(self, *, create: bool = False) -> Fleet:
-        """The Fleet on --broker (else the embedded Redis; `create`: even where none
-        was ever started)."""
+        """The Fleet on --broker (else the embedded Redis, with --workers local workers;
+        `create`: even where none was ever started)."""
         if self._fleet is None:
             raise_if_lost()  # before anything is started or sent
-            fleet = Fleet(self.broker, create=create, console=err)
+            fleet = (
+                Fleet.connect(self.broker, console=err)
+                if self.broker is not None
+                else Fleet.embedded(create=create, workers=self.workers, console=err)
+            )
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet
 
@@ -77,9 +81,7 @@ class CLIContext:
                 f"stopped following; the fleet goes on running it: `scheduler status "
                 f"{exp_id}` follows it, `scheduler cancel {exp_id}` stops it"
             )
-        from scheduler.running import interrupt  # as the commands that send import it
-
-        if not interrupt(fleet, exp_id):
+        if not fleet.interrupt(exp_id):
             return (
                 f"interrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
                 f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "

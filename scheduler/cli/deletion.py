@@ -11,8 +11,6 @@ from core.errors import InputError
 from core.store.retention import Deleted
 from scheduler.cli.context import CLIContext, err, pass_cli, size
 from scheduler.cli.options import broker_option
-from scheduler.deletion import deletable, expired
-from scheduler.deletion import delete as delete_experiment
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 force_option = click.option(
@@ -39,11 +37,11 @@ def delete(cli: CLIContext, experiment: str, yes: bool, force: bool) -> None:
       scheduler delete notes-guidance-20261122-101500-ab12 --yes     # in a script
     """
     fleet = cli.fleet()
-    doomed = deletable(fleet, experiment, force=force)
+    doomed = fleet.deletable(experiment, force=force)
     _confirm(
         f"delete experiment {experiment} ({doomed.keys} keys, {size(doomed.stored_bytes)})?", yes
     )
-    _deleted(experiment, delete_experiment(fleet, experiment, force=force), doomed.stored_bytes)
+    _deleted(experiment, fleet.delete(experiment, force=force), doomed.stored_bytes)
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -80,7 +78,7 @@ def prune(cli: CLIContext, age: float, dry_run: bool, yes: bool, force: bool) ->
       scheduler prune --older-than 30d --yes      # e.g. a nightly job
     """
     fleet = cli.fleet()
-    found = expired(fleet, age, force=force)
+    found = fleet.expired(age, force=force)
     for exp_id, running in found.kept.items():
         err.print(f"keeping {exp_id}: it is {running} (--force deletes it)")
     for exp_id, stored in found.doomed.items():
@@ -92,7 +90,7 @@ def prune(cli: CLIContext, age: float, dry_run: bool, yes: bool, force: bool) ->
         return
     _confirm(f"delete these {len(found.doomed)} experiments ({total})?", yes)
     for exp_id, stored in found.doomed.items():  # running ones are among them only with --force
-        _deleted(exp_id, delete_experiment(fleet, exp_id, force=True), stored)
+        _deleted(exp_id, fleet.delete(exp_id, force=True), stored)
     click.echo(f"deleted {len(found.doomed)} experiments, {total}")
 
 

@@ -1,10 +1,15 @@
 """`scheduler preflight`: is the experiment sound? Each tier x scenario once, locally,
-against the scripted model server, before anything is queued or spent."""
+against the scripted model server, before anything is queued or spent.
+
+The one place the scheduler runs the worker's code (worker.preflight runs each cell
+as a worker runs a run), imported only when a preflight runs: the exception
+pyproject.toml's layers contract names."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,8 +20,9 @@ from scheduler.cli.context import USAGE_ERROR, err
 from scheduler.cli.options import icc_option
 from scheduler.validation import planning
 from scheduler.validation import validate as check
-from worker.preflight import CellCheck
-from worker.preflight import preflight as check_cells
+
+if TYPE_CHECKING:
+    from worker.preflight import CellCheck
 
 COLUMNS = ("tier", "scenario", "cli", "run", "transcript", "gates", "vacuous", "reference",
            "judge key", "agent key", "est. spend")  # fmt: skip
@@ -79,6 +85,8 @@ def run_preflight(
     """Preflight `matrix` and print its table (on stderr when `aside`: `submit
     --preflight`, whose stdout is the report's), validate's planning at the assumed
     intra-scenario correlation `icc`, and its problems; whether it is sound."""
+    from worker.preflight import preflight as check_cells
+
     if live:
         cells = check_cells(matrix, None, judge=judge, judge_key_elsewhere=judge_key_elsewhere)
     else:

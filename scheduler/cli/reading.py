@@ -14,9 +14,6 @@ from core.analysis.comparison import CORRECTION
 from core.results.report import ExperimentInfo
 from scheduler.cli.context import CLIContext, echo_rendered, err, pass_cli, size
 from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
-from scheduler.experiments import compare as compare_experiments
-from scheduler.experiments import list_experiments
-from scheduler.experiments import status as experiment_status
 from scheduler.report.formatting import Table
 from scheduler.report.render import COMPARE_FORMATS, render_comparison, render_tables
 
@@ -60,7 +57,7 @@ def list_(cli: CLIContext, as_json: bool) -> None:
 
     Example: scheduler list --json
     """
-    listed = list_experiments(cli.fleet())
+    listed = cli.fleet().experiments()
     if as_json:
         records = [
             {
@@ -103,7 +100,7 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
 
     Example: scheduler status notes-guidance-20261122-101500-ab12
     """
-    found = experiment_status(cli.fleet(), experiment)
+    found = cli.fleet().status(experiment)
     if as_json:
         click.echo(found.info.model_dump_json(indent=2))
     else:
@@ -167,10 +164,7 @@ def compare(
       scheduler compare baseline.json EXP_B --fail-on-regression      # a kept baseline
       scheduler compare EXP_A EXP_B --format github >> "$GITHUB_STEP_SUMMARY"
     """
-    fleet = cli.fleet()
-    result = compare_experiments(
-        fleet, experiment_a, experiment_b, alpha=alpha, correction=correction
-    )
+    result = cli.fleet().compare(experiment_a, experiment_b, alpha=alpha, correction=correction)
     echo_rendered(render_comparison(result, cli.fmt, nonfinite=cli.nonfinite))
     if result.regressions:
         err.print(f"significantly worse in {experiment_b}: {', '.join(result.regressions)}")

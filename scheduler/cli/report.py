@@ -8,7 +8,6 @@ from core.errors import InputError
 from core.matrix import did_you_mean
 from scheduler.cli.context import CLIContext, err, exit_if_infra_errors, pass_cli
 from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
-from scheduler.experiments import evidence_blobs, load_report, report_versions
 from scheduler.report.render import SCENARIO_FORMATS, render
 
 
@@ -108,16 +107,15 @@ def report(
         )
     fleet = cli.fleet()
     exp_id = fleet.experiment_id(experiment)
-    result = load_report(
-        fleet,
+    result = fleet.report(
         exp_id,
         version=version,
         runs=runs or fmt == "html" or cli.brief,  # html's run table, the brief's reasons
         correction=correction,
         alpha=alpha,
     )
-    evidence = evidence_blobs(fleet, exp_id) if fmt == "html" else None
-    latest = report_versions(fleet, exp_id)[-1]  # there is one: load_report found it
+    evidence = fleet.evidence_blobs(exp_id) if fmt == "html" else None
+    latest = fleet.report_versions(exp_id)[-1]  # there is one: the report was found
     if latest > 1:
         note = f" ({result.version_note})" if result.version_note else ""
         err.print(

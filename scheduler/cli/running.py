@@ -26,13 +26,8 @@ from scheduler.cli.options import (
     workers_option,
 )
 from scheduler.cli.preflight import run_preflight
-from scheduler.experiments import evidence_blobs, iter_runs
 from scheduler.plan import new_experiment_id
 from scheduler.report.render import render
-from scheduler.running import cancel as cancel_experiment
-from scheduler.running import resume as resume_experiment
-from scheduler.running import submit as submit_experiment
-from scheduler.running import wait
 from scheduler.validation import prepare
 
 
@@ -111,15 +106,14 @@ def submit(
         cli.fmt = "json"
     fleet = cli.fleet(create=True)
     exp_id = cli.experiment = new_experiment_id(checked.matrix)
+    fleet.submit(checked, experiment_id=exp_id)
     if fleet.shared:
-        submit_experiment(fleet, checked, experiment_id=exp_id)
         # Machine-readable output is the report alone on stdout: the id goes aside.
         aside = cli.fmt == "json" or (cli.wait and cli.fmt in ("csv", "html"))
         click.echo(exp_id, err=aside)
         if cli.wait:
             _print_report(cli, exp_id)
         return
-    submit_experiment(fleet, checked, workers=cli.workers, experiment_id=exp_id)
     _print_report(cli, exp_id)
 
 
@@ -149,11 +143,8 @@ def resume(cli: CLIContext, experiment: str, budget: float | None) -> None:
     """
     fleet = cli.fleet()
     cli.experiment = experiment
-    if fleet.shared:
-        if resume_experiment(fleet, experiment, budget=budget) is not None and cli.wait:
-            _print_report(cli, experiment)
-        return
-    if resume_experiment(fleet, experiment, budget=budget, workers=cli.workers) is not None:
+    resumed = fleet.resume(experiment, budget=budget) is not None
+    if resumed and (cli.wait or not fleet.shared):
         _print_report(cli, experiment)
 
 
@@ -166,7 +157,7 @@ def cancel(cli: CLIContext, experiment: str) -> None:
 
     Example: scheduler cancel notes-guidance-20261122-101500-ab12
     """
-    exp_id, before = cancel_experiment(cli.fleet(), experiment)
+    exp_id, before = cli.fleet().cancel(experiment)
     if before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
         return
@@ -176,12 +167,12 @@ def cancel(cli: CLIContext, experiment: str) -> None:
 def _print_report(cli: CLIContext, exp_id: str) -> None:
     """Follow the experiment to its report and print it (exit 3 on infrastructure errors)."""
     fleet = cli.fleet()
-    report = wait(fleet, exp_id)
+    report = fleet.wait(exp_id)
     evidence = None
     if cli.fmt == "html" or cli.brief:  # html's run table, the brief's failure reasons
-        report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id))})
+        report = report.model_copy(update={"runs": list(fleet.runs(exp_id))})
     if cli.fmt == "html":  # every run with its evidence
-        evidence = evidence_blobs(fleet, exp_id)
+        evidence = fleet.evidence_blobs(exp_id)
     rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full)
     cli.print_report(rendered, report, notice=False)
     if report.budget is not None and report.budget.reached:

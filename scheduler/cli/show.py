@@ -6,7 +6,6 @@ import click
 
 from scheduler.cli.context import CLIContext, echo_rendered, err, pass_cli
 from scheduler.cli.options import broker_option
-from scheduler.experiments import load_run, report_versions
 from scheduler.report.render import terminal_width
 from scheduler.show import render_run
 
@@ -32,9 +31,9 @@ def show(cli: CLIContext, run: tuple[str, ...], as_json: bool) -> None:
       scheduler show ab12:T1:create_notes:3 --json | jq .evidence.gates
     """
     fleet = cli.fleet()
-    loaded = load_run(fleet, run)
+    loaded = fleet.run(*run)
     exp_id = loaded.experiment_id
-    versions = report_versions(fleet, exp_id)
+    versions = fleet.report_versions(exp_id)
     if len(versions) > 1:
         # `report` shows the latest version; what is shown here is the run as it ran.
         err.print(

@@ -14,11 +14,8 @@ from scheduler.cli.options import (
     wait_option,
     workers_option,
 )
-from scheduler.experiments import load_report
 from scheduler.report.render import render
-from scheduler.versions import NewVersion, wait_version
-from scheduler.versions import rejudge as rejudge_experiment
-from scheduler.versions import rescore as rescore_experiment
+from scheduler.versions import NewVersion
 
 
 @click.command()
@@ -67,13 +64,8 @@ def rejudge(
     """
     fleet = cli.fleet()
     try:
-        version = rejudge_experiment(
-            fleet,
-            experiment,
-            judge_model=judge_model,
-            rubric=rubric_file,
-            repeats=repeats,
-            workers=cli.workers,
+        version = fleet.rejudge(
+            experiment, judge_model=judge_model, rubric=rubric_file, repeats=repeats
         )
     except ConfigError as exc:  # the rubric's: the matrix was checked when submitted
         print_problems(exc)
@@ -111,9 +103,7 @@ def rescore(cli: CLIContext, experiment: str, matrix_file: str | None) -> None:
       scheduler rescore EXP --broker redis://host:6379/0 --wait
       scheduler report EXP --version 1                  # the original again
     """
-    fleet = cli.fleet()
-    version = rescore_experiment(fleet, experiment, gates_from=matrix_file, workers=cli.workers)
-    _print_version(cli, version)
+    _print_version(cli, cli.fleet().rescore(experiment, gates_from=matrix_file))
 
 
 def _print_version(cli: CLIContext, version: NewVersion) -> None:
@@ -123,9 +113,9 @@ def _print_version(cli: CLIContext, version: NewVersion) -> None:
     if fleet.shared and not cli.wait:
         click.echo(f"{version.experiment_id} version {version.version}", err=cli.fmt == "json")
         return
-    result = wait_version(fleet, version)
+    result = fleet.wait(version)
     if cli.brief:  # its failure reasons are the version's runs'
-        result = load_report(fleet, version.experiment_id, version=version.version, runs=True)
+        result = fleet.report(version.experiment_id, version=version.version, runs=True)
     cli.print_report(render(result, cli.fmt, nonfinite=cli.nonfinite, full=cli.full), result)
     if result.judge is not None:
         err.print(

@@ -9,11 +9,11 @@ import click
 
 from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, with_password
 from core.errors import InputError
+from fleet.broker import running_embedded_broker
+from fleet.sending import configured_queue
 from scheduler.cli.context import CLIContext, pass_cli
 from scheduler.cli.options import broker_option
 from scheduler.embedded import worker_command
-from worker.broker import running_embedded_broker
-from worker.sending import configured_queue
 
 
 @click.command()

@@ -1,10 +1,12 @@
-"""The Python API (evalfleet), as a notebook uses it: the example experiment submitted,
-waited for and read back as the pydantic models, on the session's Redis with real
-worker processes; and in embedded mode, where the Fleet starts and stops its own."""
+"""The Python API (evalfleet), as a notebook uses it: a Fleet submits the example
+experiment, waits for it and reads it back as the pydantic models, on the session's
+Redis with real worker processes; and in embedded mode, where the Fleet starts and
+stops its own."""
 
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,12 @@ def test_the_api_runs_the_example_and_reads_its_report_and_runs(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the example judges only with one
     start_worker(concurrency=2)
-    with evalfleet.Fleet(redis_url, queue=QUEUE) as fleet:
-        sent = evalfleet.submit(fleet, EXAMPLES / "matrix.yaml")
+    with evalfleet.Fleet.connect(redis_url, queue=QUEUE) as fleet:
+        assert fleet.shared
+        sent = fleet.submit(EXAMPLES / "matrix.yaml")
         assert sent.runs == 30 and sent.local_workers is None  # the fleet's workers take them
         exp_id = sent.experiment_id
-        report = evalfleet.wait(fleet, exp_id)
+        report = fleet.wait(sent)
 
         assert isinstance(report, evalfleet.ExperimentReport)
         assert report.experiment.id == exp_id
@@ -36,7 +39,7 @@ def test_the_api_runs_the_example_and_reads_its_report_and_runs(
         t0, t2 = report.tiers["T0"].pass_rate.mean, report.tiers["T2"].pass_rate.mean
         assert t0 is not None and t2 is not None and t2 > t0
 
-        runs = list(evalfleet.iter_runs(fleet, exp_id))
+        runs = list(fleet.runs(sent))
         assert sorted((r.tier, r.scenario, r.run_index) for r in runs) == sorted(
             (t, s, i)
             for t in ("T0", "T1", "T2")
@@ -54,28 +57,30 @@ def test_the_api_runs_the_example_and_reads_its_report_and_runs(
             t: passes[t] for t in ("T0", "T1", "T2")
         }
 
-        with_runs = evalfleet.load_report(fleet, exp_id, runs=True)
+        with_runs = fleet.report(sent, runs=True)
         assert with_runs.runs is not None
         assert {r.run_id: r.passed for r in with_runs.runs} == {r.run_id: r.passed for r in runs}
-        assert evalfleet.report_versions(fleet, exp_id) == [1]
+        assert fleet.report().experiment.id == exp_id  # the latest
+        assert fleet.report_versions(exp_id) == [1]
 
         one = next(r for r in runs if r.scenario == "create_notes")
-        loaded = evalfleet.load_run(fleet, [one.run_id])
+        loaded = fleet.run(one.run_id)
+        assert fleet.run(exp_id, one.tier, one.scenario, str(one.run_index)) == loaded
         assert loaded.record.result == one
         assert loaded.record.evidence is not None
         gates = loaded.record.evidence.gates
         assert len(gates) == len(one.gates) and gates[0].command == "my-tool list --format json"
 
-        listed = {e.info.id: e for e in evalfleet.list_experiments(fleet)}
+        listed = {e.info.id: e for e in fleet.experiments()}
         assert listed[exp_id].info.passes == sum(passes.values())
         assert listed[exp_id].stored_bytes > 0
-        assert evalfleet.status(fleet, exp_id).info.status == ExperimentStatus.complete
+        assert fleet.status(sent).info.status == ExperimentStatus.complete
 
         with pytest.raises(evalfleet.ExperimentNotFound) as missing:
-            evalfleet.load_report(fleet, f"{exp_id}-none")
+            fleet.report(f"{exp_id}-none")
         assert isinstance(missing.value, evalfleet.InputError)
-        assert evalfleet.delete(fleet, exp_id).keys > 0
-        assert exp_id not in {e.info.id for e in evalfleet.list_experiments(fleet)}
+        assert fleet.delete(sent).keys > 0
+        assert exp_id not in {e.info.id for e in fleet.experiments()}
 
 
 def test_an_embedded_fleet_runs_its_own_redis_and_workers_and_stops_them(
@@ -97,21 +102,40 @@ scenarios:
 """
     )
     with pytest.raises(evalfleet.InputError, match="no embedded store in this folder"):
-        _ = evalfleet.Fleet().store  # where none was ever started
+        evalfleet.Fleet.embedded(create=False).experiments()  # where none was ever started
+    with pytest.raises(evalfleet.InputError, match=r"no broker: pass Fleet\.connect a URL"):
+        evalfleet.Fleet.connect()  # no URL, and none in the environment
 
-    with evalfleet.Fleet(create=True) as fleet:
-        sent = evalfleet.submit(fleet, "matrix.yaml", workers=1)
+    with evalfleet.Fleet.embedded(workers=1) as fleet:
+        assert not fleet.shared
+        sent = fleet.submit("matrix.yaml")
         assert sent.local_workers == 1
-        report = evalfleet.wait(fleet, sent.experiment_id)
-        workers = fleet.workers
-        assert workers is not None and workers.alive()
-    assert not workers.alive()  # closing the Fleet stopped what it started
+        report = fleet.wait(sent)
+        workers = _local_workers()
+        assert len(workers) == 1, workers
+    assert not _local_workers()  # closing the Fleet stopped what it started
     assert not (tmp_path / ".evalfleet" / "redis.json").exists()
 
     assert report.experiment.passes == 2
-    assert report.runs is None  # the report alone: iter_runs gives them
-    with evalfleet.Fleet() as fleet:  # the store reopens, its data kept
-        runs = list(evalfleet.iter_runs(fleet, sent.experiment_id))
+    assert report.runs is None  # the report alone: runs() gives them
+    with evalfleet.Fleet.embedded(create=False) as fleet:  # the store reopens, its data kept
+        runs = list(fleet.runs(sent))
         outcomes = sorted((r.run_index, r.passed, r.gates[0].passed) for r in runs)
         assert outcomes == [(0, True, True), (1, True, True)]
-        assert evalfleet.load_report(fleet).experiment.id == sent.experiment_id  # the latest
+        assert fleet.report().experiment.id == sent.experiment_id  # the latest
+
+
+def _local_workers() -> list[int]:
+    """This process's children that are worker processes (`python -m worker`), alive."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):  # not a process, or gone meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        alive = fields[0] != "Z"
+        if alive and int(fields[1]) == os.getpid() and command[1:4] == [b"-P", b"-m", b"worker"]:
+            found.append(int(entry.name))
+    return found

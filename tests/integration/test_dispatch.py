@@ -1,5 +1,6 @@
 """Submitting's messages, against the real Redis: each run's message as `scheduler.dispatch`
-pushes it is the one Celery and kombu would push for the same run, ids aside."""
+pushes it, through the scheduler's app that has no tasks (fleet.app), is the one Celery
+and kombu would push for the same run through the worker's app, ids aside."""
 
 from __future__ import annotations
 
@@ -12,17 +13,18 @@ import pytest
 
 from core.matrix import Matrix, load_matrix
 from core.store import Store
+from fleet.app import fleet_app
+from fleet.sending import RUN_TASK, run_options
 from scheduler.dispatch import send
 from scheduler.plan import experiment_info, plan
 from tests.conftest import QUEUE
 from worker.celery_app import create_app
-from worker.sending import RUN_TASK, run_options
 
 pytestmark = pytest.mark.integration  # the real Redis
 
-# Per run and per message: what the two ways may differ in.
+# Per run and per message: what the two ways may differ in (reply_to: the sending app's id).
 IDS = (("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id"),
-       ("properties", "delivery_tag"))  # fmt: skip
+       ("properties", "delivery_tag"), ("properties", "reply_to"))  # fmt: skip
 
 
 def _matrix(folder: Path, other_queue: str) -> Matrix:
@@ -50,7 +52,11 @@ def test_each_run_gets_the_message_celery_would_send(
     # Queues of its own, under the session's name (the conftest removes them): the
     # session's may hold what other tests' workers sent again after them.
     mine, other = f"{QUEUE}-dispatch", f"{QUEUE}-other"
-    app = create_app(redis_url, default_queue=mine)
+    app = fleet_app(redis_url, default_queue=mine)
+    # As in the scheduler's process, which imports no task: here the worker's tasks are
+    # imported, and Celery gives every app their shared tasks.
+    for name in [n for n in app.tasks if n.startswith("evalfleet.")]:
+        app.tasks.unregister(name)
     matrix = _matrix(tmp_path, other)
     exp_id = f"dispatch-{uuid.uuid4().hex[:8]}"
     store.experiments.create(experiment_info(matrix, exp_id, matrix.total_runs()), matrix)
@@ -67,15 +73,16 @@ def test_each_run_gets_the_message_celery_would_send(
     assert len({m["properties"]["delivery_tag"] for m in messages}) == 6
     assert sorted(store.specs.all(exp_id), key=str) == sorted(specs, key=str)
 
-    # Celery's own way, each message to the real Redis, for the same runs.
+    # Celery's own way, the worker's task, each message to the real Redis, for the same runs.
     store.redis.delete(mine, other)
     chord = _without_ids(ours[0])["body"][2]["chord"]  # the aggregate task, frozen in the group
+    workers_app = create_app(redis_url, default_queue=mine)
     for index, spec in enumerate(specs):
-        app.tasks[RUN_TASK].apply_async(
+        workers_app.tasks[RUN_TASK].apply_async(
             (spec.model_dump(mode="json"),),
             group_id=group,
             group_index=index,
-            chord=app.signature(chord),
+            chord=workers_app.signature(chord),
             **run_options(matrix, spec),
         )
     celerys = store.redis.lrange(mine, 0, -1)[::-1] + store.redis.lrange(other, 0, -1)[::-1]

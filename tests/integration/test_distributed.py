@@ -15,11 +15,11 @@ import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
+from fleet.sending import AGGREGATE_TASK, RUN_TASK
 from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import alive, wait_until
 from worker.celery_app import create_app
-from worker.sending import AGGREGATE_TASK, RUN_TASK
 
 pytestmark = pytest.mark.integration
 

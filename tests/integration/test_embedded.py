@@ -14,10 +14,10 @@ import redis
 
 from core.broker_url import redis_py_url
 from core.store import Store
+from fleet.broker import running_embedded_broker
 from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
 from tests.conftest import EXAMPLES, PREFIX, run_cli, shared_with_agents, start_cli
 from tests.support.fleet import alive, wait_until
-from worker.broker import running_embedded_broker
 
 pytestmark = pytest.mark.integration
 

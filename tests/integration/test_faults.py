@@ -27,11 +27,11 @@ import redis
 from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from core.results.run import RunStatus
 from core.store import Store
+from fleet.broker import running_embedded_broker
 from scheduler.dispatch import BATCH_SIZE
 from tests.conftest import PREFIX, StartWorker, Worker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import RedisServer, alive, wait_until
-from worker.broker import running_embedded_broker
 
 pytestmark = pytest.mark.integration
 
@@ -413,7 +413,7 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     assert report["experiment"]["completed_runs"] == report["experiment"]["total_runs"] == 8
     assert report["tiers"]["T0"]["runs"] == 8 and report["tiers"]["T0"]["passes"] == 8
     _each_ran_once(store, report["experiment"]["id"], log, runs=8)
-    for i in range(2):  # the workers rode the restart out (worker.kombu_guard)
+    for i in range(2):  # the workers rode the restart out (fleet.kombu_guard)
         worker_log = (tmp_path / f"w{i}.log").read_text()
         assert "Unrecoverable error" not in worker_log and "handed back" not in worker_log
 
@@ -755,6 +755,7 @@ def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
     """Redis away mid-run is not the run's fault: no "internal error" result is stored."""
     import worker.run
     from core.matrix import load_matrix
+    from fleet.app import BROKER_DOWN
     from scheduler.plan import plan
 
     monkeypatch.setattr(worker.run, "_RETRY_WAITS_S", (0.2,))  # patience: 0.2 s, not 30 s
@@ -775,7 +776,7 @@ def test_a_run_that_redis_left_records_nothing_and_its_lease_brings_it_back(
                 own_redis.start()  # back before the run could store anything
 
     threading.Timer(0.5, own_redis.stop).start()  # Redis goes while the agent runs
-    with pytest.raises(worker.run.REDIS_DOWN):
+    with pytest.raises(BROKER_DOWN):
         worker.run.execute(spec, store, on_phase)
 
     assert (

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from core.store import Store
+from fleet.sending import AGGREGATE_TASK
 from tests.conftest import QUEUE, StartWorker, run_cli
 from tests.support.fleet import wait_until
 from worker.celery_app import create_app
-from worker.sending import AGGREGATE_TASK
 
 MATRIX = """
 name: finished

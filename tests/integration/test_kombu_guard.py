@@ -1,4 +1,4 @@
-"""worker.kombu_guard, against the real Redis: a channel used after its broker
+"""fleet.kombu_guard, against the real Redis: a channel used after its broker
 connection was closed under it fails with a connection error, which Celery
 survives, not an AttributeError, which stops the worker; what it held stays."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kombu import Connection
 
+from fleet import kombu_guard
 from tests.conftest import QUEUE
-from worker import kombu_guard
 
 pytestmark = pytest.mark.integration  # the real Redis
 

@@ -1,6 +1,6 @@
 """The sweep's search for vanished runs, against the real Redis: it reads the queues
 only when runs are missing from everywhere cheaper to look, and a sweeper reads them
-again only once SCAN_SPACING times its last read has passed (worker.recovery)."""
+again only once SCAN_SPACING times its last read has passed (fleet.recovery)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 
 from core.matrix import load_matrix
 from core.store import Store
+from fleet import recovery
 from scheduler.dispatch import send
 from scheduler.plan import experiment_info, plan
 from tests.conftest import QUEUE
-from worker import recovery
 from worker.celery_app import create_app
 
 pytestmark = pytest.mark.integration  # the real Redis

@@ -213,7 +213,7 @@ def test_runs_whose_evidence_was_not_stored_are_named_not_read_as_killed(
     try:
         assert store.reports.get(exp_id).evidence_missing == 0  # type: ignore[union-attr]
         store.redis.hdel(store.keys.evidence(exp_id), run_id)
-        from worker.tasks import finish_experiment  # as the sweep aggregates again
+        from fleet.finish import finish_experiment  # as the sweep aggregates again
 
         finish_experiment(store, exp_id)
         report = _cli("report", exp_id, "--format", "markdown", env=env)

@@ -33,13 +33,13 @@ from core.matrix import Matrix, Scenario, Tier
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store
+from fleet.sending import RUN_TASK
 from tests.conftest import PREFIX, QUEUE, StartWorker, Worker, run_cli
 from tests.support.fleet import RedisServer, wait_until
 from tests.support.html_pages import run_details
 from tests.support.llm_stub import LLMStub, RecordedRequest, Step, reply
 from worker.celery_app import create_app
 from worker.sandbox import bwrap_argv
-from worker.sending import RUN_TASK
 from worker.workspace import RunDir, prepare
 
 # --- pickle -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ and single RunResults for the aggregation and analysis tests.
 
 The experiment is planned from a real matrix file, its runs are stored as
 workers store them, and the report comes from the workers' own aggregation
-(worker.tasks.finish_experiment): only the agent runs are skipped.
+(fleet.finish.finish_experiment): only the agent runs are skipped.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def seed_experiment(
     for spec in specs:  # each with its evidence, as a worker stores them
         store.results.save(_result(spec, cells[spec.tier, spec.scenario]))
         store.evidence.save(RunEvidence(experiment_id=exp_id, run_id=spec.run_id))
-    from worker.tasks import finish_experiment
+    from fleet.finish import finish_experiment
 
     finish_experiment(store, exp_id)
     return exp_id

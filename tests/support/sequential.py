@@ -14,7 +14,7 @@ def simulate(
 ) -> dict[str, tuple[int, str]]:
     """One adaptive experiment of one scenario, tier "B" the baseline, each tier's runs
     passing with its rate: the runs each cell got and why it stopped. Waves as the
-    workers' sweep sends them (worker.waves)."""
+    workers' sweep sends them (fleet.waves)."""
     cells = {(tier, "s"): CellRuns(0, 0, 0) for tier in rates}
     closed: dict[tuple[str, str], str] = {}
     wave = {cell: rule.min for cell in cells}

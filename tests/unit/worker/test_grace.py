@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fleet.sending import AGGREGATE_TASK, REJUDGE_TASK, RUN_TASK
 from worker.grace import to_tell
-from worker.sending import AGGREGATE_TASK, REJUDGE_TASK, RUN_TASK
 
 
 @dataclass

@@ -14,7 +14,7 @@ take the whole fleet down with it.
 Guarded, it is the connection error it really is, which Celery knows how to
 live with: it reconnects, and the messages stay in Redis's unacknowledged set,
 as they would had the worker been killed; the sweep puts each back once a lease
-has passed, or drops it if its run has finished (worker.recovery).
+has passed, or drops it if its run has finished (fleet.recovery).
 
 A full Redis (maxmemory, noeviction) refuses every MULTI, even one of deletes,
 and kombu acks a message with ZREM and HDEL in one: the ack raised
@@ -115,7 +115,7 @@ def _refused_writes_as_connection_errors(method: Callable[..., Any]) -> Callable
 def _append_even_when_full(self: Any, message: Any, delivery_tag: str) -> None:
     """The message was popped from its queue; a full Redis refuses its record among the
     unacknowledged. It runs all the same: should this worker die, the sweep finds its
-    run nowhere and sends it again (worker.recovery)."""
+    run nowhere and sends it again (fleet.recovery)."""
     try:
         _ORIGINALS["append"](self, message, delivery_tag)
     except REFUSED as exc:

@@ -2,7 +2,7 @@
 when the last has finished.
 
 The first wave (every cell's `min` runs) goes out with the submit, as one chord. After
-that, a sweep (worker.recovery: the follower every second, every worker every
+that, a sweep (fleet.recovery: the follower every second, every worker every
 EVALFLEET_SWEEP_S) that finds every run sent so far with a result asks the stopping
 rule (core.analysis.sequential) which cells have their answer; those close, and the
 experiment's total drops by the runs they will never have. The other cells get their
@@ -25,7 +25,7 @@ from core.matrix import Matrix
 from core.results.report import AdaptiveReport, CellStop
 from core.results.run import RunResult, cell_specs
 from core.store import Store
-from worker.sending import run_signature
+from fleet.sending import run_signature
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def advance(app: Celery, store: Store, exp_id: str, matrix: Matrix, default_queu
     if store.waves.claim(exp_id, wave, fewer, closing, specs) != "claimed":
         return 0
     for spec in specs:
-        # Where the first wave went, as a lost run is sent again (worker.recovery).
+        # Where the first wave went, as a lost run is sent again (fleet.recovery).
         run_signature(app, matrix, spec).apply_async(queue=spec.queue or default_queue)
     log.info(
         "experiment %s: wave %d: %d runs to %d cells, %d cells closed",

@@ -1,7 +1,7 @@
 """How a run is sent: its task options, time budget and queue.
 
 One place for both senders: the scheduler's chord (scheduler.dispatch) and
-the recovery sweep that sends a lost run again on its own (worker.recovery).
+the recovery sweep that sends a lost run again on its own (fleet.recovery).
 """
 
 from __future__ import annotations

@@ -12,12 +12,26 @@ the argument still reads as it did).
 
 from __future__ import annotations
 
+import logging
+import os
 from urllib.parse import quote
+
+log = logging.getLogger(__name__)
 
 # Fields of /proc/self/stat after the command name, which may hold spaces and brackets:
 # proc(5) numbers them from 1 with the pid and the name first, so its field N is N - 3.
 _ARG_START, _ARG_END = 48 - 3, 49 - 3
 _ENV_START, _ENV_END = 50 - 3, 51 - 3
+
+
+def forget(name: str) -> None:
+    """Take `name` out of os.environ and blank its value in /proc/self/environ."""
+    if os.environ.pop(name, None) is None:
+        return
+    try:
+        blank_variable(name)
+    except (OSError, ValueError) as exc:  # no /proc (not Linux), or a kernel that refuses
+        log.warning("%s is still readable in /proc/%d/environ: %s", name, os.getpid(), exc)
 
 
 def blank_variable(name: str) -> None:

@@ -22,7 +22,7 @@ A sweep of one experiment (`recover`) does three things:
   fetch and its lease is missing from both at almost every sweep, and reading
   100,000 queued messages takes seconds.
 - An adaptive experiment whose wave has finished gets its next wave
-  (worker.waves).
+  (fleet.waves).
 - An experiment whose every run has a result but which is not aggregated yet
   is aggregated here. Normally the chord body does that, but a chord waits for
   every header task, and the header task of a lost run comes back only after
@@ -32,43 +32,31 @@ A sweep of one experiment (`recover`) does three things:
 Who sweeps: whoever follows an experiment (`scheduler submit`, `resume --wait`:
 scheduler.follow, every second) and every worker, for all unfinished
 experiments, every EVALFLEET_SWEEP_S seconds (default 10), in a thread of the
-worker's main process (the `Sweeper` bootstep). The workers' sweeps, the first at
-start, also remove `sandbox: docker` containers whose worker process died
-(worker.docker_sandbox).
+worker's main process (`recover_all`, from worker.sweeper's bootstep).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from celery import Celery, bootsteps
+from celery import Celery
 from pydantic import ValidationError
 
 from core.errors import ExperimentNotFound
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo
 from core.results.run import RunSpec
-from core.settings import setting
 from core.store import Store, keys
-from core.store.server import risky_settings
-from worker.docker_sandbox import sweep_orphans
-from worker.run import REDIS_DOWN
-from worker.sending import RUN_TASK, run_queues, run_signature
-from worker.tasks import finish_experiment, store_of
-from worker.waves import advance
+from fleet.app import BROKER_DOWN
+from fleet.finish import finish_experiment
+from fleet.sending import RUN_TASK, run_queues, run_signature
+from fleet.waves import advance
 
 log = logging.getLogger(__name__)
 
-ENV_SWEEP_S = "EVALFLEET_SWEEP_S"
-# Containers a killed worker left behind cost memory, not results: once a minute.
-ORPHAN_SWEEP_S = 60.0
-# Redis away, seen through redis-py or through kombu: wait for it, sweep later.
-BROKER_DOWN = REDIS_DOWN
 # Reading the queues for vanished runs takes at most 1/SCAN_SPACING of a sweeper's time.
 SCAN_SPACING = 20.0
 # When this process may read an experiment's queues again (time.monotonic()).
@@ -274,54 +262,3 @@ def _lease_if_finished(store: Store, exp_id: str) -> float | None:
     except ExperimentNotFound:  # deleted: its worker drops the message when handed it
         return None
     return store.experiments.matrix(exp_id).lease_s if finished else None
-
-
-def register(app: Celery) -> None:
-    """Every worker also re-sends lost runs and finishes their experiments."""
-    app.steps["worker"].add(Sweeper)
-
-
-class Sweeper(bootsteps.StartStopStep):
-    """Worker bootstep: `recover_all` every EVALFLEET_SWEEP_S seconds in a daemon thread."""
-
-    label = "sweeper"
-    # Its threads start once the pool has forked its processes (worker.idle says why).
-    requires = ("celery.worker.components:Pool",)
-
-    def __init__(self, worker: Any, **kwargs: Any):
-        super().__init__(worker, **kwargs)
-        self.stop_event = threading.Event()
-        self.interval_s = setting(ENV_SWEEP_S)
-
-    def start(self, worker: Any) -> None:
-        store = store_of(worker.app)
-        with contextlib.suppress(*BROKER_DOWN):  # the sweeps wait for it
-            for warning in risky_settings(store.redis):
-                log.warning(warning)
-        threading.Thread(
-            target=self._loop, args=(worker.app, store), name="sweeper", daemon=True
-        ).start()
-        # Orphan containers on a thread of their own: a docker CLI that hangs (an
-        # engine under load; its timeout is minutes) must not hold up lost runs.
-        threading.Thread(target=self._orphans, name="orphan-sweeper", daemon=True).start()
-
-    def stop(self, worker: Any) -> None:
-        self.stop_event.set()
-
-    def _loop(self, app: Celery, store: Store) -> None:
-        while not self.stop_event.wait(self.interval_s):
-            try:
-                recover_all(app, store)
-            except BROKER_DOWN as exc:
-                log.warning("recovery sweep skipped, Redis unreachable: %s", exc)
-            except Exception:  # the next sweep tries again: this thread must not end
-                log.exception("recovery sweep failed")
-
-    def _orphans(self) -> None:
-        while True:
-            try:
-                sweep_orphans()
-            except Exception:
-                log.exception("sweeping orphan sandbox containers failed")
-            if self.stop_event.wait(ORPHAN_SWEEP_S):
-                return
