@@ -6,6 +6,8 @@ into them. Pure: no broker, no HTTP, no subprocess (import-linter holds it so).
 from core.matrix.adaptive import AdaptiveRuns, StopWhen
 from core.matrix.agent import AgentConfig, AgentOverride, DockerSandbox
 from core.matrix.gates import (
+    GATES,
+    CommandGate,
     CommandJsonPath,
     CommandOutputContains,
     CommandOutputMatches,
@@ -14,8 +16,10 @@ from core.matrix.gates import (
     FileExists,
     FileMatches,
     Gate,
+    GateModel,
     NoTranscriptErrors,
     Script,
+    gate_tag,
 )
 from core.matrix.judging import (
     MAX_WAIT_S,
@@ -47,6 +51,7 @@ from core.matrix.yaml_model import ConfigProblem, load_yaml_model, problem_at
 
 __all__ = [
     "DEFAULT_GRADES",
+    "GATES",
     "LOGS_DIR",
     "MAX_WAIT_S",
     "SOLUTION_DIR",
@@ -59,6 +64,7 @@ __all__ = [
     "Artifacts",
     "Budget",
     "BundleConfig",
+    "CommandGate",
     "CommandJsonPath",
     "CommandOutputContains",
     "CommandOutputMatches",
@@ -74,6 +80,7 @@ __all__ = [
     "FileExists",
     "FileMatches",
     "Gate",
+    "GateModel",
     "JudgeConfig",
     "Limits",
     "Matrix",
@@ -94,6 +101,7 @@ __all__ = [
     "Verifier",
     "WorkspaceArchive",
     "did_you_mean",
+    "gate_tag",
     "load_matrix",
     "load_rubric",
     "load_yaml_model",
