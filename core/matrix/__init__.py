@@ -31,7 +31,7 @@ from core.matrix.judging import (
 )
 from core.matrix.loading import load_matrix, load_rubric
 from core.matrix.matrix import Matrix, matrix_json_schema
-from core.matrix.presets import AgentPreset
+from core.matrix.presets import PRESETS, TRANSCRIPT_FORMATS, AgentPreset
 from core.matrix.scenario import ExpectedStep, ProcessConfig, Scenario, Target
 from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, ReportOptions, Scoring
 from core.matrix.spend import Budget, Limits, ModelPrice
@@ -54,8 +54,10 @@ __all__ = [
     "GATES",
     "LOGS_DIR",
     "MAX_WAIT_S",
+    "PRESETS",
     "SOLUTION_DIR",
     "TESTS_DIR",
+    "TRANSCRIPT_FORMATS",
     "VERIFIER_LOGS",
     "AdaptiveRuns",
     "AgentConfig",
