@@ -21,6 +21,26 @@ from core.matrix.assertions import JsonAssertion, parse_assertion
 from core.matrix.fields import Regex, Strict
 from core.registry import Registry
 
+# Re-exported by core.matrix as a whole, so that a gate type is exported where it is
+# defined (its evaluator in core.evaluation.gates imports it from core.matrix).
+__all__ = [
+    "GATES",
+    "CommandGate",
+    "CommandJsonPath",
+    "CommandOutputContains",
+    "CommandOutputMatches",
+    "CommandSucceeds",
+    "FileContains",
+    "FileExists",
+    "FileMatches",
+    "Gate",
+    "GateModel",
+    "NoTranscriptErrors",
+    "Script",
+    "gate",
+    "gate_tag",
+]
+
 
 def _jsonpath(expr: str) -> str:
     try:
