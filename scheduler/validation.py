@@ -17,7 +17,16 @@ from pathlib import Path
 from core.analysis.comparison import runs_icc
 from core.errors import BundleError, InputError, PlanTooLarge
 from core.files.bundle import Bundle, collect
-from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, Scenario, load_matrix, task_format
+from core.matrix import (
+    AgentConfig,
+    Artifacts,
+    Budget,
+    ConfigProblem,
+    Matrix,
+    Scenario,
+    load_matrix,
+    task_format,
+)
 from core.metrics.pricing import price_for
 from core.results.run import RunResult
 from core.stats.clustered import (
@@ -142,13 +151,22 @@ def missing_clis(matrix: Matrix) -> dict[str, list[str]]:
 def unpriced_models(matrix: Matrix) -> dict[str, list[str]]:
     """The agents' models with no price (`pricing:` or built in), with the tiers that
     use them: their runs' cost and cost of pass would be unknown. A tier that names
-    no model is priced by the model its CLI reports, known only once it ran."""
+    no model is priced by the model its CLI reports: a preset's default where it is
+    known, else known only once it ran."""
     unpriced: dict[str, list[str]] = {}
     for tier in matrix.tiers:
-        model = matrix.agent_for(tier).model
+        agent = matrix.agent_for(tier)
+        model = agent.model or (agent.preset_spec.default_model if agent.preset_spec else None)
         if model and price_for(model, matrix.pricing) is None:
             unpriced.setdefault(model, []).append(tier.id)
     return unpriced
+
+
+def _model_of(agent: AgentConfig) -> str:
+    default = agent.preset_spec.default_model if agent.preset_spec is not None else None
+    if agent.model or default is None:
+        return agent.model or "-"
+    return f"{default} (the CLI's default)"
 
 
 def summary(matrix: Matrix) -> str:
@@ -164,7 +182,7 @@ def summary(matrix: Matrix) -> str:
         target = agent.command if agent.kind == "command" else f"openai loop @ {agent.base_url}"
         extra = f", files: {', '.join(tier.files)}" if tier.files else ""
         lines.append(
-            f"  tier {tier.id}: {agent.kind} ({target}), model {agent.model or '-'}, "
+            f"  tier {tier.id}: {agent.kind} ({target}), model {_model_of(agent)}, "
             f"timeout {agent.timeout_s:g} s{extra}"
         )
     for scenario in matrix.scenarios:

@@ -49,6 +49,12 @@ class AgentPreset:
     calls_model: bool = True
     # It runs a benchmark task's solution, copied into its run and shown at /solution.
     runs_solution: bool = False
+    # What the CLI pinned in .ci/agent-clis.json asks for when `model:` is unset (as
+    # measured against a loopback server); None where it depends on the CLI's own
+    # configuration, or where it routes between models by itself (Gemini CLI 0.61 asked
+    # gemini-3.5-flash-lite, then gemini-3.1-pro-preview). It has a built-in price
+    # (core.metrics.pricing).
+    default_model: str | None = None
 
 
 TRANSCRIPT_FORMATS = (
@@ -69,6 +75,7 @@ PRESETS: dict[str, AgentPreset] = {
         ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} < "$PROMPT_FILE"',
         transcript="claude-stream-json",
         session_files=".claude/projects/*/*.jsonl",
+        default_model="claude-opus-5-5",
         permission_flags="--dangerously-skip-permissions",
         api_key_env="ANTHROPIC_API_KEY",
         base_url_env=("ANTHROPIC_BASE_URL",),
@@ -92,6 +99,7 @@ PRESETS: dict[str, AgentPreset] = {
         ' env_key=\\"OPENAI_API_KEY\\"}"} - < "$PROMPT_FILE"',
         transcript="codex-exec-json",
         session_files=".codex/sessions/**/rollout-*.jsonl",
+        default_model="gpt-6.1-sol",
         # --full-auto is gone from 0.169; exec never asks for approval.
         permission_flags="--sandbox workspace-write",
         api_key_env="OPENAI_API_KEY",

@@ -6,8 +6,10 @@ provider OpenCode puts before it (`anthropic/claude-sonnet-4`). Never by prefix:
 `gpt-4o-audio-preview` is not `gpt-4o` and must stay unpriced rather than be
 charged at another model's price. An unpriced model leaves the cost unknown
 (docs/ARCHITECTURE.md, glossary: cost). The default judge (gpt-4o-mini) is priced,
-so that a budget counts its spend, and so is the model of each preset's example in
-the README (`claude-sonnet-4`, `claude-sonnet-4-5`, `gpt-5-codex`, `gemini-2.5-pro`).
+so that a budget counts its spend, and so are the model of each preset's example in
+the README (`claude-sonnet-4`, `claude-sonnet-4-5`, `gpt-5-codex`, `gemini-2.5-pro`)
+and the model each pinned CLI asks for when the matrix names none (a preset's
+`default_model`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ BUILTIN_PRICES: Mapping[str, ModelPrice] = {
     # Google's list price for prompts up to 200k tokens (longer ones cost more: an
     # agent's turns are rarely that long), https://ai.google.dev/gemini-api/docs/pricing
     "gemini-2.5-pro": ModelPrice(input=1.25, output=10.0),
+    # Anthropic's list price (cache writes: the 5-minute ones), Claude Code's default,
+    # https://platform.claude.com/docs/en/models/opus-5-5/overview
+    "claude-opus-5-5": ModelPrice(input=4.0, output=20.0, cache_read=0.2, cache_write=5.0),
+    # OpenAI's list price for prompts up to 272k tokens, Codex's default,
+    # https://developers.openai.com/api/docs/models/gpt-6.1-sol
+    "gpt-6.1-sol": ModelPrice(input=2.0, output=10.0, cache_read=0.1),
 }
 
 # Anthropic dates its releases -YYYYMMDD, OpenAI -YYYY-MM-DD.

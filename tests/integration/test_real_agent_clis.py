@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from core.matrix import ModelPrice
-from core.metrics.pricing import cost_usd
+from core.matrix.presets import PRESETS
+from core.metrics.pricing import cost_usd, price_for
 from core.modelserver import ModelScript, ModelServer, ScriptedError, ScriptedToolCall, Turn, Usage
+from core.modelserver.server import ServedRequest
 from core.results.run import RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
@@ -101,17 +103,18 @@ def submit(matrix: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str
     return run_cli("submit", str(matrix), "--wait", "--json", "--allow-missing-keys", env=env)
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("case", CASES, ids=[c.preset for c in CASES])
-def test_real_cli_makes_a_real_tool_call_against_the_scripted_server(
+def _submit_case(
     case: Case,
+    model: str | None,
     fleet_env: dict[str, str],
     start_worker: StartWorker,
-    store: Store,
+    worker_home: Path,
     tmp_path: Path,
-) -> None:
+) -> tuple[subprocess.CompletedProcess[str], list[ServedRequest]]:
+    """One run of `case`'s CLI against the scripted server (with `model`, priced at
+    PRICE; without, the CLI's own default and evalfleet's built-in price): the submit
+    and every request the server had."""
     binary = Path(cli_path(case.cli))
-    worker_home = tmp_path / "worker-home"
     worker_home.mkdir()
     with ModelServer(script_for(case), record=tmp_path / "requests.jsonl") as server:
         base_url = server.base_url + case.base_url_path
@@ -123,11 +126,17 @@ def test_real_cli_makes_a_real_tool_call_against_the_scripted_server(
         else:
             tier_env[case.base_url_env] = base_url
         key_env = ", api_key_env: ANTHROPIC_API_KEY" if case.preset == "opencode" else ""
+        model_key = f", model: {model}" if model else ""
+        pricing = (
+            f"pricing:\n  {model.split('/')[-1]}: {{input: {PRICE.input}, output: {PRICE.output}}}"
+            if model
+            else ""
+        )
         matrix = tmp_path / "matrix.yaml"
         matrix.write_text(f"""
 name: real-{case.preset}
 runs_per_tier: 1
-agent: {{preset: {case.preset}, model: {case.model}, timeout_s: 180{key_env},
+agent: {{preset: {case.preset}{model_key}, timeout_s: 180{key_env},
          env: {json.dumps(tier_env)}}}
 tiers: [{{id: {case.preset}}}]
 scenarios:
@@ -136,14 +145,56 @@ scenarios:
     evaluation:
       gates:
         - {{type: file_contains, path: out.txt, substring: hello}}
-pricing:
-  {case.model.split("/")[-1]}: {{input: {PRICE.input}, output: {PRICE.output}}}
+{pricing}
 """)
         start_worker(extra_env=worker_env, concurrency=1)
-        submitted = submit(matrix, fleet_env)
-        served = [r for r in server.model_requests() if r.body and r.body.get("tools")]
-        # A side request (OpenCode's title) offers no tools: it is no turn of the session.
-        side = [r for r in server.model_requests() if not (r.body and r.body.get("tools"))]
+        return submit(matrix, fleet_env), server.requests()
+
+
+def _session(requests: list[ServedRequest]) -> list[ServedRequest]:
+    """The model calls of the session: a side request (OpenCode's title) offers no tools."""
+    return [r for r in requests if r.turn is not None and r.body and r.body.get("tools")]
+
+
+DEFAULTS = [c for c in CASES if PRESETS[c.preset].default_model is not None]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", DEFAULTS, ids=[c.preset for c in DEFAULTS])
+def test_without_a_model_the_pinned_cli_asks_for_its_presets_default_which_is_priced(
+    case: Case,
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    tmp_path: Path,
+) -> None:
+    """The preset's `default_model` is what the pinned CLI asks for when the matrix
+    names none (bumping a CLI's pin fails here until it is updated), and it has a
+    built-in price."""
+    default = PRESETS[case.preset].default_model
+    submitted, requests = _submit_case(
+        case, None, fleet_env, start_worker, tmp_path / "worker-home", tmp_path
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    asked = [r.model for r in requests if r.turn is not None]
+    assert asked and set(asked) == {default}, [(r.path, r.model) for r in requests]
+    assert price_for(default, {}) is not None
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES, ids=[c.preset for c in CASES])
+def test_real_cli_makes_a_real_tool_call_against_the_scripted_server(
+    case: Case,
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    worker_home = tmp_path / "worker-home"
+    submitted, requests = _submit_case(
+        case, case.model, fleet_env, start_worker, worker_home, tmp_path
+    )
+    served = _session(requests)
+    side = [r for r in requests if r.turn is not None and r not in served]
     assert submitted.returncode == 0, submitted.stderr
     report = json.loads(submitted.stdout)
     (run,) = store.results.all(report["experiment"]["id"])
@@ -153,7 +204,7 @@ pricing:
     )
     assert not run.transcript_unrecognised
     assert [r.turn for r in served] == [0, 1]  # two requests: the tool call, then "done"
-    assert all(r.status == 200 for r in server.requests() if r.protocol)
+    assert all(r.status == 200 for r in requests if r.protocol)
     # Served: 1000 + 1200 input and 50 + 10 output tokens over two turns.
     assert (run.input_tokens, run.output_tokens) == (2200, 60)
     calls = tuple((c.input_tokens, c.output_tokens, c.tool_calls_made) for c in run.llm_calls)

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from core.matrix import DEFAULT_GRADES, CompositeWeights, ModelPrice
+from core.matrix.presets import PRESETS
 from core.metrics import formulas
 from core.metrics.pricing import BUILTIN_PRICES, cost_usd, price_for
 from core.results.run import InteractionMetrics
@@ -272,3 +273,11 @@ def test_the_default_judge_is_priced_so_a_budget_counts_its_spend() -> None:
     default = JudgeConfig.model_fields["model"].default
     assert price_for(default, {}) == ModelPrice(input=0.15, output=0.6, cache_read=0.075)
     assert price_for(f"{default}-2024-07-18", {}) == price_for(default, {})
+
+
+def test_the_model_each_preset_asks_for_by_default_has_a_built_in_price() -> None:
+    defaults = {name: p.default_model for name, p in PRESETS.items() if p.default_model}
+    assert set(defaults) >= {"claude-code", "codex"}
+    assert {name: price_for(model, {}) is not None for name, model in defaults.items()} == {
+        name: True for name in defaults
+    }
