@@ -7,8 +7,9 @@ answered by the scripted model server (or, `--live`, by the real providers); the
 judge is called only with `--judge` (else only its key is looked for). Two more
 runs of the workspace check the scenario itself: with no agent at all its gates
 must not all pass (else they check nothing), and with its `reference:` solution
-they must (else the task is broken). Gates that read the transcript
-(`no_transcript_errors`) are left out of those two: there is no transcript.
+they must (else the task is broken). Gates that read the transcript (their model's
+`reads_transcript`: `no_transcript_errors`) are left out of those two: there is no
+transcript.
 
 A benchmark task (a scenario with an environment and a verifier) is checked in its
 jail, or in its container when a tier runs under `sandbox: docker`, as its runs are
@@ -221,7 +222,7 @@ def _agent_reason(fail_reason: str | None) -> str:
 
 
 def _workspace_gates(scenario: Scenario) -> list[Gate]:
-    return [g for g in scenario.evaluation.gates if g.type != "no_transcript_errors"]
+    return [g for g in scenario.evaluation.gates if not g.reads_transcript]
 
 
 def _vacuous(matrix: Matrix, spec: RunSpec, scenario: Scenario, problems: list[str]) -> str:

@@ -2,7 +2,10 @@
 
 Gates run in declaration order and all of them run (no short-circuit). A gate
 never raises: whatever goes wrong (a hung command, an unreadable file, a path
-outside the workspace) is a failed GateResult whose message says why.
+outside the workspace) is a failed GateResult whose message says why. Each gate
+type's evaluator is registered here against its model in core.matrix.gates
+(`evaluates`; a command gate's `judges_output`, whose command has run first), and
+found by the gate's tag (docs/EXTENDING.md, "A gate").
 
 Commands run through core.evaluation.shell: ``bash -c COMMAND`` in the workspace, in their
 own process group, killed whole at the gate's ``timeout_s``. ``env`` is the complete
@@ -21,10 +24,10 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jsonpath_ng.ext import parse as parse_jsonpath
 
@@ -32,6 +35,7 @@ from core.evaluation.credentials import RunAs
 from core.evaluation.shell import ShellResult, run_shell
 from core.evidence.models import Excerpt, GateEvidence
 from core.matrix import (
+    CommandGate,
     CommandJsonPath,
     CommandOutputContains,
     CommandOutputMatches,
@@ -40,9 +44,12 @@ from core.matrix import (
     FileExists,
     FileMatches,
     Gate,
+    GateModel,
     NoTranscriptErrors,
     Script,
+    gate_tag,
 )
+from core.registry import Registry
 from core.results.run import GateResult
 from core.results.transcript import CommandRecord
 
@@ -81,7 +88,8 @@ def gate_runs(
     enclosure: Enclosure | None = None,
 ) -> list[GateRun]:
     """Evaluate every gate in order; one GateRun each."""
-    return [_run_gate(gate, workspace, target_commands, env, enclosure) for gate in gates]
+    run = _Run(workspace, target_commands, env, enclosure)
+    return [_run_gate(gate, run) for gate in gates]
 
 
 def run_gates(
@@ -107,16 +115,64 @@ class _Verdict:
     out: ShellResult | None = None  # a command gate's command, as it ended
 
 
-def _run_gate(
-    gate: Gate,
-    workspace: Path,
-    target_commands: Sequence[CommandRecord],
-    env: Mapping[str, str] | None,
-    enclosure: Enclosure | None,
-) -> GateRun:
+@dataclass(frozen=True)
+class _Run:
+    """What a gate is evaluated against: the finished run and where commands run."""
+
+    workspace: Path
+    target_commands: Sequence[CommandRecord]
+    env: Mapping[str, str] | None
+    enclosure: Enclosure | None
+
+
+# Gate tag -> its evaluator, registered beside it below (`evaluates`, `judges_output`)
+# against the model core.matrix.gates registered.
+EVALUATORS: Registry[Callable[[Any, _Run], _Verdict]] = Registry("gate evaluator")
+M = TypeVar("M", bound=GateModel)
+C = TypeVar("C", bound=CommandGate)
+
+
+def evaluates(
+    model: type[M],
+) -> Callable[[Callable[[M, _Run], _Verdict]], Callable[[M, _Run], _Verdict]]:
+    """Registers how a gate of type `model` is evaluated."""
+
+    def register(evaluate: Callable[[M, _Run], _Verdict]) -> Callable[[M, _Run], _Verdict]:
+        EVALUATORS.add(gate_tag(model), evaluate)
+        return evaluate
+
+    return register
+
+
+def judges_output(
+    model: type[C],
+) -> Callable[[Callable[[C, ShellResult], _Verdict]], Callable[[C, ShellResult], _Verdict]]:
+    """Registers how a command gate's command, once run to its end, is judged: one that
+    could not run or timed out has failed before its judge is asked."""
+
+    def register(
+        judge: Callable[[C, ShellResult], _Verdict],
+    ) -> Callable[[C, ShellResult], _Verdict]:
+        def evaluate(gate: C, run: _Run) -> _Verdict:
+            out = _run_command(gate, run)
+            if out.error is not None:
+                verdict = _Verdict(False, f"could not run command: {out.error}")
+            elif out.timed_out:
+                verdict = _Verdict(False, f"timed out after {gate.timeout_s:g} s")
+            else:
+                verdict = judge(gate, out)
+            return replace(verdict, out=out)
+
+        EVALUATORS.add(gate_tag(model), evaluate)
+        return judge
+
+    return register
+
+
+def _run_gate(gate: Gate, run: _Run) -> GateRun:
     started = time.monotonic()
     try:
-        verdict = _evaluate(gate, workspace, target_commands, env, enclosure)
+        verdict = EVALUATORS[gate.type](gate, run)
     except Exception as exc:  # a gate must never take the run down with it
         verdict = _Verdict(False, f"gate could not be evaluated: {type(exc).__name__}: {exc}")
     result = GateResult(
@@ -133,7 +189,7 @@ def _run_gate(
 def _evidence(gate: Gate, out: ShellResult | None) -> GateEvidence:
     """The command and its whole captured output (bounded later, with the rest of the
     run's evidence)."""
-    command = getattr(gate, "command", None)  # file and transcript gates run none
+    command = gate.command if isinstance(gate, CommandGate) else None
     if out is None:
         return GateEvidence(command=command)
     return command_evidence(command, out)
@@ -154,55 +210,20 @@ def command_evidence(command: str | None, out: ShellResult) -> GateEvidence:
     )
 
 
-def _evaluate(
-    gate: Gate,
-    workspace: Path,
-    target_commands: Sequence[CommandRecord],
-    env: Mapping[str, str] | None,
-    enclosure: Enclosure | None,
-) -> _Verdict:
-    if isinstance(gate, NoTranscriptErrors):
-        return _no_transcript_errors(target_commands)
-    if isinstance(gate, FileExists | FileContains | FileMatches):
-        return _file_gate(gate, workspace)
-
+def _run_command(gate: CommandGate, run: _Run) -> ShellResult:
+    env, enclosure = run.env, run.enclosure
     prefix: Sequence[str] = ()
     if enclosure is not None and gate.where == "container" and enclosure.argv_prefix:
         env, prefix = enclosure.env, enclosure.argv_prefix
-    out = run_shell(
+    return run_shell(
         gate.command,
-        workspace,
+        run.workspace,
         timeout_s=gate.timeout_s,
         env=env,
         max_output_bytes=MAX_OUTPUT_BYTES,
         argv_prefix=prefix,
         user=enclosure.user if enclosure is not None else None,
     )
-    return replace(_command_verdict(gate, out), out=out)
-
-
-def _command_verdict(
-    gate: CommandSucceeds | CommandOutputContains | CommandOutputMatches | CommandJsonPath | Script,
-    out: ShellResult,
-) -> _Verdict:
-    if out.error is not None:
-        return _Verdict(False, f"could not run command: {out.error}")
-    if out.timed_out:
-        return _Verdict(False, f"timed out after {gate.timeout_s:g} s")
-    if isinstance(gate, CommandSucceeds):
-        return _Verdict(out.exit_code == 0, _exit_summary(out))
-    if isinstance(gate, CommandOutputContains):
-        ok = gate.substring in out.stdout
-        said = "contains" if ok else "does not contain"
-        return _Verdict(ok, _with_exit(f"stdout {said} {gate.substring!r}", out, ok))
-    if isinstance(gate, CommandOutputMatches):
-        ok = re.search(gate.pattern, out.stdout, re.MULTILINE) is not None
-        said = "matches" if ok else "does not match"
-        return _Verdict(ok, _with_exit(f"stdout {said} /{gate.pattern}/", out, ok))
-    if isinstance(gate, CommandJsonPath):
-        return _json_path(gate, out)
-    assert isinstance(gate, Script)
-    return _script(gate, out)
 
 
 # --- command output ---------------------------------------------------------------------
@@ -227,6 +248,26 @@ def _with_exit(message: str, out: ShellResult, passed: bool) -> str:
     return f"{message} ({_exit_summary(out)})"
 
 
+@judges_output(CommandSucceeds)
+def _command_succeeds(gate: CommandSucceeds, out: ShellResult) -> _Verdict:
+    return _Verdict(out.exit_code == 0, _exit_summary(out))
+
+
+@judges_output(CommandOutputContains)
+def _output_contains(gate: CommandOutputContains, out: ShellResult) -> _Verdict:
+    ok = gate.substring in out.stdout
+    said = "contains" if ok else "does not contain"
+    return _Verdict(ok, _with_exit(f"stdout {said} {gate.substring!r}", out, ok))
+
+
+@judges_output(CommandOutputMatches)
+def _output_matches(gate: CommandOutputMatches, out: ShellResult) -> _Verdict:
+    ok = re.search(gate.pattern, out.stdout, re.MULTILINE) is not None
+    said = "matches" if ok else "does not match"
+    return _Verdict(ok, _with_exit(f"stdout {said} /{gate.pattern}/", out, ok))
+
+
+@judges_output(CommandJsonPath)
 def _json_path(gate: CommandJsonPath, out: ShellResult) -> _Verdict:
     if not out.stdout.strip():
         return _Verdict(False, _with_exit("stdout is empty, expected JSON", out, False))
@@ -245,6 +286,7 @@ def _json_path(gate: CommandJsonPath, out: ShellResult) -> _Verdict:
     return _Verdict(ok, f"{gate.path}: {message}")
 
 
+@judges_output(Script)
 def _script(gate: Script, out: ShellResult) -> _Verdict:
     label = gate.description or "script"
     return _Verdict(out.exit_code == 0, f"{label}: {_exit_summary(out)}", _json_from(out.stdout))
@@ -264,7 +306,9 @@ def _json_from(stdout: str) -> Any:
 # --- transcript ---------------------------------------------------------------------------
 
 
-def _no_transcript_errors(commands: Sequence[CommandRecord]) -> _Verdict:
+@evaluates(NoTranscriptErrors)
+def _no_transcript_errors(gate: NoTranscriptErrors, run: _Run) -> _Verdict:
+    commands = run.target_commands
     if not commands:
         # "No errors" among no commands is vacuous: it would give credit to an
         # agent that did nothing (README, "Gates that check nothing").
@@ -289,27 +333,45 @@ def _clip(text: str, limit: int = 80) -> str:
 # --- files ------------------------------------------------------------------------------
 
 
-def _file_gate(gate: FileExists | FileContains | FileMatches, workspace: Path) -> _Verdict:
-    path, refusal = _inside(workspace, gate.path)
+@evaluates(FileExists)
+def _file_exists(gate: FileExists, run: _Run) -> _Verdict:
+    path, refusal = _inside(run.workspace, gate.path)
     if refusal is not None:
         return _Verdict(False, refusal)
-    if isinstance(gate, FileExists):
-        kind = "directory" if path.is_dir() else "file"
-        ok = path.exists()
-        return _Verdict(
-            ok, f"{kind} {gate.path!r} exists" if ok else f"{gate.path!r} does not exist"
-        )
-    if not path.is_file():
-        what = "is a directory" if path.is_dir() else "does not exist"
-        return _Verdict(False, f"{gate.path!r} {what}")
-    with path.open("rb") as fh:
-        text = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
-    if isinstance(gate, FileContains):
-        ok = gate.substring in text
-        said = "contains" if ok else "does not contain"
-        return _Verdict(ok, f"{gate.path!r} {said} {gate.substring!r}")
+    kind = "directory" if path.is_dir() else "file"
+    ok = path.exists()
+    return _Verdict(ok, f"{kind} {gate.path!r} exists" if ok else f"{gate.path!r} does not exist")
+
+
+@evaluates(FileContains)
+def _file_contains(gate: FileContains, run: _Run) -> _Verdict:
+    text = _file_text(run.workspace, gate.path)
+    if isinstance(text, _Verdict):
+        return text
+    ok = gate.substring in text
+    said = "contains" if ok else "does not contain"
+    return _Verdict(ok, f"{gate.path!r} {said} {gate.substring!r}")
+
+
+@evaluates(FileMatches)
+def _file_matches(gate: FileMatches, run: _Run) -> _Verdict:
+    text = _file_text(run.workspace, gate.path)
+    if isinstance(text, _Verdict):
+        return text
     ok = re.search(gate.pattern, text, re.MULTILINE) is not None
     return _Verdict(ok, f"{gate.path!r} {'matches' if ok else 'does not match'} /{gate.pattern}/")
+
+
+def _file_text(workspace: Path, relative: str) -> str | _Verdict:
+    """The file's text (its first MAX_FILE_BYTES), or the failed verdict saying why not."""
+    path, refusal = _inside(workspace, relative)
+    if refusal is not None:
+        return _Verdict(False, refusal)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        return _Verdict(False, f"{relative!r} {what}")
+    with path.open("rb") as fh:
+        return fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
 
 
 def _inside(workspace: Path, relative: str) -> tuple[Path, str | None]:

@@ -3,20 +3,10 @@ evaluation, judge, budget, report options), its assertions, and reading a YAML f
 into them. Pure: no broker, no HTTP, no subprocess (import-linter holds it so).
 """
 
+from core.matrix import gates
 from core.matrix.adaptive import AdaptiveRuns, StopWhen
 from core.matrix.agent import AgentConfig, AgentOverride, DockerSandbox
-from core.matrix.gates import (
-    CommandJsonPath,
-    CommandOutputContains,
-    CommandOutputMatches,
-    CommandSucceeds,
-    FileContains,
-    FileExists,
-    FileMatches,
-    Gate,
-    NoTranscriptErrors,
-    Script,
-)
+from core.matrix.gates import *  # noqa: F403  (every gate type, as gates.__all__ lists it)
 from core.matrix.judging import (
     MAX_WAIT_S,
     Criterion,
@@ -27,7 +17,7 @@ from core.matrix.judging import (
 )
 from core.matrix.loading import load_matrix, load_rubric
 from core.matrix.matrix import Matrix, matrix_json_schema
-from core.matrix.presets import AgentPreset
+from core.matrix.presets import PRESETS, TRANSCRIPT_FORMATS, AgentPreset
 from core.matrix.scenario import ExpectedStep, ProcessConfig, Scenario, Target
 from core.matrix.scoring import DEFAULT_GRADES, CompositeWeights, Evaluation, ReportOptions, Scoring
 from core.matrix.spend import Budget, Limits, ModelPrice
@@ -49,8 +39,10 @@ __all__ = [
     "DEFAULT_GRADES",
     "LOGS_DIR",
     "MAX_WAIT_S",
+    "PRESETS",
     "SOLUTION_DIR",
     "TESTS_DIR",
+    "TRANSCRIPT_FORMATS",
     "VERIFIER_LOGS",
     "AdaptiveRuns",
     "AgentConfig",
@@ -59,10 +51,6 @@ __all__ = [
     "Artifacts",
     "Budget",
     "BundleConfig",
-    "CommandJsonPath",
-    "CommandOutputContains",
-    "CommandOutputMatches",
-    "CommandSucceeds",
     "CompositeWeights",
     "ConfigProblem",
     "Criterion",
@@ -70,15 +58,10 @@ __all__ = [
     "Evaluation",
     "EvidenceLimits",
     "ExpectedStep",
-    "FileContains",
-    "FileExists",
-    "FileMatches",
-    "Gate",
     "JudgeConfig",
     "Limits",
     "Matrix",
     "ModelPrice",
-    "NoTranscriptErrors",
     "ProcessConfig",
     "ReportOptions",
     "Rubric",
@@ -86,7 +69,6 @@ __all__ = [
     "Scenario",
     "ScenarioJudge",
     "Scoring",
-    "Script",
     "StopWhen",
     "Target",
     "TaskEnvironment",
@@ -101,3 +83,4 @@ __all__ = [
     "problem_at",
     "task_format",
 ]
+__all__ += gates.__all__

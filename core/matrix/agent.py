@@ -7,18 +7,13 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from core.matrix.fields import FilePath, Strict
-from core.matrix.presets import PRESETS, AgentPreset, PresetName, preset_fields
-
-TranscriptFormat = Literal[
-    "events-jsonl",
-    "claude-stream-json",
-    "codex-exec-json",
-    "opencode-json",
-    "gemini-json",
-    "gemini-stream-json",
-    "plain",
-    "auto",
-]
+from core.matrix.presets import (
+    PRESETS,
+    AgentPreset,
+    PresetName,
+    TranscriptFormatName,
+    preset_fields,
+)
 
 
 def _not_a_worker_setting(name: str) -> str:
@@ -80,7 +75,7 @@ class AgentConfig(Strict):
     command: str | None = Field(
         None, description="bash command run in the workspace (kind: command)"
     )
-    transcript: TranscriptFormat = "events-jsonl"
+    transcript: TranscriptFormatName = "events-jsonl"
     model: str | None = Field(None, description="model under test: selects pricing")
     timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False)
     env: dict[str, str] = Field(default_factory=dict)

@@ -1,9 +1,17 @@
 """`evaluation: {gates: [...]}`: the deterministic checks of a run's workspace and
-commands, as declared; core.evaluation.gates runs them."""
+commands, as declared; core.evaluation.gates runs them.
+
+A gate type is one model class here, registered by `@gate` under the tag its `type`
+field holds, and one evaluator in core.evaluation.gates registered against the same
+class (this package may not import that one: it is pure). `Gate`, the union a
+scenario's `gates:` is read as, and the tags the YAML errors know are derived from
+`GATES`; tests/unit/test_extension_points.py fails when a model has no evaluator or
+an evaluator no model (docs/EXTENDING.md, "A gate").
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias, TypeVar, Union, get_args
 
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
 from jsonpath_ng.ext import parse as parse_jsonpath
@@ -11,6 +19,27 @@ from pydantic import AfterValidator, Field, field_validator
 
 from core.matrix.assertions import JsonAssertion, parse_assertion
 from core.matrix.fields import Regex, Strict
+from core.registry import Registry
+
+# Re-exported by core.matrix as a whole, so that a gate type is exported where it is
+# defined (its evaluator in core.evaluation.gates imports it from core.matrix).
+__all__ = [
+    "GATES",
+    "CommandGate",
+    "CommandJsonPath",
+    "CommandOutputContains",
+    "CommandOutputMatches",
+    "CommandSucceeds",
+    "FileContains",
+    "FileExists",
+    "FileMatches",
+    "Gate",
+    "GateModel",
+    "NoTranscriptErrors",
+    "Script",
+    "gate",
+    "gate_tag",
+]
 
 
 def _jsonpath(expr: str) -> str:
@@ -21,12 +50,42 @@ def _jsonpath(expr: str) -> str:
     return expr
 
 
-class _Gate(Strict):
+class GateModel(Strict):
+    """What every gate has. A gate type subclasses it (or `CommandGate`) with a field
+    `type: Literal["its_tag"]` and is registered with `@gate`."""
+
+    if TYPE_CHECKING:
+        # Each registered class declares its own; declared here it would also become the
+        # first key of every gate in the JSON schema.
+        type: str
+    # It reads the run's transcript, not its workspace: a preflight, which has no
+    # transcript, leaves it out (worker.preflight).
+    reads_transcript: ClassVar[bool] = False
+
     name: str | None = Field(None, description="label shown in reports (default: the gate type)")
     timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
 
 
-class _CommandGate(_Gate):
+GATES: Registry[type[GateModel]] = Registry("gate type")
+G = TypeVar("G", bound=type[GateModel])
+
+
+def gate_tag(model: type[GateModel]) -> str:
+    """The `type:` a gate model is written with in matrix.yaml."""
+    (tag,) = get_args(model.model_fields["type"].annotation)
+    return str(tag)
+
+
+def gate(model: G) -> G:
+    """Registers a gate model under its tag."""
+    GATES.add(gate_tag(model), model)
+    return model
+
+
+class CommandGate(GateModel):
+    """A gate that runs a command (core.evaluation.gates runs it, then its evaluator
+    judges how it ended)."""
+
     command: str
     where: Literal["container", "host"] = Field(
         "container",
@@ -35,21 +94,25 @@ class _CommandGate(_Gate):
     )
 
 
-class CommandSucceeds(_CommandGate):
+@gate
+class CommandSucceeds(CommandGate):
     type: Literal["command_succeeds"]
 
 
-class CommandOutputContains(_CommandGate):
+@gate
+class CommandOutputContains(CommandGate):
     type: Literal["command_output_contains"]
     substring: str
 
 
-class CommandOutputMatches(_CommandGate):
+@gate
+class CommandOutputMatches(CommandGate):
     type: Literal["command_output_matches"]
     pattern: Regex
 
 
-class CommandJsonPath(_CommandGate):
+@gate
+class CommandJsonPath(CommandGate):
     type: Literal["command_json_path"]
     path: Annotated[str, AfterValidator(_jsonpath)]
     assertion: str
@@ -65,41 +128,42 @@ class CommandJsonPath(_CommandGate):
         return parse_assertion(self.assertion)
 
 
-class FileExists(_Gate):
+@gate
+class FileExists(GateModel):
     type: Literal["file_exists"]
     path: str
 
 
-class FileContains(_Gate):
+@gate
+class FileContains(GateModel):
     type: Literal["file_contains"]
     path: str
     substring: str
 
 
-class FileMatches(_Gate):
+@gate
+class FileMatches(GateModel):
     type: Literal["file_matches"]
     path: str
     pattern: Regex
 
 
-class NoTranscriptErrors(_Gate):
+@gate
+class NoTranscriptErrors(GateModel):
     type: Literal["no_transcript_errors"]
+    reads_transcript: ClassVar[bool] = True
 
 
-class Script(_CommandGate):
+@gate
+class Script(CommandGate):
     type: Literal["script"]
     description: str = ""
 
 
-Gate = Annotated[
-    CommandSucceeds
-    | CommandOutputContains
-    | CommandOutputMatches
-    | CommandJsonPath
-    | FileExists
-    | FileContains
-    | FileMatches
-    | NoTranscriptErrors
-    | Script,
-    Field(discriminator="type"),
-]
+# The union exists only once the gates above are registered: a type checker sees a
+# gate as its base class (evaluators get their own class), pydantic as the union of
+# every registered gate type, told apart by its `type:`.
+if TYPE_CHECKING:
+    Gate: TypeAlias = GateModel
+else:
+    Gate = Annotated[Union[tuple(GATES.values())], Field(discriminator="type")]  # noqa: UP007

@@ -1,9 +1,19 @@
-"""`agent: {preset: NAME}`: what each real agent CLI's preset fills in."""
+"""`agent: {preset: NAME}`: what each real agent CLI's preset fills in, and the
+transcript formats `agent.transcript` may name.
+
+A format's reader and traits are its module's in core.transcripts, which this pure
+package may not import (it is above it): here are only the names matrix.yaml
+accepts, in the order its schema lists them and `transcript: auto` tries them.
+`PresetName` and the `transcript` values are derived from these two tables;
+tests/unit/test_extension_points.py fails when a name here has no reader, a reader
+no name here, or a preset's format is not one (docs/EXTENDING.md, "An agent CLI
+preset").
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,17 @@ class AgentPreset:
     # (core.metrics.pricing).
     default_model: str | None = None
 
+
+TRANSCRIPT_FORMATS = (
+    "events-jsonl",
+    "claude-stream-json",
+    "codex-exec-json",
+    "opencode-json",
+    "gemini-json",
+    "gemini-stream-json",
+    "plain",
+    "auto",
+)
 
 PRESETS: dict[str, AgentPreset] = {
     "claude-code": AgentPreset(
@@ -126,7 +147,14 @@ PRESETS: dict[str, AgentPreset] = {
         runs_solution=True,
     ),
 }
-PresetName = Literal["claude-code", "codex", "gemini-cli", "opencode", "oracle"]
+# Literals built from the tables exist only once the module runs: a type checker sees
+# the names as text, pydantic (and `scheduler schema`) as the Literals they are.
+if TYPE_CHECKING:
+    PresetName: TypeAlias = str
+    TranscriptFormatName: TypeAlias = str
+else:
+    PresetName = Literal[tuple(PRESETS)]
+    TranscriptFormatName = Literal[TRANSCRIPT_FORMATS]
 
 
 def preset_fields(preset: AgentPreset, permission_flags: str | None) -> dict[str, Any]:

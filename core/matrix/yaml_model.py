@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
+from core.matrix.gates import GATES
 from core.matrix.suggestions import did_you_mean, literal_choices, unknown_key_hint
 from core.settings import setting
 
@@ -187,24 +188,11 @@ def _is_union_tag(part: Any) -> bool:
     # function-wrapper names to the location; they are not keys in the file (no model
     # has a field of those names).
     return isinstance(part, str) and (
-        part.startswith("function-") or part in _GATE_TAGS or part in _RUNS_TAGS
+        part.startswith("function-") or part in GATES or part in _RUNS_TAGS
     )
 
 
 _RUNS_TAGS = {"count", "adaptive"}  # core.matrix.adaptive RunsPerTier
-
-
-_GATE_TAGS = {
-    "command_succeeds",
-    "command_output_contains",
-    "command_output_matches",
-    "command_json_path",
-    "file_exists",
-    "file_contains",
-    "file_matches",
-    "no_transcript_errors",
-    "script",
-}
 
 
 def _message(err: Any, model: type[BaseModel]) -> str:
@@ -218,11 +206,11 @@ def _message(err: Any, model: type[BaseModel]) -> str:
     if kind == "union_tag_invalid":
         gate = str(err.get("ctx", {}).get("tag", err.get("input")))
         return _with_hint(
-            f"unknown gate type {gate!r}; expected one of: {', '.join(sorted(_GATE_TAGS))}",
-            did_you_mean(gate, _GATE_TAGS),
+            f"unknown gate type {gate!r}; expected one of: {', '.join(sorted(GATES))}",
+            did_you_mean(gate, GATES),
         )
     if kind == "union_tag_not_found":
-        return f"missing `type`; expected one of: {', '.join(sorted(_GATE_TAGS))}"
+        return f"missing `type`; expected one of: {', '.join(sorted(GATES))}"
     if kind == "literal_error" and isinstance(err.get("input"), str):
         return _with_hint(msg, did_you_mean(err["input"], literal_choices(model, err["loc"])))
     return msg

@@ -4,7 +4,8 @@ Formats (the `agent.transcript` values): events-jsonl, claude-stream-json,
 codex-exec-json, opencode-json, gemini-json, gemini-stream-json, plain, and
 `auto`: the first CLI format whose parser recognises the output (the run's
 `transcript_format` says which); output none recognises is unrecognised. One
-module per agent CLI.
+module per agent CLI, which registers its format's reader and traits
+(core.transcripts.formats); everything here asks that registry.
 
 Precedence of the events file ($EVALFLEET_EVENTS), when present and not blank:
 - `events-jsonl` reads ONLY that file. Without it, stdout gets the plain regex
@@ -25,48 +26,22 @@ every format (core.transcripts.outage).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
 
 from core.metrics.formulas import with_cumulative_input
 from core.results.transcript import LLMCallMetrics, Transcript
-from core.transcripts.claude import parse_claude, session_calls
-from core.transcripts.codex import parse_codex, rollout_calls
 from core.transcripts.compact import render_transcript
 from core.transcripts.events import parse_events
-from core.transcripts.gemini import (
-    chat_calls,
-    gemini_format,
-    parse_gemini_json,
-    parse_gemini_stream,
-)
-from core.transcripts.opencode import parse_opencode
+from core.transcripts.formats import FORMATS, AgentOutput
 from core.transcripts.outage import outage_of, stated_wait_s
-from core.transcripts.plain import parse_plain
 
 __all__ = ["FORMATS", "parse_transcript", "render_transcript"]
 
-_STDOUT_PARSERS: dict[str, Callable[[str], Transcript]] = {
-    "claude-stream-json": parse_claude,
-    "codex-exec-json": parse_codex,
-    "opencode-json": parse_opencode,
-    "gemini-json": parse_gemini_json,
-    "gemini-stream-json": parse_gemini_stream,
-}
-FORMATS = ("events-jsonl", *_STDOUT_PARSERS, "plain", "auto")
-# A CLI's own record of its session, where its stdout tells less: each model request
-# (agent.preset's session_files name where the CLI keeps it).
-_SESSION_PARSERS: dict[str, Callable[[str], list[LLMCallMetrics]]] = {
-    "claude-stream-json": session_calls,
-    "codex-exec-json": rollout_calls,
-    "gemini-stream-json": chat_calls,
-}
-# A CLI that states the cause of an error only in its log, printed on stderr: its
-# parser reads that too (OpenCode's "Unexpected server error", core.transcripts.opencode).
-_LOG_READING_PARSERS: dict[str, Callable[[str, str], Transcript]] = {
-    "opencode-json": parse_opencode,
-}
-# Tried in this order by `auto`, then Gemini's two formats (gemini_format).
-_AUTO_ORDER = ("claude-stream-json", "codex-exec-json", "opencode-json")
+# Every module is imported, so each format module registers its format(s) in FORMATS
+# (core.transcripts.formats): a new format is one new module, listed nowhere else.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def parse_transcript(
@@ -86,27 +61,18 @@ def parse_transcript(
     stdout's stand. `stderr`: what the agent printed there, for a CLI that logs the
     cause of an error there only."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
+        raise ValueError(
+            f"unknown transcript format {fmt!r}: use one of {', '.join(sorted(FORMATS))}"
+        )
     events = parse_events(events_text) if events_text and events_text.strip() else None
-    if fmt == "events-jsonl":
-        if events is not None:
-            transcript = events
-        else:
-            transcript = parse_plain(output, command_pattern).model_copy(update={"format": fmt})
+    if events is not None and FORMATS[fmt].events_only:
+        transcript = events
     else:
-        if fmt == "auto":
-            fmt = _detect(output)
-        parse_stdout = _STDOUT_PARSERS.get(fmt)
-        if (parse_with_log := _LOG_READING_PARSERS.get(fmt)) is not None:
-            transcript = parse_with_log(output, stderr)
-        elif parse_stdout is not None:
-            transcript = parse_stdout(output)
-        else:
-            transcript = parse_plain(output, command_pattern)
-        if fmt == "auto":
-            transcript = transcript.model_copy(update={"format": fmt, "recognised": False})
-        if session_text and (requests := _SESSION_PARSERS.get(fmt)) is not None:
-            transcript = _per_request(transcript, requests(session_text))
+        transcript = FORMATS[fmt].read(AgentOutput(output, stderr, command_pattern))
+        # `auto` has read it as the format that recognised it (else as its own).
+        read_as = FORMATS[transcript.format]
+        if session_text and read_as.session_calls is not None:
+            transcript = _per_request(transcript, read_as.session_calls(session_text))
         if events is not None:
             transcript = _overlay_events(transcript, events)
     transcript.llm_calls = with_cumulative_input(transcript.llm_calls)
@@ -114,12 +80,6 @@ def parse_transcript(
         transcript.outage = outage
         transcript.retry_after_s = stated_wait_s(outage)
     return transcript
-
-
-def _detect(output: str) -> str:
-    """The first CLI format whose parser recognises `output`; "auto" when none does."""
-    found = next((f for f in _AUTO_ORDER if _STDOUT_PARSERS[f](output).recognised), None)
-    return found or gemini_format(output) or "auto"
 
 
 _TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")

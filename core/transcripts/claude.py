@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
+from core.transcripts.formats import TranscriptFormat, register_format
 from core.transcripts.jsonlines import (
     JsonObject,
     as_object,
@@ -256,3 +257,15 @@ def _content_text(content: object) -> str:
 def _error_text(line: JsonObject) -> str | None:
     error = line.get("error")
     return error if isinstance(error, str) else text(error, "message")
+
+
+register_format(
+    TranscriptFormat(
+        FORMAT,
+        lambda out: parse_claude(out.stdout),
+        streaming=True,
+        json_stream=True,
+        session_calls=session_calls,
+        recognises=lambda stdout: parse_claude(stdout).recognised,
+    )
+)

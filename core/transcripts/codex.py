@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
+from core.transcripts.formats import TranscriptFormat, register_format
 from core.transcripts.jsonlines import JsonObject, count, read_json_lines, text
 
 FORMAT = "codex-exec-json"
@@ -336,3 +337,15 @@ def _exit_code(item: JsonObject) -> int | None:
     if isinstance(code, int) and not isinstance(code, bool):
         return code
     return 1 if item.get("status") == "failed" else None
+
+
+register_format(
+    TranscriptFormat(
+        FORMAT,
+        lambda out: parse_codex(out.stdout),
+        streaming=True,
+        json_stream=True,
+        session_calls=rollout_calls,
+        recognises=lambda stdout: parse_codex(stdout).recognised,
+    )
+)

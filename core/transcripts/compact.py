@@ -1,31 +1,25 @@
 """The readable transcript a judge reads (stdout plus a rendering of its events).
 
-For the agent-CLI JSON formats the stdout IS the event stream: its JSON lines are
-shown through the rendering (messages, commands with exit codes) rather than raw,
-and only the lines that are not JSON (interleaved stderr, warnings) are kept as
-"agent output". For `events-jsonl` and `plain` the stdout is shown as printed.
+For the agent-CLI JSON formats (their `json_stream` trait, core.transcripts.formats)
+the stdout IS the event stream: its JSON lines are shown through the rendering
+(messages, commands with exit codes) rather than raw, and only the lines that are
+not JSON (interleaved stderr, warnings) are kept as "agent output". For
+`events-jsonl` and `plain` the stdout is shown as printed.
 """
 
 from __future__ import annotations
 
 from core.results.transcript import CommandRecord, Transcript
-from core.transcripts import claude, codex, gemini, opencode
+from core.transcripts.formats import FORMATS
 from core.transcripts.jsonlines import read_json_lines
 
-_JSON_STREAM_FORMATS = {
-    claude.FORMAT,
-    codex.FORMAT,
-    opencode.FORMAT,
-    gemini.JSON_FORMAT,
-    gemini.STREAM_FORMAT,
-}
 _CUT_MARKER = "\n\n[... {} characters cut ...]\n\n"
 
 
 def render_transcript(transcript: Transcript, output: str, max_chars: int) -> str:
     sections: list[str] = []
     shown_output = output
-    if transcript.format in _JSON_STREAM_FORMATS:
+    if FORMATS[transcript.format].json_stream:
         shown_output = "\n".join(read_json_lines(output).other_lines)
     if shown_output.strip():
         sections.append("## Agent output\n" + shown_output.strip("\n"))

@@ -19,7 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from core.results.transcript import CommandRecord, ComponentTokens, LLMCallMetrics, Transcript
+from core.transcripts.formats import AgentOutput, TranscriptFormat, register_format
 from core.transcripts.jsonlines import JsonObject, read_json_lines
+from core.transcripts.plain import parse_plain
 
 FORMAT = "events-jsonl"
 
@@ -113,3 +115,11 @@ def _string(event: JsonObject, key: str, default: str | None = None) -> str:
     if not isinstance(value, str):
         raise _Malformed(f"{key} must be a string")
     return value
+
+
+def _stdout_alone(out: AgentOutput) -> Transcript:
+    # No events file: the plain regex fallback over stdout, under this format's name.
+    return parse_plain(out.stdout, out.command_pattern).model_copy(update={"format": FORMAT})
+
+
+register_format(TranscriptFormat(FORMAT, _stdout_alone, events_only=True))

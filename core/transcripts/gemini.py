@@ -48,6 +48,7 @@ import re
 from dataclasses import dataclass, field
 
 from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
+from core.transcripts.formats import TranscriptFormat, register_format
 from core.transcripts.jsonlines import JsonObject, as_object, count, number, read_json_lines, text
 
 JSON_FORMAT = "gemini-json"
@@ -270,3 +271,24 @@ def _error_text(error: object) -> str | None:
     if message is None and isinstance(error, dict):
         return text(error, "type")
     return message
+
+
+# Each parser reads the other's output too: which one it is, gemini_format tells.
+register_format(
+    TranscriptFormat(
+        JSON_FORMAT,
+        lambda out: parse_gemini_json(out.stdout),
+        json_stream=True,
+        recognises=lambda stdout: gemini_format(stdout) == JSON_FORMAT,
+    )
+)
+register_format(
+    TranscriptFormat(
+        STREAM_FORMAT,
+        lambda out: parse_gemini_stream(out.stdout),
+        streaming=True,
+        json_stream=True,
+        session_calls=chat_calls,
+        recognises=lambda stdout: gemini_format(stdout) == STREAM_FORMAT,
+    )
+)

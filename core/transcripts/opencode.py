@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
+from core.transcripts.formats import TranscriptFormat, register_format
 from core.transcripts.jsonlines import (
     JsonObject,
     as_object,
@@ -189,3 +190,14 @@ def _exit_code(state: JsonObject) -> int | None:
     if isinstance(exit_code, int) and not isinstance(exit_code, bool):
         return exit_code
     return 1 if state.get("status") == "error" else None
+
+
+register_format(
+    TranscriptFormat(
+        FORMAT,
+        lambda out: parse_opencode(out.stdout, out.stderr),
+        streaming=True,
+        json_stream=True,
+        recognises=lambda stdout: parse_opencode(stdout).recognised,
+    )
+)

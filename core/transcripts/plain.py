@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from core.results.transcript import CommandRecord, Transcript
+from core.transcripts.formats import TranscriptFormat, register_format
 
 FORMAT = "plain"
 _LOOKAHEAD = 20
@@ -51,3 +52,6 @@ def _guess_exit(lines: list[str]) -> int:
         if explicit := _EXPLICIT_EXIT.search(line):
             return int(explicit.group(1))
     return 1 if any(_ERROR_MARKER.search(line) for line in lines) else 0
+
+
+register_format(TranscriptFormat(FORMAT, lambda out: parse_plain(out.stdout, out.command_pattern)))

@@ -158,7 +158,7 @@ def test_any_events_jsonl_parses_counting_what_it_cannot_use(text: str) -> None:
 
 
 @FUZZ
-@given(st.sampled_from(FORMATS), lines, st.none() | lines)
+@given(st.sampled_from(FORMATS.names()), lines, st.none() | lines)
 def test_any_agent_output_in_any_format_parses(
     fmt: str, output: str, events_text: str | None
 ) -> None:

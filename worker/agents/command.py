@@ -6,9 +6,9 @@ timeout, output capped) and, per the agent's config, in its workspace size
 (`sandbox: bwrap`, worker.sandbox; `sandbox: docker`, worker.docker_sandbox,
 in the container the caller started; a user of the run's own, worker.confinement).
 A preset's CLI missing from the worker's PATH is said as such, before anything
-runs (in a container, the image must have it). A streaming CLI's spend is watched
-against the run's `limits` as its stdout arrives, and the agent stopped at the
-line that crosses one.
+runs (in a container, the image must have it). A streaming CLI's spend (its format's
+`streaming` trait, core.transcripts.formats) is watched against the run's `limits`
+as its stdout arrives, and the agent stopped at the line that crosses one.
 """
 
 from __future__ import annotations
@@ -21,19 +21,10 @@ from core.evaluation.shell import run_shell
 from core.matrix import SOLUTION_DIR, AgentConfig, Limits, ModelPrice
 from core.metrics.limits import crossed, spend_of
 from core.results.transcript import AgentOutcome
-from core.transcripts import parse_transcript
+from core.transcripts import FORMATS, parse_transcript
 from worker.confinement import Confinement, isolation
 from worker.docker_sandbox import Container
 from worker.workspace import RunDir, size_limit
-
-# Agent CLIs whose stdout is a stream of events while they run: spend can be watched.
-STREAMING_FORMATS = {
-    "claude-stream-json",
-    "codex-exec-json",
-    "opencode-json",
-    "gemini-stream-json",
-    "auto",
-}
 
 
 class SpendWatch:
@@ -100,7 +91,7 @@ def run_command_agent(
         )
     over_limit = size_limit(run_dir.workspace, agent.max_workspace_mb)
     spend = None
-    if limits is not None and limits != Limits() and agent.transcript in STREAMING_FORMATS:
+    if limits is not None and limits != Limits() and FORMATS[agent.transcript].streaming:
         spend = SpendWatch(agent.transcript, limits, price, agent.max_transcript_bytes)
     result = run_shell(
         agent.command,

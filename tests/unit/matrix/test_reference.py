@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from core.evaluation.gates import run_gates
 from core.matrix import (
+    GATES,
     AdaptiveRuns,
     AgentConfig,
     AgentOverride,
@@ -36,7 +37,6 @@ from core.matrix import (
     Evaluation,
     EvidenceLimits,
     ExpectedStep,
-    Gate,
     JudgeConfig,
     Limits,
     Matrix,
@@ -213,16 +213,6 @@ def test_gate_example_passes(block: Block, example_workspace: Path, tmp_path: Pa
     assert not failed, f"{block}: gate examples that do not pass: {failed}"
 
 
-def _gate_classes() -> list[type[BaseModel]]:
-    union = typing.get_args(Gate)[0]
-    return list(typing.get_args(union))
-
-
-def _gate_type(gate: type[BaseModel]) -> str:
-    [tag] = typing.get_args(gate.model_fields["type"].annotation)
-    return str(tag)
-
-
 def _example_gates() -> Iterator[dict[str, Any]]:
     for block in _of("gates"):
         yield from yaml.safe_load(block.text)
@@ -230,7 +220,7 @@ def _example_gates() -> Iterator[dict[str, Any]]:
 
 def test_every_gate_type_has_an_example() -> None:
     shown = {gate["type"] for gate in _example_gates()}
-    assert shown == {_gate_type(g) for g in _gate_classes()}
+    assert shown == set(GATES)
 
 
 def test_every_assertion_form_is_listed_and_exemplified() -> None:
@@ -314,7 +304,7 @@ SECTIONS: dict[type[BaseModel] | str, str] = {
     StopWhen: "## adaptive runs_per_tier",
     WorkspaceArchive: "### workspace_archive",
     BundleConfig: "## bundle",
-    **{gate: f"#### {_gate_type(gate)}" for gate in _gate_classes()},
+    **{gate: f"#### {tag}" for tag, gate in GATES.items()},
 }
 EXEMPT: dict[type[BaseModel], str] = {
     AgentOverride: "a tier's `agent:` takes the keys of `agent`, documented there",
@@ -354,10 +344,10 @@ def _named(key: str, text: str) -> bool:
 
 
 def test_every_key_of_every_model_is_documented() -> None:
-    gate_keys = set.intersection(*(set(g.model_fields) for g in _gate_classes()))
+    gate_keys = set.intersection(*(set(g.model_fields) for g in GATES.values()))
     assert gate_keys == {"type", "name", "timeout_s"}
     # Keys every command gate has besides its `command`, documented once under Gates.
-    command_gates = [g for g in _gate_classes() if "command" in g.model_fields]
+    command_gates = [g for g in GATES.values() if "command" in g.model_fields]
     gate_keys |= set.intersection(*(set(g.model_fields) for g in command_gates)) - {"command"}
     assert AgentOverride.model_fields.keys() == AgentConfig.model_fields.keys()
     missing = []
@@ -365,7 +355,7 @@ def test_every_key_of_every_model_is_documented() -> None:
         if model in EXEMPT:
             continue
         assert model in SECTIONS, f"{model.__name__} is new: map it to its MATRIX.md section"
-        keys = set(model.model_fields) - (gate_keys if model in _gate_classes() else set())
+        keys = set(model.model_fields) - (gate_keys if model in GATES.values() else set())
         section = _section(SECTIONS[model])
         missing += [f"{model.__name__}.{key}" for key in sorted(keys) if not _named(key, section)]
     gates_section = _section(SECTIONS[GATE_KEYS])

@@ -1001,6 +1001,12 @@ def test_what_counts_as_a_provider_outage(message: str, outage: bool) -> None:
     assert (outage_of(message) is not None) == outage
 
 
+def test_every_format_auto_may_choose_has_samples_here() -> None:
+    # A format registered with a recogniser is tried by `auto`: the two tests above and
+    # below hold it to its own samples and no other's.
+    assert set(ALL_SAMPLES) == {name for name, fmt in FORMATS.items() if fmt.recognises}
+
+
 def test_auto_recognises_every_sample_and_records_its_choice() -> None:
     for fmt, names in ALL_SAMPLES.items():
         for name in names:
