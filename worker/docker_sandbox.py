@@ -29,7 +29,8 @@ start and in every recovery sweep) removes those whose worker process died.
 A benchmark task's scenario (one with an `environment`, core.matrix.task) runs in
 the task's image: `environment.image`, or the image built from `environment.build`
 (tagged `evalfleet-task:<hash of the build context and base image>`, built once per
-machine: a lock file per hash, and an image already tagged is not built again;
+engine: a lock file per hash in the work folder, and an image already tagged is not
+built again;
 EVALFLEET_TASK_BASE_IMAGE, when set, is passed as `--build-arg BASE_IMAGE=...`), else
 `agent.docker`'s. Its workspace is at `environment.workdir`, seeded from the image's
 own files there (`docker create` + `docker cp IMAGE:WORKDIR/.` into the run's
@@ -69,7 +70,6 @@ import shutil
 import socket
 import string
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -88,7 +88,7 @@ from core.matrix import (
     TaskEnvironment,
 )
 from worker.confinement import needs_network
-from worker.workspace import RunDir, chown_tree
+from worker.workspace import RunDir, chown_tree, work_root
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +353,7 @@ def _built(docker: str, dockerfile: Path, content: str) -> str:
 def task_image(docker: str, context: Path) -> str:
     """The image of a task's build folder (its Dockerfile and context), tagged by the
     hash of their contents and of the base image given: built at most once per
-    machine (a lock per hash; an image already tagged is used as it is)."""
+    engine (a lock per hash; an image already tagged is used as it is)."""
     base = os.environ.get(ENV_TASK_BASE_IMAGE) or None
     return _task_built(docker, context, task_tag(context, base), base)
 
@@ -366,8 +366,11 @@ def task_tag(context: Path, base: str | None) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _task_built(docker: str, context: Path, tag: str, base: str | None) -> str:
-    locks = Path(tempfile.gettempdir()) / "evalfleet-images"
-    locks.mkdir(exist_ok=True)
+    # In the work folder, not /tmp: worker containers that share the host's engine
+    # share the work folder (at the host's path, for its bind mounts) but each has a
+    # /tmp of its own, and with locks there every container built each image again.
+    locks = work_root() / ".task-images"
+    locks.mkdir(parents=True, exist_ok=True)
     fd = os.open(locks / f"{tag.replace(':', '-')}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another worker of this machine may be building it
