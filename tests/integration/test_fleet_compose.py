@@ -32,6 +32,7 @@ from tests.support.fleet import Service, executable, free_port, services, wait_u
 
 COMPOSE = ROOT / "docker-compose.yml"
 REDIS_PORT_FILE = ROOT / "docker-compose.redis-port.yml"
+SANDBOX_FILE = ROOT / "docker-compose.docker-sandbox.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -158,8 +159,25 @@ def test_redis_is_published_on_the_host_only_when_asked_and_not_on_6379() -> Non
     assert compose({}, REDIS_PORT_FILE)["services"]["redis"]["ports"] == ["127.0.0.1:16379:6379"]
 
 
+def test_the_docker_sandbox_file_gives_workers_the_hosts_engine_and_its_own_paths() -> None:
+    """Bind mounts a worker asks the host's engine for name host paths: the runs' folders
+    and the files' cache must be at one path inside the worker and on the host."""
+    for env, folder in (
+        (dotenv(ENV_EXAMPLE), "/var/lib/evalfleet"),
+        ({"SANDBOX_DIR": "/srv/fleet"}, "/srv/fleet"),
+    ):
+        worker = compose(env, SANDBOX_FILE)["services"]["worker"]
+        assert worker["volumes"] == [
+            "/var/run/docker.sock:/var/run/docker.sock",
+            f"{folder}:{folder}",
+        ]
+        assert worker["environment"]["EVALFLEET_WORKDIR"] == f"{folder}/runs"
+        assert worker["environment"]["EVALFLEET_CACHE_DIR"] == f"{folder}/files"
+    assert "docker-compose.docker-sandbox.yml" in ENV_EXAMPLE.read_text()
+
+
 def test_secrets_come_from_an_uncommitted_env_file_documented_by_env_example() -> None:
-    text = COMPOSE.read_text() + REDIS_PORT_FILE.read_text()
+    text = COMPOSE.read_text() + REDIS_PORT_FILE.read_text() + SANDBOX_FILE.read_text()
     documented = dotenv(ENV_EXAMPLE)
     assert variables(text) <= set(documented), "every compose variable is in .env.example"
     assert ".env" in ROOT.joinpath(".gitignore").read_text().split()
