@@ -144,6 +144,8 @@ def test_compose_declares_a_password_protected_redis_scalable_workers_flower_and
     # Workers must see the experiment's files at the path the scheduler resolved them at.
     [mount] = [v for v in scheduler["volumes"] if v.split(":")[1] == scheduler["working_dir"]]
     assert mount in worker["volumes"]
+    # What submit says of `sandbox: auto` (its own user decides) holds for the workers.
+    assert scheduler["user"] == worker["user"] == "0:0"
 
 
 def test_redis_is_published_on_the_host_only_when_asked_and_not_on_6379() -> None:
@@ -182,6 +184,9 @@ def test_secrets_come_from_an_uncommitted_env_file_documented_by_env_example() -
     assert variables(text) <= set(documented), "every compose variable is in .env.example"
     assert ".env" in ROOT.joinpath(".gitignore").read_text().split()
     assert ".env" in ROOT.joinpath(".dockerignore").read_text().split()
+    # docs/FLEET.md's password file for the CLI on the host, beside .env.
+    assert "redis_pw" in ROOT.joinpath(".gitignore").read_text().split()
+    assert "redis_pw" in ROOT.joinpath(".dockerignore").read_text().split()
     for secret in ("REDIS_PASSWORD", "FLOWER_PASSWORD"):
         assert documented[secret] not in text  # no default password baked in
     with pytest.raises(MissingVariable, match=r"REDIS_PASSWORD: set REDIS_PASSWORD in \.env"):
