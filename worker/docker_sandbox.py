@@ -24,12 +24,14 @@ restarted, which ends everything the agent started in it, before the gates run
 in it (they see the tools the agent had). Each container carries the run id,
 the worker's host name and the worker process's PID as labels: it is removed,
 anonymous volumes included, when its run ends, and `sweep_orphans` (at worker
-start and in every recovery sweep) removes those whose worker process died.
+start and in every recovery sweep) removes those whose worker process died (the
+PID and its start time: a restarted worker container reuses the PIDs).
 
 A benchmark task's scenario (one with an `environment`, core.matrix.task) runs in
 the task's image: `environment.image`, or the image built from `environment.build`
 (tagged `evalfleet-task:<hash of the build context and base image>`, built once per
-machine: a lock file per hash, and an image already tagged is not built again;
+engine: a lock file per hash in the work folder, and an image already tagged is not
+built again;
 EVALFLEET_TASK_BASE_IMAGE, when set, is passed as `--build-arg BASE_IMAGE=...`), else
 `agent.docker`'s. Its workspace is at `environment.workdir`, seeded from the image's
 own files there (`docker create` + `docker cp IMAGE:WORKDIR/.` into the run's
@@ -69,7 +71,6 @@ import shutil
 import socket
 import string
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -88,13 +89,14 @@ from core.matrix import (
     TaskEnvironment,
 )
 from worker.confinement import needs_network
-from worker.workspace import RunDir, chown_tree
+from worker.workspace import RunDir, chown_tree, work_root
 
 log = logging.getLogger(__name__)
 
 LABEL_RUN = "org.evalfleet.run-id"
 LABEL_HOST = "org.evalfleet.worker-host"
 LABEL_PID = "org.evalfleet.worker-pid"
+LABEL_STARTED = "org.evalfleet.worker-started"
 WORKSPACE = "/workspace"
 PROMPT_FILE = "/evalfleet/prompt.txt"
 EVENTS_FILE = "/evalfleet/events.jsonl"
@@ -301,8 +303,7 @@ def _run_args(
     return [
         "run", "--detach", "--init", "--name", name,
         "--label", f"{LABEL_RUN}={run_id}",
-        "--label", f"{LABEL_HOST}={socket.gethostname()}",
-        "--label", f"{LABEL_PID}={os.getpid()}",
+        *_owner_labels(),
         "--user", user,
         "--network", network,
         "--cpus", f"{cpus:g}",
@@ -353,7 +354,7 @@ def _built(docker: str, dockerfile: Path, content: str) -> str:
 def task_image(docker: str, context: Path) -> str:
     """The image of a task's build folder (its Dockerfile and context), tagged by the
     hash of their contents and of the base image given: built at most once per
-    machine (a lock per hash; an image already tagged is used as it is)."""
+    engine (a lock per hash; an image already tagged is used as it is)."""
     base = os.environ.get(ENV_TASK_BASE_IMAGE) or None
     return _task_built(docker, context, task_tag(context, base), base)
 
@@ -366,8 +367,11 @@ def task_tag(context: Path, base: str | None) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _task_built(docker: str, context: Path, tag: str, base: str | None) -> str:
-    locks = Path(tempfile.gettempdir()) / "evalfleet-images"
-    locks.mkdir(exist_ok=True)
+    # In the work folder, not /tmp: worker containers that share the host's engine
+    # share the work folder (at the host's path, for its bind mounts) but each has a
+    # /tmp of its own, and with locks there every container built each image again.
+    locks = work_root() / ".task-images"
+    locks.mkdir(parents=True, exist_ok=True)
     fd = os.open(locks / f"{tag.replace(':', '-')}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another worker of this machine may be building it
@@ -410,10 +414,7 @@ def _seed(docker: str, image: str, workdir: str, workspace: Path) -> None:
     bind mounted there, over them): a task's /app as its Dockerfile left it. An image
     without that folder leaves the workspace as it is."""
     name = f"evalfleet-seed-{uuid.uuid4().hex[:16]}"
-    _cli(docker, "create", "--name", name,
-         "--label", f"{LABEL_HOST}={socket.gethostname()}",
-         "--label", f"{LABEL_PID}={os.getpid()}",
-         "--entrypoint", "true", image)  # fmt: skip
+    _cli(docker, "create", "--name", name, *_owner_labels(), "--entrypoint", "true", image)
     try:
         _cli(docker, "cp", f"{name}:{workdir.rstrip('/')}/.", str(workspace))
     except SetupError as exc:
@@ -445,30 +446,62 @@ def sweep_orphans() -> int:
         listed = _cli(
             docker, "ps", "--all",
             "--filter", f"label={LABEL_HOST}={socket.gethostname()}",
-            "--format", f'{{{{.ID}}}} {{{{.Label "{LABEL_PID}"}}}}',
+            "--format",
+            f'{{{{.ID}}}} {{{{.Label "{LABEL_PID}"}}}} {{{{.Label "{LABEL_STARTED}"}}}}',
         )  # fmt: skip
     except SetupError as exc:  # a CLI without an engine: every sweep would say so
         log.debug("no sandbox containers swept: %s", exc)
         return 0
-    orphans = [
-        container
-        for container, _, pid in (line.partition(" ") for line in listed.splitlines())
-        if not _alive(pid)
-    ]
+    orphans = []
+    for line in listed.splitlines():  # an empty label leaves nothing after its space
+        container, _, labels = line.partition(" ")
+        pid, _, started = labels.partition(" ")
+        if not _alive(pid, started):
+            orphans.append(container)
     if orphans:
         log.warning("removing %d sandbox containers whose worker died", len(orphans))
         _quiet(docker, "rm", "--force", "--volumes", *orphans)
     return len(orphans)
 
 
-def _alive(pid: str) -> bool:
+def _owner_labels() -> list[str]:
+    """The labels that tie a container to this worker process: its host name, its PID
+    and that PID's start time."""
+    pid = os.getpid()
+    return [
+        "--label", f"{LABEL_HOST}={socket.gethostname()}",
+        "--label", f"{LABEL_PID}={pid}",
+        "--label", f"{LABEL_STARTED}={_started(str(pid))}",
+    ]  # fmt: skip
+
+
+def _started(pid: str) -> str:
+    """A process's start time in clock ticks since boot (/proc/PID/stat, field 22);
+    '' where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return ""
+    fields = stat.rpartition(")")[2].split()  # the name, in parentheses, may hold spaces
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _alive(pid: str, started: str) -> bool:
+    """Whether the worker process that labelled a container still runs. Its PID alone
+    is not enough: a worker container restarted after a kill numbers its processes
+    from 1 again, so the dead worker's PIDs come back as the new worker's, and its
+    containers ran on forever; the start time tells them apart (the kernel is the
+    host's, shared by its containers). Containers labelled before the start time
+    was (an empty `started`) go by their PID."""
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, ValueError):  # someone else's process, or no PID label
+    except ValueError:  # no PID label
         return True
-    return True
+    except PermissionError:  # someone else's process: a later one's, perhaps
+        pass
+    return not started or _started(pid) in ("", started)
 
 
 def _client_env() -> dict[str, str]:

@@ -37,6 +37,7 @@ from worker.docker_sandbox import (
     LABEL_HOST,
     LABEL_PID,
     LABEL_RUN,
+    LABEL_STARTED,
     agent_container,
     container_env,
     sweep_orphans,
@@ -224,12 +225,21 @@ def test_a_container_whose_worker_process_died_is_swept_away(tmp_path: Path) -> 
     dead = subprocess.Popen(["true"])
     dead.wait()
     host = socket.gethostname()
+    started = Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19]
     names = {}
-    for owner, pid in (("dead", dead.pid), ("alive", os.getpid())):
+    # "reused": the PID of a live process, but not of the one that labelled it, as
+    # when a killed worker's container restarts and numbers its processes from 1 again.
+    for owner, pid, start in (
+        ("dead", dead.pid, ""),
+        ("reused", os.getpid(), str(int(started) - 1)),
+        ("alive", os.getpid(), started),
+        ("unlabelled", os.getpid(), ""),  # by an evalfleet that labelled no start time
+    ):
         names[owner] = f"evalfleet-test-{owner}-{uuid.uuid4().hex[:8]}"
         _docker(
             "run", "--detach", "--name", names[owner],
             "--label", f"{LABEL_HOST}={host}", "--label", f"{LABEL_PID}={pid}",
+            "--label", f"{LABEL_STARTED}={start}",
             "--label", f"{LABEL_RUN}=sweep-test", IMAGE, "sleep", "infinity",
         )  # fmt: skip
     try:
@@ -237,8 +247,9 @@ def test_a_container_whose_worker_process_died_is_swept_away(tmp_path: Path) -> 
         # workers sweep too): what matters is that it is gone and the other is not.
         sweep_orphans()
         listed = _docker("ps", "--all", "--format", "{{.Names}}").split()
-        assert names["dead"] not in listed
+        assert names["dead"] not in listed and names["reused"] not in listed
         assert names["alive"] in listed  # its worker process still runs it
+        assert names["unlabelled"] in listed
     finally:
         subprocess.run(["docker", "rm", "--force", *names.values()], capture_output=True)
 

@@ -32,6 +32,7 @@ from tests.support.fleet import Service, executable, free_port, services, wait_u
 
 COMPOSE = ROOT / "docker-compose.yml"
 REDIS_PORT_FILE = ROOT / "docker-compose.redis-port.yml"
+SANDBOX_FILE = ROOT / "docker-compose.docker-sandbox.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -143,6 +144,8 @@ def test_compose_declares_a_password_protected_redis_scalable_workers_flower_and
     # Workers must see the experiment's files at the path the scheduler resolved them at.
     [mount] = [v for v in scheduler["volumes"] if v.split(":")[1] == scheduler["working_dir"]]
     assert mount in worker["volumes"]
+    # What submit says of `sandbox: auto` (its own user decides) holds for the workers.
+    assert scheduler["user"] == worker["user"] == "0:0"
 
 
 def test_redis_is_published_on_the_host_only_when_asked_and_not_on_6379() -> None:
@@ -158,12 +161,32 @@ def test_redis_is_published_on_the_host_only_when_asked_and_not_on_6379() -> Non
     assert compose({}, REDIS_PORT_FILE)["services"]["redis"]["ports"] == ["127.0.0.1:16379:6379"]
 
 
+def test_the_docker_sandbox_file_gives_workers_the_hosts_engine_and_its_own_paths() -> None:
+    """Bind mounts a worker asks the host's engine for name host paths: the runs' folders
+    and the files' cache must be at one path inside the worker and on the host."""
+    for env, folder in (
+        (dotenv(ENV_EXAMPLE), "/var/lib/evalfleet"),
+        ({"SANDBOX_DIR": "/srv/fleet"}, "/srv/fleet"),
+    ):
+        worker = compose(env, SANDBOX_FILE)["services"]["worker"]
+        assert worker["volumes"] == [
+            "/var/run/docker.sock:/var/run/docker.sock",
+            f"{folder}:{folder}",
+        ]
+        assert worker["environment"]["EVALFLEET_WORKDIR"] == f"{folder}/runs"
+        assert worker["environment"]["EVALFLEET_CACHE_DIR"] == f"{folder}/files"
+    assert "docker-compose.docker-sandbox.yml" in ENV_EXAMPLE.read_text()
+
+
 def test_secrets_come_from_an_uncommitted_env_file_documented_by_env_example() -> None:
-    text = COMPOSE.read_text() + REDIS_PORT_FILE.read_text()
+    text = COMPOSE.read_text() + REDIS_PORT_FILE.read_text() + SANDBOX_FILE.read_text()
     documented = dotenv(ENV_EXAMPLE)
     assert variables(text) <= set(documented), "every compose variable is in .env.example"
     assert ".env" in ROOT.joinpath(".gitignore").read_text().split()
     assert ".env" in ROOT.joinpath(".dockerignore").read_text().split()
+    # docs/FLEET.md's password file for the CLI on the host, beside .env.
+    assert "redis_pw" in ROOT.joinpath(".gitignore").read_text().split()
+    assert "redis_pw" in ROOT.joinpath(".dockerignore").read_text().split()
     for secret in ("REDIS_PASSWORD", "FLOWER_PASSWORD"):
         assert documented[secret] not in text  # no default password baked in
     with pytest.raises(MissingVariable, match=r"REDIS_PASSWORD: set REDIS_PASSWORD in \.env"):
