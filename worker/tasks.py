@@ -171,9 +171,9 @@ def aggregate_version(
     self: Task, _results: list[Any] | None, experiment_id: str, plan: dict[str, Any]
 ) -> dict[str, Any]:
     """Chord body of a rejudge: the report of the new version."""
-    db = store_of(self.app)
+    db, version = store_of(self.app), RejudgePlan.model_validate(plan)
     with _finishing(db, experiment_id):
-        return patiently(lambda: finish_version(db, experiment_id, RejudgePlan.model_validate(plan)))
+        return patiently(lambda: finish_version(db, experiment_id, version))
     return {"experiment_id": experiment_id, "status": "dropped"}
 
 

@@ -27,6 +27,7 @@ it, what the commands say is the documented answer.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -72,13 +73,14 @@ class Broker:
             return self.partition.url(self.server.password)
         return self.server.url
 
-    @property
+    @functools.cached_property
     def direct(self) -> redis.Redis:
         """The test's own view, past any partition."""
         return redis.Redis.from_url(self.server.url)
 
     def hit(self) -> None:
         if self.fault == "full":
+            self.direct.config_set("maxmemory-policy", "noeviction")
             self.direct.config_set("maxmemory", 1)
         elif self.fault in ("down", "lost"):
             self.server.stop()
@@ -97,17 +99,15 @@ class Broker:
 
 
 @pytest.fixture
-def broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Broker]:
-    fault = request.node.callspec.params["broker_fault"]
+def broker(broker_fault: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The cell's broker (its test's `broker_fault` parameter says which fault)."""
+    # Not in the test's folder, where its matrix is: a submit would send Redis's files.
     server = RedisServer(
-        tmp_path_factory.mktemp("redis"), uuid.uuid4().hex, persistent=fault != "lost"
+        tmp_path_factory.mktemp("redis"), uuid.uuid4().hex, persistent=broker_fault != "lost"
     )
-    redis.Redis.from_url(server.url).config_set("maxmemory-policy", "noeviction")
-    partition = Partition(server.port) if fault == "partitioned" else None
+    partition = Partition(server.port) if broker_fault == "partitioned" else None
     try:
-        yield Broker(fault, server, partition)
+        yield Broker(broker_fault, server, partition)
     finally:
         if partition is not None:
             partition.close()
@@ -142,11 +142,28 @@ class Fleet:
         self.said.append(done.stderr)
         return done
 
+    def asking(self, *args: str) -> subprocess.Popen[str]:
+        """A command started in the background, as a user asks while the fault lasts;
+        `answer` collects it."""
+        return start_cli(*args, env=self.env)
+
+    def answer(self, asked: subprocess.Popen[str]) -> tuple[int, str]:
+        """What a command asked during the fault said: its exit status and stderr."""
+        _, err = asked.communicate(timeout=120)
+        self.said.append(err)
+        return asked.returncode, err
+
     def stop(self) -> None:
         for worker in self.workers:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.proc.pid, signal.SIGCONT)  # a frozen one stops too
             worker.stop()
+
+    def assert_standing(self, killed: Worker | None) -> None:
+        """Every worker but the one the test killed is still up."""
+        for worker in self.workers:
+            if worker is not killed:
+                assert worker.proc.poll() is None, worker.log.read_text()[-3000:]
 
     def assert_no_traceback(self) -> None:
         for worker in self.workers:
@@ -154,6 +171,14 @@ class Fleet:
             assert "Traceback" not in said, f"{worker.log}:\n{_around_traceback(said)}"
         for said in self.said:
             assert "Traceback" not in said, said
+
+
+def assert_a_clear_answer(status: int, err: str) -> None:
+    """A command that met the fault: its answer, or one line saying why not (the broker
+    unreachable, or the experiment lost), with its exit status."""
+    assert status in (0, 1, 2), (status, err)
+    if status:
+        assert err.startswith("error: ") and "\n" not in err.strip(), err
 
 
 def _around_traceback(text: str) -> str:
@@ -254,9 +279,20 @@ def assert_complete(fleet: Fleet, store: Store, exp_id: str) -> None:
     assert json.loads(report.stdout)["experiment"]["status"] == "complete"
 
 
-def assert_lost_as_documented(fleet: Fleet, broker: Broker, exp_id: str) -> None:
-    """test_faults.py::test_a_restart_that_lost_the_experiment_...: nothing of it is
-    written back, and each command names the restart and the fix, exit 2."""
+def assert_lost_as_documented(
+    fleet: Fleet, broker: Broker, exp_id: str, worker: Worker | None, dropped: list[str]
+) -> None:
+    """test_faults.py::test_a_restart_that_lost_the_experiment_...: what the `worker`
+    held of the experiment is dropped, each in a line naming the restart (`dropped`:
+    the run ids, or `report`), nothing of it is written back, and each command names
+    the restart and the fix, exit 2."""
+    if worker is not None:
+        lines = [f"{what} dropped: no experiment '{exp_id}'" for what in dropped]
+        wait_until(
+            lambda: all(line in worker.log.read_text() for line in lines),
+            f"{dropped} dropped",
+            timeout=90,
+        )
     assert list(broker.direct.scan_iter(match=f"*{exp_id}*")) == []
     for command in (["status", exp_id], ["report", exp_id], ["resume", exp_id]):
         answered = fleet.cli(*command)
@@ -290,21 +326,26 @@ def test_a_fault_while_runs_are_in_setup_agent_and_gates(
         broker.hit()
         hit_worker(worker_fault, worker)
         release.touch()  # the held runs go on into the fault
+        asked = fleet.asking("status", exp_id)
         time.sleep(FAULT_S)
         broker.mend()
         mend_worker(worker_fault, worker, fleet, QUEUE)
         out, err = follower.communicate(timeout=150)
+        assert_a_clear_answer(*fleet.answer(asked))
     finally:
         follower.kill()
     fleet.said.append(err)
     if broker_fault == "lost":
         assert follower.returncode == 2, err
         assert "which lost it" in " ".join(err.split()), err
-        assert_lost_as_documented(fleet, broker, exp_id)
+        held = [f"run {exp_id}:T0:s:{i}" for i in range(3)]  # in flight; run 3 was queued
+        in_flight = None if worker_fault == "killed" else worker
+        assert_lost_as_documented(fleet, broker, exp_id, in_flight, held)
     else:
         assert follower.returncode == 0, err
         assert json.loads(out)["experiment"]["completed_runs"] == RUNS
         assert_complete(fleet, store, exp_id)
+    fleet.assert_standing(killed=worker if worker_fault == "killed" else None)
     fleet.assert_no_traceback()
 
 
@@ -368,6 +409,7 @@ def test_a_fault_at_the_finish(
             for pid in held:
                 os.kill(pid, signal.SIGCONT)  # the aggregate meets the fault
         hit_worker(worker_fault, finisher)
+        asked = fleet.asking("status", exp_id)
         time.sleep(FAULT_S)
         broker.mend()
         if worker_fault == "frozen":
@@ -376,12 +418,15 @@ def test_a_fault_at_the_finish(
         mend_worker(worker_fault, finisher, fleet, QUEUE)
         if broker_fault != "lost":
             wait_until(lambda: store.reports.get(exp_id), "the report", timeout=90)
+        assert_a_clear_answer(*fleet.answer(asked))
     finally:
         for pid in held:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
     if broker_fault == "lost":
-        assert_lost_as_documented(fleet, broker, exp_id)
+        holding = None if worker_fault == "killed" else finisher
+        assert_lost_as_documented(fleet, broker, exp_id, holding, [f"the report of {exp_id}"])
     else:
         assert_complete(fleet, store, exp_id)
+    fleet.assert_standing(killed=finisher if worker_fault == "killed" else None)
     fleet.assert_no_traceback()

@@ -74,12 +74,13 @@ class Partition:
         with selectors.DefaultSelector() as selector:
             selector.register(self._listener, selectors.EVENT_READ)
             selector.register(self._wake_r, selectors.EVENT_READ)
-            for sock in self._peers:
-                selector.register(sock, selectors.EVENT_READ)
+            for peer in self._peers:
+                selector.register(peer, selectors.EVENT_READ)
             while self._open.is_set() and not self._closing:
                 for key, _ in selector.select(timeout=1.0):
                     sock = key.fileobj
-                    assert isinstance(sock, socket.socket)
+                    if not isinstance(sock, socket.socket):  # every one registered is
+                        continue
                     if sock is self._wake_r:
                         sock.recv(64)
                     elif sock is self._listener:
