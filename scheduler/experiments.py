@@ -54,6 +54,8 @@ def list_experiments(fleet: Fleet) -> list[Listed]:
 class Status:
     info: ExperimentInfo
     idle_queues: list[str]  # shared broker, still running: its queues no live worker takes
+    # Why the workers could not be asked which queues they take (the broker full or away).
+    unasked: str | None = None
 
 
 def status(fleet: Fleet, experiment: str | None = None) -> Status:
@@ -65,10 +67,16 @@ def status(fleet: Fleet, experiment: str | None = None) -> Status:
     idle: list[str] = []
     if fleet.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
         app = fleet.app
+        from worker.run import REDIS_DOWN  # already imported: the app's sweep imports it
+
         default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
-        idle = _queues_without_workers(
-            app, sorted(run_queues(store.experiments.matrix(exp_id), default))
-        )
+        queues = sorted(run_queues(store.experiments.matrix(exp_id), default))
+        try:
+            idle = _queues_without_workers(app, queues)
+        except REDIS_DOWN as exc:
+            # Asking takes a reply queue, which a full broker refuses: the progress, read
+            # from the store, stands without it.
+            return Status(info, [], str(exc))
     return Status(info, idle)
 
 
