@@ -35,6 +35,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +123,7 @@ class Fleet:
     folder: Path
     workers: list[Worker] = field(default_factory=list)
     said: list[str] = field(default_factory=list)  # every command's stderr
+    background: ThreadPoolExecutor = field(default_factory=ThreadPoolExecutor)
 
     def worker(
         self, name: str, queues: str, sweep_s: float, concurrency: int, ready: bool = True
@@ -142,18 +144,12 @@ class Fleet:
         self.said.append(done.stderr)
         return done
 
-    def asking(self, *args: str) -> subprocess.Popen[str]:
-        """A command started in the background, as a user asks while the fault lasts;
-        `answer` collects it."""
-        return start_cli(*args, env=self.env)
-
-    def answer(self, asked: subprocess.Popen[str]) -> tuple[int, str]:
-        """What a command asked during the fault said: its exit status and stderr."""
-        _, err = asked.communicate(timeout=120)
-        self.said.append(err)
-        return asked.returncode, err
+    def asking(self, *args: str) -> Future[subprocess.CompletedProcess[str]]:
+        """A command run in the background, as a user asks while the fault lasts."""
+        return self.background.submit(self.cli, *args)
 
     def stop(self) -> None:
+        self.background.shutdown(cancel_futures=True)
         for worker in self.workers:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.proc.pid, signal.SIGCONT)  # a frozen one stops too
@@ -173,12 +169,13 @@ class Fleet:
             assert "Traceback" not in said, said
 
 
-def assert_a_clear_answer(status: int, err: str) -> None:
+def assert_a_clear_answer(asked: Future[subprocess.CompletedProcess[str]]) -> None:
     """A command that met the fault: its answer, or one line saying why not (the broker
     unreachable, or the experiment lost), with its exit status."""
-    assert status in (0, 1, 2), (status, err)
-    if status:
-        assert err.startswith("error: ") and "\n" not in err.strip(), err
+    done = asked.result(timeout=120)
+    assert done.returncode in (0, 1, 2), done
+    if done.returncode:
+        assert done.stderr.startswith("error: ") and "\n" not in done.stderr.strip(), done
 
 
 def _around_traceback(text: str) -> str:
@@ -331,7 +328,7 @@ def test_a_fault_while_runs_are_in_setup_agent_and_gates(
         broker.mend()
         mend_worker(worker_fault, worker, fleet, QUEUE)
         out, err = follower.communicate(timeout=150)
-        assert_a_clear_answer(*fleet.answer(asked))
+        assert_a_clear_answer(asked)
     finally:
         follower.kill()
     fleet.said.append(err)
@@ -418,7 +415,7 @@ def test_a_fault_at_the_finish(
         mend_worker(worker_fault, finisher, fleet, QUEUE)
         if broker_fault != "lost":
             wait_until(lambda: store.reports.get(exp_id), "the report", timeout=90)
-        assert_a_clear_answer(*fleet.answer(asked))
+        assert_a_clear_answer(asked)
     finally:
         for pid in held:
             with contextlib.suppress(ProcessLookupError):
