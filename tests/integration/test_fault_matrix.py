@@ -358,8 +358,13 @@ def pool_processes(worker: Worker) -> list[int]:
     return children
 
 
-def body_taken(client: redis.Redis) -> bool:
-    """The chord body is out of its queue and among the unacknowledged."""
+def body_taken(client: redis.Redis, runner: Worker) -> bool:
+    """The chord body is out of its queue and among the unacknowledged, and every run's
+    task has returned: the last one sends the body and then still tidies the chord's
+    keys (Celery's), which a fault must not meet, or it hits another phase."""
+    said = runner.log.read_text()
+    if said.count("Task evalfleet.run[") < 2 * RUNS or said.count("] succeeded in") < RUNS:
+        return False
     if client.llen(keys.queue_key(QUEUE)):
         return False
     return any(
@@ -381,11 +386,9 @@ def test_a_fault_at_the_finish(
     release.touch()  # no run is held
     matrix = write_matrix(tmp_path / "m", arrived, release, queue=RUN_QUEUE)
     # No sweeps: the chord body is the only way the experiment finishes until the fault.
-    starting = [  # both at once: a start takes seconds
-        fleet.worker("runner", RUN_QUEUE, sweep_s=3600, concurrency=2, ready=False),
-        finisher := fleet.worker("finisher", QUEUE, sweep_s=3600, concurrency=1, ready=False),
-    ]
-    for worker in starting:
+    runner = fleet.worker("runner", RUN_QUEUE, sweep_s=3600, concurrency=2, ready=False)
+    finisher = fleet.worker("finisher", QUEUE, sweep_s=3600, concurrency=1, ready=False)
+    for worker in (runner, finisher):  # both start at once: a start takes seconds
         worker.wait_ready()
     held = pool_processes(finisher)
     assert held, "the finishing worker has no pool process"
@@ -396,7 +399,9 @@ def test_a_fault_at_the_finish(
     assert submitted.returncode == 0, submitted.stderr
     exp_id = submitted.stdout.strip()
     try:
-        wait_until(lambda: body_taken(broker.direct), "the chord body to be taken", timeout=90)
+        wait_until(
+            lambda: body_taken(broker.direct, runner), "the chord body to be taken", timeout=90
+        )
         assert store.experiments.info(exp_id).completed_runs == RUNS
         assert store.reports.get(exp_id) is None
         if broker_fault == "lost":
