@@ -45,6 +45,12 @@ the next. Celery's count of a finished chord part, a Lua script a full Redis
 refuses, is skipped the same way (the chord then never fires; the sweep reports
 the experiment once every run has a result): it failed the task outside its
 body, with a traceback in the log twice over.
+
+The broker going away (a restart, a partition) or filling up while Celery completes
+a chord (its last part counted, the body sent, the chord's keys tidied) is no bug
+of anyone's either: Celery logged it with a traceback ("Chord ... raised"), and
+with the broker still away the failure's own bookkeeping raised out of the task.
+Both are one line now; a body that was not sent is the sweep's.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from typing import Any
 
 import redis
 from celery.backends import redis as celery_redis
+from kombu.exceptions import OperationalError
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
@@ -146,18 +153,50 @@ def _settled_even_when_refused(name: str) -> Callable[..., Any]:
     return settled
 
 
-def _chord_part_skipped_when_refused(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+def broker_failed(exc: BaseException) -> str | None:
+    """What the broker did, when `exc` is the broker gone or full rather than a bug."""
+    if refused_write(exc):
+        return "the broker is full and refuses writes"
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OperationalError)):
+        return "the broker is unreachable"
+    return None
+
+
+def _chord_part_skipped_when_the_broker_fails(
+    self: Any, request: Any, *args: Any, **kwargs: Any
+) -> Any:
     try:
         return _ORIGINALS["chord part"](self, request, *args, **kwargs)
-    except redis.RedisError as exc:
-        if not refused_write(exc):
+    except Exception as exc:
+        failed = broker_failed(exc)
+        if failed is None:
             raise
         log.warning(
-            "the broker is full and refuses writes: task %s not counted toward its chord; "
-            "the recovery sweep reports its experiment once every run has a result",
+            "%s: task %s not counted toward its chord; the recovery sweep reports its "
+            "experiment once every run has a result",
+            failed,
             request.id,
         )
     return None
+
+
+class _ChordFailuresInALine(logging.Filter):
+    """Celery's own log of a chord that met the broker gone or full, without its
+    traceback: what happened, and what becomes of the experiment."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        failed = None if exc is None else broker_failed(exc)
+        if failed is not None:
+            record.msg = (
+                f"{record.getMessage()}: {failed}; the recovery sweep reports its experiment "
+                "once every run has a result"
+            )
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 _remove_from_indices = kombu_redis.QoS._remove_from_indices
@@ -179,6 +218,9 @@ def install() -> None:
         setattr(qos, name, _settled_even_when_refused(name))
     backend = celery_redis.RedisBackend
     _ORIGINALS.setdefault("chord part", backend.on_chord_part_return)
-    setattr(backend, "on_chord_part_return", _chord_part_skipped_when_refused)  # noqa: B010
+    setattr(backend, "on_chord_part_return", _chord_part_skipped_when_the_broker_fails)  # noqa: B010
+    chords = logging.getLogger(celery_redis.__name__)  # Celery's "Chord ... raised"
+    if not any(isinstance(f, _ChordFailuresInALine) for f in chords.filters):
+        chords.addFilter(_ChordFailuresInALine())
     _ORIGINALS.setdefault("append", qos.append)
     setattr(qos, "append", _append_even_when_full)  # noqa: B010

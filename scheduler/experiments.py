@@ -25,6 +25,7 @@ from core.results.report import (
 from core.results.run import RunResult, outcome
 from core.stats.significance import Correction
 from core.store.retention import stored_bytes
+from fleet.app import BROKER_DOWN
 from fleet.sending import run_queues
 from scheduler.connection import Connection
 
@@ -51,6 +52,8 @@ def list_experiments(conn: Connection) -> list[Listed]:
 class Status:
     info: ExperimentInfo
     idle_queues: list[str]  # shared broker, still running: its queues no live worker takes
+    # Why the workers could not be asked which queues they take (the broker full or away).
+    unasked: str | None = None
 
 
 def status(conn: Connection, experiment: str | None = None) -> Status:
@@ -63,9 +66,13 @@ def status(conn: Connection, experiment: str | None = None) -> Status:
     if conn.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
         app = conn.app
         default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
-        idle = _queues_without_workers(
-            app, sorted(run_queues(store.experiments.matrix(exp_id), default))
-        )
+        queues = sorted(run_queues(store.experiments.matrix(exp_id), default))
+        try:
+            idle = _queues_without_workers(app, queues)
+        except BROKER_DOWN as exc:
+            # Asking takes a reply queue, which a full broker refuses: the progress, read
+            # from the store, stands without it.
+            return Status(info, [], str(exc))
     return Status(info, idle)
 
 

@@ -259,7 +259,8 @@ atexit.register(_PRESTARTED.close)
 class Worker:
     """A real `celery worker` process on the test queue: forked from the prestarted
     process, or (`anew`) started anew (for a test that reads its /proc environ: what
-    tests.support.prestarted says differs)."""
+    tests.support.prestarted says differs). Ready when made, unless `ready=False`: then
+    `wait_ready` (several workers start at once so)."""
 
     def __init__(
         self,
@@ -269,6 +270,7 @@ class Worker:
         queues: str = QUEUE,
         name: str | None = None,
         anew: bool = False,
+        ready: bool = True,
     ):
         self.log = log
         name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
@@ -286,9 +288,10 @@ class Worker:
                 )
             else:
                 self.proc = _PRESTARTED.start_worker(args, env=env, cwd=ROOT, log=out.fileno())
-        self._wait_ready()
+        if ready:
+            self.wait_ready()
 
-    def _wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if "ready." in self.log.read_text(errors="replace"):

@@ -111,7 +111,7 @@ def execute(
     def begin(after: str) -> Delivery:
         # Patient here too: a run that neither holds a lease nor keeps its message
         # (a reject cannot requeue while Redis is away) would be lost.
-        return _patiently(
+        return patiently(
             lambda: store.attempts.begin(
                 spec.experiment_id,
                 spec.run_id,
@@ -158,15 +158,15 @@ def execute(
     result = result.model_copy(update={"outages": seen or []})
     if result.outage and delivery.attempts < matrix.max_attempts:
         wait_s = outage_wait_s(result.retry_after_s, delivery.attempts)
-        _patiently(lambda: lease.hold_through(wait_s))
+        patiently(lambda: lease.hold_through(wait_s))
         why = visible(result.fail_reason or "")
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, why, wait_s)
         end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages, holder=lease.holder)
     # A finished run's work is worth keeping through a Redis restart.
-    if _patiently(lambda: store.results.save(result, holder=lease.holder)):
+    if patiently(lambda: store.results.save(result, holder=lease.holder)):
         if matrix.budget is not None:
-            _patiently(lambda: store.ledger.settle(result))
+            patiently(lambda: store.ledger.settle(result))
         _note_health(store, matrix, result)
         keep_evidence(store, matrix, result, evidence, delivery, started, phases, secrets)
         return result
@@ -206,11 +206,12 @@ def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
 @functools.lru_cache(maxsize=32)
 def _matrix(store: Store, experiment_id: str) -> Matrix:
     """A submitted matrix never changes: validate it once per worker process, not per run."""
-    return _patiently(lambda: store.experiments.matrix(experiment_id))
+    return patiently(lambda: store.experiments.matrix(experiment_id))
 
 
-def _patiently(call: Callable[[], T]) -> T:
-    """A Redis call, tried again while Redis is away for up to about 30 s."""
+def patiently(call: Callable[[], T]) -> T:
+    """A Redis call, tried again while Redis is away or full for up to about a minute;
+    then its BROKER_DOWN error."""
     for wait_s in _RETRY_WAITS_S:
         try:
             return call()
@@ -256,7 +257,7 @@ def _attempt(
         return gave_up, None
     try:
         # Its paths lead to this machine's copy of the experiment's files.
-        local = _patiently(lambda: local_files(store, spec.experiment_id))
+        local = patiently(lambda: local_files(store, spec.experiment_id))
     except (BundleError, OSError) as exc:
         return error_result(spec, f"the experiment's files: {exc}", attempts, started), None
     if matrix.budget is not None:

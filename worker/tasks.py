@@ -36,7 +36,7 @@ from fleet.sending import AGGREGATE_TASK, AGGREGATE_VERSION_TASK, REJUDGE_TASK, 
 from worker.grace import HandBack, graceful_run
 from worker.phases import phase_events
 from worker.reevaluate import rejudged
-from worker.run import execute
+from worker.run import execute, patiently
 
 log = logging.getLogger(__name__)
 # Celery logs a rejected task with a traceback, which shows only where this module
@@ -122,12 +122,8 @@ def run(
         # chord left alone). Only whether a restart lost it is asked: every queued run
         # of a deleted experiment comes here (the keyspace scan that tells a half-lost
         # one is the commands').
-        try:
-            lost = store_of(self.app).experiments.lost_in_restart(run_spec.experiment_id)
-        except BROKER_DOWN:
-            lost = None
-        said = lost or "its experiment was deleted"
-        log.warning("run %s dropped: %s", run_spec.run_id, said)
+        gone = _gone(store_of(self.app), run_spec.experiment_id)
+        log.warning("run %s dropped: %s", run_spec.run_id, gone)
         raise Ignore() from None
     except BROKER_DOWN as exc:
         # Not the run's fault and not acknowledged: the message goes back to the
@@ -141,6 +137,16 @@ def _unavailable(exc: Exception) -> str:
     if isinstance(exc, redis.OutOfMemoryError):
         return "the broker is full and refuses writes"
     return "Redis unreachable"
+
+
+def _gone(db: Store, experiment_id: str) -> str:
+    """Why an experiment has no record: lost with a broker that restarted keeping nothing
+    (said with the fix), else deleted."""
+    try:
+        lost = db.experiments.lost_in_restart(experiment_id)
+    except BROKER_DOWN:
+        lost = None
+    return str(lost) if lost else "its experiment was deleted"
 
 
 @shared_task(bind=True, name=REJUDGE_TASK)
@@ -161,8 +167,9 @@ def aggregate_version(
     self: Task, _results: list[Any] | None, experiment_id: str, plan: dict[str, Any]
 ) -> dict[str, Any]:
     """Chord body of a rejudge: the report of the new version."""
-    with _dropped_when_deleted(experiment_id):
-        return finish_version(store_of(self.app), experiment_id, RejudgePlan.model_validate(plan))
+    db, version = store_of(self.app), RejudgePlan.model_validate(plan)
+    with _finishing(db, experiment_id):
+        return patiently(lambda: finish_version(db, experiment_id, version))
     return {"experiment_id": experiment_id, "status": "dropped"}
 
 
@@ -171,18 +178,26 @@ def aggregate_experiment(
     self: Task, _results: list[Any] | None, experiment_id: str
 ) -> dict[str, Any]:
     """Chord body (fleet.recovery calls finish_experiment too, for lost runs' experiments)."""
-    with _dropped_when_deleted(experiment_id):
-        return finish_experiment(store_of(self.app), experiment_id)
+    db = store_of(self.app)
+    with _finishing(db, experiment_id):
+        return patiently(lambda: finish_experiment(db, experiment_id))
     return {"experiment_id": experiment_id, "status": "dropped"}
 
 
 @contextlib.contextmanager
-def _dropped_when_deleted(experiment_id: str) -> Iterator[None]:
-    """A chord body whose experiment is gone (deleted, or lost with a broker that kept
-    nothing) while its message waited, or redelivered after a worker died holding it:
-    nothing to report, said in one line rather than a task failure's traceback, which
-    the docs keep for a worker's own bugs."""
+def _finishing(db: Store, experiment_id: str) -> Iterator[None]:
+    """A chord body's way out of what is not a worker's bug, in one line each rather than
+    a task failure's traceback, which the docs keep for those:
+
+    - its experiment is gone (deleted, or lost with a broker that kept nothing) while
+      its message waited, or redelivered after a worker died holding it: nothing to
+      report, the message dropped;
+    - the broker stayed away or full longer than `patiently` waits: the message is
+      given back to its queue as a run's is (the sweep reports the experiment should
+      the broker refuse even that)."""
     try:
         yield
     except ExperimentNotFound:
-        log.warning("the report of %s dropped: its experiment was deleted", experiment_id)
+        log.warning("the report of %s dropped: %s", experiment_id, _gone(db, experiment_id))
+    except BROKER_DOWN as exc:
+        raise Reject(f"{_unavailable(exc)}: {exc}", requeue=True) from None

@@ -105,6 +105,12 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
         click.echo(found.info.model_dump_json(indent=2))
     else:
         click.echo(render_tables([experiments_table([found.info])]), nl=False)
+    if found.unasked is not None:
+        err.print(
+            f"which queues have workers is not known: asking them failed ({found.unasked})",
+            markup=False,
+            soft_wrap=True,
+        )
     idle = found.idle_queues
     if idle:
         err.print(

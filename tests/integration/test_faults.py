@@ -488,6 +488,15 @@ def footprint(
     return Footprint(kept=kept, batch=min(BATCH_SIZE, len(messages)) * longest)
 
 
+def leave_room(server: RedisServer, room: int) -> redis.Redis:
+    """The broker made to refuse writes (maxmemory, noeviction) once it holds `room` bytes
+    more than now; a client of it."""
+    broker = redis.Redis.from_url(server.url)
+    broker.config_set("maxmemory-policy", "noeviction")
+    broker.config_set("maxmemory", int(broker.info("memory")["used_memory"]) + room)
+    return broker
+
+
 def test_evidence_a_full_broker_refuses_is_named_and_every_run_keeps_its_outcome(
     fleet_env: dict[str, str],
     own_redis: RedisServer,
@@ -506,12 +515,9 @@ def test_evidence_a_full_broker_refuses_is_named_and_every_run_keeps_its_outcome
     )
     matrix = write_matrix(tmp_path, noisy, runs=8)
     submit = footprint(env, matrix, tmp_path_factory)
-    broker = redis.Redis.from_url(own_redis.url)
-    broker.config_set("maxmemory-policy", "noeviction")
     # Room for the submit, and for the evidence of two or three runs (each kept to
     # 256 KB, compressed).
-    room = submit.kept + submit.batch + 600_000
-    broker.config_set("maxmemory", int(broker.info("memory")["used_memory"]) + room)
+    leave_room(own_redis, submit.kept + submit.batch + 600_000)
     worker = Worker(env, tmp_path / "w.log", concurrency=1)
     try:
         submitted = run_cli("submit", str(matrix), "--wait", "--json", env=env, timeout=240)
@@ -553,10 +559,7 @@ def test_a_submit_a_full_broker_stops_part_way_is_completed_exactly_by_resume(
     submit = footprint(env, matrix, tmp_path_factory)
     room = submit.batch // 2  # less than a batch, room for some runs, not all
     assert 20 * submit.per_run(runs) < room < submit.kept, submit
-    broker = redis.Redis.from_url(own_redis.url)
-    used = int(broker.info("memory")["used_memory"])
-    broker.config_set("maxmemory-policy", "noeviction")
-    broker.config_set("maxmemory", used + room)
+    broker = leave_room(own_redis, room)
     refused = run_cli("submit", str(matrix), env=env)
     assert refused.returncode == 1, refused.stderr
     said = " ".join(refused.stderr.split())

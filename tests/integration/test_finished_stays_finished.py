@@ -5,10 +5,12 @@ aggregate message) is dropped in one line, not a task failure with a traceback."
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from core.results.report import ID_STAMP
 from core.store import Store
 from fleet.sending import AGGREGATE_TASK
 from tests.conftest import QUEUE, StartWorker, run_cli
@@ -51,7 +53,9 @@ def test_an_aggregate_message_of_a_deleted_experiment_is_dropped_in_one_line(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store
 ) -> None:
     worker = start_worker(concurrency=1)
-    gone = "deleted-20260101-000000-abcd"
+    # Stamped now, while this broker runs: stamped before it started, on a broker that
+    # keeps nothing on disk, the id would read as lost in that restart (and be said so).
+    gone = f"deleted-{time.strftime(ID_STAMP, time.gmtime())}-abcd"
     app = create_app(fleet_env["EVALFLEET_BROKER_URL"])
     app.send_task(AGGREGATE_TASK, args=(None, gone), queue=QUEUE, ignore_result=True)
     line = f"the report of {gone} dropped: its experiment was deleted"
