@@ -35,7 +35,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
 from core.errors import BundleError, RetryLater, RunInProgress, SetupError, WorkspaceTooLarge
-from core.evaluation.evaluate import evaluate_run
+from core.evaluation.evaluate import AgentOutput, EvaluationContext, GateSite, evaluate_run
 from core.evaluation.gates import Enclosure
 from core.evaluation.shell import ShellResult, kill_groups_by_env, pid_mark, run_shell
 from core.evaluation.verifier import MAX_OUTPUT_BYTES as VERIFIER_OUTPUT_BYTES
@@ -326,22 +326,21 @@ def _run(
             }
         )
         gated: list[CommandRecord] = []
-        evaluated = evaluate_run(
-            spec,
-            matrix,
+        site = GateSite(
             run_dir.workspace,
-            outcome,
-            events_text=run_dir.events_text(),
-            session_text=run_dir.session_text(agent.preset_spec),
             env=gate_env,
-            on_phase=on_phase,
-            secrets=secrets,
-            prepared=prepared,
             enclosure=_enclosure(container, confinement, gate_env),
-            judgments=store.judgments,
-            on_gated=gated.extend,
+            prepared=prepared,
             task=task,
+            on_gated=gated.extend,
         )
+        context = EvaluationContext(
+            spec, matrix, site, judgments=store.judgments, secrets=secrets, on_phase=on_phase
+        )
+        output = AgentOutput(
+            outcome, run_dir.events_text(), run_dir.session_text(agent.preset_spec)
+        )
+        evaluated = evaluate_run(context, output)
         result, evidence = evaluated.result, evaluated.evidence
         # What the gates ran (the agent's own code among it) may have changed them too.
         tampered = tampered or files.damaged()
