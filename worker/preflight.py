@@ -130,7 +130,7 @@ class _Soundness:
     problems: list[str]
 
 
-def _check(
+def _check(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     original: Matrix,
     matrix: Matrix,
     tier: Tier,

@@ -90,6 +90,8 @@ T = TypeVar("T")
 Attempted = tuple[RunResult, RunEvidence | None]
 
 
+# Over 80 lines: a delivery from its start to its stored result, every way it can end
+# (stored, given back while Redis is away, retried after an outage) side by side.
 def execute(
     spec: RunSpec,
     store: Store,
@@ -115,11 +117,9 @@ def execute(
         # (a reject cannot requeue while Redis is away) would be lost.
         return _patiently(
             lambda: store.attempts.begin(
-                spec.experiment_id,
-                spec.run_id,
+                spec,
                 lease.holder,
                 lease.seconds,
-                tier=spec.tier,
                 worker=worker or socket.gethostname(),
                 continues=after,
             )
@@ -221,7 +221,7 @@ def _patiently(call: Callable[[], T]) -> T:
     return call()
 
 
-def _attempt(
+def _attempt(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     spec: RunSpec,
     matrix: Matrix,
     delivery: Delivery,
@@ -270,6 +270,8 @@ def _attempt(
     return result.model_copy(update={"attempts": attempts}), evidence
 
 
+# Over 80 lines: the run's setup, agent and gates within the one try whose finally
+# ends everything the run started (its processes, its user, its container, its folder).
 def _run(
     spec: RunSpec,
     files: LocalFiles,
@@ -369,7 +371,7 @@ def _run(
         run_dir.release()
 
 
-def _archive(
+def _archive(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     store: Store,
     config: WorkspaceArchive,
     spec: RunSpec,
@@ -455,7 +457,7 @@ def task_environment(
     return RunEnvironment(run, rewards)
 
 
-def run_agent(
+def run_agent(  # noqa: PLR0913  the run's parts its agent needs, which a delivery and the preflight hold apart
     matrix: Matrix,
     spec: RunSpec,
     run_dir: RunDir,

@@ -57,7 +57,7 @@ from worker.sending import configured_queue
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 @pass_cli
-def worker(
+def worker(  # noqa: PLR0913  click passes each of the command's options as a parameter
     cli: CLIContext,
     concurrency: int | None,
     queues: str | None,

@@ -44,9 +44,9 @@ def judged(
     **config: Any,
 ) -> Judgment:
     settings: dict[str, Any] = {"base_url": stub.base_url, "api_key_env": None, **config}
-    config = JudgeConfig(model=settings.pop("model", "judge-mini"), **settings)
+    judge = JudgeConfig(model=settings.pop("model", "judge-mini"), **settings)
     return judge_run(
-        Judge(config, scenario, rubric, api_key=None, cache=cache),
+        Judge(judge, scenario, rubric, api_key=None, cache=cache),
         JudgeInputs(task_prompt="Create a note.", transcript_text=Excerpt.whole(transcript)),
         gates=[],
     )

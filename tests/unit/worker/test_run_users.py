@@ -51,4 +51,4 @@ def test_the_last_uid_of_the_last_block_runs_bubblewrap() -> None:
         done = subprocess.run(
             ["bwrap", "--ro-bind", "/", "/", "true"], capture_output=True, text=True
         )
-    assert done.returncode == 0, done.stderr.decode()
+    assert done.returncode == 0, done.stderr
