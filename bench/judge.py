@@ -23,7 +23,7 @@ from pathlib import Path
 
 from support import ROOT, show
 
-from core.evaluation.judge import judge_run
+from core.evaluation.judge import Judge, judge_run
 from core.evidence.models import Excerpt, JudgeInputs
 from core.matrix import JudgeConfig, Rubric, ScenarioJudge
 from core.results.run import GateResult, JudgeResult
@@ -87,16 +87,13 @@ def main() -> None:
 
         def call(_: int) -> JudgeResult:
             return judge_run(
-                config,
-                scenario,
-                rubric,
+                Judge(config, scenario, rubric, api_key=None),
                 JudgeInputs(
                     task_prompt="Create three notes about Rust.",
                     transcript_text=Excerpt.whole(TRANSCRIPT),
                     changes_summary="A .my-tool/store.json",
                 ),
                 gates=gates,
-                api_key=None,
             ).result
 
         try:

@@ -33,7 +33,7 @@ from support import (
     write_matrix,
 )
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.store import Store
 from fleet.finish import finish_experiment
 
@@ -99,7 +99,9 @@ def main() -> None:
         assert report is not None and len(runs) == total
         matrix_model = fleet.store.experiments.matrix(exp_id)
         began = time.perf_counter()
-        aggregate(report.experiment, runs, baseline="T0", scoring=matrix_model.scoring)
+        aggregate(
+            report.experiment, runs, ReportSettings(baseline="T0", scoring=matrix_model.scoring)
+        )
         pure_s = time.perf_counter() - began
 
     show(

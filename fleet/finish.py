@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.evaluation.rejudge import RejudgePlan
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentInfo, ExperimentReport, ExperimentStatus
@@ -60,17 +60,7 @@ def _report(
 ) -> ExperimentReport:
     """The report of these runs as the matrix asks for it (every version alike): with
     the budget they were held to and, for an adaptive experiment, where each cell stopped."""
-    report = aggregate(
-        info,
-        runs,
-        baseline=matrix.baseline_tier,
-        scoring=matrix.scoring,
-        tier_order=[t.id for t in matrix.tiers],
-        scenario_order=[s.id for s in matrix.scenarios],
-        correction=matrix.report.correction,
-        alpha=matrix.report.alpha,
-        budget=_budget(db, matrix, info.id),
-    )
+    report = aggregate(info, runs, ReportSettings.of(matrix, _budget(db, matrix, info.id)))
     if matrix.adaptive is not None:
         report.adaptive = adaptive_report(db, info.id, matrix, runs)
     # Each stored result is followed by its evidence (worker.run_records).

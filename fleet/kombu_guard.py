@@ -71,7 +71,7 @@ from core.store.client import refused_write
 
 log = logging.getLogger(__name__)
 
-_connparams = kombu_redis.Channel._connparams
+_connparams: Callable[..., Any] = kombu_redis.Channel._connparams
 
 
 def _connparams_of_an_attached_channel(self: Any, asynchronous: bool = False) -> Any:
@@ -199,7 +199,7 @@ class _ChordFailuresInALine(logging.Filter):
         return True
 
 
-_remove_from_indices = kombu_redis.QoS._remove_from_indices
+_remove_from_indices: Callable[..., Any] = kombu_redis.QoS._remove_from_indices
 _GUARDED = ("restore_by_tag", "restore_unacked", "restore_visible")
 _SETTLING = ("ack", "reject")
 _ORIGINALS: dict[str, Callable[..., Any]] = {}

@@ -273,7 +273,7 @@ class _Layout:
         return cls(mounts, owns)
 
 
-def _run_args(
+def _run_args(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     agent: AgentConfig,
     environment: TaskEnvironment | None,
     image: str,

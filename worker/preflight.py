@@ -28,7 +28,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from core.errors import SetupError
-from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, evaluate_run
+from core.evaluation.evaluate import (
+    JUDGE_ERROR,
+    JUDGE_SCORE,
+    AgentOutput,
+    EvaluationContext,
+    GateSite,
+    evaluate_run,
+)
 from core.evaluation.gates import run_gates
 from core.evaluation.shell import run_shell
 from core.evaluation.verifier import verify
@@ -124,7 +131,7 @@ class _Soundness:
     problems: list[str]
 
 
-def _check(
+def _check(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     original: Matrix,
     matrix: Matrix,
     tier: Tier,
@@ -165,12 +172,11 @@ def _check(
                     jail.end_agent()
                     gate_env = with_tests(run_dir, scenario, env, jail.user)
                     verifier_site = task_environment(run_dir, scenario, jail, gate_env, container)
-                result = evaluate_run(
-                    spec, matrix, run_dir.workspace, outcome, events_text=run_dir.events_text(),
-                    session_text=run_dir.session_text(agent.preset_spec),
-                    env=env, enclosure=container.enclosure() if container else None,
-                    task=verifier_site,
-                ).result  # fmt: skip
+                enclosure = container.enclosure() if container else None
+                site = GateSite(run_dir.workspace, env, enclosure, task=verifier_site)
+                output = AgentOutput(outcome, run_dir.events_text(),
+                                     run_dir.session_text(agent.preset_spec))  # fmt: skip
+                result = evaluate_run(EvaluationContext(spec, matrix, site), output).result
     except SetupError as exc:
         problems.append(f"setup failed: {exc}")
     else:

@@ -9,6 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from core.evaluation.evaluate import Judging
 from core.evaluation.gates import run_gates
 from core.evaluation.rejudge import RejudgePlan, rejudge_run
 from core.evidence.redact import redact_record, secret_values
@@ -44,9 +45,8 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
             # experiment's files (worker.files), as its runs had them.
             matrix = local_matrix(db, experiment_id)
             gates = None if archive is None else regate(matrix, plan, original, archive, secrets)
-            result = rejudge_run(
-                original, inputs, matrix, plan, os.environ, db.judgments, secrets, gates
-            )
+            judging = Judging(os.environ, db.judgments, secrets)
+            result = rejudge_run(original, matrix, plan, judging, inputs=inputs, gates=gates)
         except BROKER_DOWN:
             raise
         except Exception as exc:  # the chord must fire: the run is an error of this version

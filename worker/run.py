@@ -34,7 +34,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 
 from core.errors import BundleError, RetryLater, RunInProgress, SetupError, WorkspaceTooLarge
-from core.evaluation.evaluate import evaluate_run
+from core.evaluation.evaluate import AgentOutput, EvaluationContext, GateSite, evaluate_run
 from core.evaluation.gates import Enclosure
 from core.evaluation.shell import ShellResult, kill_groups_by_env, pid_mark, run_shell
 from core.evaluation.verifier import MAX_OUTPUT_BYTES as VERIFIER_OUTPUT_BYTES
@@ -88,6 +88,8 @@ T = TypeVar("T")
 Attempted = tuple[RunResult, RunEvidence | None]
 
 
+# Over 80 lines: a delivery from its start to its stored result, every way it can end
+# (stored, given back while Redis is away, retried after an outage) side by side.
 def execute(
     spec: RunSpec,
     store: Store,
@@ -113,11 +115,9 @@ def execute(
         # (a reject cannot requeue while Redis is away) would be lost.
         return patiently(
             lambda: store.attempts.begin(
-                spec.experiment_id,
-                spec.run_id,
+                spec,
                 lease.holder,
                 lease.seconds,
-                tier=spec.tier,
                 worker=worker or socket.gethostname(),
                 continues=after,
             )
@@ -220,7 +220,7 @@ def patiently(call: Callable[[], T]) -> T:
     return call()
 
 
-def _attempt(
+def _attempt(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     spec: RunSpec,
     matrix: Matrix,
     delivery: Delivery,
@@ -269,6 +269,8 @@ def _attempt(
     return result.model_copy(update={"attempts": attempts}), evidence
 
 
+# Over 80 lines: the run's setup, agent and gates within the one try whose finally
+# ends everything the run started (its processes, its user, its container, its folder).
 def _run(
     spec: RunSpec,
     files: LocalFiles,
@@ -325,22 +327,21 @@ def _run(
             }
         )
         gated: list[CommandRecord] = []
-        evaluated = evaluate_run(
-            spec,
-            matrix,
+        site = GateSite(
             run_dir.workspace,
-            outcome,
-            events_text=run_dir.events_text(),
-            session_text=run_dir.session_text(agent.preset_spec),
             env=gate_env,
-            on_phase=on_phase,
-            secrets=secrets,
-            prepared=prepared,
             enclosure=_enclosure(container, confinement, gate_env),
-            judgments=store.judgments,
-            on_gated=gated.extend,
+            prepared=prepared,
             task=task,
+            on_gated=gated.extend,
         )
+        context = EvaluationContext(
+            spec, matrix, site, judgments=store.judgments, secrets=secrets, on_phase=on_phase
+        )
+        output = AgentOutput(
+            outcome, run_dir.events_text(), run_dir.session_text(agent.preset_spec)
+        )
+        evaluated = evaluate_run(context, output)
         result, evidence = evaluated.result, evaluated.evidence
         # What the gates ran (the agent's own code among it) may have changed them too.
         tampered = tampered or files.damaged()
@@ -369,7 +370,7 @@ def _run(
         run_dir.release()
 
 
-def _archive(
+def _archive(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     store: Store,
     config: WorkspaceArchive,
     spec: RunSpec,
@@ -455,7 +456,7 @@ def task_environment(
     return RunEnvironment(run, rewards)
 
 
-def run_agent(
+def run_agent(  # noqa: PLR0913  the run's parts its agent needs, which a delivery and the preflight hold apart
     matrix: Matrix,
     spec: RunSpec,
     run_dir: RunDir,

@@ -26,7 +26,7 @@ from core.store.attempts import Delivery
 log = logging.getLogger(__name__)
 
 
-def keep_evidence(
+def keep_evidence(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
     store: Store,
     matrix: Matrix,
     result: RunResult,

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from core.analysis.columns import Group
 from core.analysis.comparison import ALPHA, CORRECTION, correct_report
 from core.analysis.group import analyse, context_by_call, reward_summaries
 from core.analysis.judge_noise import judge_summary
 from core.analysis.ordering import ordered_ids
-from core.matrix import Budget, Scoring
+from core.matrix import Budget, Matrix, Scoring
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.metrics.formulas import (
     best_value_tier,
@@ -43,22 +44,46 @@ from core.stats.descriptive import statistics, variance
 from core.stats.significance import Correction
 
 
+@dataclass(frozen=True)
+class ReportSettings:
+    """How a report is made of an experiment's runs: the `baseline` every tier is
+    compared with, the `scoring` of grades, the order of tiers and scenarios (None: the
+    experiment's), the correction of the tests against the baseline (`correction` at
+    `alpha`) and the `budget` the runs were held to. Every version of an experiment's
+    report is made with the settings its matrix gives (`of`)."""
+
+    baseline: str
+    scoring: Scoring = field(default_factory=Scoring)
+    tier_order: Sequence[str] | None = None
+    scenario_order: Sequence[str] | None = None
+    correction: Correction = CORRECTION
+    alpha: float = ALPHA
+    budget: Budget | None = None
+
+    @classmethod
+    def of(cls, matrix: Matrix, budget: Budget | None) -> ReportSettings:
+        """The settings `matrix` asks for; `budget`, the one its runs were held to (the
+        matrix's with the ledger's ceilings: a resume may have raised them)."""
+        return cls(
+            baseline=matrix.baseline_tier,
+            scoring=matrix.scoring,
+            tier_order=[t.id for t in matrix.tiers],
+            scenario_order=[s.id for s in matrix.scenarios],
+            correction=matrix.report.correction,
+            alpha=matrix.report.alpha,
+            budget=budget,
+        )
+
+
 def aggregate(
-    info: ExperimentInfo,
-    runs: Sequence[RunResult],
-    *,
-    baseline: str,
-    scoring: Scoring,
-    tier_order: Sequence[str] | None = None,
-    scenario_order: Sequence[str] | None = None,
-    correction: Correction = CORRECTION,
-    alpha: float = ALPHA,
-    budget: Budget | None = None,
+    info: ExperimentInfo, runs: Sequence[RunResult], settings: ReportSettings
 ) -> ExperimentReport:
-    """The experiment's report. Tiers and scenarios come in the given order (default:
+    """The experiment's report. Tiers and scenarios come in the settings' order (default:
     the experiment's), followed by any others the runs name, sorted; listed ones
     without runs still appear, with empty statistics and no grade. Every test against
-    the baseline is corrected with the others (`correction` at `alpha`)."""
+    the baseline is corrected with the others."""
+    baseline, scoring = settings.baseline, settings.scoring
+    tier_order, scenario_order = settings.tier_order, settings.scenario_order
     everything = Group.of(runs)
     seen = everything.split("tier")
     cells = {tier: group.split("scenario") for tier, group in seen.items()}
@@ -99,14 +124,14 @@ def aggregate(
     )
     cross = cross_tier(reports, baseline)
     report = ExperimentReport(
-        budget=None if budget is None else budget_report(budget, everything),
+        budget=None if settings.budget is None else budget_report(settings.budget, everything),
         experiment=experiment,
         tiers=reports,
         cross_tier=cross,
         error_reasons=error_reasons(everything),
         judge=judge_summary(by_tier, reports, cross, scoring),
     )
-    return correct_report(report, correction, alpha)
+    return correct_report(report, settings.correction, settings.alpha)
 
 
 def budget_report(budget: Budget, runs: Group) -> BudgetReport:

@@ -46,6 +46,7 @@ from core.results.report import (
     ExperimentReport,
     Interval,
     Multiplicity,
+    ScenarioComparison,
     TierReport,
     Verdict,
 )
@@ -316,38 +317,9 @@ def compare_experiments(
     done, multiplicity = correct_rows(rows, correction, alpha)
     by_tier = {t: done[t, None] for t in by_tier}
     by_scenario = {t: {s: done[t, s] for s in cells} for t, cells in by_scenario.items()}
-    across = {
-        tier: c
-        for tier in by_tier
-        if (
-            c := across_scenarios(
-                groups.get(tier, Group()),
-                reference_groups.get(tier, Group()),
-                reference.id,
-                alpha,
-                CONFIDENCE,
-            )
-        )
-        is not None
-    }
-    across_multiplicity = None
-    if across:
-        across, across_multiplicity = correct_comparisons(across, by_scenario, correction, alpha)
-        level = across_multiplicity.lone_test_alpha
-        across = {
-            tier: c.model_copy(
-                update={
-                    "planning": planned(
-                        clustered(groups.get(tier, Group()), "passed", CONFIDENCE),
-                        clustered(reference_groups.get(tier, Group()), "passed", CONFIDENCE),
-                        c.these_scenarios.scenarios,
-                        level,
-                    )
-                }
-            )
-            for tier, c in across.items()
-        }
-        by_tier = {t: decided(c, across[t]) if t in across else c for t, c in by_tier.items()}
+    pairs = {t: (groups.get(t, Group()), reference_groups.get(t, Group())) for t in by_tier}
+    across, across_multiplicity = _across(pairs, reference.id, by_scenario, correction, alpha)
+    by_tier = {t: decided(c, across[t]) if t in across else c for t, c in by_tier.items()}
     return ExperimentComparison(
         reference=reference,
         experiment=experiment,
@@ -362,6 +334,40 @@ def compare_experiments(
             tier for tier, c in by_tier.items() if c.verdict in (Verdict.worse, Verdict.mixed)
         ],
     )
+
+
+def _across(
+    pairs: dict[str, tuple[Group, Group]],
+    reference_id: str,
+    by_scenario: dict[str, dict[str, Comparison]],
+    correction: Correction,
+    alpha: float,
+) -> tuple[dict[str, ScenarioComparison], Multiplicity | None]:
+    """Each tier (its runs in B, in A) compared across the scenarios, the comparisons
+    corrected as their own family and each planned at the family's level."""
+    across = {
+        tier: c
+        for tier, (mine, theirs) in pairs.items()
+        if (c := across_scenarios(mine, theirs, reference_id, alpha, CONFIDENCE)) is not None
+    }
+    if not across:
+        return across, None
+    across, multiplicity = correct_comparisons(across, by_scenario, correction, alpha)
+    level = multiplicity.lone_test_alpha
+    planned_across = {
+        tier: c.model_copy(
+            update={
+                "planning": planned(
+                    clustered(pairs[tier][0], "passed", CONFIDENCE),
+                    clustered(pairs[tier][1], "passed", CONFIDENCE),
+                    c.these_scenarios.scenarios,
+                    level,
+                )
+            }
+        )
+        for tier, c in across.items()
+    }
+    return planned_across, multiplicity
 
 
 def runs_icc(runs: Sequence[RunResult]) -> float | None:

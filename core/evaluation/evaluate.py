@@ -15,25 +15,42 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from core.evaluation.gates import Enclosure, gate_runs
-from core.evaluation.judge import Judgment, JudgmentCache, judge_run
+from core.evaluation.judge import Judge, Judgment, JudgmentCache, judge_run
 from core.evaluation.verifier import RunEnvironment, Verification, below, verify
 from core.evidence.events import compact_events
 from core.evidence.models import Excerpt, GateEvidence, JudgeInputs, RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
 from core.evidence.text import encodable
 from core.files.changes import Snapshot, patch, snapshot, summarize_changes
-from core.matrix import Matrix, ModelPrice, Rubric, Scenario, Verifier, load_rubric
+from core.matrix import (
+    AgentConfig,
+    Matrix,
+    ModelPrice,
+    Rubric,
+    Scenario,
+    Tier,
+    Verifier,
+    load_rubric,
+)
 from core.metrics import formulas
 from core.metrics.interaction import interaction_metrics, target_commands
 from core.metrics.limits import crossed, spend_of
 from core.metrics.pricing import price_for
 from core.metrics.process import process_metrics
 from core.metrics.tokens import token_metrics
-from core.results.run import GATES_FAILED, GateResult, RunResult, RunSpec, RunStatus
+from core.results.run import (
+    GATES_FAILED,
+    GateResult,
+    InteractionMetrics,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
 from core.results.transcript import AgentOutcome, CommandRecord, Transcript
 from core.transcripts import parse_transcript, render_transcript
 from core.transcripts.outage import outage_of
@@ -55,165 +72,299 @@ class Evaluated:
     evidence: RunEvidence
 
 
-def evaluate_run(
-    spec: RunSpec,
-    matrix: Matrix,
-    workspace: Path,
-    outcome: AgentOutcome,
-    *,
-    events_text: str | None = None,
-    session_text: str | None = None,
-    env: Mapping[str, str] | None = None,
-    environ: Mapping[str, str] = os.environ,
-    on_phase: Phase = lambda phase: None,
-    secrets: list[str] | None = None,
-    prepared: Snapshot | None = None,
-    enclosure: Enclosure | None = None,
-    judgments: JudgmentCache | None = None,
-    on_gated: Callable[[list[CommandRecord]], None] = lambda commands: None,
-    task: RunEnvironment | None = None,
-) -> Evaluated:
-    """`session_text`: the record a preset's CLI keeps of its session (its requests,
-    where stdout sums them). `secrets`: the values to redact, when the caller has them already
-    (default: secret_values(matrix, environ)). `prepared`: the workspace as the
-    agent found it, for the summary and the patch of what the agent changed.
-    `enclosure`: where command gates run (the agent's container). `judgments`:
-    the judgment cache; `on_gated`, once the gates ran, the target commands their
-    transcript gates read (kept for rescore). `task`: where a benchmark task's
-    verifier runs (core.evaluation.verifier), before the gates."""
-    tier = matrix.tier(spec.tier)
-    agent = matrix.agent_for(tier)
-    scenario = matrix.scenario(spec.scenario)
-    if secrets is None:
-        secrets = secret_values(matrix, environ)
-    outcome, events_text = _encodable(outcome, events_text)
+def _ignore(_: object) -> None:
+    return None
 
+
+@dataclass(frozen=True)
+class AgentOutput:
+    """What the agent left, the transcript phase's input: its outcome, the events file
+    it wrote and `session_text`, the record a preset's CLI keeps of its session (its
+    requests, where stdout sums them)."""
+
+    outcome: AgentOutcome
+    events_text: str | None = None
+    session_text: str | None = None
+
+
+@dataclass(frozen=True)
+class GateSite:
+    """Where the gates phase runs: the `workspace` and `env` of gate commands;
+    `enclosure`, where command gates run (the agent's container); `prepared`, the
+    workspace as the agent found it (the summary and the patch of what it changed);
+    `task`, where a benchmark task's verifier runs (core.evaluation.verifier), before
+    the gates; `on_gated`, told the target commands the transcript gates read once the
+    gates ran (kept for rescore)."""
+
+    workspace: Path
+    env: Mapping[str, str] | None = None
+    enclosure: Enclosure | None = None
+    prepared: Snapshot | None = None
+    task: RunEnvironment | None = None
+    on_gated: Callable[[list[CommandRecord]], None] = _ignore
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What judging needs of the machine it runs on: the environment the judge's key is
+    read from, the judgment cache, and the values taken out of what the judge keeps."""
+
+    environ: Mapping[str, str]
+    judgments: JudgmentCache | None = None
+    secrets: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class EvaluationContext:
+    """One run's evaluation, as each phase reads it: the run (`spec`) and its `matrix`,
+    where the gates run (`site`), `environ` (the judge's key; the secrets' default),
+    the judgment cache, `secrets` (the values to redact, when the caller has them
+    already; default: secret_values(matrix, environ)) and `on_phase`, told each phase
+    as it starts (the worker's Flower states)."""
+
+    spec: RunSpec
+    matrix: Matrix
+    site: GateSite
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    judgments: JudgmentCache | None = None
+    secrets: Sequence[str] | None = None
+    on_phase: Phase = _ignore
+
+    @cached_property
+    def tier(self) -> Tier:
+        return self.matrix.tier(self.spec.tier)
+
+    @cached_property
+    def agent(self) -> AgentConfig:
+        return self.matrix.agent_for(self.tier)
+
+    @cached_property
+    def scenario(self) -> Scenario:
+        return self.matrix.scenario(self.spec.scenario)
+
+    @cached_property
+    def redacted(self) -> Sequence[str]:
+        if self.secrets is not None:
+            return self.secrets
+        return secret_values(self.matrix, self.environ)
+
+    @property
+    def judging(self) -> Judging:
+        return Judging(self.environ, self.judgments, self.redacted)
+
+
+@dataclass(frozen=True)
+class Read:
+    """The transcript phase's answer: what the agent left made encodable, parsed and
+    measured, and why its run is no work of its own (`not_started`), if so."""
+
+    outcome: AgentOutcome
+    events_text: str | None
+    transcript: Transcript
+    commands: list[CommandRecord]
+    interaction: InteractionMetrics
+    model: str | None
+    price: ModelPrice | None
+    limit: str | None
+    outage: str | None
+    not_started: str | None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The gates phase's answer: the verifier's verdict, the gates' results (redacted:
+    the judge's prompt shows them) and evidence, the workspace's changes, the evidence
+    that could not be built (`missing`), and `not_started` as the verifier left it."""
+
+    not_started: str | None
+    verification: Verification | None = None
+    gates: list[GateResult] = field(default_factory=list)
+    gate_evidence: list[GateEvidence] = field(default_factory=list)
+    changes: str = ""
+    patch: str = ""
+    missing: list[str] = field(default_factory=list)
+
+
+def evaluate_run(context: EvaluationContext, output: AgentOutput) -> Evaluated:
+    """The run's result and evidence, phase by phase: the transcript read, the gates
+    (and a task's verifier) run, the judge asked, the verdict scored."""
+    read = _read(context, output)
+    checked = _check(context, read)
+    judgment = _judge(context, read, checked)
+    result = _score(context, read, checked, judgment)
+    return Evaluated(result, _evidence(context, read, checked, judgment))
+
+
+def _read(context: EvaluationContext, output: AgentOutput) -> Read:
+    """The transcript phase: the agent's output parsed, its commands and interaction
+    measured, its spend held to its limits, and whether it ran at all."""
+    matrix, agent, scenario = context.matrix, context.agent, context.scenario
+    outcome, events_text = _encodable(output.outcome, output.events_text)
     transcript = parse_transcript(
         agent.transcript,
         outcome.stdout,
         events_text,
         scenario.target.command_pattern,
-        session_text=session_text,
+        session_text=output.session_text,
         stderr=outcome.stderr,
     )
-    commands = target_commands(transcript, scenario.target)
-    interaction = interaction_metrics(transcript, scenario.target, completed=outcome.completed)
     model = agent.model or transcript.model
     price = price_for(model, matrix.pricing)
-    limit = outcome.limit or crossed(matrix.limits_for(tier, scenario), spend_of(transcript, price))
-    not_started = _not_started(outcome, transcript, secrets)
+    limits = matrix.limits_for(context.tier, scenario)
+    not_started = _not_started(outcome, transcript, context.redacted)
     outage = transcript.outage or outage_of(outcome.error)
     if outage is not None:
-        not_started = f"model provider outage: {redact(outage, secrets)}"
+        not_started = f"model provider outage: {redact(outage, context.redacted)}"
+    return Read(
+        outcome=outcome,
+        events_text=events_text,
+        transcript=transcript,
+        commands=target_commands(transcript, scenario.target),
+        interaction=interaction_metrics(transcript, scenario.target, completed=outcome.completed),
+        model=model,
+        price=price,
+        limit=outcome.limit or crossed(limits, spend_of(transcript, price)),
+        outage=outage,
+        not_started=not_started,
+    )
 
-    # An agent that never ran (or whose model provider was away) has nothing to
-    # check or judge: its run is an infrastructure error, and gates that happen
-    # to pass must not look like its work.
-    gates: list[GateResult] = []
-    gate_evidence: list[GateEvidence] = []
-    judge = None
-    judge_evidence = None
-    changes, changed = "", ""
-    missing: list[str] = []
+
+def _check(context: EvaluationContext, read: Read) -> Checked:
+    """The gates phase: a task's verifier, then the gates, then what the agent changed.
+    An agent that never ran (or whose model provider was away) has nothing to check or
+    judge: its run is an infrastructure error, and gates that happen to pass must not
+    look like its work."""
+    if read.not_started is not None:
+        return Checked(read.not_started)
+    site, scenario, secrets = context.site, context.scenario, context.redacted
     verification = None
-    if not_started is None and scenario.verifier is not None:
-        verification = _verified(scenario.verifier, task, on_phase)
+    if scenario.verifier is not None:
+        verification = _verified(scenario.verifier, site.task, context.on_phase)
         if verification.error is not None:
-            not_started = verification.error
-    if not_started is None:
-        on_phase("gates")
-        runs = gate_runs(
-            scenario.evaluation.gates,
-            workspace,
-            target_commands=commands,
-            env=env,
-            enclosure=enclosure,
-        )
-        # The judge's prompt shows them.
-        gates = [redact_record(run.result, secrets) for run in runs]
-        gate_evidence = [run.evidence for run in runs]
-        on_gated(commands)
-        try:
-            after = snapshot(workspace)
-            changes = summarize_changes(workspace, prepared, after=after)
-            changed = patch(prepared, after, max_chars=int(matrix.evidence.max_run_kb * 1024))
-        except Exception as exc:  # evidence only: the agent's outcome stands without it
-            missing.append(f"{CHANGES_MISSING}{exc!r}")
-        if scenario.evaluation.judge_enabled:
-            on_phase("judge")
-            inputs = judge_inputs(matrix, scenario, outcome, transcript, changes, secrets)
-            judge, judge_evidence = judge_with(
-                matrix, scenario, inputs, gates, environ, judgments, secrets=secrets
-            )
+            return Checked(verification.error, verification)
+    context.on_phase("gates")
+    runs = gate_runs(
+        scenario.evaluation.gates,
+        site.workspace,
+        target_commands=read.commands,
+        env=site.env,
+        enclosure=site.enclosure,
+    )
+    site.on_gated(read.commands)
+    changes, changed, missing = "", "", []
+    try:
+        after = snapshot(site.workspace)
+        changes = summarize_changes(site.workspace, site.prepared, after=after)
+        max_chars = int(context.matrix.evidence.max_run_kb * 1024)
+        changed = patch(site.prepared, after, max_chars=max_chars)
+    except Exception as exc:  # evidence only: the agent's outcome stands without it
+        missing.append(f"{CHANGES_MISSING}{exc!r}")
+    return Checked(
+        None,
+        verification,
+        gates=[redact_record(run.result, secrets) for run in runs],
+        gate_evidence=[run.evidence for run in runs],
+        changes=changes,
+        patch=changed,
+        missing=missing,
+    )
 
+
+def _judge(context: EvaluationContext, read: Read, checked: Checked) -> Judgment | None:
+    """The judge phase: a judged scenario's judge on what the gates phase found."""
+    scenario = context.scenario
+    if checked.not_started is not None or not scenario.evaluation.judge_enabled:
+        return None
+    context.on_phase("judge")
+    matrix, secrets = context.matrix, context.redacted
+    inputs = judge_inputs(matrix, scenario, read, checked.changes, secrets)
+    return judge_run(judge_for(matrix, scenario, context.judging), inputs, gates=checked.gates)
+
+
+def _score(
+    context: EvaluationContext, read: Read, checked: Checked, judgment: Judgment | None
+) -> RunResult:
+    """The score phase: the RunResult with its metrics, spend and verdict."""
+    spec, outcome, transcript = context.spec, read.outcome, read.transcript
+    gates, verification = checked.gates, checked.verification
     result = RunResult(
         experiment_id=spec.experiment_id,
         run_id=spec.run_id,
         tier=spec.tier,
         scenario=spec.scenario,
         run_index=spec.run_index,
-        status=_status(outcome, transcript, limit),
-        limit=limit,
-        model=model,
+        status=_status(outcome, transcript, read.limit),
+        limit=read.limit,
+        model=read.model,
         started_at=outcome.started_at,
         ended_at=outcome.ended_at,
         duration_seconds=max(outcome.ended_at - outcome.started_at, 0.0),
         exit_code=outcome.exit_code,
-        interaction=interaction,
+        interaction=read.interaction,
         gates=gates,
         gates_passed=sum(g.passed for g in gates),
         gates_total=len(gates),
-        judge=judge,
+        judge=judgment.result if judgment is not None else None,
         transcript_format=transcript.format,
         transcript_malformed_lines=transcript.malformed_lines
         + transcript.events_file_malformed_lines,
         transcript_truncated=outcome.output_truncated,
         transcript_unfinished=not transcript.finished,
-        transcript_unrecognised=not_started is None and _wrong_format(outcome, transcript),
+        transcript_unrecognised=checked.not_started is None and _wrong_format(outcome, transcript),
     )
-    result = _with_tokens_and_cost(result, transcript, price, model)
+    result = _with_tokens_and_cost(result, transcript, read.price, read.model)
     if verification is not None:
         result.rewards = verification.rewards
     verdict = [verification.failure] if verification is not None and verification.failure else []
-    result = _with_outcome(result, matrix, scenario, outcome, transcript, secrets, verdict)
-    if not_started is not None:
-        # Nothing gated, nothing judged: no credit either (an empty gate list's rates
-        # would read as all of it).
-        result = result.model_copy(
-            update={
-                "status": RunStatus.infra_error,
-                "passed": False,
-                "pass_rate": 0.0,
-                "impl_rate": 0.0,
-                "composite_score": 0.0,
-                "layered_composite": None,
-                "cost_of_pass": None,
-                "fail_reason": not_started,
-                "outage": outage is not None,
-                "retry_after_s": transcript.retry_after_s if outage is not None else None,
-            }
-        )
-    if scenario.process is not None:
-        result.process = process_metrics(transcript.commands, scenario.process)
-    result.tokens = token_metrics(transcript.components, price)
-    evidence = RunEvidence(
-        experiment_id=spec.experiment_id,
-        run_id=spec.run_id,
+    reasons = [*_agent_reasons(result, outcome, transcript, context.redacted), *verdict]
+    result = scored(result, context.matrix, context.scenario, reasons)
+    if checked.not_started is not None:
+        result = _not_run(result, checked.not_started, read)
+    if context.scenario.process is not None:
+        result.process = process_metrics(transcript.commands, context.scenario.process)
+    result.tokens = token_metrics(transcript.components, read.price)
+    return result
+
+
+def _not_run(result: RunResult, not_started: str, read: Read) -> RunResult:
+    """Nothing gated, nothing judged: no credit either (an empty gate list's rates would
+    read as all of it)."""
+    outage = read.outage is not None
+    return result.model_copy(
+        update={
+            "status": RunStatus.infra_error,
+            "passed": False,
+            "pass_rate": 0.0,
+            "impl_rate": 0.0,
+            "composite_score": 0.0,
+            "layered_composite": None,
+            "cost_of_pass": None,
+            "fail_reason": not_started,
+            "outage": outage,
+            "retry_after_s": read.transcript.retry_after_s if outage else None,
+        }
+    )
+
+
+def _evidence(
+    context: EvaluationContext, read: Read, checked: Checked, judgment: Judgment | None
+) -> RunEvidence:
+    outcome, verification = read.outcome, checked.verification
+    capture_cut = CAPTURE_CUT.format(context.agent.max_transcript_bytes)
+    return RunEvidence(
+        experiment_id=context.spec.experiment_id,
+        run_id=context.spec.run_id,
         stdout=Excerpt.whole(outcome.stdout),
         stderr=Excerpt.whole(outcome.stderr),
-        transcript=Excerpt.whole(events_text or ""),
-        events=compact_events(transcript),
-        gates=gate_evidence,
+        transcript=Excerpt.whole(read.events_text or ""),
+        events=compact_events(read.transcript),
+        gates=checked.gate_evidence,
         verifier=verification.evidence if verification is not None else None,
-        judge=judge_evidence,
-        changes_summary=changes,
-        patch=Excerpt.whole(changed),
-        cuts=[
-            *([CAPTURE_CUT.format(agent.max_transcript_bytes)] if outcome.output_truncated else []),
-            *missing,
-        ],
+        judge=judgment.evidence if judgment is not None else None,
+        changes_summary=checked.changes,
+        patch=Excerpt.whole(checked.patch),
+        cuts=[*([capture_cut] if outcome.output_truncated else []), *checked.missing],
     )
-    return Evaluated(result, evidence)
 
 
 def _verified(verifier: Verifier, task: RunEnvironment | None, on_phase: Phase) -> Verification:
@@ -269,19 +420,13 @@ def _not_started(
 
 
 def judge_inputs(
-    matrix: Matrix,
-    scenario: Scenario,
-    outcome: AgentOutcome,
-    transcript: Transcript,
-    changes: str,
-    secrets: Sequence[str],
+    matrix: Matrix, scenario: Scenario, read: Read, changes: str, secrets: Sequence[str]
 ) -> JudgeInputs:
     """What the judge is shown of a run, redacted: kept as evidence, so that rejudge
     shows a judge the same without the agent."""
     assert matrix.judge is not None  # validated at load: a judged scenario has a judge
-    text = redact(
-        render_transcript(transcript, outcome.stdout, matrix.judge.max_transcript_chars), secrets
-    )
+    limit = matrix.judge.max_transcript_chars
+    text = redact(render_transcript(read.transcript, read.outcome.stdout, limit), secrets)
     return JudgeInputs(
         task_prompt=scenario.prompt_text(),
         transcript_text=Excerpt.whole(text),
@@ -289,32 +434,22 @@ def judge_inputs(
     )
 
 
-def judge_with(
-    matrix: Matrix,
-    scenario: Scenario,
-    inputs: JudgeInputs,
-    gates: Sequence[GateResult],
-    environ: Mapping[str, str],
-    judgments: JudgmentCache | None,
-    rubric: Rubric | None = None,
-    secrets: Sequence[str] = (),
-) -> Judgment:
-    """The matrix's judge on `inputs`: at a run's end, and again at a rejudge (which
+def judge_for(
+    matrix: Matrix, scenario: Scenario, judging: Judging, rubric: Rubric | None = None
+) -> Judge:
+    """The matrix's judge of `scenario`: at a run's end, and again at a rejudge (which
     may bring its own `rubric`, else the scenario's)."""
     config = matrix.judge
     scenario_judge = scenario.evaluation.judge
     assert config is not None and scenario_judge is not None  # validated at load
-    api_key = environ.get(config.api_key_env) if config.api_key_env else None
-    return judge_run(
+    return Judge(
         config,
         scenario_judge,
         rubric or load_rubric(scenario_judge.rubric),
-        inputs,
-        gates=gates,
-        api_key=api_key,
+        api_key=judging.environ.get(config.api_key_env) if config.api_key_env else None,
         price=price_for(config.model, matrix.pricing),
-        cache=judgments,
-        secrets=secrets,
+        cache=judging.judgments,
+        secrets=judging.secrets,
     )
 
 
@@ -339,19 +474,6 @@ def _with_tokens_and_cost(
             "cost_unknown_reason": unknown,
         }
     )
-
-
-def _with_outcome(
-    result: RunResult,
-    matrix: Matrix,
-    scenario: Scenario,
-    outcome: AgentOutcome,
-    transcript: Transcript,
-    secrets: Sequence[str],
-    verdict: Sequence[str],
-) -> RunResult:
-    reasons = [*_agent_reasons(result, outcome, transcript, secrets), *verdict]
-    return scored(result, matrix, scenario, reasons)
 
 
 def scored(

@@ -40,6 +40,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from pydantic import ValidationError
@@ -92,53 +93,58 @@ class Judgment(NamedTuple):
     evidence: JudgeEvidence
 
 
-def judge_run(
-    config: JudgeConfig,
-    scenario: ScenarioJudge,
-    rubric: Rubric,
-    inputs: JudgeInputs,
-    *,
-    gates: Sequence[GateResult],
-    api_key: str | None,
-    price: ModelPrice | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    cache: JudgmentCache | None = None,
-    secrets: Sequence[str] = (),
-) -> Judgment:
+@dataclass(frozen=True)
+class Judge:
+    """A judge as one judging asks it: the matrix's judge (`config`), the scenario's
+    threshold (`scenario`) and `rubric`, the key, the judge model's price, where answers
+    are kept (`cache`) and what is taken out of all it keeps (`secrets`; the key always)."""
+
+    config: JudgeConfig
+    scenario: ScenarioJudge
+    rubric: Rubric
+    api_key: str | None
+    price: ModelPrice | None = None
+    cache: JudgmentCache | None = None
+    secrets: Sequence[str] = ()
+    # Retry-After waits: a test keeps them instead of sleeping.
+    sleep: Callable[[float], None] = time.sleep
+
+    @property
+    def kept_out(self) -> list[str]:
+        return [self.api_key or "", *self.secrets]
+
+
+def judge_run(judge: Judge, inputs: JudgeInputs, *, gates: Sequence[GateResult]) -> Judgment:
     """Ask the judge model `config.repeats` times to score a run against the rubric.
 
     The run's score is the mean of the weighted scores; any judgment without a
     usable answer makes the whole judging an error (its noise estimate would be
-    incomplete). With `cache`, a judgment already asked (same prompt, judge,
+    incomplete). With a cache, a judgment already asked (same prompt, judge,
     prompt version and repeat index) is answered from it without a request.
-    `secrets` (with the API key) are taken out of the answers before they are kept
-    (cache, evidence): a judge may repeat what it was shown."""
+    The judge's secrets (with the API key) are taken out of the answers before they
+    are kept (cache, evidence): a judge may repeat what it was shown."""
+    config = judge.config
     evidence = JudgeEvidence(inputs=inputs)
-    if config.api_key_env is not None and not api_key:
+    if config.api_key_env is not None and not judge.api_key:
         error = f"environment variable {config.api_key_env} is not set"
         result = JudgeResult(
             model=config.model,
-            pass_threshold=scenario.pass_threshold,
+            pass_threshold=judge.scenario.pass_threshold,
             error=error,
             repeats=config.repeats,
         )
         return Judgment(result, evidence)
     prompt = build_prompt(
         config,
-        rubric,
+        judge.rubric,
         inputs.task_prompt,
         inputs.transcript_text.text,
         gates,
         inputs.changes_summary,
     )
-    calls = [
-        _judge_once(
-            config, rubric, prompt, repeat, api_key, [api_key or "", *secrets], sleep, cache
-        )
-        for repeat in range(config.repeats)
-    ]
+    calls = [_judge_once(judge, prompt, repeat) for repeat in range(config.repeats)]
     evidence.calls = [call for call, _ in calls]
-    return Judgment(_verdict(config, scenario, price, calls), evidence)
+    return Judgment(_verdict(judge, calls), evidence)
 
 
 def cache_key(config: JudgeConfig, prompt: str, repeat: int) -> str:
@@ -161,18 +167,10 @@ class _Call(NamedTuple):
     latency_ms: float | None
 
 
-def _judge_once(
-    config: JudgeConfig,
-    rubric: Rubric,
-    prompt: str,
-    repeat: int,
-    api_key: str | None,
-    secrets: Sequence[str],
-    sleep: Callable[[float], None],
-    cache: JudgmentCache | None,
-) -> tuple[JudgeCall, _Call]:
-    """One judgment, from the cache or asked; `secrets` (the key among them) are taken
-    out of everything it keeps."""
+def _judge_once(judge: Judge, prompt: str, repeat: int) -> tuple[JudgeCall, _Call]:
+    """One judgment, from the cache or asked; the judge's secrets (the key among them)
+    are taken out of everything it keeps."""
+    config, rubric, cache, secrets = judge.config, judge.rubric, judge.cache, judge.kept_out
     key = cache_key(config, prompt, repeat)
     kept = cache.get(key) if cache is not None else None
     if kept is not None:
@@ -180,7 +178,7 @@ def _judge_once(
             answer = parse_answer(kept.raw_answer, rubric)
             call = _judge_call(config, rubric, prompt, kept.raw_answer, answer, None)
             return call.model_copy(update={"cached": True}), _Call(answer, 0, 0, 0, None)
-    with _Session(config, api_key, sleep) as session:
+    with _Session(config, judge.api_key, judge.sleep) as session:
         response, raw, error = _ask_until_valid(session, config.max_attempts, prompt, rubric)
     raw = None if raw is None else redact(raw, secrets)
     if error is not None:
@@ -213,13 +211,9 @@ def _judge_call(
     )
 
 
-def _verdict(
-    config: JudgeConfig,
-    scenario: ScenarioJudge,
-    price: ModelPrice | None,
-    calls: Sequence[tuple[JudgeCall, _Call]],
-) -> JudgeResult:
+def _verdict(judge: Judge, calls: Sequence[tuple[JudgeCall, _Call]]) -> JudgeResult:
     """The run's JudgeResult from its K judgments: the mean weighted score, their spread."""
+    config, threshold, price = judge.config, judge.scenario.pass_threshold, judge.price
     failed = [
         (i, call.error) for i, (call, _) in enumerate(calls, 1) if call.weighted_score is None
     ]
@@ -241,9 +235,9 @@ def _verdict(
         response=first,
         weighted_score=weighted,
         reported_weighted_score=None if first is None else first.weighted_score,
-        pass_threshold=scenario.pass_threshold,
+        pass_threshold=threshold,
         # The epsilon keeps 0.7 from failing a 0.7 threshold as 0.69999999.
-        passed=weighted is not None and weighted >= scenario.pass_threshold - 1e-9,
+        passed=weighted is not None and weighted >= threshold - 1e-9,
         attempts=sum(c.requests for _, c in calls),
         error=error,  # redacted with each judgment's
         input_tokens=input_tokens,

@@ -6,12 +6,10 @@ status and the new gates and judge.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from pydantic import Field
 
-from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, judge_with, scored
-from core.evaluation.judge import JudgmentCache
+from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, Judging, judge_for, scored
+from core.evaluation.judge import judge_run
 from core.evaluation.verifier import REWARD_BELOW
 from core.evidence.models import JudgeInputs
 from core.matrix import Gate, JudgeConfig, Matrix, Rubric
@@ -40,17 +38,16 @@ def rejudged_matrix(matrix: Matrix, plan: RejudgePlan) -> Matrix:
 
 def rejudge_run(
     result: RunResult,
-    inputs: JudgeInputs | None,
     matrix: Matrix,
     plan: RejudgePlan,
-    environ: Mapping[str, str],
-    judgments: JudgmentCache | None,
-    secrets: Sequence[str] = (),
+    judging: Judging,
+    *,
+    inputs: JudgeInputs | None,
     gates: list[GateResult] | None = None,
 ) -> RunResult:
     """`result` with `gates` (when rescored) and judged again on `inputs` (its stored
-    JudgeInputs; None: its judge is kept) under `plan`; `secrets` are kept out of the
-    cached answers."""
+    JudgeInputs; None: its judge is kept) under `plan`; the judging's secrets are kept out
+    of the cached answers."""
     matrix = rejudged_matrix(matrix, plan)
     scenario = matrix.scenario(result.scenario)
     if gates is not None:
@@ -60,9 +57,8 @@ def rejudge_run(
         )
     judge = result.judge
     if inputs is not None:
-        judge, _ = judge_with(
-            matrix, scenario, inputs, result.gates, environ, judgments, plan.rubric, secrets
-        )
+        rejudge = judge_for(matrix, scenario, judging, plan.rubric)
+        judge = judge_run(rejudge, inputs, gates=result.gates).result
     agent = agent_reasons(result)
     before = result.model_copy(update={"judge": judge, "status": _status_before_judge(result)})
     return scored(before, matrix, scenario, agent)

@@ -107,7 +107,7 @@ class _Output:
         return chunk
 
 
-def run_shell(
+def run_shell(  # noqa: PLR0913  keyword-only options, as subprocess.Popen's: each caller names those it sets
     command: str,
     cwd: Path,
     *,

@@ -312,7 +312,7 @@ def _wait_s(failures: int, retry_after_s: float | None) -> float:
     """Seconds before the next try: the server's word, else back-off with jitter."""
     if retry_after_s is not None:
         return min(retry_after_s, MAX_WAIT_S)
-    backoff = FIRST_BACKOFF_S * 2 ** (failures - 1)
+    backoff = FIRST_BACKOFF_S * 2.0 ** (failures - 1)
     return min(backoff * (1 + JITTER * random.random()), MAX_WAIT_S)
 
 

@@ -382,8 +382,8 @@ class _Toml:
 # --- Terminal-Bench --------------------------------------------------------------------------
 
 
-def _terminal_bench(folder: Path) -> dict[str, Any]:
-    path = folder / "task.yaml"
+def _yaml_mapping(path: Path) -> tuple[yaml.Node | None, dict[str, Any]]:
+    """A task.yaml's node tree (for the lines of its keys) and its mapping."""
     text = _text(path)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -406,6 +406,12 @@ def _terminal_bench(folder: Path) -> dict[str, Any]:
         raise ConfigError(
             [ConfigProblem(file=str(path), line=1, message="expected a mapping of keys")]
         )
+    return root, data
+
+
+def _terminal_bench(folder: Path) -> dict[str, Any]:
+    path = folder / "task.yaml"
+    root, data = _yaml_mapping(path)
 
     def problem(key: str, message: str) -> ConfigError:
         line = None

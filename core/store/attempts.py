@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from core.errors import ExperimentNotFound, ExperimentPaused, RunInProgress
 from core.evidence.models import Attempt
 from core.results.report import ExperimentStatus
-from core.results.run import RunResult
+from core.results.run import RunResult, RunSpec
 from core.store import scripts
 from core.store.client import TextClient
 from core.store.keys import Keys
@@ -44,20 +44,14 @@ class Attempts:
         self._end = client.register_script(scripts.END_DELIVERY)
 
     def begin(
-        self,
-        exp_id: str,
-        run_id: str,
-        holder: str,
-        lease_s: float,
-        tier: str = "",
-        worker: str = "",
-        continues: str = "",
+        self, spec: RunSpec, holder: str, lease_s: float, *, worker: str = "", continues: str = ""
     ) -> Delivery:
-        """A delivery of a run starts: its stored result, if it has one; else the
-        delivery is counted and recorded as `worker`'s, and `holder` takes the run's
+        """A delivery of the run of `spec` starts: its stored result, if it has one; else
+        the delivery is counted and recorded as `worker`'s, and `holder` takes the run's
         lease for `lease_s`. ExperimentNotFound when the experiment has no record;
         ExperimentPaused while it is interrupted; RunInProgress while another delivery
         than `continues` holds a live lease."""
+        exp_id, run_id = spec.experiment_id, spec.run_id
         reply = self._begin(
             keys=[
                 self.keys.runs(exp_id),
@@ -67,7 +61,7 @@ class Attempts:
                 self.keys.halted(exp_id),
                 self.keys.deliveries(exp_id),
             ],
-            args=[run_id, holder, lease_s, tier, worker, continues],
+            args=[run_id, holder, lease_s, spec.tier, worker, continues],
         )
         if reply[0] == "gone":
             raise ExperimentNotFound(exp_id)

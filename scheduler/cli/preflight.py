@@ -72,7 +72,7 @@ def preflight(
         sys.exit(USAGE_ERROR)
 
 
-def run_preflight(
+def run_preflight(  # noqa: PLR0913  click passes each of the command's options as a parameter
     matrix: Matrix,
     script_file: Path | None,
     *,

@@ -63,7 +63,7 @@ from scheduler.validation import prepare
     help="First run `scheduler preflight` (its table on stderr); send nothing unless sound.",
 )
 @pass_cli
-def submit(
+def submit(  # noqa: PLR0913  click passes each of the command's options as a parameter
     cli: CLIContext,
     matrix_file: str,
     as_json: bool,

@@ -57,7 +57,7 @@ from scheduler.embedded import worker_command
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 @pass_cli
-def worker(
+def worker(  # noqa: PLR0913  click passes each of the command's options as a parameter
     cli: CLIContext,
     concurrency: int | None,
     queues: str | None,

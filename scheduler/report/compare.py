@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.analysis.group import CONFIDENCE
+from core.analysis.comparison import CONFIDENCE
 from core.results.report import Comparison, ExperimentComparison
 from scheduler.report.formatting import ALL, PASS_RATE, Table, num, pass_rate
 from scheduler.report.verdicts import TEST_COLUMNS, stratified_note, test_notes, versus

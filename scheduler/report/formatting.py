@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from core.analysis.group import CONFIDENCE
+from core.analysis.comparison import CONFIDENCE
 from core.results.report import ExperimentReport, Interval, NoInterval, Statistics, TierReport
 from core.stats.significance import wilson_interval
 

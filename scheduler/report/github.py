@@ -242,7 +242,7 @@ def _test(c: Comparison) -> list[str]:
     ]
 
 
-def _document(
+def _document(  # noqa: PLR0913  the parts of a document its two callers (report, compare) build apart
     lines: list[str],
     tiers: Table,
     scenarios: Table,

@@ -4,7 +4,7 @@ unknown costs, infrastructure errors)."""
 
 from __future__ import annotations
 
-from core.analysis.group import CONFIDENCE
+from core.analysis.comparison import CONFIDENCE
 from core.results.report import ExperimentReport
 from scheduler.report.formatting import (
     ALL,

@@ -48,7 +48,7 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
-def render(
+def render(  # noqa: PLR0913  keyword-only options of the output (the CLI's flags): each caller names those it sets
     report: ExperimentReport,
     fmt: str,
     scenario: str | None = None,

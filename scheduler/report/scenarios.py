@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from core.analysis.comparison import ALPHA
-from core.analysis.group import CONFIDENCE
+from core.analysis.comparison import ALPHA, CONFIDENCE
 from core.analysis.scenarios import too_few_for_interval
 from core.results.report import (
     ClusteredMean,

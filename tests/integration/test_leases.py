@@ -142,27 +142,27 @@ def test_a_lease_records_its_holder_and_expiry(store: Store, seconds: float) -> 
 def test_a_delivery_begins_by_counting_itself_and_taking_the_lease(store: Store) -> None:
     spec, other, third = _experiment(store)
     exp = spec.experiment_id
-    first = store.attempts.begin(exp, spec.run_id, "d1", 60)
+    first = store.attempts.begin(spec, "d1", 60)
     assert (first.stored, first.attempts, first.status) == (None, 1, ExperimentStatus.running)
     assert store.leases.live(exp) == {spec.run_id}
     store.experiments.set_status(exp, ExperimentStatus.cancelled)
     with pytest.raises(RunInProgress):  # a copy while d1's lease lives: nothing counted
-        store.attempts.begin(exp, spec.run_id, "d2", 60)
+        store.attempts.begin(spec, "d2", 60)
     # The delivery after d1's provider outage takes d1's lease over.
-    second = store.attempts.begin(exp, spec.run_id, "d2", 60, continues="d1")
+    second = store.attempts.begin(spec, "d2", 60, continues="d1")
     assert (second.attempts, second.status) == (2, ExperimentStatus.cancelled)
     assert not store.results.save(_result(spec), holder="d1")
 
     assert store.results.save(_result(spec), holder="d2")
-    late = store.attempts.begin(exp, spec.run_id, "d3", 60)
+    late = store.attempts.begin(spec, "d3", 60)
     assert late.stored == _result(spec)  # nothing counted, no lease taken
     assert store.redis.hget(store.keys.attempts(exp), spec.run_id) == "2"
     assert store.leases.live(exp) == set()
-    assert store.attempts.begin(exp, other.run_id, "d4", 60).attempts == 1
+    assert store.attempts.begin(other, "d4", 60).attempts == 1
     # A lapsed lease (its holder died) is the next delivery's.
-    assert store.attempts.begin(exp, third.run_id, "d5", 0.2).attempts == 1
+    assert store.attempts.begin(third, "d5", 0.2).attempts == 1
     time.sleep(0.3)
-    assert store.attempts.begin(exp, third.run_id, "d6", 60).attempts == 2
+    assert store.attempts.begin(third, "d6", 60).attempts == 2
 
 
 def test_runs_found_nowhere_for_long_enough_are_claimed_once(store: Store) -> None:

@@ -23,6 +23,7 @@ import redis
 from core.evidence.models import RunEvidence
 from core.files.bundle import Bundle, Manifest
 from core.results.report import ExperimentStatus
+from core.results.run import RunSpec
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, SCHEDULER, _own_unacked, shared_with_agents
 from tests.support.experiments import Cell, command_matrix, seed_experiment
@@ -209,7 +210,8 @@ def test_runs_whose_evidence_was_not_stored_are_named_not_read_as_killed(
     store = Store.from_url(redis_url, prefix=prefix)
     exp_id = seed_experiment(store, tmp_path, {("T0", "s1"): Cell((True, False, True))})
     run_id = f"{exp_id}:T0:s1:1"
-    store.attempts.begin(exp_id, run_id, "d1", 60, tier="T0", worker="w1")  # its delivery
+    spec = RunSpec(experiment_id=exp_id, run_id=run_id, tier="T0", scenario="s1", run_index=1)
+    store.attempts.begin(spec, "d1", 60, worker="w1")  # its delivery
     try:
         assert store.reports.get(exp_id).evidence_missing == 0  # type: ignore[union-attr]
         store.redis.hdel(store.keys.evidence(exp_id), run_id)

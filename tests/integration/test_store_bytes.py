@@ -71,5 +71,5 @@ def test_a_result_is_stored_without_its_defaults_and_read_back_equal(store: Stor
     assert store.results.get(spec.experiment_id, spec.run_id) == result
     assert store.results.all(spec.experiment_id) == [result]
     # A second delivery finds the stored result, whole.
-    delivery = store.attempts.begin(spec.experiment_id, spec.run_id, "late-holder", 60)
+    delivery = store.attempts.begin(spec, "late-holder", 60)
     assert delivery.stored == result

@@ -56,7 +56,7 @@ class SpendWatch:
         return self.reason
 
 
-def run_command_agent(
+def run_command_agent(  # noqa: PLR0913  the run's parts its agent needs, which a delivery and the preflight hold apart
     agent: AgentConfig,
     run_dir: RunDir,
     env: Mapping[str, str],

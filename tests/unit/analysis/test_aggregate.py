@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.matrix import Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
 from core.results.run import InteractionMetrics, ProcessMetrics, RunResult, RunStatus
@@ -29,7 +29,7 @@ def _info(tiers: list[str], scenarios: list[str] | None = None) -> ExperimentInf
 
 
 def _report(runs: list[RunResult], tiers: list[str]) -> ExperimentReport:
-    return aggregate(_info(tiers), runs, baseline=tiers[0], scoring=SCORING)
+    return aggregate(_info(tiers), runs, ReportSettings(baseline=tiers[0], scoring=SCORING))
 
 
 # --- ProjectScylla's examples ---------------------------------------------------------------
@@ -185,7 +185,7 @@ def test_no_known_cost_leaves_cost_of_pass_unknown() -> None:
 def test_custom_grade_scale() -> None:
     scoring = Scoring(grades={"good": 0.9, "meh": 0.5, "bad": 0.0})
     runs = [make_run(impl=0.4)]  # composite 0.7
-    report = aggregate(_info(["T0"]), runs, baseline="T0", scoring=scoring)
+    report = aggregate(_info(["T0"]), runs, ReportSettings(baseline="T0", scoring=scoring))
     assert report.tiers["T0"].grade == "meh"
     assert report.tiers["T0"].scenarios["s1"].grade == "meh"
 
@@ -199,7 +199,9 @@ def test_tier_by_scenario_breakdown() -> None:
         make_run(scenario="s1", index=1),
         make_run(scenario="s2", index=0, passed=False, impl=0.0),
     ]
-    report = aggregate(_info(["T0"], ["s1", "s2"]), runs, baseline="T0", scoring=SCORING)
+    report = aggregate(
+        _info(["T0"], ["s1", "s2"]), runs, ReportSettings(baseline="T0", scoring=SCORING)
+    )
     tier = report.tiers["T0"]
     assert list(tier.scenarios) == ["s1", "s2"]
     assert tier.scenarios["s1"].pass_rate.mean == 1.0
@@ -219,10 +221,7 @@ def test_orders_put_unlisted_tiers_and_scenarios_last_sorted() -> None:
     report = aggregate(
         _info(["T0"]),
         runs,
-        baseline="T0",
-        scoring=SCORING,
-        tier_order=["T0"],
-        scenario_order=["s1"],
+        ReportSettings(baseline="T0", scoring=SCORING, tier_order=["T0"], scenario_order=["s1"]),
     )
     assert list(report.tiers) == ["T0", "T5", "T9"]
     assert list(report.tiers["T0"].scenarios) == ["s1", "aa", "zz"]
@@ -294,16 +293,21 @@ def _varied_runs() -> list[RunResult]:
 def test_same_runs_in_any_order_give_identical_json() -> None:
     runs = _varied_runs()
     info = _info(["T0", "T1", "T2"], ["s1", "s2"])
-    first = aggregate(info, runs, baseline="T1", scoring=SCORING).model_dump_json()
+    first = aggregate(info, runs, ReportSettings(baseline="T1", scoring=SCORING)).model_dump_json()
     shuffled = runs[:]
     random.Random(1).shuffle(shuffled)
-    assert aggregate(info, shuffled, baseline="T1", scoring=SCORING).model_dump_json() == first
+    assert (
+        aggregate(info, shuffled, ReportSettings(baseline="T1", scoring=SCORING)).model_dump_json()
+        == first
+    )
 
 
 def test_report_json_round_trip() -> None:
     runs = [*_varied_runs(), make_run("T3", passed=False, impl=0.0)]
     report = aggregate(
-        _info(["T0", "T1", "T2", "T3"], ["s1", "s2"]), runs, baseline="T0", scoring=SCORING
+        _info(["T0", "T1", "T2", "T3"], ["s1", "s2"]),
+        runs,
+        ReportSettings(baseline="T0", scoring=SCORING),
     )
     text = report.model_dump_json()
     loaded = ExperimentReport.model_validate_json(text)
@@ -313,7 +317,7 @@ def test_report_json_round_trip() -> None:
 
 def test_aggregate_leaves_other_experiment_fields_alone() -> None:
     info = _info(["T0"]).model_copy(update={"finished_at": 5.0, "total_runs": 99})
-    report = aggregate(info, [make_run()], baseline="T0", scoring=SCORING)
+    report = aggregate(info, [make_run()], ReportSettings(baseline="T0", scoring=SCORING))
     assert report.experiment.finished_at == 5.0
     assert report.experiment.total_runs == 99
     assert report.experiment.completed_runs == 1
@@ -363,7 +367,9 @@ def test_rewards_per_tier_and_scenario_with_a_missing_one_counted_zero() -> None
         # Kept out like every infrastructure error.
         make_run(scenario="s2", index=1, status=RunStatus.infra_error, rewards={"reward": 1.0}),
     ]
-    tier = aggregate(_info(["T0"], ["s1", "s2"]), runs, baseline="T0", scoring=SCORING).tiers["T0"]
+    tier = aggregate(
+        _info(["T0"], ["s1", "s2"]), runs, ReportSettings(baseline="T0", scoring=SCORING)
+    ).tiers["T0"]
     assert list(tier.rewards) == ["correct", "reward", "style"]
     correct = tier.rewards["correct"]
     assert (correct.stats.count, correct.stats.mean) == (3, pytest.approx(1 / 3))

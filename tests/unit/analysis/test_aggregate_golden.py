@@ -20,7 +20,7 @@ import random
 
 import pytest
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.matrix import Budget, Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
 from core.results.run import (
@@ -139,10 +139,12 @@ def report() -> ExperimentReport:
     return aggregate(
         info,
         runs(),
-        baseline="T0",
-        scoring=Scoring(pass_weight=0.4, impl_weight=0.6),
-        correction="bh",
-        budget=Budget(agent_usd=100.0, judge_usd=1.0),
+        ReportSettings(
+            baseline="T0",
+            scoring=Scoring(pass_weight=0.4, impl_weight=0.6),
+            correction="bh",
+            budget=Budget(agent_usd=100.0, judge_usd=1.0),
+        ),
     )
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.analysis.columns import Group
 from core.analysis.comparison import Row, compare, correct_report, correct_rows
 from core.matrix import Scoring
@@ -71,7 +71,7 @@ def _report(runs: list[RunResult], scenarios: list[str]) -> ExperimentReport:
     info = ExperimentInfo(
         id="e", name="n", created_at=0.0, tiers=["T0", "T1", "T2"], scenarios=scenarios
     )
-    return aggregate(info, runs, baseline="T0", scoring=Scoring())
+    return aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
 
 
 def test_a_lone_scenario_is_its_tiers_test_and_counts_once() -> None:

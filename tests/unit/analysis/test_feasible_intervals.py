@@ -9,7 +9,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.analysis.comparison import compare_experiments
 from core.matrix import Scoring
 from core.results.report import ExperimentInfo, NoInterval
@@ -42,7 +42,7 @@ def test_every_interval_lies_in_its_range(
     design: tuple[ExperimentInfo, list[RunResult]], other: tuple[ExperimentInfo, list[RunResult]]
 ) -> None:
     info, runs = design
-    report = aggregate(info, runs, baseline="T0", scoring=Scoring())
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
     assert impossible_in_json(json.loads(render(report, "json"))) == []
     for fmt in ("table", "markdown", "github", "csv"):
         assert impossible_printed(render(report, fmt, width=250)) == [], fmt

@@ -9,7 +9,7 @@ import statistics
 import pytest
 from scipy import stats
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.analysis.columns import Group
 from core.analysis.comparison import compare, compare_experiments
 from core.analysis.group import MAX_CALLS_TRACKED, analyse, context_by_call
@@ -140,7 +140,7 @@ def test_aggregate_tests_each_tier_and_scenario_against_the_baseline() -> None:
     info = ExperimentInfo(
         id="exp", name="n", created_at=0.0, tiers=["T0", "T1"], scenarios=["a", "b"]
     )
-    report = aggregate(info, runs, baseline="T0", scoring=Scoring())
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
     assert report.tiers["T0"].analysis.vs_baseline is None
     assert report.tiers["T0"].scenarios["a"].analysis.vs_baseline is None
     t1 = report.tiers["T1"]
@@ -157,6 +157,8 @@ def test_aggregate_tests_each_tier_and_scenario_against_the_baseline() -> None:
     assert report.tiers["T0"].analysis.flaky_scenarios == ["a", "b"]
     # Pure and deterministic: any order of the runs, the same report byte for byte.
     shuffled = aggregate(
-        info, random.Random(5).sample(runs, len(runs)), baseline="T0", scoring=Scoring()
+        info,
+        random.Random(5).sample(runs, len(runs)),
+        ReportSettings(baseline="T0", scoring=Scoring()),
     )
     assert shuffled.model_dump_json() == report.model_dump_json()

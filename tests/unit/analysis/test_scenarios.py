@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.analysis.comparison import compare_experiments, correct_report
 from core.matrix import Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
@@ -35,7 +35,7 @@ def _report(passes: dict[str, Sequence[int]], runs: int = RUNS) -> ExperimentRep
         for i in range(runs)
     ]
     info = ExperimentInfo(id="e", name="n", created_at=0.0, tiers=list(passes), scenarios=scenarios)
-    return aggregate(info, made, baseline="T0", scoring=Scoring())
+    return aggregate(info, made, ReportSettings(baseline="T0", scoring=Scoring()))
 
 
 def test_only_tier_rows_with_two_scenarios_get_the_figures() -> None:
@@ -171,7 +171,7 @@ def test_a_tier_without_counted_runs_has_nothing_to_compare() -> None:
     info = ExperimentInfo(
         id="e", name="n", created_at=0.0, tiers=["T0", "T1"], scenarios=["s1", "s2"]
     )
-    empty = aggregate(info, [*baseline, *broken], baseline="T0", scoring=Scoring())
+    empty = aggregate(info, [*baseline, *broken], ReportSettings(baseline="T0", scoring=Scoring()))
     t1 = empty.tiers["T1"].analysis
     assert (t1.pass_rate_clustered, t1.across_scenarios) == (None, None)
 

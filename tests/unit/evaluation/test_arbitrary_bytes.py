@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.evaluation.evaluate import evaluate_run
+from core.evaluation.evaluate import AgentOutput, EvaluationContext, GateSite, evaluate_run
 from core.evidence.caps import bounded
 from core.files.changes import snapshot
 from core.matrix import load_matrix
@@ -137,15 +137,10 @@ def test_any_bytes_a_run_leaves_give_the_outcome_its_gates_give(
         )
         spec = RunSpec(experiment_id="e", run_id="e:T0:s:0", tier="T0", scenario="s", run_index=0)
 
-        evaluated = evaluate_run(
-            spec,
-            matrix,
-            workspace,
-            outcome,
-            events_text="\n".join(events) + "\n",
-            environ={},
-            prepared=prepared,
+        context = EvaluationContext(
+            spec, matrix, GateSite(workspace, prepared=prepared), environ={}
         )
+        evaluated = evaluate_run(context, AgentOutput(outcome, "\n".join(events) + "\n"))
 
     result = evaluated.result
     passes = gate_passes and leaves_out_txt
@@ -174,8 +169,9 @@ def test_changes_that_cannot_be_built_are_missing_evidence_and_the_outcome_stand
     spec = RunSpec(experiment_id="e", run_id="e:T0:s:0", tier="T0", scenario="s", run_index=0)
     (workspace / "gate-output.bin").write_bytes(b"")
 
+    outcome = AgentOutcome(exit_code=0, started_at=now - 1, ended_at=now)
     evaluated = evaluate_run(
-        spec, matrix, workspace, AgentOutcome(exit_code=0, started_at=now - 1, ended_at=now)
+        EvaluationContext(spec, matrix, GateSite(workspace)), AgentOutput(outcome)
     )
 
     assert (evaluated.result.status, evaluated.result.passed) == (RunStatus.completed, True)

@@ -24,11 +24,11 @@ USER = RunAs(2_000_000_001, 2_000_000_001)
 OTHER = RunAs(2_000_000_002, 2_000_000_002)
 
 
-def _status(fields: tuple[str, ...]) -> dict[str, str]:
+def _status(fields: tuple[str, ...]) -> dict[str, list[str]]:
     with USER.this_thread():
         done = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True)
     lines = (line.split(":", 1) for line in done.stdout.splitlines())
-    return {name: value.split() for name, value in lines if name in fields}  # type: ignore[misc]
+    return {name: value.split() for name, value in lines if name in fields}
 
 
 def test_a_command_started_as_the_user_is_the_users_whole_with_no_way_back() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from core.evaluation.evaluate import evaluate_run
+from core.evaluation.evaluate import AgentOutput, EvaluationContext, GateSite, evaluate_run
 from core.matrix import load_matrix
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.results.transcript import AgentOutcome
@@ -141,16 +141,14 @@ def evaluate(
     lines = [e if isinstance(e, str) else json.dumps(e) for e in agent_events]
     ws, env = workspace
     phases: list[str] = []
-    result = evaluate_run(
+    context = EvaluationContext(
         spec,
         matrix,
-        ws,
-        agent_outcome,
-        events_text="\n".join(lines) + "\n",
-        env=env,
+        GateSite(ws, env=env),
         environ={"TEST_JUDGE_KEY": "sk-test-secret-123456"},
         on_phase=phases.append,
-    ).result
+    )
+    result = evaluate_run(context, AgentOutput(agent_outcome, "\n".join(lines) + "\n")).result
     return result, phases
 
 

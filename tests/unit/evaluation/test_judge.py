@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import AnswerError
-from core.evaluation.judge import build_prompt, clip_middle, fence, judge_run, parse_answer
+from core.evaluation.judge import (
+    Judge,
+    build_prompt,
+    clip_middle,
+    fence,
+    judge_run,
+    parse_answer,
+)
 from core.evidence.models import Excerpt, JudgeInputs
 from core.llm.client import MAX_RESPONSE_BYTES
 from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge, load_rubric
@@ -77,9 +84,14 @@ def judge(
         **config,
     }
     return judge_run(
-        JudgeConfig(**settings),
-        scenario,
-        rubric,
+        Judge(
+            JudgeConfig(**settings),
+            scenario,
+            rubric,
+            api_key=api_key,
+            price=ModelPrice(input=0.15, output=0.6),
+            sleep=(sleeps if sleeps is not None else []).append,
+        ),
         JudgeInputs(
             task_prompt="Create three notes about Rust.",
             transcript_text=Excerpt.whole("$ my-tool create --title Ownership\ncreated n1\n"),
@@ -95,9 +107,6 @@ def judge(
                 message="$: len 1 fails len >= 3",
             )
         ],
-        api_key=api_key,
-        price=ModelPrice(input=0.15, output=0.6),
-        sleep=(sleeps if sleeps is not None else []).append,
     ).result
 
 
@@ -312,16 +321,18 @@ def test_429_wait_really_happens(scenario: ScenarioJudge, rubric: Rubric) -> Non
     with LLMStub(script) as stub:
         started = time.monotonic()
         result, _ = judge_run(
-            JudgeConfig(base_url=stub.base_url, api_key_env=None),
-            scenario,
-            rubric,
+            Judge(
+                JudgeConfig(base_url=stub.base_url, api_key_env=None),
+                scenario,
+                rubric,
+                api_key=None,
+            ),
             JudgeInputs(
                 task_prompt="t",
                 transcript_text=Excerpt.whole(""),
                 changes_summary="",
             ),
             gates=[],
-            api_key=None,
         )
     assert result.error is None
     assert time.monotonic() - started >= 1.0
@@ -424,17 +435,13 @@ def test_unreachable_server(scenario: ScenarioJudge, rubric: Rubric) -> None:
         port = sock.getsockname()[1]
     config = JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", max_attempts=2)
     result, _ = judge_run(
-        config,
-        scenario,
-        rubric,
+        Judge(config, scenario, rubric, api_key=KEY, sleep=lambda _: None),
         JudgeInputs(
             task_prompt="t",
             transcript_text=Excerpt.whole(""),
             changes_summary="",
         ),
         gates=[],
-        api_key=KEY,
-        sleep=lambda _: None,
     )
     assert result.error is not None
     assert result.error.startswith("connection failed after 2 attempts")
@@ -443,17 +450,13 @@ def test_unreachable_server(scenario: ScenarioJudge, rubric: Rubric) -> None:
 def test_unusable_base_url_is_not_retried(scenario: ScenarioJudge, rubric: Rubric) -> None:
     config = JudgeConfig(base_url="judge.example/v1", api_key_env=None)
     result, _ = judge_run(
-        config,
-        scenario,
-        rubric,
+        Judge(config, scenario, rubric, api_key=None, sleep=lambda _: None),
         JudgeInputs(
             task_prompt="t",
             transcript_text=Excerpt.whole(""),
             changes_summary="",
         ),
         gates=[],
-        api_key=None,
-        sleep=lambda _: None,
     )
     assert result.attempts == 1
     assert result.error is not None
@@ -506,16 +509,18 @@ def test_long_transcript_keeps_head_and_tail(scenario: ScenarioJudge, rubric: Ru
     transcript = "HEAD" + "x" * 5000 + "TAIL"
     with LLMStub([reply(content=answer())]) as stub:
         judge_run(
-            JudgeConfig(base_url=stub.base_url, api_key_env=None, max_transcript_chars=1000),
-            scenario,
-            rubric,
+            Judge(
+                JudgeConfig(base_url=stub.base_url, api_key_env=None, max_transcript_chars=1000),
+                scenario,
+                rubric,
+                api_key=None,
+            ),
             JudgeInputs(
                 task_prompt="t",
                 transcript_text=Excerpt.whole(transcript),
                 changes_summary="",
             ),
             gates=[],
-            api_key=None,
         )
     prompt = conversation(stub, 0)[0]["content"]
     assert "HEAD" in prompt and "TAIL" in prompt

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from core.evaluation.judge import Judgment, judge_run
+from core.evaluation.judge import Judge, Judgment, judge_run
 from core.evidence.models import Excerpt, JudgeInputs
 from core.matrix import JudgeConfig, Rubric, ScenarioJudge, load_rubric
 from core.store import Store
@@ -44,14 +44,11 @@ def judged(
     **config: Any,
 ) -> Judgment:
     settings: dict[str, Any] = {"base_url": stub.base_url, "api_key_env": None, **config}
+    judge = JudgeConfig(model=settings.pop("model", "judge-mini"), **settings)
     return judge_run(
-        JudgeConfig(model=settings.pop("model", "judge-mini"), **settings),
-        scenario,
-        rubric,
+        Judge(judge, scenario, rubric, api_key=None, cache=cache),
         JudgeInputs(task_prompt="Create a note.", transcript_text=Excerpt.whole(transcript)),
         gates=[],
-        api_key=None,
-        cache=cache,
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.matrix import Scoring
 from core.metrics import formulas
 from core.results.report import CrossTierResult, ExperimentInfo, ExperimentReport
@@ -34,7 +34,7 @@ def _runs(spec: Mapping[str, tuple[list[tuple[bool, float]], float | None]]) -> 
 
 def _report(runs: list[RunResult], tiers: list[str]) -> ExperimentReport:
     info = ExperimentInfo(id="exp", name="x", created_at=0.0, tiers=tiers, scenarios=["s1"])
-    return aggregate(info, runs, baseline=tiers[0], scoring=Scoring())
+    return aggregate(info, runs, ReportSettings(baseline=tiers[0], scoring=Scoring()))
 
 
 def test_hand_computed_example() -> None:

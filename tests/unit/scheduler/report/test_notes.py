@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.matrix import Scoring
 from core.results.report import ExperimentInfo
 from core.results.run import InteractionMetrics, RunResult, RunStatus
@@ -32,7 +32,7 @@ def run(index: int, *, approximate: bool, cost: float | None) -> RunResult:
 def test_reports_say_when_exit_codes_are_approximate_and_costs_unknown(fmt: str) -> None:
     runs = [run(0, approximate=True, cost=None), run(1, approximate=False, cost=0.5)]
     info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=2)
-    report = aggregate(info, runs, baseline="T0", scoring=Scoring())
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
     assert report.tiers["T0"].approximate_exit_code_runs == 1
     text = render(report, fmt)
     assert "exit codes are approximate for 1 runs" in text
@@ -42,7 +42,9 @@ def test_reports_say_when_exit_codes_are_approximate_and_costs_unknown(fmt: str)
 def test_exact_reports_carry_no_caveats() -> None:
     info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=1)
     report = aggregate(
-        info, [run(0, approximate=False, cost=0.1)], baseline="T0", scoring=Scoring()
+        info,
+        [run(0, approximate=False, cost=0.1)],
+        ReportSettings(baseline="T0", scoring=Scoring()),
     )
     text = render(report, "markdown")
     assert "approximate" not in text and "cost unknown" not in text
@@ -59,7 +61,7 @@ def test_a_perfect_median_over_failed_runs_is_noted(fmt: str) -> None:
     # Weighted on implementation only, failed runs can score the best composite too.
     runs = [_scored(i, i < 2, 1.0) for i in range(3)]
     info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=3)
-    report = aggregate(info, runs, baseline="T0", scoring=Scoring(pass_weight=0.0))
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring(pass_weight=0.0)))
     text = render(report, fmt, width=300)
     assert "T0: the median composite is 1.000 (grade A) although 1 of 3 counted runs failed" in text
 
@@ -67,10 +69,14 @@ def test_a_perfect_median_over_failed_runs_is_noted(fmt: str) -> None:
 def test_no_note_when_the_median_is_below_the_best_or_every_run_passed() -> None:
     info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=3)
     below = aggregate(
-        info, [_scored(i, i < 2, 0.9) for i in range(3)], baseline="T0", scoring=Scoring()
+        info,
+        [_scored(i, i < 2, 0.9) for i in range(3)],
+        ReportSettings(baseline="T0", scoring=Scoring()),
     )
     flawless = aggregate(
-        info, [_scored(i, True, 1.0) for i in range(3)], baseline="T0", scoring=Scoring()
+        info,
+        [_scored(i, True, 1.0) for i in range(3)],
+        ReportSettings(baseline="T0", scoring=Scoring()),
     )
     for report in (below, flawless):
         assert "the median composite is" not in render(report, "markdown")

@@ -8,7 +8,7 @@ import os
 import re
 import zlib
 
-from core.analysis.aggregate import aggregate
+from core.analysis.aggregate import ReportSettings, aggregate
 from core.evidence.models import Excerpt, RunEvidence
 from core.matrix import Scoring
 from core.results.report import ExperimentInfo, ExperimentReport
@@ -23,7 +23,7 @@ HOSTILE = 'x <script>alert("1")</script> | & y'
 
 def _report(runs: list[RunResult], name: str = HOSTILE) -> ExperimentReport:
     info = ExperimentInfo(id="e1", name=name, created_at=0.0, tiers=["T0", "T1"], scenarios=["s"])
-    return aggregate(info, runs, baseline="T0", scoring=Scoring())
+    return aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
 
 
 def _stored(evidence: RunEvidence) -> bytes:
@@ -132,7 +132,9 @@ def test_an_experiment_without_results_renders_everywhere() -> None:
 
 def test_github_format_of_a_lone_tier_says_there_is_nothing_to_compare() -> None:
     info = ExperimentInfo(id="e1", name="n", created_at=0.0, tiers=["T0"], scenarios=["s"])
-    report = aggregate(info, [_run("T0", 0, True)], baseline="T0", scoring=Scoring())
+    report = aggregate(
+        info, [_run("T0", 0, True)], ReportSettings(baseline="T0", scoring=Scoring())
+    )
     first = render(report, "github").splitlines()[0]
     assert first == "**⚪ T0 is the only tier: no test against a baseline**"
 

@@ -1,0 +1,60 @@
+"""core.store.evidence: a run's evidence, compressed in Redis or as a file of an
+artifacts folder, within the experiment's cap (past it, the minimal evidence)."""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+from pathlib import Path
+
+import pytest
+
+from core.errors import ExperimentNotFound
+from core.evidence.models import Excerpt, RunEvidence
+from core.store import Store
+from core.store.evidence import FILE_POINTER, evidence_file
+from tests.support.records import record_experiment
+
+
+def _evidence(exp_id: str, run_id: str, stdout: str = "out") -> RunEvidence:
+    return RunEvidence(experiment_id=exp_id, run_id=run_id, stdout=Excerpt.whole(stdout))
+
+
+def test_evidence_is_kept_whole_until_the_cap_then_minimal(store: Store) -> None:
+    info, specs = record_experiment(store)
+    whole = _evidence(info.id, specs[0].run_id)
+    saved = store.evidence.save(whole, cap_bytes=10_000)
+    assert saved.kept == "whole" and saved.bytes > 0
+    big = _evidence(info.id, specs[1].run_id, secrets.token_hex(20_000))  # incompressible
+    small = _evidence(info.id, specs[1].run_id, "cut")
+    assert store.evidence.save(big, minimal=small, cap_bytes=10_000).kept == "minimal"
+    assert store.evidence.get(info.id, specs[1].run_id) == small
+    assert store.evidence.get(info.id, specs[0].run_id) == whole
+    assert store.evidence.count(info.id) == 2
+    counted = store.redis.hget(store.keys.experiment(info.id), "evidence_bytes")
+    assert int(counted or 0) == saved.bytes + len(
+        zlib.compress(small.model_dump_json().encode(), 6)
+    )
+
+
+def test_evidence_in_a_folder_is_read_through_its_pointer(store: Store, tmp_path: Path) -> None:
+    info, specs = record_experiment(store)
+    evidence = _evidence(info.id, specs[0].run_id)
+    saved = store.evidence.save(evidence, folder=tmp_path)
+    assert saved.path == evidence_file(tmp_path, info.id, specs[0].run_id) and saved.path.is_file()
+    raw = store.binary.hget(store.keys.evidence(info.id), specs[0].run_id)
+    assert raw == FILE_POINTER + str(saved.path).encode()
+    assert store.evidence.get(info.id, specs[0].run_id) == evidence
+    assert store.evidence.blobs(info.id) == {specs[0].run_id: saved.path.read_bytes()}
+    assert store.evidence.files(info.id) == [saved.path]
+    saved.path.unlink()
+    with pytest.raises(OSError):
+        store.evidence.get(info.id, specs[0].run_id)
+
+
+def test_no_evidence_is_written_for_a_deleted_experiment(store: Store) -> None:
+    info, specs = record_experiment(store)
+    store.redis.delete(store.keys.experiment(info.id))
+    with pytest.raises(ExperimentNotFound):
+        store.evidence.save(_evidence(info.id, specs[0].run_id))
+    assert store.evidence.count(info.id) == 0

@@ -1,0 +1,40 @@
+"""core.store.retention: an experiment removed whole (its chords' Celery keys and its
+evidence files with it), what each takes, which are older than a date."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.evidence.models import RunEvidence
+from core.store import Store
+from core.store.retention import created_before, delete_experiment, experiment_keys, stored_bytes
+from tests.support.records import record_experiment, result_of
+
+
+def test_an_experiment_goes_whole_and_its_neighbour_stays(store: Store, tmp_path: Path) -> None:
+    gone, specs = record_experiment(store)
+    kept, kept_specs = record_experiment(store)
+    store.results.save(result_of(specs[0]))
+    store.results.save(result_of(kept_specs[0]))
+    saved = store.evidence.save(
+        RunEvidence(experiment_id=gone.id, run_id=specs[0].run_id), folder=tmp_path
+    )
+    store.experiments.note_chord(gone.id, "g1")
+    chord = store.keys.chord("g1")
+    store.redis.set(chord[0], "meta")
+    assert set(experiment_keys(store, gone.id)) >= {chord[0], store.keys.runs(gone.id)}
+    deleted = delete_experiment(store, gone.id)
+    assert deleted.files == 1 and deleted.unreachable == [] and deleted.keys >= 4
+    assert saved.path is not None and not saved.path.parent.exists()
+    assert experiment_keys(store, gone.id) == []
+    assert not store.redis.exists(chord[0])
+    assert [i.id for i in store.experiments.all()] == [kept.id]
+    assert store.results.all(kept.id) == [result_of(kept_specs[0])]
+
+
+def test_sizes_and_ages_per_experiment(store: Store) -> None:
+    old, _ = record_experiment(store, created_at=100.0)
+    new, _ = record_experiment(store, created_at=200.0)
+    sizes = stored_bytes(store)
+    assert set(sizes) == {old.id, new.id} and all(size > 0 for size in sizes.values())
+    assert list(created_before(store, 200.0)) == [old.id]
