@@ -26,14 +26,16 @@ from core.errors import (
     InputError,
     LostInRestart,
 )
-from core.matrix import Matrix, did_you_mean
 from core.store import Store
-from scheduler.embedded import EmbeddedRedis, LocalWorkers
 from worker.broker import STATE_DIR
-from worker.sending import configured_queue, run_queues
 
+# Not imported until used: reading a finished experiment needs neither the matrix's
+# models, nor Celery, nor the embedded Redis's code (on a shared broker).
 if TYPE_CHECKING:
     from celery import Celery
+
+    from core.matrix import Matrix
+    from scheduler.embedded import EmbeddedRedis, LocalWorkers
 
 
 class Fleet:
@@ -59,7 +61,7 @@ class Fleet:
     ):
         self.broker_url = configured_broker(broker)  # BrokerURLError now, not at first use
         self.create = create
-        self.queue = queue or configured_queue()
+        self._queue = queue
         self.console = console or Console(quiet=True)
         self._cleanup = contextlib.ExitStack()
         self._store: Store | None = None
@@ -77,6 +79,15 @@ class Fleet:
     def close(self) -> None:
         """Stop what this Fleet started (local workers, the embedded Redis)."""
         self._cleanup.close()
+
+    @property
+    def queue(self) -> str:
+        """Where runs without a queue of their own go."""
+        if self._queue is None:
+            from worker.sending import configured_queue
+
+            self._queue = configured_queue()
+        return self._queue
 
     @property
     def shared(self) -> bool:
@@ -116,6 +127,8 @@ class Fleet:
         # Callers ask only in embedded mode (not `shared`): a shared fleet's workers run
         # elsewhere.
         assert self._embedded is not None
+        from scheduler.embedded import LocalWorkers
+
         local = LocalWorkers(self._embedded, concurrency or os.cpu_count() or 1, queues)
         local.nudge = lambda: self._wake(local.hostname)
         self.workers = self._cleanup.enter_context(local)
@@ -137,6 +150,8 @@ class Fleet:
     def queues(self, matrix: Matrix) -> list[str]:
         """What local workers consume: the default queue first, then every queue the
         matrix names."""
+        from worker.sending import run_queues
+
         return [self.queue, *sorted(run_queues(matrix, self.queue) - {self.queue})]
 
     def has_experiment(self, exp_id: str) -> bool:
@@ -162,6 +177,8 @@ class Fleet:
         except (ExperimentLost, LostInRestart):
             raise
         except ExperimentNotFound:
+            from core.matrix import did_you_mean
+
             known = self.store.experiments.recent_ids()
             raise ExperimentNotFound(experiment, did_you_mean(experiment, known)) from None
         return experiment
@@ -182,6 +199,8 @@ class Fleet:
                 "no broker given and no embedded store in this folder (./.evalfleet); "
                 "pass --broker URL or run `scheduler submit` here first"
             )
+        from scheduler.embedded import EmbeddedRedis
+
         self._embedded = self._cleanup.enter_context(EmbeddedRedis())
         self._url = self._embedded.url
         return Store.from_url(self._url)

@@ -20,10 +20,10 @@ from core.files.bundle import Bundle, collect
 from core.matrix import Artifacts, Budget, ConfigProblem, Matrix, Scenario, load_matrix, task_format
 from core.metrics.pricing import price_for
 from core.results.run import RunResult
+from core.stats.choices import PLANNING_ICC
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
     MOST_PLANNED,
-    PLANNING_ICC,
     PLANNING_POWER,
     PLANNING_RATE,
     PLANNING_TARGET,

@@ -15,9 +15,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from core.matrix import AgentConfig
 from worker import procfs
+
+if TYPE_CHECKING:  # the CLI's option parsing imports this module: no models for it
+    from core.matrix import AgentConfig
 
 log = logging.getLogger(__name__)
 

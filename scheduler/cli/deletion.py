@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from core.errors import InputError
-from core.store.retention import Deleted
 from scheduler.cli.context import CLIContext, err, pass_cli, size
 from scheduler.cli.options import broker_option
-from scheduler.deletion import deletable, expired
-from scheduler.deletion import delete as delete_experiment
+
+if TYPE_CHECKING:
+    from core.store.retention import Deleted
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 force_option = click.option(
@@ -38,6 +39,9 @@ def delete(cli: CLIContext, experiment: str, yes: bool, force: bool) -> None:
       scheduler delete notes-guidance-20261122-101500-ab12
       scheduler delete notes-guidance-20261122-101500-ab12 --yes     # in a script
     """
+    from scheduler.deletion import deletable
+    from scheduler.deletion import delete as delete_experiment
+
     fleet = cli.fleet()
     doomed = deletable(fleet, experiment, force=force)
     _confirm(
@@ -79,6 +83,9 @@ def prune(cli: CLIContext, age: float, dry_run: bool, yes: bool, force: bool) ->
       scheduler prune --older-than 30d --dry-run
       scheduler prune --older-than 30d --yes      # e.g. a nightly job
     """
+    from scheduler.deletion import delete as delete_experiment
+    from scheduler.deletion import expired
+
     fleet = cli.fleet()
     found = expired(fleet, age, force=force)
     for exp_id, running in found.kept.items():

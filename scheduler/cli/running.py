@@ -7,7 +7,6 @@ import sys
 
 import click
 
-from core.results.report import ExperimentStatus
 from scheduler.cli.context import (
     USAGE_ERROR,
     CLIContext,
@@ -25,15 +24,6 @@ from scheduler.cli.options import (
     wait_option,
     workers_option,
 )
-from scheduler.cli.preflight import run_preflight
-from scheduler.experiments import evidence_blobs, iter_runs
-from scheduler.plan import new_experiment_id
-from scheduler.report.render import render
-from scheduler.running import cancel as cancel_experiment
-from scheduler.running import resume as resume_experiment
-from scheduler.running import submit as submit_experiment
-from scheduler.running import wait
-from scheduler.validation import prepare
 
 
 @click.command()
@@ -94,6 +84,11 @@ def submit(
       scheduler submit matrix.yaml --broker URL --allow-missing-keys  # workers hold the keys
       scheduler submit matrix.yaml --preflight      # each tier x scenario tried first
     """
+    from scheduler.cli.preflight import run_preflight
+    from scheduler.plan import new_experiment_id
+    from scheduler.running import submit as submit_experiment
+    from scheduler.validation import prepare
+
     checked = prepare(
         matrix_file,
         budget=budget,
@@ -147,6 +142,8 @@ def resume(cli: CLIContext, experiment: str, budget: float | None) -> None:
       scheduler resume EXP --broker redis://host:6379/0 --wait
       scheduler resume EXP --budget 40     # raise the budget: the not-run runs run
     """
+    from scheduler.running import resume as resume_experiment
+
     fleet = cli.fleet()
     cli.experiment = experiment
     if fleet.shared:
@@ -166,6 +163,9 @@ def cancel(cli: CLIContext, experiment: str) -> None:
 
     Example: scheduler cancel notes-guidance-20261122-101500-ab12
     """
+    from core.results.report import ExperimentStatus
+    from scheduler.running import cancel as cancel_experiment
+
     exp_id, before = cancel_experiment(cli.fleet(), experiment)
     if before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
@@ -175,6 +175,10 @@ def cancel(cli: CLIContext, experiment: str) -> None:
 
 def _print_report(cli: CLIContext, exp_id: str) -> None:
     """Follow the experiment to its report and print it (exit 3 on infrastructure errors)."""
+    from scheduler.experiments import evidence_blobs, iter_runs
+    from scheduler.report.render import render
+    from scheduler.running import wait
+
     fleet = cli.fleet()
     report = wait(fleet, exp_id)
     evidence = None

@@ -6,11 +6,8 @@ import json
 
 import click
 
-from core.matrix import matrix_json_schema
 from scheduler.cli.context import print_warnings, size
 from scheduler.cli.options import allow_missing_keys_option, icc_option
-from scheduler.validation import missing_clis, planning, summary, unpriced_models
-from scheduler.validation import validate as check
 
 
 @click.command()
@@ -23,6 +20,9 @@ def validate(matrix_file: str, allow_missing_keys: bool, icc: float) -> None:
 
     Example: scheduler validate examples/matrix.yaml --icc 0.4
     """
+    from scheduler.validation import missing_clis, planning, summary, unpriced_models
+    from scheduler.validation import validate as check
+
     checked = check(matrix_file, allow_missing_keys=allow_missing_keys)
     matrix, bundle = checked.matrix, checked.bundle
     click.echo(summary(matrix))
@@ -54,4 +54,6 @@ def schema() -> None:
 
     Example: scheduler schema > matrix.schema.json
     """
+    from core.matrix import matrix_json_schema
+
     click.echo(json.dumps(matrix_json_schema(), indent=2))

@@ -3,6 +3,8 @@ again through the fleet, as a new report version beside the original."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from core.errors import ConfigError, InputError
@@ -14,11 +16,9 @@ from scheduler.cli.options import (
     wait_option,
     workers_option,
 )
-from scheduler.experiments import load_report
-from scheduler.report.render import render
-from scheduler.versions import NewVersion, wait_version
-from scheduler.versions import rejudge as rejudge_experiment
-from scheduler.versions import rescore as rescore_experiment
+
+if TYPE_CHECKING:
+    from scheduler.versions import NewVersion
 
 
 @click.command()
@@ -65,6 +65,8 @@ def rejudge(
       scheduler rejudge EXP --rubric rubrics/strict.yaml --broker redis://host:6379/0 --wait
       scheduler report EXP --version 1                      # the original again
     """
+    from scheduler.versions import rejudge as rejudge_experiment
+
     fleet = cli.fleet()
     try:
         version = rejudge_experiment(
@@ -111,6 +113,8 @@ def rescore(cli: CLIContext, experiment: str, matrix_file: str | None) -> None:
       scheduler rescore EXP --broker redis://host:6379/0 --wait
       scheduler report EXP --version 1                  # the original again
     """
+    from scheduler.versions import rescore as rescore_experiment
+
     fleet = cli.fleet()
     version = rescore_experiment(fleet, experiment, gates_from=matrix_file, workers=cli.workers)
     _print_version(cli, version)
@@ -119,6 +123,10 @@ def rescore(cli: CLIContext, experiment: str, matrix_file: str | None) -> None:
 def _print_version(cli: CLIContext, version: NewVersion) -> None:
     """The version's report once the fleet has made it, unless a shared broker without
     --wait: then its number."""
+    from scheduler.experiments import load_report
+    from scheduler.report.render import render
+    from scheduler.versions import wait_version
+
     fleet = cli.fleet()
     if fleet.shared and not cli.wait:
         click.echo(f"{version.experiment_id} version {version.version}", err=cli.fmt == "json")

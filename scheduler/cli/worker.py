@@ -11,9 +11,6 @@ from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, with_password
 from core.errors import InputError
 from scheduler.cli.context import CLIContext, pass_cli
 from scheduler.cli.options import broker_option
-from scheduler.embedded import worker_command
-from worker.broker import running_embedded_broker
-from worker.sending import configured_queue
 
 
 @click.command()
@@ -74,6 +71,10 @@ def worker(
       scheduler worker --queues evalfleet,gpu
       scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
     """
+    from scheduler.embedded import worker_command
+    from worker.broker import running_embedded_broker
+    from worker.sending import configured_queue
+
     url = cli.broker or running_embedded_broker()
     if url is None:
         raise InputError(
