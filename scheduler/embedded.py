@@ -27,6 +27,7 @@ import redis
 from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, redis_py_url, with_password
 from core.errors import EmbeddedError
 from core.evaluation.shell import kill_group
+from core.timeline import mark
 from scheduler import standby
 from scheduler.standby import WORKER_MODULE
 from worker.broker import (
@@ -109,6 +110,7 @@ class EmbeddedRedis:
             (self.state_dir / EMBEDDED_STATE).write_text(
                 json.dumps({"socket": str(socket_path), "pid": self.proc.pid})
             )
+            mark("cli: embedded Redis answers")
         except BaseException:
             # Ctrl-C before it answered: its own session keeps it from the signal, and
             # no one else knows it is there.
@@ -242,6 +244,7 @@ class LocalWorkers:
         # The CLI's standby process, when it started one, has its imports behind it.
         self.proc = standby.hand_over(args, env, str(self.log_path))
         if self.proc is not None:
+            mark("cli: worker handed to the standby")
             return
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(

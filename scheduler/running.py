@@ -19,6 +19,7 @@ from core.results.report import ExperimentReport, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store
 from core.store.server import risky_settings
+from core.timeline import mark
 from scheduler.fleet import Fleet
 from scheduler.plan import new_experiment_id, plan
 from scheduler.validation import Checked, planning_so_far, prepare
@@ -67,6 +68,7 @@ def submit(
     exp_id = experiment_id or new_experiment_id(checked.matrix)
     local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(checked.matrix))
     total = start(fleet.app, fleet.store, checked.matrix, exp_id, checked.bundle)
+    mark("cli: runs sent")
     if local is not None:
         line = f"experiment {exp_id}: {total} runs on {local.concurrency} local workers"
         fleet.say(line, soft_wrap=False)

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from core.timeline import mark
 from scheduler.cli.context import (
     USAGE_ERROR,
     CLIContext,
@@ -97,6 +98,7 @@ def submit(
         # With --preflight an unset judge key is one of its lines, not a refusal first.
         allow_missing_keys=allow_missing_keys or first_preflight,
     )
+    mark("cli: matrix loaded and checked")
     print_warnings(checked.warnings)
     if first_preflight and not run_preflight(
         checked.matrix, None, aside=True, judge_key_elsewhere=allow_missing_keys
@@ -181,6 +183,7 @@ def _print_report(cli: CLIContext, exp_id: str) -> None:
 
     fleet = cli.fleet()
     report = wait(fleet, exp_id)
+    mark("cli: report ready")
     evidence = None
     if cli.fmt == "html" or cli.brief:  # html's run table, the brief's failure reasons
         report = report.model_copy(update={"runs": list(iter_runs(fleet, exp_id))})
@@ -188,6 +191,7 @@ def _print_report(cli: CLIContext, exp_id: str) -> None:
         evidence = evidence_blobs(fleet, exp_id)
     rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full)
     cli.print_report(rendered, report, notice=False)
+    mark("cli: report printed")
     if report.budget is not None and report.budget.reached:
         err.print(
             f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
