@@ -2,8 +2,9 @@
 commit's, in turns in one run, so that a regression against any past revision
 shows as a ratio however busy the machine.
 
-REV is installed once, in a venv of its own, from a `git worktree` of it, both
-kept under ~/.cache/evalfleet-bench/<commit> (XDG_CACHE_HOME) for the next
+REV is installed once, in a venv of its own with this venv's third-party
+packages, from a `git worktree` of it, both kept under
+~/.cache/evalfleet-bench/<commit>-<packages> (XDG_CACHE_HOME) for the next
 call. Each benchmark then runs the two in pairs, this tree first (A) and REV
 (B), after a warm-up run of each, and prints each pair's ratio A/B of wall and
 CPU seconds and their medians: below 1 this tree is faster.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -34,9 +36,19 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eval
 
 
 def installed(revision: str) -> Path:
-    """REV's `scheduler` console script, installed (once) in a venv of its own."""
+    """REV's `scheduler` console script, installed (once) in a venv of its own with the
+    same third-party packages as this one: an optional package that one of them imports
+    when present (redis-py imports OpenTelemetry if installed, as Inspect AI's
+    dependencies install it) would otherwise count as a difference of the code."""
     commit = _git("rev-parse", "--verify", f"{revision}^{{commit}}")
-    home = CACHE / commit
+    packages = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    digest = hashlib.sha256(packages.encode()).hexdigest()[:10]
+    home = CACHE / f"{commit[:12]}-{digest}"
     src, venv, ready = home / "src", home / "venv", home / "ready"
     scheduler = venv / "bin" / "scheduler"
     if ready.exists() and scheduler.exists():
@@ -49,9 +61,12 @@ def installed(revision: str) -> Path:
     home.mkdir(parents=True)
     _git("worktree", "add", "--detach", str(src), commit)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (home / "packages.txt").write_text(packages)
+    pip = [str(venv / "bin" / "pip"), "install", "-q"]
+    subprocess.run([*pip, "-r", str(home / "packages.txt")], check=True)
     # Not editable: as a user installs it, byte-compiled by pip, whatever REV's
     # pyproject says of editable installs.
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
+    subprocess.run([*pip, "-c", str(home / "packages.txt"), str(src)], check=True)
     ready.write_text(commit + "\n")
     return scheduler
 
