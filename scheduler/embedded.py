@@ -70,6 +70,7 @@ class EmbeddedRedis:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self._socket_dir: Path | None = None  # a folder of our own under /tmp, if one
+        self.made_state_dir = False  # state_dir was made by this start
 
     def __enter__(self) -> EmbeddedRedis:
         self.start()
@@ -83,6 +84,7 @@ class EmbeddedRedis:
         if running and _answers(running):
             self.url = running
             return running
+        self.made_state_dir = not self.state_dir.exists()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.private.mkdir(mode=0o700, exist_ok=True)
         self.private.chmod(0o700)  # made by an older version, or with another mode

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -65,6 +67,9 @@ class Fleet:
         self.console = console or Console(quiet=True)
         self._cleanup = contextlib.ExitStack()
         self._store: Store | None = None
+        # open_aside's thread, and what it opened (or why it could not).
+        self._opening: threading.Thread | None = None
+        self._opened: Store | BaseException | None = None
         self._url = ""
         self._app: Celery | None = None
         self._embedded: EmbeddedRedis | None = None  # the embedded Redis, once opened
@@ -78,7 +83,49 @@ class Fleet:
 
     def close(self) -> None:
         """Stop what this Fleet started (local workers, the embedded Redis)."""
+        self._join_opening()
         self._cleanup.close()
+
+    def open_aside(self) -> None:
+        """Begin opening the store, the embedded Redis started, on a thread of its own:
+        Redis starts while the caller reads and checks its matrix, and the store's first
+        use waits for it. A caller that then sends nothing calls `close_unused`."""
+        if self._store is not None or self._opening is not None:
+            return
+
+        def opening() -> None:
+            try:
+                self._opened = self._open()
+            except BaseException as exc:  # raised where the store is first used
+                self._opened = exc
+
+        self._opening = threading.Thread(target=opening, name="evalfleet-open", daemon=True)
+        self._opening.start()
+
+    def close_unused(self) -> None:
+        """`close`, for a Fleet that stored nothing (a refused matrix): the embedded
+        store's folder goes too if it was made for it, so that a refused submit leaves
+        the folder as it found it."""
+        self._join_opening()
+        embedded = self._embedded
+        self.close()
+        if embedded is not None and embedded.made_state_dir:
+            shutil.rmtree(embedded.state_dir, ignore_errors=True)
+
+    def _join_opening(self) -> None:
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+
+    def _ready(self) -> Store:
+        """The store, opened now or by open_aside's thread."""
+        if self._store is None:
+            self._join_opening()
+            opened, self._opened = self._opened, None
+            if isinstance(opened, BaseException):
+                raise opened
+            self._store = opened if opened is not None else self._open()
+        return self._store
 
     @property
     def queue(self) -> str:
@@ -96,15 +143,12 @@ class Fleet:
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            self._store = self._open()
-        return self._store
+        return self._ready()
 
     @property
     def url(self) -> str:
         """The broker's URL, password included (the embedded one's once it runs)."""
-        if self._store is None:
-            self._store = self._open()
+        self._ready()
         return self._url
 
     @property
@@ -122,8 +166,7 @@ class Fleet:
         """Local worker processes on the embedded Redis (default: one per CPU), stopped
         with the Fleet. Started before Celery is imported here: their start-up, the
         longest wait of a short experiment, runs beside this process's own."""
-        if self._store is None:
-            self._store = self._open()
+        self._ready()
         # Callers ask only in embedded mode (not `shared`): a shared fleet's workers run
         # elsewhere.
         assert self._embedded is not None
