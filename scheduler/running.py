@@ -55,8 +55,6 @@ def submit(
             sent = submit(fleet, "examples/matrix.yaml", workers=2)
             report = wait(fleet, sent.experiment_id)
     """
-    from scheduler.dispatch import start  # imports Celery (see Fleet.app)
-
     checked = (
         matrix
         if isinstance(matrix, Checked)
@@ -67,6 +65,9 @@ def submit(
             fleet.say(f"warning: {warning}")
     exp_id = experiment_id or new_experiment_id(checked.matrix)
     local = None if fleet.shared else fleet.start_workers(workers, fleet.queues(checked.matrix))
+    # Imported once the workers start: their start-up runs beside Celery's import here.
+    from scheduler.dispatch import start
+
     total = start(fleet.app, fleet.store, checked.matrix, exp_id, checked.bundle)
     mark("cli: runs sent")
     if local is not None:
