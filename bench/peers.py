@@ -83,8 +83,10 @@ def main() -> None:
     )
     helps = in_pairs(lambda: scheduler_help(SCHEDULER), click_help, pairs)
 
-    def both(p: Pairs, a: str, b: str) -> str:
-        return f"{median(p.a):.2f} s against {b} {median(p.b):.2f} s ({a})"
+    def both(p: Pairs, goal: str, b: str) -> str:
+        return f"{median(p.a):.2f} s against {b} {median(p.b):.2f} s" + (
+            f"  ({goal})" if goal else ""
+        )
 
     show(
         f"evalfleet and its peers, median of {pairs} pairs; {before} before, {load()} after",
