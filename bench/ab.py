@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,10 +63,18 @@ def installed(revision: str) -> Path:
     _git("worktree", "add", "--detach", str(src), commit)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     (home / "packages.txt").write_text(packages)
+    # This venv's packages, copied (pip would take many minutes to install them again),
+    # without this checkout's own editable install; then REV on them. Not editable: as
+    # a user installs it, byte-compiled by pip, whatever REV's pyproject says.
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = venv / ours.relative_to(Path(sys.prefix))
+    shutil.copytree(
+        ours,
+        theirs,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__editable__.evalfleet*", "evalfleet-*.dist-info"),
+    )
     pip = [str(venv / "bin" / "pip"), "install", "-q"]
-    subprocess.run([*pip, "-r", str(home / "packages.txt")], check=True)
-    # Not editable: as a user installs it, byte-compiled by pip, whatever REV's
-    # pyproject says of editable installs.
     subprocess.run([*pip, "-c", str(home / "packages.txt"), str(src)], check=True)
     ready.write_text(commit + "\n")
     return scheduler
