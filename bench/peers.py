@@ -40,7 +40,7 @@ from quick import (
     shell_loop,
     timed,
 )
-from support import ROOT, require_bash, show
+from support import ROOT, require_bash
 
 INSPECT = Path(sys.executable).parent / "inspect"
 
@@ -72,37 +72,57 @@ def main() -> None:
     before = load()
     runs, workers, pairs = args.runs, args.workers, args.pairs
 
+    def both(p: Pairs, goal: str, b: str) -> str:
+        return f"{median(p.a):.2f} s against {b} {median(p.b):.2f} s" + (
+            f"  ({goal})" if goal else ""
+        )
+
+    print(f"evalfleet and its peers, median of {pairs} pairs; {before}", flush=True)
+    # Each comparison printed as it ends: the 1,000-sample evals take minutes on a busy
+    # machine.
     cold = in_pairs(lambda: cold_submit(SCHEDULER, 1), lambda: inspect_eval(1), pairs)
+    _said(
+        {
+            "cold 1-run experiment": both(cold, "goal < 0.5 s", "Inspect AI"),
+            "  evalfleet / Inspect AI, wall": cold.line() + "  (goal <= 0.20)",
+            "  evalfleet / Inspect AI, CPU": cold.line("cpu_s"),
+        }
+    )
+    helps = in_pairs(lambda: scheduler_help(SCHEDULER), click_help, pairs)
+    _said(
+        {
+            "`scheduler --help`": both(helps, "goal < 0.15 s", "click's own"),
+            "  scheduler / click, wall": helps.line(),
+            "  scheduler / click, CPU": helps.line("cpu_s"),
+        }
+    )
     loop = in_pairs(
         lambda: cold_submit(SCHEDULER, runs, workers), lambda: shell_loop(runs, workers), pairs
+    )
+    _said(
+        {
+            f"{runs} runs on {workers} slots, cold": both(loop, "", f"xargs -P{workers}"),
+            "  throughput against the loop": _inverse(loop) + "  (goal >= 0.75)",
+        }
     )
     inspect = in_pairs(
         lambda: cold_submit(SCHEDULER, runs, workers),
         lambda: inspect_eval(runs, workers),
         pairs,
     )
-    helps = in_pairs(lambda: scheduler_help(SCHEDULER), click_help, pairs)
-
-    def both(p: Pairs, goal: str, b: str) -> str:
-        return f"{median(p.a):.2f} s against {b} {median(p.b):.2f} s" + (
-            f"  ({goal})" if goal else ""
-        )
-
-    show(
-        f"evalfleet and its peers, median of {pairs} pairs; {before} before, {load()} after",
+    _said(
         {
-            "cold 1-run experiment": both(cold, "goal < 0.5 s", "Inspect AI"),
-            "  evalfleet / Inspect AI, wall": cold.line() + "  (goal <= 0.20)",
-            "  evalfleet / Inspect AI, CPU": cold.line("cpu_s"),
-            f"{runs} runs on {workers} slots, cold": both(loop, "", f"xargs -P{workers}"),
-            "  throughput against the loop": _inverse(loop) + "  (goal >= 0.75)",
-            f"  the same against Inspect AI ({median(inspect.b):.2f} s)": _inverse(inspect)
+            f"  against Inspect AI ({median(inspect.b):.2f} s)": _inverse(inspect)
             + "  (goal >= 4)",
-            "`scheduler --help`": both(helps, "goal < 0.15 s", "click's own"),
-            "  scheduler / click, wall": helps.line(),
-            "  scheduler / click, CPU": helps.line("cpu_s"),
-        },
+        }
     )
+    print(f"({load()} after)")
+
+
+def _said(figures: dict[str, str]) -> None:
+    width = 44
+    for key, value in figures.items():
+        print(f"  {key:<{width}}  {value}", flush=True)
 
 
 def _inverse(p: Pairs) -> str:
