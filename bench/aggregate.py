@@ -8,13 +8,14 @@ result, the report (statistics, intervals, tests against the baseline,
 pass@k), stored. Its CPU time is shown beside the wall time: on a shared
 machine it is the steadier figure.
 
-The same work is done by this checkout ("after") and by the code at --before
-(a git revision, exported with `git archive`), each in a fresh process, in
-turns (before, after, before, after...) on the same stored results, so the
-ratio is measured in one run; each turn's stored report must be the same
-bytes.
+With --before REV the same work is also done by the code at REV (a git
+revision, exported with `git archive`), each in a fresh process, in turns
+(before, after, before, after...) on the same stored results, so the ratio is
+measured in one run; each turn's stored report must be the same bytes. REV's
+code must read the results as this checkout stores them: a revision older than
+the stored form (2e7af76 is the last before issue 16's matrix field) cannot.
 
-    python bench/aggregate.py [--runs-per-cell 25000] [--repeat 3] [--before REV | none]
+    python bench/aggregate.py [--runs-per-cell 25000] [--repeat 3] [--before REV]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from support import ROOT, Fleet, private_fleet, show
 
+from core.broker_url import redis_py_url
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus
 from core.results.run import GateResult, RunResult, RunSpec, RunStatus
@@ -42,8 +44,6 @@ from core.store import Store
 
 TIERS, SCENARIOS = ("T0", "T1"), ("s0", "s1")
 TARGET_S = 10.0
-# The code before issue 13's aggregation work.
-BEFORE = "4e1dae1"
 
 # One turn, in a process of its own with the code under test first on sys.path:
 # read every result (Results.all, its figure), then the chord body's whole work.
@@ -136,14 +136,19 @@ def code_at(revision: str) -> Iterator[Path]:
 def turn(fleet: Fleet, exp_id: str, code: Path) -> dict[str, tuple[float, float]]:
     """(wall, CPU) seconds of reading every result and of finish_experiment, by `code`."""
     env = {**os.environ, "PYTHONPATH": str(code)}
-    out = subprocess.run(
-        [sys.executable, "-c", _TURN, fleet.url, exp_id],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    figures = json.loads(out.splitlines()[-1])
+    # redis-py's own form of the embedded Redis's socket URL: older code reads no other.
+    url = redis_py_url(fleet.url)
+    done = subprocess.run(
+        [sys.executable, "-c", _TURN, url, exp_id], env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(
+            f"the code at {code} could not aggregate this store's results:\n"
+            f"{done.stderr[-1500:]}\n"
+            "its store may be older than the results' form: --before a later revision, "
+            "or --before none"
+        )
+    figures = json.loads(done.stdout.splitlines()[-1])
     assert Path(figures["code"]).is_relative_to(code), f"{figures['code']} is not from {code}"
     return {"read": tuple(figures["read"]), "finish": tuple(figures["finish"])}
 
@@ -166,7 +171,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs-per-cell", type=int, default=25_000)
     parser.add_argument("--repeat", type=int, default=3, help="turns of each side")
-    parser.add_argument("--before", default=BEFORE, help="git revision, or none: after only")
+    # No revision by default: older code reads only the stored results of its own days
+    # (4e1dae1, once the default, no longer reads today's matrix), and what it cannot
+    # read is said, with what to do, not a traceback.
+    parser.add_argument(
+        "--before", default="none", help="a git revision to compare with, or none (default)"
+    )
     args = parser.parse_args()
     total = args.runs_per_cell * len(TIERS) * len(SCENARIOS)
     sides = ["after"] if args.before == "none" else ["before", "after"]

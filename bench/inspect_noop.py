@@ -1,7 +1,7 @@
-"""The Inspect AI side of bench/cold.py: a 1-sample eval doing the work of evalfleet's
-no-op run, three subprocesses through bash: the agent (`true`) and two gates.
+"""The Inspect AI side of bench/peers.py: an eval doing the work of evalfleet's no-op
+runs, three subprocesses through bash a sample: the agent (`true`) and two gates.
 
-    inspect eval bench/inspect_noop.py --model mockllm/model
+    inspect eval bench/inspect_noop.py --model mockllm/model [-T samples=1000]
 
 No model is asked anything: the solver runs the agent command, the scorer the gates.
 """
@@ -37,5 +37,7 @@ def shell_gates() -> Scorer:
 
 
 @task
-def noop() -> Task:
-    return Task(dataset=[Sample(input="go")], solver=command_agent(), scorer=shell_gates())
+def noop(samples: int = 1) -> Task:
+    """`samples` samples (`-T samples=1000`), each the three subprocesses."""
+    dataset = [Sample(input="go", id=i) for i in range(samples)]
+    return Task(dataset=dataset, solver=command_agent(), scorer=shell_gates())

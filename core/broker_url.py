@@ -15,8 +15,6 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-import redis
-
 from core.errors import BrokerURLError
 
 ENV_BROKER = "EVALFLEET_BROKER_URL"
@@ -67,6 +65,9 @@ def checked_broker_url(url: str) -> str:
         found = f"it starts with {scheme}://" if separator else "it has no scheme"
         schemes = " or ".join(f"{s}://" for s in SCHEMES)
         raise BrokerURLError(f"{where} must start with {schemes} ({found}); {example}")
+    # Here, not at the top: `--help` of every command imports this module's names.
+    import redis.connection
+
     try:
         redis.connection.parse_url(redis_py_url(url))
     except ValueError as exc:

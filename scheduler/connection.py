@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -26,14 +28,16 @@ from core.errors import (
     InputError,
     LostInRestart,
 )
-from core.matrix import Matrix, did_you_mean
 from core.store import Store
 from fleet.broker import STATE_DIR
-from fleet.sending import configured_queue, run_queues
-from scheduler.embedded import EmbeddedRedis, LocalWorkers
 
+# Not imported until used: reading a finished experiment needs neither the matrix's
+# models, nor Celery, nor the embedded Redis's code (on a shared broker).
 if TYPE_CHECKING:
     from celery import Celery
+
+    from core.matrix import Matrix
+    from scheduler.embedded import EmbeddedRedis, LocalWorkers
 
 
 class Connection:
@@ -59,10 +63,13 @@ class Connection:
         self.broker_url = broker_url
         self.create = create
         self.concurrency = workers
-        self.queue = queue or configured_queue()
+        self._queue = queue
         self.console = console or Console(quiet=True)
         self._cleanup = contextlib.ExitStack()
         self._store: Store | None = None
+        # open_aside's thread, and what it opened (or why it could not).
+        self._opening: threading.Thread | None = None
+        self._opened: Store | BaseException | None = None
         self._url = ""
         self._app: Celery | None = None
         self._embedded: EmbeddedRedis | None = None  # the embedded Redis, once opened
@@ -70,7 +77,58 @@ class Connection:
 
     def close(self) -> None:
         """Stop what this connection started (local workers, the embedded Redis)."""
+        self._join_opening()
         self._cleanup.close()
+
+    def open_aside(self) -> None:
+        """Begin opening the store, the embedded Redis started, on a thread of its own:
+        Redis starts while the caller reads and checks its matrix, and the store's first
+        use waits for it. A caller that then sends nothing calls `close_unused`."""
+        if self._store is not None or self._opening is not None:
+            return
+
+        def opening() -> None:
+            try:
+                self._opened = self._open()
+            except BaseException as exc:  # raised where the store is first used
+                self._opened = exc
+
+        self._opening = threading.Thread(target=opening, name="evalfleet-open", daemon=True)
+        self._opening.start()
+
+    def close_unused(self) -> None:
+        """`close`, for a connection that stored nothing (a refused matrix): the embedded
+        store's folder goes too if it was made for it, so that a refused submit leaves
+        the folder as it found it."""
+        self._join_opening()
+        embedded = self._embedded
+        self.close()
+        if embedded is not None and embedded.made_state_dir:
+            shutil.rmtree(embedded.state_dir, ignore_errors=True)
+
+    def _join_opening(self) -> None:
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+
+    def _ready(self) -> Store:
+        """The store, opened now or by open_aside's thread."""
+        if self._store is None:
+            self._join_opening()
+            opened, self._opened = self._opened, None
+            if isinstance(opened, BaseException):
+                raise opened
+            self._store = opened if opened is not None else self._open()
+        return self._store
+
+    @property
+    def queue(self) -> str:
+        """Where runs without a queue of their own go."""
+        if self._queue is None:
+            from fleet.sending import configured_queue
+
+            self._queue = configured_queue()
+        return self._queue
 
     @property
     def shared(self) -> bool:
@@ -79,15 +137,12 @@ class Connection:
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            self._store = self._open()
-        return self._store
+        return self._ready()
 
     @property
     def url(self) -> str:
         """The broker's URL, password included (the embedded one's once it runs)."""
-        if self._store is None:
-            self._store = self._open()
+        self._ready()
         return self._url
 
     @property
@@ -105,11 +160,12 @@ class Connection:
         """The local worker processes on the embedded Redis, stopped with the
         connection. Started before Celery is imported here: their start-up, the
         longest wait of a short experiment, runs beside this process's own."""
-        if self._store is None:
-            self._store = self._open()
+        self._ready()
         # Callers ask only in embedded mode (not `shared`): a shared fleet's workers run
         # elsewhere.
         assert self._embedded is not None
+        from scheduler.embedded import LocalWorkers
+
         local = LocalWorkers(self._embedded, self.concurrency or os.cpu_count() or 1, queues)
         local.nudge = lambda: self._wake(local.hostname)
         self.workers = self._cleanup.enter_context(local)
@@ -131,6 +187,8 @@ class Connection:
     def queues(self, matrix: Matrix) -> list[str]:
         """What local workers consume: the default queue first, then every queue the
         matrix names."""
+        from fleet.sending import run_queues
+
         return [self.queue, *sorted(run_queues(matrix, self.queue) - {self.queue})]
 
     def has_experiment(self, exp_id: str) -> bool:
@@ -156,6 +214,8 @@ class Connection:
         except (ExperimentLost, LostInRestart):
             raise
         except ExperimentNotFound:
+            from core.matrix import did_you_mean
+
             known = self.store.experiments.recent_ids()
             raise ExperimentNotFound(experiment, did_you_mean(experiment, known)) from None
         return experiment
@@ -176,6 +236,8 @@ class Connection:
                 "no broker given and no embedded store in this folder (./.evalfleet); "
                 "pass --broker URL or run `scheduler submit` here first"
             )
+        from scheduler.embedded import EmbeddedRedis
+
         self._embedded = self._cleanup.enter_context(EmbeddedRedis())
         self._url = self._embedded.url
         return Store.from_url(self._url)

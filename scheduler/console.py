@@ -14,11 +14,13 @@ import os
 import signal
 import sys
 
+from core.timeline import mark
 from scheduler.interrupt import catch, interrupted
 
 
 def run() -> None:
     """Never returns: the process ends with os._exit."""
+    mark("cli: interpreter started")
     catch(signal.SIGINT)
     imported = False
     try:
@@ -30,7 +32,9 @@ def run() -> None:
         standby.prestart(sys.argv[1:])
         from scheduler.cli import run as cli_run
 
+        mark("cli: CLI imported")
         status = cli_run()
+        mark("cli: command ended, what it started stopped")
     except BaseException as exc:  # while importing: one line, not a traceback (a standby
         if not interrupted(exc):  # worker leaves when its stdin closes)
             raise
@@ -44,4 +48,5 @@ def run() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing left to say
             stream.flush()
+    mark("cli: exit")
     os._exit(status)

@@ -27,6 +27,7 @@ import redis
 from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, redis_py_url, with_password
 from core.errors import EmbeddedError
 from core.evaluation.shell import kill_group
+from core.timeline import mark
 from fleet.broker import (
     EMBEDDED_STATE,
     PASSWORD_FILE,
@@ -69,6 +70,7 @@ class EmbeddedRedis:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self._socket_dir: Path | None = None  # a folder of our own under /tmp, if one
+        self.made_state_dir = False  # state_dir was made by this start
 
     def __enter__(self) -> EmbeddedRedis:
         self.start()
@@ -82,6 +84,7 @@ class EmbeddedRedis:
         if running and _answers(running):
             self.url = running
             return running
+        self.made_state_dir = not self.state_dir.exists()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.private.mkdir(mode=0o700, exist_ok=True)
         self.private.chmod(0o700)  # made by an older version, or with another mode
@@ -109,6 +112,7 @@ class EmbeddedRedis:
             (self.state_dir / EMBEDDED_STATE).write_text(
                 json.dumps({"socket": str(socket_path), "pid": self.proc.pid})
             )
+            mark("cli: embedded Redis answers")
         except BaseException:
             # Ctrl-C before it answered: its own session keeps it from the signal, and
             # no one else knows it is there.
@@ -242,6 +246,7 @@ class LocalWorkers:
         # The CLI's standby process, when it started one, has its imports behind it.
         self.proc = standby.hand_over(args, env, str(self.log_path))
         if self.proc is not None:
+            mark("cli: worker handed to the standby")
             return
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(

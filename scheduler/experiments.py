@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING, cast
 
 from pydantic import ValidationError
 
-from core.analysis.comparison import ALPHA, CORRECTION, compare_experiments, correct_report
 from core.errors import FleetError, InputError
 from core.evidence.models import RunRecord
-from core.matrix import did_you_mean
 from core.results.report import (
     ExperimentComparison,
     ExperimentInfo,
@@ -23,14 +21,15 @@ from core.results.report import (
     ExperimentStatus,
 )
 from core.results.run import RunResult, outcome
-from core.stats.significance import Correction
+from core.stats.choices import DEFAULT_ALPHA, DEFAULT_CORRECTION, Correction
 from core.store.retention import stored_bytes
-from fleet.app import BROKER_DOWN
-from fleet.sending import run_queues
-from scheduler.connection import Connection
 
+# Imported where used: a status, or a stored report as it was made, needs neither the
+# analysis (and through it the matrix's models) nor Celery.
 if TYPE_CHECKING:
     from celery import Celery
+
+    from scheduler.connection import Connection
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,9 @@ def status(conn: Connection, experiment: str | None = None) -> Status:
     info = store.experiments.info(exp_id)
     idle: list[str] = []
     if conn.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
+        from fleet.app import BROKER_DOWN
+        from fleet.sending import run_queues
+
         app = conn.app
         default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
         queues = sorted(run_queues(store.experiments.matrix(exp_id), default))
@@ -135,11 +137,16 @@ def load_report(
         report = report.model_copy(update={"runs": list(iter_runs(conn, exp_id, shown))})
     if correction is None and alpha is None:
         return report
+    from core.analysis.comparison import correct_report
+
     stored = report.multiplicity
     return correct_report(
         report,
-        cast(Correction, correction or (CORRECTION if stored is None else stored.correction)),
-        alpha or (ALPHA if stored is None else stored.alpha),
+        cast(
+            Correction,
+            correction or (DEFAULT_CORRECTION if stored is None else stored.correction),
+        ),
+        alpha or (DEFAULT_ALPHA if stored is None else stored.alpha),
     )
 
 
@@ -237,6 +244,8 @@ def _run_of(conn: Connection, words: Sequence[str]) -> tuple[str, str]:
     if not store.specs.has(exp_id, run_id):
         own = [r.removeprefix(exp_id + ":") for r in store.specs.ids(exp_id)]
         asked = run_id.removeprefix(exp_id + ":")
+        from core.matrix import did_you_mean
+
         hint = did_you_mean(asked, own)
         raise InputError(
             f"experiment {exp_id} has no run {asked!r}{'; ' + hint if hint else ''} "
@@ -251,8 +260,8 @@ def compare(
     experiment_a: str,
     experiment_b: str,
     *,
-    alpha: float = ALPHA,
-    correction: str = CORRECTION,
+    alpha: float = DEFAULT_ALPHA,
+    correction: str = DEFAULT_CORRECTION,
 ) -> ExperimentComparison:
     """Experiment B against A, per tier and per tier x scenario, from their runs as they
     ran: deltas with effect sizes, Fisher's exact and Mann-Whitney U tests corrected
@@ -269,6 +278,8 @@ def compare(
     for _, _, note in sides:
         if note is not None:
             conn.say(f"note: {note}")
+    from core.analysis.comparison import compare_experiments
+
     result = compare_experiments(
         infos[0], runs[0], infos[1], runs[1], alpha, cast(Correction, correction)
     )

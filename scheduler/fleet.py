@@ -95,6 +95,18 @@ class Fleet:
         """Stop what this Fleet started (local workers, the embedded Redis)."""
         self._connection.close()
 
+    def start_aside(self) -> None:
+        """Start the embedded Redis on a thread of its own, while the caller reads and
+        checks its matrix (the first call that needs the store waits for it); a caller
+        that then sends nothing calls `close_unused`. Nothing to do on a shared broker."""
+        if not self.shared:
+            self._connection.open_aside()
+
+    def close_unused(self) -> None:
+        """`close`, for a Fleet that stored nothing (a refused matrix): the ./.evalfleet
+        folder goes too if it was made for it, leaving the folder as it was found."""
+        self._connection.close_unused()
+
     @property
     def shared(self) -> bool:
         """True on a shared broker: the fleet's workers run elsewhere, on their own."""

@@ -19,6 +19,7 @@ from core.results.report import ExperimentReport, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
 from core.store import Store
 from core.store.server import risky_settings
+from core.timeline import mark
 from scheduler.connection import Connection
 from scheduler.plan import new_experiment_id, plan
 from scheduler.validation import Checked, planning_so_far, prepare
@@ -48,8 +49,6 @@ def submit(
     console gets a line saying so. A matrix file whose agents' or judged scenarios' API
     key is not set here is refused (ConfigError) unless `allow_missing_keys` (the
     workers have it)."""
-    from scheduler.dispatch import start  # imports Celery (see Connection.app)
-
     checked = (
         matrix
         if isinstance(matrix, Checked)
@@ -60,7 +59,11 @@ def submit(
             conn.say(f"warning: {warning}")
     exp_id = experiment_id or new_experiment_id(checked.matrix)
     local = None if conn.shared else conn.start_workers(conn.queues(checked.matrix))
+    # Imported once the workers start: their start-up runs beside Celery's import here.
+    from scheduler.dispatch import start
+
     total = start(conn.app, conn.store, checked.matrix, exp_id, checked.bundle)
+    mark("cli: runs sent")
     if local is not None:
         line = f"experiment {exp_id}: {total} runs on {local.concurrency} local workers"
         conn.say(line, soft_wrap=False)

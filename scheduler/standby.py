@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from core.timeline import mark
 from scheduler.interrupt import deferred
 
 # core.broker_url.ENV_BROKER, named here so as not to import redis first.
@@ -60,6 +61,7 @@ def prestart(args: Sequence[str]) -> None:
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # as LocalWorkers: Ctrl-C reaches the CLI only
         )
+    mark("cli: standby worker spawned")
 
 
 def hand_over(

@@ -29,10 +29,10 @@ from core.matrix import (
 )
 from core.metrics.pricing import price_for
 from core.results.run import RunResult
+from core.stats.choices import PLANNING_ICC
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
     MOST_PLANNED,
-    PLANNING_ICC,
     PLANNING_POWER,
     PLANNING_RATE,
     PLANNING_TARGET,

@@ -66,8 +66,21 @@ def main(argv: list[str] | None = None) -> int:
     except SettingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    _timeline_marks()
     worker.start()
     return int(worker.exitcode or 0)
+
+
+def _timeline_marks() -> None:
+    """The worker's own marks on a cold submit's timeline (core.timeline), when asked."""
+    from celery import signals
+
+    from core.timeline import ENV_TIMELINE, mark
+
+    if os.environ.get(ENV_TIMELINE):
+        signals.worker_ready.connect(lambda **_: mark("worker: ready"), weak=False)
+        signals.task_prerun.connect(lambda **_: mark("run: task started"), weak=False)
+        signals.task_postrun.connect(lambda **_: mark("run: task ended"), weak=False)
 
 
 def preimport() -> None:
@@ -86,6 +99,9 @@ def standby() -> list[str] | None:
     first, then its arguments, environment and log file read from stdin, as one JSON
     line. None when stdin ends first: the CLI did not need this worker."""
     preimport()
+    from core.timeline import mark
+
+    mark("worker: code imported (standby)")
     line = sys.stdin.readline()
     if not line:
         return None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from core.timeline import mark
+
 
 class PhaseClock:
     """Passes each phase on to `on_phase` (Flower's events) and notes when it began."""
@@ -16,6 +18,7 @@ class PhaseClock:
 
     def __call__(self, phase: str) -> None:
         self.marks.append((phase, time.monotonic()))
+        mark(f"run: {phase}")
         self.on_phase(phase)
 
     def seconds(self) -> dict[str, float]:

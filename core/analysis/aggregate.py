@@ -40,8 +40,8 @@ from core.results.report import (
     TierReport,
 )
 from core.results.run import ISOLATIONS, ProcessMetrics, RunResult, RunStatus, error_key
+from core.stats.choices import Correction
 from core.stats.descriptive import statistics, variance
-from core.stats.significance import Correction
 
 
 @dataclass(frozen=True)

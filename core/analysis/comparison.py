@@ -51,9 +51,9 @@ from core.results.report import (
     Verdict,
 )
 from core.results.run import RunResult
+from core.stats.choices import DEFAULT_ALPHA, DEFAULT_CORRECTION, Correction
 from core.stats.descriptive import statistics
 from core.stats.significance import (
-    Correction,
     adjust_p,
     cliffs_delta,
     detectable_difference,
@@ -63,8 +63,8 @@ from core.stats.significance import (
     risk_difference_interval,
 )
 
-ALPHA = 0.05
-CORRECTION: Correction = "holm"
+ALPHA = DEFAULT_ALPHA
+CORRECTION = DEFAULT_CORRECTION
 CONFIDENCE = 0.95
 POWER = 0.8
 _NEWCOMBE = f"Newcombe hybrid score, {CONFIDENCE:.0%}"

@@ -41,6 +41,7 @@ from core.results.report import (
     TierReport,
     Verdict,
 )
+from core.stats.choices import Correction
 from core.stats.clustered import (
     MIN_SCENARIOS_FOR_INTERVAL,
     MIN_SCENARIOS_TO_GENERALISE,
@@ -54,7 +55,7 @@ from core.stats.clustered import (
     planned_detectable,
     van_elteren,
 )
-from core.stats.significance import Correction, adjust_p, lone_test_alpha
+from core.stats.significance import adjust_p, lone_test_alpha
 
 CLUSTERED = "clustered by scenario (CR1, G/(G-1)), Student t on G-1 df, {:.0%}, clipped to [0, 1]"
 PAIRED = "Student t on n-1 df over per-scenario differences, {:.0%}"

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel
 
 from core.evidence.text import each_text
-from core.matrix import Matrix
+
+if TYPE_CHECKING:  # the store's readers import the redaction, not the matrix
+    from core.matrix import Matrix
 
 MARKER = "[REDACTED]"
 # Shorter values would redact ordinary words; real keys and passwords are longer.

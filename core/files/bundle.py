@@ -35,13 +35,17 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from core.errors import BundleError
-from core.matrix import Artifacts, BundleConfig, Matrix
 from core.results.record import Record
+
+# The store reads stored manifests for every command; only collecting a bundle needs
+# the matrix's models.
+if TYPE_CHECKING:
+    from core.matrix import BundleConfig, Matrix
 
 # Bundle paths: the matrix folder under MATRIX, each named path outside it under OUTSIDE.
 MATRIX = "matrix"
@@ -166,6 +170,8 @@ def hidden_paths(matrix: Matrix) -> Iterator[Path]:
 
 def named_paths(value: Any) -> Iterator[Path]:
     """Every input path a matrix (or any part of one) holds, however deep."""
+    from core.matrix import Artifacts
+
     if isinstance(value, Path):
         yield value
     elif isinstance(value, Artifacts):  # an output folder all machines share, not an input

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from core.matrix.fields import Fraction, Strict, Weight
 from core.matrix.gates import Gate
 from core.matrix.judging import ScenarioJudge
-from core.stats.significance import Correction
+from core.stats.choices import Correction
 
 
 class CompositeWeights(Strict):

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from core.matrix import DEFAULT_GRADES, CompositeWeights
 from core.results.run import InteractionMetrics
 from core.results.transcript import LLMCallMetrics
+
+# Reading a stored report imports these formulas (the metrics' catalog) and no matrix.
+if TYPE_CHECKING:
+    from core.matrix import CompositeWeights
 
 # Scores are ratios and weighted sums of floats: 0.85 may arrive as 0.8499999999999999,
 # and a report showing 0.85 beside grade C would be wrong.
@@ -95,8 +99,13 @@ def layered_composite(
     return _weighted_mean(layers)
 
 
-def letter_grade(score: float, grades: Mapping[str, float] = DEFAULT_GRADES) -> str:
-    """The grade with the highest threshold that `score` reaches."""
+def letter_grade(score: float, grades: Mapping[str, float] | None = None) -> str:
+    """The grade with the highest threshold that `score` reaches (`grades`: default, the
+    matrix's default scale)."""
+    if grades is None:
+        from core.matrix import DEFAULT_GRADES
+
+        grades = DEFAULT_GRADES
     if math.isnan(score):
         raise ValueError("cannot grade NaN")
     for grade, threshold in sorted(grades.items(), key=lambda item: (-item[1], item[0])):

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from core.matrix import ExpectedStep, ProcessConfig
 from core.metrics.formulas import fraction_of
 from core.results.run import ProcessMetrics
 from core.results.transcript import CommandRecord
+
+if TYPE_CHECKING:  # a report's tables import the definitions below, and no matrix
+    from core.matrix import ExpectedStep, ProcessConfig
 
 # What each metric (a ProcessMetrics field) is, in a phrase: a report's note under the
 # table that shows them (docs/METRICS.md, "Process metrics", says it at length).

@@ -43,9 +43,6 @@ MIN_SCENARIOS_FOR_INTERVAL = 3
 # cautious side).
 PLANNING_POWER = 0.8
 PLANNING_RATE = 0.5
-# The intra-scenario correlation planning assumes unless told (`validate --icc`): runs
-# of one scenario are alike well beyond chance in most agent experiments.
-PLANNING_ICC = 0.3
 # When no difference is detectable, planning says what would detect this one: 30 points of
 # pass rate, a difference a change of prompt or model is commonly hoped to make.
 PLANNING_TARGET = 0.3

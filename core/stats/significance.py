@@ -37,9 +37,9 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
 
+from core.stats.choices import CORRECTIONS, Correction
+
 MannWhitneyMethod = Literal["auto", "exact", "asymptotic"]
-Correction = Literal["holm", "bh", "none"]
-CORRECTIONS: tuple[Correction, ...] = ("holm", "bh", "none")
 
 # Largest sample for which "auto" counts the exact distribution of U.
 EXACT_MAX_SIZE = 8

@@ -16,12 +16,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from redis.client import PubSub
 
 from core.errors import ExperimentLost, ExperimentNotFound, LostInRestart, ResumeInProgress
-from core.files.bundle import Manifest
-from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
 from core.results.run import RunSpec
 from core.store import scripts
@@ -30,6 +29,12 @@ from core.store.keys import Keys
 from core.store.ledger import Ledger
 from core.store.server import restart_that_lost
 from core.store.specs import Specs
+
+# The matrix's models are imported where a stored matrix is read back: reading an
+# experiment's status or report needs none of them.
+if TYPE_CHECKING:
+    from core.files.bundle import Manifest
+    from core.matrix import Matrix
 
 # The longest a resume holds an experiment: working out what to send and sending
 # it takes seconds, even for 100,000 runs.
@@ -133,6 +138,8 @@ class Experiments:
         # Paths were resolved and checked at submit; a worker on another machine
         # reports a missing file when it uses it, per run.
         context = {"check_files": False, "relocate": relocate}
+        from core.matrix import Matrix
+
         return Matrix.model_validate(json.loads(raw), context=context)
 
     def set_status(

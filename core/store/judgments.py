@@ -7,9 +7,15 @@ and the later answer is kept.
 
 from __future__ import annotations
 
-from core.evaluation.judge import CachedJudgment
+from typing import TYPE_CHECKING
+
 from core.store.client import TextClient
 from core.store.keys import Keys
+
+# The judge (and through it HTTP and the matrix's models) is imported by a cache read,
+# not by every command that opens the store.
+if TYPE_CHECKING:
+    from core.evaluation.judge import CachedJudgment
 
 
 class Judgments:
@@ -18,6 +24,8 @@ class Judgments:
         self.keys = keys
 
     def get(self, key: str) -> CachedJudgment | None:
+        from core.evaluation.judge import CachedJudgment
+
         raw = self.redis.hget(self.keys.judgments(), key)
         return CachedJudgment.model_validate_json(raw) if raw else None
 

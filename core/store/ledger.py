@@ -12,12 +12,15 @@ run was admitted, what each cost beyond its projection (docs/RELIABILITY.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from core.matrix import Budget, Matrix
 from core.results.run import RunResult, RunSpec
 from core.store import scripts
 from core.store.client import TextClient
 from core.store.keys import Keys
+
+if TYPE_CHECKING:  # the store opens for commands that read no matrix
+    from core.matrix import Budget, Matrix
 
 KINDS = ("agent", "judge")
 

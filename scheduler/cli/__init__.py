@@ -14,30 +14,36 @@ import sys
 
 import click
 
-from scheduler.cli.context import Commands
+from scheduler.cli.context import Command, Commands
+from scheduler.cli.deferred import defer
 from scheduler.interrupt import catch, interrupted, raise_if_lost
 
-# Each command's module is imported only when that command runs (or `--help` lists
-# them all): `scheduler status` need not import Celery, the preflight or the model
-# server, a fifth of a cold start, and the tests start the CLI hundreds of times.
+# The CLI talks to Redis through redis-py's blocking client only.
+defer("redis.asyncio")
+
+# Each command's module is imported only when that command runs, and `--help` lists
+# them from here: `scheduler status` need not import Celery, the preflight or the
+# model server, nor `scheduler --help` anything but click (a cold start's imports
+# were most of its time, and the tests start the CLI hundreds of times). The line
+# here is each command's short help, in `--help` of the group as in its own.
 COMMANDS = {
-    "validate": "validate:validate",
-    "preflight": "preflight:preflight",
-    "schema": "validate:schema",
-    "submit": "running:submit",
-    "resume": "running:resume",
-    "cancel": "running:cancel",
-    "rejudge": "versions:rejudge",
-    "rescore": "versions:rescore",
-    "list": "reading:list_",
-    "status": "reading:status",
-    "report": "report:report",
-    "compare": "reading:compare",
-    "show": "show:show",
-    "delete": "deletion:delete",
-    "prune": "deletion:prune",
-    "worker": "worker:worker",
-    "model-server": "model_server:model_server",
+    "validate": Command("validate:validate", "Check a matrix and say what it can detect."),
+    "preflight": Command("preflight:preflight", "Run each tier x scenario once, locally."),
+    "schema": Command("validate:schema", "Print the JSON Schema of matrix.yaml."),
+    "submit": Command("running:submit", "Validate a matrix and run every run of it."),
+    "resume": Command("running:resume", "Re-send an experiment's runs that have no result."),
+    "cancel": Command("running:cancel", "Cancel an experiment's runs not yet started."),
+    "rejudge": Command("versions:rejudge", "Judge a finished experiment's runs again."),
+    "rescore": Command("versions:rescore", "Run a finished experiment's gates again."),
+    "list": Command("reading:list_", "List experiments, with what each takes in Redis."),
+    "status": Command("reading:status", "Progress of an experiment (default: the latest)."),
+    "report": Command("report:report", "Print an experiment's report."),
+    "compare": Command("reading:compare", "Compare experiment B against A."),
+    "show": Command("show:show", "Show one run with its evidence."),
+    "delete": Command("deletion:delete", "Delete an experiment and all stored with it."),
+    "prune": Command("deletion:prune", "Delete the experiments older than an age."),
+    "worker": Command("worker:worker", "Start a Celery worker on this machine."),
+    "model-server": Command("model_server:model_server", "Answer agent CLIs from a script."),
 }
 
 

@@ -15,21 +15,43 @@ import importlib
 import signal
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from core.errors import ConfigError, EvalfleetError, InputError
-from core.evidence.text import visible
-from core.matrix import ConfigProblem, did_you_mean
-from core.results.report import ExperimentReport
-from scheduler.fleet import Fleet
 from scheduler.interrupt import interrupted, raise_if_lost
-from scheduler.report.sections import banner
 
-err = Console(stderr=True, highlight=False)
+# What only running a command needs is imported where it is used: `--help` of every
+# command, and the commands that only print, import this module and the command's own,
+# and not Celery, the matrix's models or rich (tests/unit/scheduler/cli/test_light.py).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from core.matrix import ConfigProblem
+    from core.results.report import ExperimentReport
+    from scheduler.fleet import Fleet
+
+
+class _Stderr:
+    """rich's Console on stderr, made when first printed to."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False)
+        return self._console
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.console.print(*objects, **options)
+
+
+err = _Stderr()
 USAGE_ERROR = 2
 INFRA_ERRORS = 3
 INTERRUPTED = 130
@@ -58,11 +80,13 @@ class CLIContext:
         """The Fleet on --broker (else the embedded Redis, with --workers local workers;
         `create`: even where none was ever started)."""
         if self._fleet is None:
+            from scheduler.fleet import Fleet
+
             raise_if_lost()  # before anything is started or sent
             fleet = (
-                Fleet.connect(self.broker, console=err)
+                Fleet.connect(self.broker, console=err.console)
                 if self.broker is not None
-                else Fleet.embedded(create=create, workers=self.workers, console=err)
+                else Fleet.embedded(create=create, workers=self.workers, console=err.console)
             )
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet
@@ -103,6 +127,8 @@ class CLIContext:
         reader must see first (the budget's notice) goes to stderr, unless the caller
         says it (`notice`)."""
         if self.fmt == "csv" and notice:
+            from scheduler.report.sections import banner
+
             for line in banner(report):
                 err.print(line, markup=False, soft_wrap=True)
         echo_rendered(rendered)
@@ -113,6 +139,8 @@ def echo_rendered(rendered: str) -> None:
     a terminal inert (an agent's text quoted in markdown or CSV could move the cursor or
     set the title, or turn a file name around), to a file or a pipe as rendered."""
     if sys.stdout.isatty():
+        from core.evidence.text import visible
+
         rendered = visible(rendered)
     click.echo(rendered, nl=not rendered.endswith("\n"))
 
@@ -120,14 +148,22 @@ def echo_rendered(rendered: str) -> None:
 pass_cli = click.make_pass_decorator(CLIContext, ensure=True)
 
 
+class Command(NamedTuple):
+    """A command not imported yet: where it is ("module:attribute" in scheduler.cli)
+    and its short help."""
+
+    target: str
+    summary: str
+
+
 class Commands(click.Group):
     """The `scheduler` group: each command runs with a CLIContext, and an
     EvalfleetError it raises ends it here, as one clear message and its exit code.
 
-    `lazy_commands` maps a command's name to "module:attribute" in scheduler.cli,
-    imported when the command is looked up."""
+    `lazy_commands` names the commands imported when looked up; the group's help lists
+    them from their summaries, importing none."""
 
-    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, lazy_commands: dict[str, Command] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.lazy_commands = lazy_commands or {}
 
@@ -136,16 +172,30 @@ class Commands(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in self.lazy_commands:
-            module, attribute = self.lazy_commands[cmd_name].split(":")
+            module, attribute = self.lazy_commands[cmd_name].target.split(":")
             command = getattr(importlib.import_module(f"scheduler.cli.{module}"), attribute)
+            command.short_help = self.lazy_commands[cmd_name].summary
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, self._summary(name)) for name in names])
+
+    def _summary(self, name: str) -> str:
+        lazy = self.lazy_commands.get(name)
+        if lazy is not None:
+            return lazy.summary
+        return self.commands[name].get_short_help_str(limit=200)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0]
         if self.get_command(ctx, name) is None and not name.startswith("-"):
+            from core.matrix import did_you_mean
+
             hint = did_you_mean(name, self.list_commands(ctx))
             ctx.fail(f"No such command {name!r}" + (f"; {hint}" if hint else "."))
         return super().resolve_command(ctx, args)
@@ -204,6 +254,8 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
     """Exit 3, naming the most common infrastructure error, when some runs had one."""
     errors = report.experiment.errors
     if errors:
+        from core.evidence.text import visible
+
         reason, count = next(iter(report.error_reasons.items()))
         err.print(
             f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
@@ -224,5 +276,7 @@ def size(value: float) -> str:
 
 def print_warnings(warnings: Iterable[ConfigProblem]) -> None:
     """What may be a mistake in the matrix, one line each on stderr."""
+    from rich.markup import escape
+
     for warning in warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(str(warning))}", soft_wrap=True)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from core.errors import InputError
-from core.store.retention import Deleted
 from scheduler.cli.context import CLIContext, err, pass_cli, size
 from scheduler.cli.options import broker_option
+
+if TYPE_CHECKING:
+    from core.store.retention import Deleted
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 force_option = click.option(

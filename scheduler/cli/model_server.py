@@ -6,8 +6,6 @@ from pathlib import Path
 
 import click
 
-from core.modelserver import ModelScript, ModelServer, load_model_script
-
 
 @click.command("model-server")
 @click.option(
@@ -38,6 +36,8 @@ def model_server(script_file: Path | None, port: int, host: str, record: Path | 
       scheduler model-server --script turns.yaml --port 8700
       scheduler model-server --record requests.jsonl      # answers "done"
     """
+    from core.modelserver import ModelScript, ModelServer, load_model_script
+
     script = load_model_script(script_file) if script_file is not None else ModelScript()
     try:
         server = ModelServer(script, host=host, port=port, record=record)

@@ -9,11 +9,9 @@ from typing import Any, TypeVar
 import click
 
 from core.broker_url import ENV_BROKER, ENV_PASSWORD, ENV_PASSWORD_FILE
-from core.stats.clustered import PLANNING_ICC
-from core.stats.significance import CORRECTIONS
-from fleet.broker import take_broker
+from core.stats.choices import CORRECTIONS, PLANNING_ICC
 from scheduler.cli.context import CLIContext
-from scheduler.report.render import FORMATS, NONFINITE
+from scheduler.report.formats import FORMATS, NONFINITE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +35,8 @@ def _take_broker(ctx: click.Context, param: click.Parameter, value: str | None) 
     """The broker's URL with its password, kept on the CLIContext and blanked at once
     wherever this process shows it (fleet.broker.take_broker); a malformed URL, or an
     unreadable password file, stops the command before it starts."""
+    from fleet.broker import take_broker
+
     cli = ctx.ensure_object(CLIContext)
     cli.broker = take_broker(value, cli.broker_password_file)
 

@@ -13,15 +13,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from core.matrix import Matrix
-from core.modelserver import ModelScript, ModelServer, load_model_script
-from core.stats.clustered import PLANNING_ICC
+from core.stats.choices import PLANNING_ICC
 from scheduler.cli.context import USAGE_ERROR, err
 from scheduler.cli.options import icc_option
-from scheduler.validation import planning
-from scheduler.validation import validate as check
 
 if TYPE_CHECKING:
+    from core.matrix import Matrix
     from worker.preflight import CellCheck
 
 COLUMNS = ("tier", "scenario", "cli", "run", "transcript", "gates", "vacuous", "reference",
@@ -66,6 +63,8 @@ def preflight(
     """
     if live and script_file is not None:
         raise click.UsageError("--live and --script exclude each other")
+    from scheduler.validation import validate as check
+
     # An unset judge key is one of the preflight's own lines, not a refusal first.
     matrix = check(matrix_file, allow_missing_keys=True).matrix
     if not run_preflight(matrix, script_file, live=live, judge=judge, icc=icc):
@@ -85,6 +84,8 @@ def run_preflight(  # noqa: PLR0913  click passes each of the command's options 
     """Preflight `matrix` and print its table (on stderr when `aside`: `submit
     --preflight`, whose stdout is the report's), validate's planning at the assumed
     intra-scenario correlation `icc`, and its problems; whether it is sound."""
+    from core.modelserver import ModelScript, ModelServer, load_model_script
+    from scheduler.validation import planning
     from worker.preflight import preflight as check_cells
 
     if live:

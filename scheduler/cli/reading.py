@@ -7,15 +7,18 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import click
 
-from core.analysis.comparison import CORRECTION
-from core.results.report import ExperimentInfo
+from core.stats.choices import DEFAULT_CORRECTION
 from scheduler.cli.context import CLIContext, echo_rendered, err, pass_cli, size
 from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
-from scheduler.report.formatting import Table
-from scheduler.report.render import COMPARE_FORMATS, render_comparison, render_tables
+from scheduler.report.formats import COMPARE_FORMATS
+
+if TYPE_CHECKING:
+    from core.results.report import ExperimentInfo
+    from scheduler.report.formatting import Table
 
 
 def experiments_table(
@@ -25,6 +28,8 @@ def experiments_table(
 ) -> Table:
     """Experiments one a row under headers; `more` gives each experiment's cells of
     `more_columns`, by its id."""
+    from scheduler.report.formatting import Table
+
     with_budget = any(i.not_run for i in infos)
     columns = ["experiment", "status", "runs ran", "passed", "infra errors", "cancelled"]
     columns += ["not run (budget)"] * with_budget + ["created", *more_columns]
@@ -57,6 +62,8 @@ def list_(cli: CLIContext, as_json: bool) -> None:
 
     Example: scheduler list --json
     """
+    from scheduler.report.render import render_tables
+
     listed = cli.fleet().experiments()
     if as_json:
         records = [
@@ -100,6 +107,8 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
 
     Example: scheduler status notes-guidance-20261122-101500-ab12
     """
+    from scheduler.report.render import render_tables
+
     found = cli.fleet().status(experiment)
     if as_json:
         click.echo(found.info.model_dump_json(indent=2))
@@ -132,7 +141,7 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
     show_default=True,
     help="Significance level of the family of tests.",
 )
-@correction_option(CORRECTION)
+@correction_option(DEFAULT_CORRECTION)
 @click.option(
     "--fail-on-regression",
     is_flag=True,
@@ -170,6 +179,8 @@ def compare(
       scheduler compare baseline.json EXP_B --fail-on-regression      # a kept baseline
       scheduler compare EXP_A EXP_B --format github >> "$GITHUB_STEP_SUMMARY"
     """
+    from scheduler.report.render import render_comparison
+
     result = cli.fleet().compare(experiment_a, experiment_b, alpha=alpha, correction=correction)
     echo_rendered(render_comparison(result, cli.fmt, nonfinite=cli.nonfinite))
     if result.regressions:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import click
 
 from core.errors import InputError
-from core.matrix import did_you_mean
 from scheduler.cli.context import CLIContext, err, exit_if_infra_errors, pass_cli
 from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
-from scheduler.report.render import SCENARIO_FORMATS, render
+from scheduler.report.formats import SCENARIO_FORMATS
 
 
 # Over 80 lines: 32 of them are the docstring, which click shows as the command's --help.
@@ -106,6 +105,8 @@ def report(  # noqa: PLR0913  click passes each of the command's options as a pa
             f"--runs lists every run in --format json or csv, not {fmt} (html always has its "
             "run table; `scheduler show RUN` gives one run's evidence)"
         )
+    from scheduler.report.render import render
+
     fleet = cli.fleet()
     exp_id = fleet.experiment_id(experiment)
     result = fleet.report(
@@ -126,6 +127,8 @@ def report(  # noqa: PLR0913  click passes each of the command's options as a pa
         )
     known = list(dict.fromkeys(s for t in result.tiers.values() for s in t.scenarios))
     if scenario is not None and scenario not in known:
+        from core.matrix import did_you_mean
+
         hint = did_you_mean(scenario, known)
         raise InputError(
             f"experiment {exp_id} has no scenario {scenario!r}; its scenarios: {', '.join(known)}"

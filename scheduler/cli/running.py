@@ -3,11 +3,13 @@ followed to its report, sent again, or stopped."""
 
 from __future__ import annotations
 
+import importlib
 import sys
+import threading
 
 import click
 
-from core.results.report import ExperimentStatus
+from core.timeline import mark
 from scheduler.cli.context import (
     USAGE_ERROR,
     CLIContext,
@@ -25,10 +27,6 @@ from scheduler.cli.options import (
     wait_option,
     workers_option,
 )
-from scheduler.cli.preflight import run_preflight
-from scheduler.plan import new_experiment_id
-from scheduler.report.render import render
-from scheduler.validation import prepare
 
 
 @click.command()
@@ -89,19 +87,35 @@ def submit(  # noqa: PLR0913  click passes each of the command's options as a pa
       scheduler submit matrix.yaml --broker URL --allow-missing-keys  # workers hold the keys
       scheduler submit matrix.yaml --preflight      # each tier x scenario tried first
     """
-    checked = prepare(
-        matrix_file,
-        budget=budget,
-        keep_workspaces=keep_workspaces,
-        artifacts=artifacts,
-        # With --preflight an unset judge key is one of its lines, not a refusal first.
-        allow_missing_keys=allow_missing_keys or first_preflight,
-    )
-    print_warnings(checked.warnings)
-    if first_preflight and not run_preflight(
-        checked.matrix, None, aside=True, judge_key_elsewhere=allow_missing_keys
-    ):
-        sys.exit(USAGE_ERROR)
+    from scheduler.plan import new_experiment_id
+    from scheduler.validation import prepare
+
+    # Embedded, the private Redis starts while the matrix is read and checked.
+    early = None if cli.broker is not None else cli.fleet(create=True)
+    if early is not None:
+        early.start_aside()
+    try:
+        checked = prepare(
+            matrix_file,
+            budget=budget,
+            keep_workspaces=keep_workspaces,
+            artifacts=artifacts,
+            # With --preflight an unset judge key is one of its lines, not a refusal first.
+            allow_missing_keys=allow_missing_keys or first_preflight,
+        )
+        mark("cli: matrix loaded and checked")
+        print_warnings(checked.warnings)
+        if first_preflight:
+            from scheduler.cli.preflight import run_preflight
+
+            if not run_preflight(
+                checked.matrix, None, aside=True, judge_key_elsewhere=allow_missing_keys
+            ):
+                sys.exit(USAGE_ERROR)
+    except BaseException:
+        if early is not None:
+            early.close_unused()  # refused: nothing started, no ./.evalfleet made
+        raise
     if as_json:
         cli.fmt = "json"
     fleet = cli.fleet(create=True)
@@ -157,6 +171,8 @@ def cancel(cli: CLIContext, experiment: str) -> None:
 
     Example: scheduler cancel notes-guidance-20261122-101500-ab12
     """
+    from core.results.report import ExperimentStatus
+
     exp_id, before = cli.fleet().cancel(experiment)
     if before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
@@ -166,8 +182,14 @@ def cancel(cli: CLIContext, experiment: str) -> None:
 
 def _print_report(cli: CLIContext, exp_id: str) -> None:
     """Follow the experiment to its report and print it (exit 3 on infrastructure errors)."""
+    # What printing the report imports is imported while the runs run, on a core this
+    # process would leave idle: a one-run experiment's report is there in ~0.1 s.
+    threading.Thread(target=_import_printing, name="evalfleet-import", daemon=True).start()
     fleet = cli.fleet()
     report = fleet.wait(exp_id)
+    from scheduler.report.render import render
+
+    mark("cli: report ready")
     evidence = None
     if cli.fmt == "html" or cli.brief:  # html's run table, the brief's failure reasons
         report = report.model_copy(update={"runs": list(fleet.runs(exp_id))})
@@ -175,6 +197,7 @@ def _print_report(cli: CLIContext, exp_id: str) -> None:
         evidence = fleet.evidence_blobs(exp_id)
     rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full)
     cli.print_report(rendered, report, notice=False)
+    mark("cli: report printed")
     if report.budget is not None and report.budget.reached:
         err.print(
             f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
@@ -182,3 +205,8 @@ def _print_report(cli: CLIContext, exp_id: str) -> None:
             markup=False,
         )
     exit_if_infra_errors(report)
+
+
+def _import_printing() -> None:
+    for module in ("scheduler.experiments", "scheduler.report.render"):
+        importlib.import_module(module)

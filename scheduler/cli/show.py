@@ -6,8 +6,6 @@ import click
 
 from scheduler.cli.context import CLIContext, echo_rendered, err, pass_cli
 from scheduler.cli.options import broker_option
-from scheduler.report.render import terminal_width
-from scheduler.show import render_run
 
 
 @click.command()
@@ -30,6 +28,9 @@ def show(cli: CLIContext, run: tuple[str, ...], as_json: bool) -> None:
       scheduler show notes-guidance-20261122-101500-ab12 T1 create_notes 3
       scheduler show ab12:T1:create_notes:3 --json | jq .evidence.gates
     """
+    from scheduler.report.render import terminal_width
+    from scheduler.show import render_run
+
     fleet = cli.fleet()
     loaded = fleet.run(*run)
     exp_id = loaded.experiment_id

@@ -3,6 +3,8 @@ again through the fleet, as a new report version beside the original."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from core.errors import ConfigError, InputError
@@ -14,8 +16,9 @@ from scheduler.cli.options import (
     wait_option,
     workers_option,
 )
-from scheduler.report.render import render
-from scheduler.versions import NewVersion
+
+if TYPE_CHECKING:
+    from scheduler.versions import NewVersion
 
 
 @click.command()
@@ -109,6 +112,8 @@ def rescore(cli: CLIContext, experiment: str, matrix_file: str | None) -> None:
 def _print_version(cli: CLIContext, version: NewVersion) -> None:
     """The version's report once the fleet has made it, unless a shared broker without
     --wait: then its number."""
+    from scheduler.report.render import render
+
     fleet = cli.fleet()
     if fleet.shared and not cli.wait:
         click.echo(f"{version.experiment_id} version {version.version}", err=cli.fmt == "json")

@@ -9,11 +9,8 @@ import click
 
 from core.broker_url import ENV_BROKER, ENV_PASSWORD_FILE, with_password
 from core.errors import InputError
-from fleet.broker import running_embedded_broker
-from fleet.sending import configured_queue
 from scheduler.cli.context import CLIContext, pass_cli
 from scheduler.cli.options import broker_option
-from scheduler.embedded import worker_command
 
 
 @click.command()
@@ -74,6 +71,10 @@ def worker(  # noqa: PLR0913  click passes each of the command's options as a pa
       scheduler worker --queues evalfleet,gpu
       scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
     """
+    from fleet.broker import running_embedded_broker
+    from fleet.sending import configured_queue
+    from scheduler.embedded import worker_command
+
     url = cli.broker or running_embedded_broker()
     if url is None:
         raise InputError(

@@ -27,18 +27,12 @@ from core.results.report import Comparison, ExperimentComparison, ExperimentRepo
 from core.results.run import RunResult
 from scheduler.report import compare, formatting, scenarios, sections
 from scheduler.report.brief import brief_tables, full_report_line
+from scheduler.report.formats import NONFINITE, SCENARIO_FORMATS
 from scheduler.report.formatting import WORDS_WIDTH, Table
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
 from scheduler.report.markdown import md, table_lines
 
-FORMATS = ("table", "markdown", "github", "json", "csv", "html")
-COMPARE_FORMATS = ("table", "markdown", "github", "json", "csv")
-# Formats that can show the view of one scenario; json and csv always carry all of them.
-SCENARIO_FORMATS = ("table", "markdown", "html")
-# How JSON writes Infinity and NaN: DESIGN's strings "Infinity"/"NaN" (the
-# models' own serialization), or null for jq, pandas and the like.
-NONFINITE = ("string", "null")
 # Table width when stdout is not a terminal (a file, a CI log) and COLUMNS is unset.
 DEFAULT_WIDTH = 120
 

@@ -290,14 +290,27 @@ def serve(socket_path: str) -> None:
             conn.close()
 
 
+# What the commands import as they run: scheduler.cli imports it inside each command,
+# so that `--help` and the commands that only read stay light; imported once here.
+RUNNING_COMMANDS = (
+    "core.evidence.text", "core.matrix", "core.modelserver", "rich.markup",
+    "fleet.broker", "fleet.sending", "scheduler.connection", "scheduler.deletion",
+    "scheduler.embedded", "scheduler.experiments", "scheduler.fleet", "scheduler.plan",
+    "scheduler.report.render", "scheduler.running", "scheduler.show", "scheduler.validation",
+    "scheduler.versions", "worker.preflight",
+)  # fmt: skip
+
+
 def _import_ours() -> None:
     """What every command and worker imports at its start, so none pays for it again.
 
     Not worker.app: it reads the broker from the environment as it is imported."""
     from scheduler.cli import COMMANDS
 
-    for target in COMMANDS.values():
-        importlib.import_module(f"scheduler.cli.{target.split(':')[0]}")
+    for command in COMMANDS.values():
+        importlib.import_module(f"scheduler.cli.{command.target.split(':')[0]}")
+    for module in RUNNING_COMMANDS:
+        importlib.import_module(module)
     importlib.import_module("scheduler.console")
     importlib.import_module("scheduler.standby")
     importlib.import_module("worker.__main__").preimport()

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -413,3 +414,30 @@ def test_validate_plans_nothing_for_one_tier_and_says_one_scenario_cannot_genera
     assert "on scenarios like these only more scenarios do" in adaptive.stdout
     bad = _validate(str(_scenarios_matrix(tmp_path, 3, "5")), "--icc", "1.5")
     assert bad.returncode == 2 and "--icc" in bad.stderr
+
+
+def test_schema_is_made_once_for_the_same_code_and_anew_for_other_code(tmp_path: Path) -> None:
+    from core.matrix import matrix_json_schema
+    from scheduler.cli.validate import code_digest
+
+    env = {**KEYED, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    made = run_cli("schema", env=env)
+    kept = list((tmp_path / "cache" / "evalfleet").glob("matrix-schema-*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text()) == matrix_json_schema()
+    # Read back, not made: the matrix's models are not imported.
+    probe = (
+        "import sys; from scheduler.cli import main; "
+        "main.main(['schema'], 'scheduler', standalone_mode=False); "
+        "print('core.matrix' in sys.modules, file=sys.stderr)"
+    )
+    again = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert again.stdout == made.stdout and again.stderr.strip() == "False"
+    # Another source of core (a model changed) is another digest, so another file.
+    source = tmp_path / "core"
+    shutil.copytree(Path(matrix_json_schema.__code__.co_filename).parents[1], source)
+    before = code_digest(source)
+    scoring = source / "matrix" / "scoring.py"
+    scoring.write_text(scoring.read_text() + "\n# changed\n")
+    assert code_digest(source) != before

@@ -15,9 +15,9 @@ from scipy import optimize, stats
 from statsmodels.stats.proportion import confint_proportions_2indep
 
 from core.metrics.formulas import pass_at_k, pass_hat_k
+from core.stats.choices import Correction
 from core.stats.significance import (
     CliffsDelta,
-    Correction,
     adjust_p,
     bootstrap_median_interval,
     cliffs_delta,
