@@ -1,7 +1,7 @@
 """Agents that misbehave, through a real worker: each is bounded, recorded, and the worker lives.
 
 One experiment, one tier per misbehaviour: an agent that hangs, one whose child
-ignores SIGTERM, one that writes gigabytes to stdout, one that fills its
+ignores SIGTERM, one that writes a gigabyte to stdout, one that fills its
 workspace's disk, and a well-behaved one that must still pass beside them.
 """
 
@@ -24,7 +24,7 @@ AGENT = """
 case $EVALFLEET_TIER in
   hang) sleep 600 ;;
   fork) (trap '' TERM; sleep 600) & echo $! > {pids}/fork.pid; sleep 600 ;;
-  flood) yes 0123456789abcdef | head -c 3000000000; touch out.txt ;;
+  flood) yes 0123456789abcdef | head -c 1000000000; touch out.txt ;;
   disk) while :; do head -c 1048576 /dev/zero >> fill.bin; sleep 0.02; done ;;
   ok) touch out.txt ;;
 esac
@@ -65,7 +65,7 @@ scenarios:
     assert not alive(int((pids / "fork.pid").read_text()))  # the whole group was killed
 
     assert runs["flood"].status == RunStatus.completed and runs["flood"].passed
-    assert runs["flood"].transcript_truncated  # 3 GB in, the head and tail kept
+    assert runs["flood"].transcript_truncated  # 1 GB in, the head and tail kept
 
     disk = runs["disk"]
     assert disk.status == RunStatus.agent_error and not disk.passed

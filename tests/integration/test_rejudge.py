@@ -263,11 +263,15 @@ def test_rejudge_goes_to_each_runs_own_queue(
     assert json.loads(rejudged.stdout)["tiers"]["T0"]["passes"] == 0
     # The version's chord body waits on the default queue, which this fleet does not
     # serve (the CLI aggregated the version itself): taken away, as its task would be.
+    # The experiment's own chord body may wait there too: on a busy machine the CLI
+    # can aggregate before the first worker takes it, and the worker's warm shutdown
+    # hands it back (it finds the report made when it runs).
     waiting = [raw for raw in store.redis.lrange(QUEUE, 0, -1) if exp_id in _body(raw)]
-    assert [json.loads(raw)["headers"]["task"] for raw in waiting] == [
-        "evalfleet.aggregate_version"
-    ]
-    store.redis.lrem(QUEUE, 0, waiting[0])
+    tasks = [json.loads(raw)["headers"]["task"] for raw in waiting]
+    assert tasks.count("evalfleet.aggregate_version") == 1
+    assert set(tasks) <= {"evalfleet.aggregate_version", "evalfleet.aggregate"}
+    for raw in waiting:
+        store.redis.lrem(QUEUE, 0, raw)
 
 
 def _body(raw: str) -> str:
