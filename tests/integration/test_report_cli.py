@@ -123,7 +123,7 @@ def test_markdown_has_every_section_and_the_guidance_comparison(
         "Summary",
         "Cross-tier against the baseline (T0)",
         "Confidence and significance against the baseline (T0)",
-        # Two scenarios: the section across scenarios (tests.unit.analysis.test_scenarios).
+        # Two scenarios: the section across scenarios (tests.unit.core.analysis.test_scenarios).
         "Scenarios as clusters: each tier's mean with error bars that respect its scenarios",
         "Against the baseline (T0) on these scenarios, and on scenarios like these",
         "pass@k and pass^k",

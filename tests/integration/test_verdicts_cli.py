@@ -58,7 +58,7 @@ STRATA = {
     ("T1", "s1"): Cell(_passing(6)),
     ("T1", "s2"): Cell(_passing(10)),
 }
-# The hand-computed example of tests.unit.metrics.test_formulas_cross_tier, four runs a tier.
+# The hand-computed example of tests.unit.core.metrics.test_formulas_cross_tier, four runs a tier.
 HAND = {
     ("T0", "s"): Cell((True, False, False, False), impls=(0.8, 0.2, 0.2, 0.4), cost=1.0),
     ("T1", "s"): Cell((True, True, True, False), impls=(1.0, 1.0, 0.8, 0.6), cost=2.0),

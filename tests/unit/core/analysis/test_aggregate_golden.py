@@ -10,7 +10,7 @@ lengths, a layered composite on some runs, -0.0, tied scores, a tier missing a
 scenario, a tier the matrix does not list and a listed one without runs.
 
 A change to the report's content that is meant (a new field, a new figure)
-regenerates the file: `python -m tests.unit.analysis.test_aggregate_golden`, and the diff is
+regenerates the file: `python -m tests.unit.core.analysis.test_aggregate_golden`, and the diff is
 reviewed with the change.
 """
 
@@ -158,7 +158,7 @@ def test_the_report_of_a_varied_experiment_is_the_stored_one_byte_for_byte() -> 
     if made != GOLDEN.read_text():
         pytest.fail(
             "the report differs from tests/fixtures/aggregate_golden.json; if the change is "
-            "meant, regenerate it (python -m tests.unit.analysis.test_aggregate_golden) and "
+            "meant, regenerate it (python -m tests.unit.core.analysis.test_aggregate_golden) and "
             "review the diff"
         )
 
