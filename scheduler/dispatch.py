@@ -83,7 +83,9 @@ def start(app: Celery, store: Store, matrix: Matrix, experiment_id: str, bundle:
     return total
 
 
-def send(  # noqa: PLR0913  the broker's two clients (Celery app, store) and the experiment's parts, which its two callers hold apart
+# wide: the broker's two clients (Celery app, store) and the experiment's parts, which its
+# two callers hold apart
+def send(
     app: Celery,
     store: Store,
     matrix: Matrix,

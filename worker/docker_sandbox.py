@@ -273,7 +273,8 @@ class _Layout:
         return cls(mounts, owns)
 
 
-def _run_args(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
+# wide: one caller, whose values these are: an object would be built for this call alone
+def _run_args(
     agent: AgentConfig,
     environment: TaskEnvironment | None,
     image: str,

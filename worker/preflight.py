@@ -131,7 +131,8 @@ class _Soundness:
     problems: list[str]
 
 
-def _check(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
+# wide: one caller, whose values these are: an object would be built for this call alone
+def _check(
     original: Matrix,
     matrix: Matrix,
     tier: Tier,

@@ -88,8 +88,6 @@ T = TypeVar("T")
 Attempted = tuple[RunResult, RunEvidence | None]
 
 
-# Over 80 lines: a delivery from its start to its stored result, every way it can end
-# (stored, given back while Redis is away, retried after an outage) side by side.
 def execute(
     spec: RunSpec,
     store: Store,
@@ -143,12 +141,8 @@ def execute(
     except BROKER_DOWN:
         raise
     except SoftTimeLimitExceeded:
-        result = error_result(
-            spec,
-            "run exceeded its time limit (setup + agent + gates + judge)",
-            delivery.attempts,
-            started,
-        )
+        why = "run exceeded its time limit (setup + agent + gates + judge)"
+        result = error_result(spec, why, delivery.attempts, started)
     except Exception as exc:  # the chord must fire whatever happens: record, don't raise
         result = error_result(spec, f"internal error: {exc!r}", delivery.attempts, started)
         result.fail_reason = f"{result.fail_reason}\n{traceback.format_exc(limit=5)}"
@@ -220,7 +214,8 @@ def patiently(call: Callable[[], T]) -> T:
     return call()
 
 
-def _attempt(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
+# wide: one caller, whose values these are: an object would be built for this call alone
+def _attempt(
     spec: RunSpec,
     matrix: Matrix,
     delivery: Delivery,
@@ -269,7 +264,7 @@ def _attempt(  # noqa: PLR0913  one caller, whose values these are: an object wo
     return result.model_copy(update={"attempts": attempts}), evidence
 
 
-# Over 80 lines: the run's setup, agent and gates within the one try whose finally
+# long: the run's setup, agent and gates within the one try whose finally
 # ends everything the run started (its processes, its user, its container, its folder).
 def _run(
     spec: RunSpec,
@@ -351,9 +346,7 @@ def _run(
         result.worker = socket.gethostname()
         result.isolation = confinement.isolation
         if matrix.workspace_archive is not None and result.gates_total:
-            unarchived = _archive(
-                store, matrix.workspace_archive, spec, run_dir, result, gated, secrets
-            )
+            unarchived = _archive(store, matrix.workspace_archive, run_dir, result, gated, secrets)
             if unarchived is not None:
                 evidence = evidence.model_copy(update={"cuts": [*evidence.cuts, unarchived]})
         return result, evidence
@@ -370,10 +363,9 @@ def _run(
         run_dir.release()
 
 
-def _archive(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
+def _archive(
     store: Store,
     config: WorkspaceArchive,
-    spec: RunSpec,
     run_dir: RunDir,
     result: RunResult,
     commands: list[CommandRecord],
@@ -386,12 +378,12 @@ def _archive(  # noqa: PLR0913  one caller, whose values these are: an object wo
     try:
         archive = pack(run_dir.workspace, config.max_bytes, commands, secrets)
     except WorkspaceTooLarge as exc:
-        log.warning("run %s: %s", spec.run_id, exc)
+        log.warning("run %s: %s", result.run_id, exc)
         return str(exc)
     except Exception as exc:  # whatever the agent left: the run's outcome stands without it
-        log.warning("run %s: workspace not archived: %r", spec.run_id, exc)
+        log.warning("run %s: workspace not archived: %r", result.run_id, exc)
         return f"workspace not archived: {exc!r}"
-    store.workspaces.save(spec.experiment_id, spec.run_id, archive)
+    store.workspaces.save(result.experiment_id, result.run_id, archive)
     return None
 
 
@@ -456,7 +448,8 @@ def task_environment(
     return RunEnvironment(run, rewards)
 
 
-def run_agent(  # noqa: PLR0913  the run's parts its agent needs, which a delivery and the preflight hold apart
+# wide: the run's parts its agent needs, which a delivery and the preflight hold apart
+def run_agent(
     matrix: Matrix,
     spec: RunSpec,
     run_dir: RunDir,

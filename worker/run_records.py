@@ -26,7 +26,8 @@ from core.store.attempts import Delivery
 log = logging.getLogger(__name__)
 
 
-def keep_evidence(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
+# wide: one caller, whose values these are: an object would be built for this call alone
+def keep_evidence(
     store: Store,
     matrix: Matrix,
     result: RunResult,

@@ -107,7 +107,8 @@ class _Output:
         return chunk
 
 
-def run_shell(  # noqa: PLR0913  keyword-only options, as subprocess.Popen's: each caller names those it sets
+# wide: keyword-only options, as subprocess.Popen's: each caller names those it sets
+def run_shell(
     command: str,
     cwd: Path,
     *,

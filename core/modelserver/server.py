@@ -190,7 +190,7 @@ def _redacted_path(raw: str) -> str:
     return f"{parts.path}?{urlencode(query, safe='[]')}"
 
 
-# Over 80 lines: the request handler's class, made per server so that its methods reach
+# long: the request handler's class, made per server so that its methods reach
 # the server; each method is short.
 def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):

@@ -71,7 +71,9 @@ def preflight(
         sys.exit(USAGE_ERROR)
 
 
-def run_preflight(  # noqa: PLR0913  click passes each of the command's options as a parameter
+# wide: keyword-only options, the flags of `preflight` and `submit --preflight`: each
+# caller names those it sets
+def run_preflight(
     matrix: Matrix,
     script_file: Path | None,
     *,

@@ -10,7 +10,8 @@ from scheduler.cli.options import broker_option, correction_option, format_optio
 from scheduler.report.formats import SCENARIO_FORMATS
 
 
-# Over 80 lines: 32 of them are the docstring, which click shows as the command's --help.
+# long: 32 of them are the docstring, which click shows as the command's --help.
+# wide: click passes each of the command's options as a parameter
 @click.command()
 @click.argument("experiment", required=False)
 @broker_option
@@ -51,7 +52,7 @@ from scheduler.report.formats import SCENARIO_FORMATS
 )
 @nonfinite_option
 @pass_cli
-def report(  # noqa: PLR0913  click passes each of the command's options as a parameter
+def report(
     cli: CLIContext,
     experiment: str | None,
     runs: bool,

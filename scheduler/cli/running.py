@@ -29,6 +29,7 @@ from scheduler.cli.options import (
 )
 
 
+# wide: click passes each of the command's options as a parameter
 @click.command()
 @click.argument("matrix_file", type=click.Path(dir_okay=False))
 @broker_option
@@ -61,7 +62,7 @@ from scheduler.cli.options import (
     help="First run `scheduler preflight` (its table on stderr); send nothing unless sound.",
 )
 @pass_cli
-def submit(  # noqa: PLR0913  click passes each of the command's options as a parameter
+def submit(
     cli: CLIContext,
     matrix_file: str,
     as_json: bool,

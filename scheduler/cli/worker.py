@@ -13,6 +13,7 @@ from scheduler.cli.context import CLIContext, pass_cli
 from scheduler.cli.options import broker_option
 
 
+# wide: click passes each of the command's options as a parameter
 @click.command()
 @broker_option
 @click.option(
@@ -54,7 +55,7 @@ from scheduler.cli.options import broker_option
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 @pass_cli
-def worker(  # noqa: PLR0913  click passes each of the command's options as a parameter
+def worker(
     cli: CLIContext,
     concurrency: int | None,
     queues: str | None,

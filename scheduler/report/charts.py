@@ -93,7 +93,8 @@ def bar_chart(chart_id: str, title: str, bars: Sequence[Bar], y_label: str, y_ma
 ROW, ROWS_TOP, ROWS_BOTTOM = 28, 8, 40
 
 
-def interval_chart(  # noqa: PLR0913  a chart's parts, each named at its two callers
+# wide: a chart's parts, each named at its two callers
+def interval_chart(
     chart_id: str,
     title: str,
     rows: Sequence[Estimate],

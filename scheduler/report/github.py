@@ -242,7 +242,8 @@ def _test(c: Comparison) -> list[str]:
     ]
 
 
-def _document(  # noqa: PLR0913  the parts of a document its two callers (report, compare) build apart
+# wide: the parts of a document its two callers (report, compare) build apart
+def _document(
     lines: list[str],
     tiers: Table,
     scenarios: Table,

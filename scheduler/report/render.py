@@ -42,7 +42,8 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
-def render(  # noqa: PLR0913  keyword-only options of the output (the CLI's flags): each caller names those it sets
+# wide: keyword-only options of the output (the CLI's flags): each caller names those it sets
+def render(
     report: ExperimentReport,
     fmt: str,
     scenario: str | None = None,

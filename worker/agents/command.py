@@ -56,7 +56,8 @@ class SpendWatch:
         return self.reason
 
 
-def run_command_agent(  # noqa: PLR0913  the run's parts its agent needs, which a delivery and the preflight hold apart
+# wide: the run's parts its agent needs, which a delivery and the preflight hold apart
+def run_command_agent(
     agent: AgentConfig,
     run_dir: RunDir,
     env: Mapping[str, str],

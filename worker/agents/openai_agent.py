@@ -85,7 +85,8 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-def run_openai_agent(  # noqa: PLR0913  the loop's inputs; its tests call it with each
+# wide: the loop's inputs; its tests call it with each
+def run_openai_agent(
     agent: AgentConfig,
     prompt: str,
     workspace: Path,
@@ -156,7 +157,8 @@ class _ApiError(Exception):
 
 
 class _Loop:
-    def __init__(  # noqa: PLR0913  one caller, whose values these are: an object would be built for this call alone
+    # wide: one caller, whose values these are: an object would be built for this call alone
+    def __init__(
         self,
         agent: AgentConfig,
         workspace: Path,
