@@ -4,7 +4,9 @@
 Dockerfile and compose file, unchanged; the example experiment submitted through
 the `scheduler` service while a third worker joins, and Flower's API asked with
 and without its password; then submitted again while the redis service restarts;
-`down -v` whatever happens. The example is slowed (a `sleep` before each agent,
+`down -v` whatever happens. The image is the session's own (EVALFLEET_IMAGE), removed
+at the end: two sessions on one engine would otherwise rebuild `evalfleet:latest` under
+each other (and under a user's fleet). The example is slowed (a `sleep` before each agent,
 more runs) so the scale-up and the restart land mid-experiment.
 
 Skipped, with the reason, where no engine answers (tests.support.engine). CI starts
@@ -70,7 +72,9 @@ def stack(tmp_path: Path) -> Iterator[tuple[Compose, dict[str, str]]]:
     matrix["runs_per_tier"] = RUNS_PER_TIER
     matrix["agent"]["command"] = f"sleep 2; {matrix['agent']['command']}"
     (experiment / "matrix.yaml").write_text(yaml.safe_dump(matrix))
+    name = f"{SESSION}-{uuid.uuid4().hex[:6]}"
     env = {
+        "EVALFLEET_IMAGE": f"evalfleet:test-{name}",
         "REDIS_PASSWORD": secrets.token_hex(16),
         "REDIS_PORT": str(free_port()),  # the machine's own Redis has 6379
         "FLOWER_USER": "admin",
@@ -84,12 +88,14 @@ def stack(tmp_path: Path) -> Iterator[tuple[Compose, dict[str, str]]]:
     }
     env_file = tmp_path / ".env"
     env_file.write_text("".join(f"{key}={value}\n" for key, value in env.items()))
-    compose = Compose(f"evalfleet-test-{SESSION}-{uuid.uuid4().hex[:6]}", env_file)
+    compose = Compose(f"evalfleet-test-{name}", env_file)
     try:
         yield compose, env
     finally:
-        # Containers, network and both volumes: nothing of the test stays behind.
+        # Containers, network, both volumes and the image's tag: nothing of the test
+        # stays behind (its layers stay in the engine's build cache for the next build).
         subprocess.run(compose.argv("down", "-v", "--timeout", "10"), capture_output=True)
+        subprocess.run(["docker", "image", "rm", env["EVALFLEET_IMAGE"]], capture_output=True)
 
 
 def test_the_compose_fleet_runs_the_example_under_a_real_engine_through_scale_up_and_restart(
@@ -97,6 +103,8 @@ def test_the_compose_fleet_runs_the_example_under_a_real_engine_through_scale_up
 ) -> None:
     compose, env = stack
     compose("up", "-d", "--build", "--wait", "--scale", "worker=2", timeout=900)
+    built = ["docker", "image", "inspect", env["EVALFLEET_IMAGE"]]
+    assert subprocess.run(built, capture_output=True).returncode == 0, "not the session's image"
     api = f"http://127.0.0.1:{env['FLOWER_PORT']}"
     auth = (env["FLOWER_USER"], env["FLOWER_PASSWORD"])
     store = Store.from_url(

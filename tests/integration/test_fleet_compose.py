@@ -148,6 +148,20 @@ def test_compose_declares_a_password_protected_redis_scalable_workers_flower_and
     assert scheduler["user"] == worker["user"] == "0:0"
 
 
+def test_the_image_is_evalfleet_latest_unless_evalfleet_image_names_another() -> None:
+    """Two fleets on one engine (a test session's and a user's) build one image each:
+    with a shared tag each build would retag the other's."""
+    env = dotenv(ENV_EXAMPLE)
+    assert env.pop("EVALFLEET_IMAGE") == "evalfleet:latest"
+    assert {s["image"] for s in _evalfleet_services(env)} == {"evalfleet:latest"}
+    named = {**env, "EVALFLEET_IMAGE": "evalfleet:test-1a2b"}
+    assert {s["image"] for s in _evalfleet_services(named)} == {"evalfleet:test-1a2b"}
+
+
+def _evalfleet_services(env: dict[str, str]) -> list[dict[str, Any]]:
+    return [s for name, s in compose(env)["services"].items() if name != "redis"]
+
+
 def test_redis_is_published_on_the_host_only_when_asked_and_not_on_6379() -> None:
     """A local Redis usually holds 6379: the fleet's broker is reached by its services
     on their own network; the override file .env.example names publishes it on loopback,
