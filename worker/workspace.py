@@ -143,11 +143,17 @@ def own_home(run_dir: RunDir, preset: AgentPreset | None) -> dict[str, str]:
     with a preset's `home_files` written: the variables that point the agent there.
     Whatever an agent keeps (logins, settings, sessions, caches, temporary files)
     stays with the run and goes with it. The home must not be under TMPDIR: Codex
-    then refuses to make its sandbox helper, and every command it runs fails."""
+    then refuses to make its sandbox helper, and every command it runs fails.
+
+    The XDG folders are made for a preset's CLI only: an agent of the matrix's own
+    makes one when it first writes there, as the XDG spec asks of every program.
+    Made and removed for every run, five folders were a tenth of a quick run's time
+    (ext4 journals each mkdir and rmdir)."""
     env = {"HOME": str(run_dir.home), "TMPDIR": str(run_dir.home / ".tmp")}
     (run_dir.home / ".tmp").mkdir(parents=True, exist_ok=True)
     for name, folder in _XDG.items():
-        (run_dir.home / folder).mkdir(parents=True, exist_ok=True)
+        if preset is not None:
+            (run_dir.home / folder).mkdir(parents=True, exist_ok=True)
         env[name] = str(run_dir.home / folder)
     for relative, text in (preset.home_files if preset is not None else {}).items():
         target = run_dir.home / relative

@@ -28,7 +28,12 @@ from worker.broker import NO_BROKER
 
 # Everything the agent was given, where the test reads it, and on its stdout, which
 # becomes evidence and the judge's transcript.
-PRINT_ENV = 'env > "{seen}/$EVALFLEET_TIER.env"; env; touch out.txt'
+# Its XDG folders are its to make (the XDG spec's way): out.txt, which the gate checks,
+# only once it has written a setting and a cache entry there.
+PRINT_ENV = (
+    'env > "{seen}/$EVALFLEET_TIER.env"; env; mkdir -p "$XDG_CONFIG_HOME/app" "$XDG_CACHE_HOME" '
+    '&& echo x > "$XDG_CONFIG_HOME/app/settings" && echo y > "$XDG_CACHE_HOME/c" && touch out.txt'
+)
 
 
 def _variables(path: Path) -> dict[str, str]:

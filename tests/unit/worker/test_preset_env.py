@@ -74,6 +74,10 @@ def test_a_command_agent_gets_a_home_of_its_own_and_no_base_url(tmp_path: Path) 
     env, run_dir = env_for({"command": "my-agent"}, tmp_path)
     assert env["HOME"] == str(run_dir.home) != str(tmp_path / "worker-home")
     assert run_dir.home.is_dir() and env["TMPDIR"] == str(run_dir.home / ".tmp")
+    assert Path(env["TMPDIR"]).is_dir()
+    # Its XDG folders are named in its home, and left to it to make (a preset's are made).
+    assert env["XDG_CONFIG_HOME"] == str(run_dir.home / ".config")
+    assert not Path(env["XDG_CONFIG_HOME"]).exists()
     assert "ANTHROPIC_BASE_URL" not in env and "IS_SANDBOX" not in env
 
 
