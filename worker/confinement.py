@@ -40,10 +40,11 @@ from pathlib import Path
 
 from core.errors import SetupError
 from core.evaluation.credentials import SUPPORTED, RunAs
+from core.files.places import work_root
 from core.matrix import AgentConfig, Scenario, TaskEnvironment
 from core.results.run import Isolation
 from worker.sandbox import bwrap_argv
-from worker.workspace import RunDir, chown_tree, with_solution, work_root
+from worker.workspace import RunDir, chown_tree, with_solution
 
 # Far above any system's users and the usual subordinate-id ranges (100000 + 65536 n),
 # in blocks of UID_SLOTS. The last block ends below 2**31: bubblewrap, like other tools

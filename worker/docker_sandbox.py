@@ -79,6 +79,7 @@ from pathlib import Path
 from core.errors import SetupError
 from core.evaluation.credentials import RunAs
 from core.evaluation.gates import Enclosure
+from core.files.places import work_root
 from core.matrix import (
     LOGS_DIR,
     SOLUTION_DIR,
@@ -89,7 +90,7 @@ from core.matrix import (
     TaskEnvironment,
 )
 from worker.confinement import needs_network
-from worker.workspace import RunDir, chown_tree, work_root
+from worker.workspace import RunDir, chown_tree
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,8 @@
 """The experiment's files on this worker: its matrix, with every path leading to this
 machine's copy of the files shipped with it (core.files.bundle).
 
-The copy lives in the worker's cache (EVALFLEET_CACHE_DIR; by default beside the
-work folder, named after it plus `-files`, so the work folder keeps only run
-folders), one folder per manifest digest, built once and shared by the worker
+The copy lives in the worker's cache (core.files.places), one folder per manifest
+digest, built once and shared by the worker
 processes of the machine. An experiment submitted before files travelled keeps
 the submitter's paths.
 """
@@ -12,24 +11,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.files.bundle import MATRIX, Fetch, Manifest, damaged, materialise, restore
+from core.files.places import cache_root
 from core.matrix import Matrix
 from core.store import Store
-from worker.workspace import work_root
 
 log = logging.getLogger(__name__)
-
-
-def cache_root() -> Path:
-    configured = os.environ.get("EVALFLEET_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    root = work_root()
-    return root.with_name(f"{root.name}-files")
 
 
 @dataclass(frozen=True)

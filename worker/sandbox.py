@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from core.errors import SetupError
-from worker.workspace import RunDir, work_root
+from core.files.places import work_root
+from worker.workspace import RunDir
 
 # Top-level folders the jail makes its own rather than taking the host's.
 _OWN_TOP = ("proc", "dev", "tmp")

@@ -29,7 +29,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,15 +37,12 @@ from pathlib import Path
 from core.errors import SetupError
 from core.evaluation.credentials import RunAs
 from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
+from core.files.places import work_root
 from core.matrix import AgentPreset, Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
 # the delivery's folder name: what it left running is found by it.
 MARKER = "EVALFLEET_DELIVERY"
-
-
-def work_root() -> Path:
-    return Path(os.environ.get("EVALFLEET_WORKDIR") or Path(tempfile.gettempdir()) / "evalfleet")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, field_validator
 
 from core.errors import BundleError
+from core.files.places import cache_root, work_root
 from core.results.record import Record
 
 # The store reads stored manifests for every command; only collecting a bundle needs
@@ -138,8 +139,11 @@ def collect(matrix: Matrix, matrix_file: Path | None = None) -> Bundle:
     collector = _Collector(limits, root)
     if root is not None:
         names = excluded_by([*limits.exclude, STATE_DIR])
-        # The artifacts folder is the experiments' output, even inside the matrix folder.
-        outputs = {matrix.artifacts.dir} if matrix.artifacts is not None else set()
+        # The artifacts folder is the experiments' output, even inside the matrix folder;
+        # this machine's run folders and files cache are a worker's, not the project's.
+        outputs = {work_root().resolve(), cache_root().resolve()}
+        if matrix.artifacts is not None:
+            outputs.add(matrix.artifacts.dir)
         collector.add_tree(root, MATRIX, excluded=lambda path: names(path.name) or path in outputs)
     for path in sorted(set(named_paths(matrix)) - {root}):
         if root is not None and path.is_relative_to(root):

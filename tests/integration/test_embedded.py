@@ -16,7 +16,7 @@ from core.broker_url import redis_py_url
 from core.store import Store
 from fleet.broker import running_embedded_broker
 from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
-from tests.conftest import EXAMPLES, PREFIX, run_cli, shared_with_agents, start_cli
+from tests.conftest import EXAMPLES, PREFIX, passable, run_cli, shared_with_agents, start_cli
 from tests.support.fleet import alive, wait_until
 
 pytestmark = pytest.mark.integration
@@ -358,3 +358,31 @@ def _status(env: dict[str, str], cwd: Path, exp_id: str) -> str:
     listed = run_cli("list", "--json", env=env, cwd=cwd)
     assert listed.returncode == 0, listed.stderr
     return next(str(e["status"]) for e in json.loads(listed.stdout) if e["id"] == exp_id)
+
+
+def test_a_work_folder_inside_the_project_is_never_shipped_with_it(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """EVALFLEET_WORKDIR set to a folder of the project (its files cache beside it, in
+    the project too): each submit bundles the matrix folder, and the first one's cached
+    copy must not travel with the second (each would hold the one before)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    passable(project)
+    matrix = project / "matrix.yaml"
+    matrix.write_text(
+        "name: inside\nruns_per_tier: 1\n"
+        "agent: {kind: command, command: 'cat notes.md > /dev/null', timeout_s: 30}\n"
+        "tiers: [{id: T0}]\nscenarios: [{id: s, prompt: go}]\n"
+    )
+    (project / "notes.md").write_text("the project's own file\n")
+    env = {**embedded_env, "EVALFLEET_WORKDIR": str(project / "runs")}
+    env.pop("EVALFLEET_CACHE_DIR", None)
+    for _ in range(2):
+        done = run_cli("submit", str(matrix), "--json", "--workers", "1", env=env, cwd=project)
+        assert done.returncode == 0, done.stderr
+    cached = list((project / "runs-files").iterdir())
+    assert len(cached) == 1  # both submits shipped the same files
+    shipped = {p.relative_to(cached[0]).as_posix() for p in cached[0].rglob("*")}
+    assert {"matrix/matrix.yaml", "matrix/notes.md"} <= shipped
+    assert not any(name.split("/")[1] in ("runs", "runs-files") for name in shipped if "/" in name)
