@@ -241,7 +241,8 @@ class LocalWorkers:
             ENV_BROKER: with_password(self.broker_url, None),
             ENV_PASSWORD_FILE: str(self.password_file),
         }
-        args = worker_args(self.concurrency, self.queues, hostname=self.hostname)
+        # No Flower can watch a Redis on this CLI's own socket: no task events.
+        args = worker_args(self.concurrency, self.queues, hostname=self.hostname, events=False)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # The CLI's standby process, when it started one, has its imports behind it.
         self.proc = standby.hand_over(args, env, str(self.log_path))
@@ -297,14 +298,21 @@ class LocalWorkers:
 def worker_command(
     concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
 ) -> list[str]:
-    """The worker every mode starts (worker.__main__): prefork, task events on."""
+    """The worker every mode starts (worker.__main__): prefork, task events on (the
+    embedded mode turns them off: `events`)."""
     return [*WORKER_MODULE, *worker_args(concurrency, queues, hostname, loglevel)]
 
 
 def worker_args(
-    concurrency: int, queues: Sequence[str], hostname: str | None = None, loglevel: str = "INFO"
+    concurrency: int,
+    queues: Sequence[str],
+    hostname: str | None = None,
+    loglevel: str = "INFO",
+    events: bool = True,
 ) -> list[str]:
     args = ["--concurrency", str(concurrency), "--loglevel", loglevel, "--queues", ",".join(queues)]
     if hostname:
         args += ["--hostname", hostname]
+    if not events:
+        args.append("--without-events")
     return args

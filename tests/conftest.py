@@ -271,10 +271,12 @@ class Worker:
         name: str | None = None,
         anew: bool = False,
         ready: bool = True,
+        events: bool = True,
     ):
         self.log = log
         name = f"{name or 'w'}-{SESSION}-{uuid.uuid4().hex[:6]}@%h"
-        args = worker_args(concurrency, queues.split(","), hostname=name)  # the CLI's own
+        # The CLI's own arguments (`events=False`: the embedded mode's worker).
+        args = worker_args(concurrency, queues.split(","), hostname=name, events=events)
         self.proc: subprocess.Popen[bytes] | RemoteProcess
         with log.open("ab") as out:
             if anew or _EXEC:

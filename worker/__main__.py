@@ -10,7 +10,9 @@ a worker never runs. `celery -A worker.app worker -E ...` still works the same.
 Mingle and gossip are off: mingle asks the other workers for revoked task ids
 (evalfleet revokes nothing; a cancel is a state in Redis) and costs a second at
 every start; gossip elects leaders among workers, which nothing here uses.
-Heartbeats and task events, what Flower shows, stay on.
+Heartbeats and task events, what Flower shows, stay on, but for a worker no Flower
+can watch (`--without-events`: the embedded mode's, on a Redis of its CLI's own), whose
+events, a run's phases among them, were a tenth of a quick run's time.
 
 Once the worker has stopped (its pool joined, its messages acknowledged or
 handed back, its logs flushed here), the process
@@ -36,6 +38,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", default="INFO")
     p.add_argument("--until-idle", type=float, default=None, metavar="SECONDS")
     p.add_argument("--grace", type=float, default=None, metavar="SECONDS")
+    p.add_argument(
+        "--without-events",
+        action="store_true",
+        help="send no task events (received, started, phases, succeeded): nothing watches",
+    )
     return p
 
 
@@ -51,12 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         check_settings()
         from worker.app import app
 
+        # Read by the tasks too: a run sends its phases only where events go.
+        app.conf.worker_send_task_events = not args.without_events
         worker = app.Worker(
             hostname=host_format(default_nodename(args.hostname)),
             concurrency=args.concurrency,
             queues=args.queues.split(","),
             loglevel=mlevel(args.loglevel.upper()),
-            task_events=True,
+            task_events=app.conf.worker_send_task_events,
             without_mingle=True,
             without_gossip=True,
             # evalfleet's own worker options (worker.idle, worker.grace).

@@ -80,6 +80,8 @@ def run(
     run_spec = RunSpec.model_validate(spec)
 
     def on_phase(phase: str) -> None:
+        if not self.app.conf.worker_send_task_events:
+            return
         phase_events(self.app, self.request.hostname).send(
             self.request.id,
             phase,

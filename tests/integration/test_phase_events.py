@@ -107,3 +107,35 @@ def test_a_workers_task_events_travel_together_and_its_last_leave_with_it(
     ours_before = [e for m in before_stop for e in m if str(e.get("hostname", "")).startswith(
         f"evt-{SESSION}-") and e["type"].startswith("task-")]  # fmt: skip
     assert ours_before == []  # held for the linger
+
+
+def test_the_embedded_modes_worker_sends_no_event_and_runs_its_runs(
+    redis_url: str, fleet_env: dict[str, str], start_worker: StartWorker, store: Store,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """`--without-events`, as LocalWorkers starts the worker on the CLI's own Redis,
+    where no Flower can watch: its runs run and pass, and not one task or phase event
+    of its is published, while it runs them or as it stops."""
+    queue = f"{QUEUE}-quiet"  # under the session's name: the conftest removes it
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    pubsub = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
+    pubsub.psubscribe("*celeryev/task.*")
+    try:
+        worker = start_worker(
+            {"EVALFLEET_QUEUE": queue}, concurrency=1, name="quiet", queues=queue, events=False
+        )
+        matrix = command_matrix(tmp_path, "touch out.txt", runs=3)
+        submitted = run_cli("submit", str(matrix), env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        exp_id = submitted.stdout.strip()
+        report = wait_until(lambda: store.reports.get(exp_id), "the report", timeout=60)
+        messages = _published(pubsub, linger_s() + 0.5)
+        worker.stop()
+        messages += _published(pubsub, 1.0)
+    finally:
+        pubsub.close()
+    assert report.tiers["T0"].passes == 3
+    ours = [
+        e for m in messages for e in m if str(e.get("hostname", "")).startswith(f"quiet-{SESSION}-")
+    ]
+    assert ours == []
