@@ -500,3 +500,25 @@ def test_two_scenarios_are_too_few_for_a_verdict_on_scenarios_like_these(
         rows = [row for row in re.split(r"\n|</?tr", shown) if "on scenarios like these (2)" in row]
         assert all("too few scenarios" in row and "better" not in row for row in rows), rows
         assert rows or fmt == "github", fmt
+
+    # Alike in both scenarios, the tiers show a correlation of 0, at which the formula
+    # would promise any difference to unlimited runs: 2 scenarios cannot keep that.
+    plan = report["tiers"]["T1"]["analysis"]["across_scenarios"]["planning"]
+    assert (plan["icc"], plan["like_these_limit"]) == (0.0, 0.0)
+    level = plan["alpha"]
+
+    def like_these(g: int) -> float:
+        t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+        return float(t * math.sqrt(2 * 0.25 / (g * RUNS)))
+
+    fewest = next(g for g in range(2, 1000) if like_these(g) <= 0.3)
+    for fmt in ("table", "markdown"):
+        shown = _report(exp_id, env, "--format", fmt, "--full").split("T1: planning, ")[1]
+        planning = " ".join(re.split(r"\n- |\n\n", shown)[0].split())  # the note alone
+        assert "unlimited runs" not in planning and "0 points or more" not in planning, fmt
+        assert (
+            "; more runs alone cannot be counted on to detect less: how much scenarios differ "
+            "from one another bounds what more runs per scenario can detect, and 2 scenarios "
+            f"cannot measure it; more scenarios can: {fewest} scenarios x {RUNS} runs would "
+            "detect 30 points at this correlation"
+        ) in planning, fmt

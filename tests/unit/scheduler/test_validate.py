@@ -386,7 +386,7 @@ def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
     fewest = next(g for g in range(2, 1000) if like_these(g, m) <= 0.3)
     assert (
         f"  to detect 30 points on scenarios like these: {fewest} scenarios x 20 runs; "
-        "no number of runs on 4 scenarios would\n"
+        "more runs on 4 scenarios alone cannot promise it\n"
     ) in out
     assert "twice the scenarios (8 x 20)" in out and "twice the runs (4 x 40)" in out
     assert "4 scenarios are too few to generalise from" in out
@@ -396,6 +396,33 @@ def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
     assert "too few to generalise" not in many.stdout
     line = next(x for x in many.stdout.splitlines() if "on scenarios like these:" in x)
     assert "below that only more scenarios go" in line
+
+
+def test_validate_promises_nothing_of_more_runs_on_too_few_scenarios(tmp_path: Path) -> None:
+    """At a correlation of 0 the formula's limit with unlimited runs is 0 points, and
+    its runs to detect 30 points thousands: with 2 scenarios, which cannot measure how
+    much scenarios differ, neither is a promise the experiment can keep. The plan says
+    so, and what more scenarios would detect."""
+    result = _validate(str(_scenarios_matrix(tmp_path, 2, "5")), "--icc", "0")
+    assert result.returncode == 0, result.stderr
+    like = next(x for x in result.stdout.splitlines() if "on scenarios like these:" in x)
+    assert "0 points or more" not in like and "unlimited runs" not in like
+    assert like.endswith(
+        "; more runs alone cannot be counted on to detect less: how much scenarios differ "
+        "from one another bounds what more runs per scenario can detect, and 2 scenarios "
+        "cannot measure it"
+    )
+    level = 0.05 / 4
+
+    def like_these(g: int) -> float:
+        t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+        return t * (2 * 0.25 / (g * 5)) ** 0.5
+
+    fewest = next(g for g in range(2, 1000) if like_these(g) <= 0.3)
+    assert (
+        f"  to detect 30 points on scenarios like these: {fewest} scenarios x 5 runs; "
+        "more runs on 2 scenarios alone cannot promise it\n"
+    ) in result.stdout
 
 
 def test_validate_plans_nothing_for_one_tier_and_says_one_scenario_cannot_generalise(
