@@ -146,25 +146,13 @@ def missing_clis(matrix: Matrix) -> dict[str, list[str]]:
     return missing
 
 
-def unpriced_models(matrix: Matrix) -> dict[str, list[str]]:
-    """The agents' models with no price (`pricing:` or built in), with the tiers that
-    use them: their runs' cost and cost of pass would be unknown. A tier that names
-    no model is priced by the model its CLI reports: a preset's default where it is
-    known, else known only once it ran."""
-    unpriced: dict[str, list[str]] = {}
-    for tier in matrix.tiers:
-        agent = matrix.agent_for(tier)
-        model = agent.model or (agent.preset_spec.default_model if agent.preset_spec else None)
-        if model and price_for(model, matrix.pricing) is None:
-            unpriced.setdefault(model, []).append(tier.id)
-    return unpriced
-
-
 def _model_of(agent: AgentConfig) -> str:
-    default = agent.preset_spec.default_model if agent.preset_spec is not None else None
-    if agent.model or default is None:
+    preset = agent.preset_spec
+    if agent.model or preset is None:
         return agent.model or "-"
-    return f"{default} (the CLI's default)"
+    if preset.default_model is not None:
+        return f"{preset.default_model} (the CLI's default)"
+    return "none set (the CLI picks one itself)" if preset.model_choice else "-"
 
 
 def summary(matrix: Matrix) -> str:

@@ -9,7 +9,7 @@ import click
 from core.matrix import matrix_json_schema
 from scheduler.cli.context import print_warnings, size
 from scheduler.cli.options import allow_missing_keys_option, icc_option
-from scheduler.validation import missing_clis, planning, summary, unpriced_models
+from scheduler.validation import missing_clis, planning, summary
 from scheduler.validation import validate as check
 
 
@@ -37,13 +37,6 @@ def validate(matrix_file: str, allow_missing_keys: bool, icc: float) -> None:
         click.echo(
             f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "
             "PATH; the workers that run them need it",
-            err=True,
-        )
-    for model, tiers in unpriced_models(matrix).items():
-        click.echo(
-            f"warning: tiers {', '.join(tiers)}: model {model!r} has no price, so their "
-            f"runs' cost and cost of pass will be unknown; add it under `pricing:` in the "
-            f"matrix ({model}: {{input: ..., output: ...}}, $ per 1M tokens)",
             err=True,
         )
 

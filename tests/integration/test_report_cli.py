@@ -184,6 +184,38 @@ def test_unknown_costs_are_said_to_be_unknown_not_that_no_tier_passed(
         ) in cross
 
 
+def test_the_price_hint_names_each_model_the_runs_recorded_without_a_price(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """T0's CLI picked its model for each request: its runs name three models, one of
+    them priced, and their cost is unknown. Every hint to add prices names the two
+    without one, and no other; T1's priced runs draw no hint."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    routed = ("gemini-3.5-flash-lite", "gemini-3.1-pro-preview", "gemini-2.5-pro")
+    cells = {
+        ("T0", "s1"): Cell(_passed(RUNS), pass_impl=1.0, unpriced=True, models=routed),
+        ("T1", "s1"): Cell(_passed(RUNS), pass_impl=1.0, models=("claude-sonnet-4",)),
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    report = json.loads(_report(exp_id, fleet_env, "--format", "json"))
+    assert report["tiers"]["T0"]["unpriced_models"] == [
+        "gemini-3.1-pro-preview",
+        "gemini-3.5-flash-lite",
+    ]
+    assert report["tiers"]["T1"]["unpriced_models"] == []
+    prices = (
+        "add each model's price under `pricing:` in the matrix (docs/MATRIX.md): "
+        "gemini-3.1-pro-preview, gemini-3.5-flash-lite"
+    )
+    brief = " ".join(_report(exp_id, {**fleet_env, "COLUMNS": "250"}).split())
+    assert f"- cost unknown for runs of T0: {prices} " in brief
+    full = " ".join(_report(exp_id, {**fleet_env, "COLUMNS": "250"}, "--full").split())
+    assert f"cost unknown for {RUNS} runs (model without a price: {prices})" in full
+    assert f"(cost unknown for T0: {prices}); best value: T1" in full
+    for shown in (brief, full):
+        assert "gemini-2.5-pro" not in shown and "claude-sonnet-4" not in shown
+
+
 def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
     redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
 ) -> None:
