@@ -132,7 +132,13 @@ def report(  # noqa: PLR0913  click passes each of the command's options as a pa
             + (f"; {hint}" if hint else "")
         )
     rendered = render(
-        result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full
+        result,
+        fmt,
+        scenario,
+        nonfinite=cli.nonfinite,
+        evidence=evidence,
+        full=cli.full,
+        complete=cli.hinted,
     )
     cli.print_report(rendered, result)
     if fail_on_infra_errors:
