@@ -116,7 +116,7 @@ class CLIContext:
         says it (`notice`)."""
         if self.fmt == "csv" and notice:
             for line in banner(report):
-                err.print(line, markup=False, soft_wrap=True)
+                err.print(self.hinted(line), markup=False, soft_wrap=True)
         echo_rendered(rendered)
 
 
