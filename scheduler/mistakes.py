@@ -18,6 +18,10 @@ Each would otherwise show only once money is spent:
 - An agent command run by a relative path that is not next to the matrix
   (`./run.sh`): a warning, as the workspace may well hold it; it says where
   commands run.
+- An agent whose runs' cost cannot be known: its model has no price (`pricing:`
+  or built in), or a preset that picks its model itself (Gemini CLI, for each
+  request) is given none. A warning: the runs are still worth running, but their
+  cost, cost of pass and a budget's count are unknown.
 - Agents that would run unconfined (`sandbox: none`, or `auto` on a machine not
   running as root): a warning, since such an agent could rewrite or read what it
   is graded with (worker.confinement); and hidden tests whose folder on this machine
@@ -40,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from core.errors import ConfigError
-from core.matrix import ConfigProblem, Matrix, Scenario, Tier, problem_at
+from core.matrix import PRESETS, ConfigProblem, Matrix, Scenario, Tier, problem_at
+from core.metrics.pricing import price_for
 from scheduler.shellwords import Run, runs_of
 
 # One flag for every API key this machine lacks and the workers may hold; the judge's
@@ -60,7 +65,9 @@ def refuse_mistakes(
         errors += _missing_agent_keys(matrix, path) + _missing_judge_key(matrix, path)
     if errors:
         raise ConfigError(errors)
-    return _relative_programs(matrix, path) + _unconfined(matrix, path)
+    return (
+        _relative_programs(matrix, path) + _unknown_costs(matrix, path) + _unconfined(matrix, path)
+    )
 
 
 def _missing_judge_key(matrix: Matrix, path: Path) -> list[ConfigProblem]:
@@ -109,6 +116,44 @@ def _missing_agent_keys(matrix: Matrix, path: Path) -> list[ConfigProblem]:
         )
         for key, ids in tiers.items()
     ]
+
+
+def _unknown_costs(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    """Each agent model without a price, and each preset left to pick its model itself,
+    once, at the first key that names it, with every tier it leaves without a cost."""
+    tiers: dict[tuple[str, str], list[str]] = {}
+    where: dict[tuple[str, str], tuple[str | int, ...]] = {}
+    for index, tier in enumerate(matrix.tiers):
+        agent = matrix.agent_for(tier)
+        preset = agent.preset_spec
+        model = agent.model or (preset.default_model if preset is not None else None)
+        if model is not None and price_for(model, matrix.pricing) is None:
+            found = ("model", model)
+        elif model is None and preset is not None and preset.model_choice is not None:
+            found = ("preset", str(agent.preset))
+        else:
+            continue
+        tiers.setdefault(found, []).append(tier.id)
+        own = tier.agent is not None and getattr(tier.agent, found[0]) is not None
+        where.setdefault(found, ("tiers", index, "agent", found[0]) if own else ("agent", found[0]))
+    problems = []
+    for (key, name), ids in tiers.items():
+        unknown = (
+            f"so {'its' if len(ids) == 1 else 'their'} runs' cost and cost of pass will be unknown"
+        )
+        if key == "model":
+            message = (
+                f"{_tiers(ids)}: model {name!r} has no price, {unknown}; add it under "
+                f"`pricing:` in the matrix ({name}: {{input: ..., output: ...}}, $ per 1M tokens)"
+            )
+        else:
+            message = (
+                f"{_tiers(ids)}: no `model:` is set and {PRESETS[name].model_choice}, {unknown}; "
+                "set `model:` on the agent (the matrix's or the tier's: the CLI is then given "
+                "--model), and add its price under `pricing:` if it has no built-in one"
+            )
+        problems.append(problem_at(path, where[key, name], message))
+    return problems
 
 
 def _tiers(ids: list[str]) -> str:

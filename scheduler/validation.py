@@ -32,21 +32,19 @@ from core.results.run import RunResult
 from core.stats.choices import PLANNING_ICC
 from core.stats.clustered import (
     MIN_SCENARIOS_TO_GENERALISE,
-    MOST_PLANNED,
     PLANNING_POWER,
     PLANNING_RATE,
     PLANNING_TARGET,
     design_effect,
     planned_detectable,
     runs_to_detect,
-    scenarios_to_detect,
 )
 from core.stats.significance import lone_test_alpha
 from fleet.sending import configured_visibility_timeout_s, longest_run_s
 from scheduler.mistakes import refuse_mistakes
 from scheduler.plan import check_size, describe_runs
 from scheduler.report.formatting import points
-from scheduler.report.scenarios import difference
+from scheduler.report.scenarios import difference, runs_alone, scenarios_would
 
 
 @dataclass(frozen=True)
@@ -148,25 +146,13 @@ def missing_clis(matrix: Matrix) -> dict[str, list[str]]:
     return missing
 
 
-def unpriced_models(matrix: Matrix) -> dict[str, list[str]]:
-    """The agents' models with no price (`pricing:` or built in), with the tiers that
-    use them: their runs' cost and cost of pass would be unknown. A tier that names
-    no model is priced by the model its CLI reports: a preset's default where it is
-    known, else known only once it ran."""
-    unpriced: dict[str, list[str]] = {}
-    for tier in matrix.tiers:
-        agent = matrix.agent_for(tier)
-        model = agent.model or (agent.preset_spec.default_model if agent.preset_spec else None)
-        if model and price_for(model, matrix.pricing) is None:
-            unpriced.setdefault(model, []).append(tier.id)
-    return unpriced
-
-
 def _model_of(agent: AgentConfig) -> str:
-    default = agent.preset_spec.default_model if agent.preset_spec is not None else None
-    if agent.model or default is None:
+    preset = agent.preset_spec
+    if agent.model or preset is None:
         return agent.model or "-"
-    return f"{default} (the CLI's default)"
+    if preset.default_model is not None:
+        return f"{preset.default_model} (the CLI's default)"
+    return "none set (the CLI picks one itself)" if preset.model_choice else "-"
 
 
 def summary(matrix: Matrix) -> str:
@@ -344,13 +330,7 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
         f"{said or f'{icc:g} assumed (--icc; a report measures it)'}, design effect "
         f"{design_effect(runs, icc):.2f}",
         f"  on these scenarios: {these}",
-        f"  on scenarios like these: {like}"
-        + (
-            ""
-            if plan.like_these_limit is None
-            else f" (with unlimited runs per scenario still {difference(plan.like_these_limit)}:"
-            " below that only more scenarios go)"
-        ),
+        f"  on scenarios like these: {like}{_runs_limit(plan.like_these_limit, scenarios)}",
     ]
     if scenarios < 2:
         lines[-1] = "  on scenarios like these: not answered: it needs two scenarios or more"
@@ -376,23 +356,36 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
     return lines
 
 
+def _runs_limit(limit: float | None, scenarios: int) -> str:
+    """What unlimited runs per scenario would detect on scenarios like these, where so
+    many scenarios can promise it."""
+    if limit is None:
+        return ""
+    alone = runs_alone(scenarios)
+    if alone is not None:
+        return f"; {alone}"
+    return (
+        f" (with unlimited runs per scenario still {difference(limit)}: below that only more "
+        "scenarios go)"
+    )
+
+
 def _what_would_detect(scenarios: int, runs: int, icc: float, level: float) -> str:
     """When no difference is detectable on scenarios like these, what would detect one
-    of PLANNING_TARGET: more scenarios at these runs, or more runs at these scenarios."""
-    target = points(PLANNING_TARGET)
-    more_scenarios = scenarios_to_detect(PLANNING_TARGET, runs, icc, level)
+    of PLANNING_TARGET: more scenarios at these runs, or (with scenarios enough to
+    promise it) more runs at these scenarios."""
     more_runs = runs_to_detect(PLANNING_TARGET, scenarios, icc, level)
-    by_scenarios = (
-        f"more than {MOST_PLANNED} scenarios"
-        if more_scenarios is None
-        else f"{more_scenarios} scenarios x {runs} runs"
-    )
     by_runs = (
-        f"no number of runs on {scenarios} scenarios would"
+        f"more runs on {scenarios} scenarios alone cannot promise it"
+        if runs_alone(scenarios) is not None
+        else f"no number of runs on {scenarios} scenarios would"
         if more_runs is None
         else f"{scenarios} scenarios x {more_runs} runs"
     )
-    return f"to detect {target} on scenarios like these: {by_scenarios}; {by_runs}"
+    return (
+        f"to detect {points(PLANNING_TARGET)} on scenarios like these: "
+        f"{scenarios_would(runs, icc, level)}; {by_runs}"
+    )
 
 
 def planning_so_far(matrix: Matrix, runs: Sequence[RunResult]) -> list[str]:

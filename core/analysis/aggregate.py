@@ -11,7 +11,7 @@ results and stay in (README, "Outcomes").
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from core.analysis.columns import Group
@@ -19,7 +19,7 @@ from core.analysis.comparison import ALPHA, CORRECTION, correct_report
 from core.analysis.group import analyse, context_by_call, reward_summaries
 from core.analysis.judge_noise import judge_summary
 from core.analysis.ordering import ordered_ids
-from core.matrix import Budget, Matrix, Scoring
+from core.matrix import Budget, Matrix, ModelPrice, Scoring
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS, Metric
 from core.metrics.formulas import (
     best_value_tier,
@@ -30,6 +30,7 @@ from core.metrics.formulas import (
     letter_grade,
     tier_uplift,
 )
+from core.metrics.pricing import price_for
 from core.results.report import (
     BudgetReport,
     CrossTierResult,
@@ -49,7 +50,8 @@ class ReportSettings:
     """How a report is made of an experiment's runs: the `baseline` every tier is
     compared with, the `scoring` of grades, the order of tiers and scenarios (None: the
     experiment's), the correction of the tests against the baseline (`correction` at
-    `alpha`) and the `budget` the runs were held to. Every version of an experiment's
+    `alpha`), the `budget` the runs were held to and the matrix's `pricing` (which
+    models a run of unknown cost lacks a price for). Every version of an experiment's
     report is made with the settings its matrix gives (`of`)."""
 
     baseline: str
@@ -59,6 +61,7 @@ class ReportSettings:
     correction: Correction = CORRECTION
     alpha: float = ALPHA
     budget: Budget | None = None
+    pricing: Mapping[str, ModelPrice] = field(default_factory=dict)
 
     @classmethod
     def of(cls, matrix: Matrix, budget: Budget | None) -> ReportSettings:
@@ -72,6 +75,7 @@ class ReportSettings:
             correction=matrix.report.correction,
             alpha=matrix.report.alpha,
             budget=budget,
+            pricing=matrix.pricing,
         )
 
 
@@ -100,10 +104,12 @@ def aggregate(
         reports[tier] = tier_report(
             group,
             scoring,
+            settings.pricing,
             scenarios={
                 scenario: tier_report(
                     cells.get(tier, {}).get(scenario, Group()),
                     scoring,
+                    settings.pricing,
                     baseline=(baseline, baseline_cells.get(scenario, Group()))
                     if compared
                     else None,
@@ -177,11 +183,13 @@ def error_reasons(runs: Group) -> dict[str, int]:
 def tier_report(
     runs: Group,
     scoring: Scoring,
+    pricing: Mapping[str, ModelPrice],
     scenarios: dict[str, TierReport] | None = None,
     baseline: tuple[str, Group] | None = None,
 ) -> TierReport:
     """Statistics of one group of runs (a tier, or a tier x scenario); `baseline` is the
-    baseline tier's id and its runs of the same scenarios, to test the group against."""
+    baseline tier's id and its runs of the same scenarios, to test the group against;
+    `pricing`, the matrix's prices over the built-in ones."""
     valid = runs.counted
     seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
     composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
@@ -201,6 +209,7 @@ def tier_report(
         else consistency(composite.mean, composite.std_dev),
         cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
         cost_unknown_runs=valid.column("cost_usd").count(None),
+        unpriced_models=unpriced_models(valid, pricing),
         approximate_exit_code_runs=sum(valid.column("interaction.exit_codes_approximate")),
         **seed,
         interaction={m.name: statistics(valid.values(m)) for m in INTERACTION_METRICS},
@@ -211,6 +220,21 @@ def tier_report(
         analysis=analyse(valid, baseline),
         scenarios=scenarios or {},
     )
+
+
+def unpriced_models(runs: Group, pricing: Mapping[str, ModelPrice]) -> list[str]:
+    """The models without a price that `runs` of unknown cost named, sorted: the run's
+    and each of its LLM calls' (a CLI that picks its model for each request, Gemini
+    CLI's, names several in one run, and the run is priced by the first)."""
+    columns = (runs.column("cost_usd"), runs.column("model"), runs.column("llm_calls"))
+    named = {
+        model
+        for cost, run_model, calls in zip(*columns, strict=True)
+        if cost is None
+        for model in (run_model, *(call.model for call in calls))
+        if model and price_for(model, pricing) is None
+    }
+    return sorted(named)
 
 
 def isolation_line(isolations: Sequence[str | None]) -> str | None:

@@ -35,6 +35,7 @@ _OWN = (
     "interaction.exit_codes_approximate",
     "process",
     "llm_calls",
+    "model",
 )
 _FIELDS = tuple(
     dict.fromkeys([*_OWN, *(f for m in (*RUN_METRICS, *INTERACTION_METRICS) for f in m.fields)])

@@ -51,10 +51,12 @@ class AgentPreset:
     runs_solution: bool = False
     # What the CLI pinned in .ci/agent-clis.json asks for when `model:` is unset (as
     # measured against a loopback server); None where it depends on the CLI's own
-    # configuration, or where it routes between models by itself (Gemini CLI 0.61 asked
-    # gemini-3.5-flash-lite, then gemini-3.1-pro-preview). It has a built-in price
-    # (core.metrics.pricing).
+    # configuration, or where it routes between models by itself. It has a built-in
+    # price (core.metrics.pricing).
     default_model: str | None = None
+    # Without a default_model, how the CLI picks its model when `model:` is unset, in
+    # words: validate and submit warn with it that the runs' cost cannot be known.
+    model_choice: str | None = None
 
 
 TRANSCRIPT_FORMATS = (
@@ -111,6 +113,9 @@ PRESETS: dict[str, AgentPreset] = {
         ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} < "$PROMPT_FILE"',
         transcript="gemini-stream-json",
         session_files=".gemini/tmp/*/chats/session-*.jsonl",
+        # Measured: Gemini CLI 0.61 asked gemini-3.5-flash-lite, then gemini-3.1-pro-preview.
+        model_choice="Gemini CLI picks a model itself for each request (the pinned one asked "
+        "gemini-3.5-flash-lite, then gemini-3.1-pro-preview, in one run)",
         permission_flags="--yolo",
         api_key_env="GEMINI_API_KEY",
         base_url_env=("GOOGLE_GEMINI_BASE_URL",),
@@ -130,6 +135,7 @@ PRESETS: dict[str, AgentPreset] = {
         ' --title "$EVALFLEET_RUN_ID" {permissions}'
         ' ${EVALFLEET_MODEL:+--model "$EVALFLEET_MODEL"} "$PROMPT"',
         transcript="opencode-json",
+        model_choice="OpenCode picks a model itself, from the providers it finds",
         permission_flags="",
         api_key_env=None,
         base_url_env=("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"),

@@ -333,6 +333,11 @@ class TierReport(Record):
     )
     cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")
     cost_unknown_runs: int = 0
+    unpriced_models: list[str] = Field(
+        default_factory=list,
+        description="the models without a price that the counted runs of unknown cost named "
+        "(the run's, and each LLM call's), sorted: what `pricing:` lacks",
+    )
     approximate_exit_code_runs: int = Field(
         0, description="runs whose exit codes came from the plain regex fallback (approximate)"
     )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import click
 
 from core.errors import ConfigError, EvalfleetError, InputError
+from scheduler.cli.hints import with_broker
 from scheduler.interrupt import interrupted, raise_if_lost
 
 # What only running a command needs is imported where it is used: `--help` of every
@@ -66,6 +67,9 @@ class CLIContext:
         # The broker's URL, its password put in (--broker-password-file), once read.
         self.broker: str | None = None
         self.broker_password_file: str | None = None
+        # The words that name the broker given on the command line, for the commands
+        # the CLI suggests (scheduler.cli.hints); empty for any other broker.
+        self.broker_words = ""
         self.workers: int | None = None
         self.wait = False
         self.fmt = "table"
@@ -91,9 +95,17 @@ class CLIContext:
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet
 
+    def hinted(self, text: str) -> str:
+        """`text` with each command it suggests complete for this command's broker."""
+        return with_broker(text, self.broker_words)
+
     def interrupted(self) -> str:
-        """What to say on Ctrl-C (or TERM, HUP): how to go on with what was sent. An
-        embedded experiment is paused first (scheduler.running.interrupt)."""
+        """What to say on Ctrl-C (or TERM, HUP): how to go on with what was sent, each
+        command with the broker given. An embedded experiment is paused first
+        (scheduler.running.interrupt)."""
+        return self.hinted(self._interrupted())
+
+    def _interrupted(self) -> str:
         exp_id = self.experiment
         if exp_id is None:
             return "interrupted"
@@ -130,7 +142,7 @@ class CLIContext:
             from scheduler.report.sections import banner
 
             for line in banner(report):
-                err.print(line, markup=False, soft_wrap=True)
+                err.print(self.hinted(line), markup=False, soft_wrap=True)
         echo_rendered(rendered)
 
 
@@ -206,7 +218,7 @@ class Commands(click.Group):
         try:
             return super().invoke(ctx)
         except EvalfleetError as exc:
-            ctx.exit(_said(exc))
+            ctx.exit(_said(exc, cli))
         except BaseException as exc:  # Ctrl-C, TERM or HUP (scheduler.cli.run), at any moment
             if not interrupted(exc):
                 raise
@@ -227,9 +239,10 @@ def _unstoppable(step: Callable[[], object]) -> None:
             signal.signal(signum, handler)
 
 
-def _said(exc: EvalfleetError) -> int:
-    """Print `exc` for a person; its exit code: 2 for bad input, else 1 (FleetError, the
-    broker's or the workers' failure)."""
+def _said(exc: EvalfleetError, cli: CLIContext) -> int:
+    """Print `exc` for a person, the commands it suggests complete for the broker given;
+    its exit code: 2 for bad input, else 1 (FleetError, the broker's or the workers'
+    failure)."""
     if isinstance(exc, ConfigError):
         print_problems(exc)
         err.print(
@@ -237,7 +250,7 @@ def _said(exc: EvalfleetError) -> int:
             "`scheduler schema` prints every accepted key."
         )
         return USAGE_ERROR
-    fail_line(str(exc))
+    fail_line(cli.hinted(str(exc)))
     return USAGE_ERROR if isinstance(exc, InputError) else 1
 
 

@@ -3,14 +3,17 @@ command's CLIContext (`_kept`) or is passed to the command as usual."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from core.broker_url import ENV_BROKER, ENV_PASSWORD, ENV_PASSWORD_FILE
 from core.stats.choices import CORRECTIONS, PLANNING_ICC
 from scheduler.cli.context import CLIContext
+from scheduler.cli.hints import broker_words
 from scheduler.report.formats import FORMATS, NONFINITE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,11 +37,18 @@ def _kept(
 def _take_broker(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """The broker's URL with its password, kept on the CLIContext and blanked at once
     wherever this process shows it (fleet.broker.take_broker); a malformed URL, or an
-    unreadable password file, stops the command before it starts."""
+    unreadable password file, stops the command before it starts. A broker named on
+    the command line is named again in the commands the CLI suggests."""
     from fleet.broker import take_broker
 
     cli = ctx.ensure_object(CLIContext)
+    # Read before take_broker takes the password's variables out of the environment.
+    in_environment = any(os.environ.get(name) for name in (ENV_PASSWORD, ENV_PASSWORD_FILE))
     cli.broker = take_broker(value, cli.broker_password_file)
+    if value and ctx.get_parameter_source("broker") is ParameterSource.COMMANDLINE:
+        given = ctx.get_parameter_source("broker_password_file") is ParameterSource.COMMANDLINE
+        password_file = cli.broker_password_file if given else None
+        cli.broker_words = broker_words(value, password_file, in_environment)
 
 
 _broker_url = click.option(

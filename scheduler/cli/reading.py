@@ -123,8 +123,10 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
     idle = found.idle_queues
     if idle:
         err.print(
-            f"no worker is taking runs from queue {', '.join(idle)}: start one with "
-            f"`scheduler worker --broker URL --queues {','.join(idle)}`",
+            cli.hinted(
+                f"no worker is taking runs from queue {', '.join(idle)}: start one with "
+                f"`scheduler worker --broker URL --queues {','.join(idle)}`"
+            ),
             markup=False,
             soft_wrap=True,
         )

@@ -136,7 +136,13 @@ def report(
             + (f"; {hint}" if hint else "")
         )
     rendered = render(
-        result, fmt, scenario, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full
+        result,
+        fmt,
+        scenario,
+        nonfinite=cli.nonfinite,
+        evidence=evidence,
+        full=cli.full,
+        complete=cli.hinted,
     )
     cli.print_report(rendered, result)
     if fail_on_infra_errors:

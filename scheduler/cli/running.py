@@ -196,12 +196,21 @@ def _print_report(cli: CLIContext, exp_id: str) -> None:
         report = report.model_copy(update={"runs": list(fleet.runs(exp_id))})
     if cli.fmt == "html":  # every run with its evidence
         evidence = fleet.evidence_blobs(exp_id)
-    rendered = render(report, cli.fmt, nonfinite=cli.nonfinite, evidence=evidence, full=cli.full)
+    rendered = render(
+        report,
+        cli.fmt,
+        nonfinite=cli.nonfinite,
+        evidence=evidence,
+        full=cli.full,
+        complete=cli.hinted,
+    )
     cli.print_report(rendered, report, notice=False)
     mark("cli: report printed")
     if report.budget is not None and report.budget.reached:
         err.print(
-            f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them",
+            cli.hinted(
+                f"{report.budget.notice}; `scheduler resume {exp_id} --budget USD` runs them"
+            ),
             soft_wrap=True,
             markup=False,
         )

@@ -38,9 +38,11 @@ def show(cli: CLIContext, run: tuple[str, ...], as_json: bool) -> None:
     if len(versions) > 1:
         # `report` shows the latest version; what is shown here is the run as it ran.
         err.print(
-            f"note: this is the run as it ran (report version 1 of {versions[-1]}); its result "
-            f"in a later version: `scheduler report {exp_id} --version {versions[-1]} "
-            "--format json --runs`",
+            cli.hinted(
+                f"note: this is the run as it ran (report version 1 of {versions[-1]}); its "
+                f"result in a later version: `scheduler report {exp_id} --version "
+                f"{versions[-1]} --format json --runs`"
+            ),
             soft_wrap=True,
             markup=False,
         )

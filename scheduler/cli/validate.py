@@ -29,7 +29,7 @@ def validate(matrix_file: str, allow_missing_keys: bool, icc: float) -> None:
 
     Example: scheduler validate examples/matrix.yaml --icc 0.4
     """
-    from scheduler.validation import missing_clis, planning, summary, unpriced_models
+    from scheduler.validation import missing_clis, planning, summary
     from scheduler.validation import validate as check
 
     checked = check(matrix_file, allow_missing_keys=allow_missing_keys)
@@ -46,13 +46,6 @@ def validate(matrix_file: str, allow_missing_keys: bool, icc: float) -> None:
         click.echo(
             f"warning: agent CLI {cli!r} (tiers {', '.join(tiers)}) is not on this machine's "
             "PATH; the workers that run them need it",
-            err=True,
-        )
-    for model, tiers in unpriced_models(matrix).items():
-        click.echo(
-            f"warning: tiers {', '.join(tiers)}: model {model!r} has no price, so their "
-            f"runs' cost and cost of pass will be unknown; add it under `pricing:` in the "
-            f"matrix ({model}: {{input: ..., output: ...}}, $ per 1M tokens)",
             err=True,
         )
 

@@ -121,7 +121,8 @@ def _print_version(cli: CLIContext, version: NewVersion) -> None:
     result = fleet.wait(version)
     if cli.brief:  # its failure reasons are the version's runs'
         result = fleet.report(version.experiment_id, version=version.version, runs=True)
-    cli.print_report(render(result, cli.fmt, nonfinite=cli.nonfinite, full=cli.full), result)
+    rendered = render(result, cli.fmt, nonfinite=cli.nonfinite, full=cli.full, complete=cli.hinted)
+    cli.print_report(rendered, result)
     if result.judge is not None:
         err.print(
             f"{result.judge.judgments} judgments, {result.judge.cached} from cache",

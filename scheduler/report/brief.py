@@ -11,7 +11,7 @@ from core.results.report import ExperimentReport, Verdict
 from core.results.run import RunResult, RunStatus, error_key
 from scheduler.report.formatting import Table, num, pass_rate
 from scheduler.report.headline import integrity
-from scheduler.report.metric_tables import ADD_PRICES
+from scheduler.report.metric_tables import add_prices
 from scheduler.report.verdicts import multiplicity_note, undetectable
 
 # Reasons listed; the rest are counted in a note.
@@ -60,7 +60,8 @@ def verdict_table(report: ExperimentReport) -> Table:
     # errors have no cost, and a price would change nothing for them.
     unpriced = [tier_id for tier_id, t in report.tiers.items() if t.cost_unknown_runs]
     if unpriced:
-        notes.append(f"cost unknown for runs of {', '.join(unpriced)}: {ADD_PRICES}")
+        prices = add_prices(report.tiers[tier_id] for tier_id in unpriced)
+        notes.append(f"cost unknown for runs of {', '.join(unpriced)}: {prices}")
     return Table(
         f"Verdict per tier against the baseline ({baseline})",
         ["tier", "verdict", "passes/counted", "pass rate [95% CI]", "cost of pass $"],

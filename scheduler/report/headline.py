@@ -17,6 +17,7 @@ from scheduler.report.formatting import (
     pass_rate,
     pct,
 )
+from scheduler.report.metric_tables import add_prices
 
 # Distinct infrastructure errors named under the summary; the JSON has them all.
 MAX_ERROR_REASONS = 3
@@ -162,7 +163,8 @@ def footer(report: ExperimentReport) -> list[str]:
     unknown = sum(t.cost_unknown_runs for t in report.tiers.values())
     if unknown:
         lines.append(
-            f"cost unknown for {unknown} runs (model without a price; add it under `pricing:`)"
+            f"cost unknown for {unknown} runs (model without a price: "
+            f"{add_prices(report.tiers.values())})"
         )
     for reason, count in list(report.error_reasons.items())[:MAX_ERROR_REASONS]:
         lines.append(f"infrastructure error ({count} runs): {reason}")

@@ -28,7 +28,11 @@ from scheduler.report.charts import (
 from scheduler.report.formatting import Table, pass_share
 from scheduler.report.runs import RUNS_STYLE, runs_section
 from scheduler.report.sections import banner, header, report_tables, scenario_tables
-from scheduler.report.verdicts import verdict_difference
+from scheduler.report.verdicts import (
+    COMPOSITE_MEASURE,
+    PASS_RATE_MEASURE,
+    verdict_difference,
+)
 
 # An interval as the tables write it: "[0.541, 0.773]".
 _INTERVAL = re.compile(r"\[[^\]]*\]")
@@ -157,8 +161,9 @@ def _failures(reasons: list[tuple[str, int, str]], runs: int) -> str:
 
 def _lead(report: ExperimentReport) -> str:
     """What the page opens with: the verdict per tier (the terminal's own table), each
-    tier's difference from the baseline that its verdict was read from, then each
-    scenario's pass rate per tier."""
+    tier's difference in pass rate from the baseline, as the tests its verdict came
+    from take it (and, where the verdict was read from the composite score alone, saying
+    so), then each scenario's pass rate per tier."""
     return (
         _table(verdict_table(report), "verdict")
         + f'<section class="charts" id="difference">{_difference_chart(report)}</section>'
@@ -169,12 +174,20 @@ def _lead(report: ExperimentReport) -> str:
 
 
 def _difference_chart(report: ExperimentReport) -> str:
-    rows, bases = [], []
+    rows, bases, elsewhere = [], [], []
     for tier_id, tier in report.tiers.items():
         found = verdict_difference(tier)
         if found is None:
             continue
-        bases.append(f"{tier_id}: {found.basis}")
+        basis = f"{tier_id}: {found.basis}"
+        if found.read_from == (COMPOSITE_MEASURE,):
+            elsewhere.append(tier_id)
+            basis += (
+                f"; its verdict ({found.verdict.value}) is read from its "
+                f"composite score ({found.tests[COMPOSITE_MEASURE]}), not from this "
+                f"difference ({found.tests[PASS_RATE_MEASURE]}: not significant)"
+            )
+        bases.append(basis)
         ci = found.interval
         if isinstance(ci, Interval):
             rows.append(Estimate(tier_id, found.value, ci.low, ci.high))
@@ -187,14 +200,16 @@ def _difference_chart(report: ExperimentReport) -> str:
     # rates is within [-1, 1]).
     reach = max([abs(v) for r in rows for v in (r.value, r.low, r.high) if v is not None] or [1.0])
     bound = min(1.0, max(0.25, math.ceil(reach * 4) / 4))
+    title = f"Each tier's difference in pass rate from the baseline ({report.cross_tier.baseline})"
+    if elsewhere:
+        title += (
+            f" (95% interval); the verdict of {', '.join(elsewhere)} is read from the "
+            "composite score instead (below)"
+        )
+    else:
+        title += ", the one its verdict is read from (95% interval)"
     return interval_chart(
-        "difference",
-        f"Each tier's difference in pass rate from the baseline ({report.cross_tier.baseline}), "
-        "the one its verdict is read from (95% interval)",
-        rows,
-        "difference in pass rate",
-        (-bound, bound),
-        notes=bases,
+        "difference", title, rows, "difference in pass rate", (-bound, bound), notes=bases
     )
 
 

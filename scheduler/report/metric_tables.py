@@ -4,10 +4,12 @@ growth, each tier's ProjectScylla metrics, and where an adaptive experiment's ce
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from core.analysis.group import PASS_K
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
 from core.metrics.process import DEFINITIONS as PROCESS_DEFINITIONS
-from core.results.report import ExperimentReport, Statistics
+from core.results.report import ExperimentReport, Statistics, TierReport
 from scheduler.report.formatting import ALL, Table, cells, num, pct
 
 # Columns of per-call context growth in a table; the HTML chart shows every call.
@@ -51,7 +53,12 @@ def cross_tier(report: ExperimentReport) -> Table:
     )
 
 
-ADD_PRICES = "add each model's price under `pricing:` in the matrix (docs/MATRIX.md)"
+def add_prices(tiers: Iterable[TierReport]) -> str:
+    """What makes the tiers' unknown costs known: a price for each model their runs
+    named that has none, named where the runs recorded it."""
+    models = sorted({model for tier in tiers for model in tier.unpriced_models})
+    named = f": {', '.join(models)}" if models else ""
+    return f"add each model's price under `pricing:` in the matrix (docs/MATRIX.md){named}"
 
 
 def _frontier_and_value(report: ExperimentReport) -> tuple[str, str]:
@@ -63,7 +70,8 @@ def _frontier_and_value(report: ExperimentReport) -> tuple[str, str]:
     tiers = report.tiers.values()
     priced = [t for t in tiers if t.cost_of_pass is not None]
     unpriced = [tier_id for tier_id, t in report.tiers.items() if t.cost_unknown_runs]
-    left_out = f" (cost unknown for {', '.join(unpriced)}: {ADD_PRICES})" if unpriced else ""
+    prices = add_prices(report.tiers[tier_id] for tier_id in unpriced)
+    left_out = f" (cost unknown for {', '.join(unpriced)}: {prices})" if unpriced else ""
     if c.frontier_tier is not None:
         frontier = (
             f"frontier cost of pass ${num(c.frontier_cost_of_pass, 4)} ({c.frontier_tier}, "
@@ -72,7 +80,7 @@ def _frontier_and_value(report: ExperimentReport) -> tuple[str, str]:
     elif not priced and unpriced:
         frontier = (
             "costs are unknown (no run's model has a price), so there is no frontier cost "
-            f"of pass and no best value: {ADD_PRICES}"
+            f"of pass and no best value: {prices}"
         )
     elif not priced:
         frontier = "no run was counted, so there is no frontier cost of pass and no best value"

@@ -11,7 +11,7 @@ import io
 import re
 import shutil
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from pydantic import BaseModel
@@ -52,12 +52,15 @@ def render(
     nonfinite: str = "string",
     evidence: Mapping[str, bytes] | None = None,
     full: bool = True,
+    complete: Callable[[str], str] | None = None,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
     `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
     `evidence`: of html, the runs' evidence by run id as the store keeps it
     (compressed JSON), for its run table; `full=False`: the table format's one screen
-    (scheduler.report.brief; the failure reasons need the report's runs)."""
+    (scheduler.report.brief; the failure reasons need the report's runs); `complete`:
+    of the table format, each text that suggests commands, before it is laid out (the
+    CLI adds the broker it was given)."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
@@ -70,22 +73,30 @@ def render(
     if fmt == "github":
         return github_report(report)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
-    if fmt == "table" and not full and scenario is None:
+    if fmt == "markdown":
+        tables = _tables(report, scenario)
+        return "".join(f"> **{md(line)}**\n\n" for line in banner) + _markdown(title, tables)
+    hint = complete or _as_is
+    lead = "".join(f"{visible(hint(line))}\n" for line in banner)
+    if not full and scenario is None:
         return (
-            "".join(f"{visible(line)}\n" for line in banner)
-            + _terminal(title, brief_tables(report), width)
+            lead
+            + _terminal(title, brief_tables(report), width, hint)
             + "\n"
-            + fill(full_report_line(report), width or terminal_width())
+            + fill(hint(full_report_line(report)), width or terminal_width())
             + "\n"
         )
-    tables = (
-        sections.report_tables(report)
-        if scenario is None
-        else sections.scenario_tables(report, scenario)
-    )
-    if fmt == "markdown":
-        return "".join(f"> **{md(line)}**\n\n" for line in banner) + _markdown(title, tables)
-    return "".join(f"{visible(line)}\n" for line in banner) + _terminal(title, tables, width)
+    return lead + _terminal(title, _tables(report, scenario), width, hint)
+
+
+def _tables(report: ExperimentReport, scenario: str | None) -> list[Table]:
+    if scenario is None:
+        return sections.report_tables(report)
+    return sections.scenario_tables(report, scenario)
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def render_comparison(
@@ -151,18 +162,25 @@ def render_tables(tables: list[Table], width: int | None = None) -> str:
     return _terminal(None, tables, width)
 
 
-def _terminal(title: str | None, tables: list[Table], width: int | None) -> str:
+def _terminal(
+    title: str | None,
+    tables: list[Table],
+    width: int | None,
+    complete: Callable[[str], str] = _as_is,
+) -> str:
     """Compact tables no wider than `width`. A table that does not fit leaves out its
     `narrow_drop` columns (and says so); if it still does not, its other columns go on
     in a second block below, the row labels repeated, rather than being cut. A text
     from a run (a fail reason quoting the agent) is shown with its control
-    characters made visible, never obeyed by the terminal."""
+    characters made visible, never obeyed by the terminal. `complete`: of the notes
+    and the rows' commands, which suggest commands."""
     tables = [
         replace(
             table,
             title=visible(table.title),
             rows=[[visible(cell) for cell in row] for row in table.rows],
-            notes=[visible(note) for note in table.notes],
+            notes=[visible(complete(note)) for note in table.notes],
+            commands=tuple(visible(complete(command)) for command in table.commands),
         )
         for table in tables
     ]

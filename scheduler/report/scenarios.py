@@ -26,7 +26,13 @@ from core.results.report import (
     TierReport,
     Verdict,
 )
-from core.stats.clustered import MIN_SCENARIOS_FOR_INTERVAL, MIN_SCENARIOS_TO_GENERALISE
+from core.stats.clustered import (
+    MIN_SCENARIOS_FOR_INTERVAL,
+    MIN_SCENARIOS_TO_GENERALISE,
+    MOST_PLANNED,
+    PLANNING_TARGET,
+    scenarios_to_detect,
+)
 from scheduler.report.formatting import (
     NO_INTERVAL,
     Table,
@@ -444,6 +450,14 @@ def _planning_sentence(tier_id: str, c: ScenarioComparison) -> list[str]:
     plan = c.planning
     if plan is None:
         return []
+    alone = runs_alone(plan.scenarios)
+    more_runs = (
+        f", with unlimited runs {difference(plan.like_these_limit)}"
+        if alone is None
+        else f"; {alone}; more scenarios can: "
+        f"{scenarios_would(plan.runs, plan.icc, plan.alpha)} would detect "
+        f"{points(PLANNING_TARGET)} at this correlation"
+    )
     return [
         f"{tier_id}: planning, at the intra-scenario correlation observed "
         f"({num(plan.icc, 2)}), the smallest difference in pass rate {plan.scenarios} "
@@ -451,9 +465,32 @@ def _planning_sentence(tier_id: str, c: ScenarioComparison) -> list[str]:
         f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
         f"{difference(plan.like_these)}, with twice the scenarios "
         f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
-        f"{difference(plan.like_these_twice_the_runs)}, with unlimited runs "
-        f"{difference(plan.like_these_limit)}"
+        f"{difference(plan.like_these_twice_the_runs)}{more_runs}"
     ]
+
+
+def runs_alone(scenarios: int) -> str | None:
+    """Why, with fewer scenarios than it takes to generalise, no number of runs per
+    scenario can be promised to detect a difference on scenarios like these; None with
+    enough of them. The planning's limit with unlimited runs rests on how much the
+    scenarios differ, which a handful cannot measure: measured near 0 on two, it
+    would promise any difference at all."""
+    if scenarios >= MIN_SCENARIOS_TO_GENERALISE:
+        return None
+    return (
+        "more runs alone cannot be counted on to detect less: how much scenarios differ "
+        "from one another bounds what more runs per scenario can detect, and "
+        f"{scenarios} scenarios cannot measure it"
+    )
+
+
+def scenarios_would(runs: int, icc: float, level: float) -> str:
+    """How many scenarios, each with `runs` runs, detect PLANNING_TARGET on scenarios
+    like these at intra-scenario correlation `icc`, a test at `level`."""
+    more = scenarios_to_detect(PLANNING_TARGET, runs, icc, level)
+    return (
+        f"more than {MOST_PLANNED} scenarios" if more is None else f"{more} scenarios x {runs} runs"
+    )
 
 
 def _scenario_rates(scenario: str, cell: Comparison | None, significant: bool) -> str:

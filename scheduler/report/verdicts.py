@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from core.analysis.comparison import ALPHA, POWER
 from core.analysis.group import BOOTSTRAP_RESAMPLES
+from core.analysis.verdicts import direction
 from core.results.report import (
     Comparison,
     Detectable,
@@ -91,34 +92,64 @@ def verdict(c: Comparison) -> str:
 
 
 class Difference(NamedTuple):
-    """A tier's difference in pass rate from the baseline, as its verdict reads it."""
+    """A tier's difference in pass rate from the baseline, as its verdict's tests take it,
+    and what its verdict was read from (`read_from`, the measures whose test was
+    significant: empty when none was)."""
 
     value: float | None
     interval: Interval | NoInterval | None
     basis: str
+    verdict: Verdict
+    read_from: tuple[str, ...]
+    # Each measure's test and adjusted p, named in words: "CMH p adj. 0.469".
+    tests: Mapping[str, str]
+
+
+# The two measures a verdict is read from, each by a test of its own.
+PASS_RATE_MEASURE = "pass rate"
+COMPOSITE_MEASURE = "composite score"
 
 
 def verdict_difference(tier: TierReport) -> Difference | None:
-    """The difference in pass rate the tier's verdict was read from, with its interval:
-    the Mantel-Haenszel common risk difference on these scenarios when the stratified
-    tests gave the verdict, else the difference over the runs; None for the baseline."""
+    """The difference in pass rate the tier's verdict tests, with its interval: the
+    Mantel-Haenszel common risk difference on these scenarios when the stratified
+    tests gave the verdict, else the difference over the runs; and which of the two
+    measures (pass rate, composite score) the verdict was read from. None for the
+    baseline."""
     vs = tier.analysis.vs_baseline
     if vs is None:
         return None
     across = tier.analysis.across_scenarios
     if vs.verdict_from is not None and across is not None:
         these = across.these_scenarios
-        return Difference(
+        tested = {
+            PASS_RATE_MEASURE: ("CMH", these.risk_difference, these.cmh_p_adjusted),
+            COMPOSITE_MEASURE: ("van Elteren", these.van_elteren_z, these.van_elteren_p_adjusted),
+        }
+        found = (
             these.risk_difference,
             these.risk_difference_ci,
             f"{ACROSS_SCENARIOS}: Mantel-Haenszel risk difference on these {these.scenarios} "
             "scenarios (Sato's interval)",
         )
-    return Difference(
-        vs.pass_rate_delta,
-        vs.risk_difference_ci,
-        f"{RUN_LEVEL}: over the runs (Newcombe's hybrid score interval)",
+    else:
+        superior = None if vs.prob_superior is None else vs.prob_superior - 0.5
+        tested = {
+            PASS_RATE_MEASURE: ("Fisher", vs.pass_rate_delta, vs.fisher_p_adjusted),
+            COMPOSITE_MEASURE: ("Mann-Whitney", superior, vs.mann_whitney_p_adjusted),
+        }
+        found = (
+            vs.pass_rate_delta,
+            vs.risk_difference_ci,
+            f"{RUN_LEVEL}: over the runs (Newcombe's hybrid score interval)",
+        )
+    read_from = tuple(
+        measure
+        for measure, (_, effect, p) in tested.items()
+        if effect is not None and p is not None and direction(effect, p, vs.alpha)
     )
+    tests = {measure: f"{test} p adj. {p_value(p)}" for measure, (test, _, p) in tested.items()}
+    return Difference(*found, vs.verdict, read_from, tests)
 
 
 def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:

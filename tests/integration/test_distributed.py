@@ -8,7 +8,6 @@ the keys core.store.keys names.
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,9 @@ import pytest
 from core.results.run import RunStatus
 from core.store import Store
 from fleet.sending import AGGREGATE_TASK, RUN_TASK
-from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, shared_with_agents, start_cli
+from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, shared_with_agents
 from tests.support.experiments import command_matrix
-from tests.support.fleet import alive, wait_until
+from tests.support.fleet import alive, interrupted_while_following, wait_until
 from worker.celery_app import create_app
 
 pytestmark = pytest.mark.integration
@@ -413,12 +412,9 @@ def test_ctrl_c_while_following_a_shared_experiment_says_it_goes_on(
     the experiment stays with the fleet (no worker here takes it meanwhile)."""
     queue = f"{fleet_env['EVALFLEET_QUEUE']}-follow"  # no worker: the runs wait
     env = {**fleet_env, "EVALFLEET_QUEUE": queue}
-    proc = start_cli("submit", str(_matrix(tmp_path, "true")), "--wait", env=env)
-    assert proc.stdout is not None
-    exp_id = proc.stdout.readline().strip()  # printed once sent, then it follows
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    exp_id, stderr = interrupted_while_following(
+        "submit", str(_matrix(tmp_path, "true")), "--wait", env=env
+    )
     assert stderr.strip().splitlines()[-1] == (
         f"stopped following; the fleet goes on running it: `scheduler status {exp_id}` "
         f"follows it, `scheduler cancel {exp_id}` stops it"

@@ -1,5 +1,5 @@
 """The HTML report leads with the verdict: the terminal's verdict table, then each
-tier's difference from the baseline with the interval its verdict was read from, then
+tier's difference from the baseline with the interval its verdict's tests take, then
 each scenario's pass rate per tier, for an experiment run through `scheduler submit`
 (3 tiers x 3 scenarios), and as headless Chromium lays it out."""
 
@@ -15,7 +15,9 @@ import pytest
 from scipy import stats
 
 from core.analysis.scenarios import NO_SPREAD_STRATIFIED
-from tests.conftest import StartWorker, run_cli
+from core.store import Store
+from tests.conftest import PREFIX, StartWorker, run_cli
+from tests.support.experiments import Cell, seed_experiment
 from tests.support.html_pages import rendered_json
 from tests.support.terminal import table_row
 
@@ -199,3 +201,50 @@ def test_the_html_report_opens_with_verdicts_the_difference_and_each_scenario(
         assert all(left - 1 <= a and b <= right + 1 for a, b in chart["intervals"]), chart
         assert all(left - 1 <= x <= right + 1 for x in chart["points"]), chart
     assert len(charts["difference"]["intervals"]) == 1 and len(charts["difference"]["points"]) == 2
+
+
+def test_a_verdict_read_from_the_composite_score_is_named_under_the_difference(
+    redis_url: str, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """T1 passes as often as the baseline in each scenario, but its failed runs get
+    further (a higher composite score): its verdict, better, comes from van Elteren's
+    test on composite scores, not from the difference in pass rate the chart draws.
+    The caption and T1's note say so; T2, better on both, keeps "the one its verdict is
+    read from"."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    runs = 20
+    passed = tuple(i < 5 for i in range(runs))
+    impls = {
+        "T0": tuple(1.0 if p else 0.01 * i for i, p in enumerate(passed)),
+        "T1": tuple(1.0 if p else 0.8 + 0.01 * i for i, p in enumerate(passed)),
+        "T2": (1.0,) * runs,
+    }
+    cells = {
+        (t, s): Cell((True,) * runs if t == "T2" else passed, impls=impls[t])
+        for t in impls
+        for s in ("a", "b")
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    report = json.loads(run_cli("report", exp_id, "--format", "json", env=fleet_env).stdout)
+    t1 = report["tiers"]["T1"]["analysis"]
+    these = t1["across_scenarios"]["these_scenarios"]
+    assert t1["vs_baseline"]["verdict"] == "better"
+    assert these["risk_difference"] == 0.0 and these["cmh_p_adjusted"] == pytest.approx(1.0)
+    assert these["van_elteren_p_adjusted"] < 0.001
+
+    page = run_cli("report", exp_id, "--format", "html", env=fleet_env).stdout
+    figure = _figure(page, "difference")
+    title = " ".join(_text(figure.split("<figcaption>")[1].split("</figcaption>")[0]).split())
+    assert title.startswith(
+        "Each tier's difference in pass rate from the baseline (T0) (95% interval); the "
+        "verdict of T1 is read from the composite score instead (below)"
+    ), title
+    assert "the one its verdict is read from" not in title
+    caption = " ".join(_text(figure.split("<figcaption>")[1]).split())
+    assert (
+        "T1: across-scenario: Mantel-Haenszel risk difference on these 2 scenarios (Sato's "
+        "interval); its verdict (better) is read from its composite score (van Elteren p adj. "
+        "<0.001), not from this difference (CMH p adj. 1.000: not significant)"
+    ) in caption
+    assert "T2: across-scenario: Mantel-Haenszel risk difference on these 2 scenarios" in caption
+    assert caption.count("its verdict") == 1

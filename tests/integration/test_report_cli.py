@@ -184,6 +184,38 @@ def test_unknown_costs_are_said_to_be_unknown_not_that_no_tier_passed(
         ) in cross
 
 
+def test_the_price_hint_names_each_model_the_runs_recorded_without_a_price(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """T0's CLI picked its model for each request: its runs name three models, one of
+    them priced, and their cost is unknown. Every hint to add prices names the two
+    without one, and no other; T1's priced runs draw no hint."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    routed = ("gemini-3.5-flash-lite", "gemini-3.1-pro-preview", "gemini-2.5-pro")
+    cells = {
+        ("T0", "s1"): Cell(_passed(RUNS), pass_impl=1.0, unpriced=True, models=routed),
+        ("T1", "s1"): Cell(_passed(RUNS), pass_impl=1.0, models=("claude-sonnet-4",)),
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    report = json.loads(_report(exp_id, fleet_env, "--format", "json"))
+    assert report["tiers"]["T0"]["unpriced_models"] == [
+        "gemini-3.1-pro-preview",
+        "gemini-3.5-flash-lite",
+    ]
+    assert report["tiers"]["T1"]["unpriced_models"] == []
+    prices = (
+        "add each model's price under `pricing:` in the matrix (docs/MATRIX.md): "
+        "gemini-3.1-pro-preview, gemini-3.5-flash-lite"
+    )
+    brief = " ".join(_report(exp_id, {**fleet_env, "COLUMNS": "250"}).split())
+    assert f"- cost unknown for runs of T0: {prices} " in brief
+    full = " ".join(_report(exp_id, {**fleet_env, "COLUMNS": "250"}, "--full").split())
+    assert f"cost unknown for {RUNS} runs (model without a price: {prices})" in full
+    assert f"(cost unknown for T0: {prices}); best value: T1" in full
+    for shown in (brief, full):
+        assert "gemini-2.5-pro" not in shown and "claude-sonnet-4" not in shown
+
+
 def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
     redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
 ) -> None:
@@ -500,3 +532,25 @@ def test_two_scenarios_are_too_few_for_a_verdict_on_scenarios_like_these(
         rows = [row for row in re.split(r"\n|</?tr", shown) if "on scenarios like these (2)" in row]
         assert all("too few scenarios" in row and "better" not in row for row in rows), rows
         assert rows or fmt == "github", fmt
+
+    # Alike in both scenarios, the tiers show a correlation of 0, at which the formula
+    # would promise any difference to unlimited runs: 2 scenarios cannot keep that.
+    plan = report["tiers"]["T1"]["analysis"]["across_scenarios"]["planning"]
+    assert (plan["icc"], plan["like_these_limit"]) == (0.0, 0.0)
+    level = plan["alpha"]
+
+    def like_these(g: int) -> float:
+        t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+        return float(t * math.sqrt(2 * 0.25 / (g * RUNS)))
+
+    fewest = next(g for g in range(2, 1000) if like_these(g) <= 0.3)
+    for fmt in ("table", "markdown"):
+        shown = _report(exp_id, env, "--format", fmt, "--full").split("T1: planning, ")[1]
+        planning = " ".join(re.split(r"\n- |\n\n", shown)[0].split())  # the note alone
+        assert "unlimited runs" not in planning and "0 points or more" not in planning, fmt
+        assert (
+            "; more runs alone cannot be counted on to detect less: how much scenarios differ "
+            "from one another bounds what more runs per scenario can detect, and 2 scenarios "
+            f"cannot measure it; more scenarios can: {fewest} scenarios x {RUNS} runs would "
+            "detect 30 points at this correlation"
+        ) in planning, fmt

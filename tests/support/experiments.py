@@ -76,6 +76,9 @@ class Cell:
     cost: float | None = None
     # No price for the model: every run's cost is unknown.
     unpriced: bool = False
+    # The model of each LLM call in turn (the run's own: the first), as a CLI that picks
+    # its model for each request records them; none named when empty.
+    models: tuple[str, ...] = ()
     # Run index -> why it failed (its fail_reason).
     reasons: dict[int, str] = field(default_factory=dict)
     # Every run's process metrics (a scenario with `process:`).
@@ -140,8 +143,12 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         impl = cell.pass_impl
     else:
         impl = impl_rate(passed, index)
+    models = cell.models or (None,)
     calls = formulas.with_cumulative_input(
-        [LLMCallMetrics(input_tokens=tokens, output_tokens=50) for tokens in cell.context]
+        [
+            LLMCallMetrics(input_tokens=tokens, output_tokens=50, model=models[i % len(models)])
+            for i, tokens in enumerate(cell.context)
+        ]
     )
     return RunResult(
         experiment_id=spec.experiment_id,
@@ -164,6 +171,7 @@ def _result(spec: RunSpec, cell: Cell) -> RunResult:
         started_at=1_700_000_000.0 + index,
         ended_at=1_700_000_002.0 + index,
         llm_calls=calls,
+        model=models[0],
         base_context=formulas.base_context(calls),
         context_growth_avg=formulas.context_growth_avg(calls),
         interaction=InteractionMetrics(

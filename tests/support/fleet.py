@@ -25,7 +25,7 @@ import redis
 
 from core.evaluation.shell import kill_group
 from scheduler.embedded import redis_server_binary
-from tests.conftest import ROOT, SESSION
+from tests.conftest import ROOT, SESSION, start_cli
 
 BIN = Path(sys.executable).parent
 T = TypeVar("T")
@@ -192,3 +192,18 @@ def _pings(client: redis.Redis) -> bool:
         return bool(client.ping())
     except redis.RedisError:
         return False
+
+
+def interrupted_while_following(
+    *args: str, env: dict[str, str], cwd: Path = ROOT
+) -> tuple[str, str]:
+    """`scheduler submit ... --wait` (`args`) on a shared broker whose queue no worker
+    takes, interrupted (Ctrl-C) once it printed the experiment's id and follows it: the
+    id, and what it said on stderr. It must exit 130."""
+    proc = start_cli(*args, env=env, cwd=cwd)
+    assert proc.stdout is not None
+    exp_id = proc.stdout.readline().strip()  # printed once sent, then it follows
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    return exp_id, stderr

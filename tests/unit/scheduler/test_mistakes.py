@@ -118,7 +118,7 @@ def test_the_builtin_agent_has_no_command_to_check(tmp_path: Path) -> None:
         '{kind: command, command: "x", timeout_s: 30}',
         '{kind: openai, base_url: "http://127.0.0.1:9/v1", model: m, api_key_env: null}',
     )
-    path.write_text(text)
+    path.write_text(text + "pricing: {m: {input: 1, output: 1}}\n")  # else: unknown costs
     assert validate(path).warnings == ()
 
 

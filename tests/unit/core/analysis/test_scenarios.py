@@ -196,6 +196,12 @@ def test_planning_uses_the_intra_scenario_correlation_observed() -> None:
     assert plan.like_these_twice_the_runs is not None
     assert plan.like_these is not None and plan.like_these_limit is not None
     assert plan.like_these_twice_the_scenarios < plan.like_these_twice_the_runs
+
+    def like_these(g: int) -> float:
+        t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+        return float(t * math.sqrt(0.5 * (1 + (RUNS - 1) * icc) / (g * RUNS)))
+
+    fewest = next(g for g in range(2, 1000) if like_these(g) <= 0.3)
     said = [n for n in questions_table(report).notes if "planning" in n]
     assert said == [
         "T1: planning, at the intra-scenario correlation observed (0.21), the smallest "
@@ -205,9 +211,11 @@ def test_planning_uses_the_intra_scenario_correlation_observed() -> None:
         f"{plan.like_these * 100:.0f} points; pass rates span 100), with twice the scenarios "
         f"a difference of {plan.like_these_twice_the_scenarios * 100:.0f} points or more, "
         "with twice the runs no difference (it would take "
-        f"{plan.like_these_twice_the_runs * 100:.0f} points; pass rates span 100), with "
-        f"unlimited runs no difference (it would take {plan.like_these_limit * 100:.0f} "
-        "points; pass rates span 100)"
+        f"{plan.like_these_twice_the_runs * 100:.0f} points; pass rates span 100); more runs "
+        "alone cannot be counted on to detect less: how much scenarios differ from one "
+        "another bounds what more runs per scenario can detect, and 4 scenarios cannot "
+        f"measure it; more scenarios can: {fewest} scenarios x {RUNS} runs would detect 30 "
+        "points at this correlation"
     ]
 
 

@@ -281,3 +281,12 @@ def test_the_model_each_preset_asks_for_by_default_has_a_built_in_price() -> Non
     assert {name: price_for(model, {}) is not None for name, model in defaults.items()} == {
         name: True for name in defaults
     }
+
+
+def test_a_preset_without_a_default_model_says_how_its_cli_picks_one() -> None:
+    """validate warns with these words that the runs' cost cannot be known (a preset
+    with neither would leave a tier's cost unknown and say nothing)."""
+    for name, preset in PRESETS.items():
+        if preset.calls_model:
+            assert (preset.default_model is None) == (preset.model_choice is not None), name
+    assert PRESETS["gemini-cli"].default_model is None

@@ -126,13 +126,69 @@ def test_validate_warns_of_an_agent_model_without_a_price(tmp_path: Path) -> Non
     result = run_cli("validate", str(write(tmp_path, text)), env=KEYED)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "has no price" in line]
+    # At the first tier's `model:` that names it (line 9 of the file).
     assert warnings == [
-        "warning: tiers mine, mine2: model 'my-model' has no price, so their runs' cost and "
-        "cost of pass will be unknown; add it under `pricing:` in the matrix (my-model: "
-        "{input: ..., output: ...}, $ per 1M tokens)"
+        f"warning: {tmp_path / 'matrix.yaml'}:9:31: tiers.4.agent.model: tiers mine, mine2: "
+        "model 'my-model' has no price, so their runs' cost and cost of pass will be unknown; "
+        "add it under `pricing:` in the matrix (my-model: {input: ..., output: ...}, $ per 1M "
+        "tokens)"
     ]
     priced = write(tmp_path, text + "pricing: {my-model: {input: 1, output: 2}}\n")
     assert "has no price" not in run_cli("validate", str(priced), env=KEYED).stderr
+
+
+ROUTED = """\
+name: routed
+runs_per_tier: 2
+agent: {preset: gemini-cli}
+tiers:
+  - id: routed
+  - id: pinned
+    agent: {model: gemini-2.5-pro}
+  - id: codex
+    agent: {preset: codex}
+scenarios:
+  - {id: s1, prompt: go, evaluation: {gates: [{type: file_exists, path: out.txt}]}}
+"""
+
+
+def test_validate_and_submit_warn_that_a_cli_picking_its_own_model_leaves_cost_unknown(
+    tmp_path: Path,
+) -> None:
+    """Gemini CLI has no default model: without `model:` it picks one for each request,
+    so no price can be known before the runs, nor after (none of the models it picked
+    has one). Validate says so where the preset is set, with the fix, and so does
+    submit before it sends anything; a tier naming a priced model, or a preset whose
+    CLI asks for a known default (Codex), draws nothing."""
+    matrix = write(tmp_path, ROUTED)
+    env = {k: v for k, v in os.environ.items() if k not in ("GEMINI_API_KEY", "OPENAI_API_KEY")}
+    warning = (
+        f"warning: {matrix}:3:17: agent.preset: tier routed: no `model:` is set and Gemini CLI "
+        "picks a model itself for each request (the pinned one asked gemini-3.5-flash-lite, "
+        "then gemini-3.1-pro-preview, in one run), so its runs' cost and cost of pass will be "
+        "unknown; set `model:` on the agent (the matrix's or the tier's: the CLI is then given "
+        "--model), and add its price under `pricing:` if it has no built-in one"
+    )
+    validated = run_cli("validate", str(matrix), "--allow-missing-keys", env=env)
+    assert validated.returncode == 0, validated.stderr
+    assert "  tier routed: command (gemini " in validated.stdout
+    assert "model none set (the CLI picks one itself), timeout" in validated.stdout
+    assert "model gpt-6.1-sol (the CLI's default)" in validated.stdout
+    cost = [line for line in validated.stderr.splitlines() if "cost" in line]
+    assert cost == [warning]
+    # Submit says it before it reaches for the broker (here: none listens).
+    submitted = run_cli(
+        "submit", str(matrix), "--allow-missing-keys", "--broker", "redis://127.0.0.1:1/0", env=env
+    )
+    assert submitted.returncode == 1 and "cannot reach the broker" in submitted.stderr
+    assert [line for line in submitted.stderr.splitlines() if "cost" in line] == [warning]
+    # Named, the model is given to the CLI and priced: nothing to warn of.
+    pinned = write(
+        tmp_path,
+        ROUTED.replace("{preset: gemini-cli}", "{preset: gemini-cli, model: gemini-2.5-pro}"),
+    )
+    quiet = run_cli("validate", str(pinned), "--allow-missing-keys", env=env)
+    assert quiet.returncode == 0 and "cost" not in quiet.stderr, quiet.stderr
 
 
 def test_validate_accepts_the_example() -> None:
@@ -387,7 +443,7 @@ def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
     fewest = next(g for g in range(2, 1000) if like_these(g, m) <= 0.3)
     assert (
         f"  to detect 30 points on scenarios like these: {fewest} scenarios x 20 runs; "
-        "no number of runs on 4 scenarios would\n"
+        "more runs on 4 scenarios alone cannot promise it\n"
     ) in out
     assert "twice the scenarios (8 x 20)" in out and "twice the runs (4 x 40)" in out
     assert "4 scenarios are too few to generalise from" in out
@@ -397,6 +453,33 @@ def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
     assert "too few to generalise" not in many.stdout
     line = next(x for x in many.stdout.splitlines() if "on scenarios like these:" in x)
     assert "below that only more scenarios go" in line
+
+
+def test_validate_promises_nothing_of_more_runs_on_too_few_scenarios(tmp_path: Path) -> None:
+    """At a correlation of 0 the formula's limit with unlimited runs is 0 points, and
+    its runs to detect 30 points thousands: with 2 scenarios, which cannot measure how
+    much scenarios differ, neither is a promise the experiment can keep. The plan says
+    so, and what more scenarios would detect."""
+    result = _validate(str(_scenarios_matrix(tmp_path, 2, "5")), "--icc", "0")
+    assert result.returncode == 0, result.stderr
+    like = next(x for x in result.stdout.splitlines() if "on scenarios like these:" in x)
+    assert "0 points or more" not in like and "unlimited runs" not in like
+    assert like.endswith(
+        "; more runs alone cannot be counted on to detect less: how much scenarios differ "
+        "from one another bounds what more runs per scenario can detect, and 2 scenarios "
+        "cannot measure it"
+    )
+    level = 0.05 / 4
+
+    def like_these(g: int) -> float:
+        t = stats.t.ppf(1 - level / 2, g - 1) + stats.t.ppf(0.8, g - 1)
+        return t * (2 * 0.25 / (g * 5)) ** 0.5
+
+    fewest = next(g for g in range(2, 1000) if like_these(g) <= 0.3)
+    assert (
+        f"  to detect 30 points on scenarios like these: {fewest} scenarios x 5 runs; "
+        "more runs on 2 scenarios alone cannot promise it\n"
+    ) in result.stdout
 
 
 def test_validate_plans_nothing_for_one_tier_and_says_one_scenario_cannot_generalise(
