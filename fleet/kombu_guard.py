@@ -180,18 +180,20 @@ def _chord_part_skipped_when_the_broker_fails(
     return None
 
 
-class _ChordFailuresInALine(logging.Filter):
-    """Celery's own log of a chord that met the broker gone or full, without its
-    traceback: what happened, and what becomes of the experiment."""
+class _BrokerFailuresInALine(logging.Filter):
+    """A library's log of the broker gone or full, without its traceback: what happened,
+    and what comes of it (`then`). Celery's of a chord ("Chord ... raised"), kombu's of
+    a binding refresh a full Redis refused (kombu 5.7: it tries again on its own)."""
+
+    def __init__(self, then: str):
+        super().__init__()
+        self.then = then
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         failed = None if exc is None else broker_failed(exc)
         if failed is not None:
-            record.msg = (
-                f"{record.getMessage()}: {failed}; the recovery sweep reports its experiment "
-                "once every run has a result"
-            )
+            record.msg = f"{record.getMessage()}: {failed}; {self.then}"
             record.args = None
             record.exc_info = None
             record.exc_text = None
@@ -219,8 +221,13 @@ def install() -> None:
     backend = celery_redis.RedisBackend
     _ORIGINALS.setdefault("chord part", backend.on_chord_part_return)
     setattr(backend, "on_chord_part_return", _chord_part_skipped_when_the_broker_fails)  # noqa: B010
-    chords = logging.getLogger(celery_redis.__name__)  # Celery's "Chord ... raised"
-    if not any(isinstance(f, _ChordFailuresInALine) for f in chords.filters):
-        chords.addFilter(_ChordFailuresInALine())
+    for logger, then in (
+        (celery_redis.__name__, "the recovery sweep reports its experiment once every run "
+         "has a result"),
+        (kombu_redis.__name__, "kombu tries again"),
+    ):  # fmt: skip
+        said = logging.getLogger(logger)
+        if not any(isinstance(f, _BrokerFailuresInALine) for f in said.filters):
+            said.addFilter(_BrokerFailuresInALine(then))
     _ORIGINALS.setdefault("append", qos.append)
     setattr(qos, "append", _append_even_when_full)  # noqa: B010
