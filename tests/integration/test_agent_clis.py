@@ -15,6 +15,7 @@ paced line by line to meet a spend limit mid-run.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -336,6 +337,7 @@ def test_a_missing_cli_is_said_as_an_infrastructure_error_alone(
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_an_agent_that_wrote_nothing_is_not_told_its_format_is_wrong(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
