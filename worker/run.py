@@ -514,13 +514,9 @@ def error_result(
     """A run without an agent result (an infrastructure error, cancelled, not run for
     the budget): counted under its own name, kept out of the statistics."""
     now = time.time()
-    return RunResult(
-        experiment_id=spec.experiment_id,
-        run_id=spec.run_id,
-        tier=spec.tier,
-        scenario=spec.scenario,
-        run_index=spec.run_index,
-        status=status,
+    return RunResult.of(
+        spec,
+        status,
         fail_reason=reason,
         attempts=attempts,
         worker=socket.gethostname(),

@@ -287,13 +287,9 @@ def _score(
     """The score phase: the RunResult with its metrics, spend and verdict."""
     spec, outcome, transcript = context.spec, read.outcome, read.transcript
     gates, verification = checked.gates, checked.verification
-    result = RunResult(
-        experiment_id=spec.experiment_id,
-        run_id=spec.run_id,
-        tier=spec.tier,
-        scenario=spec.scenario,
-        run_index=spec.run_index,
-        status=_status(outcome, transcript, read.limit),
+    result = RunResult.of(
+        spec,
+        _status(outcome, transcript, read.limit),
         limit=read.limit,
         model=read.model,
         started_at=outcome.started_at,

@@ -296,6 +296,20 @@ class RunResult(Record):
         False, description="not one line of the agent's output was in its transcript format"
     )
 
+    @classmethod
+    def of(cls, spec: RunSpec, status: RunStatus, **fields: Any) -> RunResult:
+        """The result of `spec`'s run: the run's ids, its status and `fields` (a name
+        that is no field is refused, as everywhere in a Record)."""
+        return cls(
+            experiment_id=spec.experiment_id,
+            run_id=spec.run_id,
+            tier=spec.tier,
+            scenario=spec.scenario,
+            run_index=spec.run_index,
+            status=status,
+            **fields,
+        )
+
     @property
     def is_infra_error(self) -> bool:
         return self.status.is_infra

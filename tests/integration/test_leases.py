@@ -41,10 +41,7 @@ def _experiment(store: Store, runs: int = 3) -> list[RunSpec]:
 
 
 def _result(spec: RunSpec) -> RunResult:
-    return RunResult(
-        experiment_id=spec.experiment_id, run_id=spec.run_id, tier=spec.tier,
-        scenario=spec.scenario, run_index=spec.run_index, status=RunStatus.completed,
-    )  # fmt: skip
+    return RunResult.of(spec, RunStatus.completed)
 
 
 def test_an_expired_lease_without_a_result_is_claimed_once(store: Store) -> None:

@@ -56,12 +56,4 @@ def record_experiment(
 
 def result_of(spec: RunSpec, status: RunStatus = RunStatus.completed, **extra: Any) -> RunResult:
     """The run's result as a worker stores it."""
-    return RunResult(
-        experiment_id=spec.experiment_id,
-        run_id=spec.run_id,
-        tier=spec.tier,
-        scenario=spec.scenario,
-        run_index=spec.run_index,
-        status=status,
-        **extra,
-    )
+    return RunResult.of(spec, status, **extra)
