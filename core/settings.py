@@ -29,6 +29,8 @@ NUMBERS: dict[str, tuple[float, Kind]] = {
     "EVALFLEET_SHUTDOWN_GRACE": (30, "wait"),  # seconds a leaving worker lets its runs finish
     # How long a worker holds task events to publish them together (Flower is that late).
     "EVALFLEET_EVENTS_LINGER_S": (0.05, "wait"),
+    # How long this user's warm process (scheduler.warm) waits for a command before leaving.
+    "EVALFLEET_WARM_IDLE_S": (900, "interval"),
 }
 
 

@@ -1,5 +1,8 @@
-"""The `scheduler` console script: an embedded submit's worker process starts first
-(scheduler.standby), then the CLI (scheduler.cli) is imported and run.
+"""The `scheduler` console script: the command is offered to this user's warm process
+first (scheduler.warm), which runs it in a fork of its own, already imported; else
+an embedded submit's worker process starts first (scheduler.standby), then the CLI
+(scheduler.cli) is imported and run, and a warm process is started for the next
+command.
 
 It ends with os._exit, without the interpreter's teardown of Celery's, pydantic's
 and rich's objects (0.1-0.3 s of CPU after every command had finished). What that
@@ -26,9 +29,10 @@ def run() -> None:
     try:
         # Imported here, not at the top: Ctrl-C in the first moments of a command then
         # ends it with one line too, not a traceback out of an import.
-        from scheduler import standby
+        from scheduler import standby, warm
 
         imported = True
+        warm.relay(sys.argv)  # returns only if no warm process ran it
         standby.prestart(sys.argv[1:])
         from scheduler.cli import run as cli_run
 
@@ -48,5 +52,7 @@ def run() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing left to say
             stream.flush()
+    if imported:  # once its output is out: the next command's, not this one's
+        warm.start(sys.argv[1:])
     mark("cli: exit")
     os._exit(status)

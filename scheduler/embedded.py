@@ -38,6 +38,7 @@ from fleet.broker import (
 )
 from scheduler import standby
 from scheduler.standby import WORKER_MODULE
+from scheduler.warm import RemoteProcess
 
 _START_TIMEOUT_S = 20.0
 _UNBLOCK_EVERY_S = 0.02
@@ -221,7 +222,7 @@ class LocalWorkers:
         self.queues = list(queues)
         # The Celery node name (%h: this host); several at once need names of their own.
         self.hostname = f"{name}-{os.getpid()}@%h"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | RemoteProcess | None = None
         self.log_path = STATE_DIR.resolve() / "worker.log"
         # Called right after SIGTERM to wake the worker: Celery's handler only sets a flag
         # its event loop reads between events, and an idle worker's next event is its
@@ -275,7 +276,9 @@ class LocalWorkers:
         self.proc.wait()
         self.proc = None
 
-    def _wait_unblocking(self, proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    def _wait_unblocking(
+        self, proc: subprocess.Popen[bytes] | RemoteProcess, grace_s: float
+    ) -> None:
         """Wait up to `grace_s` for the worker to leave. Closing its broker connection
         waits for the BRPOP it has in flight, up to kombu's polling interval (0.25 s)
         after its shutdown began: each BRPOP blocked in Redis meanwhile is ended as its

@@ -28,6 +28,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from core.timeline import mark
+from scheduler import warm
 from scheduler.interrupt import deferred
 
 # core.broker_url.ENV_BROKER, named here so as not to import redis first.
@@ -49,6 +50,8 @@ def prestart(args: Sequence[str]) -> None:
     global _standby
     if not args or args[0] not in _COMMANDS or os.environ.get(_ENV_BROKER):
         return
+    if warm.served_from is not None:  # the warm process forks the worker (hand_over)
+        return
     if any(a.startswith("--broker") or a in ("-h", "--help") for a in args):
         return
     # A Ctrl-C between the fork and the assignment would leave a standby that `discard`
@@ -66,10 +69,13 @@ def prestart(args: Sequence[str]) -> None:
 
 def hand_over(
     argv: Sequence[str], env: Mapping[str, str], log: str
-) -> subprocess.Popen[bytes] | None:
-    """The standby, now running the worker `argv` describes; None if there is none (or
-    it died), and the caller starts the worker as usual."""
+) -> subprocess.Popen[bytes] | warm.RemoteProcess | None:
+    """The standby, now running the worker `argv` describes, or in a command the warm
+    process runs, a worker it forked; None if there is none (or it died), and the
+    caller starts the worker as usual."""
     global _standby
+    if (forked := warm.start_worker("worker", argv, env, log)) is not None:
+        return forked
     proc, _standby = _standby, None
     if proc is None or proc.stdin is None:
         return None

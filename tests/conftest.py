@@ -39,8 +39,9 @@ from core.evaluation.shell import kill_group
 from core.store import Store, keys
 from scheduler.embedded import worker_args
 from scheduler.standby import WORKER_MODULE
+from scheduler.warm import RemoteProcess
 from tests.support.bytecode import compile_project, rewrite_test_modules
-from tests.support.prestarted import Prestarted, RemoteProcess
+from tests.support.prestarted import Prestarted
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -65,6 +66,9 @@ os.environ["EVALFLEET_KEY_PREFIX"] = PREFIX
 # A test that wants a terminal's width sets it itself.
 for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
+# No command of the tests' is offered to, or leaves behind, a warm process of this
+# machine's user (scheduler.warm): the tests of it turn it on in a folder of their own.
+os.environ["EVALFLEET_WARM"] = "0"
 # The console script of the environment running the tests, wherever it lives.
 SCHEDULER = str(Path(sys.executable).parent / "scheduler")
 

@@ -44,6 +44,7 @@ COMMANDS = {
     "prune": Command("deletion:prune", "Delete the experiments older than an age."),
     "worker": Command("worker:worker", "Start a Celery worker on this machine."),
     "model-server": Command("model_server:model_server", "Answer agent CLIs from a script."),
+    "warm": Command("warm:warm", "Show or stop the processes that run commands warm."),
 }
 
 

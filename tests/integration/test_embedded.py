@@ -223,8 +223,9 @@ def _processes_with(marker: str) -> list[int]:
 def test_the_worker_started_beside_the_cli_runs_the_experiment(
     embedded_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """`scheduler submit` starts its worker's process before it imports its own code
-    (scheduler.standby): that process runs the runs, without the broker's URL."""
+    """`scheduler submit`, the console script run cold, starts its worker's process
+    before it imports its own code (scheduler.standby): that process runs the runs,
+    without the broker's URL."""
     seen = shared_with_agents(tmp_path / "seen")
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(
@@ -233,11 +234,12 @@ def test_the_worker_started_beside_the_cli_runs_the_experiment(
         f'echo "broker=${{EVALFLEET_BROKER_URL:-none}}" >> {seen}\', timeout_s: 30}}\n'
         "tiers: [{id: T0}]\nscenarios: [{id: s, prompt: go}]\n"
     )
-    result = run_cli(
+    cli = start_cli(
         "submit", str(matrix), "--json", "--workers", "1", env=embedded_env, cwd=tmp_path
     )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["tiers"]["T0"]["passes"] == 1
+    stdout, stderr = cli.communicate(timeout=120)
+    assert cli.returncode == 0, stderr
+    assert json.loads(stdout)["tiers"]["T0"]["passes"] == 1
     parent, _, broker = seen.read_text().rpartition(" ")
     assert "-m worker --standby" in parent  # the agent's parent: a pool process of it
     assert broker.strip() == "broker=none"

@@ -1,5 +1,6 @@
 """The `scheduler` console script and the worker as the tests start them hundreds of
-times: forked from a process that imported them once.
+times: forked from a process that imported them once, the product's warm process
+(scheduler.warm_server) started for the test session on a socket of its own.
 
 A cold command spends about half a second of CPU importing click, rich, redis-py,
 pydantic, Celery and the models before it begins, a worker about as much; over the
@@ -29,26 +30,20 @@ input closes (the test process ended).
 
 from __future__ import annotations
 
-import importlib
-import json
 import locale
 import os
-import select
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import worker
-
-_HEADER = struct.Struct("!I")
-_FDS = 3  # stdin, stdout, stderr
+from scheduler import warm, warm_server
+from scheduler.warm import RemoteProcess
 
 
 class Prestarted:
@@ -70,7 +65,9 @@ class Prestarted:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         # Our own stdin, as subprocess.run without `input` passes it on.
-        with _request(str(self._started()), "cli", argv, env, str(cwd), [0, out_w, err_w]) as conn:
+        with warm.request(
+            str(self._started()), "cli", argv, env, str(cwd), [0, out_w, err_w]
+        ) as conn:
             os.close(out_w)
             os.close(err_w)
             try:
@@ -86,7 +83,7 @@ class Prestarted:
     ) -> RemoteProcess:
         """`python -m worker ARGS` in a session of its own, its output to `log`."""
         argv = [str(Path(worker.__file__).parent / "__main__.py"), *args]
-        conn = _request(str(self._started()), "worker", argv, env, str(cwd), [0, log, log])
+        conn = warm.request(str(self._started()), "worker", argv, env, str(cwd), [0, log, log])
         return RemoteProcess(conn, argv)
 
     def shim(self, folder: Path) -> Path:
@@ -137,62 +134,6 @@ class Prestarted:
         return self.socket_path
 
 
-class RemoteProcess:
-    """A process the server forked, as subprocess.Popen shows one: pid, poll, wait and
-    signals. Only its parent (the server's handler) can wait for it: its exit status
-    comes over the connection."""
-
-    def __init__(self, conn: socket.socket, args: list[str]) -> None:
-        self.args = args
-        self.returncode: int | None = None
-        self._conn = conn
-        self._replies = b""
-        pid = self._line(timeout=30)
-        if pid is None:
-            raise RuntimeError(f"the prestarted server did not start {args}")
-        self.pid = int(pid)
-
-    def poll(self) -> int | None:
-        if self.returncode is None and (status := self._line(timeout=0)) is not None:
-            self._ended(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            status = self._line(timeout=timeout)
-            if status is None:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0)
-            self._ended(status)
-        assert self.returncode is not None
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def _ended(self, status: str) -> None:
-        self.returncode = int(status)
-        self._conn.close()
-
-    def _line(self, timeout: float | None) -> str | None:
-        """The next line the handler sends; None if none came within `timeout`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while b"\n" not in self._replies:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            readable, _, _ = select.select([self._conn], [], [], remaining)
-            if not readable:
-                return None
-            data = self._conn.recv(4096)
-            if not data:
-                raise RuntimeError(f"the prestarted server's handler of {self.args} left")
-            self._replies += data
-        line, self._replies = self._replies.split(b"\n", 1)
-        return line.decode()
-
-
 def _collect(
     conn: socket.socket, out_r: int, err_r: int, deadline: float
 ) -> tuple[dict[int, bytes], int]:
@@ -236,22 +177,10 @@ def _as_text(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _request(
-    socket_path: str, kind: str, argv: list[str], env: dict[str, str], cwd: str, fds: list[int]
-) -> socket.socket:
-    """A connection to the server, the command or worker asked for on it, `fds` its
-    stdin, stdout and stderr."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(socket_path)
-    request = json.dumps({"kind": kind, "argv": argv, "env": env, "cwd": cwd}).encode()
-    socket.send_fds(conn, [_HEADER.pack(len(request)) + request], fds)
-    return conn
-
-
 def relay(socket_path: str, argv: list[str]) -> NoReturn:
     """The shim's process (Prestarted.shim): hands its own streams to the server, passes
     on the signals it gets, and ends as the command ended."""
-    with _request(socket_path, "cli", argv, dict(os.environ), os.getcwd(), [0, 1, 2]) as conn:
+    with warm.request(socket_path, "cli", argv, dict(os.environ), os.getcwd(), [0, 1, 2]) as conn:
         replies = conn.makefile("rb")
         pid = int(replies.readline())
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -259,118 +188,25 @@ def relay(socket_path: str, argv: list[str]) -> NoReturn:
         status = replies.readline()
     if not status:
         sys.exit(f"scheduler (prestarted): the server left before pid {pid} ended")
-    code = int(status)
-    if code < 0:  # killed by a signal: so is the shim, as its caller would see it
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code)
+    warm.exit_as(int(status))
 
 
 def serve(socket_path: str) -> None:
     """Imports the CLI, then forks a handler for each connection until stdin closes."""
-    _import_ours()
+    # The console script's own folder leads sys.path, not the one this ran from.
+    sys.path[0] = str(Path(sys.executable).parent)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(64)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers reaped by the kernel
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
-    selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
-    while True:
-        for key, _ in selector.select():
-            if key.fileobj is not listener:  # stdin: the test process is gone
-                os.unlink(socket_path)
-                return
-            conn, _ = listener.accept()
-            if os.fork() == 0:
-                listener.close()
-                _handle(conn)  # never returns
-            conn.close()
 
+    def ready() -> None:
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
 
-# What the commands import as they run: scheduler.cli imports it inside each command,
-# so that `--help` and the commands that only read stay light; imported once here.
-RUNNING_COMMANDS = (
-    "core.evidence.text", "core.matrix", "core.modelserver", "rich.markup",
-    "fleet.broker", "fleet.sending", "scheduler.connection", "scheduler.deletion",
-    "scheduler.embedded", "scheduler.experiments", "scheduler.fleet", "scheduler.plan",
-    "scheduler.report.render", "scheduler.running", "scheduler.show", "scheduler.validation",
-    "scheduler.versions", "worker.preflight",
-)  # fmt: skip
-
-
-def _import_ours() -> None:
-    """What every command and worker imports at its start, so none pays for it again.
-
-    Not worker.app: it reads the broker from the environment as it is imported."""
-    from scheduler.cli import COMMANDS
-
-    for command in COMMANDS.values():
-        importlib.import_module(f"scheduler.cli.{command.target.split(':')[0]}")
-    for module in RUNNING_COMMANDS:
-        importlib.import_module(module)
-    importlib.import_module("scheduler.console")
-    importlib.import_module("scheduler.standby")
-    importlib.import_module("worker.__main__").preimport()
-    # The console script's own folder leads sys.path, not the one this ran from.
-    sys.path[0] = str(Path(sys.executable).parent)
-
-
-def _handle(conn: socket.socket) -> None:
-    """In a process of its own: forks the command, reports its pid and exit status."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an exec would not reset an ignore
-    request, fds = _receive(conn)
-    pid = os.fork()
-    if pid == 0:
-        conn.close()
-        _become_command(request, fds)
-    for fd in fds:
-        os.close(fd)
-    conn.sendall(f"{pid}\n".encode())
-    _, status = os.waitpid(pid, 0)
-    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
-    os._exit(0)
-
-
-def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, _FDS)
-    while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
-        more = conn.recv(1 << 16)
-        if not more:
-            raise EOFError("the test process left mid-request")
-        data += more
-    return json.loads(data[_HEADER.size :]), fds
-
-
-def _become_command(request: dict[str, Any], fds: list[int]) -> None:
-    """The console script's or the worker's process from here: its streams, folder,
-    environment and argv."""
-    if request["kind"] == "worker":
-        os.setsid()  # as the tests start workers: a group of their own to stop
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-    for fd in set(fds):
-        os.close(fd)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.argv = request["argv"]
-    # A console script's __main__ is the script, of no package: click names the program
-    # after it (`scheduler`), not after `python -m` this module.
-    main = sys.modules["__main__"]
-    main.__package__, main.__spec__ = None, None
     try:
-        if request["kind"] == "worker":
-            del sys.path[0]  # `python -P -m worker`: no script folder first
-            importlib.import_module("worker.__main__").run(sys.argv[1:])
-        else:
-            importlib.import_module("scheduler.console").run()
-    except BaseException:  # as the interpreter ends on an uncaught exception
-        traceback.print_exc()
-        sys.stderr.flush()
-    os._exit(1)  # both end the process themselves
+        warm_server.serve_on(listener, None, None, until=sys.stdin.fileno(), on_ready=ready)
+    finally:
+        os.unlink(socket_path)
 
 
 if __name__ == "__main__":
