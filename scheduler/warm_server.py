@@ -34,6 +34,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from core.timeline import mark
 from scheduler import warm
 
 # What the commands import as they run: scheduler.cli imports it inside each command,
@@ -94,12 +95,15 @@ def serve_on(
     until: int | None = None,
     on_ready: Callable[[], object] = lambda: None,
     private: tuple[int, ...] = (),
+    watch_code: bool = True,
 ) -> None:
     """Imports, then forks a handler for each connection until idle for `idle_s` (None:
     never), until the descriptor `until` ends (closes), or until its code changed.
-    `private`: its descriptors no command may inherit (a lock held while it serves)."""
+    `private`: its descriptors no command may inherit (a lock held while it serves);
+    `watch_code` False: the code is not compared (the test suite's, whose session
+    writes in the project's folders)."""
     import_ours()
-    started = signature()
+    started = signature() if watch_code else None
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers reaped by the kernel
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
@@ -114,15 +118,21 @@ def serve_on(
             if _peer_uid(conn) != os.getuid():
                 conn.close()
                 continue
-            if signature() != started:
+            if started is not None and signature() != started:
                 _refuse(conn, "stale")
                 return
             if os.fork() == 0:
-                listener.close()
-                selector.close()
-                for fd in private:
-                    os.close(fd)
-                _handle(conn, key)  # never returns
+                # Nothing of a handler's may unwind into this loop or its callers (which
+                # remove the socket as the warm process leaves).
+                try:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    listener.close()
+                    selector.close()
+                    for fd in private:
+                        os.close(fd)
+                    _handle(conn, key)
+                finally:
+                    os._exit(0)
             conn.close()
 
 
@@ -194,6 +204,7 @@ def become(request: dict[str, Any], fds: list[int], served_from: str | None) -> 
     os.environ.update(request["env"])
     sys.argv = request["argv"]
     warm.served_from = served_from
+    mark(f"{request['kind']}: forked by the warm process")
     # A console script's __main__ is the script, of no package: click names the program
     # after it (`scheduler`), not after `python -m` this module.
     main = sys.modules["__main__"]
@@ -241,15 +252,22 @@ def main(argv: list[str]) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # Bound and listened to only once the imports are done: a command that comes
-    # meanwhile finds nothing there and runs cold.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        serve_on(listener, key, idle_s, on_ready=lambda: _listen(listener, path), private=(lock,))
-    finally:
+
+    def leave(*_: object) -> None:
+        """TERM (`scheduler warm --stop`): the socket removed, at once; there is nothing
+        else to end (the commands it forked are theirs)."""
         with contextlib.suppress(OSError):
             if listener.getsockname():
                 os.unlink(path)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, leave)
+    # Bound and listened to only once the imports are done: a command that comes
+    # meanwhile finds nothing there and runs cold.
+    try:
+        serve_on(listener, key, idle_s, on_ready=lambda: _listen(listener, path), private=(lock,))
+    finally:
+        leave()
 
 
 def _listen(listener: socket.socket, path: str) -> None:

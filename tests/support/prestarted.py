@@ -204,7 +204,9 @@ def serve(socket_path: str) -> None:
         sys.stdout.flush()
 
     try:
-        warm_server.serve_on(listener, None, None, until=sys.stdin.fileno(), on_ready=ready)
+        warm_server.serve_on(
+            listener, None, None, until=sys.stdin.fileno(), on_ready=ready, watch_code=False
+        )
     finally:
         os.unlink(socket_path)
 
