@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from core.store import Store
-from scheduler.embedded import running_embedded_broker
+from fleet.broker import running_embedded_broker
 from tests.conftest import PREFIX, SCHEDULER, shared_with_agents
 from tests.support.fleet import alive, wait_until
 
@@ -42,10 +42,9 @@ def warm_env(fleet_env: dict[str, str]) -> Iterator[dict[str, str]]:
     env.update(EVALFLEET_WARM="1", XDG_RUNTIME_DIR=str(runtime), EVALFLEET_WARM_IDLE_S="120")
     yield env
     stopped = _cli("warm", "--stop", env=env, cwd=runtime)
-    left = lambda: not list(runtime.glob("*/*.sock"))
     wait_until(
-        left,
-        f"the warm processes to leave ({stopped.stdout}{stopped.stderr} {list(runtime.glob('*/*'))})",
+        lambda: not list(runtime.glob("*/*.sock")),
+        f"the warm processes to leave ({stopped.stdout.strip()})",
     )
     shutil.rmtree(runtime)
 
