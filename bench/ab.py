@@ -13,6 +13,10 @@ CPU seconds and their medians: below 1 this tree is faster.
 - help: `scheduler --help`;
 - thousand: 1,000 such runs, cold, on 2 slots.
 
+Both sides start every command from nothing (EVALFLEET_WARM=0; a revision before
+the warm process knows none): what is compared is the code's own cost, wall and
+CPU alike. bench/peers.py shows what a user gets, with the warm process.
+
     python bench/ab.py 0f57aac [--pairs 5] [--only cold|help|thousand] [--runs 1000]
 """
 
@@ -29,7 +33,17 @@ import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
-from quick import SCHEDULER, Pairs, Timing, cold_submit, compile_tree, in_pairs, load, median
+from quick import (
+    FROM_NOTHING,
+    SCHEDULER,
+    Pairs,
+    Timing,
+    cold_submit,
+    compile_tree,
+    in_pairs,
+    load,
+    median,
+)
 from quick import scheduler_help as help_of
 from support import ROOT, require_bash, show
 
@@ -101,9 +115,11 @@ def main() -> None:
     theirs = str(installed(args.revision))
     compile_tree(sys.executable, ROOT)
     benchmarks: dict[str, Callable[[str], Timing]] = {
-        "cold": lambda scheduler: cold_submit(scheduler, 1),
+        "cold": lambda scheduler: cold_submit(scheduler, 1, env=FROM_NOTHING),
         "help": help_of,
-        "thousand": lambda scheduler: cold_submit(scheduler, args.runs, args.workers),
+        "thousand": lambda scheduler: cold_submit(
+            scheduler, args.runs, args.workers, env=FROM_NOTHING
+        ),
     }
     chosen = args.only or list(benchmarks)
     before = load()

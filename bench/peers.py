@@ -1,9 +1,12 @@
 """evalfleet beside its peers on the quick-run workload, the issue's three comparisons
 side by side in one run, each in pairs (A then B) on the same machine moment:
 
-- a cold one-run experiment, embedded (`scheduler submit`: Redis and a worker
-  started, the run, the report, all stopped), against Inspect AI's one-sample
-  eval of the same three subprocesses (bench/inspect_noop.py);
+- a one-run experiment in a fresh folder, embedded (`scheduler submit`: Redis
+  and a worker started, the run, the report, all stopped), against Inspect AI's
+  one-sample eval of the same three subprocesses (bench/inspect_noop.py): as a
+  user's second command runs, forked from the warm process the first left
+  (scheduler.warm), and from nothing (EVALFLEET_WARM=0: a new interpreter
+  importing everything, as every command did before);
 - 1,000 such runs cold on 2 slots against a bare `xargs -P2` loop of the same
   three processes a run, and against Inspect AI's 1,000-sample eval of them with
   2 samples at once;
@@ -12,7 +15,10 @@ side by side in one run, each in pairs (A then B) on the same machine moment:
 Each figure is a whole process (bench/quick.py); each comparison the median of
 the pairs' ratios, with each pair's. The machine's load average is printed
 before and after: on a busy machine the ratios move less than the times, but
-they move.
+they move. A command the warm process runs is not the caller's child: its CPU is
+not in the caller's rusage, so CPU is compared from nothing only. The warm
+processes of this user are stopped before and after (`scheduler warm --stop`);
+the warm-up run of each comparison leaves the one the counted runs use.
 
     pip install -e '.[bench]'    # Inspect AI
     python bench/peers.py [--pairs 3] [--runs 1000] [--workers 2]
@@ -26,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from quick import (
+    FROM_NOTHING,
     SCHEDULER,
     Pairs,
     Timing,
@@ -38,6 +45,7 @@ from quick import (
     median,
     scheduler_help,
     shell_loop,
+    stop_warm,
     timed,
 )
 from support import ROOT, require_bash
@@ -80,12 +88,22 @@ def main() -> None:
     print(f"evalfleet and its peers, median of {pairs} pairs; {before}", flush=True)
     # Each comparison printed as it ends: the 1,000-sample evals take minutes on a busy
     # machine.
+    stop_warm()
     cold = in_pairs(lambda: cold_submit(SCHEDULER, 1), lambda: inspect_eval(1), pairs)
     _said(
         {
-            "cold 1-run experiment": both(cold, "goal < 0.5 s", "Inspect AI"),
+            "1-run experiment (warm process)": both(cold, "goal < 0.5 s", "Inspect AI"),
             "  evalfleet / Inspect AI, wall": cold.line() + "  (goal <= 0.20)",
-            "  evalfleet / Inspect AI, CPU": cold.line("cpu_s"),
+        }
+    )
+    anew = in_pairs(
+        lambda: cold_submit(SCHEDULER, 1, env=FROM_NOTHING), lambda: inspect_eval(1), pairs
+    )
+    _said(
+        {
+            "1-run experiment from nothing": both(anew, "", "Inspect AI"),
+            "  evalfleet / Inspect AI, wall": anew.line(),
+            "  evalfleet / Inspect AI, CPU": anew.line("cpu_s"),
         }
     )
     helps = in_pairs(lambda: scheduler_help(SCHEDULER), click_help, pairs)
@@ -116,6 +134,7 @@ def main() -> None:
             + "  (goal >= 4)",
         }
     )
+    stop_warm()
     print(f"({load()} after)")
 
 

@@ -74,9 +74,22 @@ def timed(
 
 def clean_env(**more: str) -> dict[str, str]:
     """This environment without a broker, a test prefix or another checkout on the path:
-    each side runs its own code in embedded mode."""
-    dropped = ("EVALFLEET_BROKER_URL", "EVALFLEET_KEY_PREFIX", "EVALFLEET_QUEUE", "PYTHONPATH")
+    each side runs its own code in embedded mode. Nor CI: a user's machine keeps a warm
+    process between commands (scheduler.warm), a CI job's steps do not."""
+    dropped = (
+        "EVALFLEET_BROKER_URL", "EVALFLEET_KEY_PREFIX", "EVALFLEET_QUEUE", "PYTHONPATH", "CI",
+        "EVALFLEET_WARM",
+    )  # fmt: skip
     return {**{k: v for k, v in os.environ.items() if k not in dropped}, **more}
+
+
+# Every command started anew, importing everything: no warm process used or left.
+FROM_NOTHING = {"EVALFLEET_WARM": "0"}
+
+
+def stop_warm(scheduler: str = SCHEDULER) -> None:
+    """This user's warm processes stopped: the next command runs from nothing."""
+    subprocess.run([scheduler, "warm", "--stop"], env=clean_env(), capture_output=True, check=False)
 
 
 def cold_submit(

@@ -129,7 +129,9 @@ def enabled() -> bool:
 def relay(argv: Sequence[str]) -> None:
     """Runs the command in this user's warm process and never returns; returns if there
     is none (or it is stale, or another's): then the command runs here."""
-    if not enabled() or (this_key := key()) is None or (path := socket_path(this_key)) is None:
+    if not enabled() or _holds_a_password(argv, os.environ):
+        return
+    if (this_key := key()) is None or (path := socket_path(this_key)) is None:
         return
     pending: list[int] = []  # signals that came before the command's pid
     handlers = {s: signal.getsignal(s) for s in _PASSED_ON}
@@ -161,6 +163,16 @@ def relay(argv: Sequence[str]) -> None:
     exit_as(int(status))
 
 
+def _holds_a_password(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """A broker password in the arguments or the environment: a command run cold blanks
+    it in its own /proc/PID/cmdline and environ as it starts (fleet.broker.hide_broker);
+    this process, waiting on a warm command, would show it for the command's life."""
+    urls = [a for a in argv if "://" in a] + [env.get(name, "") for name in _BROKER_URLS]
+    return any("@" in url for url in urls) or "EVALFLEET_BROKER_PASSWORD" in env
+
+
+# fleet.broker's names of the broker's URL, here so as not to import it first.
+_BROKER_URLS = ("EVALFLEET_BROKER_URL", "CELERY_BROKER_URL")
 # Ctrl-C and the ends a terminal or a supervisor sends; the window's size for rich.
 _PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
 

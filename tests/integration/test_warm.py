@@ -307,3 +307,22 @@ def test_an_agent_cannot_reach_the_warm_process_that_forked_its_worker(
     assert result.returncode == 0, result.stderr
     assert FORKED in timeline.read_text()
     assert seen.read_text().split() == ["PermissionError"] * 4
+
+
+def test_a_password_on_the_command_line_is_never_left_showing_in_a_waiting_process(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A command run cold overwrites a broker password in its own /proc/PID/cmdline as it
+    starts; the process that would wait on a warm command could not, so a command
+    holding one runs cold. One without a password runs warm."""
+    assert (
+        _cli("validate", str(_matrix(tmp_path, "true")), env=warm_env, cwd=tmp_path).returncode == 0
+    )
+    _warm_pid(warm_env, tmp_path)
+    timeline = tmp_path / "timeline"
+    env = {**warm_env, "EVALFLEET_TIMELINE": str(timeline)}
+    # Nothing answers there: what the command does with it does not matter here.
+    for url, forked in (("redis://127.0.0.1:9/0", True), ("redis://:s3cret@127.0.0.1:9/0", False)):
+        timeline.write_text("")
+        listed = _cli("list", "--broker", url, env=env, cwd=tmp_path)
+        assert (FORKED in timeline.read_text()) is forked, listed.stderr
