@@ -248,6 +248,7 @@ def test_the_compose_services_run_here_and_flower_shows_the_fleet(tmp_path: Path
     password = env_file["REDIS_PASSWORD"]
     auth = (env_file["FLOWER_USER"], env_file["FLOWER_PASSWORD"])
     plain_env = {k: v for k, v in os.environ.items() if not k.startswith("EVALFLEET_")}
+    plain_env["EVALFLEET_WARM"] = "0"  # as every test: no warm process left behind
 
     with services() as fleet:
         port = _start_redis(fleet, spec["redis"], tmp_path)
