@@ -17,8 +17,8 @@ the pairs' ratios, with each pair's. The machine's load average is printed
 before and after: on a busy machine the ratios move less than the times, but
 they move. A command the warm process runs is not the caller's child: its CPU is
 not in the caller's rusage, so CPU is compared from nothing only. The warm
-processes of this user are stopped before and after (`scheduler warm --stop`);
-the warm-up run of each comparison leaves the one the counted runs use.
+processes of this user are stopped before and after (`scheduler warm --stop`),
+and one is started before the first comparison for all that follow.
 
     pip install -e '.[bench]'    # Inspect AI
     python bench/peers.py [--pairs 3] [--runs 1000] [--workers 2]
@@ -45,6 +45,7 @@ from quick import (
     median,
     scheduler_help,
     shell_loop,
+    start_warm,
     stop_warm,
     timed,
 )
@@ -89,6 +90,7 @@ def main() -> None:
     # Each comparison printed as it ends: the 1,000-sample evals take minutes on a busy
     # machine.
     stop_warm()
+    start_warm()
     cold = in_pairs(lambda: cold_submit(SCHEDULER, 1), lambda: inspect_eval(1), pairs)
     _said(
         {

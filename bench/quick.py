@@ -92,6 +92,21 @@ def stop_warm(scheduler: str = SCHEDULER) -> None:
     subprocess.run([scheduler, "warm", "--stop"], env=clean_env(), capture_output=True, check=False)
 
 
+def start_warm(scheduler: str = SCHEDULER, timeout_s: float = 60) -> None:
+    """A command run so that it leaves a warm process, then until that one answers (it
+    imports for a second or so after the command ended)."""
+    cold_submit(scheduler, 1)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        listed = subprocess.run(
+            [scheduler, "warm"], env=clean_env(), capture_output=True, text=True, check=False
+        )
+        if "this Python's" in listed.stdout:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"no warm process answered within {timeout_s:.0f} s")
+
+
 def cold_submit(
     scheduler: str, runs: int, workers: int | None = None, env: Mapping[str, str] | None = None
 ) -> Timing:

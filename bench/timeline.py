@@ -21,7 +21,15 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from quick import FROM_NOTHING, SCHEDULER, cold_submit, compile_tree, load, stop_warm
+from quick import (
+    FROM_NOTHING,
+    SCHEDULER,
+    cold_submit,
+    compile_tree,
+    load,
+    start_warm,
+    stop_warm,
+)
 from support import ROOT, require_bash
 
 from core.timeline import ENV_TIMELINE
@@ -56,8 +64,10 @@ def main() -> None:
     compile_tree(sys.executable, ROOT)
     env = FROM_NOTHING if args.from_nothing else {}
     stop_warm()
+    if not args.from_nothing:
+        start_warm()
     before = load()
-    one_submit(env)  # warm-up: the page cache, the byte-compiled modules, a warm process
+    one_submit(env)  # warm-up: the page cache, the byte-compiled modules
     submits = [one_submit(env) for _ in range(args.repeat)]
     stop_warm()
     common = [key for key in submits[0] if all(key in s for s in submits)]
