@@ -22,10 +22,10 @@ What keeps a warm process from running anything but what this interpreter would:
   the locale's); the socket's name is a checksum of the key, the process
   compares the whole key and answers another with "other";
 - a stale one is never used: before each fork it compares the modification
-  times of every module it imported and of every folder on sys.path (a package
-  installed) with those at its start, and if one changed it answers "stale"
-  and leaves; the command then runs cold, as does every command while none
-  answers;
+  times of every module it imported and of every folder packages are installed
+  in on sys.path (a package installed) with those at its start, and if one
+  changed it answers "stale" and leaves; the command then runs cold, as does
+  every command while none answers;
 - only this user reaches it: the socket lives in a folder of this user's alone
   (mode 0700, checked; otherwise nothing runs warm), and the process accepts a
   connection only from its own user id (SO_PEERCRED). An agent run as a user

@@ -74,11 +74,15 @@ def import_ours() -> None:
 
 
 def signature() -> Signature:
-    """Each imported module's file and each folder on sys.path, with its modification
-    time and size; a file gone is (0, -1)."""
+    """Each imported module's file and each folder packages are installed in on sys.path
+    (a package installed or removed changes it), with its modification time and size;
+    a file gone is (0, -1). Not the other folders on sys.path: an editable install's
+    project folder changes with every file a user writes there, and a module added
+    there is found by the command's own import as it would be cold."""
     files = {m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    installs = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
     seen: Signature = {}
-    for path in [*sorted(f for f in files if isinstance(f, str)), *sys.path]:
+    for path in [*sorted(f for f in files if isinstance(f, str)), *installs]:
         try:
             info = os.stat(path)
             seen[path] = (info.st_mtime_ns, info.st_size)

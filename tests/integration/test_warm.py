@@ -176,7 +176,7 @@ def _a_run_under_way(state: Path) -> bool:
 def test_a_changed_module_is_never_run_warm(warm_env: dict[str, str], tmp_path: Path) -> None:
     """A package installed on sys.path after the warm process started (its folder
     changed): the next command runs cold, the stale process leaves, a new one starts."""
-    site = tmp_path / "site"
+    site = tmp_path / "site-packages"
     site.mkdir()
     env = {**warm_env, "PYTHONPATH": f"{warm_env.get('PYTHONPATH', '')}:{site}".strip(":")}
     timeline = tmp_path / "timeline"
