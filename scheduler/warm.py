@@ -18,9 +18,13 @@ local workers the same way (`start_worker`).
 What keeps a warm process from running anything but what this interpreter would:
 
 - one per interpreter and setting: its key names the Python, its sys.path, the
-  user, the resource limits and every variable read as Python starts (PYTHON*,
-  the locale's); the socket's name is a checksum of the key, the process
-  compares the whole key and answers another with "other";
+  user, the resource limits, the control group (a systemd unit's, a container's:
+  their limits and accounting cover what it forks) and every variable read as
+  Python starts (PYTHON*, the locale's); the socket's name is a checksum of the
+  key, the process compares the whole key and answers another with "other";
+- the commands that serve for as long as they run (`scheduler worker`,
+  `scheduler model-server`) are never run warm: a process supervisor sees and
+  stops them as the process it started;
 - a stale one is never used: before each fork it compares the modification
   times of every module it imported and of every folder packages are installed
   in on sys.path (a package installed) with those at its start, and if one
@@ -68,6 +72,9 @@ STREAMS = 3  # stdin, stdout, stderr
 # run something (a first `--help` or `status` need not leave a process behind).
 _STARTS_ONE = {"submit", "resume", "validate", "run", "rejudge", "report", "show"}
 
+# Commands that run until stopped: a warm start gains them nothing and would take them
+# out of the process (and the control group) a supervisor started.
+_SERVES = {"worker", "model-server"}
 # Set in a command the warm process forked: the socket it came from (start_worker).
 served_from: str | None = None
 
@@ -87,12 +94,18 @@ def key() -> dict[str, Any] | None:
         for k, v in os.environ.items()
         if k.startswith(("PYTHON", "LC_", "EVALFLEET_WARM")) or k in ("LANG", "LANGUAGE", "TZ")
     }
+    try:  # a service's or a terminal's own control group: its limits and its accounting
+        with open("/proc/self/cgroup", encoding="utf-8") as group:
+            cgroup = group.read()
+    except OSError:
+        cgroup = ""
     return {
         "python": sys.executable,
         "version": sys.version,
         "path": sys.path,
         "uid": os.getuid(),
         "limits": limits,
+        "cgroup": cgroup,
         "startup": startup,
     }
 
@@ -129,7 +142,7 @@ def enabled() -> bool:
 def relay(argv: Sequence[str]) -> None:
     """Runs the command in this user's warm process and never returns; returns if there
     is none (or it is stale, or another's): then the command runs here."""
-    if not enabled() or _holds_a_password(argv, os.environ):
+    if not enabled() or _holds_a_password(argv, os.environ) or _SERVES.intersection(argv[1:2]):
         return
     if (this_key := key()) is None or (path := socket_path(this_key)) is None:
         return

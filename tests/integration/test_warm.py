@@ -326,3 +326,20 @@ def test_a_password_on_the_command_line_is_never_left_showing_in_a_waiting_proce
         timeline.write_text("")
         listed = _cli("list", "--broker", url, env=env, cwd=tmp_path)
         assert (FORKED in timeline.read_text()) is forked, listed.stderr
+
+
+def test_the_commands_that_serve_until_stopped_are_never_run_warm(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`scheduler worker` and `model-server` stay the process their supervisor started
+    (its control group, its stop); a command that ends is forked warm."""
+    assert (
+        _cli("validate", str(_matrix(tmp_path, "true")), env=warm_env, cwd=tmp_path).returncode == 0
+    )
+    _warm_pid(warm_env, tmp_path)
+    timeline = tmp_path / "timeline"
+    env = {**warm_env, "EVALFLEET_TIMELINE": str(timeline)}
+    for command, forked in (("list", True), ("worker", False), ("model-server", False)):
+        timeline.write_text("")
+        assert _cli(command, "--help", env=env, cwd=tmp_path).returncode == 0
+        assert (FORKED in timeline.read_text()) is forked, command
