@@ -47,21 +47,21 @@ Standard library only: the console script runs this before it imports anything.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
-import select
 import signal
-import socket
 import stat
 import struct
-import subprocess
 import sys
-import time
 import zlib
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    import socket
+
+# json, socket, subprocess, select and time are imported where they are used: a command
+# with no warm process to relay to pays only for a stat of where its socket would be.
 
 ENV_WARM = "EVALFLEET_WARM"  # "0": never run warm, never start a warm process
 ENV_IDLE = "EVALFLEET_WARM_IDLE_S"  # read by the warm process as it starts
@@ -110,27 +110,28 @@ def key() -> dict[str, Any] | None:
     }
 
 
-def folder() -> Path | None:
+def folder() -> str | None:
     """This user's folder for warm processes, made if missing; None if it is not this
     user's alone (another user made it first: nothing runs warm)."""
     runtime = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    path = Path(runtime) / f"evalfleet-warm-{os.getuid()}"
+    path = os.path.join(runtime, f"evalfleet-warm-{os.getuid()}")
     with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
+        os.mkdir(path, mode=0o700)
     try:
-        info = path.lstat()
+        info = os.lstat(path)
     except OSError:
         return None
     mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
     return path if mine and info.st_mode & 0o077 == 0 else None
 
 
-def socket_path(this_key: Mapping[str, Any]) -> Path | None:
+def socket_path(this_key: Mapping[str, Any]) -> str | None:
     place = folder()
     if place is None:
         return None
-    checksum = zlib.crc32(json.dumps(this_key, sort_keys=True).encode())
-    return place / f"{checksum:08x}.sock"
+    # Only a name: the warm process compares the whole key (json is not imported yet).
+    checksum = zlib.crc32(repr(sorted(this_key.items())).encode())
+    return os.path.join(place, f"{checksum:08x}.sock")
 
 
 def enabled() -> bool:
@@ -146,12 +147,14 @@ def relay(argv: Sequence[str]) -> None:
         return
     if (this_key := key()) is None or (path := socket_path(this_key)) is None:
         return
+    if not os.path.exists(path):  # none started yet, or it left
+        return
     pending: list[int] = []  # signals that came before the command's pid
     handlers = {s: signal.getsignal(s) for s in _PASSED_ON}
     for signum in _PASSED_ON:
         signal.signal(signum, lambda received, frame: pending.append(received))
     try:
-        conn = request(str(path), "cli", argv, dict(os.environ), os.getcwd(), [0, 1, 2], this_key)
+        conn = request(path, "cli", argv, dict(os.environ), os.getcwd(), [0, 1, 2], this_key)
     except OSError:
         conn = None
     replies = conn.makefile("rb") if conn is not None else None
@@ -216,6 +219,9 @@ def request(
     """A connection to the warm process at `path` asking for a `kind` ("cli" or "worker")
     process, `fds` its stdin, stdout and stderr. Its first reply line is the pid (or
     "stale", "other"), its second the exit status."""
+    import json
+    import socket
+
     umask = os.umask(0)
     os.umask(umask)
     body = {
@@ -242,14 +248,18 @@ def start(argv: Sequence[str]) -> None:
         return
     if (this_key := key()) is None or (path := socket_path(this_key)) is None:
         return
+    import json
+    import socket
+    import subprocess
+
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
-        probe.connect(str(path))
+        probe.connect(path)
         return  # one is there (a stale one is replaced by the next cold command)
     env = {**this_key["startup"], "PATH": os.environ.get("PATH", os.defpath)}
     with contextlib.suppress(OSError):
         # The key on its stdin: a command line is anyone's to read in /proc.
         server = subprocess.Popen(
-            [sys.executable, "-P", "-m", "scheduler.warm_server", str(path)],
+            [sys.executable, "-P", "-m", "scheduler.warm_server", path],
             env=env,
             cwd="/",
             stdin=subprocess.PIPE,
@@ -262,16 +272,20 @@ def start(argv: Sequence[str]) -> None:
             server.stdin.write(json.dumps(this_key).encode())
 
 
-def running() -> list[tuple[Path, int, bool]]:
+def running() -> list[tuple[str, int, bool]]:
     """This user's warm processes that answer: each one's socket, pid, and whether it
     would run this interpreter's commands (its key is this one's)."""
+    import socket
+
     place = folder()
+    if place is None:
+        return []
     this_key = key()
     mine = socket_path(this_key) if this_key is not None else None
     found = []
-    for path in sorted(place.glob("*.sock")) if place is not None else []:
+    for path in sorted(os.path.join(place, n) for n in os.listdir(place) if n.endswith(".sock")):
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
-            probe.connect(str(path))
+            probe.connect(path)
             creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size)
             found.append((path, UCRED.unpack(creds)[0], path == mine))
     return found
@@ -312,6 +326,8 @@ class RemoteProcess:
         if self.returncode is None:
             status = self._line(timeout=timeout)
             if status is None:
+                import subprocess
+
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
             self._ended(status)
         assert self.returncode is not None
@@ -330,6 +346,9 @@ class RemoteProcess:
 
     def _line(self, timeout: float | None) -> str | None:
         """The next line the handler sends; None if none came within `timeout`."""
+        import select
+        import time
+
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._replies:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
