@@ -65,12 +65,13 @@ def follow(
         console=console,
         transient=False,
     )
-    info = store.experiments.info(exp_id)
     announced: set[str] = set()
     warned: set[str] = set()
     said: set[str] = set()
     with progress, contextlib.closing(_StatusWait(store, exp_id)) as waits:
-        task = progress.add_task("runs", total=info.total_runs, passes=0, errors=0)
+        # Its total once the first read answers: the broker may be away from the start
+        # (a follower that got here late, into an outage).
+        task = progress.add_task("runs", total=None, passes=0, errors=0)
         swept = time.monotonic()
         unreachable = False
         while True:

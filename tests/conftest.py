@@ -37,6 +37,7 @@ from _pytest.pathlib import LOCK_TIMEOUT, make_numbered_dir_with_cleanup
 
 from core.evaluation.shell import kill_group
 from core.store import Store, keys
+from scheduler import warm
 from scheduler.embedded import worker_args
 from scheduler.standby import WORKER_MODULE
 from scheduler.warm import RemoteProcess
@@ -71,6 +72,32 @@ for _size in ("COLUMNS", "LINES"):
 os.environ["EVALFLEET_WARM"] = "0"
 # The console script of the environment running the tests, wherever it lives.
 SCHEDULER = str(Path(sys.executable).parent / "scheduler")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No warm process (scheduler.warm) left by a test: every test's commands run with
+    EVALFLEET_WARM=0 but for tests/integration/test_warm.py's, which use runtime folders
+    of their own and stop theirs. One in the user's own folder that a test's
+    environment started (its PYTHONPATH is this checkout, as every test's) is stopped
+    here, and the session fails saying which."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller looks, once
+        return
+    marker = f"PYTHONPATH={ROOT}".encode()
+    users = str(warm.folder()).encode()
+    left = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            command = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+            if (
+                b"warm_server" in command
+                and users in command
+                and marker in (proc / "environ").read_bytes().split(b"\0")
+            ):
+                os.kill(int(proc.name), signal.SIGTERM)
+                left.append(proc.name)
+    if left:
+        print(f"\nerror: a test left warm processes behind (pids {', '.join(left)}), stopped now")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own makes its temporary folders' factory

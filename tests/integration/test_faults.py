@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import os
 import re
@@ -416,6 +417,49 @@ def test_redis_restarted_mid_experiment_loses_nothing(
     for i in range(2):  # the workers rode the restart out (fleet.kombu_guard)
         worker_log = (tmp_path / f"w{i}.log").read_text()
         assert "Unrecoverable error" not in worker_log and "handed back" not in worker_log
+
+
+def test_a_follower_that_starts_while_the_broker_is_away_waits_for_it(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """`submit --wait` reaches its follower late (a loaded machine), in an outage: its
+    first read waits for the broker as every later one does, and it ends with the
+    report, instead of a ConnectionError's traceback."""
+    from rich.console import Console
+
+    from fleet.app import fleet_app
+    from scheduler.follow import follow
+
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    worker = Worker(env, tmp_path / "w.log")
+    try:
+        done = run_cli(
+            "submit", str(write_matrix(tmp_path, "touch out.txt", runs=1)), "--wait", env=env
+        )
+    finally:
+        worker.stop()
+    assert done.returncode == 0, done.stderr
+    store = Store.from_url(own_redis.url, prefix=PREFIX)
+    exp_id = store.experiments.latest()
+    assert exp_id is not None
+    own_redis.stop()
+    said = Console(file=io.StringIO(), width=200)
+    failed: list[BaseException] = []
+
+    def following() -> None:
+        try:
+            follow(fleet_app(own_redis.url), store, exp_id, said)
+        except BaseException as exc:  # what the follower would have died of
+            failed.append(exc)
+
+    follower = threading.Thread(target=following)
+    follower.start()
+    time.sleep(2)
+    assert follower.is_alive(), failed
+    own_redis.start()
+    follower.join(timeout=60)
+    assert not follower.is_alive() and failed == []
+    assert "broker unreachable" in said.file.getvalue()  # type: ignore[attr-defined]
 
 
 def test_a_restart_that_lost_the_experiment_is_named_and_its_runs_in_flight_write_nothing(
