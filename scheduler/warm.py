@@ -252,6 +252,15 @@ def start(argv: Sequence[str]) -> None:
     import socket
     import subprocess
 
+    from core.errors import SettingError
+    from core.settings import setting
+
+    try:
+        setting(ENV_IDLE)  # read again by the warm process: a bad one is said here
+    except SettingError as exc:
+        print(f"warning: {exc}; no warm process was started", file=sys.stderr)
+        return
+
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
         probe.connect(path)
         return  # one is there (a stale one is replaced by the next cold command)

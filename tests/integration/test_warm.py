@@ -343,3 +343,15 @@ def test_the_commands_that_serve_until_stopped_are_never_run_warm(
         timeline.write_text("")
         assert _cli(command, "--help", env=env, cwd=tmp_path).returncode == 0
         assert (FORKED in timeline.read_text()) is forked, command
+
+
+def test_a_bad_idle_setting_is_said_and_starts_no_warm_process(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**warm_env, "EVALFLEET_WARM_IDLE_S": "soon"}
+    checked = _cli("validate", str(_matrix(tmp_path, "true")), env=env, cwd=tmp_path)
+    assert checked.returncode == 0  # the command itself is not the setting's
+    assert "EVALFLEET_WARM_IDLE_S='soon' is not a number of seconds above 0" in checked.stderr
+    assert "no warm process was started" in checked.stderr
+    time.sleep(3)  # one would have bound its socket by now
+    assert not list(Path(warm_env["XDG_RUNTIME_DIR"]).glob("*/*.sock"))
