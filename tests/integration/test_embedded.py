@@ -13,11 +13,9 @@ import pytest
 import redis
 
 from core.broker_url import redis_py_url
-from core.store import Store
-from fleet.broker import running_embedded_broker
 from scheduler.embedded import EmbeddedRedis, LocalWorkers, redis_server_binary
-from tests.conftest import EXAMPLES, PREFIX, passable, run_cli, shared_with_agents, start_cli
-from tests.support.fleet import alive, wait_until
+from tests.conftest import EXAMPLES, passable, run_cli, shared_with_agents, start_cli
+from tests.support.fleet import a_run_under_way, alive, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +79,7 @@ def test_ctrl_c_or_a_kill_stops_the_redis_and_workers_it_started(
     proc = start_cli("submit", str(matrix), "--workers", "1", env=env, cwd=tmp_path)
     state = tmp_path / ".evalfleet" / "redis.json"
     # Interrupt once a run is under way: a worker holds its lease.
-    wait_until(lambda: _a_run_under_way(state), "a run under way")
+    wait_until(lambda: a_run_under_way(state), "a run under way")
     redis_pid = json.loads(state.read_text())["pid"]
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
@@ -158,16 +156,6 @@ def _redis_pid(state: Path) -> int | None:
         return int(json.loads(state.read_text())["pid"])
     except (OSError, ValueError):  # not started yet, or being written
         return None
-
-
-def _a_run_under_way(state: Path) -> bool:
-    """A worker holds a run's lease: it took the run and started it."""
-    url = running_embedded_broker(state.parent)
-    if url is None:
-        return False
-    store = Store.from_url(url, prefix=PREFIX)
-    exp_id = store.experiments.latest()
-    return exp_id is not None and bool(store.leases.live(exp_id))
 
 
 def test_the_bundled_redis_serves_when_none_is_on_path(

@@ -22,10 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from core.store import Store
-from fleet.broker import running_embedded_broker
-from tests.conftest import PREFIX, SCHEDULER, shared_with_agents
-from tests.support.fleet import alive, wait_until
+from tests.conftest import SCHEDULER, shared_with_agents
+from tests.support.fleet import a_run_under_way, alive, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +151,7 @@ def test_ctrl_c_reaches_the_command_the_warm_process_runs(
         text=True,
     )
     state = tmp_path / ".evalfleet" / "redis.json"
-    wait_until(lambda: _a_run_under_way(state), "a run under way")
+    wait_until(lambda: a_run_under_way(state), "a run under way")
     redis_pid = json.loads(state.read_text())["pid"]
     assert len(_left_in(tmp_path)) >= 3  # the command, its worker and pool, its Redis
     proc.send_signal(signal.SIGINT)
@@ -162,15 +160,6 @@ def test_ctrl_c_reaches_the_command_the_warm_process_runs(
     assert "scheduler resume" in stderr and "scheduler cancel" in stderr
     assert not alive(redis_pid)
     wait_until(lambda: _left_in(tmp_path) == [], "the command's processes to end", timeout=30)
-
-
-def _a_run_under_way(state: Path) -> bool:
-    url = running_embedded_broker(state.parent)
-    if url is None:
-        return False
-    store = Store.from_url(url, prefix=PREFIX)
-    exp_id = store.experiments.latest()
-    return exp_id is not None and bool(store.leases.live(exp_id))
 
 
 def test_a_changed_module_is_never_run_warm(warm_env: dict[str, str], tmp_path: Path) -> None:

@@ -24,8 +24,10 @@ from typing import TypeVar
 import redis
 
 from core.evaluation.shell import kill_group
+from core.store import Store
+from fleet.broker import running_embedded_broker
 from scheduler.embedded import redis_server_binary
-from tests.conftest import ROOT, SESSION, start_cli
+from tests.conftest import PREFIX, ROOT, SESSION, start_cli
 
 BIN = Path(sys.executable).parent
 T = TypeVar("T")
@@ -52,6 +54,17 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def a_run_under_way(state: Path) -> bool:
+    """A worker of the embedded Redis whose state file is `state` holds a run's lease:
+    it took the run and started it."""
+    url = running_embedded_broker(state.parent)
+    if url is None:
+        return False
+    store = Store.from_url(url, prefix=PREFIX)
+    exp_id = store.experiments.latest()
+    return exp_id is not None and bool(store.leases.live(exp_id))
 
 
 def wait_until(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
