@@ -18,10 +18,11 @@ local workers the same way (`start_worker`).
 What keeps a warm process from running anything but what this interpreter would:
 
 - one per interpreter and setting: its key names the Python, its sys.path, the
-  user, the resource limits, the control group (a systemd unit's, a container's:
-  their limits and accounting cover what it forks) and every variable read as
-  Python starts (PYTHON*, the locale's); the socket's name is a checksum of the
-  key, the process compares the whole key and answers another with "other";
+  user and its groups, the resource limits, the control group (a systemd unit's,
+  a container's: their limits and accounting cover what it forks), the
+  namespaces and every variable read as Python starts (PYTHON*, the locale's);
+  the socket's name is a checksum of the key, the process compares the whole key
+  and answers another with "other";
 - the commands that serve for as long as they run (`scheduler worker`,
   `scheduler model-server`) are never run warm: a process supervisor sees and
   stops them as the process it started;
@@ -79,6 +80,18 @@ _SERVES = {"worker", "model-server"}
 served_from: str | None = None
 
 
+# A process started with `unshare -n` (no network), in a container or a jail, has
+# namespaces of its own: commands are forked only where they would have run.
+_NAMESPACES = ("mnt", "net", "pid", "user", "uts", "ipc", "cgroup")
+
+
+def _namespace(kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
+
+
 def key() -> dict[str, Any] | None:
     """What a warm process must share with this one to run its commands; None where none
     may (sys.path names a folder relative to the current one)."""
@@ -103,9 +116,10 @@ def key() -> dict[str, Any] | None:
         "python": sys.executable,
         "version": sys.version,
         "path": sys.path,
-        "uid": os.getuid(),
+        "user": [os.getuid(), os.getgid(), sorted(os.getgroups())],
         "limits": limits,
         "cgroup": cgroup,
+        "namespaces": [_namespace(kind) for kind in _NAMESPACES],
         "startup": startup,
     }
 

@@ -202,18 +202,18 @@ def become(request: dict[str, Any], fds: list[int], served_from: str | None) -> 
         if fd > 2:
             os.close(fd)
     _reopen_streams()
-    os.chdir(request["cwd"])
-    os.umask(request.get("umask", 0o022))
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.argv = request["argv"]
-    warm.served_from = served_from
-    mark(f"{request['kind']}: forked by the warm process")
-    # A console script's __main__ is the script, of no package: click names the program
-    # after it (`scheduler`), not after `python -m` this module.
-    main = sys.modules["__main__"]
-    main.__package__, main.__spec__ = None, None
-    try:
+    try:  # from here on, what goes wrong is the command's to say, on its own stderr
+        os.chdir(request["cwd"])
+        os.umask(request.get("umask", 0o022))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = request["argv"]
+        warm.served_from = served_from
+        mark(f"{request['kind']}: forked by the warm process")
+        # A console script's __main__ is the script, of no package: click names the
+        # program after it (`scheduler`), not after `python -m` this module.
+        main = sys.modules["__main__"]
+        main.__package__, main.__spec__ = None, None
         if worker:
             importlib.import_module("worker.__main__").run(sys.argv[1:])
         else:
