@@ -101,7 +101,7 @@ def start_warm(scheduler: str = SCHEDULER, timeout_s: float = 60) -> None:
         listed = subprocess.run(
             [scheduler, "warm"], env=clean_env(), capture_output=True, text=True, check=False
         )
-        if "this Python's" in listed.stdout:
+        if "(this Python's)" in listed.stdout:  # answering, not starting
             return
         time.sleep(0.2)
     raise SystemExit(f"no warm process answered within {timeout_s:.0f} s")

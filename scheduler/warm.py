@@ -105,7 +105,7 @@ def key() -> dict[str, Any] | None:
     startup = {
         k: v
         for k, v in os.environ.items()
-        if k.startswith(("PYTHON", "LC_", "EVALFLEET_WARM")) or k in ("LANG", "LANGUAGE", "TZ")
+        if k.startswith(("PYTHON", "LC_")) or k in ("LANG", "LANGUAGE", "TZ", ENV_IDLE)
     }
     try:  # a service's or a terminal's own control group: its limits and its accounting
         with open("/proc/self/cgroup", encoding="utf-8") as group:
@@ -295,9 +295,11 @@ def start(argv: Sequence[str]) -> None:
             server.stdin.write(json.dumps(this_key).encode())
 
 
-def running() -> list[tuple[str, int, bool]]:
-    """This user's warm processes that answer: each one's socket, pid, and whether it
-    would run this interpreter's commands (its key is this one's)."""
+def running() -> list[tuple[str, int, bool, bool]]:
+    """This user's warm processes: each one's socket, pid, whether it would run this
+    interpreter's commands (its key is this one's) and whether it answers yet (one
+    still importing does not). Each holds a lock beside its socket, with its pid in."""
+    import fcntl
     import socket
 
     place = folder()
@@ -306,18 +308,31 @@ def running() -> list[tuple[str, int, bool]]:
     this_key = key()
     mine = socket_path(this_key) if this_key is not None else None
     found = []
-    for path in sorted(os.path.join(place, n) for n in os.listdir(place) if n.endswith(".sock")):
+    for lock in sorted(os.path.join(place, n) for n in os.listdir(place) if n.endswith(".lock")):
+        path = lock.removesuffix(".lock")
+        try:
+            with open(lock, "rb") as held:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    continue  # nobody holds it: no warm process there
+                except BlockingIOError:
+                    pid = int(held.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+        answers = False
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
             probe.connect(path)
-            creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size)
-            found.append((path, UCRED.unpack(creds)[0], path == mine))
+            answers = True
+        if pid:
+            found.append((path, pid, path == mine, answers))
     return found
 
 
 def stop_all() -> list[int]:
-    """Stops this user's warm processes (TERM: each removes its socket); their pids."""
+    """Stops this user's warm processes, those still starting too (TERM: each removes its
+    socket); their pids."""
     stopped = []
-    for _, pid, _ in running():
+    for _, pid, _, _ in running():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)

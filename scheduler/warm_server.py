@@ -250,6 +250,9 @@ def main(argv: list[str]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return  # another is starting or serving on this socket
+    # Who holds it, for `scheduler warm` to show and stop while it is still importing.
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())
     from core.settings import setting
 
     idle_s = setting(warm.ENV_IDLE)

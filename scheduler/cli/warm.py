@@ -29,9 +29,10 @@ def warm(stop: bool) -> None:
     if not found:
         off = " (EVALFLEET_WARM=0: none is used or started)" if not warm_processes.enabled() else ""
         click.echo(f"no warm process{off}")
-    for path, pid, mine in found:
+    for path, pid, mine, answers in found:
         whose = "this Python's" if mine else "another Python's or settings'"
-        click.echo(f"pid {pid}  {path}  ({whose})")
+        state = "" if answers else ", starting"
+        click.echo(f"pid {pid}  {path}  ({whose}{state})")
 
 
 def _pids(pids: list[int]) -> str:

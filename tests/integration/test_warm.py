@@ -58,7 +58,7 @@ def _warm_pid(env: dict[str, str], cwd: Path) -> int:
 
     def serving() -> int | None:
         lines = _cli("warm", env=env, cwd=cwd).stdout.splitlines()
-        return next((int(line.split()[1]) for line in lines if "this Python's" in line), None)
+        return next((int(line.split()[1]) for line in lines if "(this Python's)" in line), None)
 
     return wait_until(serving, "a warm process to answer")
 
@@ -344,3 +344,21 @@ def test_a_bad_idle_setting_is_said_and_starts_no_warm_process(
     assert "no warm process was started" in checked.stderr
     time.sleep(3)  # one would have bound its socket by now
     assert not list(Path(warm_env["XDG_RUNTIME_DIR"]).glob("*/*.sock"))
+
+
+def test_a_warm_process_still_starting_is_shown_and_stopped(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Right after the command that started it, the warm process is still importing and
+    does not answer yet: `scheduler warm` shows it starting, and `--stop` stops it."""
+    matrix = _matrix(tmp_path, "true")
+    off = {**warm_env, "EVALFLEET_WARM": "0"}  # the commands that look start none
+    assert _cli("validate", str(matrix), env=warm_env, cwd=tmp_path).returncode == 0
+    shown = _cli("warm", env=off, cwd=tmp_path).stdout
+    assert "(this Python's, starting)" in shown, shown
+    pid = int(shown.split()[1])
+    assert _cli("warm", "--stop", env=off, cwd=tmp_path).stdout.strip() == (
+        f"stopped 1 warm process(es): pid {pid}"
+    )
+    wait_until(lambda: not alive(pid), "the starting warm process to leave")
+    assert "no warm process" in _cli("warm", env=off, cwd=tmp_path).stdout
