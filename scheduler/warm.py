@@ -167,12 +167,13 @@ def relay(argv: Sequence[str]) -> None:
     handlers = {s: signal.getsignal(s) for s in _PASSED_ON}
     for signum in _PASSED_ON:
         signal.signal(signum, lambda received, frame: pending.append(received))
+    conn = None
     try:
         conn = request(path, "cli", argv, dict(os.environ), os.getcwd(), [0, 1, 2], this_key)
-    except OSError:
-        conn = None
-    replies = conn.makefile("rb") if conn is not None else None
-    first = replies.readline().decode().strip() if replies is not None else ""
+        replies = conn.makefile("rb")
+        first = replies.readline().decode().strip()
+    except OSError:  # it left meanwhile
+        first = ""
     if not first.isdigit():  # none there, stale or another's: run cold
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
@@ -186,8 +187,10 @@ def relay(argv: Sequence[str]) -> None:
         signal.signal(signum, lambda received, frame: _pass_on(pid, received))
     for received in pending:
         _pass_on(pid, received)
-    assert replies is not None
-    status = replies.readline()
+    try:
+        status = replies.readline()
+    except OSError:
+        status = b""
     if not status:
         sys.exit(f"scheduler: the warm process left before the command (pid {pid}) ended")
     exit_as(int(status))
