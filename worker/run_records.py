@@ -16,6 +16,7 @@ import time
 
 import redis
 
+from core.errors import ExperimentNotFound
 from core.evidence.caps import bounded, minimal
 from core.evidence.models import Attempt, RunEvidence
 from core.matrix import Matrix
@@ -47,6 +48,8 @@ def keep_evidence(
         _save(store, matrix, bounded(whole, matrix.evidence, secrets))
     except redis.OutOfMemoryError:  # the broker's state, not a bug: no traceback
         log.warning("run %s: evidence not stored: the broker is full", result.run_id)
+    except ExperimentNotFound:  # deleted while the run was under way: nothing to keep
+        log.warning("run %s: evidence not stored: its experiment was deleted", result.run_id)
     except Exception as exc:
         log.warning("run %s: evidence not stored: %r", result.run_id, exc, exc_info=True)
 
