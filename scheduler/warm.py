@@ -12,8 +12,9 @@ it connects to the warm process's socket and passes its arguments, environment,
 folder, umask and its own standard streams (the descriptors themselves, so a
 terminal stays a terminal); the warm process forks, the fork becomes the
 command (scheduler.warm_server), and this process passes on the signals it gets
-(Ctrl-C) and ends with the command's exit status. A command run so starts its
-local workers the same way (`start_worker`).
+(Ctrl-C; Ctrl-Z stops the command with it, `fg` continues both) and ends with
+the command's exit status. A command run so starts its local workers the same
+way (`start_worker`).
 
 What keeps a warm process from running anything but what this interpreter would:
 
@@ -185,6 +186,8 @@ def relay(argv: Sequence[str]) -> None:
     pid = int(first)
     for signum in _PASSED_ON:
         signal.signal(signum, lambda received, frame: _pass_on(pid, received))
+    signal.signal(signal.SIGTSTP, lambda received, frame: _suspend_with(pid))
+    signal.signal(signal.SIGCONT, lambda received, frame: _pass_on(pid, received))
     for received in pending:
         _pass_on(pid, received)
     try:
@@ -208,6 +211,15 @@ def _holds_a_password(argv: Sequence[str], env: Mapping[str, str]) -> bool:
 _BROKER_URLS = ("EVALFLEET_BROKER_URL", "CELERY_BROKER_URL")
 # Ctrl-C and the ends a terminal or a supervisor sends; the window's size for rich.
 _PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
+
+
+def _suspend_with(pid: int) -> None:
+    """Ctrl-Z: the command stops with this process, which the shell's `fg` (or `bg`)
+    continues, SIGCONT then passed on: the command is not in the shell's job."""
+    _pass_on(pid, signal.SIGSTOP)
+    signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTSTP)  # stops here until continued
+    signal.signal(signal.SIGTSTP, lambda received, frame: _suspend_with(pid))
 
 
 def _pass_on(pid: int, signum: int) -> None:

@@ -362,3 +362,45 @@ def test_a_warm_process_still_starting_is_shown_and_stopped(
     )
     wait_until(lambda: not alive(pid), "the starting warm process to leave")
     assert "no warm process" in _cli("warm", env=off, cwd=tmp_path).stdout
+
+
+def test_ctrl_z_stops_the_warm_command_and_fg_continues_it(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The command is not in the shell's job: Ctrl-Z (SIGTSTP to the console script)
+    stops it too, and `fg` (SIGCONT) continues both."""
+    (tmp_path / "first").mkdir()
+    first = _cli("validate", str(_matrix(tmp_path / "first", "true")), env=warm_env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    _warm_pid(warm_env, tmp_path)
+    proc = subprocess.Popen(
+        [SCHEDULER, "submit", str(_matrix(tmp_path, "sleep 60")), "--workers", "1"],
+        env=warm_env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    state = tmp_path / ".evalfleet" / "redis.json"
+    wait_until(lambda: a_run_under_way(state), "a run under way")
+    command = _parent(json.loads(state.read_text())["pid"])  # the fork that started Redis
+    assert command != proc.pid
+    proc.send_signal(signal.SIGTSTP)
+    wait_until(lambda: _state(proc.pid) == _state(command) == "T", "both to stop")
+    proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: "T" not in (_state(proc.pid), _state(command)), "both to go on")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _state(pid: int) -> str:
+    return _stat(pid)[0]
+
+
+def _parent(pid: int) -> int:
+    return int(_stat(pid)[1])
