@@ -137,21 +137,7 @@ def test_ctrl_c_reaches_the_command_the_warm_process_runs(
 ) -> None:
     """Ctrl-C of the console script reaches the command forked for it: exit 130 with
     what to do next, its Redis and its workers stopped."""
-    (tmp_path / "first").mkdir()
-    first = _cli("validate", str(_matrix(tmp_path / "first", "true")), env=warm_env, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    _warm_pid(warm_env, tmp_path)
-    matrix = _matrix(tmp_path, "sleep 60")
-    proc = subprocess.Popen(
-        [SCHEDULER, "submit", str(matrix), "--workers", "1"],
-        env=warm_env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    state = tmp_path / ".evalfleet" / "redis.json"
-    wait_until(lambda: a_run_under_way(state), "a run under way")
+    proc, state = _a_warm_submit_under_way(warm_env, tmp_path)
     redis_pid = json.loads(state.read_text())["pid"]
     assert len(_left_in(tmp_path)) >= 3  # the command, its worker and pool, its Redis
     proc.send_signal(signal.SIGINT)
@@ -160,6 +146,28 @@ def test_ctrl_c_reaches_the_command_the_warm_process_runs(
     assert "scheduler resume" in stderr and "scheduler cancel" in stderr
     assert not alive(redis_pid)
     wait_until(lambda: _left_in(tmp_path) == [], "the command's processes to end", timeout=30)
+
+
+def _a_warm_submit_under_way(
+    env: dict[str, str], folder: Path
+) -> tuple[subprocess.Popen[str], Path]:
+    """A submit of runs that sleep, forked by a warm process, once a run is under way;
+    with its embedded Redis's state file."""
+    (folder / "first").mkdir()
+    first = _cli("validate", str(_matrix(folder / "first", "true")), env=env, cwd=folder)
+    assert first.returncode == 0, first.stderr
+    _warm_pid(env, folder)
+    proc = subprocess.Popen(
+        [SCHEDULER, "submit", str(_matrix(folder, "sleep 60")), "--workers", "1"],
+        env=env,
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    state = folder / ".evalfleet" / "redis.json"
+    wait_until(lambda: a_run_under_way(state), "a run under way")
+    return proc, state
 
 
 def test_a_changed_module_is_never_run_warm(warm_env: dict[str, str], tmp_path: Path) -> None:
@@ -369,20 +377,7 @@ def test_ctrl_z_stops_the_warm_command_and_fg_continues_it(
 ) -> None:
     """The command is not in the shell's job: Ctrl-Z (SIGTSTP to the console script)
     stops it too, and `fg` (SIGCONT) continues both."""
-    (tmp_path / "first").mkdir()
-    first = _cli("validate", str(_matrix(tmp_path / "first", "true")), env=warm_env, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    _warm_pid(warm_env, tmp_path)
-    proc = subprocess.Popen(
-        [SCHEDULER, "submit", str(_matrix(tmp_path, "sleep 60")), "--workers", "1"],
-        env=warm_env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    state = tmp_path / ".evalfleet" / "redis.json"
-    wait_until(lambda: a_run_under_way(state), "a run under way")
+    proc, state = _a_warm_submit_under_way(warm_env, tmp_path)
     command = _parent(json.loads(state.read_text())["pid"])  # the fork that started Redis
     assert command != proc.pid
     proc.send_signal(signal.SIGTSTP)
