@@ -162,8 +162,14 @@ def relay(argv: Sequence[str]) -> None:
         return
     if (this_key := key()) is None or (path := socket_path(this_key)) is None:
         return
-    if not os.path.exists(path):  # none started yet, or it left
-        return
+    if os.path.exists(path):  # else none started yet, or it left
+        relay_to(path, argv, this_key)
+
+
+def relay_to(path: str, argv: Sequence[str], this_key: Mapping[str, Any] | None = None) -> None:
+    """Runs the command in the warm process at `path` and never returns, passing on the
+    signals this process gets; returns if it did not take the command (it left meanwhile,
+    or answered "stale" or "other"): then the command runs here."""
     pending: list[int] = []  # signals that came before the command's pid
     handlers = {s: signal.getsignal(s) for s in _PASSED_ON}
     for signum in _PASSED_ON:
@@ -204,11 +210,13 @@ def _holds_a_password(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     it in its own /proc/PID/cmdline and environ as it starts (fleet.broker.hide_broker);
     this process, waiting on a warm command, would show it for the command's life."""
     urls = [a for a in argv if "://" in a] + [env.get(name, "") for name in _BROKER_URLS]
-    return any("@" in url for url in urls) or "EVALFLEET_BROKER_PASSWORD" in env
+    return any("@" in url for url in urls) or _BROKER_PASSWORD in env
 
 
-# fleet.broker's names of the broker's URL, here so as not to import it first.
+# fleet.broker's names of the broker's URL and password, here so as not to import it
+# first (tests/unit/scheduler/test_warm.py holds them to its).
 _BROKER_URLS = ("EVALFLEET_BROKER_URL", "CELERY_BROKER_URL")
+_BROKER_PASSWORD = "EVALFLEET_BROKER_PASSWORD"
 # Ctrl-C and the ends a terminal or a supervisor sends; the window's size for rich.
 _PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
 
@@ -269,16 +277,17 @@ def request(
 
 
 def start(argv: Sequence[str]) -> None:
-    """After a command that ran cold: a warm process for the next, when none answers
-    (one that is starting holds its lock: a second leaves at once)."""
+    """After a command that ran cold: a warm process for the next, when none holds the
+    lock beside its socket (the one it holds while it starts and serves)."""
     if not enabled() or os.environ.get("CI") or not argv or argv[0] not in _STARTS_ONE:
         return
     if any(a in ("-h", "--help") for a in argv):
         return
     if (this_key := key()) is None or (path := socket_path(this_key)) is None:
         return
+    if _holder(path + ".lock") is not None:
+        return  # one is starting or serving (a stale one is replaced after it leaves)
     import json
-    import socket
     import subprocess
 
     from core.errors import SettingError
@@ -289,10 +298,6 @@ def start(argv: Sequence[str]) -> None:
     except SettingError as exc:
         print(f"warning: {exc}; no warm process was started", file=sys.stderr)
         return
-
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
-        probe.connect(path)
-        return  # one is there (a stale one is replaced by the next cold command)
     env = {**this_key["startup"], "PATH": os.environ.get("PATH", os.defpath)}
     with contextlib.suppress(OSError):
         # The key on its stdin: a command line is anyone's to read in /proc.
@@ -314,7 +319,6 @@ def running() -> list[tuple[str, int, bool, bool]]:
     """This user's warm processes: each one's socket, pid, whether it would run this
     interpreter's commands (its key is this one's) and whether it answers yet (one
     still importing does not). Each holds a lock beside its socket, with its pid in."""
-    import fcntl
     import socket
 
     place = folder()
@@ -325,22 +329,30 @@ def running() -> list[tuple[str, int, bool, bool]]:
     found = []
     for lock in sorted(os.path.join(place, n) for n in os.listdir(place) if n.endswith(".lock")):
         path = lock.removesuffix(".lock")
-        try:
-            with open(lock, "rb") as held:
-                try:
-                    fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    continue  # nobody holds it: no warm process there
-                except BlockingIOError:
-                    pid = int(held.read().strip() or 0)
-        except (OSError, ValueError):
+        if (pid := _holder(lock)) is None:
             continue
         answers = False
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
             probe.connect(path)
             answers = True
-        if pid:
-            found.append((path, pid, path == mine, answers))
+        found.append((path, pid, path == mine, answers))
     return found
+
+
+def _holder(lock: str) -> int | None:
+    """The pid of the warm process holding `lock` (scheduler.warm_server writes it there
+    once it holds it); None if nobody holds it."""
+    import fcntl
+
+    try:
+        with open(lock, "rb") as held:
+            try:
+                fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return None
+            except BlockingIOError:
+                return int(held.read().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
 
 
 def stop_all() -> list[int]:
@@ -428,7 +440,7 @@ def start_worker(
     try:
         argv = [worker_main, *args]
         conn = request(served_from, "worker", argv, env, os.getcwd(), [0, fd, fd], key())
-        return RemoteProcess(conn, [worker_main, *args])
+        return RemoteProcess(conn, argv)
     except OSError:
         return None
     finally:

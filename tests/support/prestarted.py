@@ -179,16 +179,9 @@ def _as_text(data: bytes) -> str:
 
 def relay(socket_path: str, argv: list[str]) -> NoReturn:
     """The shim's process (Prestarted.shim): hands its own streams to the server, passes
-    on the signals it gets, and ends as the command ended."""
-    with warm.request(socket_path, "cli", argv, dict(os.environ), os.getcwd(), [0, 1, 2]) as conn:
-        replies = conn.makefile("rb")
-        pid = int(replies.readline())
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, lambda received, frame: os.kill(pid, received))
-        status = replies.readline()
-    if not status:
-        sys.exit(f"scheduler (prestarted): the server left before pid {pid} ended")
-    warm.exit_as(int(status))
+    on the signals it gets, and ends as the command ended (scheduler.warm.relay_to)."""
+    warm.relay_to(socket_path, argv)
+    sys.exit(f"scheduler (prestarted): the server at {socket_path} did not take {argv[1:]}")
 
 
 def serve(socket_path: str) -> None:
