@@ -1,0 +1,142 @@
+"""A plain program call runs without bash (core.evaluation.shell.direct_argv), and what
+it sees and does is what `bash -c` would have given it: the same program, arguments,
+environment, output and exit status. Each case is run both ways and compared."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.evaluation.shell import direct_argv, run_shell
+
+# A program that prints its arguments and environment, one item a line, sorted where
+# order says nothing (bash and execve list variables in different orders).
+SHOW = """#!/bin/sh
+printf 'arg:%s\\n' "$0" "$@"
+env | sort
+"""
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("show", "show2"):
+        (bin_dir / name).write_text(SHOW)
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "not-executable").write_text(SHOW)
+    # Found and executable, yet execve refuses them: bash then says why (a missing
+    # interpreter), or runs the file as a script itself (no #! line).
+    (bin_dir / "bad-interpreter").write_text("#!/nonexistent/sh\necho never\n")
+    (bin_dir / "no-shebang").write_text('echo "as a script: $0 $1"\n')
+    for name in ("bad-interpreter", "no-shebang"):
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "work")
+    return tmp_path
+
+
+def _env(folder: Path, **more: str) -> dict[str, str]:
+    return {"PATH": f"{folder / 'bin'}:/usr/bin:/bin", "LANG": "C", **more}
+
+
+def _both(command: str, cwd: Path, env: dict[str, str]) -> tuple[object, object]:
+    ours = run_shell(command, cwd, timeout_s=10, env=env)
+    bash = subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    return (ours.exit_code, ours.stdout, ours.stderr), (bash.returncode, bash.stdout, bash.stderr)
+
+
+@pytest.mark.parametrize(
+    ("command", "more"),
+    [
+        ("show", {}),
+        ("show one two  three", {}),
+        ("show a=b --flag -x @all 50% x,y a:b", {}),
+        ("show", {"SHLVL": "3", "OLDPWD": "/usr"}),
+        ("show", {"SHLVL": "007"}),
+        ("show", {"PWD": "LINK"}),  # a name of the folder that is not its real path: kept
+        ("show", {"PWD": "/"}),  # a folder, but not this one: replaced
+        ("show", {"PWD": "relative/path"}),
+        ("./../bin/show2 x", {}),
+        ("true", {}),
+        ("false", {}),
+        ("ls /nonexistent-folder", {}),
+        ("bad-interpreter", {}),
+        ("no-shebang arg", {}),
+    ],
+)
+def test_a_plain_program_call_runs_without_bash_as_bash_would_run_it(
+    folder: Path, command: str, more: dict[str, str]
+) -> None:
+    cwd = folder / "work"
+    env = _env(folder, **{k: v.replace("LINK", str(folder / "link")) for k, v in more.items()})
+    assert direct_argv(command, cwd, env) is not None, "expected to run without bash"
+    ours, bash = _both(command, cwd, env)
+    assert ours == bash
+
+
+@pytest.mark.parametrize(
+    ("command", "more"),
+    [
+        ("echo hi", {}),  # a builtin: bash's echo, not /bin/echo
+        ("true --help", {}),  # /bin/true would print its help
+        ("test -d .", {}),
+        ("cd .. && show", {}),
+        ("show | sort", {}),
+        ("show > out", {}),
+        ("show $HOME", {}),
+        ("show '$HOME'", {}),
+        ("show *", {}),
+        ("show ~", {}),
+        ("show\nshow2", {}),
+        ("show # a comment", {}),
+        ("X=1 show", {}),
+        ("nosuchprogram", {}),  # bash's "command not found", 127
+        ("not-executable", {}),  # bash's "Permission denied", 126
+        ("./bin", {}),
+        ("show", {"BASH_ENV": "/dev/null"}),  # a startup file bash would read first
+        ("show", {"SHELLOPTS": "xtrace"}),  # bash would trace the command to stderr
+        ("show", {"BASH_FUNC_show%%": "() { echo function; }"}),  # an exported function
+        ("show", {"SHLVL": "abc"}),
+        ("show", {"OLDPWD": "/nonexistent"}),  # bash hides it
+        ("show2", {"PATH": "bin:/usr/bin"}),  # found through a relative folder
+        ("", {}),
+    ],
+)
+def test_what_only_bash_can_run_goes_through_bash(
+    folder: Path, command: str, more: dict[str, str]
+) -> None:
+    cwd = folder if command == "./bin" or "PATH" in more else folder / "work"
+    (cwd / "bin" / "show2").parent.mkdir(exist_ok=True)
+    env = {**_env(folder), **more}
+    assert direct_argv(command, cwd, env) is None
+    ours, bash = _both(command, cwd, env)
+    assert ours == bash
+
+
+def test_without_a_path_bash_searches_its_own_default(folder: Path) -> None:
+    assert direct_argv("ls", folder, {"LANG": "C"}) is None
+
+
+# Commands made of words that are plain, or not: either way run_shell must answer
+# exactly as bash does.
+_WORDS = st.sampled_from(
+    ["show", "show2", "true", "false", "echo", "x", "-n", "a=b", "$HOME", "'q'", ";", "|",
+     "*", "./../bin/show", "nosuch", "%", "@", "\t", "&&", "#"]
+)  # fmt: skip
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(words=st.lists(_WORDS, min_size=1, max_size=4))
+def test_any_command_gives_what_bash_gives(folder: Path, words: list[str]) -> None:
+    command = " ".join(words)
+    ours, bash = _both(command, folder / "work", _env(folder, HOME=str(folder)))
+    assert ours == bash, command
