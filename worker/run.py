@@ -14,7 +14,7 @@ before it is stored. With a `budget:`, a run reserves its projected cost
 before it starts and settles it once its result is stored (core.store.ledger);
 one that does not fit is recorded `not_run` without starting.
 
-A run that stores its result stores its evidence next (worker.run_records).
+A run stores its evidence with its result (worker.run_records).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from core.results.transcript import AgentOutcome, CommandRecord
 from core.settings import setting
 from core.store import Store
 from core.store.attempts import Delivery
+from core.store.health import HealthNote
 from fleet.app import BROKER_DOWN
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
@@ -61,7 +62,13 @@ from worker.environ import inherited
 from worker.files import LocalFiles, local_files
 from worker.heartbeat import Lease, holder_died_here
 from worker.phase_clock import PhaseClock
-from worker.run_records import end_delivery, keep_evidence
+from worker.run_records import (
+    end_delivery,
+    evidence_cap,
+    keep_evidence,
+    stored_with_result,
+    whole_evidence,
+)
 from worker.workspace import (
     MARKER,
     RunDir,
@@ -157,12 +164,23 @@ def execute(
         log.warning("run %s: %s; retrying in %.0f s", spec.run_id, why, wait_s)
         end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages, holder=lease.holder)
-    # A finished run's work is worth keeping through a Redis restart.
-    if patiently(lambda: store.results.save(result, holder=lease.holder)):
+    whole = whole_evidence(matrix, result, evidence, delivery, started, phases, secrets)
+    # A finished run's work is worth keeping through a Redis restart: its result, its
+    # tier's fail-fast count and its evidence are stored in one step.
+    finished = patiently(
+        lambda: store.results.finish(
+            result,
+            lease.holder,
+            health=_health_note(matrix, result),
+            evidence=stored_with_result(matrix, whole),
+            evidence_cap=evidence_cap(matrix),
+        )
+    )
+    if finished.saved:
         if matrix.budget is not None:
             patiently(lambda: store.ledger.settle(result))
-        _note_health(store, matrix, result)
-        keep_evidence(store, matrix, result, evidence, delivery, started, phases, secrets)
+        _after_health(store, result, finished.stopped)
+        keep_evidence(store, matrix, whole, finished.evidence)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.results.get(spec.experiment_id, spec.run_id) or result
@@ -176,25 +194,27 @@ def outage_wait_s(stated_s: float | None, attempts: int) -> float:
     return min(max(wait_s, 0.0), MAX_OUTAGE_WAIT_S)
 
 
-def _note_health(store: Store, matrix: Matrix, result: RunResult) -> None:
-    """Fail-fast: the first results of a tier tell whether its set-up works."""
+def _health_note(matrix: Matrix, result: RunResult) -> HealthNote | None:
+    """Fail-fast: the first results of a tier tell whether its set-up works (None: a
+    run that never started says nothing of it)."""
     not_run = (result.fail_reason or "").endswith(NOT_RUN_NOTE)
     if result.status in (RunStatus.cancelled, RunStatus.not_run) or not_run:
-        return
+        return None
     error = error_key(result.fail_reason) if result.is_infra_error else None
-    try:
-        if result.transcript_unrecognised:  # the follower warns once (scheduler.follow)
+    return HealthNote(result.tier, error, matrix.fail_fast)
+
+
+def _after_health(store: Store, result: RunResult, stopped: bool) -> None:
+    if stopped:  # only the same infrastructure error stops a tier
+        why = visible(error_key(result.fail_reason))
+        log.error("tier %s stopped: its first runs all failed with: %s", result.tier, why)
+    if result.transcript_unrecognised:  # the follower warns once (scheduler.follow)
+        try:
             store.health.note_unrecognised(
                 result.experiment_id, result.tier, result.transcript_format or "?"
             )
-        stopped = store.health.note(result.experiment_id, result.tier, error, matrix.fail_fast)
-    except redis.RedisError as exc:  # the result is stored; this is only bookkeeping
-        log.warning("run %s: fail-fast bookkeeping skipped: %s", result.run_id, exc)
-        return
-    if stopped and error is not None:  # only the same infrastructure error stops a tier
-        log.error(
-            "tier %s stopped: its first runs all failed with: %s", result.tier, visible(error)
-        )
+        except redis.RedisError as exc:  # the result is stored; this is only bookkeeping
+            log.warning("run %s: unrecognised output not noted: %s", result.run_id, exc)
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,11 +1,13 @@
-"""A run's evidence, stored once its result is (README, "Evidence"): redacted, cut
-to the matrix's caps (core.evidence.caps), with every delivery of the run (the
-record begin_delivery keeps, so one that died without a result shows too) and
-the seconds each phase took. In the artifacts folder when the matrix names one
-and this worker can write there, else in Redis.
+"""A run's evidence (README, "Evidence"): redacted, cut to the matrix's caps
+(core.evidence.caps), with every delivery of the run (the record begin_delivery
+keeps, so one that died without a result shows too) and the seconds each phase
+took. In Redis it is stored in the same step as the run's result
+(core.store.results, `finish`); in the artifacts folder, when the matrix names one
+and this worker can write there, once the result is stored: only the delivery
+whose result counts writes the run's file.
 
-Best effort: the result is stored already and the chord must fire, so nothing
-here fails the run; what goes wrong is logged.
+Best effort: the result is stored, or is being stored, and the chord must fire, so
+nothing here fails the run; what goes wrong is logged.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from core.matrix import Matrix
 from core.results.run import RunResult, outcome
 from core.store import Store
 from core.store.attempts import Delivery
+from core.store.evidence import EncodedEvidence
 
 log = logging.getLogger(__name__)
 
 
 # wide: one caller, whose values these are: an object would be built for this call alone
-def keep_evidence(
-    store: Store,
+def whole_evidence(
     matrix: Matrix,
     result: RunResult,
     evidence: RunEvidence | None,
@@ -37,21 +39,57 @@ def keep_evidence(
     started: float,
     phases: dict[str, float],
     secrets: list[str],
-) -> None:
-    """`evidence`: what the run's evaluation gathered (None when it never got to an
-    agent); `started`: when this delivery began, on this worker's clock."""
+) -> RunEvidence | None:
+    """The evidence to keep of the run: what its evaluation gathered (`evidence`, None
+    when it never got to an agent), its deliveries and phases, redacted and bounded;
+    None when that failed. `started`: when this delivery began, on this worker's clock."""
     whole = evidence or RunEvidence(experiment_id=result.experiment_id, run_id=result.run_id)
     try:
         whole = whole.model_copy(
             update={"phases": phases, "attempts": _attempts(delivery, result, started)}
         )
-        _save(store, matrix, bounded(whole, matrix.evidence, secrets))
-    except redis.OutOfMemoryError:  # the broker's state, not a bug: no traceback
-        log.warning("run %s: evidence not stored: the broker is full", result.run_id)
-    except ExperimentNotFound:  # deleted while the run was under way: nothing to keep
-        log.warning("run %s: evidence not stored: its experiment was deleted", result.run_id)
+        return bounded(whole, matrix.evidence, secrets)
     except Exception as exc:
         log.warning("run %s: evidence not stored: %r", result.run_id, exc, exc_info=True)
+        return None
+
+
+def stored_with_result(matrix: Matrix, whole: RunEvidence | None) -> EncodedEvidence | None:
+    """The evidence the result's step stores with it: all of it, unless the matrix
+    keeps evidence in an artifacts folder."""
+    if whole is None or matrix.artifacts is not None:
+        return None
+    try:
+        return EncodedEvidence.of(whole)
+    except Exception as exc:
+        log.warning("run %s: evidence not stored: %r", whole.run_id, exc, exc_info=True)
+        return None
+
+
+def evidence_cap(matrix: Matrix) -> int:
+    """The bytes of evidence the experiment keeps whole, all runs together."""
+    return int(matrix.evidence.max_experiment_mb * 1024 * 1024)
+
+
+def keep_evidence(
+    store: Store, matrix: Matrix, whole: RunEvidence | None, kept: str | None
+) -> None:
+    """Once the result's step stored the result and, as `kept` says, its evidence
+    ('whole'), or none of it ('over' the cap), or none because it was not for Redis:
+    what is still to store (the run's minimal evidence, or its artifacts file)."""
+    if whole is None or kept == "whole":
+        return
+    try:
+        if kept == "over":
+            store.evidence.save(_minimal(whole, matrix))
+        else:
+            _save(store, matrix, whole)
+    except redis.OutOfMemoryError:  # the broker's state, not a bug: no traceback
+        log.warning("run %s: evidence not stored: the broker is full", whole.run_id)
+    except ExperimentNotFound:  # deleted while the run was under way: nothing to keep
+        log.warning("run %s: evidence not stored: its experiment was deleted", whole.run_id)
+    except Exception as exc:
+        log.warning("run %s: evidence not stored: %r", whole.run_id, exc, exc_info=True)
 
 
 def end_delivery(store: Store, result: RunResult, number: int, then: str) -> None:
@@ -77,14 +115,19 @@ def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Att
     ]
 
 
-def _save(store: Store, matrix: Matrix, whole: RunEvidence) -> None:
-    limits = matrix.evidence
-    summary = minimal(
+def _minimal(whole: RunEvidence, matrix: Matrix) -> RunEvidence:
+    mb = matrix.evidence.max_experiment_mb
+    return minimal(
         whole,
-        f"the experiment's evidence reached max_experiment_mb ({limits.max_experiment_mb:g} MB): "
+        f"the experiment's evidence reached max_experiment_mb ({mb:g} MB): "
         "only this summary of the run was kept",
     )
-    cap = int(limits.max_experiment_mb * 1024 * 1024)
+
+
+def _save(store: Store, matrix: Matrix, whole: RunEvidence) -> None:
+    """In the artifacts folder, else (not writable here) in Redis, within the cap."""
+    summary = _minimal(whole, matrix)
+    cap = evidence_cap(matrix)
     folder = matrix.artifacts.dir if matrix.artifacts is not None else None
     try:
         store.evidence.save(whole, minimal=summary, cap_bytes=cap, folder=folder)

@@ -30,6 +30,19 @@ NO_CAP = 1 << 62
 
 
 @dataclass(frozen=True)
+class EncodedEvidence:
+    """A run's evidence as Redis keeps it: its JSON, zlib-compressed."""
+
+    value: bytes
+    size: int  # counted toward the experiment's cap
+
+    @classmethod
+    def of(cls, evidence: RunEvidence) -> EncodedEvidence:
+        blob = zlib.compress(evidence.model_dump_json().encode(), 6)
+        return cls(blob, len(blob))
+
+
+@dataclass(frozen=True)
 class SavedEvidence:
     kept: Literal["whole", "minimal"]
     bytes: int  # counted toward the experiment's cap
@@ -54,7 +67,7 @@ class Evidence:
         or with `folder` as a file there (Redis keeps its path). With `cap_bytes`, the
         experiment's cap: once its stored evidence would pass it, `minimal` (always in
         Redis) is stored instead."""
-        blob = zlib.compress(evidence.model_dump_json().encode(), 6)
+        blob = EncodedEvidence.of(evidence).value
         value, path = blob, None
         if folder is not None:
             path = evidence_file(folder, evidence.experiment_id, evidence.run_id)
@@ -65,7 +78,7 @@ class Evidence:
             return SavedEvidence("whole", len(blob), path)
         if path is not None:
             path.unlink(missing_ok=True)
-        small = blob if minimal is None else zlib.compress(minimal.model_dump_json().encode(), 6)
+        small = blob if minimal is None else EncodedEvidence.of(minimal).value
         self._store(evidence, small, len(small), NO_CAP)
         return SavedEvidence("minimal", len(small))
 

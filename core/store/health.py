@@ -4,31 +4,31 @@ runs) and ``exp:{id}:unrecognised`` (tier -> the transcript format its agent's
 output was not in).
 
 A tier is stopped at most once: counting a result and stopping the tier are one
-step (the NOTE_HEALTH script), and a delivery reads `halted` as it starts.
+step, the one that stores the result (core.store.results, HealthNote), and a
+delivery reads `halted` as it starts.
 """
 
 from __future__ import annotations
 
-from core.store import scripts
+from dataclasses import dataclass
+
 from core.store.client import TextClient
 from core.store.keys import Keys
+
+
+@dataclass(frozen=True)
+class HealthNote:
+    """What a finished run adds to its tier's fail-fast check (core.store.health)."""
+
+    tier: str
+    infra_error: str | None  # None for a result of the agent's own
+    threshold: int  # that many identical infrastructure errors first stop the tier (0: off)
 
 
 class Health:
     def __init__(self, client: TextClient, keys: Keys):
         self.redis = client
         self.keys = keys
-        self._note = client.register_script(scripts.NOTE_HEALTH)
-
-    def note(self, exp_id: str, tier: str, infra_error: str | None, threshold: int) -> bool:
-        """Count a finished run toward its tier's fail-fast check (`infra_error`: the
-        run's infrastructure error, None for a result of the agent's own). True when
-        this run stopped the tier."""
-        stopped = self._note(
-            keys=[self.keys.health(exp_id), self.keys.halted(exp_id), self.keys.experiment(exp_id)],
-            args=[tier, infra_error or "", threshold],
-        )
-        return bool(stopped == "stopped")
 
     def halted(self, exp_id: str) -> dict[str, str]:
         """Tiers fail-fast stopped, with the infrastructure error that stopped each."""

@@ -1,8 +1,9 @@
 """The runs' results: ``exp:{id}:runs``, run id -> RunResult JSON, version 1's (a
 later version's are Reports'), and the runs without one (pending, lost).
 
-A result is stored once: saving it, counting it in the experiment's record and
-ending the run's lease are one step (the SAVE_RUN script), which only the
+A result is stored once: saving it, counting it in the experiment's record,
+ending the run's lease, counting it toward its tier's fail-fast check and storing
+its evidence are one step (the SAVE_RUN script, one round trip), which only the
 lease's holder can take.
 """
 
@@ -11,18 +12,33 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from operator import attrgetter
+from typing import Literal
 
 from core.errors import ExperimentNotFound
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.store import scripts
 from core.store.client import TextClient
+from core.store.evidence import NO_CAP, EncodedEvidence
+from core.store.health import HealthNote
 from core.store.keys import Keys
 from core.store.leases import Leases
 from core.store.specs import Specs
 
 # The order runs are read in: by tier, scenario and index.
 _RUN_ORDER = attrgetter("tier", "scenario", "run_index")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a run's last step did: its result stored (else another delivery's is, or
+    another delivery holds the run), its tier stopped by it, its evidence kept whole,
+    or over the experiment's cap (then nothing of it was written)."""
+
+    saved: bool
+    stopped: bool = False
+    evidence: Literal["whole", "over"] | None = None
 
 
 class Results:
@@ -38,15 +54,33 @@ class Results:
     def save(self, result: RunResult, holder: str = "") -> bool:
         """Store a final result; False (and nothing changed) when one is already stored,
         or when `holder` no longer holds the run's lease (another delivery took it over).
-        ExperimentNotFound when the experiment has no record (deleted meanwhile).
+        ExperimentNotFound when the experiment has no record (deleted meanwhile)."""
+        return self.finish(result, holder).saved
+
+    def finish(
+        self,
+        result: RunResult,
+        holder: str = "",
+        *,
+        health: HealthNote | None = None,
+        evidence: EncodedEvidence | None = None,
+        evidence_cap: int = NO_CAP,
+    ) -> Finished:
+        """`save`, and with the result, in the same step: `health` counted toward its
+        tier's fail-fast check, `evidence` (kept in Redis) stored within the
+        experiment's `evidence_cap` bytes.
 
         Fields at their defaults are left out (reading fills them in again): a
         no-op run's result takes 0.7 KB instead of 1.6 KB."""
-        stored = self._save(
+        exp_id = result.experiment_id
+        done = self._save(
             keys=[
-                self.keys.runs(result.experiment_id),
-                self.keys.experiment(result.experiment_id),
-                self.keys.leases(result.experiment_id),
+                self.keys.runs(exp_id),
+                self.keys.experiment(exp_id),
+                self.keys.leases(exp_id),
+                self.keys.health(exp_id),
+                self.keys.halted(exp_id),
+                self.keys.evidence(exp_id),
             ],
             args=[
                 result.run_id,
@@ -59,11 +93,20 @@ class Results:
                 if result.status in (RunStatus.cancelled, RunStatus.not_run)
                 else "",
                 holder,
+                health.tier if health is not None else "",
+                (health.infra_error or "") if health is not None else "",
+                health.threshold if health is not None else 0,
+                evidence.value if evidence is not None else "",
+                evidence.size if evidence is not None else 0,
+                evidence_cap,
             ],
         )
-        if stored == "gone":
-            raise ExperimentNotFound(result.experiment_id)
-        return bool(stored == "saved")
+        if done == "gone":
+            raise ExperimentNotFound(exp_id)
+        if not isinstance(done, list):  # taken over, or already stored
+            return Finished(saved=False)
+        _, stopped, kept = done
+        return Finished(True, stopped == "stopped", kept or None)
 
     def get(self, exp_id: str, run_id: str) -> RunResult | None:
         raw = self.redis.hget(self.keys.runs(exp_id), run_id)

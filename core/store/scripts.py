@@ -8,17 +8,59 @@ marks a lapsed lease whose run was sent again (holder "resent") or must be
 (holder "lost").
 """
 
-# Storing a run and counting it is one step: a redelivered run that finishes
-# late must neither overwrite the first result nor be counted twice. A delivery
-# whose lease another delivery has taken over stores nothing: only the newest
-# delivery's result counts. One whose lapsed lease was only marked (expiry 0)
-# still may. The save ends the lease. An experiment without a record (deleted
-# while the run ran) gets nothing: its keys would come back without it.
-# KEYS[1] runs, KEYS[2] experiment, KEYS[3] leases.
+# Fail-fast, as a function the run's last step calls: a tier whose first results
+# are `threshold` times the same infrastructure error, and nothing else yet, is
+# stopped. Returns 'stopped' when this call stopped the tier, else 'counted'.
+_NOTE_HEALTH = """
+local function note_health(health, halted, tier, infra_error, threshold)
+  local healthy = tier .. '\\n'
+  if infra_error == '' then redis.call('HSET', health, healthy, 1) return 'counted' end
+  if redis.call('HEXISTS', health, healthy) == 1 then return 'counted' end
+  local seen = redis.call('HINCRBY', health, healthy .. infra_error, 1)
+  threshold = tonumber(threshold)
+  if threshold > 0 and seen >= threshold and redis.call('HSETNX', halted, tier, infra_error) == 1
+  then return 'stopped' end
+  return 'counted'
+end
+"""
+
+# A run's evidence within the experiment's cap, as a function: stored and counted
+# when the bytes stored so far leave room for it; else nothing is written (the
+# caller then stores the run's minimal evidence, which is kept whatever the cap,
+# and only then pays for making it). Returns 'whole' or 'over'.
+_KEEP_EVIDENCE = """
+local function keep_evidence(evidence, experiment, run_id, value, size, cap)
+  local used = tonumber(redis.call('HGET', experiment, 'evidence_bytes') or '0')
+  if used + tonumber(size) > tonumber(cap) then return 'over' end
+  redis.call('HSET', evidence, run_id, value)
+  redis.call('HINCRBY', experiment, 'evidence_bytes', size)
+  return 'whole'
+end
+"""
+
+# A run's last step: storing its result and counting it, its tier's fail-fast
+# count and its evidence are one step, in one round trip. A redelivered run that
+# finishes late must neither overwrite the first result nor be counted twice, nor
+# replace its evidence. A delivery whose lease another delivery has taken over
+# stores nothing: only the newest delivery's result counts. One whose lapsed lease
+# was only marked (expiry 0) still may. The save ends the lease. An experiment
+# without a record (deleted while the run ran) gets nothing: its keys would come
+# back without it.
+# KEYS[1] runs, KEYS[2] experiment, KEYS[3] leases, KEYS[4] health, KEYS[5] halted,
+# KEYS[6] evidence.
 # ARGV[1] run id, ARGV[2] RunResult JSON, ARGV[3] '1' when passed, ARGV[4] the
 # counter its status adds to besides `done` ('' for none), ARGV[5] the saving
-# delivery's lease holder ('' to save whoever holds it).
-SAVE_RUN = """
+# delivery's lease holder ('' to save whoever holds it), ARGV[6] the tier whose
+# fail-fast count it adds to ('' for none), ARGV[7] its infrastructure error ('' for
+# a result of the agent's own), ARGV[8] the fail-fast threshold, ARGV[9] its
+# evidence ('' for none: stored apart), ARGV[10] the evidence's bytes, ARGV[11] the
+# experiment's evidence cap in bytes.
+# Returns 'gone', 'taken over', 'already stored', or {'saved', 'stopped' when it
+# stopped its tier else '', 'whole' or 'over' for its evidence else ''}.
+SAVE_RUN = (
+    _NOTE_HEALTH
+    + _KEEP_EVIDENCE
+    + """
 if redis.call('HEXISTS', KEYS[2], 'info') == 0 then return 'gone' end
 if ARGV[5] ~= '' then
   local lease = redis.call('HGET', KEYS[3], ARGV[1])
@@ -32,8 +74,16 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 'already sto
 redis.call('HINCRBY', KEYS[2], 'done', 1)
 if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], 'passes', 1) end
 if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], 1) end
-return 'saved'
+local stopped, evidence = '', ''
+if ARGV[6] ~= '' and note_health(KEYS[4], KEYS[5], ARGV[6], ARGV[7], ARGV[8]) == 'stopped' then
+  stopped = 'stopped'
+end
+if ARGV[9] ~= '' then
+  evidence = keep_evidence(KEYS[6], KEYS[2], ARGV[1], ARGV[9], ARGV[10], ARGV[11])
+end
+return {'saved', stopped, evidence}
 """
+)
 
 # A delivery's first step, in one round trip: nothing when the experiment has no
 # record (deleted, or lost by the broker: its run must not re-create its keys);
@@ -95,23 +145,18 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(list))
 return 'ended'
 """
 
-# A run's evidence within the experiment's cap, in one step: stored and counted
-# when the bytes stored so far leave room for it; else nothing is written (the
-# caller then stores the run's minimal evidence, which is kept whatever the cap,
-# and only then pays for making it). Nothing for an experiment without a record.
+# A run's evidence on its own (one kept in an artifacts folder, written once its
+# result is stored; a run's minimal evidence, once its whole was over the cap).
 # KEYS[1] evidence, KEYS[2] experiment. ARGV[1] run id, ARGV[2] the evidence (a
 # blob or a file pointer), ARGV[3] the bytes it takes, ARGV[4] the experiment's
 # cap in bytes. Returns 'whole', 'over' or 'gone'.
-SAVE_EVIDENCE = """
+SAVE_EVIDENCE = (
+    _KEEP_EVIDENCE
+    + """
 if redis.call('HEXISTS', KEYS[2], 'info') == 0 then return 'gone' end
-local used = tonumber(redis.call('HGET', KEYS[2], 'evidence_bytes') or '0')
-if used + tonumber(ARGV[3]) <= tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  redis.call('HINCRBY', KEYS[2], 'evidence_bytes', ARGV[3])
-  return 'whole'
-end
-return 'over'
+return keep_evidence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 """
+)
 
 # One field of one of an experiment's hashes, written only while the experiment
 # has its record: a run finishing after a delete must not bring its keys back.
@@ -182,25 +227,6 @@ for i = 1, #leases, 2 do
   end
 end
 return lost
-"""
-
-# Fail-fast: a tier whose first results are ARGV[3] times the same
-# infrastructure error, and nothing else yet, is stopped. Nothing is counted for
-# an experiment without a record.
-# KEYS[1] health, KEYS[2] halted, KEYS[3] experiment. ARGV[1] tier, ARGV[2] the
-# infrastructure error of a finished run ('' for a result of the agent's own),
-# ARGV[3] threshold (0: off).
-# Returns 'stopped' when this call stopped the tier, else 'counted' (or 'gone').
-NOTE_HEALTH = """
-if redis.call('HEXISTS', KEYS[3], 'info') == 0 then return 'gone' end
-local healthy = ARGV[1] .. '\\n'
-if ARGV[2] == '' then redis.call('HSET', KEYS[1], healthy, 1) return 'counted' end
-if redis.call('HEXISTS', KEYS[1], healthy) == 1 then return 'counted' end
-local seen = redis.call('HINCRBY', KEYS[1], healthy .. ARGV[2], 1)
-local threshold = tonumber(ARGV[3])
-if threshold > 0 and seen >= threshold and redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 1
-then return 'stopped' end
-return 'counted'
 """
 
 # Resume: each run recorded as never started (cancelled, or not run for the

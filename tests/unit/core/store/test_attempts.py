@@ -9,8 +9,10 @@ import pytest
 
 from core.errors import ExperimentNotFound, ExperimentPaused, RunInProgress
 from core.results.report import ExperimentStatus
+from core.results.run import RunStatus
 from core.store import Store
 from core.store.attempts import NO_RESULT
+from core.store.health import HealthNote
 from tests.support.records import record_experiment, result_of
 
 
@@ -56,7 +58,8 @@ def test_a_paused_or_deleted_experiment_starts_nothing(store: Store) -> None:
 
 
 def test_a_tier_stopped_by_fail_fast_is_said_to_its_next_delivery(store: Store) -> None:
-    info, specs = record_experiment(store)
-    assert store.health.note(info.id, "T0", "no such image", 1)
+    _, specs = record_experiment(store)
+    failed = result_of(specs[1], RunStatus.infra_error, fail_reason="no such image")
+    assert store.results.finish(failed, health=HealthNote("T0", "no such image", 1)).stopped
     assert store.attempts.begin(specs[0], "d1", 60).halted == "no such image"
     assert store.attempts.begin(specs[2], "d2", 60).halted is None  # T1

@@ -12,8 +12,9 @@ import pytest
 from core.errors import ExperimentNotFound
 from core.evidence.models import Excerpt, RunEvidence
 from core.store import Store
-from core.store.evidence import FILE_POINTER, evidence_file
-from tests.support.records import record_experiment
+from core.store.evidence import FILE_POINTER, EncodedEvidence, evidence_file
+from core.store.results import Finished
+from tests.support.records import record_experiment, result_of
 
 
 def _evidence(exp_id: str, run_id: str, stdout: str = "out") -> RunEvidence:
@@ -58,3 +59,34 @@ def test_no_evidence_is_written_for_a_deleted_experiment(store: Store) -> None:
     with pytest.raises(ExperimentNotFound):
         store.evidence.save(_evidence(info.id, specs[0].run_id))
     assert store.evidence.count(info.id) == 0
+
+
+def test_evidence_stored_with_its_result_is_kept_once_and_within_the_cap(store: Store) -> None:
+    """The run's last step (Results.finish): its evidence goes in with its result, in
+    one step. A late duplicate's evidence does not replace the first; evidence over
+    the cap writes nothing (the caller then keeps the minimal evidence); a delivery
+    whose lease another took over stores neither."""
+    info, specs = record_experiment(store)
+    first = _evidence(info.id, specs[0].run_id, "first")
+    encoded = EncodedEvidence.of(first)
+    done = store.results.finish(result_of(specs[0]), evidence=encoded, evidence_cap=10_000)
+    assert done == Finished(saved=True, evidence="whole")
+    late = EncodedEvidence.of(_evidence(info.id, specs[0].run_id, "late"))
+    assert store.results.finish(result_of(specs[0]), evidence=late) == Finished(saved=False)
+    assert store.evidence.get(info.id, specs[0].run_id) == first
+
+    big = EncodedEvidence.of(_evidence(info.id, specs[1].run_id, secrets.token_hex(20_000)))
+    over = store.results.finish(result_of(specs[1]), evidence=big, evidence_cap=10_000)
+    assert over == Finished(saved=True, evidence="over")
+    assert store.evidence.get(info.id, specs[1].run_id) is None
+    assert store.results.get(info.id, specs[1].run_id) is not None
+    counted = store.redis.hget(store.keys.experiment(info.id), "evidence_bytes")
+    assert int(counted or 0) == encoded.size
+
+    store.leases.take(info.id, specs[2].run_id, "newer", 60)
+    taken = store.results.finish(
+        result_of(specs[2]), holder="older", evidence=EncodedEvidence.of(first)
+    )
+    assert taken == Finished(saved=False)
+    assert store.evidence.get(info.id, specs[2].run_id) is None
+    assert store.results.get(info.id, specs[2].run_id) is None

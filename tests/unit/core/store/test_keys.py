@@ -9,7 +9,10 @@ import json
 
 import pytest
 
+from core.evidence.models import RunEvidence
 from core.store import Store, keys
+from core.store.evidence import EncodedEvidence
+from core.store.health import HealthNote
 from core.store.keys import Keys, key_prefix, task_args
 from tests.support.records import record_experiment, result_of
 
@@ -31,9 +34,12 @@ def test_experiment_of_reads_the_id_back_from_its_keys_only() -> None:
 
 def test_every_key_an_experiment_writes_is_found_by_its_patterns(store: Store) -> None:
     info, specs = record_experiment(store, budget={"agent_usd": 5.0})
-    store.results.save(result_of(specs[0]))
+    store.results.finish(
+        result_of(specs[0]),
+        health=HealthNote("T0", "boom", 3),
+        evidence=EncodedEvidence.of(RunEvidence(experiment_id=info.id, run_id=specs[0].run_id)),
+    )
     store.attempts.begin(specs[1], "holder", 60)
-    store.health.note(info.id, "T0", "boom", 3)
     found = {
         k for pattern in store.keys.of_experiment(info.id) for k in store.redis.scan_iter(pattern)
     }
@@ -43,6 +49,8 @@ def test_every_key_an_experiment_writes_is_found_by_its_patterns(store: Store) -
         store.keys.runs(info.id),
         store.keys.budget(info.id),
         store.keys.leases(info.id),
+        store.keys.health(info.id),
+        store.keys.evidence(info.id),
     } <= found
 
 
