@@ -53,6 +53,7 @@ from core.settings import setting
 from core.store import Store
 from core.store.attempts import Delivery
 from core.store.health import HealthNote
+from core.store.results import Finished
 from fleet.app import BROKER_DOWN
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
@@ -165,17 +166,7 @@ def execute(
         end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages, holder=lease.holder)
     whole = whole_evidence(matrix, result, evidence, delivery, started, phases, secrets)
-    # A finished run's work is worth keeping through a Redis restart: its result, its
-    # tier's fail-fast count and its evidence are stored in one step.
-    finished = patiently(
-        lambda: store.results.finish(
-            result,
-            lease.holder,
-            health=_health_note(matrix, result),
-            evidence=stored_with_result(matrix, whole),
-            evidence_cap=evidence_cap(matrix),
-        )
-    )
+    finished = _finish(store, matrix, result, lease.holder, whole)
     if finished.saved:
         if matrix.budget is not None:
             patiently(lambda: store.ledger.settle(result))
@@ -192,6 +183,22 @@ def outage_wait_s(stated_s: float | None, attempts: int) -> float:
     backoff_s = setting(ENV_OUTAGE_BACKOFF_S)
     wait_s = stated_s if stated_s is not None else backoff_s * 2 ** (attempts - 1)
     return min(max(wait_s, 0.0), MAX_OUTAGE_WAIT_S)
+
+
+def _finish(
+    store: Store, matrix: Matrix, result: RunResult, holder: str, whole: RunEvidence | None
+) -> Finished:
+    """The run's last step: its result, its tier's fail-fast count and its evidence
+    (when small: worker.run_records) stored in one step (core.store.results,
+    `finish`). A finished run's work is worth keeping through a Redis restart, so
+    the step waits for a broker that is away."""
+    health, encoded = _health_note(matrix, result), stored_with_result(matrix, whole)
+    cap = evidence_cap(matrix)
+    return patiently(
+        lambda: store.results.finish(
+            result, holder, health=health, evidence=encoded, evidence_cap=cap
+        )
+    )
 
 
 def _health_note(matrix: Matrix, result: RunResult) -> HealthNote | None:

@@ -54,16 +54,24 @@ def whole_evidence(
         return None
 
 
+# Evidence up to this size (a quick run's is about 1 KB) is stored in the step that
+# stores the result. Larger evidence is stored after it, on its own: Redis counts a
+# command's arguments toward maxmemory before it runs the command, so on a broker
+# near its limit the evidence alone is refused, never the result with it.
+WITH_RESULT_BYTES = 16 * 1024
+
+
 def stored_with_result(matrix: Matrix, whole: RunEvidence | None) -> EncodedEvidence | None:
     """The evidence the result's step stores with it: all of it, unless the matrix
-    keeps evidence in an artifacts folder."""
+    keeps evidence in an artifacts folder or it is larger than WITH_RESULT_BYTES."""
     if whole is None or matrix.artifacts is not None:
         return None
     try:
-        return EncodedEvidence.of(whole)
+        encoded = EncodedEvidence.of(whole)
     except Exception as exc:
         log.warning("run %s: evidence not stored: %r", whole.run_id, exc, exc_info=True)
         return None
+    return encoded if encoded.size <= WITH_RESULT_BYTES else None
 
 
 def evidence_cap(matrix: Matrix) -> int:
@@ -75,8 +83,9 @@ def keep_evidence(
     store: Store, matrix: Matrix, whole: RunEvidence | None, kept: str | None
 ) -> None:
     """Once the result's step stored the result and, as `kept` says, its evidence
-    ('whole'), or none of it ('over' the cap), or none because it was not for Redis:
-    what is still to store (the run's minimal evidence, or its artifacts file)."""
+    ('whole'), or none of it ('over' the cap), or none because it was not the step's
+    to store (too large, or for an artifacts folder): what is still to store (the
+    run's minimal evidence, or its evidence on its own)."""
     if whole is None or kept == "whole":
         return
     try:
@@ -125,7 +134,8 @@ def _minimal(whole: RunEvidence, matrix: Matrix) -> RunEvidence:
 
 
 def _save(store: Store, matrix: Matrix, whole: RunEvidence) -> None:
-    """In the artifacts folder, else (not writable here) in Redis, within the cap."""
+    """In the artifacts folder if the matrix names one, else (or not writable here) in
+    Redis, within the cap."""
     summary = _minimal(whole, matrix)
     cap = evidence_cap(matrix)
     folder = matrix.artifacts.dir if matrix.artifacts is not None else None
