@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import uuid
@@ -45,6 +46,7 @@ from core.matrix import AgentPreset, Scenario, Tier
 MARKER = "EVALFLEET_DELIVERY"
 
 
+# Its paths are each made once (cached_property): a run asks for them dozens of times.
 @dataclass(frozen=True)
 class RunDir:
     root: Path
@@ -54,39 +56,39 @@ class RunDir:
     def marker(self) -> str:
         return self.root.name
 
-    @property
+    @functools.cached_property
     def lock_file(self) -> Path:
         return self.root.with_name(f"{self.root.name}.lock")
 
-    @property
+    @functools.cached_property
     def workspace(self) -> Path:
         return self.root / "workspace"
 
-    @property
+    @functools.cached_property
     def prompt_file(self) -> Path:
         return self.root / "prompt.txt"
 
-    @property
+    @functools.cached_property
     def events_file(self) -> Path:
         return self.root / "events.jsonl"
 
-    @property
+    @functools.cached_property
     def tests(self) -> Path:
         """A scenario's hidden tests, copied in once the agent has ended (with_tests)."""
         return self.root / "tests"
 
-    @property
+    @functools.cached_property
     def solution(self) -> Path:
         """A task's solution, copied in for the oracle only (with_solution)."""
         return self.root / "solution"
 
-    @property
+    @functools.cached_property
     def logs(self) -> Path:
         """A task's /logs: `agent/` the agent's to write, `verifier/` its verifier's
         rewards (core.evaluation.verifier)."""
         return self.root / "logs"
 
-    @property
+    @functools.cached_property
     def home(self) -> Path:
         """A preset CLI's home, beside the workspace: its state is not the agent's work."""
         return self.root / "home"

@@ -23,6 +23,7 @@ import contextlib
 import os
 import select
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -255,22 +256,30 @@ def direct_argv(
 def _found(name: str, cwd: Path, env: Mapping[str, str]) -> str | None:
     """The program bash's PATH search finds for `name` (a name with a slash is a path
     from `cwd`, and stays as written: a script's $0 is what was executed): a regular,
-    executable file. None when there is none, or no PATH (bash
-    has a default of its own), or a relative folder of PATH holds the name (bash then
-    names it as relative)."""
+    executable file. None when there is none, or no PATH (bash has a default of its
+    own), or a relative folder of PATH holds the name (bash then names it as relative)."""
     if "/" in name:
         return name if _runnable(os.path.join(cwd, name)) else None
     if "PATH" not in env:
         return None
     for folder in env["PATH"].split(":"):
-        candidate = os.path.join(cwd, folder, name)
-        if _runnable(candidate):
-            return candidate if os.path.isabs(folder) else None
+        if not folder.startswith("/"):
+            if _runnable(os.path.join(cwd, folder, name)):
+                return None
+            continue
+        # bash's own joining: one slash added unless the folder ends with one
+        path = folder + name if folder.endswith("/") else f"{folder}/{name}"
+        if _runnable(path):
+            return path
     return None
 
 
 def _runnable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # not there; a NUL byte
+        return False
+    return stat.S_ISREG(mode) and os.access(path, os.X_OK)
 
 
 def _same(a: str, b: str) -> bool:

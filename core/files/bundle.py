@@ -399,16 +399,25 @@ def restore(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
 
 
 def _signatures(folder: Path) -> dict[str, Signature]:
+    """Each path under `folder`, relative and with `/`, and its signature (every run
+    reads it, twice: scandir's entries and names joined as strings, no os.walk)."""
     found: dict[str, Signature] = {}
-    for top, dirs, files in os.walk(folder):
-        for name in (*dirs, *files):
-            path = os.path.join(top, name)
+    pending = [(str(folder), "")]
+    while pending:
+        top, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(top))
+        except OSError:  # gone or replaced meanwhile: _differs says so
+            continue
+        for entry in entries:
+            relative = prefix + entry.name
             try:
-                info = os.lstat(path)
+                info = entry.stat(follow_symlinks=False)
             except FileNotFoundError:  # deleted meanwhile: _differs says so
                 continue
-            relative = os.path.relpath(path, folder).replace(os.sep, "/")
             found[relative] = (info.st_ino, info.st_mode, info.st_size, info.st_ctime_ns)
+            if stat.S_ISDIR(info.st_mode):
+                pending.append((entry.path, relative + "/"))
     return found
 
 

@@ -44,6 +44,12 @@ def _env(folder: Path, **more: str) -> dict[str, str]:
     return {"PATH": f"{folder / 'bin'}:/usr/bin:/bin", "LANG": "C", **more}
 
 
+def _named(value: str, names: dict[str, str]) -> str:
+    for name, path in names.items():
+        value = value.replace(name, path)
+    return value
+
+
 def _both(command: str, cwd: Path, env: dict[str, str]) -> tuple[object, object]:
     ours = run_shell(command, cwd, timeout_s=10, env=env)
     bash = subprocess.run(
@@ -64,6 +70,8 @@ def _both(command: str, cwd: Path, env: dict[str, str]) -> tuple[object, object]
         ("show", {"PWD": "/"}),  # a folder, but not this one: replaced
         ("show", {"PWD": "relative/path"}),
         ("./../bin/show2 x", {}),
+        ("show", {"PATH": "BIN/:/usr/bin"}),  # `_` as bash joins it: no slash added
+        ("show", {"PATH": "/nonexistent:BIN//:/usr/bin"}),
         ("true", {}),
         ("false", {}),
         ("ls /nonexistent-folder", {}),
@@ -75,7 +83,8 @@ def test_a_plain_program_call_runs_without_bash_as_bash_would_run_it(
     folder: Path, command: str, more: dict[str, str]
 ) -> None:
     cwd = folder / "work"
-    env = _env(folder, **{k: v.replace("LINK", str(folder / "link")) for k, v in more.items()})
+    named = {"LINK": str(folder / "link"), "BIN": str(folder / "bin")}
+    env = _env(folder, **{k: _named(v, named) for k, v in more.items()})
     assert direct_argv(command, cwd, env) is not None, "expected to run without bash"
     ours, bash = _both(command, cwd, env)
     assert ours == bash
