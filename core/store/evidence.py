@@ -3,10 +3,10 @@ zlib-compressed JSON, or ``file:`` and the path of that blob in the experiment's
 artifacts folder; the experiment's record counts the stored bytes under
 ``evidence_bytes``.
 
-Evidence counts toward the experiment's cap as it is stored (the SAVE_EVIDENCE
-script, one step): once the whole of a run's evidence would pass the cap, its
-minimal evidence is kept instead, so the cap holds however many workers store
-at once.
+Evidence counts toward the experiment's cap as it is stored, in one step: with
+the run's result (core.store.results, `finish`), or on its own (SAVE_EVIDENCE).
+Once the whole of a run's evidence would pass the cap, its minimal evidence is
+kept instead, so the cap holds however many workers store at once.
 """
 
 from __future__ import annotations
