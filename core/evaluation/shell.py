@@ -190,17 +190,33 @@ def _popen(
 
 
 # Characters that bash gives no meaning in a word (no quoting, expansion, globbing,
-# redirection or list); and the variables that change what `bash -c` does before
-# it runs anything (a startup file, options, exported functions, a search filter).
+# redirection or list).
 _PLAIN_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-+,:@%=")
-_SHELL_SETTINGS = (
-    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "BASH_COMPAT",
-    "EXECIGNORE", "BASH_XTRACEFD",
+# Variables that change what `bash -c` does before it runs anything (a startup
+# file, options, a search filter), and those bash sets, resets or drops as it starts
+# (`env -i bash -c 'compgen -v'`, less the few it passes on as given: PATH, SHELL,
+# TERM, HOSTNAME, HOSTTYPE, MACHTYPE, OSTYPE; PWD and SHLVL are set here as bash
+# sets them). With any of them in the environment, bash runs the command.
+_BASH_READS = frozenset(
+    {
+        "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "BASH_COMPAT",
+        "EXECIGNORE", "BASH_XTRACEFD", "BASH", "BASHPID", "BASH_ALIASES", "BASH_ARGC",
+        "BASH_ARGV", "BASH_ARGV0", "BASH_CMDS", "BASH_COMMAND", "BASH_EXECUTION_STRING",
+        "BASH_LINENO", "BASH_LOADABLES_PATH", "BASH_SOURCE", "BASH_SUBSHELL",
+        "BASH_VERSINFO", "BASH_VERSION", "COMP_WORDBREAKS", "DIRSTACK", "EPOCHREALTIME",
+        "EPOCHSECONDS", "EUID", "GROUPS", "HISTCMD", "IFS", "LINENO", "OPTERR", "OPTIND",
+        "PPID", "PS1", "PS2", "PS4", "RANDOM", "SECONDS", "SRANDOM", "UID",
+    }
 )  # fmt: skip
+# The system's own `true` and `false`, which do what bash's builtins do: nothing but
+# their exit status, whatever PATH holds (the builtin is found before any program).
+_SYSTEM_BIN = ("/usr/bin", "/bin")
+
 # bash's builtins and reserved words (`compgen -b -k`): bash runs these itself, so
 # they keep going through it. `true` and `false` with no argument are the exception:
-# the programs of those names do just what the builtins do, print nothing and exit
-# 0 or 1 (with an argument, `true --help` prints its help where the builtin does not).
+# the system's programs of those names do just what the builtins do, print nothing
+# and exit 0 or 1 (with an argument, `true --help` prints its help where the builtin
+# does not).
 _BASH_OWN = frozenset(
     {
         ".", ":", "[", "alias", "bg", "bind", "break", "builtin", "caller", "cd", "command",
@@ -233,9 +249,7 @@ def direct_argv(
         return None
     if words[0] in _BASH_OWN and not (words[0] in ("true", "false") and len(words) == 1):
         return None
-    if any(name in env for name in _SHELL_SETTINGS) or any(
-        name.startswith("BASH_FUNC_") for name in env
-    ):
+    if any(name in _BASH_READS or name.startswith("BASH_FUNC_") for name in env):
         return None
     level = env.get("SHLVL", "0")
     if not (level.isdigit() and len(level) <= 3 and int(level) < 999):
@@ -243,13 +257,13 @@ def direct_argv(
     old = env.get("OLDPWD")
     if old is not None and not os.path.isdir(old):
         return None  # bash would hide it from the program
-    program = _found(words[0], cwd, env)
+    # `true` or `false` alone: the builtin, whatever PATH holds
+    program = _system(words[0]) if words[0] in _BASH_OWN else _found(words[0], cwd, env)
     if program is None:
         return None  # bash says "command not found" (127), or runs a script itself
     pwd = env.get("PWD", "")
-    here = os.path.realpath(cwd)
-    if not (pwd.startswith("/") and os.path.normpath(pwd) == pwd and _same(pwd, here)):
-        pwd = here
+    if not (pwd.startswith("/") and _same(pwd, cwd)):
+        pwd = os.path.realpath(cwd)
     return program, words, {**env, "PWD": pwd, "SHLVL": str(int(level)), "_": program}
 
 
@@ -257,12 +271,16 @@ def _found(name: str, cwd: Path, env: Mapping[str, str]) -> str | None:
     """The program bash's PATH search finds for `name` (a name with a slash is a path
     from `cwd`, and stays as written: a script's $0 is what was executed): a regular,
     executable file. None when there is none, or no PATH (bash has a default of its
-    own), or a relative folder of PATH holds the name (bash then names it as relative)."""
+    own), or a relative folder of PATH holds the name (bash then names it as
+    relative), or PATH has a folder from `~` (which bash expands)."""
     if "/" in name:
         return name if _runnable(os.path.join(cwd, name)) else None
     if "PATH" not in env:
         return None
-    for folder in env["PATH"].split(":"):
+    folders = env["PATH"].split(":")
+    if any(folder.startswith("~") for folder in folders):
+        return None
+    for folder in folders:
         if not folder.startswith("/"):
             if _runnable(os.path.join(cwd, folder, name)):
                 return None
@@ -270,6 +288,18 @@ def _found(name: str, cwd: Path, env: Mapping[str, str]) -> str | None:
         # bash's own joining: one slash added unless the folder ends with one
         path = folder + name if folder.endswith("/") else f"{folder}/{name}"
         if _runnable(path):
+            return path
+    return None
+
+
+def _system(name: str) -> str | None:
+    for folder in _SYSTEM_BIN:
+        path = f"{folder}/{name}"
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_uid == 0 and os.access(path, os.X_OK):
             return path
     return None
 

@@ -29,6 +29,11 @@ def folder(tmp_path: Path) -> Path:
         (bin_dir / name).write_text(SHOW)
         (bin_dir / name).chmod(0o755)
     (bin_dir / "not-executable").write_text(SHOW)
+    decoys = bin_dir / "decoys"  # programs named as bash's builtins, saying they ran
+    decoys.mkdir()
+    for name in ("true", "false"):
+        (decoys / name).write_text(f"#!/bin/sh\necho decoy {name} ran\nexit 3\n")
+        (decoys / name).chmod(0o755)
     # Found and executable, yet execve refuses them: bash then says why (a missing
     # interpreter), or runs the file as a script itself (no #! line).
     (bin_dir / "bad-interpreter").write_text("#!/nonexistent/sh\necho never\n")
@@ -68,12 +73,17 @@ def _both(command: str, cwd: Path, env: dict[str, str]) -> tuple[object, object]
         ("show", {"SHLVL": "007"}),
         ("show", {"PWD": "LINK"}),  # a name of the folder that is not its real path: kept
         ("show", {"PWD": "/"}),  # a folder, but not this one: replaced
+        ("show", {"PWD": "LINK/"}),  # names this folder as written: kept so
+        ("show", {"PWD": "/LINK"}),
         ("show", {"PWD": "relative/path"}),
         ("./../bin/show2 x", {}),
         ("show", {"PATH": "BIN/:/usr/bin"}),  # `_` as bash joins it: no slash added
         ("show", {"PATH": "/nonexistent:BIN//:/usr/bin"}),
         ("true", {}),
         ("false", {}),
+        # A `true` of the matrix's first on PATH: bash's builtin still answers.
+        ("true", {"PATH": "BIN/decoys:/usr/bin:/bin"}),
+        ("false", {"PATH": "BIN/decoys:/usr/bin:/bin"}),
         ("ls /nonexistent-folder", {}),
         ("bad-interpreter", {}),
         ("no-shebang arg", {}),
@@ -115,6 +125,10 @@ def test_a_plain_program_call_runs_without_bash_as_bash_would_run_it(
         ("show", {"SHLVL": "abc"}),
         ("show", {"OLDPWD": "/nonexistent"}),  # bash hides it
         ("show2", {"PATH": "bin:/usr/bin"}),  # found through a relative folder
+        ("show2", {"PATH": "~/bin:/usr/bin"}),  # bash expands the ~ (HOME: the folder)
+        ("show", {"IFS": ","}),  # bash resets it
+        ("show", {"OPTIND": "4"}),
+        ("show", {"PS1": "$ "}),  # a shell that is not interactive drops it
         ("", {}),
     ],
 )
@@ -122,11 +136,35 @@ def test_what_only_bash_can_run_goes_through_bash(
     folder: Path, command: str, more: dict[str, str]
 ) -> None:
     cwd = folder if command == "./bin" or "PATH" in more else folder / "work"
-    (cwd / "bin" / "show2").parent.mkdir(exist_ok=True)
-    env = {**_env(folder), **more}
+    env = {**_env(folder, HOME=str(folder)), **more}
     assert direct_argv(command, cwd, env) is None
     ours, bash = _both(command, cwd, env)
     assert ours == bash
+
+
+def test_every_variable_bash_sets_as_it_starts_sends_the_command_through_bash(
+    folder: Path,
+) -> None:
+    """The names this machine's bash defines in an empty environment: given any of
+    them, bash runs the command (a newer bash that sets one more fails here until the
+    list knows it), except the few it passes on as given, where the program sees
+    what bash would have given it."""
+    own = subprocess.run(
+        ["bash", "-c", "compgen -v"], env={}, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {"IFS", "OPTIND", "BASH_VERSION", "PPID"} <= set(own)
+    passed_on = {"SHELL", "TERM", "HOSTNAME", "HOSTTYPE", "MACHTYPE", "OSTYPE"}
+    for name in own:
+        if name in ("PATH", "PWD", "SHLVL", "_"):  # set by the tests above
+            continue
+        env = _env(folder, **{name: "1"})
+        direct = direct_argv("show", folder / "work", env)
+        if name in passed_on:
+            assert direct is not None, name
+            ours, bash = _both("show", folder / "work", env)
+            assert ours == bash, name
+        else:
+            assert direct is None, name
 
 
 def test_without_a_path_bash_searches_its_own_default(folder: Path) -> None:
