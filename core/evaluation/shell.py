@@ -312,7 +312,7 @@ def _runnable(path: str) -> bool:
     return stat.S_ISREG(mode) and os.access(path, os.X_OK)
 
 
-def _same(a: str, b: str) -> bool:
+def _same(a: str, b: str | Path) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
