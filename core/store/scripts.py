@@ -45,7 +45,8 @@ end
 # stores nothing: only the newest delivery's result counts. One whose lapsed lease
 # was only marked (expiry 0) still may. The save ends the lease. An experiment
 # without a record (deleted while the run ran) gets nothing: its keys would come
-# back without it.
+# back without it. The same result saved again is this call's own, tried again
+# after Redis went away before its reply: saved, and nothing counted twice.
 # KEYS[1] runs, KEYS[2] experiment, KEYS[3] leases, KEYS[4] health, KEYS[5] halted,
 # KEYS[6] evidence.
 # ARGV[1] run id, ARGV[2] RunResult JSON, ARGV[3] '1' when passed, ARGV[4] the
@@ -70,7 +71,16 @@ if ARGV[5] ~= '' then
     redis.call('HDEL', KEYS[3], ARGV[1])
   end
 end
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 'already stored' end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 'already stored' end
+  -- This very result: this call's own save, tried again after Redis went away
+  -- before its reply. Everything was done then.
+  local kept = ''
+  if ARGV[9] ~= '' then
+    kept = redis.call('HEXISTS', KEYS[6], ARGV[1]) == 1 and 'whole' or 'over'
+  end
+  return {'saved', '', kept}
+end
 redis.call('HINCRBY', KEYS[2], 'done', 1)
 if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], 'passes', 1) end
 if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], 1) end
@@ -94,6 +104,9 @@ return {'saved', stopped, evidence}
 # deliveries); else the delivery is counted, recorded among the run's
 # deliveries (so that one that dies without a result still shows) and takes the
 # run's lease, lapsed or its own predecessor's (ARGV[6]: after a provider outage).
+# A lease this very holder has is this call's own, tried again after Redis went
+# away before its reply: the delivery was counted then, and is not counted twice
+# nor taken for another's.
 # KEYS[1] runs, KEYS[2] attempts, KEYS[3] leases, KEYS[4] experiment, KEYS[5] halted,
 # KEYS[6] deliveries.
 # ARGV[1] run id, ARGV[2] holder, ARGV[3] lease seconds, ARGV[4] the run's tier,
@@ -109,21 +122,27 @@ if stored then return {'stored', stored} end
 if redis.call('HGET', KEYS[4], 'status') == 'interrupted' then return {'paused'} end
 local now = redis.call('TIME')
 now = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local expiry = string.format('%.3f', now + tonumber(ARGV[3])) .. ' ' .. ARGV[2]
 local lease = redis.call('HGET', KEYS[3], ARGV[1])
+local attempts, delivered
 if lease then
   local held_until, holder = string.match(lease, '^(%S+) (%S+)$')
-  if tonumber(held_until) > now and holder ~= ARGV[6] then
+  if holder == ARGV[2] then
+    attempts = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '1')
+    delivered = redis.call('HGET', KEYS[6], ARGV[1]) or '[]'
+  elseif tonumber(held_until) > now and holder ~= ARGV[6] then
     return {'busy', string.format('%.3f', tonumber(held_until) - now), holder}
   end
 end
-local attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-local expiry = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[1], string.format('%.3f', expiry) .. ' ' .. ARGV[2])
-local delivered = redis.call('HGET', KEYS[6], ARGV[1])
-local entry = cjson.encode({worker = ARGV[5], started_at = now})
-if delivered then delivered = string.sub(delivered, 1, -2) .. ',' .. entry .. ']'
-else delivered = '[' .. entry .. ']' end
-redis.call('HSET', KEYS[6], ARGV[1], delivered)
+if not attempts then
+  attempts = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+  delivered = redis.call('HGET', KEYS[6], ARGV[1])
+  local entry = cjson.encode({worker = ARGV[5], started_at = now})
+  if delivered then delivered = string.sub(delivered, 1, -2) .. ',' .. entry .. ']'
+  else delivered = '[' .. entry .. ']' end
+  redis.call('HSET', KEYS[6], ARGV[1], delivered)
+end
+redis.call('HSET', KEYS[3], ARGV[1], expiry)
 return {'started', attempts, redis.call('HGET', KEYS[4], 'status') or '',
         redis.call('HGET', KEYS[5], ARGV[4]) or '', delivered}
 """

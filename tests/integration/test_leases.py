@@ -82,7 +82,11 @@ def test_the_newest_delivery_owns_the_run_and_an_older_one_cannot_save(store: St
     assert store.results.save(_result(spec), holder="second")
     assert store.experiments.info(exp).completed_runs == 1
     assert store.leases.live(exp) == set()  # the save ended the lease
-    assert not store.results.save(_result(spec), holder="second")  # and counts once
+    # The same save again (its reply lost) is its own and counts once; another result
+    # for the run is refused.
+    assert store.results.save(_result(spec), holder="second")
+    late = _result(spec).model_copy(update={"duration_seconds": 5.0})
+    assert not store.results.save(late, holder="second")
     assert store.experiments.info(exp).completed_runs == 1
 
 

@@ -63,3 +63,16 @@ def test_a_tier_stopped_by_fail_fast_is_said_to_its_next_delivery(store: Store) 
     assert store.results.finish(failed, health=HealthNote("T0", "no such image", 1)).stopped
     assert store.attempts.begin(specs[0], "d1", 60).halted == "no such image"
     assert store.attempts.begin(specs[2], "d2", 60).halted is None  # T1
+
+
+def test_a_begin_tried_again_after_its_reply_was_lost_counts_once(store: Store) -> None:
+    """Redis went away after it ran a delivery's begin but before the reply reached the
+    worker, which tries again (worker.run, `patiently`): the lease it finds is its own,
+    not another delivery's, and the delivery is counted and recorded once."""
+    _, specs = record_experiment(store)
+    first = store.attempts.begin(specs[0], "d1", 60, worker="w")
+    again = store.attempts.begin(specs[0], "d1", 60, worker="w")
+    assert first.attempts == again.attempts == 1
+    assert len(again.deliveries) == 1 and again.deliveries == first.deliveries
+    with pytest.raises(RunInProgress):  # another delivery still finds it held
+        store.attempts.begin(specs[0], "d2", 60)

@@ -72,7 +72,8 @@ def test_evidence_stored_with_its_result_is_kept_once_and_within_the_cap(store: 
     done = store.results.finish(result_of(specs[0]), evidence=encoded, evidence_cap=10_000)
     assert done == Finished(saved=True, evidence="whole")
     late = EncodedEvidence.of(_evidence(info.id, specs[0].run_id, "late"))
-    assert store.results.finish(result_of(specs[0]), evidence=late) == Finished(saved=False)
+    duplicate = result_of(specs[0], duration_seconds=2.0)  # another delivery's timings
+    assert store.results.finish(duplicate, evidence=late) == Finished(saved=False)
     assert store.evidence.get(info.id, specs[0].run_id) == first
 
     big = EncodedEvidence.of(_evidence(info.id, specs[1].run_id, secrets.token_hex(20_000)))
@@ -90,3 +91,18 @@ def test_evidence_stored_with_its_result_is_kept_once_and_within_the_cap(store: 
     assert taken == Finished(saved=False)
     assert store.evidence.get(info.id, specs[2].run_id) is None
     assert store.results.get(info.id, specs[2].run_id) is None
+
+
+def test_a_save_tried_again_after_its_reply_was_lost_is_its_own(store: Store) -> None:
+    """Redis ran a run's last step, then went away before the reply: the worker tries
+    the same step again (worker.run, `patiently`) and learns its result is stored, as
+    it is, counted once; another delivery's result is still 'already stored'."""
+    info, specs = record_experiment(store)
+    result = result_of(specs[0], passed=True)
+    evidence = EncodedEvidence.of(_evidence(info.id, specs[0].run_id))
+    assert store.results.finish(result, "d1", evidence=evidence).saved
+    assert store.results.finish(result, "d1", evidence=evidence) == Finished(True, False, "whole")
+    record = store.redis.hgetall(store.keys.experiment(info.id))
+    assert record["done"] == "1" and record["passes"] == "1"
+    other = result.model_copy(update={"duration_seconds": 9.0})
+    assert store.results.finish(other, "d2") == Finished(saved=False)

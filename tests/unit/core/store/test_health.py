@@ -42,7 +42,8 @@ def test_a_result_of_its_own_or_a_zero_threshold_keeps_the_tier_going(store: Sto
 def test_a_result_stored_already_is_not_counted_again(store: Store) -> None:
     info, specs = record_experiment(store)
     assert not note(store, specs[0], "boom", 2)
-    again = result_of(specs[0], RunStatus.infra_error, fail_reason="boom")
+    # another delivery's: its own timings
+    again = result_of(specs[0], RunStatus.infra_error, fail_reason="boom", duration_seconds=2.0)
     assert not store.results.finish(again, health=HealthNote("T0", "boom", 2)).saved
     assert store.health.halted(info.id) == {}
 
