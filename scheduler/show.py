@@ -128,9 +128,16 @@ def _verifier(console: Console, result: RunResult, seen: GateEvidence) -> None:
 
 
 def _command(console: Console, seen: GateEvidence) -> None:
+    """The command, its exit code and its output's last OUTPUT_LINES lines, after a
+    line saying how many came before them."""
     code = "no exit code" if seen.exit_code is None else f"exit {seen.exit_code}"
     console.print(f"  $ {seen.command}  [{code}]", markup=False)
-    _lines(console, _tail_lines(seen.output, OUTPUT_LINES), None, indent="    ")
+    stored = seen.output.text.rstrip("\n").splitlines() if seen.output.text else []
+    lines = stored[-OUTPUT_LINES:]
+    if len(lines) < len(stored):
+        earlier = _count(len(stored) - len(lines), "earlier line")
+        lines = [f"[... {earlier}: --json shows them ...]", *lines]
+    _lines(console, lines, None, indent="    ")
 
 
 def _judge(console: Console, judge: JudgeResult, evidence: JudgeEvidence | None) -> None:
@@ -212,10 +219,6 @@ def _tail(console: Console, name: str, excerpt: Excerpt) -> None:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _tail_lines(excerpt: Excerpt, count: int) -> list[str]:
-    return excerpt.text.rstrip("\n").splitlines()[-count:] if excerpt.text else []
 
 
 def _lines(console: Console, lines: list[str], limit: int | None, indent: str = "") -> None:
