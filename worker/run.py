@@ -212,6 +212,8 @@ def _health_note(matrix: Matrix, result: RunResult) -> HealthNote | None:
 
 
 def _after_health(store: Store, result: RunResult, stopped: bool) -> None:
+    """After the stored result's fail-fast count: the log line of the tier it stopped,
+    and the transcript format its agent's output was not in."""
     if stopped:  # only the same infrastructure error stops a tier
         why = visible(error_key(result.fail_reason))
         log.error("tier %s stopped: its first runs all failed with: %s", result.tier, why)
