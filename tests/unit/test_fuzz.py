@@ -63,8 +63,13 @@ VALID_MATRIX: dict[str, Any] = {
 }  # fmt: skip
 
 
+# Every example's file in a folder of its own, all under one folder that goes when the
+# test process ends (a folder a file left in /tmp added up to thousands a day).
+_FOLDER = tempfile.TemporaryDirectory(prefix="evalfleet-fuzz-")
+
+
 def _write(text: str | bytes) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="evalfleet-fuzz-"))
+    folder = Path(tempfile.mkdtemp(dir=_FOLDER.name))
     path = folder / "file.yaml"
     if isinstance(text, bytes):
         path.write_bytes(text)
