@@ -27,7 +27,9 @@ import gc
 import json
 import logging
 import os
+import shutil
 import sys
+from multiprocessing.util import get_temp_dir
 from typing import NoReturn
 
 
@@ -132,8 +134,11 @@ def standby() -> list[str] | None:
 def run(argv: list[str] | None) -> NoReturn:
     """`main`, then the process ends with os._exit: it skips the interpreter's teardown
     (as the scheduler's console script does); of what that would have run, only
-    logging's flush matters once the pool has stopped."""
+    logging's flush and multiprocessing's temporary folder matter once the pool has
+    stopped (billiard's pool keeps each pool process's shared counter in a file of
+    that folder: every worker left an empty pymp-* folder in /tmp)."""
     code = main(argv)
+    shutil.rmtree(get_temp_dir(), ignore_errors=True)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

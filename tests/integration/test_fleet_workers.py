@@ -341,9 +341,16 @@ def test_a_worker_leaving_after_its_runs_stops_its_pool_at_once(
     left (worker.prefork): Celery's timer thread slept 0.5 s past the join, each pool
     process 0.2-1 s past its exit message."""
     client = redis.Redis.from_url(fleet_env["EVALFLEET_BROKER_URL"])
+    temporary = tmp_path / "tmp"  # the worker's TMPDIR: it leaves nothing there
+    temporary.mkdir()
     with services() as fleet:
         worker = cli_worker(
-            fleet_env, tmp_path / "worker.log", "--concurrency", "2", "--loglevel", "DEBUG"
+            {**fleet_env, "TMPDIR": str(temporary)},
+            tmp_path / "worker.log",
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "DEBUG",
         )
         fleet.append(worker)
         exp_id = _submit(command_matrix(tmp_path, "touch out.txt", runs=2), fleet_env)
@@ -357,3 +364,6 @@ def test_a_worker_leaving_after_its_runs_stops_its_pool_at_once(
     stopped = _logged_at(log, "Worker: Stopping Hub...")  # the step after the pool's
     assert stopped - stopping < 0.4, log[-3000:]
     assert "exited with" not in log  # no pool process was lost on the way out
+    # billiard's pool made a temporary folder for its counters; os._exit skipped the
+    # handler that removes it
+    assert list(temporary.iterdir()) == []
