@@ -132,11 +132,9 @@ def _command(console: Console, seen: GateEvidence) -> None:
     line saying how many came before them."""
     code = "no exit code" if seen.exit_code is None else f"exit {seen.exit_code}"
     console.print(f"  $ {seen.command}  [{code}]", markup=False)
-    stored = seen.output.text.rstrip("\n").splitlines() if seen.output.text else []
-    lines = stored[-OUTPUT_LINES:]
-    if len(lines) < len(stored):
-        earlier = _count(len(stored) - len(lines), "earlier line")
-        lines = [f"[... {earlier}: --json shows them ...]", *lines]
+    lines, earlier = _last_lines(seen.output, OUTPUT_LINES)
+    if earlier:
+        lines = [f"[... {_count(earlier, 'earlier line')}: --json shows them ...]", *lines]
     _lines(console, lines, None, indent="    ")
 
 
@@ -206,15 +204,20 @@ def _event_line(event: dict[str, Any]) -> str:
 def _tail(console: Console, name: str, excerpt: Excerpt) -> None:
     if not excerpt.text:
         return
-    stored = excerpt.text.rstrip("\n").splitlines()
-    lines = stored[-TAIL_LINES:]
+    lines, earlier = _last_lines(excerpt, TAIL_LINES)
     size = f"{excerpt.total_bytes} bytes"
-    if len(lines) < len(stored) or excerpt.cut:
-        last = "last " if len(lines) < len(stored) else ""
+    if earlier or excerpt.cut:
+        last = "last " if earlier else ""
         _section(console, f"{name} ({last}{_count(len(lines), 'line')} shown of {size})")
     else:
         _section(console, f"{name} ({_count(len(lines), 'line')}, {size})")
     _lines(console, lines, None)
+
+
+def _last_lines(excerpt: Excerpt, count: int) -> tuple[list[str], int]:
+    """The last `count` lines of `excerpt`, and how many came before them."""
+    stored = excerpt.text.rstrip("\n").splitlines() if excerpt.text else []
+    return stored[-count:], max(0, len(stored) - count)
 
 
 def _count(n: int, noun: str) -> str:

@@ -136,7 +136,7 @@ def run_shell(
     start = time.monotonic()
     try:
         with user.this_thread() if user is not None else contextlib.nullcontext():
-            proc = _start([*argv_prefix, "bash", "-c", command], cwd, env)
+            proc = _start(command, argv_prefix, cwd, env)
     except OSError as exc:
         return ShellResult(None, "", "", False, time.monotonic() - start, error=str(exc))
     output = _Output(proc, max_output_bytes)
@@ -162,16 +162,19 @@ def run_shell(
     )
 
 
-def _start(argv: list[str], cwd: Path, env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
-    """`argv` started in a process group of its own, its output piped; a plain
-    `bash -c COMMAND` as the program bash would exec, where `direct_argv` says how."""
+def _start(
+    command: str, argv_prefix: Sequence[str], cwd: Path, env: Mapping[str, str] | None
+) -> subprocess.Popen[bytes]:
+    """`bash -c command` (after `argv_prefix`) started in a process group of its own,
+    its output piped; without a prefix, the program bash would exec, where
+    `direct_argv` says how."""
     environ = dict(env) if env is not None else dict(os.environ)
-    direct = direct_argv(argv[2], cwd, environ) if argv[:2] == ["bash", "-c"] else None
+    direct = None if argv_prefix else direct_argv(command, cwd, environ)
     if direct is not None:
         program, args, direct_env = direct
         with contextlib.suppress(OSError):  # not executable after all: bash says why
             return _popen(args, cwd, direct_env, program)
-    return _popen(argv, cwd, environ)
+    return _popen([*argv_prefix, "bash", "-c", command], cwd, environ)
 
 
 def _popen(
@@ -293,23 +296,18 @@ def _found(name: str, cwd: Path, env: Mapping[str, str]) -> str | None:
 
 
 def _system(name: str) -> str | None:
-    for folder in _SYSTEM_BIN:
-        path = f"{folder}/{name}"
-        try:
-            info = os.stat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_uid == 0 and os.access(path, os.X_OK):
-            return path
-    return None
+    paths = (f"{folder}/{name}" for folder in _SYSTEM_BIN)
+    return next((path for path in paths if _runnable(path, roots_only=True)), None)
 
 
-def _runnable(path: str) -> bool:
+def _runnable(path: str, *, roots_only: bool = False) -> bool:
+    """A regular file this user may execute (`roots_only`: and root's own)."""
     try:
-        mode = os.stat(path).st_mode
+        info = os.stat(path)
     except (OSError, ValueError):  # not there; a NUL byte
         return False
-    return stat.S_ISREG(mode) and os.access(path, os.X_OK)
+    owned = info.st_uid == 0 or not roots_only
+    return stat.S_ISREG(info.st_mode) and owned and os.access(path, os.X_OK)
 
 
 def _same(a: str, b: str | Path) -> bool:

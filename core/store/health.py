@@ -18,7 +18,8 @@ from core.store.keys import Keys
 
 @dataclass(frozen=True)
 class HealthNote:
-    """What a finished run adds to its tier's fail-fast check (core.store.health)."""
+    """What a finished run adds to its tier's fail-fast check, in the step that stores
+    it (core.store.results, `finish`)."""
 
     tier: str
     infra_error: str | None  # None for a result of the agent's own
