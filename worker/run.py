@@ -52,6 +52,7 @@ from core.results.transcript import AgentOutcome, CommandRecord
 from core.settings import setting
 from core.store import Store
 from core.store.attempts import Delivery
+from core.store.evidence import EncodedEvidence
 from core.store.health import HealthNote
 from core.store.results import Finished
 from fleet.app import BROKER_DOWN
@@ -64,6 +65,7 @@ from worker.files import LocalFiles, local_files
 from worker.heartbeat import Lease, holder_died_here
 from worker.phase_clock import PhaseClock
 from worker.run_records import (
+    encode,
     end_delivery,
     evidence_cap,
     keep_evidence,
@@ -166,12 +168,13 @@ def execute(
         end_delivery(store, result, delivery.attempts, "sent again")
         raise RetryLater(wait_s, result.outages, holder=lease.holder)
     whole = whole_evidence(matrix, result, evidence, delivery, started, phases, secrets)
-    finished = _finish(store, matrix, result, lease.holder, whole)
+    encoded = encode(whole)
+    finished = _finish(store, matrix, result, lease.holder, stored_with_result(matrix, encoded))
     if finished.saved:
         if matrix.budget is not None:
             patiently(lambda: store.ledger.settle(result))
         _after_health(store, result, finished.stopped)
-        keep_evidence(store, matrix, whole, finished.evidence)
+        keep_evidence(store, matrix, whole, encoded, finished.evidence)
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.results.get(spec.experiment_id, spec.run_id) or result
@@ -186,17 +189,16 @@ def outage_wait_s(stated_s: float | None, attempts: int) -> float:
 
 
 def _finish(
-    store: Store, matrix: Matrix, result: RunResult, holder: str, whole: RunEvidence | None
+    store: Store, matrix: Matrix, result: RunResult, holder: str, evidence: EncodedEvidence | None
 ) -> Finished:
-    """The run's last step: its result, its tier's fail-fast count and its evidence
+    """The run's last step: its result, its tier's fail-fast count and its `evidence`
     (when small: worker.run_records) stored in one step (core.store.results,
     `finish`). A finished run's work is worth keeping through a Redis restart, so
     the step waits for a broker that is away."""
-    health, encoded = _health_note(matrix, result), stored_with_result(matrix, whole)
-    cap = evidence_cap(matrix)
+    health, cap = _health_note(matrix, result), evidence_cap(matrix)
     return patiently(
         lambda: store.results.finish(
-            result, holder, health=health, evidence=encoded, evidence_cap=cap
+            result, holder, health=health, evidence=evidence, evidence_cap=cap
         )
     )
 

@@ -61,17 +61,24 @@ def whole_evidence(
 WITH_RESULT_BYTES = 16 * 1024
 
 
-def stored_with_result(matrix: Matrix, whole: RunEvidence | None) -> EncodedEvidence | None:
-    """The evidence the result's step stores with it: all of it, unless the matrix
-    keeps evidence in an artifacts folder or it is larger than WITH_RESULT_BYTES."""
-    if whole is None or matrix.artifacts is not None:
+def encode(whole: RunEvidence | None) -> EncodedEvidence | None:
+    """The evidence as Redis keeps it, made once for whichever step stores it; None
+    when there is none or encoding failed."""
+    if whole is None:
         return None
     try:
-        encoded = EncodedEvidence.of(whole)
+        return EncodedEvidence.of(whole)
     except Exception as exc:
         log.warning("run %s: evidence not stored: %r", whole.run_id, exc, exc_info=True)
         return None
-    return encoded if encoded.size <= WITH_RESULT_BYTES else None
+
+
+def stored_with_result(matrix: Matrix, encoded: EncodedEvidence | None) -> EncodedEvidence | None:
+    """The evidence the result's step stores with it: all of it, unless the matrix
+    keeps evidence in an artifacts folder or it is larger than WITH_RESULT_BYTES."""
+    if encoded is None or matrix.artifacts is not None or encoded.size > WITH_RESULT_BYTES:
+        return None
+    return encoded
 
 
 def evidence_cap(matrix: Matrix) -> int:
@@ -80,19 +87,24 @@ def evidence_cap(matrix: Matrix) -> int:
 
 
 def keep_evidence(
-    store: Store, matrix: Matrix, whole: RunEvidence | None, kept: str | None
+    store: Store,
+    matrix: Matrix,
+    whole: RunEvidence | None,
+    encoded: EncodedEvidence | None,
+    kept: str | None,
 ) -> None:
     """Once the result's step stored the result and, as `kept` says, its evidence
     ('whole'), or none of it ('over' the cap), or none because it was not the step's
     to store (too large, or for an artifacts folder): what is still to store (the
-    run's minimal evidence, or its evidence on its own)."""
+    run's minimal evidence, or its evidence on its own, `encoded` as it was for the
+    step)."""
     if whole is None or kept == "whole":
         return
     try:
         if kept == "over":
             store.evidence.save(_minimal(whole, matrix))
         else:
-            _save(store, matrix, whole)
+            _save(store, matrix, whole, encoded)
     except redis.OutOfMemoryError:  # the broker's state, not a bug: no traceback
         log.warning("run %s: evidence not stored: the broker is full", whole.run_id)
     except ExperimentNotFound:  # deleted while the run was under way: nothing to keep
@@ -133,14 +145,16 @@ def _minimal(whole: RunEvidence, matrix: Matrix) -> RunEvidence:
     )
 
 
-def _save(store: Store, matrix: Matrix, whole: RunEvidence) -> None:
+def _save(
+    store: Store, matrix: Matrix, whole: RunEvidence, encoded: EncodedEvidence | None
+) -> None:
     """In the artifacts folder if the matrix names one, else (or not writable here) in
     Redis, within the cap."""
     summary = _minimal(whole, matrix)
     cap = evidence_cap(matrix)
     folder = matrix.artifacts.dir if matrix.artifacts is not None else None
     try:
-        store.evidence.save(whole, minimal=summary, cap_bytes=cap, folder=folder)
+        store.evidence.save(whole, encoded=encoded, minimal=summary, cap_bytes=cap, folder=folder)
     except OSError as exc:  # the artifacts folder is not there or not writable here
         log.warning("run %s: evidence kept in Redis: %s", whole.run_id, exc)
         note = f"artifacts folder not writable on this worker, kept in Redis instead: {exc}"

@@ -59,6 +59,7 @@ class Evidence:
         self,
         evidence: RunEvidence,
         *,
+        encoded: EncodedEvidence | None = None,
         minimal: RunEvidence | None = None,
         cap_bytes: int | None = None,
         folder: Path | None = None,
@@ -66,8 +67,8 @@ class Evidence:
         """Store a run's evidence (already bounded and redacted), compressed: in Redis,
         or with `folder` as a file there (Redis keeps its path). With `cap_bytes`, the
         experiment's cap: once its stored evidence would pass it, `minimal` (always in
-        Redis) is stored instead."""
-        blob = EncodedEvidence.of(evidence).value
+        Redis) is stored instead. `encoded`: `evidence` encoded already."""
+        blob = (encoded or EncodedEvidence.of(evidence)).value
         value, path = blob, None
         if folder is not None:
             path = evidence_file(folder, evidence.experiment_id, evidence.run_id)

@@ -13,7 +13,7 @@ from core.results.run import RunResult, RunSpec, RunStatus
 from core.store import Store
 from core.store.attempts import Delivery
 from tests.support.experiments import command_matrix
-from worker.run_records import keep_evidence, whole_evidence
+from worker.run_records import encode, keep_evidence, whole_evidence
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def test_evidence_of_a_run_whose_experiment_was_deleted_is_one_line_not_a_traceb
     result = RunResult.of(spec, RunStatus.completed)
     whole = whole_evidence(matrix, result, None, Delivery(), time.time(), {}, [])
     with caplog.at_level(logging.WARNING, logger="worker.run_records"):
-        keep_evidence(store, matrix, whole, "over")
+        keep_evidence(store, matrix, whole, encode(whole), "over")
     (record,) = caplog.records
     assert record.getMessage() == (
         "run deleted-exp:T0:s:0: evidence not stored: its experiment was deleted"
