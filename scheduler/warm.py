@@ -170,9 +170,9 @@ def relay_to(path: str, argv: Sequence[str], this_key: Mapping[str, Any] | None 
     """Runs the command in the warm process at `path` and never returns, passing on the
     signals this process gets; returns if it did not take the command (it left meanwhile,
     or answered "stale" or "other"): then the command runs here."""
-    pending: list[int] = []  # signals that came before the command's pid
-    handlers = {s: signal.getsignal(s) for s in _PASSED_ON}
-    for signum in _PASSED_ON:
+    pending: list[int] = []  # signals that came before the command's pid (Ctrl-Z too)
+    handlers = {s: signal.getsignal(s) for s in (*_PASSED_ON, signal.SIGTSTP)}
+    for signum in handlers:
         signal.signal(signum, lambda received, frame: pending.append(received))
     conn = None
     try:
@@ -195,7 +195,10 @@ def relay_to(path: str, argv: Sequence[str], this_key: Mapping[str, Any] | None 
     signal.signal(signal.SIGTSTP, lambda received, frame: _suspend_with(pid))
     signal.signal(signal.SIGCONT, lambda received, frame: _pass_on(pid, received))
     for received in pending:
-        _pass_on(pid, received)
+        if received == signal.SIGTSTP:
+            _suspend_with(pid)
+        else:
+            _pass_on(pid, received)
     try:
         status = replies.readline()
     except OSError:
