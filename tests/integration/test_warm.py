@@ -157,6 +157,9 @@ def _a_warm_submit_under_way(
     first = _cli("validate", str(_matrix(folder / "first", "true")), env=env, cwd=folder)
     assert first.returncode == 0, first.stderr
     _warm_pid(env, folder)
+    # A process group of its own, as a shell's job has, whose parent (this test) is in
+    # another group of the session: the kernel discards a stop (Ctrl-Z) sent to an
+    # orphaned group, as the test's own would be when pytest's parent has left.
     proc = subprocess.Popen(
         [SCHEDULER, "submit", str(_matrix(folder, "sleep 60")), "--workers", "1"],
         env=env,
@@ -164,6 +167,7 @@ def _a_warm_submit_under_way(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        process_group=0,
     )
     state = folder / ".evalfleet" / "redis.json"
     wait_until(lambda: a_run_under_way(state), "a run under way")
