@@ -34,9 +34,12 @@ def inherited(agent: AgentConfig, environ: Mapping[str, str]) -> dict[str, str]:
     named = {*agent.pass_env, *([agent.api_key_env] if agent.api_key_env else [])}
     if agent.preset_spec is not None:
         named.update(agent.preset_spec.base_url_env)
-    return {
-        name: value
-        for name, value in environ.items()
+    # The names first, then the values of the few kept: each of os.environ's items is
+    # decoded anew on every read, and a run asks for them once per run.
+    kept = [
+        name
+        for name in environ
         if not name.startswith("EVALFLEET_")
         and (name in KEPT or name in named or name.startswith(KEPT_PREFIXES))
-    }
+    ]
+    return {name: environ[name] for name in kept}

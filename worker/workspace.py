@@ -110,11 +110,12 @@ class RunDir:
 
     def remove(self) -> None:
         # Only ever delete a real folder directly under the work root, whatever
-        # the run id looked like or the agent turned the folder into (a symlink
-        # to another run's folder is unlinked, not followed).
+        # the agent turned the folder into (a symlink to another run's folder is
+        # unlinked, not followed). A name of folder_name's never climbs (no `/`, `.`
+        # or `..`), so its place is read from the path as written.
         if self.root.is_symlink():
             self.root.unlink()
-        elif self.root.resolve().parent == work_root().resolve():
+        elif self.root.parent == work_root() and self.root.name not in ("", ".", ".."):
             shutil.rmtree(self.root, ignore_errors=True)
 
     def release(self) -> None:
@@ -148,7 +149,8 @@ def own_home(run_dir: RunDir, preset: AgentPreset | None) -> dict[str, str]:
     Made and removed for every run, five folders were a tenth of a quick run's time
     (ext4 journals each mkdir and rmdir)."""
     env = {"HOME": str(run_dir.home), "TMPDIR": str(run_dir.home / ".tmp")}
-    (run_dir.home / ".tmp").mkdir(parents=True, exist_ok=True)
+    run_dir.home.mkdir(exist_ok=True)
+    (run_dir.home / ".tmp").mkdir(exist_ok=True)
     for name, folder in _XDG.items():
         if preset is not None:
             (run_dir.home / folder).mkdir(parents=True, exist_ok=True)

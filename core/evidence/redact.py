@@ -12,6 +12,7 @@ CLI print it. Each becomes MARKER.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -37,7 +38,9 @@ _SECRET_NAME = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def looks_secret(name: str) -> bool:
+    # Cached: every run asks it of each of the worker's variables, which rarely change.
     return _SECRET_NAME.search(name) is not None
 
 
