@@ -25,6 +25,7 @@ folder directly under the work root.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import fcntl
 import functools
@@ -181,6 +182,7 @@ def prepare(run_id: str, tier: Tier, scenario: Scenario, prompt: str) -> RunDir:
     files, prompt. Raises SetupError."""
     base = work_root()
     base.mkdir(parents=True, exist_ok=True)
+    spread_out(str(base))
     root = base / folder_name(run_id)
     run_dir = RunDir(root, lock=_lock(RunDir(root).lock_file))
     try:
@@ -190,6 +192,36 @@ def prepare(run_id: str, tier: Tier, scenario: Scenario, prompt: str) -> RunDir:
         run_dir.release()
         raise
     return run_dir
+
+
+# ext2/3/4's inode flags (linux/fs.h): read and set with these ioctls, the flag that
+# marks the top of unrelated directory trees.
+_GET_FLAGS, _SET_FLAGS, _TOPDIR = 0x80086601, 0x40086602, 0x00020000
+
+
+@functools.cache
+def spread_out(folder: str) -> bool:
+    """The run folders made in `folder` are spread over the disk (ext4's Orlov allocator,
+    `chattr +T`), as the unrelated trees they are; True once `folder` is so marked.
+    A run makes and deletes seven inodes, and on an ext4 without a journal every new
+    inode is searched past those freed in its block group in the last minutes: with
+    the run folders all in the work folder's group, that search was a twentieth of a
+    fleet's CPU on quick runs. Elsewhere (tmpfs, another filesystem) nothing changes.
+    Once per folder and process."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, _GET_FLAGS, flags)
+        if not flags[0] & _TOPDIR:
+            fcntl.ioctl(fd, _SET_FLAGS, array.array("i", [flags[0] | _TOPDIR]))
+        return True
+    except OSError:  # not a filesystem with these flags, or not ours to mark
+        return False
+    finally:
+        os.close(fd)
 
 
 def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
