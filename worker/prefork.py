@@ -31,6 +31,8 @@ from celery import signals
 from celery.concurrency import prefork
 from kombu.asynchronous import get_event_loop
 
+from worker.workspace import keep_spares
+
 NAME = f"{__name__}:TaskPool"
 # Celery's own pace for the timers while the pool drains.
 _TICK_S = 0.5
@@ -77,12 +79,20 @@ def _tick(hub: Any, joined: threading.Event) -> None:
 
 
 def register() -> None:
+    signals.worker_process_init.connect(_keep_spares, weak=False, dispatch_uid=NAME)
     signals.worker_process_shutdown.connect(_exit_once_announced, weak=False, dispatch_uid=NAME)
+
+
+def _keep_spares(**_: object) -> None:
+    """A pool process runs delivery after delivery: each leaves its folder to the next
+    (worker.workspace.put_away)."""
+    keep_spares(True)
 
 
 def _exit_once_announced(exitcode: int | None = None, **_: object) -> None:
     """In the pool process, from billiard's exit path right before its DEATH message: the
     process's next put on its result queue is that message, and the last thing it does."""
+    keep_spares(False)  # its spare folder goes with it
     worker: Any = current_process()._target  # billiard.pool.Worker, this process's loop
     put = worker.outq.put
 

@@ -79,6 +79,7 @@ from worker.workspace import (
     fresh_rewards,
     own_home,
     prepare,
+    put_away,
     run_setup,
     with_tests,
 )
@@ -387,11 +388,13 @@ def _run(
         # the agent's process group (setsid), as long as it kept its environment.
         # Every process of a run with a user of its own was that user's, and
         # ended with it (worker.confinement): nothing to look for.
-        if confinement is None or confinement.user is None:
+        own_user = confinement is not None and confinement.user is not None
+        if not own_user:
             kill_groups_by_env(MARKER, run_dir.marker, since=before)
-        if not matrix.keep_workspaces:
-            run_dir.remove()
-        run_dir.release()
+        if matrix.keep_workspaces:
+            run_dir.release()
+        else:
+            put_away(run_dir, own_user)
 
 
 def _archive(

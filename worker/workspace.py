@@ -184,7 +184,10 @@ def prepare(run_id: str, tier: Tier, scenario: Scenario, prompt: str) -> RunDir:
     base.mkdir(parents=True, exist_ok=True)
     spread_out(str(base))
     root = base / folder_name(run_id)
-    run_dir = RunDir(root, lock=_lock(RunDir(root).lock_file))
+    run_dir = _reuse(root)
+    if run_dir is None:
+        run_dir = RunDir(root, lock=_lock(RunDir(root).lock_file))
+        run_dir.root.mkdir()
     try:
         _fill(run_dir, tier, scenario, prompt)
     except BaseException:
@@ -226,7 +229,6 @@ def spread_out(folder: str) -> bool:
 
 def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
     try:
-        run_dir.root.mkdir()
         if scenario.workspace is not None:
             shutil.copytree(scenario.workspace, run_dir.workspace, symlinks=True)
             # The template is read-only in the experiment's files (core.files.bundle);
@@ -283,6 +285,80 @@ def _in_place(fd: int, path: Path) -> bool:
         return os.stat(path).st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
         return False
+
+
+# Each pool process's spare folder (worker.prefork turns this on in pool processes):
+# the last delivery's, emptied but for its prompt and still locked, renamed for the
+# next delivery the process prepares. Three of a run's seven inodes (its folder, its
+# lock file, its prompt) are then made and freed once per process rather than once per
+# run: on ext4 each is a twentieth of a quick run's time (docs/BENCHMARKS.md).
+_spares: dict[int, RunDir] = {}  # by pid: a forked process starts with none
+_keeping = False
+
+
+def keep_spares(keep: bool) -> None:
+    """Whether deliveries of this process leave their folder for the next (`put_away`);
+    turned off, the one kept is deleted."""
+    global _keeping
+    _keeping = keep
+    if not keep:
+        _drop_spare()
+
+
+def _drop_spare() -> None:
+    spare = _spares.pop(os.getpid(), None)
+    if spare is not None:
+        spare.remove()
+        spare.release()
+
+
+def put_away(run_dir: RunDir, own_user: bool) -> None:
+    """The delivery is over, its processes ended: its folder deleted and its lock released
+    (`remove`, `release`), or, where this process keeps a spare, everything in it
+    deleted but its prompt and the folder kept, locked, for `prepare`. Only a folder
+    whose agent ran as a user of its own (`own_user`) is kept: that user could change
+    nothing of the folder's own, which is root's (its mode, its attributes, its
+    prompt); an agent that ran as the worker's user could have."""
+    if not (_keeping and own_user) or run_dir.lock is None:
+        run_dir.remove()
+        run_dir.release()
+        return
+    try:
+        for entry in os.scandir(run_dir.root):
+            if entry.name == run_dir.prompt_file.name and entry.is_file(follow_symlinks=False):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+    except OSError:
+        run_dir.remove()
+        run_dir.release()
+        return
+    _drop_spare()  # one a process
+    _spares[os.getpid()] = run_dir
+
+
+def _reuse(root: Path) -> RunDir | None:
+    """This process's spare folder renamed `root`, its lock file with it and still
+    locked; None when there is none (or it was lost: then it is deleted)."""
+    spare = _spares.pop(os.getpid(), None)
+    if spare is None:
+        return None
+    reused = RunDir(root, lock=spare.lock)
+    try:
+        # The lock file first: a folder without one is nobody's to clear meanwhile.
+        os.rename(spare.lock_file, reused.lock_file)
+        os.rename(spare.root, reused.root)
+    except OSError:
+        for run_dir in (spare, reused):
+            run_dir.remove()
+            with contextlib.suppress(FileNotFoundError):
+                run_dir.lock_file.unlink()
+        if spare.lock is not None:
+            os.close(spare.lock)
+        return None
+    return reused
 
 
 def clear_dead_deliveries() -> list[str]:

@@ -1,4 +1,4 @@
-"""A delivery's folder where the work folder lives: on ext4, the run folders spread out."""
+"""A delivery's folder: where it is made (on ext4, spread out) and how it is handed on."""
 
 from __future__ import annotations
 
@@ -7,12 +7,20 @@ import fcntl
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from core.matrix import Scenario, Tier
-from worker.workspace import prepare, spread_out
+from worker.workspace import (
+    RunDir,
+    clear_dead_deliveries,
+    keep_spares,
+    prepare,
+    put_away,
+    spread_out,
+)
 
 # linux/fs.h, read here independently of the code under test.
 FS_IOC_GETFLAGS = 0x80086601
@@ -63,3 +71,85 @@ def test_the_work_folder_is_marked_as_the_top_of_unrelated_trees_where_it_can_be
 
 def test_a_folder_that_is_not_there_is_left_unmarked(tmp_path: Path) -> None:
     assert spread_out(str(tmp_path / "absent")) is False
+
+
+@pytest.fixture
+def spares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A work folder of the test's own, in which deliveries leave their folder to the
+    next as a pool process's do."""
+    base = tmp_path / "runs"
+    monkeypatch.setenv("EVALFLEET_WORKDIR", str(base))
+    keep_spares(True)
+    try:
+        yield base
+    finally:
+        keep_spares(False)
+
+
+def _prepared(run_id: str, prompt: str = "go") -> RunDir:
+    return prepare(run_id, Tier(id="T0"), Scenario(id="s0", prompt=prompt), prompt)
+
+
+def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path) -> None:
+    first = _prepared("exp:T0:s0:0", "first prompt")
+    (first.workspace / "work.txt").write_text("the agent's")
+    (first.home / ".tmp").mkdir(parents=True)  # as the agent's environment makes it
+    (first.home / ".tmp" / "scratch").write_text("the agent's")
+    first.events_file.write_text('{"type": "note"}\n')
+    (first.root / "tests").mkdir()  # a task's tests, copied in after the agent
+    folder = first.root.stat().st_ino
+    put_away(first, own_user=True)
+
+    # Kept locked under its old name, with nothing but its prompt.
+    assert sorted(p.name for p in first.root.iterdir()) == ["prompt.txt"]
+    assert first.lock_file.exists() and not _lockable(first.lock_file)
+
+    second = _prepared("exp:T0:s0:1", "second prompt")
+    assert second.root.stat().st_ino == folder and not first.root.exists()
+    assert not first.lock_file.exists() and not _lockable(second.lock_file)
+    assert second.prompt_file.read_text() == "second prompt"
+    assert sorted(p.name for p in second.root.iterdir()) == ["prompt.txt", "workspace"]
+    assert not any(second.workspace.iterdir())
+    put_away(second, own_user=True)
+
+    keep_spares(False)  # the pool process leaves: its spare goes with it
+    assert not any(spares.iterdir())
+
+
+def test_a_folder_whose_agent_ran_as_the_workers_user_is_deleted(spares: Path) -> None:
+    # That agent owned what the folder is made of: nothing of it is handed on.
+    first = _prepared("exp:T0:s0:0")
+    put_away(first, own_user=False)
+    assert not any(spares.iterdir())
+    second = _prepared("exp:T0:s0:1")
+    assert second.root.is_dir() and _lockable(first.lock_file) is None
+    second.remove()
+    second.release()
+
+
+def test_the_spare_of_a_process_that_died_is_cleared_as_a_dead_delivery(spares: Path) -> None:
+    pid = os.fork()
+    if pid == 0:  # a pool process that runs one delivery and is killed
+        try:
+            put_away(_prepared("exp:T0:s0:0"), own_user=True)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    (left,) = (p for p in spares.iterdir() if p.is_dir())
+    assert clear_dead_deliveries() == [left.name]
+    assert not any(spares.iterdir())
+
+
+def _lockable(lock_file: Path) -> bool | None:
+    """Whether nobody holds the lock (None: no such file)."""
+    try:
+        fd = os.open(lock_file, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
