@@ -31,6 +31,7 @@ import fcntl
 import functools
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -229,13 +230,16 @@ def spread_out(folder: str) -> bool:
 
 def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
     try:
+        # A kept folder (put_away) has its workspace already, empty.
         if scenario.workspace is not None:
-            shutil.copytree(scenario.workspace, run_dir.workspace, symlinks=True)
+            shutil.copytree(
+                scenario.workspace, run_dir.workspace, symlinks=True, dirs_exist_ok=True
+            )
             # The template is read-only in the experiment's files (core.files.bundle);
             # its copy is the run's to change.
             _add_mode(run_dir.workspace, 0o200)
         else:
-            run_dir.workspace.mkdir()
+            run_dir.workspace.mkdir(exist_ok=True)
         for dest, source in tier.files.items():
             target = _inside(run_dir.workspace, dest)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -314,29 +318,100 @@ def _drop_spare() -> None:
 
 def put_away(run_dir: RunDir, own_user: bool) -> None:
     """The delivery is over, its processes ended: its folder deleted and its lock released
-    (`remove`, `release`), or, where this process keeps a spare, everything in it
-    deleted but its prompt and the folder kept, locked, for `prepare`. Only a folder
-    whose agent ran as a user of its own (`own_user`) is kept: that user could change
-    nothing of the folder's own, which is root's (its mode, its attributes, its
-    prompt); an agent that ran as the worker's user could have."""
+    (`remove`, `release`), or, where this process keeps a spare, the folder emptied
+    and kept, locked, for `prepare`. Only the folder of an agent that ran as a user of
+    its own (`own_user`) is kept: the folder and its prompt are root's, which that user
+    could not change; of what was the user's (the workspace, the home and its TMPDIR,
+    the events file) each is kept, emptied and made root's again, only as it was made
+    (`_as_made`), and otherwise deleted. An agent that ran as the worker's user owned
+    all of it."""
     if not (_keeping and own_user) or run_dir.lock is None:
         run_dir.remove()
         run_dir.release()
         return
+    kept = {
+        run_dir.events_file.name: (stat.S_IFREG, None),
+        run_dir.workspace.name: (stat.S_IFDIR, None),
+        run_dir.home.name: (stat.S_IFDIR, ".tmp"),
+    }
     try:
-        for entry in os.scandir(run_dir.root):
-            if entry.name == run_dir.prompt_file.name and entry.is_file(follow_symlinks=False):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+        with os.scandir(run_dir.root) as entries:
+            for entry in entries:
+                if entry.name == run_dir.prompt_file.name and entry.is_file(follow_symlinks=False):
+                    continue  # root's: the next delivery writes its own prompt in it
+                kind, inner = kept.get(entry.name, (None, None))
+                if kind is None or not _emptied(entry.path, kind, inner):
+                    _delete(entry)
     except OSError:
         run_dir.remove()
         run_dir.release()
         return
     _drop_spare()  # one a process
     _spares[os.getpid()] = run_dir
+
+
+# Of ext4's inode flags, those no user sets: a file's extents, a big folder's index.
+_BOOKKEEPING_FLAGS = 0x00080000 | 0x00001000
+
+
+def _emptied(path: str, kind: int, inner: str | None) -> bool:
+    """`path` (a regular file or a folder, `kind`) emptied (a folder keeps `inner`,
+    itself emptied) and made root's with a fresh one's mode, when it is as `prepare`
+    made it but for its content: not a link, no other name (hard link), no extended
+    attribute (an ACL among them), no inode flag a user sets (`chattr`), a folder no
+    bigger than a fresh one. False (and nothing changed but its content) otherwise."""
+    info = os.lstat(path)
+    if stat.S_IFMT(info.st_mode) != kind:
+        return False
+    if kind == stat.S_IFDIR:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name != inner or not _emptied(entry.path, stat.S_IFDIR, None):
+                    _delete(entry)
+        info = os.lstat(path)
+        fresh = info.st_size <= _FOLDER_BYTES and info.st_nlink == 2 + (inner is not None)
+    else:
+        fresh = info.st_nlink == 1
+    if not fresh or os.listxattr(path, follow_symlinks=False) or _user_flags(path):
+        return False
+    if kind == stat.S_IFREG:
+        os.truncate(path, 0)
+    os.chown(path, 0, 0, follow_symlinks=False)
+    os.chmod(path, (0o777 if kind == stat.S_IFDIR else 0o666) & ~_umask())
+    return True
+
+
+_FOLDER_BYTES = 4096
+
+
+def _delete(entry: os.DirEntry[str]) -> None:
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path)
+    else:
+        os.unlink(entry.path)
+
+
+def _user_flags(path: str) -> int:
+    """The inode flags of `path` a user may have set; all of them where none can be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, _GET_FLAGS, flags)
+    except OSError:
+        return -1
+    finally:
+        os.close(fd)
+    return flags[0] & ~_BOOKKEEPING_FLAGS
+
+
+@functools.cache
+def _umask() -> int:
+    """This process's umask, read where setting it (to read it back) would race a thread."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 def _reuse(root: Path) -> RunDir | None:

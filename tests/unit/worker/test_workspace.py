@@ -23,8 +23,8 @@ from worker.workspace import (
 )
 
 # linux/fs.h, read here independently of the code under test.
-FS_IOC_GETFLAGS = 0x80086601
-FS_TOPDIR_FL = 0x00020000
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+FS_TOPDIR_FL, FS_NOATIME_FL = 0x00020000, 0x00000080
 
 
 def _flags(folder: Path) -> int:
@@ -92,28 +92,84 @@ def _prepared(run_id: str, prompt: str = "go") -> RunDir:
 
 def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path) -> None:
     first = _prepared("exp:T0:s0:0", "first prompt")
+    _as_the_agent_leaves_it(first)
     (first.workspace / "work.txt").write_text("the agent's")
-    (first.home / ".tmp").mkdir(parents=True)  # as the agent's environment makes it
     (first.home / ".tmp" / "scratch").write_text("the agent's")
+    (first.home / ".config").mkdir()
     first.events_file.write_text('{"type": "note"}\n')
     (first.root / "tests").mkdir()  # a task's tests, copied in after the agent
-    folder = first.root.stat().st_ino
+    inodes = _inodes(first)
     put_away(first, own_user=True)
 
-    # Kept locked under its old name, with nothing but its prompt.
-    assert sorted(p.name for p in first.root.iterdir()) == ["prompt.txt"]
+    # Kept locked under its old name, emptied, everything root's with a fresh mode.
+    assert _tree(first.root) == {
+        "events.jsonl": "", "home": None, "home/.tmp": None, "prompt.txt": "first prompt",
+        "workspace": None,
+    }  # fmt: skip
+    fresh = {"events.jsonl": 0o666, "home": 0o777, "home/.tmp": 0o777, "workspace": 0o777}
+    for name, mode in fresh.items():
+        info = (first.root / name).lstat()
+        assert (info.st_uid, info.st_mode & 0o7777) == (0, mode & ~_umask()), name
     assert first.lock_file.exists() and not _lockable(first.lock_file)
 
     second = _prepared("exp:T0:s0:1", "second prompt")
-    assert second.root.stat().st_ino == folder and not first.root.exists()
+    assert _inodes(second) == inodes and not first.root.exists()
     assert not first.lock_file.exists() and not _lockable(second.lock_file)
     assert second.prompt_file.read_text() == "second prompt"
-    assert sorted(p.name for p in second.root.iterdir()) == ["prompt.txt", "workspace"]
     assert not any(second.workspace.iterdir())
     put_away(second, own_user=True)
 
     keep_spares(False)  # the pool process leaves: its spare goes with it
     assert not any(spares.iterdir())
+
+
+def _as_the_agent_leaves_it(run_dir: RunDir) -> None:
+    """The run's folder as its agent's environment made it (worker.run.agent_env)."""
+    (run_dir.home / ".tmp").mkdir(parents=True, exist_ok=True)
+    run_dir.events_file.touch()
+
+
+def _inodes(run_dir: RunDir) -> dict[str, int]:
+    names = ("", "prompt.txt", "events.jsonl", "workspace", "home", "home/.tmp")
+    return {name: (run_dir.root / name).stat().st_ino for name in names}
+
+
+def _tree(root: Path) -> dict[str, str | None]:
+    """Each path under `root`: a file's text, or None for a folder."""
+    return {
+        str(path.relative_to(root)): None if path.is_dir() else path.read_text()
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def _umask() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+
+
+def test_what_the_agent_marked_or_linked_is_not_handed_on(spares: Path) -> None:
+    # An agent owns its workspace, its home and its events file while it runs: an
+    # ACL or another attribute set on them, a name given them elsewhere, would reach
+    # the next run. Each of those is deleted and made anew.
+    first = _prepared("exp:T0:s0:0")
+    _as_the_agent_leaves_it(first)
+    os.setxattr(first.workspace, "user.planted", b"1")
+    outside = spares.parent / "events-link"
+    first.events_file.write_text("the first run's")
+    os.link(first.events_file, outside)
+    os.chmod(first.home, 0o777)  # a mode is simply made fresh again
+    inodes = _inodes(first)
+    put_away(first, own_user=True)
+
+    second = _prepared("exp:T0:s0:1")
+    _as_the_agent_leaves_it(second)
+    now = _inodes(second)
+    assert now["home"] == inodes["home"] and now["prompt.txt"] == inodes["prompt.txt"]
+    assert os.listxattr(second.workspace) == []
+    assert (second.home.stat().st_mode & 0o777) == 0o777 & ~_umask()
+    second.events_file.write_text("the second run's")
+    assert outside.read_text() == "the first run's"  # the link keeps the first run's file
+    put_away(second, own_user=True)
 
 
 def test_a_folder_whose_agent_ran_as_the_workers_user_is_deleted(spares: Path) -> None:
@@ -153,3 +209,21 @@ def _lockable(lock_file: Path) -> bool | None:
         return False
     finally:
         os.close(fd)
+
+
+def test_a_folder_the_agent_gave_an_inode_flag_is_not_handed_on(spares: Path) -> None:
+    # `chattr +A` (no access times), which the folder's owner may set: the next run's
+    # home would keep it.
+    first = _prepared("exp:T0:s0:0")
+    _as_the_agent_leaves_it(first)
+    fd = os.open(first.home, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, array.array("i", [_flags(first.home) | FS_NOATIME_FL]))
+    finally:
+        os.close(fd)
+    put_away(first, own_user=True)
+
+    second = _prepared("exp:T0:s0:1")
+    _as_the_agent_leaves_it(second)
+    assert not _flags(second.home) & FS_NOATIME_FL
+    put_away(second, own_user=True)
