@@ -17,6 +17,11 @@ it dies. A lock that nobody holds is therefore a dead delivery's:
 finished delivery deletes its lock file, so a folder kept on purpose
 (`keep_workspaces`) is never taken for a dead one's.
 
+A pool process hands its finished delivery's folder, emptied and still locked, to
+its next delivery, which renames it (`put_away`, `prepare`): a folder is then made
+and deleted once per process, not once per run. Only what the run's own user could
+not have changed is handed on, each part checked (`_emptied`); the rest is made anew.
+
 Nothing here reads or writes outside the run's folder: a template's symlinks
 are copied as links (never followed), tier files are refused when their
 destination resolves outside the workspace, and removal deletes only a real
@@ -207,11 +212,12 @@ _GET_FLAGS, _SET_FLAGS, _TOPDIR = 0x80086601, 0x40086602, 0x00020000
 def spread_out(folder: str) -> bool:
     """The run folders made in `folder` are spread over the disk (ext4's Orlov allocator,
     `chattr +T`), as the unrelated trees they are; True once `folder` is so marked.
-    A run makes and deletes seven inodes, and on an ext4 without a journal every new
-    inode is searched past those freed in its block group in the last minutes: with
-    the run folders all in the work folder's group, that search was a twentieth of a
-    fleet's CPU on quick runs. Elsewhere (tmpfs, another filesystem) nothing changes.
-    Once per folder and process."""
+    A run's folder is seven inodes, and on an ext4 without a journal every new inode
+    is searched past those freed in its block group in the last minutes: with the run
+    folders all in the work folder's group, that search was a twentieth of a fleet's
+    CPU on quick runs (before a pool process handed its folder on: `put_away`).
+    Elsewhere (tmpfs, another filesystem) nothing changes. Once per folder and
+    process."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -292,10 +298,10 @@ def _in_place(fd: int, path: Path) -> bool:
 
 
 # Each pool process's spare folder (worker.prefork turns this on in pool processes):
-# the last delivery's, emptied but for its prompt and still locked, renamed for the
-# next delivery the process prepares. Three of a run's seven inodes (its folder, its
-# lock file, its prompt) are then made and freed once per process rather than once per
-# run: on ext4 each is a twentieth of a quick run's time (docs/BENCHMARKS.md).
+# the last delivery's, emptied and still locked, renamed for the next delivery the
+# process prepares. A folder's seven inodes (the folder, its lock file, prompt, events
+# file, workspace, home and TMPDIR) made and freed for every run were a seventh of a
+# quick run's time on ext4 (docs/BENCHMARKS.md).
 _spares: dict[int, RunDir] = {}  # by pid: a forked process starts with none
 _keeping = False
 
@@ -323,7 +329,7 @@ def put_away(run_dir: RunDir, own_user: bool) -> None:
     its own (`own_user`) is kept: the folder and its prompt are root's, which that user
     could not change; of what was the user's (the workspace, the home and its TMPDIR,
     the events file) each is kept, emptied and made root's again, only as it was made
-    (`_as_made`), and otherwise deleted. An agent that ran as the worker's user owned
+    (`_emptied`), and otherwise deleted. An agent that ran as the worker's user owned
     all of it."""
     if not (_keeping and own_user) or run_dir.lock is None:
         run_dir.remove()
