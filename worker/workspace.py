@@ -156,7 +156,7 @@ def own_home(run_dir: RunDir, preset: AgentPreset | None) -> dict[str, str]:
     Made and removed for every run, five folders were a tenth of a quick run's time
     (ext4 journals each mkdir and rmdir)."""
     env = {"HOME": str(run_dir.home), "TMPDIR": str(run_dir.home / ".tmp")}
-    run_dir.home.mkdir(exist_ok=True)
+    run_dir.home.mkdir(parents=True, exist_ok=True)
     (run_dir.home / ".tmp").mkdir(exist_ok=True)
     for name, folder in _XDG.items():
         if preset is not None:
@@ -298,7 +298,8 @@ def _in_place(fd: int, path: Path) -> bool:
 
 
 # Each pool process's spare folder (worker.prefork turns this on in pool processes):
-# the last delivery's, emptied and still locked, renamed for the next delivery the
+# the last delivery's, emptied, still locked and renamed `spare-PID-TOKEN` (a name no
+# delivery's folder has: those hold a `+`), renamed again for the next delivery the
 # process prepares. A folder's seven inodes (the folder, its lock file, prompt, events
 # file, workspace, home and TMPDIR) made and freed for every run were a seventh of a
 # quick run's time on ext4 (docs/BENCHMARKS.md).
@@ -353,7 +354,10 @@ def put_away(run_dir: RunDir, own_user: bool) -> None:
         run_dir.release()
         return
     _drop_spare()  # one a process
-    _spares[os.getpid()] = run_dir
+    # Under a name of its own meanwhile: no folder of the run is left once it ended.
+    spare = _moved(run_dir, run_dir.root.with_name(f"spare-{os.getpid()}-{uuid.uuid4().hex[:12]}"))
+    if spare is not None:
+        _spares[os.getpid()] = spare
 
 
 # Of ext4's inode flags, those no user sets: a file's extents, a big folder's index.
@@ -424,22 +428,26 @@ def _reuse(root: Path) -> RunDir | None:
     """This process's spare folder renamed `root`, its lock file with it and still
     locked; None when there is none (or it was lost: then it is deleted)."""
     spare = _spares.pop(os.getpid(), None)
-    if spare is None:
-        return None
-    reused = RunDir(root, lock=spare.lock)
+    return None if spare is None else _moved(spare, root)
+
+
+def _moved(run_dir: RunDir, root: Path) -> RunDir | None:
+    """`run_dir` renamed `root`, its lock file with it and still locked; None when that
+    failed (then both are deleted and the lock released)."""
+    moved = RunDir(root, lock=run_dir.lock)
     try:
         # The lock file first: a folder without one is nobody's to clear meanwhile.
-        os.rename(spare.lock_file, reused.lock_file)
-        os.rename(spare.root, reused.root)
+        os.rename(run_dir.lock_file, moved.lock_file)
+        os.rename(run_dir.root, moved.root)
     except OSError:
-        for run_dir in (spare, reused):
-            run_dir.remove()
+        for either in (run_dir, moved):
+            either.remove()
             with contextlib.suppress(FileNotFoundError):
-                run_dir.lock_file.unlink()
-        if spare.lock is not None:
-            os.close(spare.lock)
+                either.lock_file.unlink()
+        if run_dir.lock is not None:
+            os.close(run_dir.lock)
         return None
-    return reused
+    return moved
 
 
 def clear_dead_deliveries() -> list[str]:

@@ -101,20 +101,25 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     inodes = _inodes(first)
     put_away(first, own_user=True)
 
-    # Kept locked under its old name, emptied, everything root's with a fresh mode.
-    assert _tree(first.root) == {
+    # Kept locked under a name of its own (none of the run's is left), emptied,
+    # everything root's with a fresh mode.
+    assert not first.root.exists() and not first.lock_file.exists()
+    (spare,) = (p for p in spares.iterdir() if p.is_dir())
+    assert spare.name.startswith(f"spare-{os.getpid()}-")
+    assert _tree(spare) == {
         "events.jsonl": "", "home": None, "home/.tmp": None, "prompt.txt": "first prompt",
         "workspace": None,
     }  # fmt: skip
     fresh = {"events.jsonl": 0o666, "home": 0o777, "home/.tmp": 0o777, "workspace": 0o777}
     for name, mode in fresh.items():
-        info = (first.root / name).lstat()
+        info = (spare / name).lstat()
         assert (info.st_uid, info.st_mode & 0o7777) == (0, mode & ~_umask()), name
-    assert first.lock_file.exists() and not _lockable(first.lock_file)
+    assert _lockable(spare.with_name(f"{spare.name}.lock")) is False
 
     second = _prepared("exp:T0:s0:1", "second prompt")
-    assert _inodes(second) == inodes and not first.root.exists()
-    assert not first.lock_file.exists() and not _lockable(second.lock_file)
+    assert _inodes(second) == inodes and not spare.exists()
+    assert sorted(p.name for p in spares.iterdir()) == [second.root.name, second.lock_file.name]
+    assert _lockable(second.lock_file) is False
     assert second.prompt_file.read_text() == "second prompt"
     assert not any(second.workspace.iterdir())
     put_away(second, own_user=True)
