@@ -99,6 +99,18 @@ def status_line(info: ExperimentInfo) -> str:
     )
 
 
+def until_reported(info: ExperimentInfo) -> str:
+    """What brings a report that is not there yet."""
+    if info.status == ExperimentStatus.interrupted:
+        return (
+            f": its submit was interrupted and its runs not yet run wait; "
+            f"`scheduler resume {info.id}` runs them and prints the report"
+        )
+    if info.status in (ExperimentStatus.pending, ExperimentStatus.running):
+        return f": its runs are under way; `scheduler status {info.id}` follows them"
+    return ""
+
+
 def report_versions(conn: Connection, experiment: str) -> list[int]:
     """The experiment's report versions: 1 is the runs' own, 2, 3... each rejudge's or
     rescore's; empty until it has finished."""
@@ -122,8 +134,9 @@ def load_report(
     exp_id = conn.experiment_id(experiment)
     versions = store.reports.versions(exp_id)
     if not versions:
+        info = store.experiments.info(exp_id)
         raise FleetError(
-            f"experiment {exp_id} has no report yet ({status_line(store.experiments.info(exp_id))})"
+            f"experiment {exp_id} has no report yet ({status_line(info)}){until_reported(info)}"
         )
     if version is not None and version not in versions:
         raise InputError(

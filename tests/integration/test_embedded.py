@@ -292,6 +292,11 @@ def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_
     assert found is not None and "scheduler resume" in said, said
     exp_id = found[1]
     assert _status(embedded_env, tmp_path, exp_id) == "interrupted"
+    # Its report, asked for, is not there yet: the answer says what brings it.
+    reported = run_cli("report", env=embedded_env, cwd=tmp_path)
+    assert reported.returncode == 1 and not reported.stdout
+    said = " ".join(reported.stderr.split())
+    assert f"{exp_id} has no report yet" in said and f"`scheduler resume {exp_id}`" in said, said
     before = log.read_text().splitlines()
 
     second = _matrix(

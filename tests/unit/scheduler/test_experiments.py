@@ -6,7 +6,7 @@ import time
 
 from core.matrix import Matrix
 from core.results.report import ExperimentInfo, ExperimentStatus, submitted_at
-from scheduler.experiments import status_line
+from scheduler.experiments import status_line, until_reported
 from scheduler.plan import new_experiment_id
 
 CREATED = time.mktime((2026, 11, 22, 10, 15, 0, 0, 0, -1))
@@ -42,3 +42,11 @@ def test_an_experiments_id_tells_when_it_was_submitted_to_the_second() -> None:
     assert submitted_at(exp_id) == 1_795_600_000.0
     assert submitted_at("hand-named") is None
     assert submitted_at("x-20261125-999999-ab12") is None  # not a time of day
+
+
+def test_an_experiment_without_a_report_says_what_brings_it() -> None:
+    paused = until_reported(info(status=ExperimentStatus.interrupted))
+    assert "`scheduler resume exp` runs them and prints the report" in paused
+    for under_way in (ExperimentStatus.pending, ExperimentStatus.running):
+        assert "`scheduler status exp` follows them" in until_reported(info(status=under_way))
+    assert until_reported(info(status=ExperimentStatus.complete)) == ""
