@@ -34,7 +34,9 @@ EVENT_LINES = 80
 
 def render_run(record: RunRecord, run_id: str, width: int, note: str | None = None) -> str:
     """`note`: why the evidence could not be read here, if it could not."""
-    console = Console(file=io.StringIO(), width=width, highlight=False, soft_wrap=False)
+    console = Console(
+        file=io.StringIO(), width=width, highlight=False, soft_wrap=False, emoji=False
+    )
     record = RunRecord.model_validate(each_text(record.model_dump(), visible))
     result, evidence = record.result, record.evidence
     _outcome(console, run_id, result)

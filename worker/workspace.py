@@ -18,9 +18,10 @@ finished delivery deletes its lock file, so a folder kept on purpose
 (`keep_workspaces`) is never taken for a dead one's.
 
 A pool process hands its finished delivery's folder, emptied and still locked, to
-its next delivery, which renames it (`put_away`, `prepare`): a folder is then made
-and deleted once per process, not once per run. Only what the run's own user could
-not have changed is handed on, each part checked (`_emptied`); the rest is made anew.
+its next delivery, which renames it (`put_away`, `prepare`): the folder, its lock
+file and its prompt are then made and deleted once per process, not once per run.
+Only those, which are root's and which the run's own user could not change, are
+handed on; what was that user's is made anew for every run.
 
 Nothing here reads or writes outside the run's folder: a template's symlinks
 are copied as links (never followed), tier files are refused when their
@@ -36,7 +37,7 @@ import fcntl
 import functools
 import os
 import shutil
-import stat
+import subprocess
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -123,7 +124,7 @@ class RunDir:
         if self.root.is_symlink():
             self.root.unlink()
         elif self.root.parent == work_root() and self.root.name not in ("", ".", ".."):
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove_tree(self.root, ignore_errors=True)
 
     def release(self) -> None:
         """The delivery is over: its lock file goes, then its lock."""
@@ -236,16 +237,13 @@ def spread_out(folder: str) -> bool:
 
 def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
     try:
-        # A kept folder (put_away) has its workspace already, empty.
         if scenario.workspace is not None:
-            shutil.copytree(
-                scenario.workspace, run_dir.workspace, symlinks=True, dirs_exist_ok=True
-            )
+            shutil.copytree(scenario.workspace, run_dir.workspace, symlinks=True)
             # The template is read-only in the experiment's files (core.files.bundle);
             # its copy is the run's to change.
             _add_mode(run_dir.workspace, 0o200)
         else:
-            run_dir.workspace.mkdir(exist_ok=True)
+            run_dir.workspace.mkdir()
         for dest, source in tier.files.items():
             target = _inside(run_dir.workspace, dest)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -298,11 +296,13 @@ def _in_place(fd: int, path: Path) -> bool:
 
 
 # Each pool process's spare folder (worker.prefork turns this on in pool processes):
-# the last delivery's, emptied, still locked and renamed `spare-PID-TOKEN` (a name no
-# delivery's folder has: those hold a `+`), renamed again for the next delivery the
-# process prepares. A folder's seven inodes (the folder, its lock file, prompt, events
-# file, workspace, home and TMPDIR) made and freed for every run were a seventh of a
-# quick run's time on ext4 (docs/BENCHMARKS.md).
+# the last delivery's, emptied but for its prompt, still locked and renamed
+# `spare-PID-TOKEN` (a name no delivery's folder has: those hold a `+`), renamed again
+# for the next delivery the process prepares. On ext4, each of the seven inodes a run's
+# folder had (the folder, its lock file, prompt, events file, workspace, home and
+# TMPDIR) made and freed for every run was about 2 % of a quick run's time
+# (docs/BENCHMARKS.md).
+_SPARE = "spare-"
 _spares: dict[int, RunDir] = {}  # by pid: a forked process starts with none
 _keeping = False
 
@@ -325,103 +325,56 @@ def _drop_spare() -> None:
 
 def put_away(run_dir: RunDir, own_user: bool) -> None:
     """The delivery is over, its processes ended: its folder deleted and its lock released
-    (`remove`, `release`), or, where this process keeps a spare, the folder emptied
-    and kept, locked, for `prepare`. Only the folder of an agent that ran as a user of
-    its own (`own_user`) is kept: the folder and its prompt are root's, which that user
-    could not change; of what was the user's (the workspace, the home and its TMPDIR,
-    the events file) each is kept, emptied and made root's again, only as it was made
-    (`_emptied`), and otherwise deleted. An agent that ran as the worker's user owned
-    all of it."""
+    (`remove`, `release`), or, where this process keeps a spare, everything in the
+    folder deleted but its prompt and the folder kept, locked, for `prepare`. Only the
+    folder of an agent that ran as a user of its own (`own_user`) is kept, and of it
+    only what is root's, which that user could not change in any way (its mode, times,
+    attributes, contents): what was the user's (workspace, home, events file) could
+    carry a run's marks to the next (an ACL, a timestamp, an ext4 generation number),
+    so it is made anew. An agent that ran as the worker's user owned all of it."""
     if not (_keeping and own_user) or run_dir.lock is None:
         run_dir.remove()
         run_dir.release()
         return
-    kept = {
-        run_dir.events_file.name: (stat.S_IFREG, None),
-        run_dir.workspace.name: (stat.S_IFDIR, None),
-        run_dir.home.name: (stat.S_IFDIR, ".tmp"),
-    }
     try:
         with os.scandir(run_dir.root) as entries:
             for entry in entries:
-                if entry.name == run_dir.prompt_file.name and entry.is_file(follow_symlinks=False):
-                    continue  # root's: the next delivery writes its own prompt in it
-                kind, inner = kept.get(entry.name, (None, None))
-                if kind is None or not _emptied(entry.path, kind, inner):
-                    _delete(entry)
+                if entry.name != run_dir.prompt_file.name or not entry.is_file(
+                    follow_symlinks=False
+                ):
+                    _delete(entry.path, entry.is_dir(follow_symlinks=False))
     except OSError:
         run_dir.remove()
         run_dir.release()
         return
     _drop_spare()  # one a process
     # Under a name of its own meanwhile: no folder of the run is left once it ended.
-    spare = _moved(run_dir, run_dir.root.with_name(f"spare-{os.getpid()}-{uuid.uuid4().hex[:12]}"))
+    name = f"{_SPARE}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    spare = _moved(run_dir, run_dir.root.with_name(name))
     if spare is not None:
         _spares[os.getpid()] = spare
 
 
-# Of ext4's inode flags, those no user sets: a file's extents, a big folder's index.
-_BOOKKEEPING_FLAGS = 0x00080000 | 0x00001000
-
-
-def _emptied(path: str, kind: int, inner: str | None) -> bool:
-    """`path` (a regular file or a folder, `kind`) emptied (a folder keeps `inner`,
-    itself emptied) and made root's with a fresh one's mode, when it is as `prepare`
-    made it but for its content: not a link, no other name (hard link), no extended
-    attribute (an ACL among them), no inode flag a user sets (`chattr`), a folder no
-    bigger than a fresh one. False (and nothing changed but its content) otherwise."""
-    info = os.lstat(path)
-    if stat.S_IFMT(info.st_mode) != kind:
-        return False
-    if kind == stat.S_IFDIR:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                if entry.name != inner or not _emptied(entry.path, stat.S_IFDIR, None):
-                    _delete(entry)
-        info = os.lstat(path)
-        fresh = info.st_size <= _FOLDER_BYTES and info.st_nlink == 2 + (inner is not None)
+def _delete(path: str, folder: bool) -> None:
+    if folder:
+        remove_tree(path)
     else:
-        fresh = info.st_nlink == 1
-    if not fresh or os.listxattr(path, follow_symlinks=False) or _user_flags(path):
-        return False
-    if kind == stat.S_IFREG:
-        os.truncate(path, 0)
-    os.chown(path, 0, 0, follow_symlinks=False)
-    os.chmod(path, (0o777 if kind == stat.S_IFDIR else 0o666) & ~_umask())
-    return True
+        os.unlink(path)
 
 
-_FOLDER_BYTES = 4096
-
-
-def _delete(entry: os.DirEntry[str]) -> None:
-    if entry.is_dir(follow_symlinks=False):
-        shutil.rmtree(entry.path)
-    else:
-        os.unlink(entry.path)
-
-
-def _user_flags(path: str) -> int:
-    """The inode flags of `path` a user may have set; all of them where none can be read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+def remove_tree(path: str | Path, *, ignore_errors: bool = False) -> None:
+    """`path` and all it holds gone, links not followed. Python's rmtree recurses once a
+    level: a tree an agent nested deeper than that (3,000 folders) goes by coreutils'
+    `rm`, which does not (a RecursionError there once failed every later run on the
+    work folder: each met the dead run's folder it could not delete)."""
     try:
-        flags = array.array("i", [0])
-        fcntl.ioctl(fd, _GET_FLAGS, flags)
-    except OSError:
-        return -1
-    finally:
-        os.close(fd)
-    return flags[0] & ~_BOOKKEEPING_FLAGS
-
-
-@functools.cache
-def _umask() -> int:
-    """This process's umask, read where setting it (to read it back) would race a thread."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    return 0o022
+        shutil.rmtree(path, ignore_errors=ignore_errors)
+    except RecursionError:
+        done = subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True
+        )
+        if done.returncode != 0 and not ignore_errors:
+            raise OSError(f"rm -rf {path}: {done.stderr.strip()}") from None
 
 
 def _reuse(root: Path) -> RunDir | None:
@@ -470,7 +423,8 @@ def clear_dead_deliveries() -> list[str]:
             kill_groups_by_env(MARKER, dead.marker)
             dead.remove()
             dead.release()
-            cleared.append(dead.marker)
+            if not dead.marker.startswith(_SPARE):  # a spare is no delivery: it ran nothing
+                cleared.append(dead.marker)
         except BlockingIOError:  # alive
             continue
         finally:

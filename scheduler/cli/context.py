@@ -45,7 +45,7 @@ class _Stderr:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(stderr=True, highlight=False)
+            self._console = Console(stderr=True, highlight=False, emoji=False)
         return self._console
 
     def print(self, *objects: Any, **options: Any) -> None:

@@ -184,7 +184,7 @@ def _terminal(
         )
         for table in tables
     ]
-    console = Console(record=True, width=width or terminal_width(), file=io.StringIO())
+    console = Console(record=True, width=width or terminal_width(), file=io.StringIO(), emoji=False)
     if title is not None:
         console.print(visible(title), highlight=False, markup=False)
     for table_index, table in enumerate(tables):
