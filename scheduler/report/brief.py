@@ -119,8 +119,10 @@ def _reasons(report: ExperimentReport) -> Table:
             f"and {rest} other reasons: `scheduler report {report.experiment.id} --format csv "
             "--runs` lists every run with its reason"
         )
+    failed = sum(n for _, n, _ in found)
+    told = "" if not failed else " (1 run failed)" if failed == 1 else f" ({failed} runs failed)"
     return Table(
-        f"Most common failure reasons ({sum(n for _, n, _ in found)} runs failed)",
+        f"Most common failure reasons{told}",
         ["runs", "reason, and a run that failed so"],
         rows,
         notes,

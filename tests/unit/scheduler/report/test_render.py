@@ -202,3 +202,14 @@ def test_durations_under_a_second_are_in_milliseconds() -> None:
     rows = {row[0].lstrip("| "): row[-1].rstrip(" |") for row in cells}
     assert rows == {"T0": "12 ms", "T1": "1.3 s"}
     assert "| duration (median) |" in summary
+
+
+def test_the_failure_reasons_title_counts_its_runs_in_words() -> None:
+    def titled(runs: list[RunResult]) -> str:
+        report = _report(runs, "n").model_copy(update={"runs": runs})
+        shown = render(report, "table", width=120, full=False)
+        return next(line for line in shown.splitlines() if "Most common failure reasons" in line)
+
+    assert "(1 run failed)" in titled([_run("T0", 0, True), _run("T1", 0, False)])
+    assert "(2 runs failed)" in titled([_run("T0", 0, False), _run("T1", 0, False)])
+    assert "failed)" not in titled([_run("T0", 0, True), _run("T1", 0, True)])
