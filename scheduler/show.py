@@ -24,7 +24,7 @@ from rich.table import Table
 from core.evidence.models import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
 from core.evidence.text import each_text, visible
 from core.results.run import GateResult, JudgeResult, RunResult
-from scheduler.report.formatting import duration
+from scheduler.report.formatting import duration, plural
 
 # Lines of a text shown in the terminal (the whole stored text: --json).
 TAIL_LINES = 40
@@ -136,7 +136,7 @@ def _command(console: Console, seen: GateEvidence) -> None:
     console.print(f"  $ {seen.command}  [{code}]", markup=False)
     lines, earlier = _last_lines(seen.output, OUTPUT_LINES)
     if earlier:
-        lines = [f"[... {_count(earlier, 'earlier line')}: --json shows them ...]", *lines]
+        lines = [f"[... {plural(earlier, 'earlier line')}: --json shows them ...]", *lines]
     _lines(console, lines, None, indent="    ")
 
 
@@ -210,9 +210,9 @@ def _tail(console: Console, name: str, excerpt: Excerpt) -> None:
     size = f"{excerpt.total_bytes} bytes"
     if earlier or excerpt.cut:
         last = "last " if earlier else ""
-        _section(console, f"{name} ({last}{_count(len(lines), 'line')} shown of {size})")
+        _section(console, f"{name} ({last}{plural(len(lines), 'line')} shown of {size})")
     else:
-        _section(console, f"{name} ({_count(len(lines), 'line')}, {size})")
+        _section(console, f"{name} ({plural(len(lines), 'line')}, {size})")
     _lines(console, lines, None)
 
 
@@ -220,10 +220,6 @@ def _last_lines(excerpt: Excerpt, count: int) -> tuple[list[str], int]:
     """The last `count` lines of `excerpt`, and how many came before them."""
     stored = excerpt.text.rstrip("\n").splitlines() if excerpt.text else []
     return stored[-count:], max(0, len(stored) - count)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _lines(console: Console, lines: list[str], limit: int | None, indent: str = "") -> None:

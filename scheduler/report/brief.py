@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from core.results.report import ExperimentReport, Verdict
 from core.results.run import RunResult, RunStatus, error_key
-from scheduler.report.formatting import Table, num, pass_rate
+from scheduler.report.formatting import Table, num, pass_rate, plural
 from scheduler.report.headline import integrity
 from scheduler.report.metric_tables import add_prices
 from scheduler.report.verdicts import multiplicity_note, undetectable
@@ -120,9 +120,8 @@ def _reasons(report: ExperimentReport) -> Table:
             "--runs` lists every run with its reason"
         )
     failed = sum(n for _, n, _ in found)
-    told = "" if not failed else " (1 run failed)" if failed == 1 else f" ({failed} runs failed)"
     return Table(
-        f"Most common failure reasons{told}",
+        "Most common failure reasons" + (f" ({plural(failed, 'run')} failed)" if failed else ""),
         ["runs", "reason, and a run that failed so"],
         rows,
         notes,

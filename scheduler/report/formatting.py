@@ -51,6 +51,11 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def plural(n: int, noun: str) -> str:
+    """`n` and its noun, plural but for one: "1 run", "2 runs"."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def points(difference: float) -> str:
     """A difference of pass rates in points, as a reader says it: 0.629 is 63 points."""
     return f"{difference * 100:.0f} points"
