@@ -390,8 +390,7 @@ def _prepared(matrix: Matrix, spec: RunSpec) -> Iterator[tuple[RunDir, dict[str,
         run_setup(run_dir, scenario, env)
         yield run_dir, env
     finally:
-        run_dir.remove()
-        run_dir.release()
+        run_dir.discard()
 
 
 def _without_judges(matrix: Matrix) -> Matrix:

@@ -126,6 +126,11 @@ class RunDir:
         elif self.root.parent == work_root() and self.root.name not in ("", ".", ".."):
             remove_tree(self.root, ignore_errors=True)
 
+    def discard(self) -> None:
+        """The folder deleted (`remove`), then its lock file and its lock (`release`)."""
+        self.remove()
+        self.release()
+
     def release(self) -> None:
         """The delivery is over: its lock file goes, then its lock."""
         with contextlib.suppress(FileNotFoundError):
@@ -198,8 +203,7 @@ def prepare(run_id: str, tier: Tier, scenario: Scenario, prompt: str) -> RunDir:
     try:
         _fill(run_dir, tier, scenario, prompt)
     except BaseException:
-        run_dir.remove()
-        run_dir.release()
+        run_dir.discard()
         raise
     return run_dir
 
@@ -319,8 +323,7 @@ def keep_spares(keep: bool) -> None:
 def _drop_spare() -> None:
     spare = _spares.pop(os.getpid(), None)
     if spare is not None:
-        spare.remove()
-        spare.release()
+        spare.discard()
 
 
 def put_away(run_dir: RunDir, own_user: bool) -> None:
@@ -333,8 +336,7 @@ def put_away(run_dir: RunDir, own_user: bool) -> None:
     carry a run's marks to the next (an ACL, a timestamp, an ext4 generation number),
     so it is made anew. An agent that ran as the worker's user owned all of it."""
     if not (_keeping and own_user) or run_dir.lock is None:
-        run_dir.remove()
-        run_dir.release()
+        run_dir.discard()
         return
     try:
         with os.scandir(run_dir.root) as entries:
@@ -344,8 +346,7 @@ def put_away(run_dir: RunDir, own_user: bool) -> None:
                 ):
                     _delete(entry.path, entry.is_dir(follow_symlinks=False))
     except OSError:
-        run_dir.remove()
-        run_dir.release()
+        run_dir.discard()
         return
     _drop_spare()  # one a process
     # Under a name of its own meanwhile: no folder of the run is left once it ended.
@@ -393,12 +394,8 @@ def _moved(run_dir: RunDir, root: Path) -> RunDir | None:
         os.rename(run_dir.lock_file, moved.lock_file)
         os.rename(run_dir.root, moved.root)
     except OSError:
-        for either in (run_dir, moved):
-            either.remove()
-            with contextlib.suppress(FileNotFoundError):
-                either.lock_file.unlink()
-        if run_dir.lock is not None:
-            os.close(run_dir.lock)
+        RunDir(root).discard()  # whichever part got there (the lock is closed once, below)
+        run_dir.discard()
         return None
     return moved
 
@@ -421,8 +418,7 @@ def clear_dead_deliveries() -> list[str]:
                 continue
             dead = RunDir(lock_file.with_suffix(""))
             kill_groups_by_env(MARKER, dead.marker)
-            dead.remove()
-            dead.release()
+            dead.discard()
             if not dead.marker.startswith(_SPARE):  # a spare is no delivery: it ran nothing
                 cleared.append(dead.marker)
         except BlockingIOError:  # alive
