@@ -47,6 +47,7 @@ from core.errors import SetupError
 from core.evaluation.credentials import RunAs
 from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
 from core.files.places import work_root
+from core.files.tree import walk
 from core.matrix import AgentPreset, Scenario, Tier
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
@@ -263,7 +264,7 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
 def _add_mode(top: Path, bits: int) -> None:
     """`bits` added to the mode of `top` and everything under it (links left alone)."""
     top.chmod(top.stat().st_mode | bits)
-    for folder, dirs, files in os.walk(top):
+    for folder, dirs, files in walk(top):
         for name in (*dirs, *files):
             path = os.path.join(folder, name)
             if not os.path.islink(path):
@@ -275,7 +276,7 @@ def chown_tree(top: Path, user: RunAs) -> None:
     if not top.exists():
         return
     os.chown(top, user.uid, user.gid, follow_symlinks=False)
-    for folder, dirs, files in os.walk(top):
+    for folder, dirs, files in walk(top):
         for name in (*dirs, *files):
             os.chown(os.path.join(folder, name), user.uid, user.gid, follow_symlinks=False)
 
@@ -457,7 +458,7 @@ def size_limit(workspace: Path, max_mb: float | None) -> Watch | None:
 def disk_usage(root: Path, stop_above: int) -> int:
     """Bytes allocated under `root` (symlinks not followed); counting ends past `stop_above`."""
     total = 0
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in walk(root):
         for name in (*dirs, *files):
             try:
                 total += os.lstat(os.path.join(folder, name)).st_blocks * 512
@@ -531,7 +532,7 @@ def _copy_in(
             shutil.copyfile(extra, dest / extra.name)
         _add_mode(dest, 0o644)  # hidden in the experiment's files: plain here
         # Its folders passable too: a container's user is not the one copying them in.
-        for folder, _, _ in os.walk(dest):
+        for folder, _, _ in walk(dest):
             os.chmod(folder, os.stat(folder).st_mode | 0o111)
         if user is not None:
             chown_tree(dest, user)
@@ -547,7 +548,7 @@ def fresh_rewards(run_dir: RunDir, user: RunAs | None) -> Path:
         if folder.is_symlink() or folder.is_file():
             folder.unlink()
         elif folder.is_dir():
-            shutil.rmtree(folder)
+            remove_tree(folder)
         run_dir.logs.mkdir(exist_ok=True)
         folder.mkdir()
         if user is not None:

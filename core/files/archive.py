@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from pydantic import Field
 
 from core.errors import WorkspaceTooLarge
 from core.evidence.redact import MARKER, redact_record
+from core.files.tree import walk
 from core.results.record import Record
 from core.results.transcript import CommandRecord
 
@@ -74,7 +74,7 @@ def pack(
 
 def _entries(workspace: Path) -> Iterator[Path]:
     """Every folder, file and link under `workspace`, never following a link."""
-    for folder, dirs, files in os.walk(workspace, followlinks=False):
+    for folder, dirs, files in walk(workspace):
         base = Path(folder)
         for name in sorted(dirs) + sorted(files):
             yield base / name

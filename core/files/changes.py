@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.evidence.text import encodable
+from core.files.tree import walk
 
 MAX_LINE_CHARS = 200
 HASH_LIMIT = 1 << 20
@@ -139,7 +140,7 @@ def _text(path: Path) -> str | None:
 
 def _scan(root: Path) -> set[str]:
     found: set[str] = set()
-    for folder, dirs, names in os.walk(root):
+    for folder, dirs, names in walk(root):
         base = Path(folder)
         # A symlink to a folder is an entry of its own, never walked into.
         links = [d for d in dirs if (base / d).is_symlink()]

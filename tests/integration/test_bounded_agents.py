@@ -2,7 +2,8 @@
 
 One experiment, one tier per misbehaviour: an agent that hangs, one whose child
 ignores SIGTERM, one that writes a gigabyte to stdout, one that fills its
-workspace's disk, and a well-behaved one that must still pass beside them.
+workspace's disk, one that nests 3,000 folders in it, and a well-behaved one that
+must still pass beside them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ case $EVALFLEET_TIER in
   fork) (trap '' TERM; sleep 600) & echo $! > {pids}/fork.pid; sleep 600 ;;
   flood) yes 0123456789abcdef | head -c 1000000000; touch out.txt ;;
   disk) while :; do head -c 1048576 /dev/zero >> fill.bin; sleep 0.02; done ;;
+  deep) python3 -c "import os
+d = os.open('.', os.O_RDONLY)
+for _ in range(3000):
+    os.mkdir('d', dir_fd=d); inner = os.open('d', os.O_RDONLY, dir_fd=d); os.close(d); d = inner
+"; sleep 1.5 ;;
   ok) touch out.txt ;;
 esac
 """
@@ -48,6 +54,7 @@ tiers:
   - {{id: fork, agent: {{timeout_s: 2}}}}
   - {{id: flood, agent: {{max_transcript_bytes: 100000}}}}
   - {{id: disk, agent: {{max_workspace_mb: 5}}}}
+  - {{id: deep, agent: {{max_workspace_mb: 50}}}}
   - {{id: ok}}
 scenarios:
   - {{id: s, prompt: go, evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}}}
@@ -73,9 +80,14 @@ scenarios:
     assert disk.duration_seconds < 15
     assert not any(Path(fleet_env["EVALFLEET_WORKDIR"]).glob(f"{exp_id}*"))  # cleaned up
 
+    # 3,000 nested folders, walked and deleted after it: the agent's own failure (no
+    # out.txt), not an infrastructure error kept out of the statistics.
+    deep = runs["deep"]
+    assert deep.status == RunStatus.completed and not deep.passed, deep.fail_reason
+
     assert runs["ok"].passed
     report = store.reports.get(exp_id)
-    assert report is not None and report.experiment.completed_runs == 5
+    assert report is not None and report.experiment.completed_runs == 6
     assert report.tiers["disk"].errors == 0  # the agent's fault: a real, failed result
     assert worker.proc.poll() is None
     assert time.monotonic() - started < 120

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from core.matrix import Scenario, Tier
+from tests.support.trees import nest
 from worker.workspace import (
     RunDir,
     clear_dead_deliveries,
@@ -180,13 +181,7 @@ def test_a_tree_nested_past_pythons_recursion_is_deleted(spares: Path) -> None:
     # An agent's 3,000 nested folders: Python's rmtree recurses a level at a time and
     # gave up, leaving a folder that failed every later run on the work folder.
     run_dir = _prepared("exp:T0:s0:0")
-    fd = os.open(run_dir.workspace, os.O_RDONLY)
-    for _ in range(3000):
-        os.mkdir("d", dir_fd=fd)
-        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
-        os.close(fd)
-        fd = inner
-    os.close(fd)
+    nest(run_dir.workspace)
     try:
         put_away(run_dir, own_user=True)
         (spare,) = (p for p in spares.iterdir() if p.is_dir())
