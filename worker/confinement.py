@@ -43,6 +43,7 @@ from core.evaluation.credentials import SUPPORTED, RunAs
 from core.files.places import work_root
 from core.matrix import AgentConfig, Scenario, TaskEnvironment
 from core.results.run import Isolation
+from worker.leftovers import clear_leftovers
 from worker.sandbox import bwrap_argv
 from worker.workspace import RunDir, chown_tree, with_solution
 
@@ -53,6 +54,7 @@ from worker.workspace import RunDir, chown_tree, with_solution
 UID_BASE = 1_500_000_000
 UID_SLOTS = 4096
 UID_BLOCKS = (2**31 - UID_BASE) // UID_SLOTS
+RUN_UIDS = range(UID_BASE, UID_BASE + UID_BLOCKS * UID_SLOTS)
 
 
 def isolation(agent: AgentConfig, is_root: bool | None = None, task: bool = False) -> Isolation:
@@ -182,20 +184,42 @@ def users_root() -> Path:
 
 @contextlib.contextmanager
 def run_user(run_dir: RunDir) -> Iterator[RunAs]:
-    """A uid of the delivery's own while the block runs, with its workspace, home and
-    events file made its own: the first free slot, held by a lock the kernel drops
-    when this process dies. Whatever of the uid is still running when the block
-    ends (or was left by a dead delivery that held the slot) is killed."""
+    """A uid of the delivery's own while the block runs (slot_user), with its
+    workspace, home and events file made its own."""
+    with slot_user() as user:
+        _hand_over(run_dir, user)
+        yield user
+
+
+@contextlib.contextmanager
+def slot_user() -> Iterator[RunAs]:
+    """The first free slot's uid while the block runs, held by a lock the kernel drops
+    when this process dies. When the block ends, whatever of the uid is still running
+    is killed and what it left outside its folder deleted (worker.leftovers): the
+    slot's next delivery starts with nothing of this one's. A delivery that died
+    holding the slot never got that far: the next one does it first."""
     slot, lock = _lease()
     base = _uid_base()
     user = RunAs(base + slot, base + slot)
     try:
-        user.kill_all()  # a delivery that held the slot and died may have left some
-        _hand_over(run_dir, user)
+        if os.pread(lock, len(_ENDED), 0) != _ENDED:
+            _end(user)
+        os.ftruncate(lock, 0)
         yield user
     finally:
-        user.kill_all()
+        _end(user)
+        os.pwrite(lock, _ENDED, 0)
         os.close(lock)
+
+
+# Written in a slot's lock file once its delivery's user has been ended (an older
+# evalfleet wrote nothing there): the next delivery need not end it again.
+_ENDED = b"ended"
+
+
+def _end(user: RunAs) -> None:
+    user.kill_all()
+    clear_leftovers(user, RUN_UIDS)
 
 
 def _uid_base() -> int:
@@ -228,11 +252,7 @@ def _uid_base() -> int:
 
 
 def _is_block(base: int) -> bool:
-    return (
-        base >= UID_BASE
-        and (base - UID_BASE) % UID_SLOTS == 0
-        and base < UID_BASE + UID_BLOCKS * UID_SLOTS
-    )
+    return base in RUN_UIDS and (base - UID_BASE) % UID_SLOTS == 0
 
 
 def _lease() -> tuple[int, int]:

@@ -4,7 +4,8 @@
 It behaves like a model of the skill the tier gives it (STANDIN_SKILL, 0..1):
 less skilled runs guess wrong syntax, fall back to --help and sometimes stop
 short. With AGENTS.md in the workspace it follows the guidance and errs less.
-Each run is seeded by its run id, so an experiment is reproducible. It writes
+Each run is seeded by its tier, scenario and index (not by the experiment), so
+every submission of the example gives the same numbers. It writes
 events.jsonl (LLM calls, commands with exit codes, token components) as any
 agent may, and runs the real `my-tool` CLI so the gates check real state.
 """
@@ -19,7 +20,9 @@ from pathlib import Path
 EVENTS = Path(os.environ["EVALFLEET_EVENTS"])
 SKILL = float(os.environ.get("STANDIN_SKILL", "0.5"))
 GUIDANCE = Path("AGENTS.md").read_text() if Path("AGENTS.md").exists() else ""
-rng = random.Random(os.environ["EVALFLEET_RUN_ID"])
+rng = random.Random(
+    ":".join(os.environ[v] for v in ("EVALFLEET_TIER", "EVALFLEET_SCENARIO", "EVALFLEET_RUN_INDEX"))
+)
 context = 900 + len(GUIDANCE) // 4  # system prompt + guidance, in tokens
 calls = 0
 

@@ -19,8 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -250,3 +253,96 @@ scenarios:
     assert modes["matrix/matrix.yaml"] == 0o400 and modes["matrix/rubric.yaml"] == 0o400
     digest = hashlib.sha256(b"echo tool\n").hexdigest()
     assert bundle.manifest.entries["matrix/tool.sh"].digest == digest
+
+
+# Reads what an earlier run left, then leaves the same for the next: files in every
+# folder any user may write, System V objects, a key in its user keyring, and a hook
+# its gate runs (as a test runner runs a repository's conftest.py) that copies the
+# hidden tests out. Answers with the tests an earlier run copied, if any.
+RELAY_KEY = 0x5EA1
+RELAY = rf"""
+import ctypes, glob, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+add_key, keyctl = {{"x86_64": (248, 250)}}.get(platform.machine(), (217, 219))
+def key(*args):
+    return libc.syscall(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+TOPS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+found = sorted(path for top in TOPS for path in glob.glob(top + "/relay-*"))
+copies = [open(p).read().strip() for p in glob.glob("/tmp/relay-tests-*/expected.txt")]
+found += [kind for kind, there in (
+    ("shm", libc.shmget({RELAY_KEY}, 0, 0) >= 0),
+    ("msg", libc.msgget({RELAY_KEY}, 0) >= 0),
+    ("sem", libc.semget({RELAY_KEY}, 0, 0) >= 0),
+    ("key", key(keyctl, 10, -4, b"user", b"relay", 0) > 0),
+) if there]
+print(f"uid:{{os.getuid()}} found:{{found}}")
+for top in TOPS:
+    with open(f"{{top}}/relay-{{os.getpid()}}", "w") as mark:
+        mark.write("hi")
+    os.chmod(f"{{top}}/relay-{{os.getpid()}}", 0o644)
+libc.shmget({RELAY_KEY}, 4096, 0o1666); libc.msgget({RELAY_KEY}, 0o1666)
+libc.semget({RELAY_KEY}, 1, 0o1666); key(add_key, b"user", b"relay", b"hi", 2, -4)
+with open("hook.sh", "w") as hook:
+    hook.write('d=/tmp/relay-tests-$$; cp -r "$EVALFLEET_TESTS" $d; chmod -R a+rX $d\n')
+with open("answer.txt", "w") as answer:
+    answer.write((copies[0] if copies else "unknown") + "\n")
+"""
+
+
+@pytest.fixture
+def relay_swept() -> Iterator[None]:
+    """Whatever a failing run of the relay test left, gone for the next test session."""
+    yield
+    subprocess.run(
+        "rm -rf /tmp/relay-* /var/tmp/relay-* /dev/shm/relay-* /run/lock/relay-*",
+        shell=True,
+        check=False,
+    )
+    for kind in ("-M", "-Q", "-S"):
+        subprocess.run(["ipcrm", kind, hex(RELAY_KEY)], capture_output=True, check=False)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run's own user needs a worker running as root")
+def test_a_run_leaves_nothing_outside_its_folder_for_the_runs_after_it(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+    relay_swept: None,
+) -> None:
+    folder = tmp_path / "exp"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "tests" / "expected.txt").write_text(f"{SECRET}\n")
+    folder.chmod(0o700)
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(f"""
+name: relay
+runs_per_tier: 3
+agent: {{kind: command, command: {json.dumps(f"/usr/bin/python3 -c {shlex.quote(RELAY)}")},
+         timeout_s: 60}}
+tiers: [{{id: relay}}]
+scenarios:
+  - id: s
+    prompt: find the answer
+    tests: tests
+    evaluation:
+      gates:
+        - {{type: command_succeeds,
+            command: 'bash hook.sh; diff -q answer.txt "$EVALFLEET_TESTS/expected.txt"'}}
+""")
+    start_worker(concurrency=1)  # one run after another
+    exp_id = _submit(matrix, fleet_env)
+    runs = sorted(store.results.all(exp_id), key=lambda r: r.started_at or 0)
+    assert [r.isolation for r in runs] == ["user"] * 3
+    seen = []
+    for run in runs:
+        evidence = store.evidence.get(exp_id, run.run_id)
+        assert evidence is not None, run
+        seen.append(evidence.stdout.text.split("found:", 1)[1].strip())
+    # Each run found nothing of the one before (on its slot's uid or another's) and
+    # answered unknown: no run passed on what an earlier one copied out.
+    assert seen == ["[]"] * 3, seen
+    assert [r.passed for r in runs] == [False] * 3
+    tops = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+    assert [p for top in tops for p in Path(top).glob("relay-*")] == []

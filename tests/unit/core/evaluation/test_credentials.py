@@ -9,11 +9,11 @@ import os
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from core.evaluation.credentials import SUPPORTED, RunAs
+from tests.support.users import pids_of
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not SUPPORTED, reason="switching users needs a root worker on Linux"
@@ -78,33 +78,21 @@ python3 -c 'import ctypes, time; ctypes.CDLL(None).prctl(4, 0); time.sleep(300)'
 """
 
 
-def _pids_of(user: RunAs) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            status = (entry / "status").read_text() if entry.name.isdigit() else ""
-        except OSError:
-            continue
-        if f"\t{user.uid}\t" in status and "State:\tZ" not in status:
-            found.append(int(entry.name))
-    return found
-
-
 def test_kill_all_ends_every_process_of_the_user_and_none_of_another() -> None:
     for user in (USER, OTHER):
         with user.this_thread():
             subprocess.Popen(["bash", "-c", _HIDING], start_new_session=True).wait()
     deadline = time.monotonic() + 10
-    while len(_pids_of(USER)) < 2 and time.monotonic() < deadline:
+    while len(pids_of(USER.uid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_pids_of(USER)) == 2
+    assert len(pids_of(USER.uid)) == 2
     try:
         assert USER.kill_all()
         deadline = time.monotonic() + 10
-        while _pids_of(USER) and time.monotonic() < deadline:
+        while pids_of(USER.uid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _pids_of(USER) == []
-        assert len(_pids_of(OTHER)) == 2
+        assert pids_of(USER.uid) == []
+        assert len(pids_of(OTHER.uid)) == 2
     finally:
         OTHER.kill_all()
     assert os.getresuid() == (0, 0, 0)

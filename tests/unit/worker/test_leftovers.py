@@ -1,0 +1,139 @@
+"""What a run's user leaves past its processes (worker.leftovers): an agent plants
+marks everywhere any user may write, in System V objects and in its keyrings, as
+the user itself; once cleared, nothing of it is left for the slot's next run, and
+nothing of anyone else's was touched."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.evaluation.credentials import SUPPORTED, RunAs
+from tests.support.trees import nest
+from worker.confinement import RUN_UIDS
+from worker.leftovers import clear_leftovers
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not SUPPORTED, reason="switching users needs a root worker on Linux"
+)
+
+# Far from the uids this machine leases, and from test_credentials' own; OTHER is
+# not a run user's uid at all (a person's, a service's).
+USER = RunAs(2_000_000_011, 2_000_000_011)
+OTHER = RunAs(1_400_000_012, 1_400_000_012)
+PYTHON = "/usr/bin/python3"  # the system's: readable by any user, unlike a root venv's
+
+# add_key(2) and keyctl(2) by number (x86_64, aarch64/riscv64), read independently of
+# the code under test.
+_KEYS = r"""
+import ctypes, platform, sys
+add_key, keyctl = {"x86_64": (248, 250)}.get(platform.machine(), (217, 219))
+libc = ctypes.CDLL(None, use_errno=True)
+def call(n, *args):
+    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    return libc.syscall(ctypes.c_long(n), *args)
+USER_KEYRING, SESSION, GET_PERSISTENT, SEARCH = -4, -5, 22, 10
+persistent = call(keyctl, GET_PERSISTENT, -1, USER_KEYRING)
+if sys.argv[1] == "plant":
+    for ring in (USER_KEYRING, SESSION, persistent):
+        assert call(add_key, b"user", f"mark-{ring}".encode(), b"hi", 2, ring) > 0
+else:
+    found = [ring for ring in (USER_KEYRING, SESSION, persistent)
+             if call(keyctl, SEARCH, ring, b"user", f"mark-{ring}".encode(), 0) > 0]
+    print(found)
+"""
+
+
+def _as(user: RunAs, argv: list[str]) -> str:
+    with user.this_thread():
+        done = subprocess.run(argv, capture_output=True, text=True, cwd="/", check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _ipc_of(user: RunAs) -> list[str]:
+    """The System V objects `user` owns, as /proc lists them."""
+    owned = []
+    for kind in ("shm", "msg", "sem"):
+        header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        uid_at = header.split().index("uid")
+        owned += [
+            f"{kind} {row.split()[1]}" for row in rows if int(row.split()[uid_at]) == user.uid
+        ]
+    return owned
+
+
+@pytest.fixture
+def token() -> Iterator[str]:
+    token = uuid.uuid4().hex[:12]
+    yield token
+    for top in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+        subprocess.run(f"rm -rf {top}/*{token}*", shell=True, check=False)
+
+
+def test_what_the_user_left_anywhere_any_user_may_write_is_gone_and_only_that(
+    token: str,
+) -> None:
+    # Folders of others the user may write into: root's sticky one, another user's.
+    shared = Path(f"/tmp/shared-{token}")
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = Path(f"/tmp/theirs-{token}")
+    _as(OTHER, ["bash", "-c", f"mkdir -m 777 {theirs}; echo kept > {theirs}/own"])
+    plant = f"""
+    set -e
+    for top in /tmp /var/tmp /dev/shm /run/lock; do echo hi > $top/mark-{token}; done
+    chmod 644 /tmp/mark-{token}
+    ln /tmp/mark-{token} /var/tmp/link-{token}
+    ln -s /etc/hostname /tmp/symlink-{token}
+    mkdir -m 777 /tmp/dir-{token}; echo hi > /tmp/dir-{token}/inside
+    echo hi > {shared}/mark; mkdir {shared}/folder; echo hi > {shared}/folder/deep
+    echo hi > {theirs}/mark
+    mkdir -m 000 /tmp/locked-{token}
+    ipcmk -M 4096 -p 644 >/dev/null; ipcmk -Q -p 644 >/dev/null; ipcmk -S 1 -p 644 >/dev/null
+    """
+    _as(USER, ["bash", "-c", plant])
+    with USER.this_thread():  # this thread's files are the user's meanwhile
+        deep = Path(f"/tmp/deep-{token}")
+        deep.mkdir()
+        nest(deep)
+    _as(USER, [PYTHON, "-c", _KEYS, "plant"])
+    assert len(_ipc_of(USER)) == 3
+    assert _as(USER, [PYTHON, "-c", _KEYS, "look"]).strip() != "[]"
+    hostname = Path("/etc/hostname").read_bytes()
+
+    clear_leftovers(USER, RUN_UIDS)
+
+    left = [
+        str(path)
+        for top in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+        for path in Path(top).glob(f"*{token}*")
+    ]
+    assert sorted(left) == [str(shared), str(theirs)]
+    assert sorted(p.name for p in shared.iterdir()) == []  # the user's, wherever they sat
+    assert [p.name for p in theirs.iterdir()] == ["own"]  # the other user's, untouched
+    assert (theirs / "own").read_text() == "kept\n"
+    assert Path("/etc/hostname").read_bytes() == hostname  # a link's target is not followed
+    assert shared.stat().st_mode & 0o7777 == 0o1777
+    assert _ipc_of(USER) == []
+    assert _as(USER, [PYTHON, "-c", _KEYS, "look"]).strip() == "[]"
+
+
+def test_a_world_writable_folder_of_another_run_user_is_left_to_its_own_sweep(
+    token: str,
+) -> None:
+    """A run user's folder is deleted whole when its own delivery ends: another run's
+    sweep does not walk it, so no agent can nest one deep to slow every sweep."""
+    other_run = RunAs(RUN_UIDS.start + 17, RUN_UIDS.start + 17)
+    folder = Path(f"/tmp/run-{token}")
+    _as(other_run, ["bash", "-c", f"mkdir -m 777 {folder}"])
+    _as(USER, ["bash", "-c", f"echo hi > {folder}/mark"])
+    clear_leftovers(USER, RUN_UIDS)
+    assert (folder / "mark").exists()
+    clear_leftovers(other_run, RUN_UIDS)
+    assert not folder.exists()
