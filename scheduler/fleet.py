@@ -164,9 +164,11 @@ class Fleet:
 
         return resume(self._connection, _id(experiment), budget=budget)
 
-    def cancel(self, experiment: str | Sent) -> tuple[str, ExperimentStatus]:
+    def cancel(self, experiment: str | Sent) -> tuple[str, ExperimentStatus, Sent | None]:
         """Cancel an experiment: runs not yet started are recorded as cancelled, running
-        ones finish. Its id and its status before (a finished one is left as it was)."""
+        ones finish. Its id, its status before (a finished one is left as it was) and,
+        embedded, what was sent to finish it: this Fleet's local workers record the
+        rest (none other may be running), and `wait` gives the report."""
         from scheduler.running import cancel
 
         return cancel(self._connection, _id(experiment))

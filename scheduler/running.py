@@ -88,8 +88,7 @@ def resume(
 
 
 def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
-    from fleet.recovery import to_resend
-    from scheduler.dispatch import send  # both import Celery (see Connection.app)
+    from fleet.recovery import to_resend  # imports Celery (see Connection.app)
 
     store = conn.store
     matrix = store.experiments.matrix(exp_id)
@@ -142,9 +141,20 @@ def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
     # What the whole experiment can detect, at the correlation its runs so far showed.
     for line in planning_so_far(matrix, store.results.all(exp_id)):
         conn.say(line)
+    return _send(conn, matrix, exp_id, pending, waiting)
+
+
+def _send(
+    conn: Connection, matrix: Matrix, exp_id: str, pending: list[RunSpec], waiting: int
+) -> Sent:
+    """`pending` sent (embedded: the local workers started first), and with it the
+    aggregate; when nothing is pending and `waiting` runs are still on their way,
+    nothing: the chord they belong to aggregates."""
+    from scheduler.dispatch import send  # imports Celery (see Connection.app)
+
     local = None if conn.shared else conn.start_workers(conn.queues(matrix))
     if pending or not waiting:  # nothing to send and nothing on its way: aggregate
-        send(app, store, matrix, exp_id, pending, len(pending))
+        send(conn.app, conn.store, matrix, exp_id, pending, len(pending))
     return Sent(exp_id, len(pending), local.concurrency if local is not None else None)
 
 
@@ -203,9 +213,22 @@ def interrupt(conn: Connection, exp_id: str) -> bool:
     return before not in (ExperimentStatus.complete, ExperimentStatus.cancelled)
 
 
-def cancel(conn: Connection, experiment: str) -> tuple[str, ExperimentStatus]:
+def cancel(conn: Connection, experiment: str) -> tuple[str, ExperimentStatus, Sent | None]:
     """Cancel an experiment (its id): runs not yet started are recorded as cancelled,
-    running ones finish. Returns its id and its status before: a complete or already
-    cancelled experiment is left as it was."""
+    running ones finish. Returns its id, its status before (a complete or already
+    cancelled experiment is left as it was) and, embedded, what was sent to finish it.
+
+    On a shared broker the fleet's workers record the rest as they take their
+    messages. On the embedded Redis none may be running (its submit was interrupted):
+    this Fleet's local workers are started to take them, the runs whose messages a
+    later command's workers dropped are sent again (to be recorded cancelled, not
+    run), and the experiment gets its report: `wait` for it."""
+    from fleet.recovery import to_resend  # imports Celery (see Connection.app)
+
     exp_id = conn.experiment_id(experiment)
-    return exp_id, conn.store.experiments.cancel(exp_id)
+    before = conn.store.experiments.cancel(exp_id)
+    if conn.shared or before == ExperimentStatus.complete or conn.store.reports.get(exp_id):
+        return exp_id, before, None
+    found = to_resend(conn.app, conn.store, exp_id)
+    matrix = conn.store.experiments.matrix(exp_id)
+    return exp_id, before, _send(conn, matrix, exp_id, found.specs, found.queued + found.running)

@@ -168,17 +168,23 @@ def resume(cli: CLIContext, experiment: str, budget: float | None) -> None:
 @broker_option
 @pass_cli
 def cancel(cli: CLIContext, experiment: str) -> None:
-    """Cancel an experiment: runs not yet started are recorded as cancelled.
+    """Cancel an experiment: runs not yet started are recorded as cancelled. Embedded
+    (an interrupted submit's experiment), local workers record them here and the
+    report is printed.
 
     Example: scheduler cancel notes-guidance-20261122-101500-ab12
     """
     from core.results.report import ExperimentStatus
 
-    exp_id, before = cli.fleet().cancel(experiment)
-    if before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
+    exp_id, before, sent = cli.fleet().cancel(experiment)
+    if sent is not None:
+        click.echo(f"cancelled {exp_id}; recording its runs not yet run as cancelled", err=True)
+        cli.experiment = exp_id
+        _print_report(cli, exp_id)
+    elif before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
-        return
-    click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
+    else:
+        click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
 
 
 def _print_report(cli: CLIContext, exp_id: str) -> None:

@@ -329,6 +329,55 @@ def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_
     assert _status(embedded_env, tmp_path, exp_id) == "complete"
 
 
+def test_cancel_of_an_interrupted_submit_records_the_rest_here_and_prints_the_report(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`cancel` of an embedded experiment whose submit was interrupted: no worker is
+    left to take its queued runs, and a later submit's workers dropped some of its
+    messages. The command's own workers record every run not yet run as cancelled,
+    none of them runs, and the report is printed (it once said "the rest are recorded
+    as cancelled" and nothing recorded them: no report, ever)."""
+    log = shared_with_agents(tmp_path / "executions.log")
+    runs = 12
+    earned = "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
+    first = _matrix(
+        tmp_path / "first", "first", runs,
+        f'echo "start $EVALFLEET_RUN_ID" >> {log}; sleep 2; '
+        f'echo "end $EVALFLEET_RUN_ID" >> {log}; {earned}',
+    )  # fmt: skip
+    proc = start_cli("submit", str(first), "--workers", "2", env=embedded_env, cwd=tmp_path)
+    wait_until(lambda: _said(log, "end") >= 2, "two runs to finish", timeout=120)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    found = re.search(r"interrupted; (first-\S+) is paused", " ".join(stderr.split()))
+    assert found is not None, stderr
+    exp_id = found[1]
+    second = _matrix(tmp_path / "second", "second", 1, "touch out.txt")
+    submitted = run_cli("submit", str(second), "--workers", "2", env=embedded_env, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    before = log.read_text().splitlines()
+    ended = {line.split()[1] for line in before if line.startswith("end ")}
+
+    cancelled = run_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path, timeout=120)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert f"{exp_id}): cancelled, {runs}/{runs} runs" in " ".join(cancelled.stdout.split())
+    assert log.read_text().splitlines() == before  # none of its runs ran
+    report = run_cli("report", exp_id, "--format", "json", "--runs", env=embedded_env,
+                     cwd=tmp_path)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    recorded = {r["run_id"]: (r["status"], r["passed"]) for r in json.loads(report.stdout)["runs"]}
+    assert len(recorded) == runs
+    for run_id, outcome in recorded.items():
+        if run_id in ended:  # the outcome its agent earned
+            assert outcome == ("completed", int(run_id.rsplit(":", 1)[1]) % 2 == 0), run_id
+        else:
+            assert outcome == ("cancelled", False), run_id
+    assert _status(embedded_env, tmp_path, exp_id) == "cancelled"
+    again = run_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path)
+    assert again.stdout.strip() == f"{exp_id} is already cancelled; nothing changed"
+
+
 def _matrix(folder: Path, name: str, runs: int, command: str) -> Path:
     folder.mkdir()
     matrix = folder / "matrix.yaml"
