@@ -57,6 +57,8 @@ def multiplicity_note(m: Multiplicity | None) -> str:
             f"verdicts at alpha {ALPHA:g} per test, not corrected for multiple comparisons "
             "(a report stored before corrections: `--correction holm` corrects it)"
         )
+    if m.tests == 0:  # a note on correcting zero tests reads as an error
+        return "no tier beside the baseline has runs to compare with it: no test, no verdict"
     if m.correction == "none":
         return (
             f"verdicts at alpha {m.alpha:g} per test, {corrected_across(m, RUN_LEVEL)} "

@@ -80,3 +80,16 @@ def test_no_note_when_the_median_is_below_the_best_or_every_run_passed() -> None
     )
     for report in (below, flawless):
         assert "the median composite is" not in render(report, "markdown")
+
+
+@pytest.mark.parametrize("brief", [True, False])
+def test_a_report_of_the_baseline_alone_says_no_test_was_run_not_zero_were_corrected(
+    brief: bool,
+) -> None:
+    runs = [run(0, approximate=False, cost=0.5), run(1, approximate=False, cost=0.5)]
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=2)
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
+    assert report.multiplicity is not None and report.multiplicity.tests == 0
+    text = " ".join(render(report, "table", full=not brief).split())
+    assert "across the 0" not in text
+    assert "no tier beside the baseline has runs to compare with it: no test, no verdict" in text
