@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from core.results.report import ExperimentReport, Verdict
 from core.results.run import RunResult, RunStatus, error_key
-from scheduler.report.formatting import Table, num, pass_rate, plural
+from scheduler.report.formatting import Table, pass_rate, per_pass, plural
 from scheduler.report.headline import integrity
 from scheduler.report.metric_tables import add_prices
 from scheduler.report.verdicts import multiplicity_note, undetectable
@@ -47,7 +47,7 @@ def verdict_table(report: ExperimentReport) -> Table:
                 "baseline" if vs is None else vs.verdict.value,
                 f"{t.passes}/{t.counted}",
                 pass_rate(t.passes, t.counted),
-                num(t.cost_of_pass, 4),
+                per_pass(t.cost_of_pass),
             ]
         )
         if vs is not None and vs.verdict is Verdict.no_difference and vs.detectable is not None:

@@ -51,6 +51,14 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def per_pass(cost_of_pass: float | None) -> str:
+    """A tier's cost of pass in a "cost of pass $" column: "no pass" where it is
+    infinite (the seed's definition: cost over a pass rate of 0), not "inf"."""
+    if cost_of_pass is not None and math.isinf(cost_of_pass):
+        return "no pass"
+    return num(cost_of_pass, 4)
+
+
 def plural(n: int, noun: str) -> str:
     """`n` and its noun, plural but for one: "1 run", "2 runs"."""
     return f"{n} {noun}" + ("" if n == 1 else "s")

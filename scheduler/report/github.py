@@ -63,7 +63,7 @@ def github_report(report: ExperimentReport) -> str:
                 tier_id,
                 formatting.pass_rate(t.passes, t.counted),
                 t.grade or "-",
-                formatting.num(t.cost_of_pass, 4),
+                formatting.per_pass(t.cost_of_pass),
                 *(["baseline"] + [""] * (len(TEST_COLUMNS) - 1) if vs is None else _test(vs)),
             ]
             for tier_id, t in report.tiers.items()

@@ -16,6 +16,7 @@ from scheduler.report.formatting import (
     num,
     pass_rate,
     pct,
+    per_pass,
 )
 from scheduler.report.metric_tables import add_prices
 
@@ -80,7 +81,7 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
                 up,
                 median_spread(t.impl_rate),
                 num(t.cost_usd.median, 4),
-                num(t.cost_of_pass, 4),
+                per_pass(t.cost_of_pass),
                 duration(t.duration_seconds.median),
             ]
         )

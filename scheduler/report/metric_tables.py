@@ -10,7 +10,7 @@ from core.analysis.group import PASS_K
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
 from core.metrics.process import DEFINITIONS as PROCESS_DEFINITIONS
 from core.results.report import ExperimentReport, Statistics, TierReport
-from scheduler.report.formatting import ALL, Table, cells, num, pct
+from scheduler.report.formatting import ALL, Table, cells, num, pct, per_pass
 
 # Columns of per-call context growth in a table; the HTML chart shows every call.
 CONTEXT_CALLS_SHOWN = 10
@@ -29,7 +29,7 @@ def cross_tier(report: ExperimentReport) -> Table:
             changes = ["n/a"] * 4
         else:
             changes = [pct(up.pass_rate), pct(up.impl_rate), pct(up.composite), pct(up.cost_change)]
-        rows.append([tier_id, *changes, num(t.consistency), num(t.cost_of_pass, 4)])
+        rows.append([tier_id, *changes, num(t.consistency), per_pass(t.cost_of_pass)])
     frontier, value = _frontier_and_value(report)
     return Table(
         f"Cross-tier against the baseline ({c.baseline})",
@@ -136,9 +136,10 @@ def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
         for name, stats in cell.process.items():
             rows.append([scenario, name, *_stat_cells(stats)])
             process.setdefault(name, PROCESS_DEFINITIONS[name])
+    cost = per_pass(tier.cost_of_pass)
+    cost = cost if cost == "no pass" else f"cost of pass ${cost}"
     return Table(
-        f"Seed metrics: {tier_id} (grade {tier.grade or '-'}, "
-        f"cost of pass ${num(tier.cost_of_pass, 4)})",
+        f"Seed metrics: {tier_id} (grade {tier.grade or '-'}, {cost})",
         ["scenario", "metric", "median", "mean", "mode", "std_dev", "min", "max", "n"],
         rows,
         [f"{name}: {meaning}" for name, meaning in process.items()],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from core.analysis.aggregate import ReportSettings, aggregate
@@ -93,3 +95,26 @@ def test_a_report_of_the_baseline_alone_says_no_test_was_run_not_zero_were_corre
     text = " ".join(render(report, "table", full=not brief).split())
     assert "across the 0" not in text
     assert "no tier beside the baseline has runs to compare with it: no test, no verdict" in text
+
+
+def test_a_tier_with_no_pass_shows_no_pass_for_its_cost_of_pass_not_inf() -> None:
+    passed = [run(i, approximate=False, cost=0.5) for i in range(3)]
+    failed = [
+        r.model_copy(update={"run_id": f"e:T1:s:{r.run_index}", "tier": "T1", "passed": False,
+                             "pass_rate": 0.0, "impl_rate": 0.0, "composite_score": 0.0})
+        for r in passed
+    ]  # fmt: skip
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=6)
+    report = aggregate(info, passed + failed, ReportSettings(baseline="T0", scoring=Scoring()))
+    assert report.tiers["T1"].cost_of_pass == float("inf")  # the seed's definition stays
+    brief = render(report, "table", full=False)
+    [row] = [line for line in brief.splitlines() if line.startswith("T1 ")]
+    assert row.split()[-2:] == ["no", "pass"] and not re.search(r"\binf\b", brief)
+    full = render(report, "table", width=200)
+    assert "Seed metrics: T1 (grade F, no pass)" in full
+    assert "Seed metrics: T0 (grade A, cost of pass $0.5000)" in full
+    # A tier's own cost of pass, wherever a table gives it (the seed's statistics of
+    # the per-run values keep theirs: a failed run's is infinite).
+    tier_rows = [line for line in full.splitlines() if line.startswith("T1 ")]
+    assert tier_rows and all(not re.search(r"\binf\b", line) for line in tier_rows)
+    assert any(line.rstrip().endswith("no pass") for line in tier_rows)
