@@ -12,7 +12,7 @@ from core.results.run import RunResult, RunStatus, error_key
 from scheduler.report.formatting import Table, pass_rate, per_pass, plural
 from scheduler.report.headline import integrity
 from scheduler.report.metric_tables import add_prices
-from scheduler.report.verdicts import multiplicity_note, undetectable
+from scheduler.report.verdicts import multiplicity_note, one_test_only, undetectable
 
 # Reasons listed; the rest are counted in a note.
 MOST_REASONS = 5
@@ -52,7 +52,10 @@ def verdict_table(report: ExperimentReport) -> Table:
         )
         if vs is not None and vs.verdict is Verdict.no_difference and vs.detectable is not None:
             unseen.append(f"{tier_id}: {undetectable(vs.detectable)}")
-    notes = [multiplicity_note(report.multiplicity), *unseen, *integrity(report)]
+    split = [n for tier_id, t in report.tiers.items() if (n := one_test_only(tier_id, t.analysis))]
+    if split:  # a verdict beside pass rates that did not differ, explained
+        split[-1] += " (a verdict is either test's: passes, composite scores)"
+    notes = [multiplicity_note(report.multiplicity), *split, *unseen, *integrity(report)]
     errors = sum(t.errors for t in report.tiers.values())
     if errors:
         notes.append(f"{errors} infrastructure errors are kept out of these figures")

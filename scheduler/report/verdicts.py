@@ -17,6 +17,7 @@ from core.results.report import (
     Interval,
     Multiplicity,
     NoInterval,
+    TierAnalysis,
     TierReport,
     Verdict,
 )
@@ -173,6 +174,42 @@ def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:
         if vs.pooled_verdict is not None and vs.pooled_verdict is not vs.verdict
     ]
     return notes
+
+
+def one_test_only(tier_id: str, analysis: TierAnalysis) -> str | None:
+    """A note for a verdict that its two tests did not both give (either one decides):
+    "better" beside pass rates that did not differ reads as a mistake unless it says
+    the composite scores did. None where both agree or there is no verdict."""
+    vs = analysis.vs_baseline
+    if vs is None or vs.verdict not in (Verdict.better, Verdict.worse, Verdict.mixed):
+        return None
+    across = analysis.across_scenarios
+    if vs.verdict_from is not None and across is not None:
+        these = across.these_scenarios
+        passes = direction(
+            these.risk_difference or 0.0, _p(these.cmh_p_adjusted, these.cmh_p), vs.alpha
+        )
+        scores = direction(
+            these.van_elteren_z or 0.0,
+            _p(these.van_elteren_p_adjusted, these.van_elteren_p),
+            vs.alpha,
+        )
+    else:
+        passes = direction(
+            vs.pass_rate_delta or 0.0, _p(vs.fisher_p_adjusted, vs.fisher_p), vs.alpha
+        )
+        superior = 0.0 if vs.prob_superior is None else vs.prob_superior - 0.5
+        scores = direction(superior, _p(vs.mann_whitney_p_adjusted, vs.mann_whitney_p), vs.alpha)
+    if passes == scores:
+        return None
+    said = {1: "better", -1: "worse", 0: "no significant difference"}
+    return (
+        f"{tier_id} ({vs.verdict.value}): pass rate {said[passes]}, composite scores {said[scores]}"
+    )
+
+
+def _p(adjusted: float | None, raw: float | None) -> float:
+    return 1.0 if (found := adjusted if adjusted is not None else raw) is None else found
 
 
 def undetectable(d: Detectable) -> str:

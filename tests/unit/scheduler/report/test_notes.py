@@ -52,10 +52,13 @@ def test_exact_reports_carry_no_caveats() -> None:
     assert "approximate" not in text and "cost unknown" not in text
 
 
-def _scored(index: int, passed: bool, composite: float) -> RunResult:
+def _scored(
+    index: int, passed: bool, composite: float, tier: str = "T0", scenario: str = "s"
+) -> RunResult:
     return run(index, approximate=False, cost=0.1).model_copy(
-        update={"passed": passed, "pass_rate": float(passed), "composite_score": composite}
-    )
+        update={"run_id": f"e:{tier}:{scenario}:{index}", "tier": tier, "scenario": scenario,
+                "passed": passed, "pass_rate": float(passed), "composite_score": composite}
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
@@ -98,12 +101,8 @@ def test_a_report_of_the_baseline_alone_says_no_test_was_run_not_zero_were_corre
 
 
 def test_a_tier_with_no_pass_shows_no_pass_for_its_cost_of_pass_not_inf() -> None:
-    passed = [run(i, approximate=False, cost=0.5) for i in range(3)]
-    failed = [
-        r.model_copy(update={"run_id": f"e:T1:s:{r.run_index}", "tier": "T1", "passed": False,
-                             "pass_rate": 0.0, "impl_rate": 0.0, "composite_score": 0.0})
-        for r in passed
-    ]  # fmt: skip
+    passed = [_scored(i, True, 1.0) for i in range(3)]
+    failed = [_scored(i, False, 0.0, "T1") for i in range(3)]
     info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=6)
     report = aggregate(info, passed + failed, ReportSettings(baseline="T0", scoring=Scoring()))
     assert report.tiers["T1"].cost_of_pass == float("inf")  # the seed's definition stays
@@ -112,9 +111,35 @@ def test_a_tier_with_no_pass_shows_no_pass_for_its_cost_of_pass_not_inf() -> Non
     assert row.split()[-2:] == ["no", "pass"] and not re.search(r"\binf\b", brief)
     full = render(report, "table", width=200)
     assert "Seed metrics: T1 (grade F, no pass)" in full
-    assert "Seed metrics: T0 (grade A, cost of pass $0.5000)" in full
+    assert "Seed metrics: T0 (grade A, cost of pass $0.1000)" in full
     # A tier's own cost of pass, wherever a table gives it (the seed's statistics of
     # the per-run values keep theirs: a failed run's is infinite).
     tier_rows = [line for line in full.splitlines() if line.startswith("T1 ")]
     assert tier_rows and all(not re.search(r"\binf\b", line) for line in tier_rows)
     assert any(line.rstrip().endswith("no pass") for line in tier_rows)
+
+
+@pytest.mark.parametrize("scenarios", [["s"], ["s", "t"]])
+def test_a_verdict_from_the_composite_scores_alone_says_so_beside_the_pass_rates(
+    scenarios: list[str],
+) -> None:
+    """T1 passes as often as T0 (never) and scores higher every time: "better" from the
+    composite-score test alone (Mann-Whitney; with two scenarios, van Elteren), which
+    the one screen says beside pass rates that did not differ."""
+    runs = [
+        _scored(i, False, composite, tier, scenario)
+        for scenario in scenarios
+        for tier, composite in (("T0", 0.1), ("T1", 0.4), ("T2", 0.1))
+        for i in range(10)
+    ]
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=len(runs))
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
+    vs = report.tiers["T1"].analysis.vs_baseline
+    assert vs is not None and vs.verdict.value == "better"
+    assert (vs.verdict_from is not None) == (len(scenarios) > 1)
+    text = " ".join(render(report, "table", full=False, width=200).split())
+    assert (
+        "T1 (better): pass rate no significant difference, composite scores better "
+        "(a verdict is either test's: passes, composite scores)" in text
+    )
+    assert "T2 (" not in text  # no verdict of one test alone: no note
