@@ -22,6 +22,7 @@ from core.results.report import (
     Interval,
     Multiplicity,
     NoInterval,
+    PairedDifference,
     ScenarioComparison,
     TierReport,
     Verdict,
@@ -197,9 +198,9 @@ def _question_rows(tier_id: str, c: ScenarioComparison) -> list[list[str]]:
             tier_id,
             f"{LIKE_THESE} ({like.scenarios})",
             f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
-            f"t({rate.df}) {_p(rate.p, rate.p_adjusted)}",
+            _t_test(rate),
             f"{signed(composite.mean)} {bracket(composite.ci)} SE {num(composite.se)}",
-            f"t({composite.df}) {_p(composite.p, composite.p_adjusted)}",
+            _t_test(composite),
             like.verdict.value,
         ],
     ]
@@ -315,7 +316,7 @@ def compact_table(report: ExperimentReport) -> Table | None:
                 f"{_p(these.cmh_p, these.cmh_p_adjusted)} / "
                 f"{_p(these.van_elteren_p, these.van_elteren_p_adjusted)}",
                 f"{signed(rate.mean)} {bracket(rate.ci)} SE {num(rate.se)}",
-                f"{_p(rate.p, rate.p_adjusted)}",
+                _t_test(rate, named=False),
             ]
         )
     if not rows:
@@ -362,6 +363,14 @@ def difference(d: float | None) -> str:
 
 def _p(p: float, adjusted: float | None) -> str:
     return f"{p_value(p)} ({p_value(adjusted)})"
+
+
+def _t_test(d: PairedDifference, *, named: bool = True) -> str:
+    """The paired t test's p (adjusted), or why there is none: with every scenario's
+    difference the same, the SE is 0 and the test's p of 0 or 1 says nothing."""
+    if d.t is None:
+        return "no test: SE 0"
+    return f"t({d.df}) {_p(d.p, d.p_adjusted)}" if named else _p(d.p, d.p_adjusted)
 
 
 def _multiplicity_note(m: Multiplicity | None) -> str:

@@ -143,3 +143,23 @@ def test_a_verdict_from_the_composite_scores_alone_says_so_beside_the_pass_rates
         "(a verdict is either test's: passes, composite scores)" in text
     )
     assert "T2 (" not in text  # no verdict of one test alone: no note
+
+
+def test_a_paired_t_test_with_no_spread_is_shown_as_no_test_not_a_tiny_p() -> None:
+    """Two scenarios where T1's pass rate is 1 point above T0's in each: every difference
+    the same, SE 0, and the t test's p of 0 is no evidence (it once read "< 0.001"
+    beside "too few scenarios")."""
+    runs = [
+        _scored(i, tier == "T1", 1.0 if tier == "T1" else 0.0, tier, scenario)
+        for scenario in ("s", "t")
+        for tier in ("T0", "T1")
+        for i in range(10)
+    ]
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=len(runs))
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
+    across = report.tiers["T1"].analysis.across_scenarios
+    assert across is not None and across.like_these.pass_rate.t is None
+    text = render(report, "table", width=250)
+    rows = [line for line in text.splitlines() if "like these (2)" in line]
+    assert rows and all("no test: SE 0" in line for line in rows), rows
+    assert all("<0.001" not in line.split("like these (2)")[1] for line in rows), rows
