@@ -120,13 +120,13 @@ class CLIContext:
         if not fleet.interrupt(exp_id):
             return (
                 f"interrupted; its runs not yet run stay queued: `scheduler resume {exp_id}` "
-                f"finishes it, `scheduler cancel {exp_id}` drops them (the next submit here "
-                "would run them first)"
+                f"finishes it, `scheduler cancel {exp_id}` records them cancelled (the next "
+                "submit here would run them first)"
             )
         return (
             f"interrupted; {exp_id} is paused: later submits here leave its runs not yet "
             f"run alone, `scheduler resume {exp_id}` finishes it, `scheduler cancel "
-            f"{exp_id}` drops them"
+            f"{exp_id}` records them cancelled and prints its report"
         )
 
     @property
