@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SetupError
-from core.evaluation.credentials import SUPPORTED, RunAs
+from core.evaluation.credentials import SUPPORTED, RunAs, own_ipc
 from core.files.places import work_root
 from core.matrix import AgentConfig, Scenario, TaskEnvironment
 from core.results.run import Isolation
@@ -197,10 +197,13 @@ def slot_user() -> Iterator[RunAs]:
     when this process dies. When the block ends, whatever of the uid is still running
     is killed and what it left outside its folder deleted (worker.leftovers): the
     slot's next delivery starts with nothing of this one's. A delivery that died
-    holding the slot never got that far: the next one does it first."""
+    holding the slot never got that far: the next one does it first. Its processes
+    start in an IPC namespace of the delivery's own where the kernel allows one
+    (core.evaluation.credentials.own_ipc)."""
     slot, lock = _lease()
     base = _uid_base()
-    user = RunAs(base + slot, base + slot)
+    ipc = own_ipc()
+    user = RunAs(base + slot, base + slot, ipc)
     try:
         if os.pread(lock, len(_ENDED), 0) != _ENDED:
             _end(user)
@@ -210,6 +213,8 @@ def slot_user() -> Iterator[RunAs]:
         _end(user)
         os.pwrite(lock, _ENDED, 0)
         os.close(lock)
+        if ipc is not None:  # its last process is gone: the namespace goes now
+            os.close(ipc)
 
 
 # Written in a slot's lock file once its delivery's user has been ended (an older

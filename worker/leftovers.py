@@ -9,7 +9,10 @@ reach what the kernel keeps for a uid or for no process at all:
 - files in the folders any user may write (SHARED_FOLDERS), and below them in the
   world-writable folders others made there: every entry the uid owns is deleted,
   whatever its name (a hard link to its own file included);
-- System V shared memory, message queues and semaphore sets it created or owns;
+- System V shared memory, message queues and semaphore sets it created or owns,
+  and POSIX message queues (in /dev/mqueue, where it is mounted), where its
+  processes ran in the worker's IPC namespace rather than one of their own
+  (core.evaluation.credentials.own_ipc: a container's root may not make one);
 - its keyrings: the user keyring, the user session keyring and the persistent one,
   which the kernel keeps per uid, not per process (add_key(2) in one run,
   keyctl(2) in the next).
@@ -28,6 +31,7 @@ import platform
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Callable
 
 from core.evaluation.credentials import RunAs
@@ -37,8 +41,8 @@ SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 # keyctl(2): glibc has no wrapper (libkeyutils does), so the raw call.
 _KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219}.get(platform.machine())
 _KEYCTL_CLEAR = 7
+_KEYCTL_LINK = 8
 _KEYCTL_UNLINK = 9
-_KEYCTL_INVALIDATE = 21
 _KEYCTL_GET_PERSISTENT = 22
 _KEY_SPEC_THREAD_KEYRING = -1
 _KEY_SPEC_USER_KEYRING = -4
@@ -55,7 +59,8 @@ def clear_leftovers(user: RunAs, run_uids: range) -> None:
     walked into."""
     for top in SHARED_FOLDERS:
         _sweep(top, user.uid, run_uids)
-    _remove_ipc(user.uid)
+    if user.ipc is None:  # else they are in its own namespace, and go with it
+        _remove_ipc(user.uid)
     _clear_keys(user)
 
 
@@ -150,12 +155,14 @@ def _read(path: str) -> str:
 
 
 def _clear_keys(user: RunAs) -> None:
-    """The user's keyrings gone. Its user and user session keyrings are invalidated as
-    the user (they are looked up by the calling thread's uid; the kernel makes fresh
-    ones, linked as at first, when next asked). Its persistent keyring cannot be, and
-    only a possessor may empty it: root links it into this thread's own keyring,
-    empties it and unlinks it."""
-    if _KEYCTL is None:
+    """The user's keyrings emptied. Its user keyring and user session keyring are
+    emptied as the user (they are found by the calling thread's uid), the user keyring
+    linked into the session one again as the kernel first made it. Its persistent
+    keyring only a possessor may empty: root links it into this thread's own keyring,
+    empties it and unlinks it. A keyring the user's processes alone held (a named
+    session keyring: the next run could join it by name) goes once the kernel's
+    collector gets to it: this waits for that, up to a second."""
+    if _KEYCTL is None or _keys_of(user.uid) == 0:  # it never had a key
         return
 
     def keyctl(*args: int) -> int:
@@ -166,5 +173,23 @@ def _clear_keys(user: RunAs) -> None:
         keyctl(_KEYCTL_CLEAR, persistent)
         keyctl(_KEYCTL_UNLINK, persistent, _KEY_SPEC_THREAD_KEYRING)
     with user.this_thread():
-        keyctl(_KEYCTL_INVALIDATE, _KEY_SPEC_USER_KEYRING)
-        keyctl(_KEYCTL_INVALIDATE, _KEY_SPEC_USER_SESSION_KEYRING)
+        keyctl(_KEYCTL_CLEAR, _KEY_SPEC_USER_KEYRING)
+        keyctl(_KEYCTL_CLEAR, _KEY_SPEC_USER_SESSION_KEYRING)
+        keyctl(_KEYCTL_LINK, _KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING)
+    kept = 2 + (persistent > 0)
+    deadline = time.monotonic() + 1.0
+    while _keys_of(user.uid) > kept and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _keys_of(uid: int) -> int:
+    """How many keys `uid` owns, as /proc/key-users counts them (0 when it has none)."""
+    try:
+        listing = _read("/proc/key-users")
+    except OSError:
+        return 0
+    for line in listing.splitlines():
+        owner, _, counts = line.partition(":")
+        if owner.strip() == str(uid):
+            return int(counts.split()[1].split("/")[0])
+    return 0

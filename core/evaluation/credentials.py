@@ -18,6 +18,12 @@ The same switch ends whatever the user left running: kill(-1) from the user
 reaches every process it owns and nothing else, in one atomic pass (a process
 forking meanwhile has its child killed too or its fork refused), undumpable,
 daemonised or renamed processes included; no scan of /proc.
+
+The thread may take the user into an IPC namespace of the delivery's own
+(`own_ipc`): the System V objects and POSIX message queues its processes make
+live there and go with it, where no later run, the slot's next included, can
+open them by their names. Namespaces too are the thread's own: it enters the
+user's before it switches and leaves it after it is root again.
 """
 
 from __future__ import annotations
@@ -45,10 +51,12 @@ _libc = ctypes.CDLL(None, use_errno=True) if SUPPORTED else None
 class RunAs:
     """The unprivileged user a run's commands run as (worker.confinement): its own, so
     nothing the worker owns is its to write and no other process's environment is its
-    to read."""
+    to read. `ipc`: a descriptor of the IPC namespace its processes start in
+    (`own_ipc`), None for the worker's."""
 
     uid: int
     gid: int
+    ipc: int | None = None
 
     @contextlib.contextmanager
     def this_thread(self) -> Iterator[None]:
@@ -59,6 +67,8 @@ class RunAs:
             raise OSError(f"switching users is not supported on {platform.machine()}")
         setresuid, setresgid, setgroups = _CALLS
         groups = os.getgroups()
+        if self.ipc is not None:
+            _enter(self.ipc)  # while root: entering a namespace takes CAP_SYS_ADMIN
         _call(setgroups, 0, None)
         _call(setresgid, self.gid, self.gid, 0)
         _call(setresuid, self.uid, self.uid, 0)
@@ -71,6 +81,8 @@ class RunAs:
                 _call(setresuid, 0, 0, 0)
                 _call(setresgid, 0, 0, 0)
                 _call(setgroups, len(groups), (ctypes.c_uint * len(groups))(*groups))
+                if self.ipc is not None:
+                    _enter(_home_ipc())
             except OSError:
                 os.abort()
 
@@ -89,5 +101,42 @@ def _call(number: int, *args: object) -> None:
     assert _libc is not None
     values = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
     if _libc.syscall(ctypes.c_long(number), *values) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+_CLONE_NEWIPC = 0x08000000
+_home: int | None = None
+
+
+def own_ipc() -> int | None:
+    """A new IPC namespace for a delivery's user, as a descriptor that keeps it (close it
+    once the user's processes are gone, and it goes with all it holds); None where the
+    kernel refuses one (no CAP_SYS_ADMIN: a container's root by default)."""
+    if _libc is None:
+        return None
+    home = _home_ipc()
+    if _libc.unshare(_CLONE_NEWIPC) != 0:
+        return None
+    try:
+        return os.open("/proc/thread-self/ns/ipc", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        try:
+            _enter(home)
+        except OSError:  # a thread left in a namespace not the worker's must not go on
+            os.abort()
+
+
+def _home_ipc() -> int:
+    """The worker's own IPC namespace, opened once per process."""
+    global _home
+    if _home is None:
+        _home = os.open("/proc/thread-self/ns/ipc", os.O_RDONLY | os.O_CLOEXEC)
+    return _home
+
+
+def _enter(namespace: int) -> None:
+    assert _libc is not None
+    if _libc.setns(namespace, _CLONE_NEWIPC) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))

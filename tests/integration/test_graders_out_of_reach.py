@@ -16,6 +16,7 @@ Each test's agents are adversaries with real processes, against a real worker:
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -256,7 +257,8 @@ scenarios:
 
 
 # Reads what an earlier run left, then leaves the same for the next: files in every
-# folder any user may write, System V objects, a key in its user keyring, and a hook
+# folder any user may write, System V objects, a POSIX message queue (whether or not
+# /dev/mqueue is mounted), a key in its user keyring, and a hook
 # its gate runs (as a test runner runs a repository's conftest.py) that copies the
 # hidden tests out. Answers with the tests an earlier run copied, if any.
 RELAY_KEY = 0x5EA1
@@ -274,6 +276,7 @@ found += [kind for kind, there in (
     ("msg", libc.msgget({RELAY_KEY}, 0) >= 0),
     ("sem", libc.semget({RELAY_KEY}, 0, 0) >= 0),
     ("key", key(keyctl, 10, -4, b"user", b"relay", 0) > 0),
+    ("mq", libc.mq_open(b"/relay", os.O_RDONLY) >= 0),
 ) if there]
 print(f"uid:{{os.getuid()}} found:{{found}}")
 for top in TOPS:
@@ -282,6 +285,7 @@ for top in TOPS:
     os.chmod(f"{{top}}/relay-{{os.getpid()}}", 0o644)
 libc.shmget({RELAY_KEY}, 4096, 0o1666); libc.msgget({RELAY_KEY}, 0o1666)
 libc.semget({RELAY_KEY}, 1, 0o1666); key(add_key, b"user", b"relay", b"hi", 2, -4)
+os.umask(0); libc.mq_open(b"/relay", os.O_RDWR | os.O_CREAT, 0o666, None)
 with open("hook.sh", "w") as hook:
     hook.write('d=/tmp/relay-tests-$$; cp -r "$EVALFLEET_TESTS" $d; chmod -R a+rX $d\n')
 with open("answer.txt", "w") as answer:
@@ -300,6 +304,7 @@ def relay_swept() -> Iterator[None]:
     )
     for kind in ("-M", "-Q", "-S"):
         subprocess.run(["ipcrm", kind, hex(RELAY_KEY)], capture_output=True, check=False)
+    ctypes.CDLL(None).mq_unlink(b"/relay")
 
 
 @pytest.mark.integration
