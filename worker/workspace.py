@@ -254,6 +254,9 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
         run_dir.prompt_file.write_text(prompt, encoding="utf-8")
+        # A spare's prompt keeps its inode, and the access time the last agent's read
+        # set (at a moment of its choosing) would reach this run: both times set anew.
+        os.utime(run_dir.prompt_file)
         if scenario.environment is not None:
             for folder in ("agent", "verifier"):
                 (run_dir.logs / folder).mkdir(parents=True)
@@ -332,8 +335,9 @@ def put_away(run_dir: RunDir, own_user: bool) -> None:
     (`remove`, `release`), or, where this process keeps a spare, everything in the
     folder deleted but its prompt and the folder kept, locked, for `prepare`. Only the
     folder of an agent that ran as a user of its own (`own_user`) is kept, and of it
-    only what is root's, which that user could not change in any way (its mode, times,
-    attributes, contents): what was the user's (workspace, home, events file) could
+    only what is root's, which that user could not change (its mode, attributes,
+    contents; a read of the prompt sets its access time, which `prepare` sets again):
+    what was the user's (workspace, home, events file) could
     carry a run's marks to the next (an ACL, a timestamp, an ext4 generation number),
     so it is made anew. An agent that ran as the worker's user owned all of it."""
     if not (_keeping and own_user) or run_dir.lock is None:

@@ -157,6 +157,21 @@ def test_what_the_agent_owned_is_made_anew_whatever_it_marked(spares: Path) -> N
     put_away(second, own_user=True)
 
 
+def test_when_the_last_agent_read_its_prompt_does_not_reach_the_next(spares: Path) -> None:
+    # The prompt is root's and handed on; an agent's read of it sets its access time,
+    # at a moment the agent chose (a value here, as root, for the read).
+    first = _prepared("exp:T0:s0:0")
+    written = first.prompt_file.stat().st_mtime_ns
+    marked = written + 123_456_789
+    os.utime(first.prompt_file, ns=(marked, written))
+    put_away(first, own_user=True)
+
+    second = _prepared("exp:T0:s0:1")
+    times = second.prompt_file.stat()
+    assert times.st_atime_ns != marked and times.st_atime_ns == times.st_mtime_ns
+    put_away(second, own_user=True)
+
+
 def _set_generation(folder: Path, value: int) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
