@@ -81,6 +81,7 @@ from worker.workspace import (
     prepare,
     put_away,
     run_setup,
+    take_back,
     with_tests,
 )
 
@@ -392,6 +393,8 @@ def _run(
         if not own_user:
             kill_groups_by_env(MARKER, run_dir.marker, since=before)
         if matrix.keep_workspaces:
+            if own_user:
+                take_back(run_dir)
             run_dir.release()
         else:
             put_away(run_dir, own_user)

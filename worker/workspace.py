@@ -284,6 +284,13 @@ def chown_tree(top: Path, user: RunAs) -> None:
             os.chown(os.path.join(folder, name), user.uid, user.gid, follow_symlinks=False)
 
 
+def take_back(run_dir: RunDir) -> None:
+    """A kept folder (`keep_workspaces`) made the worker's again, whatever the run's user
+    owned in it: that uid is leased again by later runs, which could otherwise read
+    and change the evidence kept for a person to look at."""
+    chown_tree(run_dir.root, RunAs(os.geteuid(), os.getegid()))
+
+
 def _lock(lock_file: Path) -> int:
     """Lock `lock_file` (created if need be) for this process; returns the descriptor."""
     while True:

@@ -8,6 +8,7 @@ the keys core.store.keys names.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,9 @@ def test_workspaces_are_removed_unless_kept(
     (run_dir,) = workdir.glob(f"{kept}*")
     assert (run_dir / "workspace" / "out.txt").read_text() == "kept\n"
     assert (run_dir / "prompt.txt").read_text() == "go"
+    # Its run's user is leased again by later runs: none of it is that user's now.
+    owners = {path.lstat().st_uid for path in [run_dir, *run_dir.rglob("*")]}
+    assert owners == {os.geteuid()}
 
 
 def test_a_redelivered_run_returns_its_stored_result(
