@@ -206,7 +206,10 @@ def _terminal(
                 console.print()
             # Headings whole where the block fits with them so, else wrapped.
             whole = _width(console, table, columns, whole_headings=True) <= console.width
-            console.print(_rich_table(table, columns, block > 0, whole_headings=whole))
+            # The title at the console's width: rich wraps a table's own at the table's.
+            title = table.title + (" (continued)" if block else "")
+            console.print(fill(title, console.width), soft_wrap=True, markup=False)
+            console.print(_rich_table(table, columns, whole_headings=whole))
         notes = list(table.notes)
         if dropped:
             notes.append(
@@ -271,12 +274,8 @@ def _width(
     return console.measure(laid_out, options=unbounded).maximum
 
 
-def _rich_table(
-    table: Table, value_columns: list[int], continued: bool = False, whole_headings: bool = False
-) -> RichTable:
+def _rich_table(table: Table, value_columns: list[int], whole_headings: bool = False) -> RichTable:
     rich = RichTable(
-        title=table.title + (" (continued)" if continued else ""),
-        title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         show_edge=False,

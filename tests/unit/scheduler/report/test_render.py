@@ -213,3 +213,17 @@ def test_the_failure_reasons_title_counts_its_runs_in_words() -> None:
     assert "(1 run failed)" in titled([_run("T0", 0, True), _run("T1", 0, False)])
     assert "(2 runs failed)" in titled([_run("T0", 0, False), _run("T1", 0, False)])
     assert "failed)" not in titled([_run("T0", 0, True), _run("T1", 0, True)])
+
+
+def test_a_table_title_wraps_at_the_terminal_not_at_its_narrower_table() -> None:
+    """A table carried on below in a second, narrower block: its "(continued)" title
+    is one line where the terminal has the room (rich wrapped it at the block's width),
+    and no title line ends in padding."""
+    runs = [_run(t, i, i < p) for t, p in (("T0", 3), ("T1", 7)) for i in range(10)]
+    text = render(_report(runs, name="wide"), "table", width=100)
+    lines = text.splitlines()
+    assert "Confidence and significance against the baseline (T0) (continued)" in lines, (
+        text
+    )  # carried on at 100 columns in a block narrower than its title
+    titles = [line for line in lines if line.startswith(("Summary", "Confidence"))]
+    assert titles and all(line == line.rstrip() for line in titles)
