@@ -274,23 +274,9 @@ def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_
     first's queued runs first (300 of them once took 43 s before a 1-run experiment).
     `resume` then runs each run of the first that has no result, once, each with the
     outcome its agent earned."""
-    log = shared_with_agents(tmp_path / "executions.log")
     runs = 30
-    earned = "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
-    first = _matrix(
-        tmp_path / "first", "first", runs,
-        f'echo "start $EVALFLEET_RUN_ID" >> {log}; sleep 3; '
-        f'echo "end $EVALFLEET_RUN_ID" >> {log}; {earned}',
-    )  # fmt: skip
-    proc = start_cli("submit", str(first), "--workers", "2", env=embedded_env, cwd=tmp_path)
-    wait_until(lambda: _said(log, "end") >= 3, "a few runs to finish", timeout=120)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    said = " ".join(stderr.split())
-    found = re.search(r"interrupted; (first-\S+) is paused", said)
-    assert found is not None and "scheduler resume" in said, said
-    exp_id = found[1]
+    log, exp_id, said = _interrupted(embedded_env, tmp_path, runs, sleep_s=3, ended=3)
+    assert "scheduler resume" in said, said
     assert _status(embedded_env, tmp_path, exp_id) == "interrupted"
     # Its report, asked for, is not there yet: the answer says what brings it.
     reported = run_cli("report", env=embedded_env, cwd=tmp_path)
@@ -337,22 +323,8 @@ def test_cancel_of_an_interrupted_submit_records_the_rest_here_and_prints_the_re
     messages. The command's own workers record every run not yet run as cancelled,
     none of them runs, and the report is printed (it once said "the rest are recorded
     as cancelled" and nothing recorded them: no report, ever)."""
-    log = shared_with_agents(tmp_path / "executions.log")
     runs = 12
-    earned = "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
-    first = _matrix(
-        tmp_path / "first", "first", runs,
-        f'echo "start $EVALFLEET_RUN_ID" >> {log}; sleep 2; '
-        f'echo "end $EVALFLEET_RUN_ID" >> {log}; {earned}',
-    )  # fmt: skip
-    proc = start_cli("submit", str(first), "--workers", "2", env=embedded_env, cwd=tmp_path)
-    wait_until(lambda: _said(log, "end") >= 2, "two runs to finish", timeout=120)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    found = re.search(r"interrupted; (first-\S+) is paused", " ".join(stderr.split()))
-    assert found is not None, stderr
-    exp_id = found[1]
+    log, exp_id, _ = _interrupted(embedded_env, tmp_path, runs, sleep_s=2, ended=2)
     second = _matrix(tmp_path / "second", "second", 1, "touch out.txt")
     submitted = run_cli("submit", str(second), "--workers", "2", env=embedded_env, cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr
@@ -376,6 +348,30 @@ def test_cancel_of_an_interrupted_submit_records_the_rest_here_and_prints_the_re
     assert _status(embedded_env, tmp_path, exp_id) == "cancelled"
     again = run_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path)
     assert again.stdout.strip() == f"{exp_id} is already cancelled; nothing changed"
+
+
+def _interrupted(
+    env: dict[str, str], tmp_path: Path, runs: int, sleep_s: float, ended: int
+) -> tuple[Path, str, str]:
+    """An embedded submit of experiment `first` (`runs` runs of `sleep_s` seconds, every
+    other one earning its pass) on 2 workers, Ctrl-C once `ended` runs have ended: the
+    log of the runs' starts and ends, the experiment's id and what the command said."""
+    log = shared_with_agents(tmp_path / "executions.log")
+    earned = "if [ $((EVALFLEET_RUN_INDEX % 2)) -eq 0 ]; then touch out.txt; fi"
+    first = _matrix(
+        tmp_path / "first", "first", runs,
+        f'echo "start $EVALFLEET_RUN_ID" >> {log}; sleep {sleep_s}; '
+        f'echo "end $EVALFLEET_RUN_ID" >> {log}; {earned}',
+    )  # fmt: skip
+    proc = start_cli("submit", str(first), "--workers", "2", env=env, cwd=tmp_path)
+    wait_until(lambda: _said(log, "end") >= ended, f"{ended} runs to finish", timeout=120)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    said = " ".join(stderr.split())
+    found = re.search(r"interrupted; (first-\S+) is paused", said)
+    assert found is not None, said
+    return log, found[1], said
 
 
 def _matrix(folder: Path, name: str, runs: int, command: str) -> Path:
