@@ -162,11 +162,13 @@ def _clear_keys(user: RunAs) -> None:
     empties it and unlinks it. A keyring the user's processes alone held (a named
     session keyring: the next run could join it by name) goes once the kernel's
     collector gets to it: this waits for that, up to a second."""
-    if _KEYCTL is None or _keys_of(user.uid) == 0:  # it never had a key
+    number = _KEYCTL
+    owned = 0 if number is None else _keys_of(user.uid)
+    if number is None or owned == 0:  # it never had a key
         return
 
     def keyctl(*args: int) -> int:
-        return int(_libc.syscall(ctypes.c_long(_KEYCTL), *(ctypes.c_long(a) for a in args)))
+        return int(_libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) for a in args)))
 
     persistent = keyctl(_KEYCTL_GET_PERSISTENT, user.uid, _KEY_SPEC_THREAD_KEYRING)
     if persistent > 0:
@@ -177,6 +179,8 @@ def _clear_keys(user: RunAs) -> None:
         keyctl(_KEYCTL_CLEAR, _KEY_SPEC_USER_SESSION_KEYRING)
         keyctl(_KEYCTL_LINK, _KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING)
     kept = 2 + (persistent > 0)
+    if owned <= kept:  # its keyrings alone: no key of its own to wait for
+        return
     deadline = time.monotonic() + 1.0
     while _keys_of(user.uid) > kept and time.monotonic() < deadline:
         time.sleep(0.005)
