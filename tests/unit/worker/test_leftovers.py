@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from core.evaluation.credentials import SUPPORTED, RunAs
 from tests.support.trees import nest
 from worker.confinement import RUN_UIDS
-from worker.leftovers import clear_leftovers
+from worker.leftovers import _sweep, clear_leftovers
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not SUPPORTED, reason="switching users needs a root worker on Linux"
@@ -157,3 +158,27 @@ def test_a_world_writable_folder_of_another_run_user_is_left_to_its_own_sweep(
     assert (folder / "mark").exists()
     clear_leftovers(other_run, RUN_UIDS)
     assert not folder.exists()
+
+
+def test_a_folder_listed_quiet_is_listed_again_once_anything_changes_it(tmp_path: Path) -> None:
+    """The sweep lists a folder again only when its modification time moved since a
+    listing that held nothing of any run user's: what a run user adds moves it, and a
+    listing with another run user's entry is not kept (that user's own sweep needs it)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    other_run = RunAs(RUN_UIDS.start + 18, RUN_UIDS.start + 18)
+    settled = time.time_ns() - 10**9  # a time the folder has had for a second
+
+    os.utime(shared, ns=(settled, settled))
+    _sweep(str(shared), USER.uid, RUN_UIDS)  # quiet: its listing is kept
+    _as(USER, ["bash", "-c", f"echo hi > {shared}/mark"])  # moves the folder's time
+    _sweep(str(shared), USER.uid, RUN_UIDS)
+    assert list(shared.iterdir()) == []
+
+    _as(other_run, ["bash", "-c", f"echo hi > {shared}/theirs"])
+    os.utime(shared, ns=(settled, settled))  # as if it had been there a while
+    _sweep(str(shared), USER.uid, RUN_UIDS)  # not this user's: left, and listed again next
+    assert [p.name for p in shared.iterdir()] == ["theirs"]
+    _sweep(str(shared), other_run.uid, RUN_UIDS)
+    assert list(shared.iterdir()) == []
