@@ -212,11 +212,13 @@ def slot_user() -> Iterator[RunAs]:
         os.pwrite(lock, _BEGUN, 0)
         yield user
     finally:
-        _end(user)
-        os.pwrite(lock, _ENDED, 0)
-        os.close(lock)
-        if ipc is not None:  # its last process is gone: the namespace goes now
-            os.close(ipc)
+        try:
+            _end(user)
+            os.pwrite(lock, _ENDED, 0)
+        finally:
+            os.close(lock)
+            if ipc is not None:  # its last process is gone: the namespace goes now
+                os.close(ipc)
 
 
 # Written in a slot's lock file once its delivery's user has been ended (an older
