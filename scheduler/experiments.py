@@ -104,10 +104,17 @@ def until_reported(info: ExperimentInfo) -> str:
     if info.status == ExperimentStatus.interrupted:
         return (
             f": its submit was interrupted and its runs not yet run wait; "
-            f"`scheduler resume {info.id}` runs them and prints the report"
+            f"`scheduler resume {info.id}` runs them and prints the report, "
+            f"`scheduler cancel {info.id}` records them cancelled and prints it"
         )
     if info.status in (ExperimentStatus.pending, ExperimentStatus.running):
         return f": its runs are under way; `scheduler status {info.id}` follows them"
+    if info.status == ExperimentStatus.cancelled:
+        return (
+            f": it was cancelled and its runs not yet run are still to be recorded; "
+            f"`scheduler status {info.id}` follows a fleet's workers recording them, "
+            f"embedded `scheduler cancel {info.id}` records them here"
+        )
     return ""
 
 

@@ -47,6 +47,9 @@ def test_an_experiments_id_tells_when_it_was_submitted_to_the_second() -> None:
 def test_an_experiment_without_a_report_says_what_brings_it() -> None:
     paused = until_reported(info(status=ExperimentStatus.interrupted))
     assert "`scheduler resume exp` runs them and prints the report" in paused
+    assert "`scheduler cancel exp` records them cancelled and prints it" in paused
+    cancelled = until_reported(info(status=ExperimentStatus.cancelled))
+    assert "embedded `scheduler cancel exp` records them here" in cancelled
     for under_way in (ExperimentStatus.pending, ExperimentStatus.running):
         assert "`scheduler status exp` follows them" in until_reported(info(status=under_way))
     assert until_reported(info(status=ExperimentStatus.complete)) == ""
