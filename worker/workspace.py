@@ -285,10 +285,12 @@ def chown_tree(top: Path, user: RunAs) -> None:
 
 
 def take_back(run_dir: RunDir) -> None:
-    """A kept folder (`keep_workspaces`) made the worker's again, whatever the run's user
-    owned in it: that uid is leased again by later runs, which could otherwise read
-    and change the evidence kept for a person to look at."""
-    chown_tree(run_dir.root, RunAs(os.geteuid(), os.getegid()))
+    """A kept folder (`keep_workspaces`) closed to everyone but the worker's user: the
+    run's uid is leased again by later runs, which could otherwise read and change
+    the evidence kept for a person to look at. Closed, not taken over: a chown of
+    what is inside would make root the owner of a file the agent hard-linked there
+    from a shared folder (and keep it out of its owner's sweep)."""
+    run_dir.root.chmod(0o700)
 
 
 def _lock(lock_file: Path) -> int:

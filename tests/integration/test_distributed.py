@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from core.evaluation.credentials import RunAs
 from core.results.run import RunStatus
 from core.store import Store
 from fleet.sending import AGGREGATE_TASK, RUN_TASK
@@ -194,9 +195,12 @@ def test_workspaces_are_removed_unless_kept(
     (run_dir,) = workdir.glob(f"{kept}*")
     assert (run_dir / "workspace" / "out.txt").read_text() == "kept\n"
     assert (run_dir / "prompt.txt").read_text() == "go"
-    # Its run's user is leased again by later runs: none of it is that user's now.
-    owners = {path.lstat().st_uid for path in [run_dir, *run_dir.rglob("*")]}
-    assert owners == {os.geteuid()}
+    # Its run's user is leased again by later runs: none of them may reach it.
+    if os.geteuid() == 0:
+        kept_by = (run_dir / "workspace" / "out.txt").stat().st_uid
+        assert kept_by != 0 and run_dir.stat().st_uid == 0  # the run's user's, in root's
+        with RunAs(kept_by, kept_by).this_thread(), pytest.raises(PermissionError):
+            (run_dir / "workspace" / "out.txt").read_text()
 
 
 def test_a_redelivered_run_returns_its_stored_result(
