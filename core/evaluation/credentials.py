@@ -45,6 +45,16 @@ _SYSCALLS = {
 _CALLS = _SYSCALLS.get(platform.machine()) if platform.system() == "Linux" else None
 SUPPORTED = _CALLS is not None
 _libc = ctypes.CDLL(None, use_errno=True) if SUPPORTED else None
+# keyctl(2), which glibc does not wrap (libkeyutils does): by number.
+KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219}.get(platform.machine())
+_KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_LINK = 1, 8
+_KEY_SPEC_SESSION_KEYRING, _KEY_SPEC_USER_KEYRING = -3, -4
+
+
+def keyctl(*args: int) -> int:
+    """keyctl(2) with these integer arguments, as the calling thread; -1 on an error."""
+    assert _libc is not None and KEYCTL is not None
+    return int(_libc.syscall(ctypes.c_long(KEYCTL), *(ctypes.c_long(a) for a in args)))
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,11 @@ class RunAs:
         _call(setgroups, 0, None)
         _call(setresgid, self.gid, self.gid, 0)
         _call(setresuid, self.uid, self.uid, 0)
+        # A session keyring of the user's own for what the thread starts: it would
+        # share the worker's (a systemd service's, a container's), where every run's
+        # agents could leave keys for the next. Its user keyring linked in, as in
+        # the session keyring the kernel gives a user by default.
+        _fresh_session(link_user_keyring=True)
         try:
             yield
         finally:
@@ -83,6 +98,7 @@ class RunAs:
                 _call(setgroups, len(groups), (ctypes.c_uint * len(groups))(*groups))
                 if self.ipc is not None:
                     _enter(_home_ipc())
+                _fresh_session(link_user_keyring=False)  # the user's is let go
             except OSError:
                 os.abort()
 
@@ -140,3 +156,12 @@ def _enter(namespace: int) -> None:
     if _libc.setns(namespace, _CLONE_NEWIPC) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
+
+
+def _fresh_session(link_user_keyring: bool) -> None:
+    """A new anonymous session keyring for the calling thread (a kernel without
+    keyrings, or one that refuses, leaves it as it was)."""
+    if KEYCTL is None:
+        return
+    if keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0) > 0 and link_user_keyring:
+        keyctl(_KEYCTL_LINK, _KEY_SPEC_USER_KEYRING, _KEY_SPEC_SESSION_KEYRING)

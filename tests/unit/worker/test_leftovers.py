@@ -31,13 +31,17 @@ PYTHON = "/usr/bin/python3"  # the system's: readable by any user, unlike a root
 
 # add_key(2) and keyctl(2) by number (x86_64, aarch64/riscv64), read independently of
 # the code under test.
-_KEYS = r"""
+_CALLS = r"""
 import ctypes, platform, sys
 add_key, keyctl = {"x86_64": (248, 250)}.get(platform.machine(), (217, 219))
 libc = ctypes.CDLL(None, use_errno=True)
 def call(n, *args):
     args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
     return libc.syscall(ctypes.c_long(n), *args)
+"""
+_KEYS = (
+    _CALLS
+    + r"""
 USER_KEYRING, SESSION, GET_PERSISTENT, SEARCH, JOIN, SETPERM = -4, -5, 22, 10, 1, 5
 # The user's keyrings by name; the named session keyring joined last, since a process
 # reaches the persistent one only from the session keyring it started with.
@@ -57,6 +61,7 @@ for name, ring in each_ring():
         found.append(name)
 print(found)
 """
+)
 
 
 def _as(user: RunAs, argv: list[str]) -> str:
@@ -182,3 +187,35 @@ def test_a_folder_listed_quiet_is_listed_again_once_anything_changes_it(tmp_path
     assert [p.name for p in shared.iterdir()] == ["theirs"]
     _sweep(str(shared), other_run.uid, RUN_UIDS)
     assert list(shared.iterdir()) == []
+
+
+# Takes its own write permission off its user and user session keyrings, with a key
+# that anyone may read in the first: no one can empty them after it (it keeps
+# setattr, to undo it).
+_LOCK = (
+    _CALLS
+    + r"""
+if sys.argv[1] == "lock":
+    key = call(add_key, b"user", b"locked", b"hi", 2, -4)
+    assert key > 0 and call(keyctl, 5, key, 0x3F3F3F3F) == 0
+for ring in (-4, -5):
+    assert call(keyctl, 5, ring, 0x3B3B0000 if sys.argv[1] == "lock" else 0x3F3F0000) == 0
+    assert sys.argv[1] == "lock" or call(keyctl, 7, ring) == 0
+"""
+)
+
+
+def test_keyrings_their_user_locked_are_reported_and_not_waited_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    try:
+        _as(USER, [PYTHON, "-c", _LOCK, "lock"])
+        began = time.monotonic()
+        with caplog.at_level("WARNING", logger="worker.leftovers"):
+            clear_leftovers(USER, RUN_UIDS)
+        assert time.monotonic() - began < 0.5  # not the second a collection may take
+        assert f"run user {USER.uid}: its agent locked its keyrings" in caplog.text
+    finally:
+        _as(USER, [PYTHON, "-c", _LOCK, "unlock"])
+    clear_leftovers(USER, RUN_UIDS)
+    assert _keys_owned(USER) <= 3

@@ -5,7 +5,9 @@ else's."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import subprocess
 import threading
 import time
@@ -96,3 +98,45 @@ def test_kill_all_ends_every_process_of_the_user_and_none_of_another() -> None:
     finally:
         OTHER.kill_all()
     assert os.getresuid() == (0, 0, 0)
+
+
+# The session keyring a process has, by number (keyctl is syscall 250 on x86_64, 219 on
+# aarch64 and riscv64; KEYCTL_GET_KEYRING_ID is 0), read independently of the code
+# under test.
+_SESSION = r"""
+import ctypes, platform
+keyctl = {"x86_64": 250}.get(platform.machine(), 219)
+args = [ctypes.c_long(a) for a in (keyctl, 0, -3, 0)]
+print(ctypes.CDLL(None).syscall(*args))
+"""
+
+
+def test_what_the_user_starts_has_a_session_keyring_of_its_own_not_the_workers() -> None:
+    """A worker started in a session keyring of its own (a systemd service's, a
+    container's) would hand it to every run's agents, which could leave keys there
+    for the next: each command started as the user gets a new one instead."""
+
+    def session_of_a_child() -> int:
+        done = subprocess.run(["/usr/bin/python3", "-c", _SESSION], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    worker_session: list[int] = []
+
+    def worker() -> None:  # in a thread of its own: the keyring it joins stays there
+        libc = ctypes.CDLL(None, use_errno=True)
+        number = {"x86_64": 250}.get(platform.machine(), 219)
+        joined = libc.syscall(ctypes.c_long(number), ctypes.c_long(1), b"evalfleet-test-session")
+        assert joined > 0, ctypes.get_errno()
+        worker_session.append(session_of_a_child())
+        for _ in range(2):
+            with USER.this_thread():
+                worker_session.append(session_of_a_child())
+        worker_session.append(session_of_a_child())  # and the worker's own, after
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(30)
+    before, first, second, after = worker_session
+    assert before > 0 and len({before, first, second}) == 3
+    assert after not in (first, second)  # the user's is let go
