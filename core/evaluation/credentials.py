@@ -33,6 +33,7 @@ import ctypes
 import os
 import platform
 import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -47,8 +48,8 @@ SUPPORTED = _CALLS is not None
 _libc = ctypes.CDLL(None, use_errno=True) if SUPPORTED else None
 # keyctl(2), which glibc does not wrap (libkeyutils does): by number.
 KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219}.get(platform.machine())
-_KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_LINK = 1, 8
-_KEY_SPEC_SESSION_KEYRING, _KEY_SPEC_USER_KEYRING = -3, -4
+_KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_SETPERM = 1, 5
+_KEY_SPEC_SESSION_KEYRING = -3
 
 
 def keyctl(*args: int) -> int:
@@ -77,16 +78,12 @@ class RunAs:
             raise OSError(f"switching users is not supported on {platform.machine()}")
         setresuid, setresgid, setgroups = _CALLS
         groups = os.getgroups()
+        _seal_session()
         if self.ipc is not None:
             _enter(self.ipc)  # while root: entering a namespace takes CAP_SYS_ADMIN
         _call(setgroups, 0, None)
         _call(setresgid, self.gid, self.gid, 0)
         _call(setresuid, self.uid, self.uid, 0)
-        # A session keyring of the user's own for what the thread starts: it would
-        # share the worker's (a systemd service's, a container's), where every run's
-        # agents could leave keys for the next. Its user keyring linked in, as in
-        # the session keyring the kernel gives a user by default.
-        _fresh_session(link_user_keyring=True)
         try:
             yield
         finally:
@@ -98,7 +95,6 @@ class RunAs:
                 _call(setgroups, len(groups), (ctypes.c_uint * len(groups))(*groups))
                 if self.ipc is not None:
                     _enter(_home_ipc())
-                _fresh_session(link_user_keyring=False)  # the user's is let go
             except OSError:
                 os.abort()
 
@@ -158,10 +154,16 @@ def _enter(namespace: int) -> None:
         raise OSError(errno, os.strerror(errno))
 
 
-def _fresh_session(link_user_keyring: bool) -> None:
-    """A new anonymous session keyring for the calling thread (a kernel without
-    keyrings, or one that refuses, leaves it as it was)."""
-    if KEYCTL is None:
+_sealed = threading.local()
+
+
+def _seal_session() -> None:
+    """The calling thread's session keyring, which all it starts inherit, made one of
+    its own that no one may use, once per thread: the worker's (a systemd service's, a
+    container's, a login's) would be every run's agents' to leave keys in for the next.
+    (A kernel without keyrings, or one that refuses, leaves it as it was.)"""
+    if KEYCTL is None or getattr(_sealed, "done", False):
         return
-    if keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0) > 0 and link_user_keyring:
-        keyctl(_KEYCTL_LINK, _KEY_SPEC_USER_KEYRING, _KEY_SPEC_SESSION_KEYRING)
+    if keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0) > 0:
+        keyctl(_KEYCTL_SETPERM, _KEY_SPEC_SESSION_KEYRING, 0)
+    _sealed.done = True

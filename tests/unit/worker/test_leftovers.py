@@ -42,12 +42,15 @@ def call(n, *args):
 _KEYS = (
     _CALLS
     + r"""
-USER_KEYRING, SESSION, GET_PERSISTENT, SEARCH, JOIN, SETPERM = -4, -5, 22, 10, 1, 5
-# The user's keyrings by name; the named session keyring joined last, since a process
-# reaches the persistent one only from the session keyring it started with.
+USER_KEYRING, SESSION, GET_PERSISTENT, SEARCH, JOIN, SETPERM, LINK = -4, -5, 22, 10, 1, 5, 8
+# The user's keyrings by name. A process reaches the persistent one only from its
+# session keyring (as a login's, its own with the user keyring linked in), before it
+# joins the named one.
 def each_ring():
     yield "user", USER_KEYRING
     yield "user session", SESSION
+    call(keyctl, JOIN, 0)
+    call(keyctl, LINK, USER_KEYRING, -3)
     yield "persistent", call(keyctl, GET_PERSISTENT, -1, USER_KEYRING)
     named = call(keyctl, JOIN, b"mark-ring")  # held by this process alone
     call(keyctl, SETPERM, named, 0x3F3F3F3F)  # any process of the user may join it
@@ -195,6 +198,8 @@ def test_a_folder_listed_quiet_is_listed_again_once_anything_changes_it(tmp_path
 _LOCK = (
     _CALLS
     + r"""
+call(keyctl, 1, 0)  # a session keyring of its own, the user keyring linked in: possessed
+call(keyctl, 8, -4, -3)
 if sys.argv[1] == "lock":
     key = call(add_key, b"user", b"locked", b"hi", 2, -4)
     assert key > 0 and call(keyctl, 5, key, 0x3F3F3F3F) == 0
@@ -208,14 +213,15 @@ for ring in (-4, -5):
 def test_keyrings_their_user_locked_are_reported_and_not_waited_for(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    locker = RunAs(2_000_000_013, 2_000_000_013)  # its own: tests run side by side
     try:
-        _as(USER, [PYTHON, "-c", _LOCK, "lock"])
+        _as(locker, [PYTHON, "-c", _LOCK, "lock"])
         began = time.monotonic()
         with caplog.at_level("WARNING", logger="worker.leftovers"):
-            clear_leftovers(USER, RUN_UIDS)
+            clear_leftovers(locker, RUN_UIDS)
         assert time.monotonic() - began < 0.5  # not the second a collection may take
-        assert f"run user {USER.uid}: its agent locked its keyrings" in caplog.text
+        assert f"run user {locker.uid}: its agent locked its keyrings" in caplog.text
     finally:
-        _as(USER, [PYTHON, "-c", _LOCK, "unlock"])
-    clear_leftovers(USER, RUN_UIDS)
-    assert _keys_owned(USER) <= 3
+        _as(locker, [PYTHON, "-c", _LOCK, "unlock"])
+    clear_leftovers(locker, RUN_UIDS)
+    assert _keys_owned(locker) <= 3

@@ -100,43 +100,44 @@ def test_kill_all_ends_every_process_of_the_user_and_none_of_another() -> None:
     assert os.getresuid() == (0, 0, 0)
 
 
-# The session keyring a process has, by number (keyctl is syscall 250 on x86_64, 219 on
-# aarch64 and riscv64; KEYCTL_GET_KEYRING_ID is 0), read independently of the code
-# under test.
+# The session keyring a process has, by number, and whether it may add a key to it
+# (keyctl is syscall 250 on x86_64, 219 on aarch64 and riscv64; add_key 248 and 217;
+# KEYCTL_GET_KEYRING_ID is 0), read independently of the code under test.
 _SESSION = r"""
 import ctypes, platform
-keyctl = {"x86_64": 250}.get(platform.machine(), 219)
-args = [ctypes.c_long(a) for a in (keyctl, 0, -3, 0)]
-print(ctypes.CDLL(None).syscall(*args))
+add_key, keyctl = {"x86_64": (248, 250)}.get(platform.machine(), (217, 219))
+libc = ctypes.CDLL(None)
+def call(n, *args):
+    return libc.syscall(*[ctypes.c_long(a) if isinstance(a, int) else a for a in (n, *args)])
+print(call(keyctl, 0, -3, 0), call(add_key, b"user", b"mark", b"hi", 2, -3) > 0)
 """
 
 
-def test_what_the_user_starts_has_a_session_keyring_of_its_own_not_the_workers() -> None:
+def test_what_the_user_starts_cannot_use_the_workers_session_keyring() -> None:
     """A worker started in a session keyring of its own (a systemd service's, a
     container's) would hand it to every run's agents, which could leave keys there
-    for the next: each command started as the user gets a new one instead."""
+    for the next: what the user starts has one no one may use instead."""
 
-    def session_of_a_child() -> int:
+    def session_of_a_child() -> tuple[int, bool]:
         done = subprocess.run(["/usr/bin/python3", "-c", _SESSION], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        return int(done.stdout)
+        ring, added = done.stdout.split()
+        return int(ring), added == "True"
 
-    worker_session: list[int] = []
+    seen: list[tuple[int, bool]] = []
 
-    def worker() -> None:  # in a thread of its own: the keyring it joins stays there
+    def worker() -> None:  # in a thread of its own: what it joins stays with it
         libc = ctypes.CDLL(None, use_errno=True)
         number = {"x86_64": 250}.get(platform.machine(), 219)
         joined = libc.syscall(ctypes.c_long(number), ctypes.c_long(1), b"evalfleet-test-session")
         assert joined > 0, ctypes.get_errno()
-        worker_session.append(session_of_a_child())
-        for _ in range(2):
-            with USER.this_thread():
-                worker_session.append(session_of_a_child())
-        worker_session.append(session_of_a_child())  # and the worker's own, after
+        seen.append(session_of_a_child())
+        with USER.this_thread():
+            seen.append(session_of_a_child())
 
     thread = threading.Thread(target=worker)
     thread.start()
     thread.join(30)
-    before, first, second, after = worker_session
-    assert before > 0 and len({before, first, second}) == 3
-    assert after not in (first, second)  # the user's is let go
+    (workers, root_adds), (users, user_adds) = seen
+    assert root_adds  # the worker's own, as a root child sees it
+    assert users != workers and not user_adds
