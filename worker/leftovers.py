@@ -1,5 +1,5 @@
 """What a run's own user leaves on the machine past its processes, cleared when the
-delivery ends (worker.confinement.run_user).
+delivery ends (worker.confinement.slot_user).
 
 A slot's uid is leased again by the slot's next run, and its files outlive it: a
 mark in /tmp, a copy of the hidden tests a planted conftest.py made while the gates
