@@ -191,7 +191,8 @@ def _clear_keys(user: RunAs) -> None:
     keyring only a possessor may empty: root links it into this thread's own keyring,
     empties it and unlinks it. A keyring the user's processes alone held (a named
     session keyring: the next run could join it by name) goes once the kernel's
-    collector gets to it: this waits for that, up to a second."""
+    collector gets to it: this waits for that, up to a second, and not again for a
+    user whose keys outlived it (reported: they stay for later runs to read)."""
     owned = 0 if KEYCTL is None else _keys_of(user.uid)
     if owned == 0:  # it never had a key (or this kernel has no keyrings)
         return
@@ -208,19 +209,37 @@ def _clear_keys(user: RunAs) -> None:
         # Its owner may take its own write permission off a keyring, and no one
         # else may empty it then (not root, who does not possess it): its keys stay
         # for later runs (docs/RELIABILITY.md). Nothing left to wait for.
-        log.warning(
-            "run user %d: its agent locked its keyrings, which keep their keys for "
-            "later runs; a sandbox that blocks the keyring calls (docker's) prevents "
-            "it",
-            user.uid,
-        )
+        _report(user.uid, "its agent locked its keyrings")
         return
-    kept = 2 + (persistent > 0)
-    if owned <= kept:  # its keyrings alone: no key of its own to wait for
+    kept = 2 + (persistent > 0)  # the keyrings themselves, now they are there
+    if user.uid in _unwaited:
         return
     deadline = time.monotonic() + 1.0
-    while _keys_of(user.uid) > kept and time.monotonic() < deadline:
+    while _keys_of(user.uid) > kept:
+        if time.monotonic() > deadline:
+            # Held where no one can take it back: a keyring made a restriction of its
+            # user keyring (KEYCTL_RESTRICT_KEYRING), kept until the machine restarts.
+            _unwaited.add(user.uid)
+            _report(user.uid, "its agent left keys no one can remove")
+            return
         time.sleep(0.005)
+
+
+# Run users whose keys outlived a second's wait in this process: no later delivery
+# of theirs waits for a collection that will not come. And what was reported, once.
+_unwaited: set[int] = set()
+_reported: set[tuple[int, str]] = set()
+
+
+def _report(uid: int, what: str) -> None:
+    if (uid, what) not in _reported:
+        _reported.add((uid, what))
+        log.warning(
+            "run user %d: %s, which later runs can read; a sandbox that blocks the "
+            "keyring calls (docker's) prevents it",
+            uid,
+            what,
+        )
 
 
 def _keys_of(uid: int) -> int:

@@ -225,3 +225,40 @@ def test_keyrings_their_user_locked_are_reported_and_not_waited_for(
         _as(locker, [PYTHON, "-c", _LOCK, "unlock"])
     clear_leftovers(locker, RUN_UIDS)
     assert _keys_owned(locker) <= 3
+
+
+# Holds a key of its user in a session keyring of its own while it lives: as a keyring
+# an agent made a restriction of its user keyring is held, for good (that one cannot
+# be undone until the machine restarts, so a test does not make it).
+_HOLD = (
+    _CALLS
+    + r"""
+import time
+ring = call(keyctl, 1, b"held-ring")
+assert call(add_key, b"user", b"held", b"hi", 2, ring) > 0
+print("holding", flush=True)
+time.sleep(60)
+"""
+)
+
+
+def test_keys_that_outlive_the_clearing_are_reported_once_and_waited_for_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    holder_user = RunAs(2_000_000_014, 2_000_000_014)  # its own: tests run side by side
+    with holder_user.this_thread():
+        holder = subprocess.Popen([PYTHON, "-c", _HOLD], stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+        took = []
+        with caplog.at_level("WARNING", logger="worker.leftovers"):
+            for _ in range(2):
+                began = time.monotonic()
+                clear_leftovers(holder_user, RUN_UIDS)
+                took.append(time.monotonic() - began)
+        warned = f"run user {holder_user.uid}: its agent left keys no one can remove"
+        assert caplog.text.count(warned) == 1
+        assert took[0] >= 1.0 and took[1] < 0.5  # the second delivery does not wait
+    finally:
+        holder.kill()
+        holder.wait()
