@@ -384,17 +384,17 @@ def _run(
                 evidence = evidence.model_copy(update={"cuts": [*evidence.cuts, unarchived]})
         return result, evidence
     finally:
+        own_user = confinement is not None and confinement.user is not None
+        if matrix.keep_workspaces and own_user:
+            take_back(run_dir)  # before its uid is let go, for another delivery to lease
         held.close()
         # Nothing the delivery started outlives it: not even a process that left
         # the agent's process group (setsid), as long as it kept its environment.
         # Every process of a run with a user of its own was that user's, and
         # ended with it (worker.confinement): nothing to look for.
-        own_user = confinement is not None and confinement.user is not None
         if not own_user:
             kill_groups_by_env(MARKER, run_dir.marker, since=before)
         if matrix.keep_workspaces:
-            if own_user:
-                take_back(run_dir)
             run_dir.release()
         else:
             put_away(run_dir, own_user)
