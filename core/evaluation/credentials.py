@@ -23,7 +23,9 @@ The thread may take the user into an IPC namespace of the delivery's own
 (`own_ipc`): the System V objects and POSIX message queues its processes make
 live there and go with it, where no later run, the slot's next included, can
 open them by their names. Namespaces too are the thread's own: it enters the
-user's before it switches and leaves it after it is root again.
+user's before it switches and leaves it after it is root again. So is the session
+keyring, which what the thread starts inherits: the thread seals its own first
+(`_seal_session`), so no run's processes share a keyring they may write.
 """
 
 from __future__ import annotations
