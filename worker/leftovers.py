@@ -27,13 +27,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import shutil
 import stat
-import subprocess
 import time
 from collections.abc import Callable
 
 from core.evaluation.credentials import KEYCTL, RunAs, keyctl
+from worker.workspace import remove_tree
 
 SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 
@@ -130,20 +129,10 @@ def _walked_into(folder: int, uid: int, run_uids: range) -> list[str]:
 
 def _delete(folder: int, name: str, is_dir: bool) -> None:
     try:
-        if not is_dir:
+        if is_dir:
+            remove_tree(name, dir_fd=folder)
+        else:
             os.unlink(name, dir_fd=folder)
-            return
-        try:
-            shutil.rmtree(name, dir_fd=folder)
-        except RecursionError:
-            # Deeper than Python's rmtree recurses: coreutils' rm, given the folder by
-            # this process's descriptor (its own copy of it), which it does not follow.
-            subprocess.run(
-                ["rm", "-rf", "--one-file-system", "--", f"/proc/self/fd/{folder}/{name}"],
-                pass_fds=(folder,),
-                capture_output=True,
-                check=False,
-            )
     except FileNotFoundError:
         pass
     except OSError as exc:  # the run's result stands; the machine's owner is told

@@ -377,16 +377,24 @@ def _delete(path: str, folder: bool) -> None:
         os.unlink(path)
 
 
-def remove_tree(path: str | Path, *, ignore_errors: bool = False) -> None:
-    """`path` and all it holds gone, links not followed. Python's rmtree recurses once a
-    level: a tree an agent nested deeper than that (3,000 folders) goes by coreutils'
-    `rm`, which does not (a RecursionError there once failed every later run on the
-    work folder: each met the dead run's folder it could not delete)."""
+def remove_tree(
+    path: str | Path, *, ignore_errors: bool = False, dir_fd: int | None = None
+) -> None:
+    """`path` (relative to the folder open as `dir_fd`, if given) and all it holds gone,
+    links not followed. Python's rmtree recurses once a level: a tree an agent nested
+    deeper than that (3,000 folders) goes by coreutils' `rm`, which does not (a
+    RecursionError there once failed every later run on the work folder: each met the
+    dead run's folder it could not delete). Given `dir_fd`, `rm` gets the folder by its
+    own copy of that descriptor, which no rename meanwhile can move."""
     try:
-        shutil.rmtree(path, ignore_errors=ignore_errors)
+        shutil.rmtree(path, ignore_errors=ignore_errors, dir_fd=dir_fd)
     except RecursionError:
+        target = str(path) if dir_fd is None else f"/proc/self/fd/{dir_fd}/{path}"
         done = subprocess.run(
-            ["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True
+            ["rm", "-rf", "--one-file-system", "--", target],
+            pass_fds=() if dir_fd is None else (dir_fd,),
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0 and not ignore_errors:
             raise OSError(f"rm -rf {path}: {done.stderr.strip()}") from None
