@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 
@@ -16,3 +17,12 @@ def pids_of(uid: int) -> list[int]:
         if f"\t{uid}\t" in status and "State:\tZ" not in status:
             found.append(int(entry.name))
     return found
+
+
+def gone(uid: int, timeout: float) -> bool:
+    """Whether every process of `uid` is gone within `timeout` seconds (SIGKILL is sent
+    at once; a process takes a moment to die)."""
+    deadline = time.monotonic() + timeout
+    while pids_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pids_of(uid) == []

@@ -8,14 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from core.evaluation.credentials import SUPPORTED, RunAs
-from tests.support.users import pids_of
+from tests.support.users import gone, pids_of
 from worker import confinement
 
 
@@ -66,15 +65,6 @@ def _own_block() -> int:
     return last if last != machines else last - confinement.UID_SLOTS
 
 
-def _gone(uid: int) -> bool:
-    """Whether every process of `uid` is gone within a few seconds (SIGKILL is sent at
-    once; a process takes a moment to die)."""
-    deadline = time.monotonic() + 5
-    while pids_of(uid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return pids_of(uid) == []
-
-
 # A delivery that dies holding its slot: it leaves a process of the user running and
 # a file in /tmp, and never reaches the end of its lease.
 _DIES = r"""
@@ -112,11 +102,11 @@ def test_a_slot_is_ended_with_its_delivery_and_after_one_that_died_holding_it(
         assert mark.read_text() == "left" and pids_of(base)  # what it left
         with confinement.slot_user() as user:
             assert user.uid == base  # the same slot, leased anew
-            assert not mark.exists() and _gone(base)
+            assert not mark.exists() and gone(base, timeout=5)
             with user.this_thread():
                 mark.write_text("this delivery's")
                 subprocess.Popen(["sleep", "300"], start_new_session=True)
-        assert not mark.exists() and _gone(base)
+        assert not mark.exists() and gone(base, timeout=5)
         assert (users / "0.lock").read_bytes() == b"ended"
     finally:
         RunAs(base, base).kill_all()

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from core.evaluation.credentials import SUPPORTED, RunAs
-from tests.support.users import pids_of
+from tests.support.users import gone, pids_of
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not SUPPORTED, reason="switching users needs a root worker on Linux"
@@ -90,10 +90,7 @@ def test_kill_all_ends_every_process_of_the_user_and_none_of_another() -> None:
     assert len(pids_of(USER.uid)) == 2
     try:
         assert USER.kill_all()
-        deadline = time.monotonic() + 10
-        while pids_of(USER.uid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert pids_of(USER.uid) == []
+        assert gone(USER.uid, timeout=10)
         assert len(pids_of(OTHER.uid)) == 2
     finally:
         OTHER.kill_all()
