@@ -132,23 +132,31 @@ def compare(
     return _judged(tested, fisher_p, test.p, alpha, alpha)
 
 
+def test_directions(
+    c: Comparison, fisher_p: float, mann_whitney_p: float, alpha: float
+) -> tuple[int, int]:
+    """What each of `c`'s two tests says at `alpha` with these p-values: passes
+    (Fisher), composite scores (Mann-Whitney, read from U / (n*m)); +1, -1 or 0."""
+    superior = 0.0 if c.prob_superior is None else c.prob_superior - 0.5
+    return (
+        direction(c.pass_rate_delta or 0.0, fisher_p, alpha),
+        direction(superior, mann_whitney_p, alpha),
+    )
+
+
 def _judged(
     c: Comparison, fisher_p: float, mann_whitney_p: float, alpha: float, lone_alpha: float
 ) -> Comparison:
     """`c` with these (adjusted) p-values, the verdict they give at `alpha` and the
     differences detectable at `lone_alpha`."""
     assert c.pass_rate_delta is not None and c.prob_superior is not None
-    directions = {
-        direction(c.pass_rate_delta, fisher_p, alpha),
-        direction(c.prob_superior - 0.5, mann_whitney_p, alpha),
-    }
     return c.model_copy(
         update={
             "alpha": alpha,
             "fisher_p_adjusted": fisher_p,
             "mann_whitney_p_adjusted": mann_whitney_p,
             "detectable": _detectable(c, lone_alpha),
-            "verdict": verdict_of(directions),
+            "verdict": verdict_of(set(test_directions(c, fisher_p, mann_whitney_p, alpha))),
             # A tier row's stratified verdict is laid over this one again (correct_across).
             "verdict_from": None,
             "pooled_verdict": None,

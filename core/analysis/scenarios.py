@@ -209,6 +209,17 @@ def _raw(c: ScenarioComparison) -> list[float]:
     return [these.cmh_p, these.van_elteren_p, like.pass_rate.p, like.composite.p]
 
 
+def stratified_directions(
+    these: StratifiedComparison, cmh_p: float, ranks_p: float, alpha: float
+) -> tuple[int, int]:
+    """What each of the two stratified tests says at `alpha` with these p-values:
+    passes (Cochran-Mantel-Haenszel), composite scores (van Elteren); +1, -1 or 0."""
+    return (
+        direction(these.risk_difference or 0.0, cmh_p, alpha),
+        direction(these.van_elteren_z or 0.0, ranks_p, alpha),
+    )
+
+
 def _judged(c: ScenarioComparison, adjusted: Sequence[float], alpha: float) -> ScenarioComparison:
     """`c` with these adjusted p-values and the verdicts they give at `alpha`."""
     cmh_p, ranks_p, rate_p, composite_p = adjusted
@@ -217,12 +228,7 @@ def _judged(c: ScenarioComparison, adjusted: Sequence[float], alpha: float) -> S
         update={
             "cmh_p_adjusted": cmh_p,
             "van_elteren_p_adjusted": ranks_p,
-            "verdict": verdict_of(
-                {
-                    direction(these.risk_difference or 0.0, cmh_p, alpha),
-                    direction(these.van_elteren_z or 0.0, ranks_p, alpha),
-                }
-            ),
+            "verdict": verdict_of(set(stratified_directions(these, cmh_p, ranks_p, alpha))),
         }
     )
     rate = like.pass_rate.model_copy(update={"p_adjusted": rate_p})

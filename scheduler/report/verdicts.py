@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from core.analysis.comparison import ALPHA, POWER
+from core.analysis.comparison import ALPHA, POWER, test_directions
 from core.analysis.group import BOOTSTRAP_RESAMPLES
+from core.analysis.scenarios import stratified_directions
 from core.analysis.verdicts import direction
 from core.results.report import (
     Comparison,
@@ -186,20 +187,19 @@ def one_test_only(tier_id: str, analysis: TierAnalysis) -> str | None:
     across = analysis.across_scenarios
     if vs.verdict_from is not None and across is not None:
         these = across.these_scenarios
-        passes = direction(
-            these.risk_difference or 0.0, _p(these.cmh_p_adjusted, these.cmh_p), vs.alpha
-        )
-        scores = direction(
-            these.van_elteren_z or 0.0,
+        passes, scores = stratified_directions(
+            these,
+            _p(these.cmh_p_adjusted, these.cmh_p),
             _p(these.van_elteren_p_adjusted, these.van_elteren_p),
             vs.alpha,
         )
     else:
-        passes = direction(
-            vs.pass_rate_delta or 0.0, _p(vs.fisher_p_adjusted, vs.fisher_p), vs.alpha
+        passes, scores = test_directions(
+            vs,
+            _p(vs.fisher_p_adjusted, vs.fisher_p),
+            _p(vs.mann_whitney_p_adjusted, vs.mann_whitney_p),
+            vs.alpha,
         )
-        superior = 0.0 if vs.prob_superior is None else vs.prob_superior - 0.5
-        scores = direction(superior, _p(vs.mann_whitney_p_adjusted, vs.mann_whitney_p), vs.alpha)
     if passes == scores:
         return None
     said = {1: "better", -1: "worse", 0: "no significant difference"}
