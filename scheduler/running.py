@@ -124,7 +124,7 @@ def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
         else ""
     )
     waiting = found.queued + found.running
-    if not pending and not waiting and store.reports.get(exp_id) is not None:
+    if not pending and not waiting and store.reports.versions(exp_id):
         conn.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
         return None
     if pending:
@@ -227,7 +227,7 @@ def cancel(conn: Connection, experiment: str) -> tuple[str, ExperimentStatus, Se
 
     exp_id = conn.experiment_id(experiment)
     before = conn.store.experiments.cancel(exp_id)
-    if conn.shared or before == ExperimentStatus.complete or conn.store.reports.get(exp_id):
+    if conn.shared or before == ExperimentStatus.complete or conn.store.reports.versions(exp_id):
         return exp_id, before, None
     found = to_resend(conn.app, conn.store, exp_id)
     matrix = conn.store.experiments.matrix(exp_id)
