@@ -420,18 +420,23 @@ def kill_groups_by_env(name: str, value: str, since: PidMark | None = None) -> i
         now = pid_mark()
         after = since.pid if now is not None and now.pid >= since.pid else 0
     found: dict[int, int] = {}  # pid -> its process group
+    unread: dict[int, int] = {}  # pid -> reads that found arguments but no environment
     with os.scandir("/proc") as procs:
         for proc in procs:
             if not proc.name.isdigit() or int(proc.name) <= after or int(proc.name) == me:
                 continue
-            try:
-                with open(f"/proc/{proc.name}/environ", "rb", buffering=0) as environ:
-                    if entry not in b"\0" + environ.readall() + b"\0":
-                        continue
-                stat = Path(f"/proc/{proc.name}/stat").read_text()
-                found[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[2])
-            except (OSError, ValueError, IndexError):  # exited meanwhile, or not ours to read
-                continue
+            _read_marked(int(proc.name), entry, found, unread)
+    # A process inside execve reads as having no environment until its new one is in
+    # place: a left-behind `setsid sleep` caught there would be passed by. Read again;
+    # one that keeps its arguments without an environment was started that way.
+    for _ in range(_EXEC_RETRIES):
+        unread = {pid: seen for pid, seen in unread.items() if seen < 3}
+        if not unread:
+            break
+        time.sleep(0.005)
+        for pid, seen in list(unread.items()):
+            del unread[pid]
+            _read_marked(pid, entry, found, unread, seen)
     for pgid in set(found.values()) - {os.getpgrp()}:
         kill_group(pgid)
     # The process too: one may have been between groups (setsid) when it was read.
@@ -439,6 +444,32 @@ def kill_groups_by_env(name: str, value: str, since: PidMark | None = None) -> i
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return len(found)
+
+
+_EXEC_RETRIES = 20  # 5 ms apart: an exec that takes longer is not one in progress
+_PF_KTHREAD = 0x00200000
+_PF_EXITING = 0x00000004
+
+
+def _read_marked(
+    pid: int, entry: bytes, found: dict[int, int], unread: dict[int, int], seen: int = 0
+) -> None:
+    """Adds `pid` to `found` (with its process group) when its environment holds
+    `entry`, or to `unread` when it has no environment to read (inside execve, or
+    started without one), counting the reads that found its arguments; neither when
+    it is gone, not ours to read, a kernel thread or exiting."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb", buffering=0) as environ:
+            read = environ.readall()
+        if read and entry not in b"\0" + read + b"\0":
+            return
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if read:
+            found[pid] = int(fields[2])
+        elif fields[0] not in ("Z", "X") and not int(fields[6]) & (_PF_KTHREAD | _PF_EXITING):
+            unread[pid] = seen + bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except (OSError, ValueError, IndexError):  # exited meanwhile, or not ours to read
+        return
 
 
 def kill_group(pgid: int) -> None:

@@ -329,9 +329,6 @@ def test_processes_left_behind_are_found_among_those_started_since_the_mark() ->
     assert mark is not None and mark.pid >= earlier.pid
     later = subprocess.Popen(["setsid", "sleep", "300"], env=env)
     try:
-        # Both past setsid's exec of sleep: while a process execs, its environment
-        # reads as empty, and the scan would pass it by.
-        wait_until(lambda: _sleeping(earlier.pid) and _sleeping(later.pid), "both sleeps", 10)
         found = kill_groups_by_env(MARKER, marker, since=mark)
         # What the process table held, for a failure on a busy machine to explain itself.
         seen = {
@@ -351,6 +348,33 @@ def test_processes_left_behind_are_found_among_those_started_since_the_mark() ->
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             process.wait()
+
+
+def test_processes_caught_inside_execve_are_found_too() -> None:
+    """A process inside execve reads as having no environment for a moment: a dead
+    delivery's `setsid sleep`, caught between setsid and sleep, was passed by and
+    lived on (seen on CI). Processes started without any environment are left be."""
+    bare = subprocess.Popen(["env", "-i", "sleep", "300"])
+    try:
+        for attempt in range(20):
+            marker = f"execve-{os.getpid()}-{attempt}"
+            env = {**os.environ, MARKER: marker}
+            # Popen returns once setsid runs; its own exec of sleep is then under way.
+            started = [subprocess.Popen(["setsid", "sleep", "300"], env=env) for _ in range(5)]
+            try:
+                assert kill_groups_by_env(MARKER, marker) == 5, f"attempt {attempt}"
+                for process in started:
+                    process.wait(timeout=10)
+            finally:
+                for process in started:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                    process.wait()
+        wait_until(lambda: _sleeping(bare.pid), "the bare sleep", 10)
+        assert kill_groups_by_env(MARKER, "execve-none") == 0 and alive(bare.pid)
+    finally:
+        bare.kill()
+        bare.wait()
 
 
 def _environ_has(pid: int, entry: str) -> bool | None:
