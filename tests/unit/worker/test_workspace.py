@@ -111,12 +111,12 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     assert [p.name for p in spare.iterdir()] == ["prompt.txt"]
     assert _lockable(spare.with_name(f"{spare.name}.lock")) is False
 
-    second = _prepared("exp:T0:s0:1", "second prompt")
+    second = _prepared("exp:T0:s0:1", "next")  # shorter: written over the first
     assert (second.root.stat().st_ino, second.prompt_file.stat().st_ino) == (folder, prompt)
     assert not spare.exists()
     assert sorted(p.name for p in spares.iterdir()) == [second.root.name, second.lock_file.name]
     assert _lockable(second.lock_file) is False
-    assert second.prompt_file.read_text() == "second prompt"
+    assert second.prompt_file.read_text() == "next"
     assert sorted(p.name for p in second.root.iterdir()) == ["prompt.txt", "workspace"]
     assert not any(second.workspace.iterdir())
     put_away(second, own_user=True)
