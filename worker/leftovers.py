@@ -15,7 +15,9 @@ reach what the kernel keeps for a uid or for no process at all:
   (core.evaluation.credentials.own_ipc: a container's root may not make one);
 - its keyrings: the user keyring, the user session keyring and the persistent one,
   which the kernel keeps per uid, not per process (add_key(2) in one run,
-  keyctl(2) in the next).
+  keyctl(2) in the next), where its processes could make keys at all (the keyring
+  calls are refused to them where the kernel lets root filter a thread's calls:
+  core.evaluation.credentials).
 
 Run uids' own world-writable folders are not walked into: each is deleted whole
 when its own uid's delivery ends, so an agent cannot nest one deep enough to
@@ -31,7 +33,7 @@ import stat
 import time
 from collections.abc import Callable
 
-from core.evaluation.credentials import KEYCTL, RunAs, keyctl
+from core.evaluation.credentials import KEYCTL, RunAs, keyctl, unsealed
 from worker.workspace import remove_tree
 
 SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
@@ -185,15 +187,9 @@ def _clear_keys(user: RunAs) -> None:
     owned = 0 if KEYCTL is None else _keys_of(user.uid)
     if owned == 0:  # it never had a key (or this kernel has no keyrings)
         return
-    persistent = keyctl(_KEYCTL_GET_PERSISTENT, user.uid, _KEY_SPEC_THREAD_KEYRING)
-    emptied = True
-    if persistent > 0:
-        emptied = keyctl(_KEYCTL_CLEAR, persistent) == 0
-        keyctl(_KEYCTL_UNLINK, persistent, _KEY_SPEC_THREAD_KEYRING)
-    with user.this_thread():
-        for ring in (_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING):
-            emptied = keyctl(_KEYCTL_CLEAR, ring) == 0 and emptied
-        keyctl(_KEYCTL_LINK, _KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING)
+    # A thread that started the user's commands is refused the keyring calls for good
+    # (core.evaluation.credentials): the keys are emptied from one that never was.
+    persistent, emptied = unsealed(lambda: _empty(user))
     if not emptied:
         # Its owner may take its own write permission off a keyring, and no one
         # else may empty it then (not root, who does not possess it): its keys stay
@@ -212,6 +208,23 @@ def _clear_keys(user: RunAs) -> None:
             _report(user.uid, "its agent left keys no one can remove")
             return
         time.sleep(0.005)
+
+
+def _empty(user: RunAs) -> tuple[int, bool]:
+    """The user's keyrings emptied from the calling thread: its persistent keyring
+    linked into root's thread keyring, emptied and unlinked; its user and user session
+    keyrings emptied as the user. Returns the persistent keyring's id (0: it has
+    none) and whether all were emptied."""
+    persistent = keyctl(_KEYCTL_GET_PERSISTENT, user.uid, _KEY_SPEC_THREAD_KEYRING)
+    emptied = True
+    if persistent > 0:
+        emptied = keyctl(_KEYCTL_CLEAR, persistent) == 0
+        keyctl(_KEYCTL_UNLINK, persistent, _KEY_SPEC_THREAD_KEYRING)
+    with user.this_thread(seal=False):
+        for ring in (_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING):
+            emptied = keyctl(_KEYCTL_CLEAR, ring) == 0 and emptied
+        keyctl(_KEYCTL_LINK, _KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING)
+    return persistent, emptied
 
 
 # Run users whose keys outlived a second's wait in this process: no later delivery

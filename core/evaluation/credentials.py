@@ -25,7 +25,10 @@ live there and go with it, where no later run, the slot's next included, can
 open them by their names. Namespaces too are the thread's own: it enters the
 user's before it switches and leaves it after it is root again. So is the session
 keyring, which what the thread starts inherits: the thread seals its own first
-(`_seal_session`), so no run's processes share a keyring they may write.
+(`_seal`), so no run's processes share a keyring they may write, and refuses the
+keyring calls (add_key, request_key, keyctl) to itself and all it starts, as
+docker's default seccomp profile does: an agent could otherwise lock its user's
+keyrings against emptying, or pin one of its own there until the machine restarts.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ import contextlib
 import ctypes
 import os
 import platform
+import queue
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 # setresuid, setresgid, setgroups: the raw calls, which change the calling thread only.
 _SYSCALLS = {
@@ -72,15 +77,18 @@ class RunAs:
     ipc: int | None = None
 
     @contextlib.contextmanager
-    def this_thread(self) -> Iterator[None]:
+    def this_thread(self, seal: bool = True) -> Iterator[None]:
         """The calling thread is this user while the block runs (the worker's other
         threads stay root): processes it starts are the user's. Needs a root worker on
-        a SUPPORTED machine."""
+        a SUPPORTED machine. The thread is sealed for good first (`_seal`): only a
+        thread that starts nothing may skip that (`seal=False`), to reach the user's
+        keyrings itself."""
         if _CALLS is None:
             raise OSError(f"switching users is not supported on {platform.machine()}")
         setresuid, setresgid, setgroups = _CALLS
         groups = os.getgroups()
-        _seal_session()
+        if seal:
+            _seal()
         if self.ipc is not None:
             _enter(self.ipc)  # while root: entering a namespace takes CAP_SYS_ADMIN
         _call(setgroups, 0, None)
@@ -159,13 +167,144 @@ def _enter(namespace: int) -> None:
 _sealed = threading.local()
 
 
-def _seal_session() -> None:
-    """The calling thread's session keyring, which all it starts inherit, made one of
-    its own that no one may use, once per thread: the worker's (a systemd service's, a
-    container's, a login's) would be every run's agents' to leave keys in for the next.
-    (A kernel without keyrings, or one that refuses, leaves it as it was.)"""
-    if KEYCTL is None or getattr(_sealed, "done", False):
+def _seal() -> None:
+    """Once per thread: the calling thread's session keyring, which all it starts
+    inherit, made one of its own that no one may use (the worker's, a systemd
+    service's, a container's or a login's, would be every run's agents' to leave keys
+    in for the next); then the keyring calls refused to the thread and all it starts.
+    A kernel without keyrings, or one that refuses either, leaves that part as it
+    was."""
+    if getattr(_sealed, "done", False):
         return
-    if keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0) > 0:
+    # First: a thread takes its creator's filter and session keyring.
+    _unsealed_thread()
+    if KEYCTL is not None and keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0) > 0:
         keyctl(_KEYCTL_SETPERM, _KEY_SPEC_SESSION_KEYRING, 0)
+    _refuse_keyring_calls()
     _sealed.done = True
+
+
+T = TypeVar("T")
+
+
+def unsealed(call: Callable[[], T]) -> T:
+    """`call`'s value, called in a thread of this process the keyring calls are not
+    refused to (to empty a run user's keyrings): a thread inherits its creator's
+    filter, so that one is started before the process's first thread is sealed."""
+    return _unsealed_thread().run(call)
+
+
+class _Unsealed:
+    """A thread that runs the calls it is given, one at a time, for good."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="unsealed", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self.calls.get()()
+
+    def run(self, call: Callable[[], T]) -> T:
+        done = threading.Event()
+        box: list[T] = []
+        failed: list[BaseException] = []
+
+        def each() -> None:
+            try:
+                box.append(call())
+            except BaseException as exc:  # raised again in the caller's thread
+                failed.append(exc)
+            finally:
+                done.set()
+
+        self.calls.put(each)
+        done.wait()
+        if failed:
+            raise failed[0]
+        return box[0]
+
+
+_unsealed_lock = threading.Lock()
+_unsealed_one: _Unsealed | None = None
+
+
+def _unsealed_thread() -> _Unsealed:
+    """This process's (a forked child has none of its parent's threads)."""
+    global _unsealed_one
+    with _unsealed_lock:
+        if _unsealed_one is None or _unsealed_one.pid != os.getpid():
+            _unsealed_one = _Unsealed()
+        return _unsealed_one
+
+
+# The keyring calls by number (add_key, request_key, keyctl) for each ABI a process of
+# this machine may call the kernel with, by the audit architecture seccomp reports:
+# an x86_64 process may also make i386 calls (int 0x80), and x32 ones (the number
+# with bit 30 set, masked off below).
+_KEYRING_CALLS: dict[str, dict[int, tuple[int, ...]]] = {
+    "x86_64": {0xC000003E: (248, 249, 250), 0x40000003: (286, 287, 288)},
+    "aarch64": {0xC00000B7: (217, 218, 219), 0x40000028: (309, 310, 311)},
+    "riscv64": {0xC00000F3: (217, 218, 219)},
+}
+_X32_BIT = 0x40000000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | 1
+# Classic BPF: load a word of seccomp_data (nr at 0, arch at 4), AND, jump if equal,
+# return.
+_LD_ABS, _AND, _JEQ, _RET = 0x20, 0x54, 0x15, 0x06
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _keyring_filter(calls: dict[int, tuple[int, ...]]) -> list[tuple[int, int, int, int]]:
+    """A seccomp program, as (code, jt, jf, k) instructions, that fails the given calls
+    of each architecture with EPERM and allows everything else."""
+    program: list[tuple[int, int, int, int]] = []
+    deny_jumps: list[int] = []  # instructions whose true branch goes to the denial
+    for arch, numbers in calls.items():
+        block = [(_LD_ABS, 0, 0, 0), (_AND, 0, 0, 0xFFFFFFFF & ~_X32_BIT)]
+        block += [(_JEQ, 0, 0, number) for number in numbers]
+        # Not this architecture: past its block.
+        program += [(_LD_ABS, 0, 0, 4), (_JEQ, 0, len(block), arch)]
+        deny_jumps += range(len(program) + 2, len(program) + len(block))
+        program += block
+    program.append((_RET, 0, 0, _RET_ALLOW))
+    deny = len(program)
+    program.append((_RET, 0, 0, _RET_EPERM))
+    for at in deny_jumps:
+        code, _, jf, k = program[at]
+        program[at] = (code, deny - at - 1, jf, k)
+    return program
+
+
+def _refuse_keyring_calls() -> None:
+    """The keyring calls refused to the calling thread and all it starts from now on,
+    for good (a seccomp filter: root may install one without no_new_privs, so the
+    run's setuid programs keep working). Nothing where that cannot be (another
+    machine, no CAP_SYS_ADMIN): the keyrings are emptied at the delivery's end."""
+    calls = _KEYRING_CALLS.get(platform.machine())
+    if _libc is None or calls is None:
+        return
+    program = _keyring_filter(calls)
+    instructions = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
+    fprog = _SockFprog(len(program), instructions)
+    _libc.prctl(
+        ctypes.c_int(_PR_SET_SECCOMP),
+        ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+        ctypes.byref(fprog),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )

@@ -1,7 +1,8 @@
 """What a run's user leaves past its processes (worker.leftovers): an agent plants
-marks everywhere any user may write, in System V objects and in its keyrings, as
-the user itself; once cleared, nothing of it is left for the slot's next run, and
-nothing of anyone else's was touched."""
+marks everywhere any user may write, in System V objects and in its keyrings (as
+where the keyring calls are not refused to it), as the user itself; once cleared,
+nothing of it is left for the slot's next run, and nothing of anyone else's was
+touched."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from core.evaluation.credentials import SUPPORTED, RunAs
+from core.evaluation.credentials import SUPPORTED, RunAs, unsealed
 from tests.support.trees import nest
 from worker.confinement import RUN_UIDS
 from worker.leftovers import _sweep, clear_leftovers
@@ -74,6 +75,28 @@ def _as(user: RunAs, argv: list[str]) -> str:
     return done.stdout
 
 
+def _unsealed(user: RunAs, argv: list[str]) -> subprocess.Popen[str]:
+    """`argv` started as `user` with the keyring calls allowed, as where the kernel lets
+    no thread refuse them (a container's root, another machine): the keys this module
+    must clear then. From the process's unsealed thread: a thread that started a run's
+    command is refused them for good, and so is every thread it starts."""
+
+    def start() -> subprocess.Popen[str]:
+        with user.this_thread(seal=False):
+            return subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/"
+            )
+
+    return unsealed(start)
+
+
+def _keys_as(user: RunAs, script: str, *args: str) -> str:
+    process = _unsealed(user, [PYTHON, "-c", script, *args])
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return out
+
+
 def _ipc_of(user: RunAs) -> list[str]:
     """The System V objects `user` owns, as /proc lists them."""
     owned = []
@@ -128,9 +151,9 @@ def test_what_the_user_left_anywhere_any_user_may_write_is_gone_and_only_that(
         deep = Path(f"/tmp/deep-{token}")
         deep.mkdir()
         nest(deep)
-    _as(USER, [PYTHON, "-c", _KEYS, "plant"])
+    _keys_as(USER, _KEYS, "plant")
     assert len(_ipc_of(USER)) == 3
-    assert _as(USER, [PYTHON, "-c", _KEYS, "look"]).strip() != "[]"
+    assert _keys_as(USER, _KEYS, "look").strip() != "[]"
     hostname = Path("/etc/hostname").read_bytes()
 
     clear_leftovers(USER, RUN_UIDS)
@@ -150,7 +173,7 @@ def test_what_the_user_left_anywhere_any_user_may_write_is_gone_and_only_that(
     assert Path("/etc/hostname").read_bytes() == hostname  # a link's target is not followed
     assert shared.stat().st_mode & 0o7777 == 0o1777
     assert _ipc_of(USER) == []
-    assert _as(USER, [PYTHON, "-c", _KEYS, "look"]).strip() == "[]"
+    assert _keys_as(USER, _KEYS, "look").strip() == "[]"
 
 
 def test_a_world_writable_folder_of_another_run_user_is_left_to_its_own_sweep(
@@ -159,10 +182,12 @@ def test_a_world_writable_folder_of_another_run_user_is_left_to_its_own_sweep(
     """A run user's folder is deleted whole when its own delivery ends: another run's
     sweep does not walk it, so no agent can nest one deep to slow every sweep."""
     other_run = RunAs(RUN_UIDS.start + 17, RUN_UIDS.start + 17)
+    # Its own: tests run side by side, and this sweep would take another's marks.
+    planter = RunAs(2_000_000_015, 2_000_000_015)
     folder = Path(f"/tmp/run-{token}")
     _as(other_run, ["bash", "-c", f"mkdir -m 777 {folder}"])
-    _as(USER, ["bash", "-c", f"echo hi > {folder}/mark"])
-    clear_leftovers(USER, RUN_UIDS)
+    _as(planter, ["bash", "-c", f"echo hi > {folder}/mark"])
+    clear_leftovers(planter, RUN_UIDS)
     assert (folder / "mark").exists()
     clear_leftovers(other_run, RUN_UIDS)
     assert not folder.exists()
@@ -215,14 +240,14 @@ def test_keyrings_their_user_locked_are_reported_and_not_waited_for(
 ) -> None:
     locker = RunAs(2_000_000_013, 2_000_000_013)  # its own: tests run side by side
     try:
-        _as(locker, [PYTHON, "-c", _LOCK, "lock"])
+        _keys_as(locker, _LOCK, "lock")
         began = time.monotonic()
         with caplog.at_level("WARNING", logger="worker.leftovers"):
             clear_leftovers(locker, RUN_UIDS)
         assert time.monotonic() - began < 0.5  # not the second a collection may take
         assert f"run user {locker.uid}: its agent locked its keyrings" in caplog.text
     finally:
-        _as(locker, [PYTHON, "-c", _LOCK, "unlock"])
+        _keys_as(locker, _LOCK, "unlock")
     clear_leftovers(locker, RUN_UIDS)
     assert _keys_owned(locker) <= 3
 
@@ -246,8 +271,7 @@ def test_keys_that_outlive_the_clearing_are_reported_once_and_waited_for_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     holder_user = RunAs(2_000_000_014, 2_000_000_014)  # its own: tests run side by side
-    with holder_user.this_thread():
-        holder = subprocess.Popen([PYTHON, "-c", _HOLD], stdout=subprocess.PIPE, text=True, cwd="/")
+    holder = _unsealed(holder_user, [PYTHON, "-c", _HOLD])
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
         took = []

@@ -5,7 +5,10 @@ else's."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import ctypes
+import errno
 import os
 import platform
 import subprocess
@@ -14,7 +17,7 @@ import time
 
 import pytest
 
-from core.evaluation.credentials import SUPPORTED, RunAs
+from core.evaluation.credentials import SUPPORTED, RunAs, unsealed
 from tests.support.users import gone, pids_of
 
 pytestmark = pytest.mark.skipif(
@@ -23,7 +26,6 @@ pytestmark = pytest.mark.skipif(
 
 # Far from the uids worker.confinement leases, so no test run's sweep meets these.
 USER = RunAs(2_000_000_001, 2_000_000_001)
-OTHER = RunAs(2_000_000_002, 2_000_000_002)
 
 
 def _status(fields: tuple[str, ...]) -> dict[str, list[str]]:
@@ -81,19 +83,23 @@ python3 -c 'import ctypes, time; ctypes.CDLL(None).prctl(4, 0); time.sleep(300)'
 
 
 def test_kill_all_ends_every_process_of_the_user_and_none_of_another() -> None:
-    for user in (USER, OTHER):
-        with user.this_thread():
-            subprocess.Popen(["bash", "-c", _HIDING], start_new_session=True).wait()
-    deadline = time.monotonic() + 10
-    while len(pids_of(USER.uid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(pids_of(USER.uid)) == 2
+    # Their own: this file's other tests run USER's commands side by side, which the
+    # counts below would take for a hiding daemon.
+    hider, other = RunAs(2_000_000_004, 2_000_000_004), RunAs(2_000_000_005, 2_000_000_005)
     try:
-        assert USER.kill_all()
-        assert gone(USER.uid, timeout=10)
-        assert len(pids_of(OTHER.uid)) == 2
+        for user in (hider, other):
+            with user.this_thread():
+                subprocess.Popen(["bash", "-c", _HIDING], start_new_session=True).wait()
+        deadline = time.monotonic() + 10
+        while len(pids_of(hider.uid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(pids_of(hider.uid)) == 2
+        assert hider.kill_all()
+        assert gone(hider.uid, timeout=10)
+        assert len(pids_of(other.uid)) == 2
     finally:
-        OTHER.kill_all()
+        for user in (hider, other):
+            user.kill_all()
     assert os.getresuid() == (0, 0, 0)
 
 
@@ -138,3 +144,69 @@ def test_what_the_user_starts_cannot_use_the_workers_session_keyring() -> None:
     (workers, root_adds), (users, user_adds) = seen
     assert root_adds  # the worker's own, as a root child sees it
     assert users != workers and not user_adds
+
+
+# An agent's every way to the keyring calls, read independently of the code under
+# test: keyctl(KEYCTL_GET_KEYRING_ID, session), add_key and request_key by the native
+# numbers, keyctl again with x32's bit set, and (on x86_64) by the i386 ABI with
+# `int 0x80`, which seccomp reports as another architecture. Prints each one's errno
+# (0: it worked).
+_EVERY_WAY = r"""
+import ctypes, mmap, platform
+native = {"x86_64": (248, 249, 250)}.get(platform.machine(), (217, 218, 219))
+add_key, request_key, keyctl = native
+libc = ctypes.CDLL(None, use_errno=True)
+def errno(n, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(*[ctypes.c_long(a) if isinstance(a, int) else a for a in (n, *args)])
+    return ctypes.get_errno() if r < 0 else 0
+ways = {
+    "keyctl": errno(keyctl, 0, -3, 1),
+    "add_key": errno(add_key, b"user", b"mark", b"hi", 2, -4),
+    "request_key": errno(request_key, b"user", b"mark", None, -4),
+}
+if platform.machine() == "x86_64":
+    ways["x32 keyctl"] = errno(0x40000000 | keyctl, 0, -3, 1)
+    # push rbx; mov eax, 288 (i386 keyctl); xor ebx, ebx; mov ecx, -3; mov edx, 1;
+    # int 0x80; pop rbx; ret
+    code = bytes.fromhex("53b82001000031dbb9fdffffffba01000000cd805bc3")
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    function = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+    ways["i386 keyctl"] = -min(function(), 0)
+print(ways)
+"""
+
+
+def test_what_the_user_starts_is_refused_the_keyring_calls_by_every_way_in() -> None:
+    """An agent with keyring calls could lock its user's keyrings against emptying, or
+    pin one as a restriction of its user keyring until the machine restarts, and leave
+    keys there for the slot's next run: what a sealed thread starts is refused them,
+    as under docker's default seccomp profile, and the worker's other threads are not."""
+
+    def ways(user: RunAs | None) -> dict[str, int]:
+        with contextlib.nullcontext() if user is None else user.this_thread():
+            done = subprocess.run(
+                ["/usr/bin/python3", "-c", _EVERY_WAY], capture_output=True, text=True, cwd="/"
+            )
+        assert done.returncode == 0, done.stderr
+        return dict(ast.literal_eval(done.stdout))
+
+    seen: dict[str, dict[str, int]] = {}
+    agent = RunAs(2_000_000_003, 2_000_000_003)  # its own: tests run side by side
+
+    def sealed_thread() -> None:  # in a thread of its own: the filter stays with it
+        seen["user"] = ways(agent)
+        seen["root after"] = ways(None)  # as root, from the sealed thread: refused too
+
+    thread = threading.Thread(target=sealed_thread)
+    thread.start()
+    thread.join(30)
+    refused = {way: errno.EPERM for way in seen["user"]}
+    assert len(refused) == (5 if platform.machine() == "x86_64" else 3)
+    assert seen["user"] == refused and seen["root after"] == refused
+    # The process's unsealed thread is not refused them (nor is any thread not started
+    # from a sealed one: this test's may have been sealed by another test).
+    allowed = unsealed(lambda: ways(None))
+    assert allowed["keyctl"] == 0 and allowed["add_key"] == 0, allowed
+    assert allowed.get("i386 keyctl", 0) in (0, errno.ENOSYS)  # where the ABI is built
