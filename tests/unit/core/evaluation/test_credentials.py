@@ -138,8 +138,10 @@ def test_what_the_user_starts_cannot_use_the_workers_session_keyring() -> None:
         with USER.this_thread():
             seen.append(session_of_a_child())
 
+    # Started by the process's unsealed thread: one started by a thread that ran a
+    # user's command (this one may have, in another test) is refused keyctl itself.
     thread = threading.Thread(target=worker)
-    thread.start()
+    unsealed(thread.start)
     thread.join(30)
     (workers, root_adds), (users, user_adds) = seen
     assert root_adds  # the worker's own, as a root child sees it
