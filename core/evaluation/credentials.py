@@ -242,11 +242,12 @@ def _unsealed_thread() -> _Unsealed:
 # The keyring calls by number (add_key, request_key, keyctl) for each ABI a process of
 # this machine may call the kernel with, by the audit architecture seccomp reports:
 # an x86_64 process may also make i386 calls (int 0x80), and x32 ones (the number
-# with bit 30 set, masked off below).
+# with bit 30 set, masked off below); aarch64 and riscv64 kernels may run 32-bit
+# programs too.
 _KEYRING_CALLS: dict[str, dict[int, tuple[int, ...]]] = {
     "x86_64": {0xC000003E: (248, 249, 250), 0x40000003: (286, 287, 288)},
     "aarch64": {0xC00000B7: (217, 218, 219), 0x40000028: (309, 310, 311)},
-    "riscv64": {0xC00000F3: (217, 218, 219)},
+    "riscv64": {0xC00000F3: (217, 218, 219), 0x400000F3: (217, 218, 219)},
 }
 _X32_BIT = 0x40000000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
