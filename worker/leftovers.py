@@ -237,8 +237,8 @@ def _report(uid: int, what: str) -> None:
     if (uid, what) not in _reported:
         _reported.add((uid, what))
         log.warning(
-            "run user %d: %s, which later runs can read; a sandbox that blocks the "
-            "keyring calls (docker's) prevents it",
+            "run user %d: %s, which later runs can read; a root worker with "
+            "CAP_SYS_ADMIN refuses run users the keyring calls, and so does docker",
             uid,
             what,
         )

@@ -29,6 +29,8 @@ keyring, which what the thread starts inherits: the thread seals its own first
 keyring calls (add_key, request_key, keyctl) to itself and all it starts, as
 docker's default seccomp profile does: an agent could otherwise lock its user's
 keyrings against emptying, or pin one of its own there until the machine restarts.
+It refuses the ioctl that adds an fscrypt key too (docker's profile does not): on
+a filesystem with ext4's `encrypt` feature that puts a key where any uid may look.
 """
 
 from __future__ import annotations
@@ -239,22 +241,43 @@ def _unsealed_thread() -> _Unsealed:
         return _unsealed_one
 
 
-# The keyring calls by number (add_key, request_key, keyctl) for each ABI a process of
-# this machine may call the kernel with, by the audit architecture seccomp reports:
-# an x86_64 process may also make i386 calls (int 0x80), and x32 ones (the number
-# with bit 30 set, masked off below); aarch64 and riscv64 kernels may run 32-bit
-# programs too.
-_KEYRING_CALLS: dict[str, dict[int, tuple[int, ...]]] = {
-    "x86_64": {0xC000003E: (248, 249, 250), 0x40000003: (286, 287, 288)},
-    "aarch64": {0xC00000B7: (217, 218, 219), 0x40000028: (309, 310, 311)},
-    "riscv64": {0xC00000F3: (217, 218, 219), 0x400000F3: (217, 218, 219)},
+@dataclass(frozen=True)
+class _Abi:
+    """One way a process may call the kernel, by the audit architecture seccomp reports
+    for it: its keyring calls' numbers (add_key, request_key, keyctl) and its ioctl's,
+    by which a process adds an fscrypt key to a filesystem's keyring, readable by any
+    uid, where a filesystem with ext4's `encrypt` feature is at hand."""
+
+    arch: int
+    keyring: tuple[int, int, int]
+    ioctl: tuple[int, ...]
+
+
+# An x86_64 process may also make i386 calls (int 0x80) and x32 ones (the number with
+# bit 30 set, masked off below: x32's ioctl is 514); aarch64 and riscv64 kernels may
+# run 32-bit programs too.
+_ABIS: dict[str, tuple[_Abi, ...]] = {
+    "x86_64": (
+        _Abi(0xC000003E, (248, 249, 250), (16, 514)),
+        _Abi(0x40000003, (286, 287, 288), (54,)),
+    ),
+    "aarch64": (
+        _Abi(0xC00000B7, (217, 218, 219), (29,)),
+        _Abi(0x40000028, (309, 310, 311), (54,)),
+    ),
+    "riscv64": (
+        _Abi(0xC00000F3, (217, 218, 219), (29,)),
+        _Abi(0x400000F3, (217, 218, 219), (29,)),
+    ),
 }
 _X32_BIT = 0x40000000
+_FS_IOC_ADD_ENCRYPTION_KEY = 0xC0506617  # the kernel reads an ioctl's command as 32 bits
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | 1
-# Classic BPF: load a word of seccomp_data (nr at 0, arch at 4), AND, jump if equal,
-# return.
+# Classic BPF: load a word of seccomp_data (nr at 0, arch at 4, the low word of the
+# second argument at 24 on a little-endian machine), AND, jump if equal, return.
 _LD_ABS, _AND, _JEQ, _RET = 0x20, 0x54, 0x15, 0x06
+_NR, _ARCH, _ARG1 = 0, 4, 24
 
 
 class _SockFilter(ctypes.Structure):
@@ -270,25 +293,34 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _keyring_filter(calls: dict[int, tuple[int, ...]]) -> list[tuple[int, int, int, int]]:
-    """A seccomp program, as (code, jt, jf, k) instructions, that fails the given calls
-    of each architecture with EPERM and allows everything else."""
-    program: list[tuple[int, int, int, int]] = []
-    deny_jumps: list[int] = []  # instructions whose true branch goes to the denial
-    for arch, numbers in calls.items():
-        block = [(_LD_ABS, 0, 0, 0), (_AND, 0, 0, 0xFFFFFFFF & ~_X32_BIT)]
-        block += [(_JEQ, 0, 0, number) for number in numbers]
-        # Not this architecture: past its block.
-        program += [(_LD_ABS, 0, 0, 4), (_JEQ, 0, len(block), arch)]
-        deny_jumps += range(len(program) + 2, len(program) + len(block))
-        program += block
-    program.append((_RET, 0, 0, _RET_ALLOW))
-    deny = len(program)
-    program.append((_RET, 0, 0, _RET_EPERM))
-    for at in deny_jumps:
-        code, _, jf, k = program[at]
-        program[at] = (code, deny - at - 1, jf, k)
-    return program
+def _keyring_filter(abis: tuple[_Abi, ...]) -> list[tuple[int, int, int, int]]:
+    """A seccomp program, as (code, jt, jf, k) instructions, that fails each ABI's
+    keyring calls, and its ioctl that adds an fscrypt key, with EPERM and allows
+    everything else."""
+    # Written with labels for jump targets (None: the next instruction), then resolved.
+    steps: list[tuple[int, str | None, str | None, int] | str] = []
+    for n, abi in enumerate(abis):
+        after, command = f"after {n}", f"command {n}"
+        steps += [(_LD_ABS, None, None, _ARCH), (_JEQ, None, after, abi.arch)]
+        steps += [(_LD_ABS, None, None, _NR), (_AND, None, None, 0xFFFFFFFF & ~_X32_BIT)]
+        steps += [(_JEQ, "deny", None, number) for number in abi.keyring]
+        steps += [(_JEQ, command, None, number) for number in abi.ioctl]
+        steps += [(_JEQ, after, after, 0)]  # neither: past the command's check
+        steps += [command, (_LD_ABS, None, None, _ARG1)]
+        steps += [(_JEQ, "deny", None, _FS_IOC_ADD_ENCRYPTION_KEY), after]
+    steps += [(_RET, None, None, _RET_ALLOW), "deny", (_RET, None, None, _RET_EPERM)]
+    at: dict[str, int] = {}
+    program: list[tuple[int, str | None, str | None, int]] = []
+    for step in steps:
+        if isinstance(step, str):
+            at[step] = len(program)
+        else:
+            program.append(step)
+
+    def offset(label: str | None, index: int) -> int:
+        return 0 if label is None else at[label] - index - 1
+
+    return [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(program)]
 
 
 def _refuse_keyring_calls() -> None:
@@ -296,10 +328,10 @@ def _refuse_keyring_calls() -> None:
     for good (a seccomp filter: root may install one without no_new_privs, so the
     run's setuid programs keep working). Nothing where that cannot be (another
     machine, no CAP_SYS_ADMIN): the keyrings are emptied at the delivery's end."""
-    calls = _KEYRING_CALLS.get(platform.machine())
-    if _libc is None or calls is None:
+    abis = _ABIS.get(platform.machine())
+    if _libc is None or abis is None:
         return
-    program = _keyring_filter(calls)
+    program = _keyring_filter(abis)
     instructions = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
     fprog = _SockFprog(len(program), instructions)
     _libc.prctl(

@@ -11,9 +11,12 @@ import ctypes
 import errno
 import os
 import platform
+import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -148,15 +151,15 @@ def test_what_the_user_starts_cannot_use_the_workers_session_keyring() -> None:
     assert users != workers and not user_adds
 
 
-# An agent's every way to the keyring calls, read independently of the code under
-# test: keyctl(KEYCTL_GET_KEYRING_ID, session), add_key and request_key by the native
-# numbers, keyctl again with x32's bit set, and (on x86_64) by the i386 ABI with
-# `int 0x80`, which seccomp reports as another architecture. Prints each one's errno
-# (0: it worked).
+# An agent's every way to a keyring, read independently of the code under test:
+# keyctl(KEYCTL_GET_KEYRING_ID, session), add_key and request_key by the native
+# numbers, the ioctl that adds an fscrypt key, keyctl again with x32's bit set, and
+# (on x86_64) by the i386 ABI with `int 0x80`, which seccomp reports as another
+# architecture. Prints each one's errno (0: it worked).
 _EVERY_WAY = r"""
-import ctypes, mmap, platform
-native = {"x86_64": (248, 249, 250)}.get(platform.machine(), (217, 218, 219))
-add_key, request_key, keyctl = native
+import ctypes, mmap, os, platform
+native = {"x86_64": (248, 249, 250, 16)}.get(platform.machine(), (217, 218, 219, 29))
+add_key, request_key, keyctl, ioctl = native
 libc = ctypes.CDLL(None, use_errno=True)
 def errno(n, *args):
     ctypes.set_errno(0)
@@ -166,6 +169,9 @@ ways = {
     "keyctl": errno(keyctl, 0, -3, 1),
     "add_key": errno(add_key, b"user", b"mark", b"hi", 2, -4),
     "request_key": errno(request_key, b"user", b"mark", None, -4),
+    # FS_IOC_ADD_ENCRYPTION_KEY on a folder: an fscrypt key, on a filesystem that
+    # has ext4's `encrypt` feature (this one need not: the filter answers first).
+    "fscrypt key": errno(ioctl, os.open("/", os.O_RDONLY), 0xC0506617, bytes(80)),
 }
 if platform.machine() == "x86_64":
     ways["x32 keyctl"] = errno(0x40000000 | keyctl, 0, -3, 1)
@@ -183,8 +189,9 @@ print(ways)
 def test_what_the_user_starts_is_refused_the_keyring_calls_by_every_way_in() -> None:
     """An agent with keyring calls could lock its user's keyrings against emptying, or
     pin one as a restriction of its user keyring until the machine restarts, and leave
-    keys there for the slot's next run: what a sealed thread starts is refused them,
-    as under docker's default seccomp profile, and the worker's other threads are not."""
+    keys there for the slot's next run: what a sealed thread starts is refused them
+    (as under docker's default seccomp profile), and the ioctl that adds an fscrypt
+    key too (which docker's allows); the process's unsealed thread is not."""
 
     def ways(user: RunAs | None) -> dict[str, int]:
         with contextlib.nullcontext() if user is None else user.this_thread():
@@ -205,10 +212,80 @@ def test_what_the_user_starts_is_refused_the_keyring_calls_by_every_way_in() -> 
     thread.start()
     thread.join(30)
     refused = {way: errno.EPERM for way in seen["user"]}
-    assert len(refused) == (5 if platform.machine() == "x86_64" else 3)
+    assert len(refused) == (6 if platform.machine() == "x86_64" else 4)
     assert seen["user"] == refused and seen["root after"] == refused
     # The process's unsealed thread is not refused them (nor is any thread not started
     # from a sealed one: this test's may have been sealed by another test).
     allowed = unsealed(lambda: ways(None))
     assert allowed["keyctl"] == 0 and allowed["add_key"] == 0, allowed
+    assert allowed["fscrypt key"] not in (0, errno.EPERM)  # no such filesystem here
     assert allowed.get("i386 keyctl", 0) in (0, errno.ENOSYS)  # where the ABI is built
+
+
+# Adds a v2 fscrypt key (FS_IOC_ADD_ENCRYPTION_KEY: struct fscrypt_add_key_arg, its
+# key specifier of type IDENTIFIER, 64 raw bytes) to the filesystem of the folder
+# given, as the helper trial did: prints the errno (0: added, for any uid to find).
+_FSCRYPT = r"""
+import ctypes, os, platform, struct, sys
+ioctl = {"x86_64": 16}.get(platform.machine(), 29)
+libc = ctypes.CDLL(None, use_errno=True)
+spec = struct.pack("<II32s", 2, 0, bytes(32))
+arg = ctypes.create_string_buffer(spec + struct.pack("<II32s", 64, 0, bytes(32)) + b"k" * 64)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+ctypes.set_errno(0)
+done = libc.syscall(ctypes.c_long(ioctl), ctypes.c_long(fd), ctypes.c_long(0xC0506617), arg)
+print(ctypes.get_errno() if done < 0 else 0)
+"""
+
+
+@pytest.fixture
+def encrypting_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A small ext4 with the `encrypt` feature, loop-mounted (what a host's disk may
+    have); skipped where this machine cannot make one."""
+    image, mounted = tmp_path / "fs.img", tmp_path / "mounted"
+    mounted.mkdir()
+    tools = ["mkfs.ext4", "mount", "umount"]
+    if any(shutil.which(tool) is None for tool in tools):
+        pytest.skip("no mkfs.ext4 or mount here")
+    with image.open("wb") as made:
+        made.truncate(16 * 1024 * 1024)
+    steps = (
+        ["mkfs.ext4", "-q", "-O", "encrypt", str(image)],
+        ["mount", "-o", "loop", str(image), str(mounted)],
+    )
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make an encrypting filesystem here: {done.stderr.strip()}")
+    try:
+        os.chmod(mounted, 0o755)
+        yield mounted
+    finally:
+        subprocess.run(["umount", "-l", str(mounted)], check=False)  # its keys go with it
+
+
+def test_an_fscrypt_key_cannot_be_added_by_what_the_user_starts(
+    encrypting_filesystem: Path,
+) -> None:
+    """Found by a helper's trial: FS_IOC_ADD_ENCRYPTION_KEY, an ioctl on any folder of
+    a filesystem with ext4's `encrypt` feature, puts a key in that filesystem's
+    keyring, where any uid may look for it and no end of a delivery clears it."""
+    agent = RunAs(2_000_000_006, 2_000_000_006)  # its own: tests run side by side
+    argv = ["/usr/bin/python3", "-c", _FSCRYPT, str(encrypting_filesystem)]
+    seen: list[str] = []
+
+    def sealed_thread() -> None:
+        with agent.this_thread():
+            seen.append(subprocess.run(argv, capture_output=True, text=True, cwd="/").stdout)
+
+    thread = threading.Thread(target=sealed_thread)
+    thread.start()
+    thread.join(30)
+    assert seen == [f"{errno.EPERM}\n"]
+
+    # The way in is real: unsealed, the same uid adds the key.
+    def unsealed_run() -> str:
+        with agent.this_thread(seal=False):
+            return subprocess.run(argv, capture_output=True, text=True, cwd="/").stdout
+
+    assert unsealed(unsealed_run) == "0\n"

@@ -1,6 +1,7 @@
-"""The seccomp program that refuses the keyring calls (core.evaluation.credentials),
-run by a small classic-BPF interpreter for every machine it is built for: on this
-machine only its own architecture can be tried live (test_credentials)."""
+"""The seccomp program that refuses the keyring calls and the ioctl that adds an
+fscrypt key (core.evaluation.credentials), run by a small classic-BPF interpreter
+for every machine it is built for: on this machine only its own architecture can
+be tried live (test_credentials)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ import struct
 
 import pytest
 
-from core.evaluation.credentials import _KEYRING_CALLS, _keyring_filter
+from core.evaluation.credentials import _ABIS, _keyring_filter
 
 ALLOW, EPERM = 0x7FFF0000, 0x00050001
+ADD_KEY = 0xC0506617  # FS_IOC_ADD_ENCRYPTION_KEY
 
 
-def _run(program: list[tuple[int, int, int, int]], nr: int, arch: int) -> int:
-    """What the program returns for a call (nr, arch): the instructions it uses, as the
-    kernel's classic BPF runs them over struct seccomp_data."""
-    data = struct.pack("<iI", nr, arch) + bytes(56)
+def _run(program: list[tuple[int, int, int, int]], nr: int, arch: int, arg1: int = 0) -> int:
+    """What the program returns for a call (nr, arch, its second argument): the
+    instructions it uses, as the kernel's classic BPF runs them over struct
+    seccomp_data (nr, arch, instruction pointer, six arguments; little-endian)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, 0, arg1, 0, 0, 0, 0)
     accumulator, at = 0, 0
     while True:
         code, jt, jf, k = program[at]
@@ -33,19 +36,27 @@ def _run(program: list[tuple[int, int, int, int]], nr: int, arch: int) -> int:
         at += 1
 
 
-@pytest.mark.parametrize("machine", sorted(_KEYRING_CALLS))
-def test_the_keyring_calls_of_every_abi_are_refused_and_nothing_else(machine: str) -> None:
-    calls = _KEYRING_CALLS[machine]
-    program = _keyring_filter(calls)
+@pytest.mark.parametrize("machine", sorted(_ABIS))
+def test_the_keyring_calls_and_fscrypt_keys_of_every_abi_are_refused_and_nothing_else(
+    machine: str,
+) -> None:
+    abis = _ABIS[machine]
+    program = _keyring_filter(abis)
     assert len(program) < 64 and all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in program)
-    every_number = {n for numbers in calls.values() for n in numbers}
-    for arch, numbers in calls.items():
-        for nr in numbers:
-            assert _run(program, nr, arch) == EPERM, (arch, nr)
-            assert _run(program, 0x40000000 | nr, arch) == EPERM, (arch, nr)  # x32's bit
-        # Every other call of the architecture, the others' keyring numbers included
-        # (i386's 286 is another call on x86_64).
-        for nr in set(range(512)) - set(numbers):
-            assert _run(program, nr, arch) == ALLOW, (arch, nr)
-    for nr in every_number:
-        assert _run(program, nr, 0xDEADBEEF) == ALLOW  # an architecture it does not know
+    for abi in abis:
+        for nr in abi.keyring:
+            assert _run(program, nr, abi.arch) == EPERM, (abi, nr)
+            assert _run(program, 0x40000000 | nr, abi.arch) == EPERM, (abi, nr)  # x32's bit
+        for nr in abi.ioctl:
+            assert _run(program, nr, abi.arch, ADD_KEY) == EPERM, (abi, nr)
+            # The kernel reads the command's low 32 bits: high ones change nothing.
+            assert _run(program, nr, abi.arch, (1 << 40) | ADD_KEY) == EPERM, (abi, nr)
+            for other in (0, 0x5401, ADD_KEY + 1, 0xC0406618):  # TCGETS, REMOVE_..._KEY
+                assert _run(program, nr, abi.arch, other) == ALLOW, (abi, nr, other)
+        # Every other call of the ABI, with that command too (another ABI's keyring
+        # numbers among them: i386's 286 is another call on x86_64).
+        for nr in set(range(600)) - set(abi.keyring) - set(abi.ioctl):
+            assert _run(program, nr, abi.arch, ADD_KEY) == ALLOW, (abi, nr)
+    for abi in abis:  # an architecture the program does not know
+        for nr in (*abi.keyring, *abi.ioctl):
+            assert _run(program, nr, 0xDEADBEEF, ADD_KEY) == ALLOW
