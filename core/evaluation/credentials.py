@@ -273,6 +273,8 @@ _ABIS: dict[str, tuple[_Abi, ...]] = {
 _X32_BIT = 0x40000000
 _FS_IOC_ADD_ENCRYPTION_KEY = 0xC0506617  # the kernel reads an ioctl's command as 32 bits
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_CALL = {"x86_64": 317, "aarch64": 277, "riscv64": 277}
+_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_SPEC_ALLOW = 1, 1 << 2
 _RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | 1
 # Classic BPF: load a word of seccomp_data (nr at 0, arch at 4, the low word of the
 # second argument at 24 on a little-endian machine), AND, jump if equal, return.
@@ -334,6 +336,22 @@ def _refuse_keyring_calls() -> None:
     program = _keyring_filter(abis)
     instructions = (_SockFilter * len(program))(*(_SockFilter(*step) for step in program))
     fprog = _SockFprog(len(program), instructions)
+    # With SPEC_ALLOW: before Linux 5.16 a filter also turned on the speculative store
+    # bypass mitigation for the thread and all it starts, which slows every agent and
+    # protects nothing of the worker's. A kernel without the flag (before 4.17) or
+    # without seccomp(2) by number here takes the filter by prctl.
+    seccomp = _SECCOMP_CALL.get(platform.machine())
+    if (
+        seccomp is not None
+        and _libc.syscall(
+            ctypes.c_long(seccomp),
+            ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
+            ctypes.c_ulong(_SECCOMP_FILTER_FLAG_SPEC_ALLOW),
+            ctypes.byref(fprog),
+        )
+        == 0
+    ):
+        return
     _libc.prctl(
         ctypes.c_int(_PR_SET_SECCOMP),
         ctypes.c_ulong(_SECCOMP_MODE_FILTER),
