@@ -1,5 +1,5 @@
 """The seccomp program that refuses the keyring calls and the ioctl that adds an
-fscrypt key (core.evaluation.credentials), run by a small classic-BPF interpreter
+fscrypt key (core.evaluation.syscall_filter), run by a small classic-BPF interpreter
 for every machine it is built for: on this machine only its own architecture can
 be tried live (test_credentials)."""
 
@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from core.evaluation.credentials import _ABIS, _keyring_filter
+from core.evaluation.syscall_filter import ABIS, keyring_filter
 
 ALLOW, EPERM = 0x7FFF0000, 0x00050001
 ADD_KEY = 0xC0506617  # FS_IOC_ADD_ENCRYPTION_KEY
@@ -36,12 +36,12 @@ def _run(program: list[tuple[int, int, int, int]], nr: int, arch: int, arg1: int
         at += 1
 
 
-@pytest.mark.parametrize("machine", sorted(_ABIS))
+@pytest.mark.parametrize("machine", sorted(ABIS))
 def test_the_keyring_calls_and_fscrypt_keys_of_every_abi_are_refused_and_nothing_else(
     machine: str,
 ) -> None:
-    abis = _ABIS[machine]
-    program = _keyring_filter(abis)
+    abis = ABIS[machine]
+    program = keyring_filter(abis)
     assert len(program) < 64 and all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in program)
     for abi in abis:
         for nr in abi.keyring:
