@@ -39,10 +39,10 @@ import contextlib
 import ctypes
 import os
 import platform
-import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -195,49 +195,20 @@ def unsealed(call: Callable[[], T]) -> T:
     """`call`'s value, called in a thread of this process the keyring calls are not
     refused to (to empty a run user's keyrings): a thread inherits its creator's
     filter, so that one is started before the process's first thread is sealed."""
-    return _unsealed_thread().run(call)
-
-
-class _Unsealed:
-    """A thread that runs the calls it is given, one at a time, for good."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="unsealed", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            self.calls.get()()
-
-    def run(self, call: Callable[[], T]) -> T:
-        done = threading.Event()
-        box: list[T] = []
-        failed: list[BaseException] = []
-
-        def each() -> None:
-            try:
-                box.append(call())
-            except BaseException as exc:  # raised again in the caller's thread
-                failed.append(exc)
-            finally:
-                done.set()
-
-        self.calls.put(each)
-        done.wait()
-        if failed:
-            raise failed[0]
-        return box[0]
+    return _unsealed_thread().submit(call).result()
 
 
 _unsealed_lock = threading.Lock()
-_unsealed_one: _Unsealed | None = None
+_unsealed_one: tuple[int, ThreadPoolExecutor] | None = None  # with the pid it is of
 
 
-def _unsealed_thread() -> _Unsealed:
-    """This process's (a forked child has none of its parent's threads)."""
+def _unsealed_thread() -> ThreadPoolExecutor:
+    """This process's one thread (a forked child has none of its parent's threads),
+    started by the caller: an executor of one starts its thread at its first call."""
     global _unsealed_one
     with _unsealed_lock:
-        if _unsealed_one is None or _unsealed_one.pid != os.getpid():
-            _unsealed_one = _Unsealed()
-        return _unsealed_one
+        if _unsealed_one is None or _unsealed_one[0] != os.getpid():
+            one = ThreadPoolExecutor(max_workers=1, thread_name_prefix="unsealed")
+            one.submit(int).result()
+            _unsealed_one = (os.getpid(), one)
+        return _unsealed_one[1]

@@ -430,12 +430,12 @@ def kill_groups_by_env(name: str, value: str, since: PidMark | None = None) -> i
     # place: a left-behind `setsid sleep` caught there would be passed by. Read again;
     # one that keeps its arguments without an environment was started that way.
     for _ in range(_EXEC_RETRIES):
-        unread = {pid: seen for pid, seen in unread.items() if seen < 3}
-        if not unread:
+        pending = {pid: seen for pid, seen in unread.items() if seen < 3}
+        if not pending:
             break
         time.sleep(0.005)
-        for pid, seen in list(unread.items()):
-            del unread[pid]
+        unread = {}
+        for pid, seen in pending.items():
             _read_marked(pid, entry, found, unread, seen)
     for pgid in set(found.values()) - {os.getpgrp()}:
         kill_group(pgid)
