@@ -16,6 +16,8 @@ import os
 import secrets
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -129,12 +131,13 @@ class EmbeddedRedis:
         socket's address may be (107 bytes on Linux, a deep working folder): then in a
         private folder of its own, made for this start under $XDG_RUNTIME_DIR (or the
         temporary folder), as short as it gets."""
-        inside = self.private / "redis.sock"
+        inside = self.private / _SOCKET
         if len(os.fsencode(inside)) <= _MAX_SOCKET_PATH:
             return inside
-        base = os.environ.get("XDG_RUNTIME_DIR") or None
-        self._socket_dir = Path(tempfile.mkdtemp(prefix="evalfleet-", dir=base))  # 0700
-        return self._socket_dir / "redis.sock"
+        base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+        remove_stale_socket_dirs(Path(base))
+        self._socket_dir = Path(tempfile.mkdtemp(prefix=_SOCKET_DIR_PREFIX, dir=base))  # 0700
+        return self._socket_dir / _SOCKET
 
     def stop(self) -> None:
         if self.proc is None:
@@ -161,6 +164,48 @@ class EmbeddedRedis:
 # A Unix socket's address holds 108 bytes with its final NUL; a margin for the kernel's
 # and the clients' own checks.
 _MAX_SOCKET_PATH = 100
+_SOCKET = "redis.sock"
+_SOCKET_DIR_PREFIX = "evalfleet-"
+# A socket this young may be a Redis's that is starting (bound, not yet listening).
+_STALE_AFTER_S = 60.0
+
+
+def remove_stale_socket_dirs(base: Path) -> list[Path]:
+    """The socket folders under `base` of embedded Redis servers that are gone, removed;
+    which. `stop` removes its own, but a Redis killed (by the OOM killer, by pid, with a
+    CLI that could not stop it) left its folder behind, one a run. Only a folder of this
+    user's, named as ours are, holding nothing but an old socket that no one listens on."""
+    removed = []
+    for folder in base.glob(f"{_SOCKET_DIR_PREFIX}*"):
+        socket_path = folder / _SOCKET
+        try:
+            info = folder.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            if os.listdir(folder) != [_SOCKET]:
+                continue
+            sock = socket_path.lstat()
+            if not stat.S_ISSOCK(sock.st_mode) or time.time() - sock.st_mtime < _STALE_AFTER_S:
+                continue
+            if _listened_on(socket_path):
+                continue
+            socket_path.unlink()
+            folder.rmdir()
+        except OSError:  # gone meanwhile, or not ours to remove: left as it is
+            continue
+        removed.append(folder)
+    return removed
+
+
+def _listened_on(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return False
+        except OSError:  # not ours to judge: kept
+            return True
+    return True
 
 
 def _config(state_dir: Path, socket_path: Path, password: str) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,6 +175,51 @@ def test_the_bundled_redis_serves_when_none_is_on_path(
     # AOF persistence: a new server on the same folder has the data.
     with EmbeddedRedis(state) as server:
         assert redis.Redis.from_url(redis_py_url(server.url)).get("kept") == b"yes"
+
+
+def _socket_folder(base: Path, name: str, *, listening: bool, age_s: float) -> socket.socket:
+    """`base/name/redis.sock`, bound and, unless `listening`, closed again (a dead Redis's)."""
+    folder = base / name
+    folder.mkdir(mode=0o700)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(folder / "redis.sock"))
+    if listening:
+        server.listen()
+    else:
+        server.close()
+    then = time.time() - age_s
+    os.utime(folder / "redis.sock", (then, then), follow_symlinks=False)
+    return server
+
+
+def test_a_deep_folders_redis_gets_a_short_socket_folder_and_dead_ones_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project folder too deep for a Unix socket's address: the socket goes to a folder
+    of its own under XDG_RUNTIME_DIR, removed at stop. Those a killed Redis left there
+    are removed by the next such start; nothing else is."""
+    runtime = Path(tempfile.mkdtemp(prefix="ef-rt-"))  # short, whatever tmp_path is
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    live = _socket_folder(runtime, "evalfleet-live", listening=True, age_s=600)
+    try:
+        _socket_folder(runtime, "evalfleet-dead", listening=False, age_s=600)
+        _socket_folder(runtime, "evalfleet-young", listening=False, age_s=0)
+        _socket_folder(runtime, "evalfleet-more", listening=False, age_s=600)
+        (runtime / "evalfleet-more" / "notes.txt").write_text("not a socket folder's\n")
+        _socket_folder(runtime, "other-dead", listening=False, age_s=600)
+        state = tmp_path / ("deep" * 25) / ".evalfleet"
+        with EmbeddedRedis(state) as server:
+            (own,) = set(runtime.iterdir()) - {
+                runtime / n
+                for n in ("evalfleet-live", "evalfleet-young", "evalfleet-more", "other-dead")
+            }
+            assert own.name.startswith("evalfleet-") and own.name != "evalfleet-dead"
+            assert redis.Redis.from_url(redis_py_url(server.url)).ping()
+        kept = sorted(p.name for p in runtime.iterdir())
+        assert kept == ["evalfleet-live", "evalfleet-more", "evalfleet-young", "other-dead"]
+    finally:
+        live.close()
+        shutil.rmtree(runtime)
 
 
 def test_submit_from_a_project_with_its_own_core_and_worker_packages(
