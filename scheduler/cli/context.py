@@ -124,9 +124,10 @@ class CLIContext:
                 "submit here would run them first)"
             )
         return (
-            f"interrupted; {exp_id} is paused: later submits here leave its runs not yet "
-            f"run alone, `scheduler resume {exp_id}` finishes it, `scheduler cancel "
-            f"{exp_id}` records them cancelled and prints its report"
+            # "interrupted", as `scheduler list` and `status` then show it.
+            f"interrupted; {exp_id} waits, its runs not yet run left alone by later submits "
+            f"here: `scheduler resume {exp_id}` finishes it, `scheduler cancel {exp_id}` "
+            "records them cancelled and prints its report"
         )
 
     @property

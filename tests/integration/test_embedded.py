@@ -417,7 +417,7 @@ def _interrupted(
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     said = " ".join(stderr.split())
-    found = re.search(r"interrupted; (first-\S+) is paused", said)
+    found = re.search(r"interrupted; (first-\S+) waits", said)
     assert found is not None, said
     return log, found[1], said
 
