@@ -287,7 +287,8 @@ def _hand_over(run_dir: RunDir, user: RunAs) -> None:
     try:
         for folder in (work_root(), run_dir.root):
             folder.chmod(0o711)
-        run_dir.prompt_file.chmod(0o644)
+        for readable in (run_dir.prompt_file, run_dir.git_config):
+            readable.chmod(0o644)
         run_dir.events_file.touch()
         for top in (run_dir.workspace, run_dir.home, run_dir.events_file, run_dir.logs):
             chown_tree(top, user)

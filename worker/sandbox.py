@@ -60,8 +60,9 @@ def bwrap_argv(
     run_dir.events_file.touch()  # a bind mount needs the file to exist
     # The agent's own home (worker.workspace.own_home) is its to write.
     home = ["--bind", str(run_dir.home), str(run_dir.home)] if run_dir.home.is_dir() else []
-    prompt = str(run_dir.prompt_file)
-    prompt_bind = ["--ro-bind", prompt, prompt] if run_dir.prompt_file.is_file() else []
+    # The files it is handed, read-only: its prompt and its git identity.
+    handed = [str(f) for f in (run_dir.prompt_file, run_dir.git_config) if f.is_file()]
+    handed_binds = [arg for path in handed for arg in ("--ro-bind", path, path)]
     shown = ["--ro-bind", str(files), str(files)] if files is not None else []
     masks = []
     for path in hidden:
@@ -90,7 +91,7 @@ def bwrap_argv(
         *masks,
         "--bind", workspace, workspace,
         "--bind", events, events,
-        *prompt_bind,
+        *handed_binds,
         *home,
         *task,
         "--unshare-all",

@@ -78,6 +78,11 @@ class RunDir:
         return self.root / "prompt.txt"
 
     @functools.cached_property
+    def git_config(self) -> Path:
+        """The run's default git identity, as git's system config (GIT_IDENTITY)."""
+        return self.root / "gitconfig"
+
+    @functools.cached_property
     def events_file(self) -> Path:
         return self.root / "events.jsonl"
 
@@ -254,9 +259,11 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
         _write_in_place(run_dir.prompt_file, prompt.encode())
-        # A spare's prompt keeps its inode, and the access time the last agent's read
+        _write_in_place(run_dir.git_config, GIT_IDENTITY)
+        # A spare's files keep their inodes, and the access time the last agent's read
         # set (at a moment of its choosing) would reach this run: both times set anew.
-        os.utime(run_dir.prompt_file)
+        for handed_on in (run_dir.prompt_file, run_dir.git_config):
+            os.utime(handed_on)
         if scenario.environment is not None:
             for folder in ("agent", "verifier"):
                 (run_dir.logs / folder).mkdir(parents=True)
@@ -264,8 +271,23 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
         raise SetupError(f"preparing the workspace failed: {exc}") from exc
 
 
+# Slot users have no passwd entry, and a run's home no git config: git refused every
+# commit ("unable to auto-detect name"). This is git's system config for the run's
+# commands (GIT_CONFIG_SYSTEM), so every other config comes before it: the machine's
+# own (included after ours, so its values win), the run's global one (`git config
+# --global`, in the run's home) and the repository's.
+GIT_IDENTITY = b"""\
+# evalfleet: the run's default git identity; any other git config of the run wins.
+[user]
+\tname = evalfleet agent
+\temail = agent@evalfleet.invalid
+[include]
+\tpath = /etc/gitconfig
+"""
+
+
 def _write_in_place(path: Path, data: bytes) -> None:
-    """`path` holds `data`, written over a spare's prompt rather than truncated first:
+    """`path` holds `data`, written over a spare's file rather than truncated first:
     on a disk mounted with `discard`, freeing a file's block sends a discard, and a
     truncating write took 185 us where this takes 10 (the same inode either way)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -356,22 +378,21 @@ def _drop_spare() -> None:
 def put_away(run_dir: RunDir, own_user: bool) -> None:
     """The delivery is over, its processes ended: its folder deleted and its lock released
     (`remove`, `release`), or, where this process keeps a spare, everything in the
-    folder deleted but its prompt and the folder kept, locked, for `prepare`. Only the
-    folder of an agent that ran as a user of its own (`own_user`) is kept, and of it
-    only what is root's, which that user could not change (its mode, attributes,
-    contents; a read of the prompt sets its access time, which `prepare` sets again):
+    folder deleted but its prompt, its git config and the folder kept, locked, for
+    `prepare`. Only the folder of an agent that ran as a user of its own (`own_user`) is
+    kept, and of it only what is root's, which that user could not change (its mode,
+    attributes, contents; a read sets a file's access time, which `prepare` sets again):
     what was the user's (workspace, home, events file) could
     carry a run's marks to the next (an ACL, a timestamp, an ext4 generation number),
     so it is made anew. An agent that ran as the worker's user owned all of it."""
     if not (_keeping and own_user) or run_dir.lock is None:
         run_dir.discard()
         return
+    handed_on = (run_dir.prompt_file.name, run_dir.git_config.name)
     try:
         with os.scandir(run_dir.root) as entries:
             for entry in entries:
-                if entry.name != run_dir.prompt_file.name or not entry.is_file(
-                    follow_symlinks=False
-                ):
+                if entry.name not in handed_on or not entry.is_file(follow_symlinks=False):
                     _delete(entry.path, entry.is_dir(follow_symlinks=False))
     except OSError:
         run_dir.discard()

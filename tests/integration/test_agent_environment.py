@@ -155,3 +155,61 @@ def test_an_entry_point_without_a_broker_says_so_in_one_line(tmp_path: Path, ent
     )
     assert started.returncode != 0
     assert started.stderr.strip().splitlines() == [NO_BROKER], started.stderr
+
+
+# What an agent that commits does, and one that would leave a hook to every later run's
+# git by writing the identity file it is handed (git's system config).
+COMMIT = (
+    "git config --system --get-all core.hookspath > planted.txt; "
+    "git init -q . && git add -A && git commit -q --allow-empty -m work "
+    '&& git log --format="%an <%ae>" > who.txt; '
+    'printf "[core]\\n\\thooksPath = /tmp/evil\\n" >> "$GIT_CONFIG_SYSTEM"; true'
+)
+DEFAULT_IDENTITY = "evalfleet agent <agent@evalfleet.invalid>"
+OWN_CONFIG = (
+    "git config --global user.name 'Run Person' && git config --global user.email "
+    "person@example.org && git init -q . && git config user.email repo@example.org "
+    '&& git commit -q --allow-empty -m work && git log --format="%an <%ae>" > who.txt'
+)
+
+
+@pytest.mark.integration
+def test_an_agents_commits_have_an_identity_its_own_config_wins_and_no_run_changes_the_next(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Run users have no passwd entry and a run's home no git config: git refused every
+    commit ("unable to auto-detect name"). Each run gets a default identity as git's
+    system config, below the run's global config and the repository's; in every
+    sandbox, none of them can change it for the runs after it."""
+    command = f'if [ "$EVALFLEET_SCENARIO" = its-own ]; then {OWN_CONFIG}; else {COMMIT}; fi'
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(f"""
+name: git-identity
+runs_per_tier: 2
+agent: {{kind: command, command: {json.dumps(command)}, timeout_s: 30}}
+tiers:
+  - {{id: own-user}}
+  - {{id: bwrap, agent: {{sandbox: bwrap}}}}
+  - {{id: unconfined, agent: {{sandbox: none}}}}
+scenarios:
+  - id: defaults
+    prompt: commit
+    evaluation:
+      gates:
+        - {{type: file_contains, path: who.txt, substring: {json.dumps(DEFAULT_IDENTITY)}}}
+        - {{type: command_succeeds, command: "test -f planted.txt && ! test -s planted.txt"}}
+  - id: its-own
+    prompt: commit as yourself
+    evaluation:
+      gates: [{{type: file_contains, path: who.txt, substring: "Run Person <repo@example.org>"}}]
+""")
+    # One pool process: each run after the first takes over the folder the one before
+    # left (worker.workspace.put_away), and its identity file with it.
+    start_worker(concurrency=1)
+    submitted = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = json.loads(submitted.stdout)["experiment"]["id"]
+    runs = list(store.results.all(exp_id))
+    assert len(runs) == 12
+    failed = {(r.tier, r.scenario, r.run_index): r.fail_reason for r in runs if not r.passed}
+    assert failed == {}

@@ -17,6 +17,7 @@ import pytest
 from core.matrix import Scenario, Tier
 from tests.support.trees import nest
 from worker.workspace import (
+    GIT_IDENTITY,
     RunDir,
     clear_dead_deliveries,
     keep_spares,
@@ -101,23 +102,26 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     first.events_file.write_text('{"type": "note"}\n')
     (first.root / "tests").mkdir()  # a task's tests, copied in after the agent
     folder, prompt = first.root.stat().st_ino, first.prompt_file.stat().st_ino
+    identity = first.git_config.stat().st_ino
     put_away(first, own_user=True)
 
     # Kept locked under a name of its own (none of the run's is left), holding only its
-    # prompt, which is root's.
+    # prompt and its git identity, which are root's.
     assert not first.root.exists() and not first.lock_file.exists()
     (spare,) = (p for p in spares.iterdir() if p.is_dir())
     assert spare.name.startswith(f"spare-{os.getpid()}-")
-    assert [p.name for p in spare.iterdir()] == ["prompt.txt"]
+    assert sorted(p.name for p in spare.iterdir()) == ["gitconfig", "prompt.txt"]
     assert _lockable(spare.with_name(f"{spare.name}.lock")) is False
 
     second = _prepared("exp:T0:s0:1", "next")  # shorter: written over the first
     assert (second.root.stat().st_ino, second.prompt_file.stat().st_ino) == (folder, prompt)
+    assert second.git_config.stat().st_ino == identity
+    assert second.git_config.read_bytes() == GIT_IDENTITY
     assert not spare.exists()
     assert sorted(p.name for p in spares.iterdir()) == [second.root.name, second.lock_file.name]
     assert _lockable(second.lock_file) is False
     assert second.prompt_file.read_text() == "next"
-    assert sorted(p.name for p in second.root.iterdir()) == ["prompt.txt", "workspace"]
+    assert sorted(p.name for p in second.root.iterdir()) == ["gitconfig", "prompt.txt", "workspace"]
     assert not any(second.workspace.iterdir())
     put_away(second, own_user=True)
 
@@ -200,7 +204,7 @@ def test_a_tree_nested_past_pythons_recursion_is_deleted(spares: Path) -> None:
     try:
         put_away(run_dir, own_user=True)
         (spare,) = (p for p in spares.iterdir() if p.is_dir())
-        assert [p.name for p in spare.iterdir()] == ["prompt.txt"]
+        assert sorted(p.name for p in spare.iterdir()) == ["gitconfig", "prompt.txt"]
         keep_spares(False)
         assert not any(spares.iterdir())
     finally:  # pytest's own cleanup of its temporary folders could not delete the tree
