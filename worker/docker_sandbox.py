@@ -90,7 +90,7 @@ from core.matrix import (
     TaskEnvironment,
 )
 from worker.confinement import needs_network
-from worker.workspace import RunDir, chown_tree
+from worker.workspace import GIT_SYSTEM_CONFIG, RunDir, chown_tree
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ LABEL_PID = "org.evalfleet.worker-pid"
 LABEL_STARTED = "org.evalfleet.worker-started"
 WORKSPACE = "/workspace"
 PROMPT_FILE = "/evalfleet/prompt.txt"
+GIT_CONFIG_FILE = "/evalfleet/gitconfig"
 EVENTS_FILE = "/evalfleet/events.jsonl"
 NOBODY = 65534
 _CLI_TIMEOUT_S = 120.0
@@ -227,6 +228,10 @@ def container_env(
         env.update(preset.env)
     env.update({k: v for k, v in run_env.items() if k.startswith("EVALFLEET_") or k == "PROMPT"})
     env.update({"PROMPT_FILE": PROMPT_FILE, "EVALFLEET_EVENTS": EVENTS_FILE})
+    # The run's default git identity (worker.workspace.GIT_IDENTITY), whose include
+    # reads the image's own /etc/gitconfig; unless the image or the agent chose one.
+    if not GIT_SYSTEM_CONFIG & {*image_env, *env, *agent.env}:
+        env["GIT_CONFIG_SYSTEM"] = GIT_CONFIG_FILE
     base = {**image_env, **env}
     env.update({k: string.Template(v).safe_substitute(base) for k, v in agent.env.items()})
     return env
@@ -250,6 +255,7 @@ class _Layout:
         mounts = [
             f"type=bind,src={run_dir.workspace},dst={workdir}",
             f"type=bind,src={run_dir.prompt_file},dst={PROMPT_FILE},readonly",
+            f"type=bind,src={run_dir.git_config},dst={GIT_CONFIG_FILE},readonly",
             f"type=bind,src={run_dir.events_file},dst={EVENTS_FILE}",
         ]
         owns = [run_dir.workspace, run_dir.events_file]

@@ -73,6 +73,7 @@ from worker.run_records import (
     whole_evidence,
 )
 from worker.workspace import (
+    GIT_SYSTEM_CONFIG,
     MARKER,
     RunDir,
     clear_dead_deliveries,
@@ -537,12 +538,8 @@ def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> di
         }
     )
     # git's system config (worker.workspace.GIT_IDENTITY), unless the matrix or the
-    # worker chose one; not in a container, which has its own (its image's) and where
-    # this path is not.
-    if agent.sandbox != "docker" and not {"GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"} & {
-        *env,
-        *agent.env,
-    }:
+    # worker chose one (a container's is at its own path: worker.docker_sandbox).
+    if not GIT_SYSTEM_CONFIG & {*env, *agent.env}:
         env["GIT_CONFIG_SYSTEM"] = str(run_dir.git_config)
     # Tier env may build on the worker's: PATH: "${EVALFLEET_MATRIX_DIR}/bin:${PATH}".
     env.update({k: string.Template(v).safe_substitute(env) for k, v in agent.env.items()})

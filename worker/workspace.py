@@ -285,6 +285,9 @@ GIT_IDENTITY = b"""\
 \tpath = /etc/gitconfig
 """
 
+# Variables that choose git's system config: where a run or an image sets one, it is kept.
+GIT_SYSTEM_CONFIG = frozenset({"GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"})
+
 
 def _write_in_place(path: Path, data: bytes) -> None:
     """`path` holds `data`, written over a spare's file rather than truncated first:

@@ -90,6 +90,10 @@ PROBE = """
 set -u
 r=report.txt
 [ "$(cat "$PROMPT_FILE")" = "$PROMPT" ] && echo prompt=ok >> $r
+g="${{GIT_CONFIG_SYSTEM:-/dev/null/none}}"
+grep -qs 'email = agent@evalfleet.invalid' "$g" && echo identity=ok >> $r
+(printf '[core]\\n\\thooksPath = /tmp/evil\\n' >> "$g") 2>/dev/null \\
+    && echo identity-kept=no >> $r || echo identity-kept=yes >> $r
 cat {victim} >/dev/null 2>&1 && echo victim=read >> $r || echo victim=blocked >> $r
 grep -qs {canary} /proc/*/environ && echo canary=seen >> $r || echo canary=unseen >> $r
 echo "allowed=${{ALLOWED_VAR:-missing}}" >> $r
@@ -148,6 +152,8 @@ scenarios:
         - {contains.format("net=lo ")}
         - {contains.format("allowed=yes")}
         - {contains.format("prompt=ok")}
+        - {contains.format("identity=ok")}
+        - {contains.format("identity-kept=yes")}
         - {{type: command_succeeds, command: "sleep 3; test ! -e late.txt"}}
         - {{type: command_succeeds, command: 'test "$(id -u)" = {uid} && test -f /.dockerenv'}}
         - {{type: command_succeeds, command: "test -d {host_only}", where: host}}
@@ -166,7 +172,7 @@ scenarios:
     # The same agent unconfined reads the other run, sees the worker's environment,
     # reaches the broker and the host's network: every check above can fail.
     assert [g.passed for g in runs["open"].gates] == [
-        False, False, False, False, True, True, True, False, True,
+        False, False, False, False, True, True, True, False, True, False, True,
     ]  # fmt: skip
     assert _left_behind(exp_id) == []
     assert _unlabelled_volumes() <= volumes_before
@@ -322,8 +328,12 @@ def test_the_container_env_is_the_run_contract_the_allow_list_and_env_over_the_i
         "PROMPT_FILE": "/evalfleet/prompt.txt",
         "EVALFLEET_RUN_ID": "r",
         "EVALFLEET_EVENTS": "/evalfleet/events.jsonl",
+        "GIT_CONFIG_SYSTEM": "/evalfleet/gitconfig",  # the run's git identity
         "PATH": "/tools:/usr/local/bin:/usr/bin",  # the image's PATH, not the worker's
     }
+    # An image that chose its own git system config keeps it.
+    chosen = container_env(agent, run_env, {"GIT_CONFIG_NOSYSTEM": "1"})
+    assert "GIT_CONFIG_SYSTEM" not in chosen
 
 
 def test_a_presets_container_gets_its_variables_and_its_base_url(
