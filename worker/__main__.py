@@ -57,7 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     from core.errors import SettingError
     from core.settings import check_settings
 
-    preimport()  # done already in a standby
     try:
         check_settings()
         from worker.app import app
@@ -102,18 +101,13 @@ def _timeline_marks() -> None:
 
 def preimport() -> None:
     """The bulk of a worker's start, none of it reading the environment: Celery's app,
-    worker program and prefork pool, kombu, evalfleet's tasks and models, and the models
-    built (core.models), once for every pool process the worker forks rather than by each
-    at its first run (~50 ms of it, a quarter of a one-run experiment's). The app itself
+    worker program and prefork pool, kombu, evalfleet's tasks and models. The app itself
     is built once the broker is known (worker.app)."""
     import celery.apps.worker  # noqa: F401
     import kombu.transport.redis  # noqa: F401
 
     import worker.celery_app
     import worker.tasks  # noqa: F401
-    from core.models import complete
-
-    complete()
 
 
 def standby() -> list[str] | None:
