@@ -228,7 +228,7 @@ def container_env(
         env.update(preset.env)
     env.update({k: v for k, v in run_env.items() if k.startswith("EVALFLEET_") or k == "PROMPT"})
     env.update({"PROMPT_FILE": PROMPT_FILE, "EVALFLEET_EVENTS": EVENTS_FILE})
-    # The run's default git identity (worker.workspace.GIT_IDENTITY), whose include
+    # The run's default git identity (worker.workspace.git_identity), whose include
     # reads the image's own /etc/gitconfig; unless the image or the agent chose one.
     if not GIT_SYSTEM_CONFIG & {*image_env, *env, *agent.env}:
         env["GIT_CONFIG_SYSTEM"] = GIT_CONFIG_FILE

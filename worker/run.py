@@ -73,11 +73,11 @@ from worker.run_records import (
     whole_evidence,
 )
 from worker.workspace import (
-    GIT_SYSTEM_CONFIG,
     MARKER,
     RunDir,
     clear_dead_deliveries,
     fresh_rewards,
+    git_identity,
     own_home,
     prepare,
     put_away,
@@ -537,12 +537,9 @@ def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> di
             "EVALFLEET_MODEL": agent.model or "",
         }
     )
-    # git's system config (worker.workspace.GIT_IDENTITY), unless the matrix or the
-    # worker chose one (a container's is at its own path: worker.docker_sandbox).
-    if not GIT_SYSTEM_CONFIG & {*env, *agent.env}:
-        env["GIT_CONFIG_SYSTEM"] = str(run_dir.git_config)
     # Tier env may build on the worker's: PATH: "${EVALFLEET_MATRIX_DIR}/bin:${PATH}".
     env.update({k: string.Template(v).safe_substitute(env) for k, v in agent.env.items()})
+    env.update(git_identity(run_dir, env))
     return env
 
 

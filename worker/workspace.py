@@ -79,7 +79,7 @@ class RunDir:
 
     @functools.cached_property
     def git_config(self) -> Path:
-        """The run's default git identity, as git's system config (GIT_IDENTITY)."""
+        """The run's default git identity, as git's system config (`git_identity`)."""
         return self.root / "gitconfig"
 
     @functools.cached_property
@@ -259,11 +259,9 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
         _write_in_place(run_dir.prompt_file, prompt.encode())
-        _write_in_place(run_dir.git_config, GIT_IDENTITY)
-        # A spare's files keep their inodes, and the access time the last agent's read
+        # A spare's prompt keeps its inode, and the access time the last agent's read
         # set (at a moment of its choosing) would reach this run: both times set anew.
-        for handed_on in (run_dir.prompt_file, run_dir.git_config):
-            os.utime(handed_on)
+        os.utime(run_dir.prompt_file)
         if scenario.environment is not None:
             for folder in ("agent", "verifier"):
                 (run_dir.logs / folder).mkdir(parents=True)
@@ -275,18 +273,27 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
 # commit ("unable to auto-detect name"). This is git's system config for the run's
 # commands (GIT_CONFIG_SYSTEM), so every other config comes before it: the machine's
 # own (included after ours, so its values win), the run's global one (`git config
-# --global`, in the run's home) and the repository's.
-GIT_IDENTITY = b"""\
-# evalfleet: the run's default git identity; any other git config of the run wins.
-[user]
-\tname = evalfleet agent
-\temail = agent@evalfleet.invalid
-[include]
-\tpath = /etc/gitconfig
-"""
+# --global`, in the run's home) and the repository's. `EMAIL`, which git takes only
+# where no config names an email, keeps its place: the email is left out then.
+GIT_NAME = b"[user]\n\tname = evalfleet agent\n"
+GIT_EMAIL = b"\temail = agent@evalfleet.invalid\n"
+GIT_MACHINE = b"[include]\n\tpath = /etc/gitconfig\n"
 
 # Variables that choose git's system config: where a run or an image sets one, it is kept.
 GIT_SYSTEM_CONFIG = frozenset({"GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"})
+
+
+def git_identity(run_dir: RunDir, env: Mapping[str, str]) -> dict[str, str]:
+    """The run's default git identity written in its folder (where a spare's is written
+    over, its times set anew as its prompt's), and the variable naming it, unless `env`,
+    the run's environment, chose git's system config itself. Written whatever `env`
+    says: a container mounts it (worker.docker_sandbox), and decides on its own."""
+    email = b"" if "EMAIL" in env else GIT_EMAIL
+    _write_in_place(run_dir.git_config, GIT_NAME + email + GIT_MACHINE)
+    os.utime(run_dir.git_config)
+    if GIT_SYSTEM_CONFIG & env.keys():
+        return {}
+    return {"GIT_CONFIG_SYSTEM": str(run_dir.git_config)}
 
 
 def _write_in_place(path: Path, data: bytes) -> None:

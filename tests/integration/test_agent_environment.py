@@ -165,7 +165,8 @@ COMMIT = (
     '&& git log --format="%an <%ae>" > who.txt; '
     'printf "[core]\\n\\thooksPath = /tmp/evil\\n" >> "$GIT_CONFIG_SYSTEM"; true'
 )
-DEFAULT_IDENTITY = "evalfleet agent <agent@evalfleet.invalid>"
+# The default identity, its email the run's EMAIL where it has one (git's order).
+DEFAULT_IDENTITY = 'grep -qx "evalfleet agent <${EMAIL:-agent@evalfleet.invalid}>" who.txt'
 OWN_CONFIG = (
     "git config --global user.name 'Run Person' && git config --global user.email "
     "person@example.org && git init -q . && git config user.email repo@example.org "
@@ -179,8 +180,9 @@ def test_an_agents_commits_have_an_identity_its_own_config_wins_and_no_run_chang
 ) -> None:
     """Run users have no passwd entry and a run's home no git config: git refused every
     commit ("unable to auto-detect name"). Each run gets a default identity as git's
-    system config, below the run's global config and the repository's; in every
-    sandbox, none of them can change it for the runs after it."""
+    system config, below the run's global config and the repository's (and leaving the
+    email to a run's EMAIL, as git would); in every sandbox, none of them can change it
+    for the runs after it."""
     command = f'if [ "$EVALFLEET_SCENARIO" = its-own ]; then {OWN_CONFIG}; else {COMMIT}; fi'
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(f"""
@@ -191,12 +193,13 @@ tiers:
   - {{id: own-user}}
   - {{id: bwrap, agent: {{sandbox: bwrap}}}}
   - {{id: unconfined, agent: {{sandbox: none}}}}
+  - {{id: own-email, agent: {{env: {{EMAIL: bot@example.org}}}}}}
 scenarios:
   - id: defaults
     prompt: commit
     evaluation:
       gates:
-        - {{type: file_contains, path: who.txt, substring: {json.dumps(DEFAULT_IDENTITY)}}}
+        - {{type: command_succeeds, command: {json.dumps(DEFAULT_IDENTITY)}}}
         - {{type: command_succeeds, command: "test -f planted.txt && ! test -s planted.txt"}}
   - id: its-own
     prompt: commit as yourself
@@ -210,6 +213,6 @@ scenarios:
     assert submitted.returncode == 0, submitted.stderr
     exp_id = json.loads(submitted.stdout)["experiment"]["id"]
     runs = list(store.results.all(exp_id))
-    assert len(runs) == 12
+    assert len(runs) == 16
     failed = {(r.tier, r.scenario, r.run_index): r.fail_reason for r in runs if not r.passed}
     assert failed == {}

@@ -225,6 +225,32 @@ def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     assert report(exp_id, fleet_env, "--format", "json", "--runs", "--version", "1") == original
 
 
+def test_a_rescored_gate_that_commits_has_the_runs_git_identity(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A gate run again on an archived workspace gets the environment the run had, its
+    git identity among it (worker.workspace.git_identity): a gate that commits passes
+    there as it passed in the run."""
+    start_worker(concurrency=1)
+    gate = (
+        "git add -A && git commit -q --allow-empty -m checked && "
+        "git log -1 --format=%an | grep -qx 'evalfleet agent'"
+    )
+    matrix = command_matrix(
+        tmp_path, "git init -q . && echo a > a.txt", runs=2,
+        gates=f"[{{type: command_succeeds, command: {json.dumps(gate)}}}]",
+        extra="workspace_archive: {keep: all}",
+    )  # fmt: skip
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tiers"]["T0"]["passes"] == 2
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    rescored = run_cli("rescore", exp_id, "--wait", "--format", "json", env=fleet_env)
+    assert rescored.returncode == 0, rescored.stderr
+    runs = store.reports.runs(exp_id, 2)
+    assert [(r.passed, r.gates[0].message) for r in runs] == [(True, "exit code 0")] * 2
+
+
 def test_rescore_without_archived_workspaces_says_how_to_keep_them(
     fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
 ) -> None:

@@ -17,9 +17,9 @@ import pytest
 from core.matrix import Scenario, Tier
 from tests.support.trees import nest
 from worker.workspace import (
-    GIT_IDENTITY,
     RunDir,
     clear_dead_deliveries,
+    git_identity,
     keep_spares,
     prepare,
     put_away,
@@ -90,8 +90,12 @@ def spares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         keep_spares(False)
 
 
-def _prepared(run_id: str, prompt: str = "go") -> RunDir:
-    return prepare(run_id, Tier(id="T0"), Scenario(id="s0", prompt=prompt), prompt)
+def _prepared(run_id: str, prompt: str = "go", env: dict[str, str] | None = None) -> RunDir:
+    """A run's folder as its delivery makes it: prepared, then its environment's files
+    (worker.run.agent_env writes its git identity)."""
+    run_dir = prepare(run_id, Tier(id="T0"), Scenario(id="s0", prompt=prompt), prompt)
+    assert git_identity(run_dir, env or {}) == {"GIT_CONFIG_SYSTEM": str(run_dir.git_config)}
+    return run_dir
 
 
 def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path) -> None:
@@ -113,10 +117,13 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     assert sorted(p.name for p in spare.iterdir()) == ["gitconfig", "prompt.txt"]
     assert _lockable(spare.with_name(f"{spare.name}.lock")) is False
 
-    second = _prepared("exp:T0:s0:1", "next")  # shorter: written over the first
+    # Shorter: the prompt is written over the first's, and so is the identity, which
+    # leaves its email to the run's EMAIL (git takes that only where no config has one).
+    second = _prepared("exp:T0:s0:1", "next", env={"EMAIL": "bot@example.org"})
     assert (second.root.stat().st_ino, second.prompt_file.stat().st_ino) == (folder, prompt)
     assert second.git_config.stat().st_ino == identity
-    assert second.git_config.read_bytes() == GIT_IDENTITY
+    assert b"name = evalfleet agent" in second.git_config.read_bytes()
+    assert b"email" not in second.git_config.read_bytes()
     assert not spare.exists()
     assert sorted(p.name for p in spares.iterdir()) == [second.root.name, second.lock_file.name]
     assert _lockable(second.lock_file) is False
@@ -249,3 +256,11 @@ def _lockable(lock_file: Path) -> bool | None:
         return False
     finally:
         os.close(fd)
+
+
+def test_a_git_system_config_the_run_chose_is_kept(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path)
+    for chosen in ({"GIT_CONFIG_SYSTEM": "/etc/team.gitconfig"}, {"GIT_CONFIG_NOSYSTEM": "1"}):
+        assert git_identity(run_dir, chosen) == {}
+    # Written all the same, for a container to mount: it decides by its image's variables.
+    assert b"email = agent@evalfleet.invalid" in run_dir.git_config.read_bytes()
