@@ -547,7 +547,7 @@ def _agent_reasons(
         tail = "" if transcript.agent_reported_error else outcome.stderr.strip()[-300:]
         reasons.append(
             f"agent exited with code {outcome.exit_code}"
-            + (f": {redact(tail, secrets)}" if tail else "")
+            + (f": {redact(_last_line_first(tail), secrets)}" if tail else "")
         )
     if _wrong_format(outcome, transcript):
         expected = "in a CLI format" if transcript.format == "auto" else transcript.format
@@ -562,6 +562,14 @@ def _agent_reasons(
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
     return reasons
+
+
+def _last_line_first(tail: str) -> str:
+    """stderr's tail with its last line first: a program's last words say why it failed
+    (a Python traceback's exception, after "Traceback (most recent call last):"), and
+    the tables of reasons show a reason's first line only."""
+    last = tail.splitlines()[-1].strip()
+    return last if last == tail else f"{last}\n{tail}"
 
 
 def _wrong_format(outcome: AgentOutcome, transcript: Transcript) -> bool:

@@ -288,6 +288,26 @@ def test_an_agent_that_did_not_finish_never_passes(
     assert reason in (result.fail_reason or "")
 
 
+def test_a_crashed_agents_reason_starts_with_its_last_words(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """Tables of reasons show a reason's first line: a Python agent's crash read
+    "Traceback (most recent call last):" there. Its exception comes first now, and the
+    tail it ends follows, for `scheduler show`."""
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/agent.py", line 3, in <module>\n'
+        '    raise RuntimeError("agent blew up")\n'
+        "RuntimeError: agent blew up\n"
+    )
+    with LLMStub([reply(content=json.dumps(GOOD_ANSWER))] * 2) as stub:
+        result, _ = evaluate(tmp_path, workspace, stub.base_url, exit_code=1, stderr=stderr)
+    first, rest = (result.fail_reason or "").split("\n", 1)
+    assert first == "agent exited with code 1: RuntimeError: agent blew up"
+    assert rest.startswith("Traceback (most recent call last):\n")
+    assert 'raise RuntimeError("agent blew up")' in rest
+
+
 def test_the_same_run_finished_by_itself_passes(tmp_path: Path, workspace: Workspace) -> None:
     with LLMStub([reply(content=json.dumps(GOOD_ANSWER))]) as stub:
         result, _ = evaluate(tmp_path, workspace, stub.base_url, gates=PASSING_GATES)
