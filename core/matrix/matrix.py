@@ -70,7 +70,8 @@ class Matrix(Strict):
         ge=0,
         le=1000,
         description="stop sending a tier's runs when its first this-many results are all the "
-        "same infrastructure error (the agent cannot start, setup fails); 0: never",
+        "same infrastructure error (the agent cannot start, setup fails), and none of its "
+        "results so far was another; 0: never",
     )
     keep_workspaces: bool = False
     evidence: EvidenceLimits = Field(default_factory=EvidenceLimits)

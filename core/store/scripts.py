@@ -10,12 +10,23 @@ marks a lapsed lease whose run was sent again (holder "resent") or must be
 
 # Fail-fast, as a function the run's last step calls: a tier whose first results
 # are `threshold` times the same infrastructure error, and nothing else yet, is
-# stopped. Returns 'stopped' when this call stopped the tier, else 'counted'.
+# stopped. A result of the agent's own, or another infrastructure error (one
+# scenario's setup failing, another's agent not starting), keeps it going: its
+# runs are then not all broken one way, and a stopped tier's runs would be recorded
+# with an error that is not theirs. Returns 'stopped' when this call stopped the
+# tier, else 'counted'.
 _NOTE_HEALTH = """
 local function note_health(health, halted, tier, infra_error, threshold)
   local healthy = tier .. '\\n'
   if infra_error == '' then redis.call('HSET', health, healthy, 1) return 'counted' end
   if redis.call('HEXISTS', health, healthy) == 1 then return 'counted' end
+  local first = redis.call('HGET', health, healthy .. '\\n')
+  if not first then
+    redis.call('HSET', health, healthy .. '\\n', infra_error)
+  elseif first ~= infra_error then
+    redis.call('HSET', health, healthy, 1)
+    return 'counted'
+  end
   local seen = redis.call('HINCRBY', health, healthy .. infra_error, 1)
   threshold = tonumber(threshold)
   if threshold > 0 and seen >= threshold and redis.call('HSETNX', halted, tier, infra_error) == 1

@@ -152,6 +152,38 @@ def test_fail_fast_leaves_a_tier_alone_once_it_has_a_result_of_its_own(
     assert report["tiers"]["T0"]["counted"] == 2 and report["tiers"]["T0"]["passes"] == 2
 
 
+def test_fail_fast_leaves_a_tier_alone_whose_scenarios_fail_each_its_own_way(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+) -> None:
+    """One scenario's setup fails, the other's agent cannot start: not one breakage of
+    the tier's, so it is not stopped, and no run is recorded with the other's error."""
+    start_worker(concurrency=1)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: two-ways
+runs_per_tier: 3
+fail_fast: 2
+agent: {kind: command, command: ./missing.sh, timeout_s: 30}
+tiers: [{id: T0}]
+scenarios:
+  - {id: broken-setup, prompt: go, setup: ["exit 3"]}
+  - {id: no-agent, prompt: go}
+""")
+    code, report, stderr = submit(matrix, fleet_env)
+    assert code == 3, stderr
+    runs = store.results.all(report["experiment"]["id"])
+    reasons = {(r.scenario, (r.fail_reason or "").split(":")[0]) for r in runs}
+    assert reasons == {
+        ("broken-setup", "setup command 'exit 3' failed"),
+        ("no-agent", "agent could not start (exit 127)"),
+    }
+    assert len(runs) == 6 and not any(NOT_RUN_NOTE in (r.fail_reason or "") for r in runs)
+    assert "stopped" not in stderr
+
+
 def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     fleet_env: dict[str, str],
     start_worker: StartWorker,

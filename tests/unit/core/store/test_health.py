@@ -39,6 +39,18 @@ def test_a_result_of_its_own_or_a_zero_threshold_keeps_the_tier_going(store: Sto
     assert store.health.halted(info.id) == {}
 
 
+def test_another_infrastructure_error_keeps_the_tier_going(store: Store) -> None:
+    # One scenario's setup fails, another's agent cannot start: the tier's runs are
+    # not all broken one way, and a stopped tier would record each of its runs with
+    # the first error, whatever its own scenario's was.
+    info, specs = record_experiment(store)
+    assert not note(store, specs[0], "setup command 'make deps' failed", 2)
+    assert not note(store, another(specs[0], 3), "agent could not start (exit 127)", 2)
+    assert not note(store, another(specs[0], 4), "setup command 'make deps' failed", 2)
+    assert not note(store, another(specs[0], 5), "setup command 'make deps' failed", 2)
+    assert store.health.halted(info.id) == {}
+
+
 def test_a_result_stored_already_is_not_counted_again(store: Store) -> None:
     info, specs = record_experiment(store)
     assert not note(store, specs[0], "boom", 2)
