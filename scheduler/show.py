@@ -63,7 +63,8 @@ def render_run(record: RunRecord, run_id: str, width: int, note: str | None = No
             console.print(evidence.changes_summary, markup=False)
             if evidence.patch.text:
                 console.print(
-                    f"patch: {len(evidence.patch.text.splitlines())} lines (--json shows it)",
+                    f"patch: {plural(len(evidence.patch.text.splitlines()), 'line')} "
+                    "(--json shows it)",
                     style="dim",
                 )
         for name in ("stdout", "stderr"):

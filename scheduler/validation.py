@@ -43,7 +43,7 @@ from core.stats.significance import lone_test_alpha
 from fleet.sending import configured_visibility_timeout_s, longest_run_s
 from scheduler.mistakes import refuse_mistakes
 from scheduler.plan import check_size, describe_runs
-from scheduler.report.formatting import points
+from scheduler.report.formatting import plural, points
 from scheduler.report.scenarios import difference, runs_alone, scenarios_would
 
 
@@ -158,9 +158,9 @@ def _model_of(agent: AgentConfig) -> str:
 def summary(matrix: Matrix) -> str:
     """The plan in words: runs, tiers, scenarios, the judge and the budget."""
     lines = [
-        f"{matrix.name}: {len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
-        f"{describe_runs(matrix)} = {matrix.total_runs()} runs"
-        + (" at most" if matrix.adaptive is not None else ""),
+        f"{matrix.name}: {plural(len(matrix.tiers), 'tier')} x "
+        f"{plural(len(matrix.scenarios), 'scenario')} x {describe_runs(matrix)} = "
+        f"{matrix.total_runs()} runs" + (" at most" if matrix.adaptive is not None else ""),
         f"baseline: {matrix.baseline_tier}",
     ]
     for tier in matrix.tiers:

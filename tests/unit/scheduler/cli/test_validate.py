@@ -54,7 +54,7 @@ def write(tmp_path: Path, text: str, rubric: str = RUBRIC) -> Path:
 def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
     result = run_cli("validate", str(write(tmp_path, GOOD)), env=KEYED)
     assert result.returncode == 0, result.stderr
-    assert "2 tiers x 1 scenarios x 3 runs = 6 runs" in result.stdout
+    assert "2 tiers x 1 scenario x 3 runs = 6 runs" in result.stdout
     assert "command_json_path, file_exists" in result.stdout
     assert "judge >= 0.7" in result.stdout
     assert "gpt-4o-mini" in result.stdout
