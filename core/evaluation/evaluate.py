@@ -529,14 +529,15 @@ def scored(
 # agent's own by these).
 JUDGE_ERROR = "judge error: "
 JUDGE_SCORE = "judge score "
+AGENT_TIMED_OUT = "agent timed out"
 
 
 def _agent_reasons(
     result: RunResult, outcome: AgentOutcome, transcript: Transcript, secrets: Sequence[str]
 ) -> list[str]:
     reasons: list[str] = []
-    if outcome.timed_out:
-        reasons.append("agent timed out")
+    if outcome.timed_out:  # after how long: its limit is the matrix's, or a task's
+        reasons.append(f"{AGENT_TIMED_OUT} after {outcome.ended_at - outcome.started_at:.1f} s")
     elif outcome.error:
         reasons.append(f"agent could not run: {outcome.error}")
     elif outcome.stopped:

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from core.evaluation.evaluate import JUDGE_ERROR, JUDGE_SCORE, Judging, judge_for, scored
+from core.evaluation.evaluate import (
+    AGENT_TIMED_OUT,
+    JUDGE_ERROR,
+    JUDGE_SCORE,
+    Judging,
+    judge_for,
+    scored,
+)
 from core.evaluation.judge import judge_run
 from core.evaluation.verifier import REWARD_BELOW
 from core.evidence.models import JudgeInputs
@@ -78,7 +85,7 @@ def _status_before_judge(result: RunResult) -> RunStatus:
     if not (result.is_infra_error and (result.fail_reason or "").startswith(JUDGE_ERROR)):
         return result.status
     reasons = agent_reasons(result)
-    if "agent timed out" in reasons:
+    if any(reason.startswith(AGENT_TIMED_OUT) for reason in reasons):
         return RunStatus.timeout
     if result.limit is not None:
         return RunStatus.limit

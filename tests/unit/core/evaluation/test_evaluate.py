@@ -266,7 +266,7 @@ GOOD_ANSWER = {
 @pytest.mark.parametrize(
     ("outcome", "status", "reason"),
     [
-        ({"exit_code": None, "timed_out": True}, RunStatus.timeout, "agent timed out"),
+        ({"exit_code": None, "timed_out": True}, RunStatus.timeout, "agent timed out after 12.5 s"),
         ({"exit_code": 1}, RunStatus.agent_error, "agent exited with code 1"),
         ({"exit_code": 0, "stopped": "workspace over 1 MB"}, RunStatus.agent_error, "stopped"),
     ],
