@@ -246,10 +246,10 @@ def _said(exc: EvalfleetError, cli: CLIContext) -> int:
     failure)."""
     if isinstance(exc, ConfigError):
         print_problems(exc)
-        err.print(
-            f"{len(exc.problems)} problem(s); nothing was started. "
-            "`scheduler schema` prints every accepted key."
-        )
+        # Where a key is at fault; not for a file that is missing or not YAML.
+        keyed = any(getattr(problem, "field", "") for problem in exc.problems)
+        schema = " `scheduler schema` prints every accepted key." if keyed else ""
+        err.print(f"{len(exc.problems)} problem(s); nothing was started.{schema}")
         return USAGE_ERROR
     fail_line(cli.hinted(str(exc)))
     return USAGE_ERROR if isinstance(exc, InputError) else 1

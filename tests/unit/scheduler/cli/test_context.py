@@ -17,6 +17,7 @@ from core.errors import (
     SettingError,
     WorkersDied,
 )
+from core.matrix.yaml_model import ConfigProblem
 from scheduler.cli.context import CLIContext, Commands, pass_cli, size
 from scheduler.cli.options import broker_option, format_option, workers_option
 
@@ -50,13 +51,27 @@ def test_an_error_is_one_line_and_its_exit_code(error: EvalfleetError, code: int
 
 
 def test_a_config_error_lists_every_problem_then_what_to_do() -> None:
-    error = ConfigError(["m.yaml:2: runz: unknown key", "m.yaml:5: tiers: empty"])
+    error = ConfigError(
+        [
+            ConfigProblem(file="m.yaml", line=2, field="runz", message="unknown key"),
+            ConfigProblem(file="m.yaml", line=5, field="tiers", message="empty"),
+        ]
+    )
     result = CliRunner().invoke(group_raising(error), ["fails"])
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "error: m.yaml:2: runz: unknown key",
-        "error: m.yaml:5: tiers: empty",
+        "error: m.yaml:2:1: runz: unknown key",
+        "error: m.yaml:5:1: tiers: empty",
         "2 problem(s); nothing was started. `scheduler schema` prints every accepted key.",
+    ]
+
+
+def test_a_file_that_is_not_there_is_not_sent_to_the_schema() -> None:
+    error = ConfigError([ConfigProblem(file="m.yaml", message="file not found")])
+    result = CliRunner().invoke(group_raising(error), ["fails"])
+    assert result.stderr.splitlines() == [
+        "error: m.yaml: file not found",
+        "1 problem(s); nothing was started.",
     ]
 
 
