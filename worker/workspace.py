@@ -275,9 +275,9 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
 # own (included after ours, so its values win), the run's global one (`git config
 # --global`, in the run's home) and the repository's. `EMAIL`, which git takes only
 # where no config names an email, keeps its place: the email is left out then.
-GIT_NAME = b"[user]\n\tname = evalfleet agent\n"
-GIT_EMAIL = b"\temail = agent@evalfleet.invalid\n"
-GIT_MACHINE = b"[include]\n\tpath = /etc/gitconfig\n"
+_GIT_NAME = b"[user]\n\tname = evalfleet agent\n"
+_GIT_EMAIL = b"\temail = agent@evalfleet.invalid\n"
+_GIT_MACHINE = b"[include]\n\tpath = /etc/gitconfig\n"
 
 # Variables that choose git's system config: where a run or an image sets one, it is kept.
 GIT_SYSTEM_CONFIG = frozenset({"GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"})
@@ -288,8 +288,8 @@ def git_identity(run_dir: RunDir, env: Mapping[str, str]) -> dict[str, str]:
     over, its times set anew as its prompt's), and the variable naming it, unless `env`,
     the run's environment, chose git's system config itself. Written whatever `env`
     says: a container mounts it (worker.docker_sandbox), and decides on its own."""
-    email = b"" if "EMAIL" in env else GIT_EMAIL
-    _write_in_place(run_dir.git_config, GIT_NAME + email + GIT_MACHINE)
+    email = b"" if "EMAIL" in env else _GIT_EMAIL
+    _write_in_place(run_dir.git_config, _GIT_NAME + email + _GIT_MACHINE)
     os.utime(run_dir.git_config)
     if GIT_SYSTEM_CONFIG & env.keys():
         return {}
@@ -391,7 +391,7 @@ def put_away(run_dir: RunDir, own_user: bool) -> None:
     folder deleted but its prompt, its git config and the folder kept, locked, for
     `prepare`. Only the folder of an agent that ran as a user of its own (`own_user`) is
     kept, and of it only what is root's, which that user could not change (its mode,
-    attributes, contents; a read sets a file's access time, which `prepare` sets again):
+    attributes, contents; a read sets a file's access time, which the next run sets again):
     what was the user's (workspace, home, events file) could
     carry a run's marks to the next (an ACL, a timestamp, an ext4 generation number),
     so it is made anew. An agent that ran as the worker's user owned all of it."""
