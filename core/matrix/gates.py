@@ -11,6 +11,7 @@ an evaluator no model (docs/EXTENDING.md, "A gate").
 
 from __future__ import annotations
 
+import posixpath
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias, TypeVar, Union, get_args
 
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
@@ -40,6 +41,24 @@ __all__ = [
     "gate",
     "gate_tag",
 ]
+
+
+def _in_the_workspace(path: str) -> str:
+    """A file gate's path as written: relative to the workspace and inside it. An absolute
+    path, or one that climbs out (`../x`), is refused by the gate at every run (it never
+    reads the host: core.evaluation.gates), so the matrix is refused before any run."""
+    if posixpath.isabs(path):
+        raise ValueError(
+            f"{path!r} is absolute; a gate's path is relative to the run's workspace "
+            "(`out.txt`, `src/app.py`)"
+        )
+    if posixpath.normpath(path).split("/")[0] == "..":
+        raise ValueError(f"{path!r} leaves the run's workspace; a gate reads only inside it")
+    return path
+
+
+# Where a file gate reads (a link inside that leads out is refused when the gate runs).
+WorkspacePath = Annotated[str, AfterValidator(_in_the_workspace)]
 
 
 def _jsonpath(expr: str) -> str:
@@ -131,20 +150,20 @@ class CommandJsonPath(CommandGate):
 @gate
 class FileExists(GateModel):
     type: Literal["file_exists"]
-    path: str
+    path: WorkspacePath
 
 
 @gate
 class FileContains(GateModel):
     type: Literal["file_contains"]
-    path: str
+    path: WorkspacePath
     substring: str
 
 
 @gate
 class FileMatches(GateModel):
     type: Literal["file_matches"]
-    path: str
+    path: WorkspacePath
     pattern: Regex
 
 

@@ -295,6 +295,29 @@ def test_missing_matrix_file(tmp_path: Path) -> None:
     assert "file not found" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/etc/passwd", "'/etc/passwd' is absolute; a gate's path is relative to the run's"),
+        ("logs/../../secret.txt", "'logs/../../secret.txt' leaves the run's workspace"),
+    ],
+)
+def test_a_file_gate_reading_outside_the_workspace_is_refused_before_any_run(
+    tmp_path: Path, path: str, said: str
+) -> None:
+    # The gate would refuse to read it at every run: the matrix is refused instead.
+    matrix = write(
+        tmp_path,
+        GOOD.replace(
+            "{type: file_exists, path: out.txt}", f"{{type: file_exists, path: '{path}'}}"
+        ),
+    )
+    refused = run_cli("validate", str(matrix), env=KEYED)
+    assert refused.returncode == 2, refused.stdout
+    assert f"{matrix}:18:" in refused.stderr
+    assert "scenarios.0.evaluation.gates.1" in refused.stderr and said in refused.stderr
+
+
 def test_schema_is_json_schema_of_the_matrix() -> None:
     result = run_cli("schema", env=KEYED)
     assert result.returncode == 0
