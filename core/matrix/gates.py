@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias, TypeV
 
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
 from jsonpath_ng.ext import parse as parse_jsonpath
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from core.matrix.assertions import JsonAssertion, parse_assertion
-from core.matrix.fields import Regex, Strict
+from core.matrix.fields import Regex, Strict, context_of
 from core.registry import Registry
 
 # Re-exported by core.matrix as a whole, so that a gate type is exported where it is
@@ -43,10 +43,14 @@ __all__ = [
 ]
 
 
-def _in_the_workspace(path: str) -> str:
+def _in_the_workspace(path: str, info: ValidationInfo) -> str:
     """A file gate's path as written: relative to the workspace and inside it. An absolute
     path, or one that climbs out (`../x`), is refused by the gate at every run (it never
-    reads the host: core.evaluation.gates), so the matrix is refused before any run."""
+    reads the host: core.evaluation.gates), so the matrix is refused before any run. A
+    stored matrix (`check_files: False`) is read as it was submitted: its reports stay
+    readable, and its runs' gates refuse such a path as they did."""
+    if not context_of(info).get("check_files", True):
+        return path
     if posixpath.isabs(path):
         raise ValueError(
             f"{path!r} is absolute; a gate's path is relative to the run's workspace "

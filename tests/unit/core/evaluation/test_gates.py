@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from core.evaluation.gates import MAX_OUTPUT_BYTES, run_gates
 from core.evaluation.shell import run_shell
@@ -450,3 +450,12 @@ def test_migrated_domain_gates_fail_on_a_thin_workspace(tmp_path: Path) -> None:
 
 def test_migrated_doctor_gate_fails_without_a_store(tmp_path: Path) -> None:
     assert run_migrated(tmp_path, [])["DoctorPasses"] is False
+
+
+def test_a_stored_matrix_keeps_a_gate_path_the_checks_now_refuse() -> None:
+    # Read back from the store (`check_files: False`), an experiment submitted before the
+    # check still loads, for its reports; its runs' gates refuse the path as they did.
+    stored = {"type": "file_exists", "path": "/etc/passwd"}
+    assert GATE.validate_python(stored, context={"check_files": False}).path == "/etc/passwd"
+    with pytest.raises(ValidationError, match="is absolute"):
+        GATE.validate_python(stored)
