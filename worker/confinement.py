@@ -287,7 +287,7 @@ def _hand_over(run_dir: RunDir, user: RunAs) -> None:
     try:
         for folder in (work_root(), run_dir.root):
             folder.chmod(0o711)
-        for readable in (run_dir.prompt_file, run_dir.git_config):
+        for readable in run_dir.handed:
             readable.chmod(0o644)
         run_dir.events_file.touch()
         for top in (run_dir.workspace, run_dir.home, run_dir.events_file, run_dir.logs):

@@ -61,7 +61,7 @@ def bwrap_argv(
     # The agent's own home (worker.workspace.own_home) is its to write.
     home = ["--bind", str(run_dir.home), str(run_dir.home)] if run_dir.home.is_dir() else []
     # The files it is handed, read-only: its prompt and its git identity.
-    handed = [str(f) for f in (run_dir.prompt_file, run_dir.git_config) if f.is_file()]
+    handed = [str(f) for f in run_dir.handed if f.is_file()]
     handed_binds = [arg for path in handed for arg in ("--ro-bind", path, path)]
     shown = ["--ro-bind", str(files), str(files)] if files is not None else []
     masks = []

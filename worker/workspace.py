@@ -83,6 +83,12 @@ class RunDir:
         return self.root / "gitconfig"
 
     @functools.cached_property
+    def handed(self) -> tuple[Path, Path]:
+        """The files the run is handed, root's and only readable by its user, which a
+        pool process's next run takes over with the folder (`put_away`)."""
+        return (self.prompt_file, self.git_config)
+
+    @functools.cached_property
     def events_file(self) -> Path:
         return self.root / "events.jsonl"
 
@@ -398,7 +404,7 @@ def put_away(run_dir: RunDir, own_user: bool) -> None:
     if not (_keeping and own_user) or run_dir.lock is None:
         run_dir.discard()
         return
-    handed_on = (run_dir.prompt_file.name, run_dir.git_config.name)
+    handed_on = {path.name for path in run_dir.handed}
     try:
         with os.scandir(run_dir.root) as entries:
             for entry in entries:
