@@ -170,12 +170,11 @@ _SOCKET_DIR_PREFIX = "evalfleet-"
 _STALE_AFTER_S = 60.0
 
 
-def remove_stale_socket_dirs(base: Path) -> list[Path]:
-    """The socket folders under `base` of embedded Redis servers that are gone, removed;
-    which. `stop` removes its own, but a Redis killed (by the OOM killer, by pid, with a
+def remove_stale_socket_dirs(base: Path) -> None:
+    """The socket folders under `base` of embedded Redis servers that are gone, removed.
+    `stop` removes its own, but a Redis killed (by the OOM killer, by pid, with a
     CLI that could not stop it) left its folder behind, one a run. Only a folder of this
     user's, named as ours are, holding nothing but an old socket that no one listens on."""
-    removed = []
     for folder in base.glob(f"{_SOCKET_DIR_PREFIX}*"):
         socket_path = folder / _SOCKET
         try:
@@ -193,8 +192,6 @@ def remove_stale_socket_dirs(base: Path) -> list[Path]:
             folder.rmdir()
         except OSError:  # gone meanwhile, or not ours to remove: left as it is
             continue
-        removed.append(folder)
-    return removed
 
 
 def _listened_on(path: Path) -> bool:
