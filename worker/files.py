@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.files.bundle import MATRIX, Fetch, Manifest, damaged, materialise, restore
+from core.files.bundle import MATRIX, Bundle, Fetch, Manifest, damaged, materialise, restore
 from core.files.places import cache_root
 from core.matrix import Matrix
 from core.store import Store
@@ -69,6 +69,21 @@ def local_files(store: Store, exp_id: str) -> LocalFiles:
         log.warning("the files of %s were changed on this worker (%s): restored", exp_id, problem)
         files.restore()
     return files
+
+
+def staged(matrix: Matrix, bundle: Bundle) -> LocalFiles:
+    """A matrix not yet submitted, with its files as a worker of this machine would
+    have them (`scheduler preflight`): its bundle built in the cache, the matrix's
+    paths leading there. The submitter's own folder may be one a run's user cannot
+    enter (root's home), and there every file would be readable to the agent."""
+
+    def fetch(digests: list[str]) -> dict[str, bytes]:
+        return {digest: bundle.contents[digest] for digest in digests}
+
+    folder = materialise(bundle.manifest, fetch, cache_root())
+    context = {"check_files": False, "relocate": bundle.manifest.relocation(folder)}
+    relocated = Matrix.model_validate(matrix.model_dump(mode="json"), context=context)
+    return LocalFiles(relocated, bundle.manifest, folder, fetch)
 
 
 def local_matrix(store: Store, exp_id: str) -> Matrix:

@@ -4,7 +4,11 @@ experiment spends anything.
 Each cell runs as a worker would run it (its workspace prepared, its setup, its real
 command line and environment, its transcript parser and gates), with the model
 answered by the scripted model server (or, `--live`, by the real providers); the
-judge is called only with `--judge` (else only its key is looked for). Two more
+judge is called only with `--judge` (else only its key is looked for). Its files are
+the copy a worker of this machine would use (worker.files.staged) and it is confined
+as a worker confines it (worker.confinement): on a root machine, as a user of its own
+that cannot read the submitter's home or the files evaluation keeps hidden, so an
+agent that only works as root fails here, not in every real run. Two more
 runs of the workspace check the scenario itself: with no agent at all its gates
 must not all pass (else they check nothing), and with its `reference:` solution
 they must (else the task is broken). Gates that read the transcript (their model's
@@ -25,7 +29,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.errors import SetupError
 from core.evaluation.evaluate import (
@@ -39,15 +43,17 @@ from core.evaluation.evaluate import (
 from core.evaluation.gates import run_gates
 from core.evaluation.shell import run_shell
 from core.evaluation.verifier import verify
+from core.files.bundle import Bundle
 from core.matrix import AgentConfig, Gate, Matrix, Scenario, Tier
 from core.modelserver import ModelServer
 from core.results.record import Record
-from core.results.run import GATES_FAILED, JudgeResult, RunSpec, RunStatus
+from core.results.run import GATES_FAILED, GateResult, JudgeResult, RunSpec, RunStatus
 from core.results.transcript import AgentOutcome
 from worker.agents.command import run_command_agent
 from worker.confinement import Confinement, confined
 from worker.docker_sandbox import agent_container
-from worker.run import agent_env, run_agent, task_environment
+from worker.files import LocalFiles, staged
+from worker.run import agent_env, gate_enclosure, run_agent, task_environment
 from worker.workspace import RunDir, prepare, run_setup, with_tests
 
 # Placed in the environment of a preset whose key is unset: the scripted server
@@ -88,27 +94,31 @@ class CellCheck(Record):
 
 def preflight(
     matrix: Matrix,
+    bundle: Bundle,
     server: ModelServer | None,
     *,
     judge: bool = False,
     judge_key_elsewhere: bool = False,
 ) -> list[CellCheck]:
-    """Every tier x scenario of `matrix` checked once, its model calls answered by
+    """Every tier x scenario of `matrix` (its files `bundle`, as validate collected
+    them) checked once, its model calls answered by
     `server` (already serving), or by the real providers when it is None (`--live`:
     real keys, real spend). `judge`: a judged run's judge is called for real.
     `judge_key_elsewhere`: a judge key unset here is the workers' (not a problem)."""
-    pointed = matrix if judge else _without_judges(matrix)
+    files = staged(matrix, bundle)
+    pointed = files.matrix if judge else _without_judges(files.matrix)
     scripted: contextlib.AbstractContextManager[set[str]] = (
         contextlib.nullcontext(set()) if server is None else _scripted_environment(matrix, server)
     )
     if server is not None:
         pointed = _pointed_at(pointed, server)
+    files = replace(files, matrix=pointed)
     with scripted as placeholders:
-        tasks = {s.id: _task_soundness(pointed, s) for s in pointed.scenarios if _is_task(s)}
+        tasks = {s.id: _task_soundness(files, s) for s in pointed.scenarios if _is_task(s)}
         return [
             _check(
                 matrix,
-                pointed,
+                files,
                 tier,
                 scenario,
                 judge_key_elsewhere,
@@ -134,7 +144,7 @@ class _Soundness:
 # wide: one caller, whose values these are: an object would be built for this call alone
 def _check(
     original: Matrix,
-    matrix: Matrix,
+    files: LocalFiles,
     tier: Tier,
     scenario: Scenario,
     key_elsewhere: bool,
@@ -144,6 +154,7 @@ def _check(
     placeholders: set[str],
 ) -> CellCheck:
     problems: list[str] = []
+    matrix = files.matrix
     agent = matrix.agent_for(tier)
     if (
         scripted
@@ -157,8 +168,9 @@ def _check(
     cli = "-"
     run, transcript, gates, spend = "not run", "-", "-", None
     judged: JudgeResult | None = None
+    tampered: str | None = None
     try:
-        with _prepared(matrix, spec) as (run_dir, env), _jail(agent, run_dir, scenario) as jail:
+        with _prepared(files, spec, agent) as (run_dir, env, jail):
             if agent.cli is not None:
                 cli = "found" if shutil.which(agent.cli, path=env.get("PATH")) else "missing"
                 if cli == "missing":
@@ -168,21 +180,28 @@ def _check(
                 outcome = run_agent(matrix, spec, run_dir, prompt, env, container, jail)
                 if cli == "found" and refuses_flags(agent.cli or "", outcome):
                     cli = "refuses flags"
-                verifier_site = None
-                if jail is not None:
-                    jail.end_agent()
-                    gate_env = with_tests(run_dir, scenario, env, jail.user)
-                    verifier_site = task_environment(run_dir, scenario, jail, gate_env, container)
-                enclosure = container.enclosure() if container else None
-                site = GateSite(run_dir.workspace, env, enclosure, task=verifier_site)
+                jail.end_agent()
+                gate_env = with_tests(run_dir, scenario, env, jail.user)
+                verifier_site = task_environment(run_dir, scenario, jail, gate_env, container)
+                enclosure = gate_enclosure(container, jail, gate_env)
+                site = GateSite(run_dir.workspace, gate_env, enclosure, task=verifier_site)
                 output = AgentOutput(outcome, run_dir.events_text(),
                                      run_dir.session_text(agent.preset_spec))  # fmt: skip
                 result = evaluate_run(EvaluationContext(spec, matrix, site), output).result
+                tampered = files.damaged()
+                if tampered is not None:  # restored for the next cell, as for the next run
+                    files.restore()
+                    result = result.tampered_with(tampered)
     except SetupError as exc:
         problems.append(f"setup failed: {exc}")
     else:
         run = result.status.value
-        if result.status is not RunStatus.completed and cli != "missing":
+        if tampered is not None:
+            problems.append(
+                f"the agent changed {tampered}, a file evaluation reads: its runs would be "
+                "recorded tampered and pass nothing"
+            )
+        elif result.status is not RunStatus.completed and cli != "missing":
             problems.append(f"the agent's run was {run}: {_agent_reason(result.fail_reason)}")
         transcript = "unrecognised" if result.transcript_unrecognised else (
             result.transcript_format or "-")  # fmt: skip
@@ -194,8 +213,8 @@ def _check(
         vacuous, reference = task.vacuous, task.reference
         problems += task.problems
     else:
-        vacuous = _vacuous(matrix, spec, scenario, problems)
-        reference = _reference(matrix, spec, scenario, agent.timeout_s, problems)
+        vacuous = _vacuous(files, spec, scenario, problems)
+        reference = _reference(files, spec, scenario, agent.timeout_s, problems)
     judge_key = _judge_key(original, scenario, problems, key_elsewhere)
     if judged is not None and judge_key == "set":
         if judged.error is not None:
@@ -232,13 +251,13 @@ def _workspace_gates(scenario: Scenario) -> list[Gate]:
     return [g for g in scenario.evaluation.gates if not g.reads_transcript]
 
 
-def _vacuous(matrix: Matrix, spec: RunSpec, scenario: Scenario, problems: list[str]) -> str:
+def _vacuous(files: LocalFiles, spec: RunSpec, scenario: Scenario, problems: list[str]) -> str:
     gates = _workspace_gates(scenario)
     if not gates:
         return "-"
     try:
-        with _prepared(matrix, spec) as (run_dir, env):
-            results = run_gates(gates, run_dir.workspace, target_commands=[], env=env)
+        with _prepared(files, spec) as (run_dir, env, jail):
+            results = _gated(gates, run_dir, scenario, env, jail)
     except SetupError:
         return "-"  # said once already, by the agent's run
     if all(r.passed for r in results):
@@ -248,15 +267,17 @@ def _vacuous(matrix: Matrix, spec: RunSpec, scenario: Scenario, problems: list[s
 
 
 def _reference(
-    matrix: Matrix, spec: RunSpec, scenario: Scenario, timeout_s: float, problems: list[str]
+    files: LocalFiles, spec: RunSpec, scenario: Scenario, timeout_s: float, problems: list[str]
 ) -> str:
     if scenario.reference is None:
         return "-"
     try:
-        with _prepared(matrix, spec) as (run_dir, env):
-            ran = run_shell(scenario.reference, run_dir.workspace, timeout_s=timeout_s, env=env)
-            gates = _workspace_gates(scenario)
-            results = run_gates(gates, run_dir.workspace, target_commands=[], env=env)
+        with _prepared(files, spec) as (run_dir, env, jail):
+            # As the agent would run it: the reference is what a solving agent does.
+            ran = run_shell(scenario.reference, run_dir.workspace, timeout_s=timeout_s,
+                            env=env, user=jail.user)  # fmt: skip
+            jail.end_agent()
+            results = _gated(_workspace_gates(scenario), run_dir, scenario, env, jail)
     except SetupError:
         return "-"
     if not ran.ok:
@@ -271,17 +292,18 @@ def _reference(
     return "passes"
 
 
+def _gated(
+    gates: list[Gate], run_dir: RunDir, scenario: Scenario, env: dict[str, str], jail: Confinement
+) -> list[GateResult]:
+    """`gates` on the run's workspace as a worker runs them: as its user, the tests in."""
+    gate_env = with_tests(run_dir, scenario, env, jail.user)
+    enclosure = gate_enclosure(None, jail, gate_env)
+    return run_gates(gates, run_dir.workspace, target_commands=[], env=gate_env,
+                     enclosure=enclosure)  # fmt: skip
+
+
 def _is_task(scenario: Scenario) -> bool:
     return scenario.environment is not None and scenario.verifier is not None
-
-
-def _jail(
-    agent: AgentConfig, run_dir: RunDir, scenario: Scenario
-) -> contextlib.AbstractContextManager[Confinement | None]:
-    """A task's agent runs in its jail, as on a worker; any other as preflight always ran it."""
-    if scenario.environment is None:
-        return contextlib.nullcontext()
-    return confined(agent, run_dir, scenario=scenario)
 
 
 # What stands in for the agent when the verifier checks the untouched environment.
@@ -307,15 +329,16 @@ def _sandbox_of(matrix: Matrix) -> dict[str, object]:
     return {}
 
 
-def _task_soundness(matrix: Matrix, scenario: Scenario) -> _Soundness:
+def _task_soundness(files: LocalFiles, scenario: Scenario) -> _Soundness:
     """A task's verifier on its untouched environment (it must not pass) and after its
     oracle (it must), each in the task's jail."""
     problems: list[str] = []
     vacuous, reference = "-", "-"
+    matrix = files.matrix
     sandbox = _sandbox_of(matrix)
     try:
         untouched = _UNTOUCHED.model_copy(update=sandbox)
-        vacuous = "no" if _unmet(matrix, scenario, untouched, solves=False) else "yes"
+        vacuous = "no" if _unmet(files, scenario, untouched, solves=False) else "yes"
         if vacuous == "yes":
             problems.append(
                 "its verifier passes the untouched environment: its tests check nothing"
@@ -324,7 +347,7 @@ def _task_soundness(matrix: Matrix, scenario: Scenario) -> _Soundness:
             agent = matrix.agent
             timeout_s = scenario.agent_timeout_s or agent.timeout_s
             oracle = AgentConfig(preset="oracle", timeout_s=timeout_s).model_copy(update=sandbox)
-            why = _unmet(matrix, scenario, oracle, solves=True)
+            why = _unmet(files, scenario, oracle, solves=True)
             reference = "fails" if why else "passes"
             if why:
                 problems.append(f"the oracle (the task's solution) fails: {why}")
@@ -333,17 +356,16 @@ def _task_soundness(matrix: Matrix, scenario: Scenario) -> _Soundness:
     return _Soundness(vacuous, reference, problems)
 
 
-def _unmet(matrix: Matrix, scenario: Scenario, agent: AgentConfig, solves: bool) -> str | None:
+def _unmet(files: LocalFiles, scenario: Scenario, agent: AgentConfig, solves: bool) -> str | None:
     """Why the task's verifier does not pass it after the oracle `agent` ran (`solves`;
     else `agent` stands for the untouched environment), or why the oracle itself
     failed; None when it passes. Raises SetupError."""
     assert scenario.verifier is not None
     spec = RunSpec(experiment_id="preflight",
                    run_id=f"preflight:{scenario.id}:{'oracle' if solves else 'untouched'}",
-                   tier=matrix.tiers[0].id, scenario=scenario.id, run_index=0)  # fmt: skip
+                   tier=files.matrix.tiers[0].id, scenario=scenario.id, run_index=0)  # fmt: skip
     with (
-        _prepared(matrix, spec) as (run_dir, env),
-        confined(agent, run_dir, scenario=scenario) as jail,
+        _prepared(files, spec, agent) as (run_dir, env, jail),
         agent_container(agent, spec.run_id, run_dir, env, scenario) as container,
     ):
         if solves:
@@ -380,15 +402,26 @@ def _judge_key(matrix: Matrix, scenario: Scenario, problems: list[str], elsewher
 
 
 @contextlib.contextmanager
-def _prepared(matrix: Matrix, spec: RunSpec) -> Iterator[tuple[RunDir, dict[str, str]]]:
-    """A run's folder as a worker prepares it, set up, removed afterwards."""
+def _prepared(
+    files: LocalFiles, spec: RunSpec, agent: AgentConfig | None = None
+) -> Iterator[tuple[RunDir, dict[str, str], Confinement]]:
+    """A run's folder as a worker prepares it, confined as `agent` (default: the
+    tier's) would be, set up as its user; all of it removed afterwards."""
+    matrix = files.matrix
     tier, scenario = matrix.tier(spec.tier), matrix.scenario(spec.scenario)
     prompt = scenario.prompt_text()
     run_dir = prepare(spec.run_id, tier, scenario, prompt)
     try:
         env = agent_env(spec, matrix, run_dir, prompt)
-        run_setup(run_dir, scenario, env)
-        yield run_dir, env
+        with confined(
+            agent or matrix.agent_for(tier),
+            run_dir,
+            files.folder,
+            files.hidden_paths(),
+            scenario,
+        ) as jail:
+            run_setup(run_dir, scenario, env, jail.user)
+            yield run_dir, env, jail
     finally:
         run_dir.discard()
 

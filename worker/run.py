@@ -359,7 +359,7 @@ def _run(
         site = GateSite(
             run_dir.workspace,
             env=gate_env,
-            enclosure=_enclosure(container, confinement, gate_env),
+            enclosure=gate_enclosure(container, confinement, gate_env),
             prepared=prepared,
             task=task,
             on_gated=gated.extend,
@@ -425,7 +425,7 @@ def _archive(
     return None
 
 
-def _enclosure(
+def gate_enclosure(
     container: Container | None, confinement: Confinement, env: dict[str, str]
 ) -> Enclosure | None:
     """Where the run's command gates run: in its container, or as its own user."""

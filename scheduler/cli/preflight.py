@@ -18,7 +18,7 @@ from scheduler.cli.context import USAGE_ERROR, err
 from scheduler.cli.options import icc_option
 
 if TYPE_CHECKING:
-    from core.matrix import Matrix
+    from scheduler.validation import Checked
     from worker.preflight import CellCheck
 
 COLUMNS = ("tier", "scenario", "cli", "run", "transcript", "gates", "vacuous", "reference",
@@ -66,15 +66,15 @@ def preflight(
     from scheduler.validation import validate as check
 
     # An unset judge key is one of the preflight's own lines, not a refusal first.
-    matrix = check(matrix_file, allow_missing_keys=True).matrix
-    if not run_preflight(matrix, script_file, live=live, judge=judge, icc=icc):
+    checked = check(matrix_file, allow_missing_keys=True)
+    if not run_preflight(checked, script_file, live=live, judge=judge, icc=icc):
         sys.exit(USAGE_ERROR)
 
 
 # wide: keyword-only options, the flags of `preflight` and `submit --preflight`: each
 # caller names those it sets
 def run_preflight(
-    matrix: Matrix,
+    checked: Checked,
     script_file: Path | None,
     *,
     aside: bool = False,
@@ -83,20 +83,23 @@ def run_preflight(
     judge_key_elsewhere: bool = False,
     icc: float = PLANNING_ICC,
 ) -> bool:
-    """Preflight `matrix` and print its table (on stderr when `aside`: `submit
+    """Preflight the checked matrix and print its table (on stderr when `aside`: `submit
     --preflight`, whose stdout is the report's), validate's planning at the assumed
     intra-scenario correlation `icc`, and its problems; whether it is sound."""
     from core.modelserver import ModelScript, ModelServer, load_model_script
     from scheduler.validation import planning
     from worker.preflight import preflight as check_cells
 
+    matrix, bundle = checked.matrix, checked.bundle
     if live:
-        cells = check_cells(matrix, None, judge=judge, judge_key_elsewhere=judge_key_elsewhere)
+        cells = check_cells(
+            matrix, bundle, None, judge=judge, judge_key_elsewhere=judge_key_elsewhere
+        )
     else:
         script = load_model_script(script_file) if script_file is not None else ModelScript()
         with ModelServer(script) as server:
             cells = check_cells(
-                matrix, server, judge=judge, judge_key_elsewhere=judge_key_elsewhere
+                matrix, bundle, server, judge=judge, judge_key_elsewhere=judge_key_elsewhere
             )
     click.echo(_table(cells), err=aside)
     spends = [c.spend_usd for c in cells]

@@ -109,9 +109,7 @@ def submit(
         if first_preflight:
             from scheduler.cli.preflight import run_preflight
 
-            if not run_preflight(
-                checked.matrix, None, aside=True, judge_key_elsewhere=allow_missing_keys
-            ):
+            if not run_preflight(checked, None, aside=True, judge_key_elsewhere=allow_missing_keys):
                 sys.exit(USAGE_ERROR)
     except BaseException:
         if early is not None:

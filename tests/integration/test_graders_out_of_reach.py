@@ -126,6 +126,19 @@ def test_an_unconfined_agent_that_rewrites_its_grader_is_tampered_and_the_files_
     cache = _own_cache(start_worker, tmp_path, concurrency=1)
     warned = run_cli("validate", str(matrix), env=fleet_env)
     assert "tier tamper: agents would run unconfined (`sandbox: none`)" in warned.stderr
+    # Preflight says so before anything is spent, and leaves the copy as shipped.
+    checked = run_cli(
+        "preflight", str(matrix), env={**fleet_env, "EVALFLEET_CACHE_DIR": str(cache)}
+    )
+    assert checked.returncode == 2, checked.stderr
+    assert [line.split()[3] for line in checked.stdout.splitlines()[1:4]] == [
+        "tampered", "completed", "completed"
+    ]  # fmt: skip
+    assert checked.stderr.splitlines()[0] == (
+        "tier tamper: the agent changed check.sh, a file evaluation reads: its runs would be "
+        "recorded tampered and pass nothing"
+    )
+    assert _shipped_checks(cache) == [(tmp_path / "exp" / "check.sh").read_bytes()]
     for _ in range(2):
         exp_id = _submit(matrix, fleet_env)
         runs = store.results.all(exp_id)

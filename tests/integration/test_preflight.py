@@ -4,6 +4,7 @@ model server, and the scenarios themselves checked, before anything is spent."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,58 @@ def test_judge_calls_the_judge_and_live_uses_no_scripted_server(
     assert "at this preflight's tokens" in live.stdout
     both = run_cli("preflight", str(matrix), "--live", "--script", str(matrix), env=env)
     assert both.returncode == 2 and "exclude each other" in both.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run's own user needs a machine running as root")
+def test_an_agent_that_works_only_with_the_submitters_rights_fails_preflight_as_its_runs(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Preflight runs each agent as a worker does, as a user of the run's own reading the
+    worker's copy of the files: reading a folder of the submitter's alone, or the
+    matrix that evaluation keeps hidden, fails there as it fails every real run."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "notes.txt").write_text("the submitter's\n")
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(f"""
+name: confined-preflight
+runs_per_tier: 1
+agent: {{kind: command, command: "cat {private}/notes.txt > out.txt", timeout_s: 30}}
+tiers:
+  - {{id: private}}
+  - {{id: hidden, agent: {{command: 'cat "$EVALFLEET_MATRIX_DIR/matrix.yaml" > out.txt'}}}}
+  - {{id: own, agent: {{command: "echo mine > out.txt"}}}}
+scenarios:
+  - id: s
+    prompt: go
+    evaluation: {{gates: [{{type: command_succeeds, command: "test -s out.txt"}}]}}
+""")
+    checked = run_cli("preflight", str(matrix), env=fleet_env)
+    assert checked.returncode == 2, checked.stderr
+    runs = {line.split()[0]: line.split()[3:6] for line in checked.stdout.splitlines()[1:4]}
+    assert runs == {
+        "private": ["agent_error", "events-jsonl", "0/1"],
+        "hidden": ["agent_error", "events-jsonl", "0/1"],
+        "own": ["completed", "events-jsonl", "1/1"],
+    }
+    problems = checked.stderr.splitlines()
+    assert problems[-1] == "2 problem(s): the experiment is not sound yet"
+    assert problems[0].startswith("tier private: the agent's run was agent_error: ")
+    assert problems[0].endswith(f"cat: {private}/notes.txt: Permission denied")
+    assert problems[1].startswith("tier hidden: the agent's run was agent_error: ")
+    assert problems[1].endswith("matrix.yaml: Permission denied")
+
+    start_worker(concurrency=2)
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 0, done.stderr
+    results = store.results.all(json.loads(done.stdout)["experiment"]["id"])
+    outcomes = {r.tier: (r.status.value, r.passed) for r in results}
+    assert outcomes == {
+        "private": ("agent_error", False),
+        "hidden": ("agent_error", False),
+        "own": ("completed", True),
+    }
+    assert {r.isolation for r in results} == {"user"}
