@@ -305,6 +305,8 @@ def compare(
     )
     if not result.tiers:
         raise InputError(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
+    if not any(result.scenarios.values()):
+        raise InputError(f"{ids[0]} and {ids[1]} share no scenario; nothing to compare")
     return result
 
 

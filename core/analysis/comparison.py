@@ -290,9 +290,10 @@ def compare_experiments(
     correction: Correction = CORRECTION,
 ) -> ExperimentComparison:
     """Every tier and tier x scenario the two experiments share, B (`experiment`) against A,
-    all of them one family of tests; a tier with two or more scenarios in both is also
-    compared across them (a family of its own), and takes its verdict on these scenarios;
-    its planning is at the mean of B's tier's and A's tier's implied correlation.
+    on the runs of the scenarios they share, all of them one family of tests; a tier
+    with two or more scenarios in both is also compared across them (a family of its
+    own), and takes its verdict on these scenarios; its planning is at the mean of B's
+    tier's and A's tier's implied correlation.
 
     A tier regressed when either test that judges it finds it significantly
     worse after the correction (verdict worse or mixed): a CI gate should stop
@@ -301,9 +302,11 @@ def compare_experiments(
     tiers_b = ordered_ids(experiment.tiers, (r.tier for r in runs))
     tiers_a = ordered_ids(reference.tiers, (r.tier for r in reference_runs))
     scenarios_a = ordered_ids(reference.scenarios, (r.scenario for r in reference_runs))
-    scenarios = [
-        s for s in ordered_ids(experiment.scenarios, (r.scenario for r in runs)) if s in scenarios_a
-    ]
+    scenarios_b = ordered_ids(experiment.scenarios, (r.scenario for r in runs))
+    scenarios = [s for s in scenarios_b if s in scenarios_a]
+    # A tier's row too: a scenario only B ran would be counted as B's tier changing.
+    runs = [r for r in runs if r.scenario in scenarios]
+    reference_runs = [r for r in reference_runs if r.scenario in scenarios]
     groups, reference_groups = Group.of(runs).split("tier"), Group.of(reference_runs).split("tier")
     by_tier: dict[str, Comparison] = {}
     by_scenario: dict[str, dict[str, Comparison]] = {}
@@ -338,6 +341,7 @@ def compare_experiments(
         across_scenarios=across,
         multiplicity_across_scenarios=across_multiplicity,
         unmatched_tiers=sorted(set(tiers_a) ^ set(tiers_b)),
+        unmatched_scenarios=sorted(set(scenarios_a) ^ set(scenarios_b)),
         regressions=[
             tier for tier, c in by_tier.items() if c.verdict in (Verdict.worse, Verdict.mixed)
         ],

@@ -5,7 +5,13 @@ from __future__ import annotations
 from core.analysis.comparison import CONFIDENCE
 from core.results.report import Comparison, ExperimentComparison
 from scheduler.report.formatting import ALL, PASS_RATE, Table, num, pass_rate
-from scheduler.report.verdicts import TEST_COLUMNS, stratified_note, test_notes, versus
+from scheduler.report.verdicts import (
+    TEST_COLUMNS,
+    stratified_note,
+    test_notes,
+    unmatched_notes,
+    versus,
+)
 
 
 def comparison_title(result: ExperimentComparison) -> str:
@@ -29,8 +35,7 @@ def comparison(result: ExperimentComparison) -> Table:
         "regressions (tiers significantly worse in B): "
         + (", ".join(result.regressions) or "none"),
     ]
-    if result.unmatched_tiers:
-        notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
+    notes += unmatched_notes(result)
     return Table(
         "B against A, per tier and tier x scenario",
         [

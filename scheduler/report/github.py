@@ -189,8 +189,7 @@ def github_comparison(result: ExperimentComparison) -> str:
         verdicts.detectable_note(result.multiplicity),
         *verdicts.stratified_note(result.tiers),
     ]
-    if result.unmatched_tiers:
-        notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
+    notes += verdicts.unmatched_notes(result)
     across = scenarios_section.comparison_questions_table(result)
     return _document(lines, tiers, scenarios, notes, f"{a.id} {b.id}", "compare", _section(across))
 

@@ -14,6 +14,7 @@ from core.analysis.verdicts import direction
 from core.results.report import (
     Comparison,
     Detectable,
+    ExperimentComparison,
     ExperimentReport,
     Interval,
     Multiplicity,
@@ -154,6 +155,19 @@ def verdict_difference(tier: TierReport) -> Difference | None:
     )
     tests = {measure: f"{test} p adj. {p_value(p)}" for measure, (test, _, p) in tested.items()}
     return Difference(*found, vs.verdict, read_from, tests)
+
+
+def unmatched_notes(result: ExperimentComparison) -> list[str]:
+    """What of either experiment the comparison left out, and why."""
+    notes = []
+    if result.unmatched_tiers:
+        notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
+    if result.unmatched_scenarios:
+        notes.append(
+            "scenarios in only one experiment, left out of every row (a tier's included): "
+            + ", ".join(result.unmatched_scenarios)
+        )
+    return notes
 
 
 def stratified_note(tiers: Mapping[str, Comparison | None]) -> list[str]:

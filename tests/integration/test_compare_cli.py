@@ -45,6 +45,11 @@ def experiments(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dic
         "other": _seed(store, folder, 5, 9, tiers=("X0", "X1")),
         "two_before": seed_experiment(store, folder, TWO_BEFORE),
         "two_after": seed_experiment(store, folder, TWO_AFTER),
+        "s1_only": seed_experiment(store, folder, {("T1", "s1"): SIX_OF_TEN}),
+        "s1_and_new": seed_experiment(
+            store, folder, {("T1", "s1"): SIX_OF_TEN, ("T1", "s3"): Cell((False,) * 10)}
+        ),
+        "s9_only": seed_experiment(store, folder, {("T1", "s9"): SIX_OF_TEN}),
     }
 
 
@@ -55,6 +60,7 @@ TWO_BEFORE = {
     ("T1", "s2"): Cell((True,) * 10),
 }
 TWO_AFTER = {("T1", "s1"): Cell((False,) * 10), ("T1", "s2"): Cell((True,) * 10)}
+SIX_OF_TEN = Cell(tuple(i < 6 for i in range(10)))
 
 
 def test_tiers_with_the_same_scenarios_are_compared_scenario_by_scenario(
@@ -321,6 +327,28 @@ def test_a_report_json_with_its_runs_is_a_baseline_as_good_as_its_experiment(
     other.write_text('{"name": "not a report"}')
     wrong = run_cli("compare", str(other), b, env=fleet_env)
     assert wrong.returncode == 2 and f"{other}: not a report JSON" in wrong.stderr
+
+
+def test_a_scenario_only_one_experiment_ran_is_left_out_of_its_tiers_row_and_said(
+    experiments: dict[str, str], fleet_env: dict[str, str]
+) -> None:
+    """B ran s1 as A did, 6 of 10, and a new scenario s3 that every run fails: T1 did not
+    change where both ran it; its 6 of 20 is not a loss against A's 6 of 10."""
+    a, b = experiments["s1_only"], experiments["s1_and_new"]
+    shown = run_cli("compare", a, b, "--format", "json", env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    result = json.loads(shown.stdout)
+    t1 = result["tiers"]["T1"]
+    assert (t1["reference_passes"], t1["reference_runs"]) == (6, 10)
+    assert (t1["passes"], t1["runs"]) == (6, 10)
+    assert t1["pass_rate_delta"] == 0.0
+    assert list(result["scenarios"]["T1"]) == ["s1"]
+    assert result["unmatched_scenarios"] == ["s3"]
+    note = "scenarios in only one experiment, left out of every row (a tier's included): s3"
+    for fmt in ("table", "markdown", "github"):
+        assert note in run_cli("compare", a, b, "--format", fmt, env=fleet_env).stdout, fmt
+    apart = run_cli("compare", a, experiments["s9_only"], env=fleet_env)
+    assert apart.returncode == 2 and "share no scenario; nothing to compare" in apart.stderr
 
 
 def test_bad_comparisons_are_clear_errors(
