@@ -265,12 +265,13 @@ def _attempt(
     for dead in clear_dead_deliveries():
         log.warning("run %s: stopped what dead delivery %s left running", spec.run_id, dead)
     if delivery.status == ExperimentStatus.cancelled:
+        # An earlier delivery began it (its submit was interrupted, its worker lost): it
+        # started, and was not run again.
+        when = "before this run started" if attempts == 1 else (
+            "after this run was interrupted (its earlier delivery did not finish): not run again"
+        )  # fmt: skip
         cancelled = error_result(
-            spec,
-            "experiment cancelled before this run started",
-            attempts,
-            started,
-            RunStatus.cancelled,
+            spec, f"experiment cancelled {when}", attempts, started, RunStatus.cancelled
         )
         return cancelled, None
     if delivery.halted is not None:

@@ -306,7 +306,9 @@ class TierReport(Record):
 
     runs: int = Field(description="runs with a result, infrastructure errors included")
     errors: int = Field(description="infrastructure errors, kept out of the statistics")
-    cancelled: int = Field(0, description="runs cancelled before they started, kept out")
+    cancelled: int = Field(
+        0, description="runs cancelled before they started or ran to their end, kept out"
+    )
     not_run: int = Field(0, description="runs the budget kept from starting, kept out")
     counted: int = Field(
         0, description="runs in the statistics: completed, agent_error, timeout, limit, tampered"
@@ -426,7 +428,7 @@ class ExperimentInfo(Record):
     total_runs: int = 0
     completed_runs: int = Field(0, description="runs with a stored result, of any status")
     errors: int = Field(0, description="infrastructure errors")
-    cancelled: int = Field(0, description="runs cancelled before they started")
+    cancelled: int = Field(0, description="runs cancelled before they started or ran to their end")
     not_run: int = Field(0, description="runs the budget kept from starting")
     passes: int = 0
     created_at: float

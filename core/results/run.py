@@ -42,7 +42,9 @@ class RunStatus(StrEnum):
     tampered = "tampered"  # the files evaluation reads were changed by the run: a failure
     infra_error = "infra_error"  # not the agent's doing: setup, the agent could not start,
     # the judge unreachable, the attempt cap
-    cancelled = "cancelled"  # the experiment was cancelled before this run started
+    # The experiment was cancelled before this run started, or after a delivery of it was
+    # interrupted: it was not run (again).
+    cancelled = "cancelled"
     not_run = "not_run"  # its projected cost did not fit the experiment's budget
 
     @property

@@ -386,13 +386,19 @@ def test_cancel_of_an_interrupted_submit_records_the_rest_here_and_prints_the_re
     report = run_cli("report", exp_id, "--format", "json", "--runs", env=embedded_env,
                      cwd=tmp_path)  # fmt: skip
     assert report.returncode == 0, report.stderr
-    recorded = {r["run_id"]: (r["status"], r["passed"]) for r in json.loads(report.stdout)["runs"]}
+    results = {r["run_id"]: r for r in json.loads(report.stdout)["runs"]}
+    recorded = {run_id: (r["status"], r["passed"]) for run_id, r in results.items()}
     assert len(recorded) == runs
     for run_id, outcome in recorded.items():
         if run_id in ended:  # the outcome its agent earned
             assert outcome == ("completed", int(run_id.rsplit(":", 1)[1]) % 2 == 0), run_id
         else:
             assert outcome == ("cancelled", False), run_id
+    # Ctrl-C let the runs it found running end (within the worker's grace): the others
+    # never started.
+    assert {r["fail_reason"] for run_id, r in results.items() if run_id not in ended} == {
+        "experiment cancelled before this run started"
+    }
     assert _status(embedded_env, tmp_path, exp_id) == "cancelled"
     again = run_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path)
     assert again.stdout.strip() == f"{exp_id} is already cancelled; nothing changed"

@@ -9,6 +9,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import pytest
 
 from core.results.run import NOT_RUN_NOTE, RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli, shared_with_agents
+from tests.conftest import PREFIX, ROOT, StartWorker, run_cli, shared_with_agents
 from tests.support.experiments import command_matrix
 from tests.support.fleet import wait_until
 from tests.support.terminal import table_row
@@ -227,6 +231,62 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
 
     again = run_cli("resume", exp_id, env=fleet_env)
     assert again.returncode == 0 and "nothing to resume" in again.stderr
+
+
+# One delivery of a run, as a worker's pool process runs it, in a process of its own.
+_DELIVERY = (
+    "import sys; from core.store import Store; from core.results.run import RunSpec; "
+    "from worker.run import execute; "
+    "store = Store.from_url(sys.argv[1], prefix=sys.argv[2]); "
+    "execute(RunSpec.model_validate_json(sys.argv[3]), store)"
+)
+
+
+def test_a_run_cancelled_after_its_delivery_was_cut_short_is_not_said_to_be_unstarted(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """Run 0's first delivery dies with its agent halfway (a worker killed, a submit
+    interrupted past its grace); the experiment is then cancelled. Every run is
+    recorded cancelled, none runs again, and run 0's reason says it was interrupted,
+    not that it never started."""
+    executions = shared_with_agents(tmp_path / "executions")
+    matrix = command_matrix(
+        tmp_path, f"echo $EVALFLEET_RUN_INDEX >> {executions}; sleep 60; touch out.txt", runs=3
+    )
+    submitted = run_cli("submit", str(matrix), env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    first = store.specs.all(exp_id)[0]
+    delivery = subprocess.Popen(
+        [sys.executable, "-c", _DELIVERY, redis_url, PREFIX, first.model_dump_json()],
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: executions.read_text().split() == ["0"], "run 0's agent to start")
+    finally:
+        os.killpg(delivery.pid, signal.SIGKILL)
+        delivery.wait()
+    assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
+    start_worker(concurrency=2)
+    wait_until(lambda: store.reports.get(exp_id), "the cancelled experiment's report", timeout=90)
+
+    runs = {r.run_index: r for r in store.results.all(exp_id)}
+    assert {i: (r.status, r.attempts) for i, r in runs.items()} == {
+        0: (RunStatus.cancelled, 2),
+        1: (RunStatus.cancelled, 1),
+        2: (RunStatus.cancelled, 1),
+    }
+    assert runs[0].fail_reason == (
+        "experiment cancelled after this run was interrupted (its earlier delivery did not "
+        "finish): not run again"
+    )
+    assert {runs[i].fail_reason for i in (1, 2)} == {"experiment cancelled before this run started"}
+    assert executions.read_text().split() == ["0"]  # nothing ran after the cancel
 
 
 def test_a_resume_with_nothing_to_send_changes_nothing(
