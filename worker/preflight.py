@@ -47,7 +47,14 @@ from core.files.bundle import Bundle
 from core.matrix import AgentConfig, Gate, Matrix, Scenario, Tier
 from core.modelserver import ModelServer
 from core.results.record import Record
-from core.results.run import GATES_FAILED, GateResult, JudgeResult, RunSpec, RunStatus
+from core.results.run import (
+    GATES_FAILED,
+    GateResult,
+    JudgeResult,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
 from core.results.transcript import AgentOutcome
 from worker.agents.command import run_command_agent
 from worker.confinement import Confinement, confined
@@ -154,8 +161,7 @@ def _check(
     placeholders: set[str],
 ) -> CellCheck:
     problems: list[str] = []
-    matrix = files.matrix
-    agent = matrix.agent_for(tier)
+    agent = files.matrix.agent_for(tier)
     if (
         scripted
         and agent.sandbox == "docker"
@@ -165,50 +171,20 @@ def _check(
         problems.append(_UNREACHABLE)
     spec = RunSpec(experiment_id="preflight", run_id=f"preflight:{tier.id}:{scenario.id}:0",
                    tier=tier.id, scenario=scenario.id, run_index=0)  # fmt: skip
-    cli = "-"
     run, transcript, gates, spend = "not run", "-", "-", None
     judged: JudgeResult | None = None
-    tampered: str | None = None
-    try:
-        with _prepared(files, spec, agent) as (run_dir, env, jail):
-            if agent.cli is not None:
-                cli = "found" if shutil.which(agent.cli, path=env.get("PATH")) else "missing"
-                if cli == "missing":
-                    problems.append(f"agent CLI {agent.cli!r} is not on the agent's PATH")
-            with agent_container(agent, spec.run_id, run_dir, env, scenario) as container:
-                prompt = scenario.prompt_text()
-                outcome = run_agent(matrix, spec, run_dir, prompt, env, container, jail)
-                if cli == "found" and refuses_flags(agent.cli or "", outcome):
-                    cli = "refuses flags"
-                jail.end_agent()
-                gate_env = with_tests(run_dir, scenario, env, jail.user)
-                verifier_site = task_environment(run_dir, scenario, jail, gate_env, container)
-                enclosure = gate_enclosure(container, jail, gate_env)
-                site = GateSite(run_dir.workspace, gate_env, enclosure, task=verifier_site)
-                output = AgentOutput(outcome, run_dir.events_text(),
-                                     run_dir.session_text(agent.preset_spec))  # fmt: skip
-                result = evaluate_run(EvaluationContext(spec, matrix, site), output).result
-                tampered = files.damaged()
-                if tampered is not None:  # restored for the next cell, as for the next run
-                    files.restore()
-                    result = result.tampered_with(tampered)
-    except SetupError as exc:
-        problems.append(f"setup failed: {exc}")
-    else:
+    cli, result = _run_cell(files, spec, agent, scenario, problems)
+    if result is not None:
         run = result.status.value
-        if tampered is not None:
-            problems.append(
-                f"the agent changed {tampered}, a file evaluation reads: its runs would be "
-                "recorded tampered and pass nothing"
-            )
-        elif result.status is not RunStatus.completed and cli != "missing":
+        said = (RunStatus.completed, RunStatus.tampered)  # the latter by _run_cell
+        if result.status not in said and cli != "missing":
             problems.append(f"the agent's run was {run}: {_agent_reason(result.fail_reason)}")
         transcript = "unrecognised" if result.transcript_unrecognised else (
             result.transcript_format or "-")  # fmt: skip
         gates = f"{result.gates_passed}/{result.gates_total}"
         judged = result.judge
         if result.cost_usd is not None:
-            spend = result.cost_usd * matrix.runs_for(scenario)
+            spend = result.cost_usd * files.matrix.runs_for(scenario)
     if task is not None:
         vacuous, reference = task.vacuous, task.reference
         problems += task.problems
@@ -228,6 +204,47 @@ def _check(
         agent_key=_agent_key(agent.api_key_env, placeholders), spend_usd=spend,
         problems=problems,
     )  # fmt: skip
+
+
+def _run_cell(
+    files: LocalFiles, spec: RunSpec, agent: AgentConfig, scenario: Scenario, problems: list[str]
+) -> tuple[str, RunResult | None]:
+    """The cell's run as a worker runs it: the table's `cli` column and its result, None
+    when it could not be set up (said in `problems`, as is a CLI not found and an agent
+    that changed the files evaluation reads: they are restored for the next cell, as
+    for the next run, and the result is `tampered`)."""
+    matrix, cli = files.matrix, "-"
+    try:
+        with _prepared(files, spec, agent) as (run_dir, env, jail):
+            if agent.cli is not None:
+                cli = "found" if shutil.which(agent.cli, path=env.get("PATH")) else "missing"
+                if cli == "missing":
+                    problems.append(f"agent CLI {agent.cli!r} is not on the agent's PATH")
+            with agent_container(agent, spec.run_id, run_dir, env, scenario) as container:
+                prompt = scenario.prompt_text()
+                outcome = run_agent(matrix, spec, run_dir, prompt, env, container, jail)
+                if cli == "found" and refuses_flags(agent.cli or "", outcome):
+                    cli = "refuses flags"
+                jail.end_agent()
+                gate_env = with_tests(run_dir, scenario, env, jail.user)
+                verifier_site = task_environment(run_dir, scenario, jail, gate_env, container)
+                enclosure = gate_enclosure(container, jail, gate_env)
+                site = GateSite(run_dir.workspace, gate_env, enclosure, task=verifier_site)
+                output = AgentOutput(outcome, run_dir.events_text(),
+                                     run_dir.session_text(agent.preset_spec))  # fmt: skip
+                result = evaluate_run(EvaluationContext(spec, matrix, site), output).result
+    except SetupError as exc:
+        problems.append(f"setup failed: {exc}")
+        return cli, None
+    tampered = files.damaged()
+    if tampered is None:
+        return cli, result
+    files.restore()
+    problems.append(
+        f"the agent changed {tampered}, a file evaluation reads: its runs would be "
+        "recorded tampered and pass nothing"
+    )
+    return cli, result.tampered_with(tampered)
 
 
 def refuses_flags(cli: str, outcome: AgentOutcome) -> bool:

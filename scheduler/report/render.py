@@ -207,8 +207,10 @@ def _terminal(
             # Headings whole where the block fits with them so, else wrapped.
             whole = _width(console, table, columns, whole_headings=True) <= console.width
             # The title at the console's width: rich wraps a table's own at the table's.
-            title = table.title + (" (continued)" if block else "")
-            console.print(fill(title, console.width), soft_wrap=True, markup=False)
+            # An untitled table (`list`, `status`) starts at its header.
+            if table.title:
+                heading = table.title + (" (continued)" if block else "")
+                console.print(fill(heading, console.width), soft_wrap=True, markup=False)
             console.print(_rich_table(table, columns, whole_headings=whole))
         notes = list(table.notes)
         if dropped:

@@ -215,6 +215,9 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     assert table_row(cancelled, exp_id)[1:6] == ["cancelled", "2/6", "2", "0", "4"]
     listed = run_cli("list", env=fleet_env).stdout
     assert table_row(listed, exp_id)[1] == "cancelled"
+    # Each starts at its header: an untitled table has no title line, not a blank one.
+    assert cancelled.splitlines()[0].split()[:2] == ["experiment", "status"]
+    assert listed.splitlines()[0].strip() and "experiment" in "".join(listed.splitlines()[:2])
 
     resumed = run_cli("resume", exp_id, "--wait", "--format", "json", env=fleet_env)
     assert resumed.returncode == 0, resumed.stderr
