@@ -197,7 +197,8 @@ def evidence_blobs(conn: Connection, exp_id: str) -> dict[str, bytes]:
             found[run.run_id] = evidence
     if unreadable:
         conn.console.print(
-            f"note: the evidence of {len(unreadable)} run(s) is in an artifacts folder this "
+            f"note: the evidence of {len(unreadable)} run{'' if len(unreadable) == 1 else 's'} "
+            "is in an artifacts folder this "
             f"machine cannot read, and not in the page (first: {unreadable[0]}); write the "
             "report where that folder is mounted",
             markup=False,

@@ -18,6 +18,9 @@ Each would otherwise show only once money is spent:
 - An agent command run by a relative path that is not next to the matrix
   (`./run.sh`): a warning, as the workspace may well hold it; it says where
   commands run.
+- An agent command whose program is neither on the agent's PATH here nor a bash
+  builtin (`claud -p ...`), or is an absolute path with no program there: every run
+  would end "agent could not start (exit 127)". A warning: the workers may have it.
 - An agent whose runs' cost cannot be known: its model has no price (`pricing:`
   or built in), or a preset that picks its model itself (Gemini CLI, for each
   request) is given none. A warning: the runs are still worth running, but their
@@ -40,6 +43,8 @@ matrix's validation errors are; errors are raised together as one ConfigError.
 from __future__ import annotations
 
 import os
+import shutil
+import string
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -66,7 +71,10 @@ def refuse_mistakes(
     if errors:
         raise ConfigError(errors)
     return (
-        _relative_programs(matrix, path) + _unknown_costs(matrix, path) + _unconfined(matrix, path)
+        _relative_programs(matrix, path)
+        + _off_path(matrix, path)
+        + _unknown_costs(matrix, path)
+        + _unconfined(matrix, path)
     )
 
 
@@ -258,6 +266,61 @@ def _relative_programs(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             )
             problems.setdefault((command.loc, word), problem_at(path, command.loc, message))
     return list(problems.values())
+
+
+# What bash runs without a program (`compgen -b -k` of bash 5.2).
+_BASH_WORDS = (
+    ". : [ alias bg bind break builtin caller cd command compgen complete compopt continue "
+    "declare dirs disown echo enable eval exec exit export false fc fg getopts hash help "
+    "history jobs kill let local logout mapfile popd printf pushd pwd read readarray "
+    "readonly return set shift shopt source suspend test times trap true type typeset "
+    "ulimit umask unalias unset wait if then else elif fi case esac for select while "
+    "until do done in function time { } ! [[ ]] coproc"
+)
+_BASH_OWN = frozenset(_BASH_WORDS.split())
+
+
+def _off_path(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    problems: dict[tuple[tuple[str | int, ...], str], ConfigProblem] = {}
+    for command in _commands(matrix):
+        search = _agent_path(matrix, command.tier)
+        for run in command.runs:
+            word = run.word
+            if not run.program or word in _BASH_OWN or "$" in word or _defines(command, word):
+                continue
+            if word.startswith("/"):
+                if os.access(word, os.X_OK):
+                    continue
+                where = "there is no program there on this machine"
+            elif "/" in word or search is None or shutil.which(word, path=search):
+                continue  # a relative path is _relative_programs'; an unknown PATH, unknown
+            else:
+                where = "it is not on the agent's PATH on this machine"
+            message = (
+                f"{word!r} is run by the agent's command, but {where}: every run would end "
+                '"agent could not start (exit 127)" on a worker without it; install it, or '
+                "name it by its full path"
+            )
+            problems.setdefault((command.loc, word), problem_at(path, command.loc, message))
+    return list(problems.values())
+
+
+def _agent_path(matrix: Matrix, tier: Tier) -> str | None:
+    """The PATH the tier's agent gets on this machine (worker.run.agent_env: the
+    worker's, or the agent's `env:` built on it), None where it names a variable only
+    a run has."""
+    worker_path = os.environ.get("PATH", os.defpath)
+    declared = matrix.agent_for(tier).env.get("PATH")
+    if declared is None:
+        return worker_path
+    known = {"PATH": worker_path, "EVALFLEET_MATRIX_DIR": str(matrix.base_dir or "")}
+    built = string.Template(declared).safe_substitute(known)
+    return None if "$" in built else built
+
+
+def _defines(command: _Command, word: str) -> bool:
+    """Whether the command line defines `word` as a function (`f() { ...; }; f`)."""
+    return f"{word}()" in command.text.replace(" ", "") or f"function {word}" in command.text
 
 
 def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:

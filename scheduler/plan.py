@@ -88,7 +88,7 @@ def describe_runs(matrix: Matrix) -> str:
     "5 to 40 runs (adaptive)", and the scenarios with a count of their own."""
     adaptive = matrix.adaptive
     if adaptive is None:
-        text = f"{matrix.runs_per_tier} runs"
+        text = f"{matrix.runs_per_tier} run" + ("" if matrix.runs_per_tier == 1 else "s")
     else:
         text = f"{adaptive.min} to {adaptive.max} runs (adaptive, waves of {adaptive.step})"
     own = [f"{s.id}: {s.runs}" for s in matrix.scenarios if s.runs is not None]

@@ -22,6 +22,7 @@ from core.store.server import risky_settings
 from core.timeline import mark
 from scheduler.connection import Connection
 from scheduler.plan import new_experiment_id, plan
+from scheduler.report.formatting import plural
 from scheduler.validation import Checked, planning_so_far, prepare
 
 # Runs recorded per Redis call when a plan is completed.
@@ -131,8 +132,8 @@ def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
         store.experiments.reopen(exp_id)
     unstarted = len(cancelled) + len(not_run) + never_sent
     conn.say(
-        f"experiment {exp_id}: re-sending {len(pending)} runs: {len(cancelled)} cancelled "
-        f"before they started, "
+        f"experiment {exp_id}: re-sending {plural(len(pending), 'run')}: "
+        f"{len(cancelled)} cancelled before they started, "
         + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
         + (f"{never_sent} never sent (its submit stopped part-way), " if never_sent else "")
         + f"{len(pending) - unstarted} with no result, lease or message; "

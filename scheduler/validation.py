@@ -323,8 +323,8 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
     at = " at most (adaptive: each cell's max)" if matrix.adaptive is not None else ""
     lines = [
         f"planning: the smallest difference in pass rate (in points: 0.10 is 10 points) each "
-        f"question can detect with {PLANNING_POWER:.0%} power, {scenarios} scenarios x "
-        f"{runs} runs{per}{at} a tier, "
+        f"question can detect with {PLANNING_POWER:.0%} power, {plural(scenarios, 'scenario')} "
+        f"x {plural(runs, 'run')}{per}{at} a tier, "
         f"pass rates near {PLANNING_RATE:g}, two-sided at {level:.3g} (the level one of the "
         f"{tests} tests across scenarios must reach alone), intra-scenario correlation "
         f"{said or f'{icc:g} assumed (--icc; a report measures it)'}, design effect "
@@ -344,7 +344,8 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
         lines.append(f"  {_what_would_detect(scenarios, runs, icc, level)}")
     if scenarios < MIN_SCENARIOS_TO_GENERALISE:
         lines.append(
-            f"  {scenarios} scenarios are too few to generalise from: write "
+            f"  {plural(scenarios, 'scenario')} {'is' if scenarios == 1 else 'are'} too few to "
+            "generalise from: write "
             f"{MIN_SCENARIOS_TO_GENERALISE} or more to ask about scenarios like these"
         )
     if matrix.adaptive is not None:

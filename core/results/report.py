@@ -538,7 +538,8 @@ class ExperimentReport(Record):
         if not self.evidence_missing:
             return None
         return (
-            f"evidence of {self.evidence_missing} runs was not stored (the broker refused it, "
+            f"evidence of {self.evidence_missing} run{'' if self.evidence_missing == 1 else 's'} "
+            "was not stored (the broker refused it, "
             "full, or the worker stopped right after storing the result): their results "
             "stand; `scheduler show` says which"
         )

@@ -17,6 +17,7 @@ from scheduler.report.formatting import (
     pass_rate,
     pct,
     per_pass,
+    plural,
 )
 from scheduler.report.metric_tables import add_prices
 
@@ -158,13 +159,14 @@ def footer(report: ExperimentReport) -> list[str]:
     approximate = sum(t.approximate_exit_code_runs for t in report.tiers.values())
     if approximate:
         lines.append(
-            f"exit codes are approximate for {approximate} runs (plain transcript fallback: "
+            f"exit codes are approximate for {plural(approximate, 'run')} (plain transcript "
+            "fallback: "
             "error rates may be off; write events.jsonl for exact ones)"
         )
     unknown = sum(t.cost_unknown_runs for t in report.tiers.values())
     if unknown:
         lines.append(
-            f"cost unknown for {unknown} runs (model without a price: "
+            f"cost unknown for {plural(unknown, 'run')} (model without a price: "
             f"{add_prices(report.tiers.values())})"
         )
     for reason, count in list(report.error_reasons.items())[:MAX_ERROR_REASONS]:

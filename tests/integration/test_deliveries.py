@@ -194,7 +194,7 @@ def test_resume_while_runs_are_queued_sends_only_the_lost_one(
 
     resumed = run_cli("resume", exp_id, env=env)
     assert resumed.returncode == 0, resumed.stderr
-    assert "re-sending 1 runs" in resumed.stderr
+    assert "re-sending 1 run:" in resumed.stderr
     assert broker.llen(queue) == 2  # run 0 once, run 1 again
     with two_workers(env, tmp_path, queues=queue):
         wait_until(lambda: store.reports.get(exp_id), "the report", timeout=120)

@@ -442,7 +442,7 @@ def test_evidence_in_an_artifacts_folder_not_seen_here_is_left_out_with_a_note(
 
     assert result.returncode == 0, result.stderr
     assert (
-        "note: the evidence of 1 run(s) is in an artifacts folder this machine cannot read"
+        "note: the evidence of 1 run is in an artifacts folder this machine cannot read"
         in result.stderr
     )
     assert lost in result.stderr

@@ -188,19 +188,25 @@ scenarios:
     assert "stopped" not in stderr
 
 
+def _logged_submit(
+    tmp_path: Path, fleet_env: dict[str, str], command: str, runs: int
+) -> tuple[Path, str]:
+    """A fleet submit of `runs` runs, no worker started yet, whose agents each log their
+    index to the file returned, then run `command`; and the experiment's id."""
+    executions = shared_with_agents(tmp_path / "executions")
+    logged = f"echo $EVALFLEET_RUN_INDEX >> {executions}; {command}"
+    submitted = run_cli("submit", str(command_matrix(tmp_path, logged, runs=runs)), env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    return executions, submitted.stdout.strip()
+
+
 def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     fleet_env: dict[str, str],
     start_worker: StartWorker,
     store: Store,
     tmp_path: Path,
 ) -> None:
-    executions = shared_with_agents(tmp_path / "executions")
-    matrix = command_matrix(
-        tmp_path, f"echo $EVALFLEET_RUN_INDEX >> {executions}; touch out.txt", runs=6
-    )
-    submitted = run_cli("submit", str(matrix), env=fleet_env)
-    assert submitted.returncode == 0, submitted.stderr
-    exp_id = submitted.stdout.strip()
+    executions, exp_id = _logged_submit(tmp_path, fleet_env, "touch out.txt", runs=6)
     # Two runs finish before the cancel, as if a worker had taken them.
     from worker.run import execute
 
@@ -256,13 +262,7 @@ def test_a_run_cancelled_after_its_delivery_was_cut_short_is_not_said_to_be_unst
     interrupted past its grace); the experiment is then cancelled. Every run is
     recorded cancelled, none runs again, and run 0's reason says it was interrupted,
     not that it never started."""
-    executions = shared_with_agents(tmp_path / "executions")
-    matrix = command_matrix(
-        tmp_path, f"echo $EVALFLEET_RUN_INDEX >> {executions}; sleep 60; touch out.txt", runs=3
-    )
-    submitted = run_cli("submit", str(matrix), env=fleet_env)
-    assert submitted.returncode == 0, submitted.stderr
-    exp_id = submitted.stdout.strip()
+    executions, exp_id = _logged_submit(tmp_path, fleet_env, "sleep 60; touch out.txt", runs=3)
     first = store.specs.all(exp_id)[0]
     delivery = subprocess.Popen(
         [sys.executable, "-c", _DELIVERY, redis_url, PREFIX, first.model_dump_json()],

@@ -226,7 +226,7 @@ def test_runs_whose_evidence_was_not_stored_are_named_not_read_as_killed(
         report = _cli("report", exp_id, "--format", "markdown", env=env)
         assert report.returncode == 0, report.stderr
         said = " ".join(report.stdout.split())
-        assert "evidence of 1 runs was not stored" in said and "their results stand" in said
+        assert "evidence of 1 run was not stored" in said and "their results stand" in said
         shown = _cli("show", run_id, env=env)
         assert shown.returncode == 0, shown.stderr
         out = " ".join((shown.stdout + shown.stderr).split())

@@ -177,3 +177,39 @@ def test_a_judge_without_its_key(
     [found] = map(problem, raised.value.problems)
     assert (found.field, found.line, found.column) == ("judge.api_key_env", 9, 42)
     assert found.message.startswith("MISTAKES_TEST_KEY is not set, and scenario s is judged")
+
+
+def _off_path(tmp_path: Path, command: str, env: str = "") -> list[str]:
+    """The programs `command` runs that validate warns are not here."""
+    warnings = prepare(matrix(tmp_path, command, env)).warnings
+    return [w.message.split("'")[1] for w in warnings if "exit 127" in w.message]
+
+
+@pytest.mark.parametrize(
+    ("command", "warned"),
+    [
+        ("claud -p go > out.txt", ["claud"]),  # a typo of the agent's CLI
+        ("/opt/evalfleet-nowhere/agent --go", ["/opt/evalfleet-nowhere/agent"]),
+        ("timeout 60 evalfleet-no-such-agent", ["evalfleet-no-such-agent"]),
+        ("python3 -c 'print(1)' | cat > out.txt", []),  # on PATH
+        ("f() { echo hi; }; f && true", []),  # a function of its own, builtins
+        ("function g { :; }; g", []),
+        ("[ -f x ] || { echo no; exit 0; }", []),
+        ('"$HOME/bin/agent" --go', []),  # only a run knows the variable
+    ],
+)
+def test_a_program_the_agent_could_not_start_here_is_warned_of(
+    tmp_path: Path, command: str, warned: list[str]
+) -> None:
+    assert _off_path(tmp_path, command) == warned
+
+
+def test_the_agents_own_path_is_where_its_programs_are_looked_for(tmp_path: Path) -> None:
+    on_bin = ', env: {PATH: "${EVALFLEET_MATRIX_DIR}/bin:${PATH}"}'
+    assert _off_path(tmp_path, "my-tool --go", on_bin) == ["my-tool"]  # not there yet
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "my-tool").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "my-tool").chmod(0o755)
+    assert _off_path(tmp_path, "my-tool --go", on_bin) == []
+    # A PATH built on a variable only a run has: nothing can be said here.
+    assert _off_path(tmp_path, "other-tool", ', env: {PATH: "$TOOLS/bin:$PATH"}') == []

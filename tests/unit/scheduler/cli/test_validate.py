@@ -51,6 +51,19 @@ def write(tmp_path: Path, text: str, rubric: str = RUBRIC) -> Path:
     return path
 
 
+def test_an_agent_program_missing_here_is_a_warning_naming_its_line(tmp_path: Path) -> None:
+    """A typo in the agent's command word would end every run "could not start": validate
+    says so where the command is, and still exits 0 (the workers may have it)."""
+    typo = GOOD.replace('command: "echo hi"', 'command: "claud -p \\"$PROMPT\\""')
+    result = run_cli("validate", str(write(tmp_path, typo)), env=KEYED)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"warning: {tmp_path / 'matrix.yaml'}:3:33: agent.command: 'claud' is run by the "
+        "agent's command, but it is not on the agent's PATH on this machine: every run would "
+        'end "agent could not start (exit 127)" on a worker without it'
+    ) in " ".join(result.stderr.split())
+
+
 def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
     result = run_cli("validate", str(write(tmp_path, GOOD)), env=KEYED)
     assert result.returncode == 0, result.stderr

@@ -37,8 +37,8 @@ def test_reports_say_when_exit_codes_are_approximate_and_costs_unknown(fmt: str)
     report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
     assert report.tiers["T0"].approximate_exit_code_runs == 1
     text = render(report, fmt)
-    assert "exit codes are approximate for 1 runs" in text
-    assert "cost unknown for 1 runs" in text
+    assert "exit codes are approximate for 1 run " in text
+    assert "cost unknown for 1 run " in text
 
 
 def test_exact_reports_carry_no_caveats() -> None:
