@@ -95,7 +95,7 @@ def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
         f"tier {result.tier}",
         f"scenario {result.scenario}",
         f"index {result.run_index}",
-        duration(result.duration_seconds),
+        f"agent {duration(result.duration_seconds)}",
         f"{result.input_tokens} in / {result.output_tokens} out tokens",
         "cost unknown" if result.cost_usd is None else f"${result.cost_usd:.4f}",
         f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code",
@@ -103,6 +103,10 @@ def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
     if result.worker:
         facts.append(f"worker {result.worker}")
     console.print(" · ".join(facts), markup=False, style="dim")
+    if result.kept_folder:
+        console.print(
+            f"folder kept (--keep-workspaces): {result.kept_folder}", markup=False, soft_wrap=True
+        )
 
 
 def _section(console: Console, title: str) -> None:

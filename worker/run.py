@@ -380,6 +380,8 @@ def _run(
             result = result.tampered_with(tampered)
         result.worker = socket.gethostname()
         result.isolation = confinement.isolation
+        if matrix.keep_workspaces:
+            result.kept_folder = str(run_dir.root)
         if matrix.workspace_archive is not None and result.gates_total:
             unarchived = _archive(store, matrix.workspace_archive, run_dir, result, gated, secrets)
             if unarchived is not None:

@@ -234,6 +234,9 @@ class RunResult(Record):
     fail_reason: str | None = None
     attempts: int = 1
     worker: str | None = None
+    kept_folder: str | None = Field(
+        None, description="the run's folder on its worker, kept (`--keep-workspaces`)"
+    )
     isolation: Isolation | None = Field(
         None, description="how its agent was confined (ISOLATIONS says what each means)"
     )

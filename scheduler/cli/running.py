@@ -120,6 +120,13 @@ def submit(
     fleet = cli.fleet(create=True)
     exp_id = cli.experiment = new_experiment_id(checked.matrix)
     fleet.submit(checked, experiment_id=exp_id)
+    if checked.matrix.keep_workspaces:
+        err.print(
+            "each run's folder is kept on its worker (--keep-workspaces): "
+            f"`scheduler show {exp_id}:TIER:SCENARIO:INDEX` says where",
+            soft_wrap=True,
+            markup=False,
+        )
     if fleet.shared:
         # Machine-readable output is the report alone on stdout: the id goes aside.
         aside = cli.fmt == "json" or (cli.wait and cli.fmt in ("csv", "html"))

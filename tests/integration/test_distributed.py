@@ -191,10 +191,17 @@ def test_workspaces_are_removed_unless_kept(
     matrix = _matrix(tmp_path, "echo kept > out.txt")
     gone, _ = submit_and_wait(matrix, fleet_env)
     assert not list(workdir.glob(f"{gone}*"))
-    kept, _ = submit_and_wait(matrix, fleet_env, "--keep-workspaces")
+    submitted = run_cli("submit", str(matrix), "--wait", "--keep-workspaces", env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    kept = submitted.stdout.split()[0]
+    assert "each run's folder is kept on its worker (--keep-workspaces)" in submitted.stderr
     (run_dir,) = workdir.glob(f"{kept}*")
     assert (run_dir / "workspace" / "out.txt").read_text() == "kept\n"
     assert (run_dir / "prompt.txt").read_text() == "go"
+    # `show` says where it is, and a run not kept says nothing of a folder.
+    shown = run_cli("show", f"{kept}:T0:s:0", env=fleet_env).stdout
+    assert f"folder kept (--keep-workspaces): {run_dir}\n" in shown
+    assert "folder kept" not in run_cli("show", f"{gone}:T0:s:0", env=fleet_env).stdout
     # Its run's user is leased again by later runs: none of them may reach it.
     if os.geteuid() == 0:
         kept_by = (run_dir / "workspace" / "out.txt").stat().st_uid

@@ -111,7 +111,7 @@ def test_show_says_why_a_run_failed_gate_output_stderr_transcript_and_attempt(
     def said(seconds: float) -> str:
         return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
-    assert f"index 0 · {said(record['result']['duration_seconds'])} · " in shown
+    assert f"index 0 · agent {said(record['result']['duration_seconds'])} · " in shown
     phases = ", ".join(f"{p} {said(s)}" for p, s in evidence["phases"].items())
     assert f"phases: {phases}" in shown and " 0.0 s" not in shown
     [attempt] = record["attempts"]
