@@ -110,9 +110,21 @@ Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 
 
-def require_unique(values: list[str], what: str) -> None:
+class PlacedError(ValueError):
+    """A check across keys that failed, with the key the file should be read at: `loc`,
+    from the model that raised it (a model validator's error is otherwise the whole
+    model's, placed at its first line)."""
+
+    def __init__(self, loc: tuple[str | int, ...], message: str):
+        super().__init__(message)
+        self.loc = loc
+
+
+def require_unique(values: list[str], what: str, at: tuple[str, ...] = ()) -> None:
+    """`values`, the `id`s of the list at `at` (from the model validated), each once."""
     seen: set[str] = set()
-    for value in values:
+    for index, value in enumerate(values):
         if value in seen:
-            raise ValueError(f"duplicate {what} {value!r}; each must be unique")
+            message = f"duplicate {what} {value!r}; each must be unique"
+            raise PlacedError((*at, index, "id"), message)
         seen.add(value)

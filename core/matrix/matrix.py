@@ -17,6 +17,7 @@ from core.matrix.adaptive import AdaptiveRuns, RunsPerTier
 from core.matrix.agent import AgentConfig
 from core.matrix.fields import (
     Identifier,
+    PlacedError,
     Strict,
     context_of,
     inside_matrix_folder,
@@ -129,45 +130,49 @@ class Matrix(Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Matrix:
-        require_unique([t.id for t in self.tiers], "tier id")
-        require_unique([s.id for s in self.scenarios], "scenario id")
+        require_unique([t.id for t in self.tiers], "tier id", ("tiers",))
+        require_unique([s.id for s in self.scenarios], "scenario id", ("scenarios",))
         if self.baseline is not None and self.baseline not in {t.id for t in self.tiers}:
             tiers = [t.id for t in self.tiers]
             hint = did_you_mean(self.baseline, tiers)
-            raise ValueError(
+            raise PlacedError(
+                ("baseline",),
                 f"baseline {self.baseline!r} is not a tier; tiers are {tiers}"
-                + (f"; {hint}" if hint else "")
+                + (f"; {hint}" if hint else ""),
             )
-        for tier in self.tiers:
+        for index, tier in enumerate(self.tiers):
             agent = self.agent_for(tier)  # raises with the tier named
             if agent.sandbox == "docker" and agent.docker is None:
                 # A benchmark task with an image of its own needs no `docker:` image.
                 bare = [s.id for s in self.scenarios if not _has_image(s)]
                 if bare:
-                    raise ValueError(
+                    raise PlacedError(
+                        ("tiers", index),
                         f"tier {tier.id!r}: `sandbox: docker` needs a `docker:` section with "
                         f"`image` or `build` for scenarios without an image of their own "
-                        f"(`environment.image` or `build`): {', '.join(bare[:5])}"
+                        f"(`environment.image` or `build`): {', '.join(bare[:5])}",
                     )
-        for scenario in self.scenarios:
+        for index, scenario in enumerate(self.scenarios):
             if scenario.evaluation.judge_enabled:
-                self._check_judge(scenario)
+                self._check_judge(scenario, index)
         return self
 
-    def _check_judge(self, scenario: Scenario) -> None:
+    def _check_judge(self, scenario: Scenario, index: int) -> None:
         if self.judge is None:
-            raise ValueError(
+            raise PlacedError(
+                ("scenarios", index, "evaluation", "judge"),
                 f"scenario {scenario.id!r} enables the judge but the matrix has no "
-                "top-level `judge:` section"
+                "top-level `judge:` section",
             )
         if self.judge.allow_self_judge:
             return
         for tier in self.tiers:
             model = self.agent_for(tier).model
             if model is not None and model == self.judge.model:
-                raise ValueError(
+                raise PlacedError(
+                    ("judge", "model"),
                     f"judge model {model!r} is the model under test in tier {tier.id!r}; "
-                    "use another judge model or set judge.allow_self_judge: true"
+                    "use another judge model or set judge.allow_self_judge: true",
                 )
 
     @property

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from core.errors import ConfigError
+from core.matrix.fields import PlacedError
 from core.matrix.gates import GATES
 from core.matrix.suggestions import did_you_mean, literal_choices, unknown_key_hint
 from core.settings import setting
@@ -38,6 +39,9 @@ class ConfigProblem(BaseModel):
     column: int | None = None
     field: str = ""
     message: str
+    # The key or its value's type is wrong (unknown, missing, not one of the choices),
+    # which the schema shows; not a check of the value itself (a file not found).
+    schema_error: bool = Field(False, exclude=True)
 
     def __str__(self) -> str:
         where = self.file
@@ -171,7 +175,9 @@ def _problem(
     model: type[BaseModel],
     origin: Callable[[Loc], tuple[Loc, str]] = _same_place,
 ) -> ConfigProblem:
-    loc, note = origin(tuple(part for part in err["loc"] if not _is_union_tag(part)))
+    placed = (err.get("ctx") or {}).get("error")
+    within = placed.loc if isinstance(placed, PlacedError) else ()
+    loc, note = origin(tuple(part for part in err["loc"] if not _is_union_tag(part)) + within)
     node = _node_at(root, list(loc))
     message = note + _message(err, model)
     return ConfigProblem(
@@ -180,6 +186,7 @@ def _problem(
         column=node.start_mark.column + 1 if node is not None else None,
         field=".".join(str(p) for p in loc),
         message=message,
+        schema_error=err["type"] not in ("value_error", "assertion_error"),
     )
 
 

@@ -246,8 +246,9 @@ def _said(exc: EvalfleetError, cli: CLIContext) -> int:
     failure)."""
     if isinstance(exc, ConfigError):
         print_problems(exc)
-        # Where a key is at fault; not for a file that is missing or not YAML.
-        keyed = any(getattr(problem, "field", "") for problem in exc.problems)
+        # Where a key or its type is at fault; not for a file that is missing or not YAML,
+        # nor a value its own check refused.
+        keyed = any(getattr(problem, "schema_error", False) for problem in exc.problems)
         schema = " `scheduler schema` prints every accepted key." if keyed else ""
         err.print(f"{len(exc.problems)} problem(s); nothing was started.{schema}")
         return USAGE_ERROR

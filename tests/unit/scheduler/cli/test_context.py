@@ -53,7 +53,9 @@ def test_an_error_is_one_line_and_its_exit_code(error: EvalfleetError, code: int
 def test_a_config_error_lists_every_problem_then_what_to_do() -> None:
     error = ConfigError(
         [
-            ConfigProblem(file="m.yaml", line=2, field="runz", message="unknown key"),
+            ConfigProblem(
+                file="m.yaml", line=2, field="runz", message="unknown key", schema_error=True
+            ),
             ConfigProblem(file="m.yaml", line=5, field="tiers", message="empty"),
         ]
     )
@@ -66,13 +68,17 @@ def test_a_config_error_lists_every_problem_then_what_to_do() -> None:
     ]
 
 
-def test_a_file_that_is_not_there_is_not_sent_to_the_schema() -> None:
-    error = ConfigError([ConfigProblem(file="m.yaml", message="file not found")])
-    result = CliRunner().invoke(group_raising(error), ["fails"])
-    assert result.stderr.splitlines() == [
-        "error: m.yaml: file not found",
-        "1 problem(s); nothing was started.",
-    ]
+@pytest.mark.parametrize(
+    "problem",
+    [
+        ConfigProblem(file="m.yaml", message="file not found"),
+        # A value its own check refused: the schema lists keys, not ids already taken.
+        ConfigProblem(file="m.yaml", line=5, field="tiers.1.id", message="duplicate tier id"),
+    ],
+)
+def test_a_problem_the_schema_does_not_answer_is_not_sent_to_it(problem: ConfigProblem) -> None:
+    result = CliRunner().invoke(group_raising(ConfigError([problem])), ["fails"])
+    assert result.stderr.splitlines() == [f"error: {problem}", "1 problem(s); nothing was started."]
 
 
 def test_other_exceptions_are_bugs_with_their_traceback() -> None:

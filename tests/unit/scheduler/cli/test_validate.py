@@ -51,6 +51,35 @@ def write(tmp_path: Path, text: str, rubric: str = RUBRIC) -> Path:
     return path
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (
+            ("  - id: T1\n", "  - id: T0\n"),
+            "matrix.yaml:6:9: tiers.1.id: duplicate tier id 'T0'; each must be unique",
+        ),
+        (
+            ("tiers:\n", "baseline: T9\ntiers:\n"),
+            "matrix.yaml:4:11: baseline: baseline 'T9' is not a tier; tiers are ['T0', 'T1']",
+        ),
+        (
+            ("judge: {model: gpt-4o-mini", "judge: {model: claude-sonnet-4"),
+            "matrix.yaml:20:16: judge.model: judge model 'claude-sonnet-4' is the model under "
+            "test in tier 'T0'",
+        ),
+    ],
+)
+def test_a_check_across_keys_is_placed_at_the_key_to_change(
+    tmp_path: Path, change: tuple[str, str], said: str
+) -> None:
+    """Not at the matrix's first line, and without sending the user to the schema, which
+    has nothing to say about a value that is well typed."""
+    result = run_cli("validate", str(write(tmp_path, GOOD.replace(*change))), env=KEYED)
+    assert result.returncode == 2
+    assert f"error: {tmp_path / said}" in result.stderr
+    assert result.stderr.splitlines()[-1] == "1 problem(s); nothing was started."
+
+
 def test_an_agent_program_missing_here_is_a_warning_naming_its_line(tmp_path: Path) -> None:
     """A typo in the agent's command word would end every run "could not start": validate
     says so where the command is, and still exits 0 (the workers may have it)."""
