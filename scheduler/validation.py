@@ -160,7 +160,8 @@ def summary(matrix: Matrix) -> str:
     lines = [
         f"{matrix.name}: {plural(len(matrix.tiers), 'tier')} x "
         f"{plural(len(matrix.scenarios), 'scenario')} x {describe_runs(matrix)} = "
-        f"{matrix.total_runs()} runs" + (" at most" if matrix.adaptive is not None else ""),
+        f"{plural(matrix.total_runs(), 'run')}"
+        + (" at most" if matrix.adaptive is not None else ""),
         f"baseline: {matrix.baseline_tier}",
     ]
     for tier in matrix.tiers:

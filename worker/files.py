@@ -14,7 +14,16 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.files.bundle import MATRIX, Bundle, Fetch, Manifest, damaged, materialise, restore
+from core.files.bundle import (
+    MATRIX,
+    Bundle,
+    Fetch,
+    Manifest,
+    damaged,
+    in_use,
+    materialise,
+    restore,
+)
 from core.files.places import cache_root
 from core.matrix import Matrix
 from core.store import Store
@@ -65,6 +74,8 @@ def local_files(store: Store, exp_id: str) -> LocalFiles:
     if files.folder is not None and not files.folder.is_dir():
         _prepared.cache_clear()
         files = _prepared(store, exp_id)
+    if files.folder is not None:
+        in_use(files.folder)  # no sweep of the cache takes it while its runs run
     if (problem := files.damaged()) is not None:
         log.warning("the files of %s were changed on this worker (%s): restored", exp_id, problem)
         files.restore()

@@ -31,6 +31,7 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -301,10 +302,20 @@ Fetch = Callable[[list[str]], dict[str, bytes]]  # digests -> their contents
 FETCH_BATCH = 100
 
 
+# A copy no process used for this long goes when another is built: a copy in use is
+# marked at least hourly (`in_use`), and no run lasts a week. Without it every edit of
+# a matrix folder left a copy of it in the cache for good.
+STALE_S = 7 * 24 * 3600
+_MARK_EVERY_S = 3600
+_marked: dict[Path, float] = {}
+
+
 def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
-    """The folder holding `manifest`'s files in `cache`, built on first use."""
+    """The folder holding `manifest`'s files in `cache`, built on first use (then the
+    copies no process used for STALE_S are deleted)."""
     final = cache / manifest.digest()
     if final.is_dir():
+        in_use(final)
         return final
     # Traversable by a run's own user (worker.confinement), writable by the worker alone.
     cache.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -320,7 +331,61 @@ def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
         if building.exists():
             _make_writable(building)
             shutil.rmtree(building, ignore_errors=True)
+    _marked[final] = time.time()
+    sweep(cache, time.time() - STALE_S)
     return final
+
+
+def in_use(folder: Path) -> None:
+    """`folder`, a copy in the cache, marked as used now (its mtime; at most hourly in a
+    process), so that no sweep takes it."""
+    now = time.time()
+    if now - _marked.get(folder, 0.0) < _MARK_EVERY_S:
+        return
+    with contextlib.suppress(OSError):
+        os.utime(folder)
+    _marked[folder] = now
+
+
+def sweep(cache: Path, before: float) -> list[str]:
+    """The copies in `cache` last used before `before` deleted, and what a build or a
+    sweep that died left; their names. Each is first renamed out of the way, so that
+    no process finds half of one; one marked meanwhile is put back."""
+    try:
+        with os.scandir(cache) as entries:
+            old = [e.name for e in entries if e.is_dir(follow_symlinks=False) and _older(e, before)]
+    except OSError:  # no cache yet
+        return []
+    swept = []
+    for name in old:
+        away = cache / f".sweeping-{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(cache / name, away)
+        except OSError:  # another process's sweep took it
+            continue
+        if not name.startswith(".") and away.stat().st_mtime >= before and _put_back(away, name):
+            continue
+        _make_writable(away)
+        shutil.rmtree(away, ignore_errors=True)
+        swept.append(name)
+    return swept
+
+
+def _put_back(away: Path, name: str) -> bool:
+    """A copy marked in use as it was swept, back under its name (False: a new copy was
+    built there meanwhile, and this one can go)."""
+    try:
+        os.rename(away, away.with_name(name))
+    except OSError:
+        return False
+    return True
+
+
+def _older(entry: os.DirEntry[str], before: float) -> bool:
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime < before
+    except OSError:
+        return False
 
 
 def _build(manifest: Manifest, fetch: Fetch, folder: Path) -> None:

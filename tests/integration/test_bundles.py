@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,77 @@ def test_worker_processes_materialising_at_once_share_one_complete_copy(tmp_path
     (folder,) = folders
     assert os.listdir(tmp_path / "cache") == [Path(folder).name]  # no half-built leftovers
     assert (Path(folder) / "matrix" / "guidance" / "v2.md").read_text() == "guidance-v2\n"
+
+
+WEEK_AND_A_DAY_S = 8 * 24 * 3600
+
+
+def _aged(folder: Path) -> Path:
+    """`folder` as if no process had used it for eight days."""
+    past = time.time() - WEEK_AND_A_DAY_S
+    os.utime(folder, (past, past))
+    return folder
+
+
+def _one_file_bundle(folder: Path, text: str) -> tuple[str, str]:
+    """The job `_materialise_in` takes of a one-file experiment: its manifest and contents."""
+    folder.mkdir()
+    (folder / "note.md").write_text(text)
+    (folder / "matrix.yaml").write_text(
+        "name: n\nruns_per_tier: 1\nagent: {command: 'true'}\ntiers: [{id: T0}]\n"
+        "scenarios: [{id: s, prompt: go}]\n"
+    )
+    bundle = collect(load_matrix(folder / "matrix.yaml"))
+    contents = json.dumps({d: c.hex() for d, c in bundle.contents.items()})
+    return bundle.manifest.model_dump_json(), contents
+
+
+def test_a_copy_no_process_used_for_a_week_goes_when_another_is_built(tmp_path: Path) -> None:
+    """Every edit of a matrix folder is a new copy in each worker's cache: the ones no
+    process marked in use for a week go, with what a dead build left; one a process of
+    this machine is using (marked as it opened it) stays, however old it was."""
+    cache = tmp_path / "cache"
+    jobs = [_one_file_bundle(tmp_path / f"v{n}", f"version {n}\n") for n in range(4)]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # other processes' marks
+        stale, used, recent = (
+            Path(pool.apply(_materialise_in, ((*job, str(cache)),))) for job in jobs[:3]
+        )
+        _aged(stale)
+        _aged(used)
+        leftover = cache / ".building-0123456789abcdef-00000000"
+        leftover.mkdir()
+        (leftover / "half.md").write_text("half\n")
+        _aged(leftover)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a new process opens it
+        assert pool.apply(_materialise_in, ((*jobs[1], str(cache)),)) == str(used)
+
+    newest = Path(_materialise_in((*jobs[3], str(cache))))
+
+    assert sorted(os.listdir(cache)) == sorted(p.name for p in (used, recent, newest))
+    assert (used / "matrix" / "note.md").read_text() == "version 1\n"
+    assert not stale.exists() and not leftover.exists()
+
+
+@pytest.mark.integration
+def test_a_submit_on_this_machine_clears_the_stale_copies_of_its_cache(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Through the CLI: a stale copy in the embedded workers' cache is gone after a submit
+    whose files are new to it."""
+    env = {key: value for key, value in fleet_env.items() if key != "EVALFLEET_BROKER_URL"}
+    cache = tmp_path / "cache"
+    env["EVALFLEET_CACHE_DIR"] = str(cache)
+    stale = cache / ("0" * 64)
+    (stale / "matrix").mkdir(parents=True)
+    (stale / "matrix" / "old.md").write_text("an edit ago\n")
+    _aged(stale)
+    folder = tmp_path / "exp"
+    _one_file_bundle(folder, "now\n")
+    done = run_cli("submit", str(folder / "matrix.yaml"), env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not stale.exists()
+    (copy,) = cache.iterdir()
+    assert (copy / "matrix" / "note.md").read_text() == "now\n"
 
 
 @pytest.mark.integration
