@@ -20,6 +20,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -259,6 +260,7 @@ class LocalWorkers:
         self, broker: EmbeddedRedis, concurrency: int, queues: Sequence[str], name: str = "embedded"
     ):
         self.broker_url = broker.url
+        self.state_dir = broker.state_dir
         self.password_file = broker.password_file
         self.concurrency = concurrency
         self.queues = list(queues)
@@ -304,6 +306,17 @@ class LocalWorkers:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def broker_gone(self) -> str | None:
+        """Why the workers' broker will not answer again, when it will not: the embedded
+        Redis they were started on was stopped by the command of this folder that
+        started it (this folder's Redis now, if any, is another, with another password)."""
+        if running_embedded_broker(self.state_dir) == self.broker_url:
+            return None
+        return (
+            "the embedded broker of this folder was stopped by the command that started it "
+            "(another `scheduler` command here, which ended)"
+        )
+
     def stop(self, grace_s: float = 10.0) -> None:
         if self.proc is None:
             return
@@ -311,8 +324,7 @@ class LocalWorkers:
             # TERM is Celery's warm shutdown; the group kill catches pool children.
             self.proc.send_signal(signal.SIGTERM)
             if self.nudge is not None:
-                with contextlib.suppress(Exception):  # only ever sooner: TERM stops it anyway
-                    self.nudge()
+                _at_most(self.nudge, _NUDGE_S)  # only ever sooner: TERM stops it anyway
             self._wait_unblocking(self.proc, grace_s)
         kill_group(self.proc.pid)
         self.proc.wait()
@@ -338,6 +350,25 @@ class LocalWorkers:
                 except subprocess.TimeoutExpired:
                     if time.monotonic() > deadline:
                         return
+
+
+# A nudge is a control message through the broker, which kombu sends again until the
+# broker answers: one that is gone (another command stopped it) would hold the stop,
+# and the command, for good, deaf to Ctrl-C.
+_NUDGE_S = 1.0
+
+
+def _at_most(call: Callable[[], object], seconds: float) -> None:
+    """`call` in a thread of its own, waited for `seconds` at most (a daemon: it ends
+    with the process), its failure ignored."""
+
+    def quietly() -> None:
+        with contextlib.suppress(Exception):
+            call()
+
+    thread = threading.Thread(target=quietly, name="evalfleet-nudge", daemon=True)
+    thread.start()
+    thread.join(seconds)
 
 
 def worker_command(

@@ -48,6 +48,8 @@ class Workers(Protocol):
 
     def alive(self) -> bool: ...
 
+    def broker_gone(self) -> str | None: ...
+
 
 def follow(
     app: Celery, store: Store, exp_id: str, console: Console, workers: Workers | None = None
@@ -98,6 +100,11 @@ def follow(
                     swept = time.monotonic()
                 unreachable = False
             except BROKER_DOWN as exc:
+                # A shared broker comes back (a restart, a failover); an embedded one that
+                # another command stopped does not.
+                gone = workers.broker_gone() if workers is not None else None
+                if gone is not None:
+                    raise WorkersDied(gone) from None
                 if not unreachable:
                     console.print(f"[yellow]{_unavailable(exc)}; waiting for it[/yellow]")
                 unreachable = True

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from core.errors import FleetError, InputError, WorkersDied
+from core.errors import FleetError, InputError
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentReport, ExperimentStatus
 from core.results.run import RunSpec, RunStatus
@@ -190,12 +190,7 @@ def wait(conn: Connection, experiment: str) -> ExperimentReport:
     local workers exit first."""
     from scheduler.follow import follow  # imports Celery (see Connection.app)
 
-    try:
-        follow(conn.app, conn.store, experiment, conn.console, conn.workers)
-    except WorkersDied as exc:
-        raise WorkersDied(
-            f"{exc}; the experiment can continue with `scheduler resume {experiment}`"
-        ) from None
+    follow(conn.app, conn.store, experiment, conn.console, conn.workers)
     report = conn.store.reports.get(experiment)
     if report is None:
         raise FleetError(f"experiment {experiment} ended without a report")

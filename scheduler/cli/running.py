@@ -9,6 +9,7 @@ import threading
 
 import click
 
+from core.errors import WorkersDied
 from core.timeline import mark
 from scheduler.cli.context import (
     USAGE_ERROR,
@@ -185,20 +186,25 @@ def cancel(cli: CLIContext, experiment: str) -> None:
     if sent is not None:
         click.echo(f"cancelled {exp_id}; recording its runs not yet run as cancelled", err=True)
         cli.experiment = exp_id
-        _print_report(cli, exp_id)
+        _print_report(cli, exp_id, then=f"`scheduler cancel {exp_id}` again records the rest")
     elif before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
     else:
         click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
 
 
-def _print_report(cli: CLIContext, exp_id: str) -> None:
-    """Follow the experiment to its report and print it (exit 3 on infrastructure errors)."""
+def _print_report(cli: CLIContext, exp_id: str, then: str | None = None) -> None:
+    """Follow the experiment to its report and print it (exit 3 on infrastructure errors).
+    `then`: what to do should the local workers or their broker go first (default: resume)."""
     # What printing the report imports is imported while the runs run, on a core this
     # process would leave idle: a one-run experiment's report is there in ~0.1 s.
     threading.Thread(target=_import_printing, name="evalfleet-import", daemon=True).start()
     fleet = cli.fleet()
-    report = fleet.wait(exp_id)
+    try:
+        report = fleet.wait(exp_id)
+    except WorkersDied as exc:
+        again = then or f"the experiment can continue with `scheduler resume {exp_id}`"
+        raise WorkersDied(f"{exc}; {again}") from None
     from scheduler.report.render import render
 
     mark("cli: report ready")

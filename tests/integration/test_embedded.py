@@ -8,7 +8,9 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -131,6 +133,14 @@ def _children(pid: int) -> list[str]:
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _not_sent(stderr: str) -> list[str]:
@@ -312,6 +322,81 @@ def test_an_idle_local_worker_stops_without_waiting_out_its_brpop(tmp_path: Path
             workers.stop()
             took.append(time.monotonic() - started)
     assert min(took) < 0.15, took  # without: 0.2-0.28 s
+
+
+def test_a_nudge_the_broker_never_takes_does_not_hold_the_stop(tmp_path: Path) -> None:
+    """The nudge after TERM is a message through the broker, which kombu sends again
+    until the broker answers: a broker another command stopped held a `cancel` here,
+    deaf to Ctrl-C, for 25 minutes. stop() waits for it a second at most."""
+    with EmbeddedRedis(tmp_path / ".evalfleet") as server:
+        workers = LocalWorkers(server, 1, [f"nudged-{tmp_path.name}"], name="nudged")
+        workers.log_path = tmp_path / "worker.log"
+        workers.start()
+        wait_until(lambda: "ready." in _read(workers.log_path), "the worker to be ready")
+        pid = workers.proc.pid if workers.proc is not None else 0
+        workers.nudge = threading.Event().wait  # never returns
+        # In a thread: a stop the nudge holds fails the test rather than hanging it.
+        stopping = threading.Thread(target=workers.stop, daemon=True)
+        stopping.start()
+        stopping.join(5)
+        assert not stopping.is_alive()
+        assert workers.proc is None and not _alive(pid)
+
+
+def test_workers_say_when_the_embedded_broker_they_were_started_on_is_gone(
+    tmp_path: Path,
+) -> None:
+    """Another command of the folder started the Redis and stopped it as it ended: it
+    will not come back (a new one has another password), which a follower must say
+    rather than wait for it."""
+    server = EmbeddedRedis(tmp_path / ".evalfleet")
+    server.start()
+    workers = LocalWorkers(server, 1, [f"gone-{tmp_path.name}"], name="gone")
+    try:
+        assert workers.broker_gone() is None
+    finally:
+        server.stop()
+    assert workers.broker_gone() == (
+        "the embedded broker of this folder was stopped by the command that started it "
+        "(another `scheduler` command here, which ended)"
+    )
+    with EmbeddedRedis(tmp_path / ".evalfleet"):  # this folder's next one: not theirs
+        assert workers.broker_gone() is not None
+
+
+def test_a_cancel_whose_broker_the_submit_then_stops_ends_instead_of_waiting_for_it(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`cancel` beside the live `submit` of its folder, which started the embedded Redis;
+    the submit is then interrupted and stops it. The cancel once waited for that broker
+    for good ("broker unreachable; waiting for it", 13 minutes and more): it ends, with
+    the report when it got there first, else saying why it cannot."""
+    log = shared_with_agents(tmp_path / "executions.log")
+    command = f'echo "start $EVALFLEET_RUN_ID" >> {log}; sleep 30; touch out.txt'
+    matrix = _matrix(tmp_path / "live", "live", 4, command)
+    submit = start_cli("submit", str(matrix), "--workers", "2", env=embedded_env, cwd=tmp_path)
+    cancel: subprocess.Popen[str] | None = None
+    try:
+        wait_until(lambda: _said(log, "start") >= 2, "two runs to start", timeout=120)
+        listed = json.loads(run_cli("list", "--json", env=embedded_env, cwd=tmp_path).stdout)
+        exp_id = next(str(e["id"]) for e in listed if str(e["id"]).startswith("live-"))
+        cancel = start_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path)
+        wait_until(lambda: _status(embedded_env, tmp_path, exp_id) == "cancelled", "the cancel")
+        submit.send_signal(signal.SIGINT)
+        submit.communicate(timeout=90)
+        _, said = cancel.communicate(timeout=120)
+    finally:
+        for proc in (submit, cancel):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert cancel.returncode in (0, 1), said
+    if cancel.returncode == 1:  # and what to do about it: the cancel's own, not resume's
+        assert (
+            "the embedded broker of this folder was stopped by the command that started it "
+            f"(another `scheduler` command here, which ended); `scheduler cancel {exp_id}` "
+            "again records the rest"
+        ) in " ".join(said.split())
 
 
 def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_runs_alone(
