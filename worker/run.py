@@ -521,6 +521,10 @@ def agent_env(spec: RunSpec, matrix: Matrix, run_dir: RunDir, prompt: str) -> di
     the agent's `env:`."""
     agent = matrix.agent_for(matrix.tier(spec.tier))
     env = inherited(agent, os.environ)
+    # Python writes its bytecode beside what it imports: an unconfined agent running a
+    # module of the experiment's files would add a __pycache__ to them, which is that
+    # run's `tampered`, and another's beside it (their `env:` may say otherwise).
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     # Every agent's home is its run's: nothing of the worker user's (logins,
     # settings) is read, nothing is shared between runs (`env: {HOME: ...}` still wins).
     env.update(own_home(run_dir, agent.preset_spec))

@@ -26,6 +26,7 @@ a run and before a run's gates; `restore` rebuilds a damaged one.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fnmatch
 import hashlib
 import os
@@ -452,15 +453,44 @@ def damaged(manifest: Manifest, folder: Path) -> str | None:
 
 
 def restore(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
-    """Build `manifest`'s folder anew, the damaged one moved aside and deleted."""
+    """`manifest`'s folder built anew beside the damaged one, then put in its place in
+    one step, the damaged one deleted after: the other runs of the machine reading
+    the folder meanwhile find the one or the other, never none (they once failed on a
+    folder gone for the time a rebuild took)."""
     final = cache / manifest.digest()
+    fresh = cache / f".building-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
     aside = cache / f".damaged-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
-    with contextlib.suppress(FileNotFoundError):
-        os.rename(final, aside)
-        _make_writable(aside)
-        shutil.rmtree(aside, ignore_errors=True)
+    try:
+        _build(manifest, fetch, fresh)
+        if not _exchanged(fresh, final):  # no damaged copy left, or no renameat2 here
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(final, aside)
+            try:
+                os.rename(fresh, final)
+            except OSError:
+                if not final.is_dir():  # not another process's restore, done first
+                    raise
+    finally:
+        for leftover in (fresh, aside):  # after an exchange, `fresh` is the damaged copy
+            if leftover.exists():
+                _make_writable(leftover)
+                shutil.rmtree(leftover, ignore_errors=True)
     _WHOLE.pop(final, None)
-    return materialise(manifest, fetch, cache)
+    _marked[final] = time.time()
+    return final
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+_renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+def _exchanged(one: Path, other: Path) -> bool:
+    """`one` and `other` swapped in one step (Linux's renameat2); False where that
+    cannot be done (either is missing, or the call is not there)."""
+    if _renameat2 is None:
+        return False
+    done = _renameat2(_AT_FDCWD, os.fsencode(one), _AT_FDCWD, os.fsencode(other), _RENAME_EXCHANGE)
+    return int(done) == 0
 
 
 def _signatures(folder: Path) -> dict[str, Signature]:

@@ -16,12 +16,13 @@ import multiprocessing
 import os
 import shutil
 import stat
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from core.files.bundle import Manifest, collect, materialise
+from core.files.bundle import Manifest, collect, damaged, materialise, restore
 from core.matrix import Matrix, load_matrix
 from core.store import Store
 from tests.conftest import PREFIX, QUEUE, run_cli
@@ -302,6 +303,52 @@ def test_a_copy_no_process_used_for_a_week_goes_when_another_is_built(tmp_path: 
     assert sorted(os.listdir(cache)) == sorted(p.name for p in (used, recent, newest))
     assert (used / "matrix" / "note.md").read_text() == "version 1\n"
     assert not stale.exists() and not leftover.exists()
+
+
+def test_a_damaged_copy_is_restored_without_ever_leaving_its_place_empty(
+    tmp_path: Path,
+) -> None:
+    """A run outside any sandbox changed the shared copy: it is rebuilt while the runs
+    beside it read it. They once found no folder for the time the rebuild took (their
+    gates failed, their check of the files said `$EVALFLEET_MATRIX_DIR (gone)`)."""
+    folder = tmp_path / "experiment"
+    (folder / "data").mkdir(parents=True)
+    for n in range(1500):  # a rebuild long enough to be seen
+        (folder / "data" / f"{n}.txt").write_text(f"{n}\n")
+    (folder / "matrix.yaml").write_text(
+        "name: n\nruns_per_tier: 1\nagent: {command: 'true'}\ntiers: [{id: T0}]\n"
+        "scenarios: [{id: s, prompt: go}]\n"
+    )
+    bundle = collect(load_matrix(folder / "matrix.yaml"))
+
+    def fetch(digests: list[str]) -> dict[str, bytes]:
+        return {d: bundle.contents[d] for d in digests}
+
+    copy = materialise(bundle.manifest, fetch, tmp_path / "cache")
+    probe = copy / "matrix" / "data" / "7.txt"
+    os.chmod(probe.parent, 0o755)
+    probe.write_text("changed\n")
+    missed: list[str] = []
+    done = threading.Event()
+
+    def read_all_along() -> None:
+        while not done.is_set():
+            try:
+                probe.read_text()
+            except OSError as exc:
+                missed.append(str(exc))
+
+    reader = threading.Thread(target=read_all_along)
+    reader.start()
+    try:
+        assert restore(bundle.manifest, fetch, tmp_path / "cache") == copy
+    finally:
+        done.set()
+        reader.join()
+    assert missed == []
+    assert probe.read_text() == "7\n"
+    assert damaged(bundle.manifest, copy) is None
+    assert os.listdir(tmp_path / "cache") == [copy.name]  # the damaged copy is gone
 
 
 @pytest.mark.integration

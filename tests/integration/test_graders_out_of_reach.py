@@ -157,6 +157,38 @@ def test_an_unconfined_agent_that_rewrites_its_grader_is_tampered_and_the_files_
     assert _shipped_checks(cache) == [(tmp_path / "exp" / "check.sh").read_bytes()]
 
 
+@pytest.mark.integration
+def test_an_unconfined_agent_running_python_of_the_shipped_files_has_not_tampered_with_them(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """An honest agent that runs a Python package shipped with the matrix, unconfined:
+    Python's bytecode cache beside the imported module was a change to the shipped
+    files, so every such run was `tampered` (and the runs beside it lost their copy
+    while it was rebuilt). The agents' Python writes no bytecode."""
+    folder = tmp_path / "exp"
+    (folder / "agentpkg").mkdir(parents=True)
+    (folder / "agentpkg" / "helper.py").write_text("ANSWER = 42\n")
+    (folder / "agentpkg" / "main.py").write_text(
+        "import helper\nopen('answer.txt', 'w').write(f'{helper.ANSWER}\\n')\n"
+    )
+    matrix = folder / "matrix.yaml"
+    matrix.write_text("""
+name: pyagent
+runs_per_tier: 3
+agent: {kind: command, command: 'python3 "$EVALFLEET_MATRIX_DIR/agentpkg/main.py"',
+        timeout_s: 30, sandbox: none}
+tiers: [{id: T0}]
+scenarios:
+  - id: s
+    prompt: answer
+    evaluation: {gates: [{type: file_contains, path: answer.txt, substring: "42"}]}
+""")
+    cache = _own_cache(start_worker, tmp_path, concurrency=2)
+    runs = store.results.all(_submit(matrix, fleet_env))
+    assert [(r.status, r.passed) for r in runs] == [(RunStatus.completed, True)] * 3
+    assert not list(cache.glob("*/matrix/agentpkg/__pycache__"))
+
+
 # Looks for the secret everywhere it can read, leaves a child waiting for the tests to
 # arrive, and answers with whatever it found.
 HUNT = r"""
