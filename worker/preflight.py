@@ -61,7 +61,7 @@ from worker.confinement import Confinement, confined
 from worker.docker_sandbox import agent_container
 from worker.files import LocalFiles, staged
 from worker.run import agent_env, gate_enclosure, run_agent, task_environment
-from worker.workspace import RunDir, prepare, run_setup, with_tests
+from worker.workspace import RunDir, chown_tree, prepare, run_setup, with_tests
 
 # Placed in the environment of a preset whose key is unset: the scripted server
 # takes any key, and a CLI without one would not start.
@@ -290,10 +290,12 @@ def _reference(
         return "-"
     try:
         with _prepared(files, spec) as (run_dir, env, jail):
-            # As the agent would run it: the reference is what a solving agent does.
-            ran = run_shell(scenario.reference, run_dir.workspace, timeout_s=timeout_s,
-                            env=env, user=jail.user)  # fmt: skip
-            jail.end_agent()
+            # With the worker's rights: the reference is the experimenter's, and may read
+            # what no agent may (the scenario's `solution:`). What it wrote is then the
+            # run's user's, as an agent's work would be, for the gates.
+            ran = run_shell(scenario.reference, run_dir.workspace, timeout_s=timeout_s, env=env)
+            if jail.user is not None:
+                chown_tree(run_dir.workspace, jail.user)
             results = _gated(_workspace_gates(scenario), run_dir, scenario, env, jail)
     except SetupError:
         return "-"

@@ -329,3 +329,34 @@ scenarios:
         "own": ("completed", True),
     }
     assert {r.isolation for r in results} == {"user"}
+
+
+@pytest.mark.integration
+def test_a_reference_may_run_the_solution_the_scenario_keeps_from_agents(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The reference is the experimenter's: it reads the scenario's `solution:`, which
+    no agent may (as root, an agent runs as a user of its own that cannot), and its
+    work is gated as an agent's would be."""
+    folder = tmp_path / "exp"
+    (folder / "solution").mkdir(parents=True)
+    (folder / "solution" / "solve.sh").write_text("#!/bin/bash\nprintf hello > out.txt\n")
+    matrix = folder / "matrix.yaml"
+    matrix.write_text("""
+name: solved-by-reference
+runs_per_tier: 1
+agent: {kind: command, command: "printf hello > out.txt", timeout_s: 30}
+tiers: [{id: T0}]
+scenarios:
+  - id: s
+    prompt: Write hello to out.txt.
+    solution: solution
+    reference: 'bash "$EVALFLEET_MATRIX_DIR/solution/solve.sh"'
+    evaluation: {gates: [{type: file_contains, path: out.txt, substring: hello}]}
+""")
+    checked = run_cli("preflight", str(matrix), env=fleet_env)
+    assert checked.returncode == 0, checked.stderr
+    # cli, run, transcript, gates, vacuous, reference
+    assert checked.stdout.splitlines()[1].split()[2:8] == [
+        "-", "completed", "events-jsonl", "1/1", "no", "passes"
+    ]  # fmt: skip
