@@ -307,7 +307,8 @@ def compare(
     if not result.tiers:
         raise InputError(f"{ids[0]} and {ids[1]} share no tier; nothing to compare")
     if not any(result.scenarios.values()):
-        raise InputError(f"{ids[0]} and {ids[1]} share no scenario; nothing to compare")
+        ran = "; ".join(f"{e} ran {', '.join(s)}" for e, s in result.unmatched_scenarios.items())
+        raise InputError(f"{ids[0]} and {ids[1]} share no scenario ({ran}); nothing to compare")
     return result
 
 

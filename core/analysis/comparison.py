@@ -341,7 +341,14 @@ def compare_experiments(
         across_scenarios=across,
         multiplicity_across_scenarios=across_multiplicity,
         unmatched_tiers=sorted(set(tiers_a) ^ set(tiers_b)),
-        unmatched_scenarios=sorted(set(scenarios_a) ^ set(scenarios_b)),
+        unmatched_scenarios={
+            info.id: only
+            for info, own, other in (
+                (reference, scenarios_a, scenarios_b),
+                (experiment, scenarios_b, scenarios_a),
+            )
+            if (only := [s for s in own if s not in other])
+        },
         regressions=[
             tier for tier, c in by_tier.items() if c.verdict in (Verdict.worse, Verdict.mixed)
         ],

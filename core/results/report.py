@@ -565,9 +565,9 @@ class ExperimentComparison(Record):
     unmatched_tiers: list[str] = Field(
         default_factory=list, description="tiers in only one of the two experiments"
     )
-    unmatched_scenarios: list[str] = Field(
-        default_factory=list,
-        description="scenarios in only one of the two experiments: their runs are left out "
+    unmatched_scenarios: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="by experiment id, the scenarios only it ran: their runs are left out "
         "of every row, a tier's included (its difference would be the other scenario's)",
     )
     regressions: list[str] = Field(

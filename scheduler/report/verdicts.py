@@ -163,9 +163,13 @@ def unmatched_notes(result: ExperimentComparison) -> list[str]:
     if result.unmatched_tiers:
         notes.append("tiers in only one experiment: " + ", ".join(result.unmatched_tiers))
     if result.unmatched_scenarios:
+        sides = {result.reference.id: "A", result.experiment.id: "B"}
         notes.append(
             "scenarios in only one experiment, left out of every row (a tier's included): "
-            + ", ".join(result.unmatched_scenarios)
+            + "; ".join(
+                f"{sides.get(exp_id, exp_id)} only: {', '.join(only)}"
+                for exp_id, only in result.unmatched_scenarios.items()
+            )
         )
     return notes
 

@@ -343,12 +343,16 @@ def test_a_scenario_only_one_experiment_ran_is_left_out_of_its_tiers_row_and_sai
     assert (t1["passes"], t1["runs"]) == (6, 10)
     assert t1["pass_rate_delta"] == 0.0
     assert list(result["scenarios"]["T1"]) == ["s1"]
-    assert result["unmatched_scenarios"] == ["s3"]
-    note = "scenarios in only one experiment, left out of every row (a tier's included): s3"
+    assert result["unmatched_scenarios"] == {b: ["s3"]}
+    note = "scenarios in only one experiment, left out of every row (a tier's included): B only: s3"
     for fmt in ("table", "markdown", "github"):
         assert note in run_cli("compare", a, b, "--format", fmt, env=fleet_env).stdout, fmt
     apart = run_cli("compare", a, experiments["s9_only"], env=fleet_env)
-    assert apart.returncode == 2 and "share no scenario; nothing to compare" in apart.stderr
+    assert apart.returncode == 2, apart.stderr
+    assert (
+        f"{a} and {experiments['s9_only']} share no scenario ({a} ran s1; "
+        f"{experiments['s9_only']} ran s9); nothing to compare"
+    ) in " ".join(apart.stderr.split())
 
 
 def test_bad_comparisons_are_clear_errors(
