@@ -227,4 +227,12 @@ def cancel(conn: Connection, experiment: str) -> tuple[str, ExperimentStatus, Se
         return exp_id, before, None
     found = to_resend(conn.app, conn.store, exp_id)
     matrix = conn.store.experiments.matrix(exp_id)
+    if found.running:
+        # Leased by a delivery that may be gone (a submit stopped past its grace): said,
+        # or the wait reads as a hang.
+        conn.say(
+            f"{plural(found.running, 'run')} still leased: each is recorded when it ends, or "
+            f"once its lease lapses (within {matrix.lease_s:.0f} s, `lease_s`) if its "
+            "worker is gone"
+        )
     return exp_id, before, _send(conn, matrix, exp_id, found.specs, found.queued + found.running)

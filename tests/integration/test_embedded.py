@@ -399,6 +399,47 @@ def test_a_cancel_whose_broker_the_submit_then_stops_ends_instead_of_waiting_for
         ) in " ".join(said.split())
 
 
+def test_a_cancel_after_a_submit_stopped_past_its_grace_says_what_it_waits_for(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Ctrl-C of a submit whose runs outlast the workers' grace: they are killed with
+    their leases live. `cancel` then waits for those to lapse (it once waited 40-50 s
+    saying nothing), says so, and records each such run as cut short, not as never
+    started."""
+    log = shared_with_agents(tmp_path / "executions.log")
+    command = f'echo "start $EVALFLEET_RUN_ID" >> {log}; sleep 60; touch out.txt'
+    matrix = _matrix(tmp_path / "long", "long", 4, command)
+    matrix.write_text(matrix.read_text() + "lease_s: 8\n")
+    submit = start_cli("submit", str(matrix), "--workers", "2", env=embedded_env, cwd=tmp_path)
+    try:
+        wait_until(lambda: _said(log, "start") >= 2, "two runs to start", timeout=120)
+        submit.send_signal(signal.SIGINT)
+        _, stopped = submit.communicate(timeout=90)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.communicate()
+    found = re.search(r"interrupted; (long-\S+) waits", " ".join(stopped.split()))
+    assert found is not None, stopped
+    exp_id = found[1]
+    started = {line.split()[1] for line in log.read_text().splitlines()}
+
+    cancelled = run_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path, timeout=120)
+    assert cancelled.returncode == 0, cancelled.stderr
+    said = " ".join(cancelled.stderr.split())
+    assert f"{len(started)} runs still leased: each is recorded when it ends, or once its " in said
+    assert "lease lapses (within 8 s, `lease_s`) if its worker is gone" in said
+    report = run_cli("report", exp_id, "--format", "json", "--runs", env=embedded_env,
+                     cwd=tmp_path)  # fmt: skip
+    reasons = {r["run_id"]: r["fail_reason"] for r in json.loads(report.stdout)["runs"]}
+    assert len(reasons) == 4
+    for run_id, reason in reasons.items():
+        if run_id in started:
+            assert reason.startswith("experiment cancelled after this run was interrupted"), reason
+        else:
+            assert reason == "experiment cancelled before this run started", run_id
+
+
 def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_runs_alone(
     embedded_env: dict[str, str], tmp_path: Path
 ) -> None:
