@@ -333,23 +333,31 @@ def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             own = tier.agent is not None and "sandbox" in tier.agent.model_fields_set
             loc: tuple[str | int, ...] = ("tiers", index, "agent") if own else ("agent",)
             unconfined.setdefault(loc, []).append(tier.id)
+            # The reason, and what confines them instead.
             why[loc] = (
-                "`sandbox: none`"
+                (
+                    "`sandbox: none`",
+                    "Remove it (`sandbox: auto` gives each run a user of its own on a root "
+                    "worker) or set `sandbox: bwrap`",
+                )
                 if agent.sandbox == "none"
                 # The workers decide (a compose worker is root in its container); this
                 # machine, not root, would be such a worker itself in embedded mode.
-                else "`sandbox: auto` on a worker not running as root, as this machine is not"
+                else (
+                    "`sandbox: auto` on a worker not running as root, as this machine is not",
+                    "Run workers as root (`sandbox: auto` then gives each run a user of its "
+                    "own) or set `sandbox: bwrap`",
+                )
             )
     problems = [
         problem_at(
             path,
             loc,
             f"{'tiers' if len(tiers) > 1 else 'tier'} {', '.join(tiers)}: agents would run "
-            f"unconfined ({why[loc]}): an "
+            f"unconfined ({why[loc][0]}): an "
             "agent could read the scenarios' hidden tests and the matrix, and reach the "
             "worker's processes and local services; a change to the files it is graded with "
-            "is still caught (status tampered). Run workers as root (`sandbox: auto` then "
-            "gives each run a user of its own) or set `sandbox: bwrap`",
+            f"is still caught (status tampered). {why[loc][1]}",
         )
         for loc, tiers in unconfined.items()
     ]

@@ -126,6 +126,10 @@ def test_an_unconfined_agent_that_rewrites_its_grader_is_tampered_and_the_files_
     cache = _own_cache(start_worker, tmp_path, concurrency=1)
     warned = run_cli("validate", str(matrix), env=fleet_env)
     assert "tier tamper: agents would run unconfined (`sandbox: none`)" in warned.stderr
+    # The fix the key allows, not a root worker's, which `sandbox: none` overrides.
+    assert "Remove it (`sandbox: auto` gives each run a user of its own on a root worker)" in (
+        " ".join(warned.stderr.split())
+    )
     # Preflight says so before anything is spent, and leaves the copy as shipped.
     checked = run_cli(
         "preflight", str(matrix), env={**fleet_env, "EVALFLEET_CACHE_DIR": str(cache)}
