@@ -26,8 +26,8 @@ a run and before a run's gates; `restore` rebuilds a damaged one.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fnmatch
+import functools
 import hashlib
 import os
 import shutil
@@ -481,15 +481,24 @@ def restore(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
 
 
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
-_renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """glibc's renameat2, None where there is none; looked up at a restore's first use
+    (ctypes is a few ms of a submit's start, which never restores)."""
+    import ctypes
+
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
 
 
 def _exchanged(one: Path, other: Path) -> bool:
     """`one` and `other` swapped in one step (Linux's renameat2); False where that
     cannot be done (either is missing, or the call is not there)."""
-    if _renameat2 is None:
+    call = _renameat2()
+    if call is None:
         return False
-    done = _renameat2(_AT_FDCWD, os.fsencode(one), _AT_FDCWD, os.fsencode(other), _RENAME_EXCHANGE)
+    done = call(_AT_FDCWD, os.fsencode(one), _AT_FDCWD, os.fsencode(other), _RENAME_EXCHANGE)
     return int(done) == 0
 
 
