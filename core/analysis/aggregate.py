@@ -40,7 +40,14 @@ from core.results.report import (
     Statistics,
     TierReport,
 )
-from core.results.run import ISOLATIONS, ProcessMetrics, RunResult, RunStatus, error_key
+from core.results.run import (
+    ISOLATIONS,
+    UNREAD_TRANSCRIPT,
+    ProcessMetrics,
+    RunResult,
+    RunStatus,
+    error_key,
+)
 from core.stats.choices import Correction
 from core.stats.descriptive import statistics, variance
 
@@ -209,6 +216,7 @@ def tier_report(
         else consistency(composite.mean, composite.std_dev),
         cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
         cost_unknown_runs=valid.column("cost_usd").count(None),
+        cost_unread_runs=valid.column("cost_unknown_reason").count(UNREAD_TRANSCRIPT),
         unpriced_models=unpriced_models(valid, pricing),
         approximate_exit_code_runs=sum(valid.column("interaction.exit_codes_approximate")),
         **seed,

@@ -36,6 +36,7 @@ _OWN = (
     "process",
     "llm_calls",
     "model",
+    "cost_unknown_reason",
 )
 _FIELDS = tuple(
     dict.fromkeys([*_OWN, *(f for m in (*RUN_METRICS, *INTERACTION_METRICS) for f in m.fields)])

@@ -13,6 +13,7 @@ it directly with a workspace, a transcript and a loopback judge.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,12 +40,13 @@ from core.matrix import (
 )
 from core.metrics import formulas
 from core.metrics.interaction import interaction_metrics, target_commands
-from core.metrics.limits import crossed, spend_of
+from core.metrics.limits import Spend, crossed, spend_of
 from core.metrics.pricing import price_for
 from core.metrics.process import process_metrics
 from core.metrics.tokens import token_metrics
 from core.results.run import (
     GATES_FAILED,
+    UNREAD_TRANSCRIPT,
     GateResult,
     InteractionMetrics,
     RunResult,
@@ -457,6 +459,10 @@ def _with_tokens_and_cost(
     unknown = None
     if spend.cost_usd is None:
         unknown = f"no price known for model {model!r}; add it under `pricing:`"
+    elif _unread(result, transcript, spend):
+        # Nothing read is not nothing spent: its usage may be in what could not be read.
+        spend = dataclasses.replace(spend, cost_usd=None)
+        unknown = UNREAD_TRANSCRIPT
     return result.model_copy(
         update={
             "llm_calls": calls,
@@ -470,6 +476,15 @@ def _with_tokens_and_cost(
             "cost_unknown_reason": unknown,
         }
     )
+
+
+def _unread(result: RunResult, transcript: Transcript, spend: Spend) -> bool:
+    """Whether a run's spend is unknown for want of a transcript rather than a price: it
+    wrote one (an events file, output) of which nothing was read: no call, no token, no
+    cost reported."""
+    wrote = result.transcript_unrecognised or result.transcript_malformed_lines > 0
+    seen = transcript.llm_calls or spend.tokens or transcript.reported_cost_usd is not None
+    return wrote and not seen
 
 
 def scored(

@@ -335,6 +335,11 @@ class TierReport(Record):
     )
     cost_of_pass: float | None = Field(None, description="mean(cost_usd) / mean(pass_rate)")
     cost_unknown_runs: int = 0
+    cost_unread_runs: int = Field(
+        0,
+        description="of cost_unknown_runs, those whose transcript could not be read (nothing "
+        "of it was), not those of a model without a price",
+    )
     unpriced_models: list[str] = Field(
         default_factory=list,
         description="the models without a price that the counted runs of unknown cost named "

@@ -70,6 +70,12 @@ NOT_RUN_NOTE = " (not run: its tier was stopped after its first runs all failed 
 # How a fail reason names the run's failed gates (core.evaluation.evaluate writes it).
 GATES_FAILED = "gates failed: "
 
+# A run's cost_unknown_reason when nothing of its transcript could be read: nothing read
+# is not nothing spent (the reports count these apart from a model without a price).
+UNREAD_TRANSCRIPT = (
+    "its transcript could not be read (not one line in its format), so what it spent is unknown"
+)
+
 
 def error_key(fail_reason: str | None) -> str:
     """An infrastructure error's reason as runs share it: its first line, without

@@ -166,8 +166,7 @@ def footer(report: ExperimentReport) -> list[str]:
     unknown = sum(t.cost_unknown_runs for t in report.tiers.values())
     if unknown:
         lines.append(
-            f"cost unknown for {plural(unknown, 'run')} (model without a price: "
-            f"{add_prices(report.tiers.values())})"
+            f"cost unknown for {plural(unknown, 'run')} ({add_prices(report.tiers.values())})"
         )
     for reason, count in list(report.error_reasons.items())[:MAX_ERROR_REASONS]:
         lines.append(f"infrastructure error ({count} runs): {reason}")

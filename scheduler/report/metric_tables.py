@@ -10,7 +10,7 @@ from core.analysis.group import PASS_K
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
 from core.metrics.process import DEFINITIONS as PROCESS_DEFINITIONS
 from core.results.report import ExperimentReport, Statistics, TierReport
-from scheduler.report.formatting import ALL, Table, cells, num, pct, per_pass
+from scheduler.report.formatting import ALL, Table, cells, num, pct, per_pass, plural
 
 # Columns of per-call context growth in a table; the HTML chart shows every call.
 CONTEXT_CALLS_SHOWN = 10
@@ -55,10 +55,23 @@ def cross_tier(report: ExperimentReport) -> Table:
 
 def add_prices(tiers: Iterable[TierReport]) -> str:
     """What makes the tiers' unknown costs known: a price for each model their runs
-    named that has none, named where the runs recorded it."""
-    models = sorted({model for tier in tiers for model in tier.unpriced_models})
-    named = f": {', '.join(models)}" if models else ""
-    return f"add each model's price under `pricing:` in the matrix (docs/MATRIX.md){named}"
+    named that has none, named where the runs recorded it; and, for the runs whose
+    transcript could not be read, a look at it (no price would make those known)."""
+    tiers = list(tiers)
+    unread = sum(tier.cost_unread_runs for tier in tiers)
+    fixes = []
+    if sum(tier.cost_unknown_runs for tier in tiers) > unread:
+        models = sorted({model for tier in tiers for model in tier.unpriced_models})
+        named = f": {', '.join(models)}" if models else ""
+        fixes.append(
+            f"add each model's price under `pricing:` in the matrix (docs/MATRIX.md){named}"
+        )
+    if unread:
+        fixes.append(
+            f"the transcript of {plural(unread, 'run')} could not be read (not one line in its "
+            "format), so what it spent is unknown: `scheduler show RUN` shows its output"
+        )
+    return "; ".join(fixes)
 
 
 def _frontier_and_value(report: ExperimentReport) -> tuple[str, str]:
@@ -79,8 +92,7 @@ def _frontier_and_value(report: ExperimentReport) -> tuple[str, str]:
         )
     elif not priced and unpriced:
         frontier = (
-            "costs are unknown (no run's model has a price), so there is no frontier cost "
-            f"of pass and no best value: {prices}"
+            f"costs are unknown, so there is no frontier cost of pass and no best value: {prices}"
         )
     elif not priced:
         frontier = "no run was counted, so there is no frontier cost of pass and no best value"

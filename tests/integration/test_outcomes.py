@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from core.results.run import NOT_RUN_NOTE, RunStatus
+from core.results.run import NOT_RUN_NOTE, UNREAD_TRANSCRIPT, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, ROOT, StartWorker, run_cli, shared_with_agents
 from tests.support.experiments import command_matrix
@@ -356,3 +356,38 @@ def test_a_waited_csv_submit_prints_rows_only_and_the_id_aside(
     quiet = run_cli("submit", str(matrix), "--format", "csv", env=fleet_env)
     assert quiet.returncode == 0 and quiet.stdout.strip().startswith("t-"), quiet.stderr
     wait_until(lambda: store.reports.get(quiet.stdout.strip()), "its runs done")  # no leftovers
+
+
+def test_a_transcript_nothing_of_which_could_be_read_leaves_the_cost_unknown_not_zero(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """An agent that wrote its events file, of which not one line could be read, may
+    have spent anything: its cost is unknown, and the report's hint is to look at its
+    transcript, not to add a price. An agent that wrote nothing spent nothing: $0."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: unread
+runs_per_tier: 1
+agent: {kind: command, command: "touch out.txt", timeout_s: 30, model: claude-sonnet-4}
+tiers:
+  - {id: silent}
+  - {id: garbled, agent: {command: 'echo "spent a lot" > "$EVALFLEET_EVENTS"; touch out.txt'}}
+scenarios:
+  - {id: s, prompt: go, evaluation: {gates: [{type: file_exists, path: out.txt}]}}
+""")
+    start_worker(concurrency=2)
+    code, report, _ = submit(matrix, fleet_env)
+    assert code == 0
+    runs = {r.tier: r for r in store.results.all(report["experiment"]["id"])}
+    assert (runs["silent"].cost_usd, runs["silent"].cost_unknown_reason) == (0.0, None)
+    assert runs["garbled"].cost_usd is None and runs["garbled"].passed
+    assert runs["garbled"].cost_unknown_reason == UNREAD_TRANSCRIPT
+    assert (report["tiers"]["garbled"]["cost_unknown_runs"], report["tiers"]["garbled"][
+        "cost_unread_runs"]) == (1, 1)  # fmt: skip
+    full = run_cli("report", report["experiment"]["id"], "--full", env=fleet_env).stdout
+    said = " ".join(full.split())
+    assert (
+        "cost unknown for 1 run (the transcript of 1 run could not be read (not one line in "
+        "its format), so what it spent is unknown: `scheduler show RUN` shows its output)"
+    ) in said
+    assert "add each model's price" not in said
