@@ -168,6 +168,7 @@ class Connection:
 
         local = LocalWorkers(self._embedded, self.concurrency or os.cpu_count() or 1, queues)
         local.nudge = lambda: self._wake(local.hostname)
+        local.waiting = self.say
         self.workers = self._cleanup.enter_context(local)
         return local
 

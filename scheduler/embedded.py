@@ -272,6 +272,9 @@ class LocalWorkers:
         # its event loop reads between events, and an idle worker's next event is its
         # next timer, up to a second away. The Fleet sends a control message (a ping).
         self.nudge: Callable[[], object] | None = None
+        # Told when the stop waits for runs under way (a Ctrl-C mid-run): the wait, which
+        # Ctrl-C cannot cut, would otherwise be silence.
+        self.waiting: Callable[[str], object] | None = None
 
     def __enter__(self) -> LocalWorkers:
         self.start()
@@ -325,7 +328,14 @@ class LocalWorkers:
             self.proc.send_signal(signal.SIGTERM)
             if self.nudge is not None:
                 _at_most(self.nudge, _NUDGE_S)  # only ever sooner: TERM stops it anyway
-            self._wait_unblocking(self.proc, grace_s)
+            self._wait_unblocking(self.proc, min(_IDLE_STOP_S, grace_s))
+            if self.proc.poll() is None and grace_s > _IDLE_STOP_S:
+                if self.waiting is not None:
+                    self.waiting(
+                        f"stopping the local workers: the runs under way have up to "
+                        f"{grace_s:.0f} s to end, then they are stopped"
+                    )
+                self._wait_unblocking(self.proc, grace_s - _IDLE_STOP_S)
         kill_group(self.proc.pid)
         self.proc.wait()
         self.proc = None
@@ -356,6 +366,8 @@ class LocalWorkers:
 # broker answers: one that is gone (another command stopped it) would hold the stop,
 # and the command, for good, deaf to Ctrl-C.
 _NUDGE_S = 1.0
+# Idle workers leave within this of their TERM; one still there is ending a run.
+_IDLE_STOP_S = 0.5
 
 
 def _at_most(call: Callable[[], object], seconds: float) -> None:

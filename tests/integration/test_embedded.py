@@ -421,6 +421,11 @@ def test_a_cancel_after_a_submit_stopped_past_its_grace_says_what_it_waits_for(
             submit.communicate()
     found = re.search(r"interrupted; (long-\S+) waits", " ".join(stopped.split()))
     assert found is not None, stopped
+    # The grace, which Ctrl-C cannot cut, is said rather than a silence.
+    assert (
+        "stopping the local workers: the runs under way have up to 10 s to end, then they "
+        "are stopped"
+    ) in " ".join(stopped.split())
     exp_id = found[1]
     started = {line.split()[1] for line in log.read_text().splitlines()}
 
