@@ -89,7 +89,9 @@ FROM_NOTHING = {"EVALFLEET_WARM": "0"}
 
 def stop_warm(scheduler: str = SCHEDULER) -> None:
     """This user's warm processes stopped: the next command runs from nothing."""
-    subprocess.run([scheduler, "warm", "--stop"], env=clean_env(), capture_output=True, check=False)
+    subprocess.run(
+        [scheduler, "warm", "--stop", "--all"], env=clean_env(), capture_output=True, check=False
+    )
 
 
 def start_warm(scheduler: str = SCHEDULER, timeout_s: float = 60) -> None:

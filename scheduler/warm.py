@@ -358,15 +358,20 @@ def _holder(lock: str) -> int | None:
         return None
 
 
-def stop_all() -> list[int]:
-    """Stops this user's warm processes, those still starting too (TERM: each removes its
-    socket); their pids."""
-    stopped = []
-    for _, pid, _, _ in running():
+def stop(every: bool = False) -> tuple[list[int], list[int]]:
+    """Stops the warm process of this Python and settings, or (`every`) all of this
+    user's, those still starting too (TERM: each removes its socket); the pids stopped,
+    and those of the others left running (another checkout's, say, which is not this
+    command's to stop unasked)."""
+    stopped, left = [], []
+    for _, pid, mine, _ in running():
+        if not (mine or every):
+            left.append(pid)
+            continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)
-    return stopped
+    return stopped, left
 
 
 class RemoteProcess:

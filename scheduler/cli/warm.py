@@ -6,8 +6,14 @@ import click
 
 
 @click.command("warm")
-@click.option("--stop", is_flag=True, help="Stop them (the next command runs cold).")
-def warm(stop: bool) -> None:
+@click.option("--stop", is_flag=True, help="Stop this Python's (the next command runs cold).")
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="With --stop: every one of this user's, another checkout's or venv's too.",
+)
+def warm(stop: bool, every: bool) -> None:
     """Show this user's warm processes, which run commands without a cold start.
 
     After a command that ran cold, one is left for the next (EVALFLEET_WARM=0:
@@ -18,12 +24,20 @@ def warm(stop: bool) -> None:
     Examples:
       scheduler warm
       scheduler warm --stop
+      scheduler warm --stop --all
     """
     from scheduler import warm as warm_processes
 
+    if every and not stop:
+        raise click.UsageError("--all goes with --stop")
     if stop:
-        stopped = warm_processes.stop_all()
+        stopped, left = warm_processes.stop(every)
         click.echo(f"stopped {len(stopped)} warm process(es)" + _pids(stopped))
+        if left:
+            click.echo(
+                f"left {len(left)} of another Python or settings running" + _pids(left)
+                + ": `scheduler warm --stop --all` stops them too"
+            )  # fmt: skip
         return
     found = warm_processes.running()
     if not found:

@@ -40,7 +40,7 @@ def warm_env(fleet_env: dict[str, str]) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in fleet_env.items() if k not in ("EVALFLEET_BROKER_URL", "CI")}
     env.update(EVALFLEET_WARM="1", XDG_RUNTIME_DIR=str(runtime), EVALFLEET_WARM_IDLE_S="120")
     yield env
-    stopped = _cli("warm", "--stop", env=env, cwd=runtime)
+    stopped = _cli("warm", "--stop", "--all", env=env, cwd=runtime)
     wait_until(
         lambda: not list(runtime.glob("*/*.sock")),
         f"the warm processes to leave ({stopped.stdout.strip()})",
@@ -410,3 +410,30 @@ def _state(pid: int) -> str:
 
 def _parent(pid: int) -> int:
     return int(_stat(pid)[1])
+
+
+def test_stop_stops_this_pythons_warm_process_and_all_every_one_of_this_users(
+    warm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Another checkout's or venv's warm process is not this command's to stop unasked
+    (a user's `--stop` once stopped another session's): `--stop` says it is left, and
+    `--stop --all` stops it too."""
+    matrix = _matrix(tmp_path, "true")
+    other = {**warm_env, "TZ": "Pacific/Auckland"}  # other settings: a process of its own
+    for env in (warm_env, other):
+        assert _cli("validate", str(matrix), env=env, cwd=tmp_path).returncode == 0
+    mine, theirs = _warm_pid(warm_env, tmp_path), _warm_pid(other, tmp_path)
+    assert mine != theirs
+    stopped = _cli("warm", "--stop", env=warm_env, cwd=tmp_path).stdout.splitlines()
+    assert stopped == [
+        f"stopped 1 warm process(es): pid {mine}",
+        f"left 1 of another Python or settings running: pid {theirs}: "
+        "`scheduler warm --stop --all` stops them too",
+    ]
+    wait_until(lambda: not alive(mine), "this Python's warm process to leave")
+    assert alive(theirs)
+    every = _cli("warm", "--stop", "--all", env=warm_env, cwd=tmp_path).stdout.strip()
+    assert every == f"stopped 1 warm process(es): pid {theirs}"
+    wait_until(lambda: not alive(theirs), "the other warm process to leave")
+    refused = _cli("warm", "--all", env=warm_env, cwd=tmp_path)
+    assert refused.returncode == 2 and "--all goes with --stop" in refused.stderr
