@@ -43,6 +43,7 @@ matrix's validation errors are; errors are raised together as one ConfigError.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import string
 from dataclasses import dataclass
@@ -201,12 +202,22 @@ def _commands(matrix: Matrix) -> list[_Command]:
 
 def _candidates(command: _Command) -> list[tuple[str, bool]]:
     """The files the command runs, as it names them by a relative path, each with
-    whether it is the command word itself (else an interpreter's script)."""
+    whether it is the command word itself (else an interpreter's script). A command that
+    goes into the matrix's folder (`cd "$EVALFLEET_MATRIX_DIR" && ./agent.py`) runs its
+    files by such paths rightly: only its bare program names, which PATH finds, are kept."""
+    into_matrix = _INTO_MATRIX_DIR.search(command.text) is not None
     return [
         (run.word, run.program)
         for run in command.runs
-        if not run.word.startswith(("/", "~", "-")) and "$" not in run.word
+        if not run.word.startswith(("/", "~", "-"))
+        and "$" not in run.word
+        and not (into_matrix and ("/" in run.word or not run.program))
     ]
+
+
+_INTO_MATRIX_DIR = re.compile(
+    r"\b(cd|pushd)\s+[\"']?\$\{?EVALFLEET_MATRIX_DIR\}?[\"']?(\s|;|&|\||$)"
+)
 
 
 def _relative_files(matrix: Matrix, path: Path) -> list[ConfigProblem]:
@@ -283,32 +294,59 @@ _BASH_OWN = frozenset(_BASH_WORDS.split())
 def _off_path(matrix: Matrix, path: Path) -> list[ConfigProblem]:
     problems: dict[tuple[tuple[str | int, ...], str], ConfigProblem] = {}
     for command in _commands(matrix):
-        search = _agent_path(matrix, command.tier)
+        agent = matrix.agent_for(command.tier)
+        if agent.preset is not None or agent.sandbox == "docker":
+            continue  # a preset's CLI is checked as such; a container has its own programs
+        search = _agent_path(matrix, command.tier, command.text)
         for run in command.runs:
             word = run.word
+            shipped = _in_matrix_dir(matrix, word)
+            if shipped is not None:
+                if not shipped.exists():
+                    message = (
+                        f"{word!r} is run by the agent's command, but the matrix folder has no "
+                        f"{shipped.relative_to(matrix.base_dir or '/')}: every run would fail "
+                        "to find it; correct the name"
+                    )
+                    problems.setdefault((command.loc, word), problem_at(path, command.loc, message))
+                continue
             if not run.program or word in _BASH_OWN or "$" in word or _defines(command, word):
                 continue
             if word.startswith("/"):
                 if os.access(word, os.X_OK):
                     continue
-                where = "there is no program there on this machine"
+                where, fix = "there is no program there on this machine", "correct the path"
             elif "/" in word or search is None or shutil.which(word, path=search):
                 continue  # a relative path is _relative_programs'; an unknown PATH, unknown
             else:
                 where = "it is not on the agent's PATH on this machine"
+                fix = "install it, or name it by its full path"
             message = (
                 f"{word!r} is run by the agent's command, but {where}: every run would end "
-                '"agent could not start (exit 127)" on a worker without it; install it, or '
-                "name it by its full path"
+                f'"agent could not start (exit 127)" on a worker without it; {fix}'
             )
             problems.setdefault((command.loc, word), problem_at(path, command.loc, message))
     return list(problems.values())
 
 
-def _agent_path(matrix: Matrix, tier: Tier) -> str | None:
+def _in_matrix_dir(matrix: Matrix, word: str) -> Path | None:
+    """The file of the matrix folder that `word` names (`$EVALFLEET_MATRIX_DIR/agent.py`),
+    None for any other word."""
+    if matrix.base_dir is None:
+        return None
+    for prefix in (f"{_MATRIX_DIR}/", "${EVALFLEET_MATRIX_DIR}/"):
+        rest = word.removeprefix(prefix)
+        if rest != word and "$" not in rest:  # another variable: only a run knows
+            return matrix.base_dir / rest
+    return None
+
+
+def _agent_path(matrix: Matrix, tier: Tier, command: str) -> str | None:
     """The PATH the tier's agent gets on this machine (worker.run.agent_env: the
     worker's, or the agent's `env:` built on it), None where it names a variable only
-    a run has."""
+    a run has, or where the command sets its own (`PATH=... agent`, `export PATH`)."""
+    if re.search(r"(^|[\s;&|(])(export\s+)?PATH=", command):
+        return None
     worker_path = os.environ.get("PATH", os.defpath)
     declared = matrix.agent_for(tier).env.get("PATH")
     if declared is None:
@@ -319,8 +357,14 @@ def _agent_path(matrix: Matrix, tier: Tier) -> str | None:
 
 
 def _defines(command: _Command, word: str) -> bool:
-    """Whether the command line defines `word` as a function (`f() { ...; }; f`)."""
-    return f"{word}()" in command.text.replace(" ", "") or f"function {word}" in command.text
+    """Whether the command line defines `word` as a function (`f() { ...; }; f`) or an
+    alias, wherever in it."""
+    text = command.text
+    return (
+        f"{word}()" in text.replace(" ", "")
+        or f"function {word}" in text
+        or re.search(rf"\balias\s+{re.escape(word)}=", text) is not None
+    )
 
 
 def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:

@@ -258,6 +258,8 @@ class _Reader:
         words, self.words = self.words, []
         while words and PurePosixPath(words[0]).name in _WRAPPERS:
             wrapper = PurePosixPath(words[0]).name
+            if wrapper == "command" and any(w in ("-v", "-V") for w in words[1:2]):
+                return  # `command -v NAME` looks NAME up: it runs nothing
             words = _past_options(words[1:], _WRAPPERS[wrapper])
             while wrapper == "env" and words and _assignment(words[0]):
                 words = words[1:]

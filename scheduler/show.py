@@ -103,6 +103,8 @@ def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
     if result.worker:
         facts.append(f"worker {result.worker}")
     console.print(" · ".join(facts), markup=False, style="dim")
+    if result.cost_usd is None and result.cost_unknown_reason:
+        console.print(f"cost unknown: {result.cost_unknown_reason}", markup=False, soft_wrap=True)
     if result.kept_folder:
         console.print(
             f"folder kept (--keep-workspaces): {result.kept_folder}", markup=False, soft_wrap=True

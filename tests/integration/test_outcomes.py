@@ -391,3 +391,5 @@ scenarios:
         "its format), so what it spent is unknown: `scheduler show RUN` shows its output)"
     ) in said
     assert "add each model's price" not in said
+    shown = run_cli("show", runs["garbled"].run_id, env=fleet_env).stdout
+    assert f"cost unknown: {UNREAD_TRANSCRIPT}" in " ".join(shown.split())

@@ -182,7 +182,7 @@ def test_a_judge_without_its_key(
 def _off_path(tmp_path: Path, command: str, env: str = "") -> list[str]:
     """The programs `command` runs that validate warns are not here."""
     warnings = prepare(matrix(tmp_path, command, env)).warnings
-    return [w.message.split("'")[1] for w in warnings if "exit 127" in w.message]
+    return [w.message.split("'")[1] for w in warnings if "run by the agent's command" in w.message]
 
 
 @pytest.mark.parametrize(
@@ -196,12 +196,40 @@ def _off_path(tmp_path: Path, command: str, env: str = "") -> list[str]:
         ("function g { :; }; g", []),
         ("[ -f x ] || { echo no; exit 0; }", []),
         ('"$HOME/bin/agent" --go', []),  # only a run knows the variable
+        # A file of the matrix folder the folder does not have: a typo that fails every run.
+        ('python3 "$EVALFLEET_MATRIX_DIR/agnt.sh"', ["$EVALFLEET_MATRIX_DIR/agnt.sh"]),
+        ('"${EVALFLEET_MATRIX_DIR}/bin/none" --x', ["${EVALFLEET_MATRIX_DIR}/bin/none"]),
+        ('bash "$EVALFLEET_MATRIX_DIR/agent.sh"', []),  # it is there
+        # Found by a new user's trial, none of them a program run from PATH:
+        ("command -v claude >/dev/null || exit 3", []),  # a lookup, which runs nothing
+        ('PATH="$EVALFLEET_MATRIX_DIR/bin:$PATH" my-agent', []),  # the command's own PATH
+        ('export PATH="$HOME/tools:$PATH"; my-agent', []),
+        ("shopt -s expand_aliases; alias zz='echo hi'; zz", []),  # an alias
     ],
 )
 def test_a_program_the_agent_could_not_start_here_is_warned_of(
     tmp_path: Path, command: str, warned: list[str]
 ) -> None:
     assert _off_path(tmp_path, command) == warned
+
+
+def test_a_container_or_a_presets_program_is_not_looked_for_on_this_machine(
+    tmp_path: Path,
+) -> None:
+    """A container has its own programs; a preset's CLI has its own check, which says
+    what a missing one makes of the runs."""
+    docker = ", sandbox: docker, docker: {image: 'agents:1'}"
+    assert _off_path(tmp_path, "agent-in-image --go", docker) == []
+
+
+def test_a_command_that_goes_into_the_matrix_folder_runs_its_files_rightly(
+    tmp_path: Path,
+) -> None:
+    """`cd "$EVALFLEET_MATRIX_DIR" && ./agent.sh` runs the file beside the matrix: no
+    error (it once refused the submit); elsewhere the same `./agent.sh` is one."""
+    assert refused_words(tmp_path, 'cd "$EVALFLEET_MATRIX_DIR" && ./agent.sh') == []
+    assert refused_words(tmp_path, "cd ${EVALFLEET_MATRIX_DIR}; bash agent.sh") == []
+    assert refused_words(tmp_path, "cd /tmp && ./agent.sh") == ["./agent.sh"]
 
 
 def test_the_agents_own_path_is_where_its_programs_are_looked_for(tmp_path: Path) -> None:
