@@ -155,6 +155,9 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         raise ConfigError(
             [ConfigProblem(file=str(path), message="YAML nested too deeply to read")]
         ) from None
+    twice = _keys_given_twice(path, root)
+    if twice:
+        raise ConfigError(twice)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -166,6 +169,41 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
             ]
         )
     return data, root
+
+
+def _keys_given_twice(path: Path, root: yaml.Node | None) -> list[ConfigProblem]:
+    """A key given twice in one mapping, at its second place: YAML keeps the last one
+    without a word, so the first is ignored and an error about the value points at
+    the wrong line."""
+    problems: list[ConfigProblem] = []
+    seen: set[int] = set()  # an alias is the node it names: walked once
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, yaml.Node] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value != "<<":
+                    if key.value in first:
+                        line = first[key.value].start_mark.line + 1
+                        problems.append(
+                            ConfigProblem(
+                                file=str(path),
+                                line=key.start_mark.line + 1,
+                                column=key.start_mark.column + 1,
+                                field=key.value,
+                                message=f"given twice (first at line {line}); YAML would keep "
+                                "this one and ignore the first without a word: remove one",
+                            )
+                        )
+                    first.setdefault(key.value, key)
+                stack.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
 
 def _problem(

@@ -80,6 +80,22 @@ def test_a_check_across_keys_is_placed_at_the_key_to_change(
     assert result.stderr.splitlines()[-1] == "1 problem(s); nothing was started."
 
 
+def test_a_key_given_twice_is_an_error_at_its_second_place(tmp_path: Path) -> None:
+    """YAML keeps a repeated key's last value without a word: `runs_per_tier: 0` eight
+    lines below a `runs_per_tier: 3` was taken, and its error pointed at the 3."""
+    twice = GOOD.replace("  - id: s1\n", "  - id: s1\n    id: s2\n") + "runs_per_tier: 0\n"
+    result = run_cli("validate", str(write(tmp_path, twice)), env=KEYED)
+    assert result.returncode == 2
+    matrix = tmp_path / "matrix.yaml"
+    assert result.stderr.splitlines() == [
+        f"error: {matrix}:10:5: id: given twice (first at line 9); YAML would keep this one "
+        "and ignore the first without a word: remove one",
+        f"error: {matrix}:22:1: runs_per_tier: given twice (first at line 2); YAML would keep "
+        "this one and ignore the first without a word: remove one",
+        "2 problem(s); nothing was started.",
+    ]
+
+
 def test_an_agent_program_missing_here_is_a_warning_naming_its_line(tmp_path: Path) -> None:
     """A typo in the agent's command word would end every run "could not start": validate
     says so where the command is, and still exits 0 (the workers may have it)."""
