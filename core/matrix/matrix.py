@@ -162,7 +162,8 @@ class Matrix(Strict):
             raise PlacedError(
                 ("scenarios", index, "evaluation", "judge"),
                 f"scenario {scenario.id!r} enables the judge but the matrix has no "
-                "top-level `judge:` section",
+                "top-level `judge:` section: add one (its `model:` and `api_key_env:`), or "
+                "judge only where one is set with this scenario's `judge: {enabled: auto}`",
             )
         if self.judge.allow_self_judge:
             return

@@ -157,6 +157,20 @@ def test_validate_says_once_which_judge_runs_and_why(tmp_path: Path) -> None:
     ) in unset.stdout
 
 
+def test_a_judged_scenario_without_a_judge_section_is_told_its_two_ways_out(
+    tmp_path: Path,
+) -> None:
+    text = GOOD.replace("judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}\n", "")
+    result = run_cli("validate", str(write(tmp_path, text)), env=KEYED)
+    assert result.returncode == 2
+    assert (
+        f"error: {tmp_path / 'matrix.yaml'}:19:14: scenarios.0.evaluation.judge: scenario "
+        "'s1' enables the judge but the matrix has no top-level `judge:` section: add one (its "
+        "`model:` and `api_key_env:`), or judge only where one is set with this scenario's "
+        "`judge: {enabled: auto}`"
+    ) in " ".join(result.stderr.split())
+
+
 def test_validate_says_an_auto_judge_without_a_judge_section_is_off(tmp_path: Path) -> None:
     text = GOOD.replace("judge: {rubric: rubric.yaml", "judge: {enabled: auto, rubric: rubric.yaml")
     text = text.replace("judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}\n", "")
