@@ -95,7 +95,9 @@ def stack(tmp_path: Path) -> Iterator[tuple[Compose, dict[str, str]]]:
         # Containers, network, both volumes and the image's tag: nothing of the test
         # stays behind (its layers stay in the engine's build cache for the next build).
         subprocess.run(compose.argv("down", "-v", "--timeout", "10"), capture_output=True)
-        subprocess.run(["docker", "image", "rm", env["EVALFLEET_IMAGE"]], capture_output=True)
+        subprocess.run(
+            ["docker", "image", "rm", "--no-prune", env["EVALFLEET_IMAGE"]], capture_output=True
+        )
 
 
 def test_the_compose_fleet_runs_the_example_under_a_real_engine_through_scale_up_and_restart(

@@ -97,7 +97,11 @@ def _built(log: Path) -> list[str]:
 
 def _remove_images(tags: list[str]) -> None:
     if tags:
-        subprocess.run(["docker", "image", "rm", "-f", *tags], capture_output=True, timeout=120)
+        # The tags only, not their untagged parents: another test's build of the same
+        # Dockerfile may be using them as its cache (test_task_fixtures).
+        subprocess.run(
+            ["docker", "image", "rm", "-f", "--no-prune", *tags], capture_output=True, timeout=120
+        )
 
 
 def test_task_folders_run_in_their_own_images_with_the_verifier_in_the_container(

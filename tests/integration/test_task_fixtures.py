@@ -87,7 +87,12 @@ def docker(paths: dict[str, Path], scenario: Scenario, command: str) -> int:
             [*argv, tag, "bash", "-c", command], capture_output=True, timeout=300
         ).returncode
     finally:
-        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True, timeout=60)
+        # The tag only: its untagged parents are the layer cache another test's build of
+        # the same Dockerfile may be using at this moment (pruning them once failed that
+        # build: "unknown parent image ID").
+        subprocess.run(
+            ["docker", "image", "rm", "-f", "--no-prune", tag], capture_output=True, timeout=60
+        )
 
 
 def verdict(scenario: Scenario, paths: dict[str, Path], exit_code: int) -> bool:
