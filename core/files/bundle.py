@@ -333,7 +333,7 @@ def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
             _make_writable(building)
             shutil.rmtree(building, ignore_errors=True)
     _marked[final] = time.time()
-    sweep(cache, time.time() - STALE_S)
+    _sweep(cache, time.time() - STALE_S)
     return final
 
 
@@ -348,16 +348,15 @@ def in_use(folder: Path) -> None:
     _marked[folder] = now
 
 
-def sweep(cache: Path, before: float) -> list[str]:
+def _sweep(cache: Path, before: float) -> None:
     """The copies in `cache` last used before `before` deleted, and what a build or a
-    sweep that died left; their names. Each is first renamed out of the way, so that
-    no process finds half of one; one marked meanwhile is put back."""
+    sweep that died left. Each is first renamed out of the way, so that no process
+    finds half of one; one marked meanwhile is put back."""
     try:
         with os.scandir(cache) as entries:
             old = [e.name for e in entries if e.is_dir(follow_symlinks=False) and _older(e, before)]
     except OSError:  # no cache yet
-        return []
-    swept = []
+        return
     for name in old:
         away = cache / f".sweeping-{uuid.uuid4().hex[:12]}"
         try:
@@ -368,8 +367,6 @@ def sweep(cache: Path, before: float) -> list[str]:
             continue
         _make_writable(away)
         shutil.rmtree(away, ignore_errors=True)
-        swept.append(name)
-    return swept
 
 
 def _put_back(away: Path, name: str) -> bool:
