@@ -53,6 +53,14 @@ class LocalFiles:
             return f"$EVALFLEET_MATRIX_DIR{problem.removeprefix(MATRIX)}"
         return problem.removeprefix(f"{MATRIX}/")
 
+    def repaired(self) -> str | None:
+        """What `damaged` says, the folder restored when it says anything (for the gates
+        and for every other run of the machine)."""
+        problem = self.damaged()
+        if problem is not None:
+            self.restore()
+        return problem
+
     def hidden_paths(self) -> list[Path]:
         """The folder's paths no agent may read (core.files.bundle, `hidden`)."""
         if self.manifest is None or self.folder is None:
@@ -76,9 +84,8 @@ def local_files(store: Store, exp_id: str) -> LocalFiles:
         files = _prepared(store, exp_id)
     if files.folder is not None:
         in_use(files.folder)  # no sweep of the cache takes it while its runs run
-    if (problem := files.damaged()) is not None:
+    if (problem := files.repaired()) is not None:
         log.warning("the files of %s were changed on this worker (%s): restored", exp_id, problem)
-        files.restore()
     return files
 
 
@@ -92,8 +99,7 @@ def staged(matrix: Matrix, bundle: Bundle) -> LocalFiles:
         return {digest: bundle.contents[digest] for digest in digests}
 
     folder = materialise(bundle.manifest, fetch, cache_root())
-    context = {"check_files": False, "relocate": bundle.manifest.relocation(folder)}
-    relocated = Matrix.model_validate(matrix.model_dump(mode="json"), context=context)
+    relocated = Matrix.submitted(matrix.model_dump(mode="json"), bundle.manifest.relocation(folder))
     return LocalFiles(relocated, bundle.manifest, folder, fetch)
 
 

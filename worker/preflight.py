@@ -236,10 +236,9 @@ def _run_cell(
     except SetupError as exc:
         problems.append(f"setup failed: {exc}")
         return cli, None
-    tampered = files.damaged()
+    tampered = files.repaired()
     if tampered is None:
         return cli, result
-    files.restore()
     problems.append(
         f"the agent changed {tampered}, a file evaluation reads: its runs would be "
         "recorded tampered and pass nothing"

@@ -347,9 +347,7 @@ def _run(
             return error_result(spec, str(exc), 1, started), None
         # Before the gates read them: the experiment's files as shipped, else the run
         # changed them (the folder is restored for the gates and for every other run).
-        tampered = files.damaged()
-        if tampered is not None:
-            files.restore()
+        tampered = files.repaired()
         outcome = outcome.model_copy(
             update={
                 "stdout": redact(outcome.stdout, secrets),
@@ -374,9 +372,9 @@ def _run(
         evaluated = evaluate_run(context, output)
         result, evidence = evaluated.result, evaluated.evidence
         # What the gates ran (the agent's own code among it) may have changed them too.
-        tampered = tampered or files.damaged()
+        after_gates = files.repaired()
+        tampered = tampered or after_gates
         if tampered is not None:
-            files.restore()
             result = result.tampered_with(tampered)
         result.worker = socket.gethostname()
         result.isolation = confinement.isolation

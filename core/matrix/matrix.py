@@ -8,6 +8,7 @@ lists what else the context holds).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,14 @@ class Matrix(Strict):
                     f"judge model {model!r} is the model under test in tier {tier.id!r}; "
                     "use another judge model or set judge.allow_self_judge: true",
                 )
+
+    @classmethod
+    def submitted(cls, data: Any, relocate: Callable[[Path], Path] | None = None) -> Matrix:
+        """A matrix as it was submitted (its JSON), read back: its paths were resolved and
+        checked at submit, and a worker on another machine reports a missing file when a
+        run uses it; `relocate` maps each path (the submitter's) to where this machine has
+        the file (Manifest.relocation)."""
+        return cls.model_validate(data, context={"check_files": False, "relocate": relocate})
 
     @property
     def baseline_tier(self) -> str:

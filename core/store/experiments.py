@@ -135,12 +135,9 @@ class Experiments:
         raw = self.redis.hget(self.keys.experiment(exp_id), "matrix")
         if raw is None:
             raise self.why_missing(exp_id)
-        # Paths were resolved and checked at submit; a worker on another machine
-        # reports a missing file when it uses it, per run.
-        context = {"check_files": False, "relocate": relocate}
         from core.matrix import Matrix
 
-        return Matrix.model_validate(json.loads(raw), context=context)
+        return Matrix.submitted(json.loads(raw), relocate)
 
     def set_status(
         self, exp_id: str, status: ExperimentStatus, finished_at: float | None = None
