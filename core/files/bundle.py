@@ -320,7 +320,7 @@ def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
         return final
     # Traversable by a run's own user (worker.confinement), writable by the worker alone.
     cache.mkdir(mode=0o755, parents=True, exist_ok=True)
-    building = cache / f".building-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
+    building = _beside(final, "building")
     try:
         _build(manifest, fetch, building)
         try:
@@ -329,9 +329,7 @@ def materialise(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
             if not final.is_dir():  # not a lost race: a real failure
                 raise
     finally:
-        if building.exists():
-            _make_writable(building)
-            shutil.rmtree(building, ignore_errors=True)
+        _delete(building)
     _marked[final] = time.time()
     _sweep(cache, time.time() - STALE_S)
     return final
@@ -358,15 +356,14 @@ def _sweep(cache: Path, before: float) -> None:
     except OSError:  # no cache yet
         return
     for name in old:
-        away = cache / f".sweeping-{uuid.uuid4().hex[:12]}"
+        away = _beside(cache / name, "sweeping")
         try:
             os.rename(cache / name, away)
         except OSError:  # another process's sweep took it
             continue
         if not name.startswith(".") and away.stat().st_mtime >= before and _put_back(away, name):
             continue
-        _make_writable(away)
-        shutil.rmtree(away, ignore_errors=True)
+        _delete(away)
 
 
 def _put_back(away: Path, name: str) -> bool:
@@ -455,8 +452,7 @@ def restore(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
     the folder meanwhile find the one or the other, never none (they once failed on a
     folder gone for the time a rebuild took)."""
     final = cache / manifest.digest()
-    fresh = cache / f".building-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
-    aside = cache / f".damaged-{final.name[:16]}-{uuid.uuid4().hex[:8]}"
+    fresh, aside = _beside(final, "building"), _beside(final, "damaged")
     try:
         _build(manifest, fetch, fresh)
         if not _exchanged(fresh, final):  # no damaged copy left, or no renameat2 here
@@ -469,9 +465,7 @@ def restore(manifest: Manifest, fetch: Fetch, cache: Path) -> Path:
                     raise
     finally:
         for leftover in (fresh, aside):  # after an exchange, `fresh` is the damaged copy
-            if leftover.exists():
-                _make_writable(leftover)
-                shutil.rmtree(leftover, ignore_errors=True)
+            _delete(leftover)
     _WHOLE.pop(final, None)
     _marked[final] = time.time()
     return final
@@ -557,14 +551,24 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _make_writable(folder: Path) -> None:
-    # Read-only folders cannot have their entries deleted, even by their owner.
+def _beside(final: Path, what: str) -> Path:
+    """A hidden name in `final`'s folder for a copy on its way (`building`) or out
+    (`damaged`, `sweeping`), none other's: what a sweep takes once it is old."""
+    return final.with_name(f".{what}-{final.name[:16]}-{uuid.uuid4().hex[:8]}")
+
+
+def _delete(folder: Path) -> None:
+    """A copy deleted, if it is there: its read-only folders made writable first (their
+    entries cannot be deleted otherwise, even by their owner)."""
+    if not folder.exists():
+        return
     for top, dirs, _ in os.walk(folder):
         for name in dirs:
             with contextlib.suppress(OSError):
                 os.chmod(os.path.join(top, name), 0o700, follow_symlinks=False)
     with contextlib.suppress(OSError):
         folder.chmod(0o700)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _unreadable(error: OSError) -> None:
