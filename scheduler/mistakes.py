@@ -58,6 +58,8 @@ from scheduler.shellwords import Run, runs_of
 # own name for it is kept as an alias (scheduler.cli.options).
 ALLOW_MISSING_KEYS = "--allow-missing-keys"
 _MATRIX_DIR = "$EVALFLEET_MATRIX_DIR"
+# The ways a command or a PATH names the matrix's folder.
+_MATRIX_DIR_WORDS = (_MATRIX_DIR, "${EVALFLEET_MATRIX_DIR}")
 
 
 def refuse_mistakes(
@@ -195,7 +197,7 @@ def _commands(matrix: Matrix) -> list[_Command]:
             ("tiers", index, "agent", "command") if own else ("agent", "command")
         )
         entries = agent.env.get("PATH", "").split(":")
-        on_path = any(e in (_MATRIX_DIR, "${EVALFLEET_MATRIX_DIR}") for e in entries)
+        on_path = any(e in _MATRIX_DIR_WORDS for e in entries)
         found.append(_Command(tier, loc, agent.command, runs_of(agent.command), on_path))
     return found
 
@@ -334,8 +336,8 @@ def _in_matrix_dir(matrix: Matrix, word: str) -> Path | None:
     None for any other word."""
     if matrix.base_dir is None:
         return None
-    for prefix in (f"{_MATRIX_DIR}/", "${EVALFLEET_MATRIX_DIR}/"):
-        rest = word.removeprefix(prefix)
+    for folder in _MATRIX_DIR_WORDS:
+        rest = word.removeprefix(f"{folder}/")
         if rest != word and "$" not in rest:  # another variable: only a run knows
             return matrix.base_dir / rest
     return None
