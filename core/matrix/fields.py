@@ -120,11 +120,31 @@ class PlacedError(ValueError):
         self.loc = loc
 
 
-def require_unique(values: list[str], what: str, at: tuple[str, ...] = ()) -> None:
-    """`values`, the `id`s of the list at `at` (from the model validated), each once."""
+class PlacedErrors(ValueError):
+    """Every check across keys of one model that failed, each placed: a model validator
+    ends at the first error it raises, and a matrix with five such mistakes would need
+    five runs of `validate` to show them all."""
+
+    def __init__(self, errors: list[PlacedError]):
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = errors
+
+    @staticmethod
+    def raise_any(errors: list[PlacedError]) -> None:
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise PlacedErrors(errors)
+
+
+def duplicates(values: list[str], what: str, at: tuple[str, ...] = ()) -> list[PlacedError]:
+    """`values`, the `id`s of the list at `at` (from the model validated), each once:
+    an error at each repeat."""
     seen: set[str] = set()
+    errors = []
     for index, value in enumerate(values):
         if value in seen:
             message = f"duplicate {what} {value!r}; each must be unique"
-            raise PlacedError((*at, index, "id"), message)
+            errors.append(PlacedError((*at, index, "id"), message))
         seen.add(value)
+    return errors

@@ -8,7 +8,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
-from core.matrix.fields import FilePath, Fraction, Identifier, Strict, context_of, require_unique
+from core.matrix.fields import (
+    FilePath,
+    Fraction,
+    Identifier,
+    PlacedErrors,
+    Strict,
+    context_of,
+    duplicates,
+)
 
 # The longest the LLM client waits between two attempts (a Retry-After is capped at
 # it); a judge's deadline is reckoned with it, so it is the matrix's to state.
@@ -37,7 +45,7 @@ class Rubric(Strict):
     @field_validator("criteria")
     @classmethod
     def _unique(cls, criteria: list[Criterion]) -> list[Criterion]:
-        require_unique([c.id for c in criteria], "criterion id")
+        PlacedErrors.raise_any(duplicates([c.id for c in criteria], "criterion id"))
         return criteria
 
 

@@ -8,22 +8,24 @@ lists what else the context holds).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from core.matrix.adaptive import AdaptiveRuns, RunsPerTier
 from core.matrix.agent import AgentConfig
 from core.matrix.fields import (
     Identifier,
     PlacedError,
+    PlacedErrors,
     Strict,
     context_of,
+    duplicates,
     inside_matrix_folder,
     relocated,
-    require_unique,
     resolve,
 )
 from core.matrix.judging import JudgeConfig
@@ -131,51 +133,67 @@ class Matrix(Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Matrix:
-        require_unique([t.id for t in self.tiers], "tier id", ("tiers",))
-        require_unique([s.id for s in self.scenarios], "scenario id", ("scenarios",))
+        errors = duplicates([t.id for t in self.tiers], "tier id", ("tiers",))
+        errors += duplicates([s.id for s in self.scenarios], "scenario id", ("scenarios",))
         if self.baseline is not None and self.baseline not in {t.id for t in self.tiers}:
             tiers = [t.id for t in self.tiers]
             hint = did_you_mean(self.baseline, tiers)
-            raise PlacedError(
-                ("baseline",),
-                f"baseline {self.baseline!r} is not a tier; tiers are {tiers}"
-                + (f"; {hint}" if hint else ""),
+            errors.append(
+                PlacedError(
+                    ("baseline",),
+                    f"baseline {self.baseline!r} is not a tier; tiers are {tiers}"
+                    + (f"; {hint}" if hint else ""),
+                )
             )
         for index, tier in enumerate(self.tiers):
-            agent = self.agent_for(tier)  # raises with the tier named
+            try:
+                agent = self.agent_for(tier)
+            except ValueError as exc:  # its message names the tier
+                errors.append(PlacedError(("tiers", index, "agent"), str(exc)))
+                continue
             if agent.sandbox == "docker" and agent.docker is None:
                 # A benchmark task with an image of its own needs no `docker:` image.
                 bare = [s.id for s in self.scenarios if not _has_image(s)]
                 if bare:
-                    raise PlacedError(
-                        ("tiers", index),
-                        f"tier {tier.id!r}: `sandbox: docker` needs a `docker:` section with "
-                        f"`image` or `build` for scenarios without an image of their own "
-                        f"(`environment.image` or `build`): {', '.join(bare[:5])}",
+                    errors.append(
+                        PlacedError(
+                            ("tiers", index),
+                            f"tier {tier.id!r}: `sandbox: docker` needs a `docker:` section "
+                            f"with `image` or `build` for scenarios without an image of their "
+                            f"own (`environment.image` or `build`): {', '.join(bare[:5])}",
+                        )
                     )
-        for index, scenario in enumerate(self.scenarios):
-            if scenario.evaluation.judge_enabled:
-                self._check_judge(scenario, index)
+        errors += self._judge_problems()
+        PlacedErrors.raise_any(errors)
         return self
 
-    def _check_judge(self, scenario: Scenario, index: int) -> None:
+    def _judge_problems(self) -> list[PlacedError]:
+        judged = [(i, s) for i, s in enumerate(self.scenarios) if s.evaluation.judge_enabled]
         if self.judge is None:
-            raise PlacedError(
-                ("scenarios", index, "evaluation", "judge"),
-                f"scenario {scenario.id!r} enables the judge but the matrix has no "
-                "top-level `judge:` section: add one (its `model:` and `api_key_env:`), or "
-                "judge only where one is set with this scenario's `judge: {enabled: auto}`",
-            )
-        if self.judge.allow_self_judge:
-            return
-        for tier in self.tiers:
-            model = self.agent_for(tier).model
-            if model is not None and model == self.judge.model:
-                raise PlacedError(
-                    ("judge", "model"),
-                    f"judge model {model!r} is the model under test in tier {tier.id!r}; "
-                    "use another judge model or set judge.allow_self_judge: true",
+            return [
+                PlacedError(
+                    ("scenarios", index, "evaluation", "judge"),
+                    f"scenario {scenario.id!r} enables the judge but the matrix has no "
+                    "top-level `judge:` section: add one (its `model:` and `api_key_env:`), or "
+                    "judge only where one is set with this scenario's `judge: {enabled: auto}`",
                 )
+                for index, scenario in judged
+            ]
+        if not judged or self.judge.allow_self_judge:
+            return []
+        for tier in self.tiers:
+            with contextlib.suppress(ValueError):  # an invalid tier is said on its own
+                model = self.agent_for(tier).model
+                if model is not None and model == self.judge.model:
+                    return [
+                        PlacedError(
+                            ("judge", "model"),
+                            f"judge model {model!r} is the model under test in tier "
+                            f"{tier.id!r}; use another judge model or set "
+                            "judge.allow_self_judge: true",
+                        )
+                    ]
+        return []
 
     @classmethod
     def submitted(cls, data: Any, relocate: Callable[[Path], Path] | None = None) -> Matrix:
@@ -217,8 +235,16 @@ class Matrix(Strict):
         merged.update(override)
         try:
             return AgentConfig.model_validate(merged, context={"check_files": False})
-        except ValueError as exc:
-            raise ValueError(f"tier {tier.id!r}: agent after overrides is invalid: {exc}") from None
+        except ValidationError as exc:
+            said = "; ".join(
+                ".".join(map(str, e["loc"])) + ": " * bool(e["loc"])
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
+            )  # fmt: skip
+            raise ValueError(
+                f"tier {tier.id!r}: its agent (the matrix agent with this tier's keys over it) "
+                f"is invalid: {said}"
+            ) from None
 
     @property
     def adaptive(self) -> AdaptiveRuns | None:

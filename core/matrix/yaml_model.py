@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from core.errors import ConfigError
-from core.matrix.fields import PlacedError
+from core.matrix.fields import PlacedError, PlacedErrors
 from core.matrix.gates import GATES
 from core.matrix.suggestions import did_you_mean, literal_choices, unknown_key_hint
 from core.settings import setting
@@ -85,7 +85,11 @@ def load_yaml_model(
     try:
         return model.model_validate(prepared.data, context=context)
     except ValidationError as exc:
-        problems = [_problem(path, root, err, model, prepared.origin) for err in exc.errors()]
+        problems = [
+            problem
+            for err in exc.errors()
+            for problem in _problems(path, root, err, model, prepared.origin)
+        ]
         # Values a prepare step copied into several places fail once per copy.
         raise ConfigError(list({str(p): p for p in problems}.values())) from None
 
@@ -206,12 +210,31 @@ def _keys_given_twice(path: Path, root: yaml.Node | None) -> list[ConfigProblem]
     return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
 
-def _problem(
+def _problems(
     path: Path,
     root: yaml.Node | None,
     err: Any,
     model: type[BaseModel],
     origin: Callable[[Loc], tuple[Loc, str]] = _same_place,
+) -> list[ConfigProblem]:
+    """The problems of one pydantic error: one, or one per check across keys that a
+    model validator found failing (PlacedErrors)."""
+    placed = (err.get("ctx") or {}).get("error")
+    if isinstance(placed, PlacedErrors):
+        problems = [
+            _problem(path, root, {**err, "msg": str(each), "ctx": {"error": each}}, model, origin)
+            for each in placed.errors
+        ]
+        return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
+    return [_problem(path, root, err, model, origin)]
+
+
+def _problem(
+    path: Path,
+    root: yaml.Node | None,
+    err: Any,
+    model: type[BaseModel],
+    origin: Callable[[Loc], tuple[Loc, str]],
 ) -> ConfigProblem:
     placed = (err.get("ctx") or {}).get("error")
     within = placed.loc if isinstance(placed, PlacedError) else ()

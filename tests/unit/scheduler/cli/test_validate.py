@@ -80,6 +80,46 @@ def test_a_check_across_keys_is_placed_at_the_key_to_change(
     assert result.stderr.splitlines()[-1] == "1 problem(s); nothing was started."
 
 
+def test_every_check_across_keys_that_fails_is_said_at_once_in_the_files_order(
+    tmp_path: Path,
+) -> None:
+    """A model validator ends at its first error: five mistakes took five runs of
+    `validate` to see. Each is placed, and a tier's agent that is invalid once the
+    matrix agent's keys are merged in is said in a sentence, not as pydantic's dump."""
+    many = """\
+name: demo
+runs_per_tier: 3
+agent: {kind: command, command: "echo hi", model: claude-sonnet-4}
+baseline: T9
+tiers:
+  - id: T0
+  - id: T0
+  - id: T2
+    agent: {kind: openai}
+scenarios:
+  - id: s1
+    prompt: "do it"
+    evaluation: {judge: {rubric: rubric.yaml}}
+  - {id: s1, prompt: again}
+judge: {model: claude-sonnet-4, api_key_env: OPENAI_API_KEY}
+"""
+    result = run_cli("validate", str(write(tmp_path, many)), env=KEYED)
+    assert result.returncode == 2
+    matrix = tmp_path / "matrix.yaml"
+    assert result.stderr.splitlines() == [
+        f"error: {matrix}:4:11: baseline: baseline 'T9' is not a tier; tiers are "
+        "['T0', 'T0', 'T2']",
+        f"error: {matrix}:7:9: tiers.1.id: duplicate tier id 'T0'; each must be unique",
+        f"error: {matrix}:9:12: tiers.2.agent: tier 'T2': its agent (the matrix agent with "
+        "this tier's keys over it) is invalid: agent kind 'openai' needs `base_url` and "
+        "`model`",
+        f"error: {matrix}:14:10: scenarios.1.id: duplicate scenario id 's1'; each must be unique",
+        f"error: {matrix}:15:16: judge.model: judge model 'claude-sonnet-4' is the model under "
+        "test in tier 'T0'; use another judge model or set judge.allow_self_judge: true",
+        "5 problem(s); nothing was started.",
+    ]
+
+
 def test_a_key_given_twice_is_an_error_at_its_second_place(tmp_path: Path) -> None:
     """YAML keeps a repeated key's last value without a word: `runs_per_tier: 0` eight
     lines below a `runs_per_tier: 3` was taken, and its error pointed at the 3."""
