@@ -201,6 +201,13 @@ def tier_report(
     seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
     composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
     statuses = Counter(runs.column("status"))
+    unread = [
+        run_id
+        for run_id, why in zip(
+            valid.column("run_id"), valid.column("cost_unknown_reason"), strict=True
+        )
+        if why == UNREAD_TRANSCRIPT
+    ]
     return TierReport(
         runs=len(runs),
         errors=statuses[RunStatus.infra_error],
@@ -216,7 +223,8 @@ def tier_report(
         else consistency(composite.mean, composite.std_dev),
         cost_of_pass=_tier_cost_of_pass(cost, pass_rate),
         cost_unknown_runs=valid.column("cost_usd").count(None),
-        cost_unread_runs=valid.column("cost_unknown_reason").count(UNREAD_TRANSCRIPT),
+        cost_unread_runs=len(unread),
+        cost_unread_run=unread[0] if unread else None,
         unpriced_models=unpriced_models(valid, pricing),
         approximate_exit_code_runs=sum(valid.column("interaction.exit_codes_approximate")),
         **seed,

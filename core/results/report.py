@@ -340,6 +340,9 @@ class TierReport(Record):
         description="of cost_unknown_runs, those whose transcript could not be read (nothing "
         "of it was), not those of a model without a price",
     )
+    cost_unread_run: str | None = Field(
+        None, description="the first of cost_unread_runs, for `scheduler show` to show"
+    )
     unpriced_models: list[str] = Field(
         default_factory=list,
         description="the models without a price that the counted runs of unknown cost named "

@@ -160,10 +160,17 @@ def _whisker(x_low: float, x_high: float, y: float, row: Estimate) -> str:
 
 
 def scatter_chart(
-    chart_id: str, title: str, points: Sequence[Point], x_label: str, y_label: str, y_max: float
+    chart_id: str,
+    title: str,
+    points: Sequence[Point],
+    x_label: str,
+    y_label: str,
+    y_max: float,
+    notes: Sequence[str] = (),
 ) -> str:
+    """`notes`: under the title (what is not plotted, and why)."""
     if not points:
-        return _figure(chart_id, title, _no_data())
+        return _figure(chart_id, title, _no_data(), notes=notes)
     x_max = _nice_max(max(p.x for p in points))
     plot = _Plot(0.0, x_max, 0.0, y_max)
     body = [plot.y_axis(y_label), plot.x_axis(x_label)]
@@ -175,7 +182,7 @@ def scatter_chart(
             "</title></circle>"
         )
         body.append(_text(cx + 9, cy + 4, p.label, "start"))
-    return _figure(chart_id, title, "".join(body))
+    return _figure(chart_id, title, "".join(body), notes=notes)
 
 
 def line_chart(

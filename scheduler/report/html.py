@@ -267,6 +267,11 @@ def _charts(groups: dict[str, TierReport]) -> str:
         for t, r in groups.items()
         if r.cost_usd.median is not None and r.composite_score.median is not None
     ]
+    unplotted = [
+        f"{t}: " + ("no run counted" if not r.counted else "cost unknown")
+        for t, r in groups.items()
+        if r.cost_usd.median is None or r.composite_score.median is None
+    ]
     context = [Series(t, [s.mean for s in r.context_by_call]) for t, r in groups.items()]
     return "".join(
         [
@@ -291,6 +296,7 @@ def _charts(groups: dict[str, TierReport]) -> str:
                 "cost per run, $",
                 "composite score",
                 1.0,
+                [f"not shown: {'; '.join(unplotted)}"] if unplotted else [],
             ),
             line_chart(
                 "context-growth",

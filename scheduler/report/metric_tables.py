@@ -67,9 +67,13 @@ def add_prices(tiers: Iterable[TierReport]) -> str:
             f"add each model's price under `pricing:` in the matrix (docs/MATRIX.md){named}"
         )
     if unread:
+        # A report stored before runs were named here has none: the placeholder stays.
+        example = next((t.cost_unread_run for t in tiers if t.cost_unread_run), "RUN")
         fixes.append(
             f"the transcript of {plural(unread, 'run')} could not be read (not one line in its "
-            "format), so what it spent is unknown: `scheduler show RUN` shows its output"
+            f"format), so what it spent is unknown: `scheduler show {example}` shows "
+            + ("its" if unread == 1 else "the first one's")
+            + " output"
         )
     return "; ".join(fixes)
 

@@ -386,10 +386,17 @@ scenarios:
         "cost_unread_runs"]) == (1, 1)  # fmt: skip
     full = run_cli("report", report["experiment"]["id"], "--full", env=fleet_env).stdout
     said = " ".join(full.split())
+    garbled = runs["garbled"].run_id
+    assert report["tiers"]["garbled"]["cost_unread_run"] == garbled
     assert (
         "cost unknown for 1 run (the transcript of 1 run could not be read (not one line in "
-        "its format), so what it spent is unknown: `scheduler show RUN` shows its output)"
+        f"its format), so what it spent is unknown: `scheduler show {garbled}` shows its output)"
     ) in said
     assert "add each model's price" not in said
+    # The HTML chart of cost against score has no point for it: its caption says why.
+    html = run_cli("report", report["experiment"]["id"], "--format", "html", env=fleet_env)
+    chart = html.stdout.split('id="cost-composite"', 1)[1].split("</figure>", 1)[0]
+    assert 'data-label="silent"' in chart and 'data-label="garbled"' not in chart
+    assert "not shown: garbled: cost unknown" in chart
     shown = run_cli("show", runs["garbled"].run_id, env=fleet_env).stdout
     assert f"cost unknown: {UNREAD_TRANSCRIPT}" in " ".join(shown.split())
