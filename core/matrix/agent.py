@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
-from core.matrix.fields import FilePath, Strict
+from core.matrix.fields import FilePath, HttpUrl, Strict
 from core.matrix.presets import (
     PRESETS,
     AgentPreset,
@@ -85,7 +85,7 @@ class AgentConfig(Strict):
         "locale and terminal ones and `api_key_env` (no other worker variable reaches it)",
     )
     # The built-in `openai` agent loop.
-    base_url: str | None = None
+    base_url: HttpUrl | None = None
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     system_prompt: str | None = None
     system_prompt_file: FilePath | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 
@@ -105,6 +106,21 @@ def _compiles(pattern: str) -> str:
 
 
 Regex = Annotated[str, AfterValidator(_compiles)]
+
+
+def _reachable(url: str) -> str:
+    # Checked here, not when the first run calls it: by then every agent has run (and
+    # spent), and rejudging reuses the stored URL.
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(
+            f"{url!r} is not an http(s) URL: give its scheme and host, as in "
+            "http://127.0.0.1:8000/v1 or https://api.openai.com/v1"
+        )
+    return url
+
+
+HttpUrl = Annotated[str, AfterValidator(_reachable)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]

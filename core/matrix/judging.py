@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from core.matrix.fields import (
     FilePath,
     Fraction,
+    HttpUrl,
     Identifier,
     PlacedErrors,
     Strict,
@@ -71,7 +72,7 @@ class JudgeConfig(Strict):
     """Where the judge model is reached. The key itself is never in config or results."""
 
     protocol: Literal["openai", "anthropic"] = "openai"
-    base_url: str = "https://api.openai.com/v1"
+    base_url: HttpUrl = "https://api.openai.com/v1"
     model: str = "gpt-4o-mini"
     api_key_env: str | None = "OPENAI_API_KEY"
     allow_self_judge: bool = Field(False, description="allow judging with the model under test")

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
 from core.matrix.task import TESTS_DIR, TaskEnvironment, Verifier
-from core.matrix.yaml_model import ConfigProblem, Loc, Placer, Prepared
+from core.matrix.yaml_model import ConfigProblem, Loc, Placer, Prepared, yaml_syntax_problem
 
 TaskFormat = Literal["harbor", "terminal-bench"]
 HARBOR: TaskFormat = "harbor"
@@ -389,17 +389,7 @@ def _yaml_mapping(path: Path) -> tuple[yaml.Node | None, dict[str, Any]]:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    file=str(path),
-                    line=mark.line + 1 if mark else None,
-                    column=mark.column + 1 if mark else None,
-                    message=f"YAML syntax error: {exc.problem or exc.context}",
-                )
-            ]
-        ) from None
+        raise ConfigError([yaml_syntax_problem(path, exc)]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigProblem(file=str(path), message=f"YAML error: {exc}")]) from None
     if not isinstance(data, dict):

@@ -141,18 +141,7 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        message = f"YAML syntax error: {exc.problem or exc.context}"
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    file=str(path),
-                    line=mark.line + 1 if mark else None,
-                    column=mark.column + 1 if mark else None,
-                    message=message,
-                )
-            ]
-        ) from None
+        raise ConfigError([yaml_syntax_problem(path, exc)]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigProblem(file=str(path), message=f"YAML error: {exc}")]) from None
     except RecursionError:
@@ -173,6 +162,24 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
             ]
         )
     return data, root
+
+
+def yaml_syntax_problem(path: Path, exc: yaml.MarkedYAMLError) -> ConfigProblem:
+    """Placed where the parser stopped, with what it was reading and from where: an
+    unclosed quote or bracket is found only at the end of the file, far below it."""
+    mark = exc.problem_mark or exc.context_mark
+    message = f"YAML syntax error: {exc.problem or exc.context}"
+    began = exc.context_mark
+    if exc.problem and exc.context and began is not None and began is not exc.problem_mark:
+        message += (
+            f" ({exc.context} that begins at line {began.line + 1}, column {began.column + 1})"
+        )
+    return ConfigProblem(
+        file=str(path),
+        line=mark.line + 1 if mark else None,
+        column=mark.column + 1 if mark else None,
+        message=message,
+    )
 
 
 def _keys_given_twice(path: Path, root: yaml.Node | None) -> list[ConfigProblem]:

@@ -120,6 +120,21 @@ judge: {model: claude-sonnet-4, api_key_env: OPENAI_API_KEY}
     ]
 
 
+def test_a_judge_url_without_its_scheme_is_refused_before_any_agent_runs(tmp_path: Path) -> None:
+    """httpx refuses `127.0.0.1:8765/v1` only when the first run is judged, after every
+    agent has run and spent; `rejudge` reuses the stored URL, so nothing mends it."""
+    bare = GOOD.replace(
+        "judge: {model: gpt-4o-mini", 'judge: {base_url: "127.0.0.1:8765/v1", model: gpt-4o-mini'
+    )
+    result = run_cli("validate", str(write(tmp_path, bare)), env=KEYED)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f"error: {tmp_path / 'matrix.yaml'}:20:19: judge.base_url: '127.0.0.1:8765/v1' is not "
+        "an http(s) URL: give its scheme and host, as in http://127.0.0.1:8000/v1 or "
+        "https://api.openai.com/v1"
+    )
+
+
 def test_a_key_given_twice_is_an_error_at_its_second_place(tmp_path: Path) -> None:
     """YAML keeps a repeated key's last value without a word: `runs_per_tier: 0` eight
     lines below a `runs_per_tier: 3` was taken, and its error pointed at the 3."""
@@ -312,6 +327,15 @@ def test_validate_accepts_the_example() -> None:
 BAD = [
     # (replace this, with this, expected fragments of the message)
     ("runs_per_tier: 3", "runs_per_tier: [3", ["matrix.yaml:3:", "YAML syntax error"]),
+    # Found lines below the unclosed quote: where what it was reading began is said too.
+    (
+        'command: "echo hi"',
+        'command: "echo hi',
+        [
+            "matrix.yaml:10:14: YAML syntax error: expected ',' or '}', but got '<scalar>' "
+            "(while parsing a flow mapping that begins at line 3, column 8)"
+        ],
+    ),
     ("runs_per_tier: 3", "runs_per_tier: 3\nrunz: 4", ["matrix.yaml:3:", "runz", "unknown key"]),
     (
         "'my-tool\\s+(\\S+)'",
