@@ -155,14 +155,16 @@ class Fleet:
             return wait_version(self._connection, experiment)
         return wait(self._connection, _id(experiment))
 
-    def resume(self, experiment: str | Sent, *, budget: float | None = None) -> Sent | None:
+    def resume(
+        self, experiment: str | Sent, *, budget: float | None = None, retry_errors: bool = False
+    ) -> Sent | None:
         """Send again the runs of `experiment` that have no result and are neither running
         nor queued: a cancelled one's never-started runs; with `budget` (a new ceiling on
-        the agents' spend), those the old one kept from starting. None when every run
-        has a result."""
+        the agents' spend), those the old one kept from starting; with `retry_errors`,
+        those that ended in an infrastructure error. None when every run has a result."""
         from scheduler.running import resume
 
-        return resume(self._connection, _id(experiment), budget=budget)
+        return resume(self._connection, _id(experiment), budget=budget, retry_errors=retry_errors)
 
     def cancel(self, experiment: str | Sent) -> tuple[str, ExperimentStatus, Sent | None]:
         """Cancel an experiment: runs not yet started are recorded as cancelled, running

@@ -76,19 +76,22 @@ def resume(
     experiment: str,
     *,
     budget: float | None = None,
+    retry_errors: bool = False,
 ) -> Sent | None:
     """Re-send the runs of `experiment` that have no result and are neither running nor
     queued: of a cancelled one, those cancelled before they started; with `budget` (a
     new ceiling on the agents' spend of the whole experiment), those it kept from
-    starting. None when every run has a result. The console gets what is re-sent, and
+    starting; with `retry_errors`, the runs that ended in an infrastructure error (their
+    tiers' fail-fast counts start again). None when every run has a result. The
+    console gets what is re-sent, and
     what the experiment can detect at the correlation its runs so far showed
     (scheduler.validation.planning_so_far)."""
     exp_id = conn.experiment_id(experiment)
     with conn.store.experiments.resuming(exp_id):  # two at once would send runs twice
-        return _resume(conn, exp_id, budget)
+        return _resume(conn, exp_id, budget, retry_errors)
 
 
-def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
+def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: bool) -> Sent | None:
     from fleet.recovery import to_resend  # imports Celery (see Connection.app)
 
     store = conn.store
@@ -110,6 +113,9 @@ def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
         if info.status == ExperimentStatus.cancelled
         else []
     )
+    errors = store.results.unrecord(exp_id, RunStatus.infra_error) if retry_errors else []
+    if errors:  # a tier fail-fast stopped would stop them again at once
+        store.health.forget(exp_id, {spec.tier for spec in errors})
     not_run: list[RunSpec] = []
     if budget is not None and matrix.budget is not None:
         not_run = raise_budget(store, exp_id, matrix.budget, budget)
@@ -124,17 +130,23 @@ def _resume(conn: Connection, exp_id: str, budget: float | None) -> Sent | None:
         if now.not_run
         else ""
     )
+    if now.errors and not retry_errors:
+        kept += (
+            f"; {plural(now.errors, 'run')} ended in an infrastructure error: `scheduler resume "
+            f"{exp_id} --retry-errors` runs them again once the cause is mended"
+        )
     waiting = found.queued + found.running
     if not pending and not waiting and store.reports.versions(exp_id):
         conn.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
         return None
     if pending:
         store.experiments.reopen(exp_id)
-    unstarted = len(cancelled) + len(not_run) + never_sent
+    unstarted = len(cancelled) + len(not_run) + len(errors) + never_sent
     conn.say(
         f"experiment {exp_id}: re-sending {plural(len(pending), 'run')}: "
         f"{len(cancelled)} cancelled before they started, "
         + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
+        + (f"{len(errors)} infrastructure errors, " if retry_errors else "")
         + (f"{never_sent} never sent (its submit stopped part-way), " if never_sent else "")
         + f"{len(pending) - unstarted} with no result, lease or message; "
         f"{found.queued} still queued, {found.running} running{kept}",

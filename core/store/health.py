@@ -35,6 +35,20 @@ class Health:
         """Tiers fail-fast stopped, with the infrastructure error that stopped each."""
         return dict(self.redis.hgetall(self.keys.halted(exp_id)))
 
+    def forget(self, exp_id: str, tiers: set[str]) -> None:
+        """`tiers` as if none of their runs had ended yet: not stopped, nothing counted
+        toward fail-fast (a resume that runs their infrastructure errors again, the
+        cause mended)."""
+        fields = [
+            f for f in self.redis.hkeys(self.keys.health(exp_id)) if f.split("\n")[0] in tiers
+        ]
+        pipe = self.redis.pipeline(transaction=False)
+        if fields:
+            pipe.hdel(self.keys.health(exp_id), *fields)
+        if tiers:
+            pipe.hdel(self.keys.halted(exp_id), *tiers)
+        pipe.execute()
+
     def note_unrecognised(self, exp_id: str, tier: str, transcript_format: str) -> None:
         """A run of `tier` whose output its transcript parser did not recognise (the
         first such run's format is kept)."""

@@ -130,8 +130,9 @@ class Results:
         return set(specs) - set(done)
 
     def unrecord(self, exp_id: str, status: RunStatus) -> list[RunSpec]:
-        """The runs recorded as never started (`cancelled` or `not_run`), made pending
-        again (result and delivery count removed) for a resume; returns their specs."""
+        """The runs recorded as never started (`cancelled` or `not_run`), or as
+        infrastructure errors, made pending again (result and delivery count removed)
+        for a resume; returns their specs."""
         unstarted = [r.run_id for r in self.all(exp_id) if r.status is status]
         if unstarted:
             self._unrecord(
@@ -141,7 +142,8 @@ class Results:
                     self.keys.experiment(exp_id),
                     self.keys.deliveries(exp_id),
                 ],
-                args=[status.value, *unstarted],
+                # The counter `finish` counted them in.
+                args=["errors" if status.is_infra else status.value, *unstarted],
             )
         return self._specs.of(exp_id, unstarted)
 

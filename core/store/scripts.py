@@ -260,11 +260,12 @@ return lost
 """
 
 # Resume: each run recorded as never started (cancelled, or not run for the
-# budget) loses its result, its delivery count and record, and the counters go
-# back down.
+# budget), or with --retry-errors as an infrastructure error, loses its result, its
+# delivery count and record, and the counters go back down. Its evidence stays
+# until its next result's replaces it.
 # KEYS[1] runs, KEYS[2] attempts, KEYS[3] experiment, KEYS[4] deliveries. ARGV[1]
-# the counter the runs were counted in ('cancelled', 'not_run'), ARGV[2..] their
-# run ids. Returns how many results were removed.
+# the counter the runs were counted in ('cancelled', 'not_run', 'errors'), ARGV[2..]
+# their run ids. Returns how many results were removed.
 UNRECORD = """
 local n = 0
 for i = 2, #ARGV do

@@ -274,7 +274,9 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
         reason, count = next(iter(report.error_reasons.items()))
         err.print(
             f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
-            f"of the statistics; most common ({count}): {visible(reason)}",
+            f"of the statistics; most common ({count}): {visible(reason)}\n"
+            f"once the cause is mended, `scheduler resume {report.experiment.id} --retry-errors` "
+            "runs them again",
             soft_wrap=True,
             markup=False,
         )

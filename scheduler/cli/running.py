@@ -148,23 +148,32 @@ def submit(
     "A new ceiling on the agents' spend of the whole experiment (what it spent so far "
     "included); the runs not run for the budget are sent again."
 )
+@click.option(
+    "--retry-errors",
+    is_flag=True,
+    help="Also run again the runs that ended in an infrastructure error (an agent that "
+    "could not start, a failed setup, an unreachable judge, those fail-fast stopped), "
+    "once their cause is mended; their tiers' fail-fast counts start again.",
+)
 @nonfinite_option
 @pass_cli
-def resume(cli: CLIContext, experiment: str, budget: float | None) -> None:
+def resume(cli: CLIContext, experiment: str, budget: float | None, retry_errors: bool) -> None:
     """Re-send the runs that have no result and are neither running nor queued (and,
     of a cancelled experiment, those cancelled before they started; with --budget,
-    those the budget kept from starting), then aggregate. Says, as validate does, what
-    the experiment can detect, at the intra-scenario correlation of its runs so far.
+    those the budget kept from starting; with --retry-errors, the infrastructure
+    errors), then aggregate. Says, as validate does, what the experiment can detect,
+    at the intra-scenario correlation of its runs so far.
 
     \b
     Examples:
       scheduler resume notes-guidance-20261122-101500-ab12
       scheduler resume EXP --broker redis://host:6379/0 --wait
       scheduler resume EXP --budget 40     # raise the budget: the not-run runs run
+      scheduler resume EXP --retry-errors  # the agent's binary installed: run them
     """
     fleet = cli.fleet()
     cli.experiment = experiment
-    resumed = fleet.resume(experiment, budget=budget) is not None
+    resumed = fleet.resume(experiment, budget=budget, retry_errors=retry_errors) is not None
     if resumed and (cli.wait or not fleet.shared):
         _print_report(cli, experiment)
 

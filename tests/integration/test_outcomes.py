@@ -125,7 +125,7 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
         stderr
     )
     assert "agent: ./agnet.sh" in stderr
-    assert stderr.strip().splitlines()[-1] == (
+    assert stderr.strip().splitlines()[-2] == (
         f"8 of 8 runs were infrastructure errors, kept out of the statistics; most common (8): "
         f"{reason}"
     )
@@ -136,6 +136,54 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
     exp_id = report["experiment"]["id"]
     listed = run_cli("status", exp_id, env=fleet_env)
     assert table_row(listed.stdout, exp_id)[1:5] == ["complete", "8/8", "0", "8"]
+
+
+def test_infrastructure_errors_run_again_on_a_resume_that_asks_once_their_cause_is_mended(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """An agent's program not installed yet: every run an infrastructure error, most of
+    them stopped by fail-fast. `resume` alone has nothing to send and says what would;
+    with --retry-errors, once the program is there, those runs run again, fail-fast
+    starting afresh, and each is now what its agent earned."""
+    start_worker(concurrency=1)
+    tools = shared_with_agents(tmp_path / "tools", folder=True)
+    tools.chmod(0o755)  # read and run by the runs' users, written by the test alone
+    program = tools / "agent-tool"
+    matrix = command_matrix(tmp_path / "m", f"{program} && touch out.txt", runs=5)
+    matrix.write_text(matrix.read_text() + "fail_fast: 2\n")
+    code, report, stderr = submit(matrix, fleet_env)
+    exp_id = report["experiment"]["id"]
+    assert code == 3 and report["experiment"]["errors"] == 5
+    assert stderr.strip().splitlines()[-1] == (
+        f"once the cause is mended, `scheduler resume {exp_id} --retry-errors` runs them again"
+    )
+    assert "T0" in store.health.halted(exp_id)
+
+    same = run_cli("resume", exp_id, env=fleet_env)
+    assert same.returncode == 0, same.stderr
+    assert (
+        "every run has a result; nothing to resume; 5 runs ended in an infrastructure error: "
+        f"`scheduler resume {exp_id} --retry-errors` runs them again once the cause is mended"
+    ) in " ".join(same.stderr.split())
+
+    # The run's last word decides: one run fails on its own, the others pass.
+    program.write_text('#!/bin/sh\n[ "$EVALFLEET_RUN_INDEX" != 3 ]\n')
+    program.chmod(0o755)
+    again = run_cli("resume", exp_id, "--retry-errors", "--wait", "--format", "json", env=fleet_env)
+    assert again.returncode == 0, again.stderr
+    assert "re-sending 5 runs: 0 cancelled before they started, 5 infrastructure errors" in (
+        again.stderr
+    )
+    final = json.loads(again.stdout)
+    assert (final["experiment"]["errors"], final["tiers"]["T0"]["counted"]) == (0, 5)
+    runs = {r.run_index: r for r in store.results.all(exp_id)}
+    assert {i: (r.status, r.passed) for i, r in runs.items()} == {
+        **{i: (RunStatus.completed, True) for i in (0, 1, 2, 4)},
+        3: (RunStatus.agent_error, False),
+    }
+    assert store.health.halted(exp_id) == {}
+    # A run that ran once more is one delivery, not two: its count started again.
+    assert {len(store.attempts.of(exp_id, r.run_id)) for r in runs.values()} == {1}
 
 
 def test_fail_fast_leaves_a_tier_alone_once_it_has_a_result_of_its_own(
