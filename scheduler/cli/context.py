@@ -5,7 +5,9 @@ evalfleet's errors to exit codes.
 
 Exit codes: 1 an operational failure (broker unreachable, workers died) or, for
 `compare --fail-on-regression`, a regression; 2 bad input, nothing started;
-3 the experiment ran but some runs were infrastructure errors; 130 interrupted.
+3 the experiment ran but some runs were infrastructure errors; 4 the experiment a
+submit or resume followed was cancelled (by `scheduler cancel`) before all its runs
+ran; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class _Stderr:
 err = _Stderr()
 USAGE_ERROR = 2
 INFRA_ERRORS = 3
+CANCELLED = 4
 INTERRUPTED = 130
 
 
@@ -263,6 +266,22 @@ def print_problems(exc: ConfigError) -> None:
 
 def fail_line(message: str) -> None:
     err.print(f"[red]error:[/red] {message}", soft_wrap=True)
+
+
+def exit_if_cancelled(report: ExperimentReport) -> None:
+    """Exit 4 when the experiment was cancelled: a CI job that followed it must not pass
+    on runs that never ran."""
+    info = report.experiment
+    if info.status == "cancelled":
+        from scheduler.report.formatting import plural
+
+        err.print(
+            f"experiment {info.id} was cancelled: {plural(info.cancelled, 'run')} of "
+            f"{info.total_runs} did not run; `scheduler resume {info.id}` runs them",
+            soft_wrap=True,
+            markup=False,
+        )
+        sys.exit(CANCELLED)
 
 
 def exit_if_infra_errors(report: ExperimentReport) -> None:

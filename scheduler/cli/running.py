@@ -15,6 +15,7 @@ from scheduler.cli.context import (
     USAGE_ERROR,
     CLIContext,
     err,
+    exit_if_cancelled,
     exit_if_infra_errors,
     pass_cli,
     print_warnings,
@@ -195,16 +196,20 @@ def cancel(cli: CLIContext, experiment: str) -> None:
     if sent is not None:
         click.echo(f"cancelled {exp_id}; recording its runs not yet run as cancelled", err=True)
         cli.experiment = exp_id
-        _print_report(cli, exp_id, then=f"`scheduler cancel {exp_id}` again records the rest")
+        again = f"`scheduler cancel {exp_id}` again records the rest"
+        _print_report(cli, exp_id, then=again, cancelling=True)
     elif before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
     else:
         click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
 
 
-def _print_report(cli: CLIContext, exp_id: str, then: str | None = None) -> None:
-    """Follow the experiment to its report and print it (exit 3 on infrastructure errors).
-    `then`: what to do should the local workers or their broker go first (default: resume)."""
+def _print_report(
+    cli: CLIContext, exp_id: str, then: str | None = None, cancelling: bool = False
+) -> None:
+    """Follow the experiment to its report and print it (exit 4 when it was cancelled,
+    unless `cancelling` it; 3 on infrastructure errors). `then`: what to do should the
+    local workers or their broker go first (default: resume)."""
     # What printing the report imports is imported while the runs run, on a core this
     # process would leave idle: a one-run experiment's report is there in ~0.1 s.
     threading.Thread(target=_import_printing, name="evalfleet-import", daemon=True).start()
@@ -240,6 +245,8 @@ def _print_report(cli: CLIContext, exp_id: str, then: str | None = None) -> None
             soft_wrap=True,
             markup=False,
         )
+    if not cancelling:  # `cancel` prints the report of the cancellation it asked for
+        exit_if_cancelled(report)
     exit_if_infra_errors(report)
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from core.results.run import NOT_RUN_NOTE, UNREAD_TRANSCRIPT, RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, ROOT, StartWorker, run_cli, shared_with_agents
+from tests.conftest import PREFIX, ROOT, StartWorker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import wait_until
 from tests.support.terminal import table_row
@@ -288,6 +288,33 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
 
     again = run_cli("resume", exp_id, env=fleet_env)
     assert again.returncode == 0 and "nothing to resume" in again.stderr
+
+
+def test_a_submit_whose_experiment_is_cancelled_from_elsewhere_exits_4_naming_the_resume(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A CI job following its experiment must not go green on runs that never ran: the
+    submit prints the report, says how many runs did not, and exits 4. The cancel
+    itself, which asked for it, exits 0."""
+    start_worker(concurrency=1)
+    started = shared_with_agents(tmp_path / "started")
+    matrix = command_matrix(
+        tmp_path / "m", f"echo x >> {started}; sleep 1; touch out.txt", runs=5, timeout_s=30
+    )
+    follower = start_cli("submit", str(matrix), "--wait", env=fleet_env)
+    assert follower.stdout is not None
+    exp_id = follower.stdout.readline().strip()  # the id first, the report at the end
+    wait_until(lambda: started.read_text(), "the first run's agent", timeout=60)
+    cancelled = run_cli("cancel", exp_id, env=fleet_env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    _, stderr = follower.communicate(timeout=120)
+    assert follower.returncode == 4, stderr
+    info = store.experiments.info(exp_id)
+    assert info.cancelled >= 3 and info.completed_runs == 5
+    assert stderr.strip().splitlines()[-1] == (
+        f"experiment {exp_id} was cancelled: {info.cancelled} runs of 5 did not run; "
+        f"`scheduler resume {exp_id}` runs them"
+    )
 
 
 # One delivery of a run, as a worker's pool process runs it, in a process of its own.
