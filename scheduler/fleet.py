@@ -260,10 +260,12 @@ class Fleet:
         judge_model: str | None = None,
         rubric: str | Path | None = None,
         repeats: int | None = None,
+        fresh: bool = False,
     ) -> NewVersion:
         """Judge every run of a finished experiment again from its stored evidence, with
-        another judge model, rubric file or number of judgments if given: a new report
-        version (`wait` gives its report)."""
+        another judge model, rubric file or number of judgments if given, and with
+        `fresh` none from the judgment cache: a new report version (`wait` gives its
+        report)."""
         from scheduler.versions import rejudge
 
         return rejudge(
@@ -272,6 +274,7 @@ class Fleet:
             judge_model=judge_model,
             rubric=rubric,
             repeats=repeats,
+            fresh=fresh,
         )
 
     def rescore(

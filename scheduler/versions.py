@@ -41,10 +41,12 @@ def rejudge(
     judge_model: str | None = None,
     rubric: str | Path | None = None,
     repeats: int | None = None,
+    fresh: bool = False,
 ) -> NewVersion:
     """Judge every run of a finished experiment again from its stored evidence, with
     another judge model, rubric (a file) or number of judgments per run if given.
-    Judgments already asked come from the judgment cache at no cost."""
+    Judgments already asked come from the judgment cache at no cost; with `fresh`,
+    every one is asked again and its answer replaces the cached one."""
     if judge_model is not None and not judge_model.strip():
         raise InputError(
             "--judge-model is empty: give the judge model's name, e.g. --judge-model gpt-4o"
@@ -77,9 +79,11 @@ def rejudge(
     judge = matrix.judge.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     changed = [f"{k} {v}" for k, v in overrides.items() if v is not None]
     changed += [f"rubric {rubric}"] if rubric else []
+    changed += ["asked anew"] if fresh else []
     plan = {
         "judge": judge,
         "rubric": new_rubric,
+        "fresh": fresh,
         "note": "rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
     }
     runs = store.experiments.info(exp_id).completed_runs

@@ -17,6 +17,7 @@ from core.files.archive import ArchivedWorkspace, unpack
 from core.matrix import Matrix
 from core.results.run import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
+from core.store.judgments import Refreshed
 from fleet.app import BROKER_DOWN
 from worker.files import local_matrix
 from worker.run import agent_env
@@ -45,7 +46,8 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
             # experiment's files (worker.files), as its runs had them.
             matrix = local_matrix(db, experiment_id)
             gates = None if archive is None else regate(matrix, plan, original, archive, secrets)
-            judging = Judging(os.environ, db.judgments, secrets)
+            cache = Refreshed(db.judgments) if plan.fresh else db.judgments
+            judging = Judging(os.environ, cache, secrets)
             result = rejudge_run(original, matrix, plan, judging, inputs=inputs, gates=gates)
         except BROKER_DOWN:
             raise

@@ -36,6 +36,9 @@ class RejudgePlan(Record):
     gates: dict[str, list[Gate]] = Field(
         default_factory=dict, description="scenario id -> gates replacing its own (rescore)"
     )
+    fresh: bool = Field(
+        False, description="every judgment asked anew, none from the judgment cache"
+    )
     note: str = Field(description="what changed, shown with the report version")
 
 

@@ -31,3 +31,18 @@ class Judgments:
 
     def put(self, key: str, judgment: CachedJudgment) -> None:
         self.redis.hset(self.keys.judgments(), key, judgment.model_dump_json())
+
+
+class Refreshed:
+    """The judgment cache, asked nothing: every judgment is asked anew, and its answer
+    replaces the one kept (`rejudge --fresh`, after a judge that answered wrongly was
+    mended)."""
+
+    def __init__(self, kept: Judgments):
+        self.kept = kept
+
+    def get(self, key: str) -> CachedJudgment | None:
+        return None
+
+    def put(self, key: str, judgment: CachedJudgment) -> None:
+        self.kept.put(key, judgment)

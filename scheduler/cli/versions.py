@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     default=None,
     help="Judgments per run (default: the matrix's judge.repeats).",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Ask every judgment anew, none from the judgment cache, and keep the new answers "
+    "in its place (a judge that answered wrongly has been mended).",
+)
 @workers_option
 @wait_option("With a shared broker: follow until the report.")
 @format_option()
@@ -49,6 +55,7 @@ def rejudge(
     judge_model: str | None,
     rubric_file: str | None,
     repeats: int | None,
+    fresh: bool,
 ) -> None:
     """Judge every run of a finished experiment again from its stored evidence,
     through the fleet, without starting any agent: a new report version (2, 3...)
@@ -56,19 +63,21 @@ def rejudge(
 
     \b
     Judgments already asked (same transcript, rubric, judge model and prompt
-    version) come from the judgment cache at no cost; the output says how many.
+    version) come from the judgment cache at no cost (not with --fresh); the
+    output says how many.
 
     \b
     Examples:
       scheduler rejudge EXP --judge-model gpt-4o            # a second opinion
       scheduler rejudge EXP --repeats 5                     # measure the judge's noise
       scheduler rejudge EXP --rubric rubrics/strict.yaml --broker redis://host:6379/0 --wait
+      scheduler rejudge EXP --fresh                         # the judge's server mended
       scheduler report EXP --version 1                      # the original again
     """
     fleet = cli.fleet()
     try:
         version = fleet.rejudge(
-            experiment, judge_model=judge_model, rubric=rubric_file, repeats=repeats
+            experiment, judge_model=judge_model, rubric=rubric_file, repeats=repeats, fresh=fresh
         )
     except ConfigError as exc:  # the rubric's: the matrix was checked when submitted
         print_problems(exc)

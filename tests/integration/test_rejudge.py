@@ -182,6 +182,36 @@ def test_embedded_rejudge_with_more_repeats_asks_only_the_new_ones(
     assert noise["repeats"] == 3 and noise["judge_variance"] == pytest.approx(0.14)
 
 
+def test_a_fresh_rejudge_asks_every_judgment_anew_and_keeps_the_new_answers(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A judge that answered wrongly, since mended: a plain rejudge would give its cached
+    answers back. `--fresh` asks each run's judgment again; the answers it gets replace
+    the cached ones, which a later rejudge then reads."""
+    start_worker(concurrency=2)
+    scores = {"run=T0/0;": [0.2, 0.9], "run=T0/1;": [0.3, 0.8]}
+    with LLMStub([scripted_judge(scores)]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=2, tiers="T0", repeats=1)
+        done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        assert len(stub.requests) == 2
+        fresh = run_cli("rejudge", exp_id, "--fresh", "--wait", "--format", "json", env=fleet_env)
+        assert fresh.returncode == 0, fresh.stderr
+        assert len(stub.requests) == 4 and "2 judgments, 0 from cache" in fresh.stderr
+        again = run_cli("rejudge", exp_id, "--wait", "--format", "json", env=fleet_env)
+        assert again.returncode == 0, again.stderr
+        assert len(stub.requests) == 4 and "2 judgments, 2 from cache" in again.stderr
+    assert json.loads(fresh.stdout)["version_note"] == "rejudged: asked anew"
+
+    def judged(version: int) -> list[float | None]:
+        runs = sorted(store.reports.runs(exp_id, version), key=lambda r: r.run_index)
+        return [r.judge.weighted_score if r.judge else None for r in runs]
+
+    assert [judged(2), judged(3)] == [[0.9, 0.8], [0.9, 0.8]]
+    assert [r.judge.weighted_score for r in store.results.all(exp_id) if r.judge] == [0.2, 0.3]
+
+
 def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
