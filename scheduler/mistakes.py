@@ -51,7 +51,8 @@ from pathlib import Path, PurePosixPath
 
 from core.errors import ConfigError
 from core.matrix import PRESETS, ConfigProblem, Matrix, Scenario, Tier, problem_at
-from core.metrics.pricing import price_for
+from core.matrix.suggestions import did_you_mean
+from core.metrics.pricing import BUILTIN_PRICES, price_for
 from scheduler.shellwords import Run, runs_of
 
 # One flag for every API key this machine lacks and the workers may hold; the judge's
@@ -153,9 +154,13 @@ def _unknown_costs(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             f"so {'its' if len(ids) == 1 else 'their'} runs' cost and cost of pass will be unknown"
         )
         if key == "model":
+            # A typo of a priced model is fixed at the model, not with a second price.
+            typo = did_you_mean(name, [*matrix.pricing, *BUILTIN_PRICES])
             message = (
-                f"{_tiers(ids)}: model {name!r} has no price, {unknown}; add it under "
-                f"`pricing:` in the matrix ({name}: {{input: ..., output: ...}}, $ per 1M tokens)"
+                f"{_tiers(ids)}: model {name!r} has no price, {unknown}; "
+                + (f"{typo} Else add" if typo else "add")
+                + f" it under `pricing:` in the matrix ({name}: {{input: ..., output: ...}}, "
+                "$ per 1M tokens)"
             )
         else:
             message = (

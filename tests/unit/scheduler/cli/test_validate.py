@@ -262,6 +262,18 @@ def test_validate_warns_of_an_agent_model_without_a_price(tmp_path: Path) -> Non
     ]
     priced = write(tmp_path, text + "pricing: {my-model: {input: 1, output: 2}}\n")
     assert "has no price" not in run_cli("validate", str(priced), env=KEYED).stderr
+    # A typo of a priced model (the matrix's or a built-in one) is fixed at the model.
+    typo = write(
+        tmp_path,
+        priced.read_text().replace(
+            "mine2, agent: {model: my-model", "mine2, agent: {model: my-modle"
+        ),
+    )
+    said = run_cli("validate", str(typo), env=KEYED).stderr
+    assert (
+        "model 'my-modle' has no price, so its runs' cost and cost of pass will be unknown; did "
+        "you mean `my-model`? Else add it under `pricing:`"
+    ) in " ".join(said.split())
 
 
 ROUTED = """\
