@@ -23,7 +23,7 @@ from rich.table import Table
 
 from core.evidence.models import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
 from core.evidence.text import each_text, visible
-from core.results.run import GateResult, JudgeResult, RunResult
+from core.results.run import GateResult, JudgeResult, RunResult, RunStatus
 from scheduler.report.formatting import duration, plural
 
 # Lines of a text shown in the terminal (the whole stored text: --json).
@@ -87,19 +87,25 @@ def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
     if result is None:
         console.print("[yellow]no result yet[/yellow]: still queued or running, or lost")
         return
-    verdict = "[green]passed[/green]" if result.passed else "[red]failed[/red]"
+    if result.status.counted:
+        verdict = "[green]passed[/green]" if result.passed else "[red]failed[/red]"
+    else:  # neither a pass nor a failure of its agent's
+        verdict = "[yellow]not counted[/yellow] in the statistics"
     console.print(f"outcome: [bold]{result.status.value}[/bold], {verdict}")
     if result.fail_reason:
         console.print(f"reason: {escape(result.fail_reason)}")
-    facts = [
-        f"tier {result.tier}",
-        f"scenario {result.scenario}",
-        f"index {result.run_index}",
-        f"agent {duration(result.duration_seconds)}",
-        f"{result.input_tokens} in / {result.output_tokens} out tokens",
-        "cost unknown" if result.cost_usd is None else f"${result.cost_usd:.4f}",
-        f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code",
-    ]
+    facts = [f"tier {result.tier}", f"scenario {result.scenario}", f"index {result.run_index}"]
+    if result.status in (RunStatus.cancelled, RunStatus.not_run):
+        # Its time would be the recording's, its cost none of its agent's: the reason
+        # says whether an agent had begun.
+        facts.append("no agent result")
+    else:
+        facts += [
+            f"agent {duration(result.duration_seconds)}",
+            f"{result.input_tokens} in / {result.output_tokens} out tokens",
+            "cost unknown" if result.cost_usd is None else f"${result.cost_usd:.4f}",
+            f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code",
+        ]
     if result.worker:
         facts.append(f"worker {result.worker}")
     console.print(" · ".join(facts), markup=False, style="dim")

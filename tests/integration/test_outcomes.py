@@ -272,6 +272,11 @@ def test_cancel_then_resume_runs_exactly_the_cancelled_runs(
     # Each starts at its header: an untitled table has no title line, not a blank one.
     assert cancelled.splitlines()[0].split()[:2] == ["experiment", "status"]
     assert listed.splitlines()[0].strip() and "experiment" in "".join(listed.splitlines()[:2])
+    # A cancelled run is neither a pass nor a failure, and shows no agent's time or cost.
+    unrun = next(r for r in store.results.all(exp_id) if r.status == RunStatus.cancelled)
+    shown = run_cli("show", unrun.run_id, env=fleet_env).stdout.splitlines()
+    assert shown[1] == "outcome: cancelled, not counted in the statistics"
+    assert f"index {unrun.run_index} · no agent result · worker " in shown[3]
 
     resumed = run_cli("resume", exp_id, "--wait", "--format", "json", env=fleet_env)
     assert resumed.returncode == 0, resumed.stderr
