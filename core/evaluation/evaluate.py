@@ -560,7 +560,7 @@ def _agent_reasons(
     elif outcome.exit_code not in (0, None):
         # The error the agent reported says why in its own words (said below); stderr's
         # tail would be noise before it (OpenCode's: a stack trace), and is evidence.
-        tail = "" if transcript.agent_reported_error else outcome.stderr.strip()[-300:]
+        tail = "" if transcript.agent_reported_error else _last_lines(outcome.stderr, 300)
         reasons.append(
             f"agent exited with code {outcome.exit_code}"
             + (f": {redact(_last_line_first(tail), secrets)}" if tail else "")
@@ -578,6 +578,18 @@ def _agent_reasons(
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
     return reasons
+
+
+def _last_lines(text: str, most: int) -> str:
+    """The last whole lines of `text` within `most` characters: a line cut at its start
+    reads as garbage ("last):" of "Traceback (most recent call last):"). A last line
+    alone longer than that is cut to its end."""
+    text = text.strip()
+    if len(text) <= most:
+        return text
+    tail = text[-most:]
+    start = tail.find("\n")
+    return tail[start + 1 :] if start != -1 and start + 1 < len(tail) else tail
 
 
 def _last_line_first(tail: str) -> str:

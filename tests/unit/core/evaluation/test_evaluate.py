@@ -308,6 +308,22 @@ def test_a_crashed_agents_reason_starts_with_its_last_words(
     assert 'raise RuntimeError("agent blew up")' in rest
 
 
+def test_a_long_crash_is_kept_from_a_whole_line_not_from_the_middle_of_one(
+    tmp_path: Path, workspace: Workspace
+) -> None:
+    """300 characters before the end fell in the middle of "Traceback (most recent call
+    last):", and the reason's second line read "last):"."""
+    frames = "".join(f'  File "/work/lib/module_{i}.py", line {i}, in step_{i}\n' for i in range(9))
+    stderr = f"Traceback (most recent call last):\n{frames}ValueError: bad input\n"
+    with LLMStub([reply(content=json.dumps(GOOD_ANSWER))] * 2) as stub:
+        result, _ = evaluate(tmp_path, workspace, stub.base_url, exit_code=1, stderr=stderr)
+    first, rest = (result.fail_reason or "").split("\n", 1)
+    assert first == "agent exited with code 1: ValueError: bad input"
+    tail = rest[: rest.index("ValueError: bad input") + len("ValueError: bad input")]
+    assert tail.startswith('  File "/work/lib/module_') and stderr.strip().endswith(tail)
+    assert 250 < len(tail) <= 300
+
+
 def test_the_same_run_finished_by_itself_passes(tmp_path: Path, workspace: Workspace) -> None:
     with LLMStub([reply(content=json.dumps(GOOD_ANSWER))]) as stub:
         result, _ = evaluate(tmp_path, workspace, stub.base_url, gates=PASSING_GATES)
