@@ -40,7 +40,9 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
     inputs = evidence.judge.inputs if evidence is not None and evidence.judge is not None else None
     archive = db.workspaces.get(experiment_id, run_id) if plan.rescore else None
     result = original
-    if inputs is not None or archive is not None:
+    # A rescore's run without an archive has no new gates: judged again on its old ones,
+    # it would not be kept as it was (its judgments read from the cache, counted anew).
+    if archive is not None or (inputs is not None and not plan.rescore):
         try:
             # The rubric, prompt file and gate scripts: this machine's copy of the
             # experiment's files (worker.files), as its runs had them.

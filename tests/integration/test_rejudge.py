@@ -255,6 +255,34 @@ def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     assert report(exp_id, fleet_env, "--format", "json", "--runs", "--version", "1") == original
 
 
+def test_a_rescore_keeps_a_run_without_an_archive_exactly_as_it_was(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Under `keep: failed` a passed run has no archive: it has no new gates either, and
+    is kept as it was, not judged again from the cache (which changed its judgments'
+    count and the version's "N judgments")."""
+    start_worker(concurrency=2)
+    scores = {"run=T0/0;": [0.9], "run=T0/1;": [0.9]}
+    with LLMStub([scripted_judge(scores)]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=2, tiers="T0", repeats=1)
+        text = matrix.read_text().replace(
+            "touch out.txt", 'if [ "$EVALFLEET_RUN_INDEX" = 0 ]; then touch out.txt; fi'
+        )
+        matrix.write_text(text + "workspace_archive: {keep: failed}\n")
+        done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        rescored = run_cli("rescore", exp_id, "--wait", "--format", "json", env=fleet_env)
+        assert rescored.returncode == 0, rescored.stderr
+    assert "gating 1 of 2 runs again on their archived workspaces" in rescored.stderr
+    assert "2 judgments, 1 from cache" in rescored.stderr  # the kept run's was asked
+    before = {r.run_index: r for r in store.results.all(exp_id)}
+    after = {r.run_index: r for r in store.reports.runs(exp_id, 2)}
+    assert (before[0].passed, before[1].passed) == (True, False)
+    assert after[0] == before[0]
+    assert after[1].judge is not None and after[1].judge.cached == 1
+
+
 def test_a_rescored_gate_that_commits_has_the_runs_git_identity(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
