@@ -17,6 +17,7 @@ Pure: reads the task folders, as the loading step reads the matrix, nothing else
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import re
 import tomllib
@@ -249,7 +250,7 @@ def _harbor(folder: Path) -> dict[str, Any]:
     if solution.is_dir() and not (solution / "solve.sh").is_file():
         lacking.append("solution/solve.sh (solution/ holds no solve.sh)")
     if lacking:
-        raise ConfigError([_lacks(folder, f"has no {' and no '.join(lacking)}")])
+        toml.problems.append(_lacks(folder, f"has no {' and no '.join(lacking)}"))
     agent, verifier, env = toml.table("agent"), toml.table("verifier"), toml.table("environment")
     sources: dict[str, tuple[str, str]] = {}
 
@@ -264,8 +265,8 @@ def _harbor(folder: Path) -> dict[str, Any]:
     for field, key in (("image", "docker_image"), ("workdir", "workdir"), ("cpus", "cpus")):
         take(environment, field, env, "environment", key)
     take(environment, "memory_mb", env, "environment", "memory_mb")
-    if "memory" in env:
-        environment["memory_mb"] = toml.memory_mb(env["memory"])
+    if "memory" in env and (memory_mb := toml.memory_mb(env["memory"])) is not None:
+        environment["memory_mb"] = memory_mb
         sources["memory_mb"] = ("environment", "memory")
     take(environment, "allow_internet", env, "environment", "allow_internet")
     take(environment, "agent_user", agent, "agent", "user")
@@ -288,15 +289,22 @@ def _harbor(folder: Path) -> dict[str, Any]:
     if solution.is_dir():
         fields["solution"] = str(solution)
     if "timeout_sec" in agent:
-        fields["agent_timeout_s"] = toml.positive(agent["timeout_sec"], "agent", "timeout_sec")
+        timeout = toml.positive(agent["timeout_sec"], "agent", "timeout_sec")
+        if timeout is not None:
+            fields["agent_timeout_s"] = timeout
+    if toml.problems:  # every one at once: a task with three took three runs of validate
+        raise ConfigError(toml.problems)
     return fields
 
 
 @dataclass(frozen=True)
 class _Toml:
+    """A task.toml, and the problems found in it so far (`refuse`)."""
+
     path: Path
     text: str
     data: dict[str, Any]
+    problems: list[ConfigProblem] = dataclasses.field(default_factory=list)
 
     @classmethod
     def read(cls, path: Path) -> _Toml:
@@ -322,7 +330,8 @@ class _Toml:
     def table(self, name: str) -> dict[str, Any]:
         value = self.data.get(name, {})
         if not isinstance(value, dict):
-            raise self.problem(None, name, f"`{name}` must be a table ([{name}])")
+            self.refuse(None, name, f"`{name}` must be a table ([{name}])")
+            return {}
         return value
 
     def line_of(self, section: str | None, key: str) -> int | None:
@@ -340,43 +349,39 @@ class _Toml:
                 return number
         return header
 
-    def problem(self, section: str | None, key: str, message: str) -> ConfigError:
-        field = f"{section}.{key}" if section else key
-        return ConfigError(
-            [
-                ConfigProblem(
-                    file=str(self.path),
-                    line=self.line_of(section, key),
-                    field=field,
-                    message=message,
-                )
-            ]
+    def refuse(self, section: str | None, key: str, message: str) -> None:
+        """A problem at `key` of table `section`, said with the others at the end."""
+        self.problems.append(
+            ConfigProblem(
+                file=str(self.path),
+                line=self.line_of(section, key),
+                field=f"{section}.{key}" if section else key,
+                message=message,
+            )
         )
 
-    def positive(self, value: Any, section: str, key: str) -> float:
+    def positive(self, value: Any, section: str, key: str) -> float | None:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise self.problem(section, key, f"expected a number of seconds > 0, got {value!r}")
+            self.refuse(section, key, f"expected a number of seconds > 0, got {value!r}")
+            return None
         return float(value)
 
-    def memory_mb(self, value: Any) -> int:
+    def memory_mb(self, value: Any) -> int | None:
         found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt])i?b?\s*", str(value), re.IGNORECASE)
         if isinstance(value, bool) or found is None:
-            raise self.problem(
+            self.refuse(
                 "environment", "memory", f'expected a size such as "2G" or "512M", got {value!r}'
             )
+            return None
         return round(float(found[1]) * _MEMORY_UNITS[found[2].lower()])
 
     def check(
         self, model: type[BaseModel], values: dict[str, Any], sources: dict[str, tuple[str, str]]
     ) -> None:
-        """`values` as `model` reads them, refused at the task's line of the bad one."""
-        _check(
-            model,
-            values,
-            lambda field, message: (
-                self.problem(*sources[field], message) if field in sources else None
-            ),
-        )
+        """`values` as `model` reads them, each bad one refused at the task's line of it."""
+        for name, message in _refused(model, values):
+            if name in sources:
+                self.refuse(*sources[name], message)
 
 
 # --- Terminal-Bench --------------------------------------------------------------------------
@@ -402,23 +407,20 @@ def _yaml_mapping(path: Path) -> tuple[yaml.Node | None, dict[str, Any]]:
 def _terminal_bench(folder: Path) -> dict[str, Any]:
     path = folder / "task.yaml"
     root, data = _yaml_mapping(path)
+    problems: list[ConfigProblem] = []
 
-    def problem(key: str, message: str) -> ConfigError:
+    def refuse(key: str, message: str) -> None:
         line = None
         if isinstance(root, yaml.MappingNode):
             line = next((k.start_mark.line + 1 for k, _ in root.value if k.value == key), None)
-        return ConfigError(
-            [ConfigProblem(file=str(path), line=line or 1, field=key, message=message)]
-        )
+        problems.append(ConfigProblem(file=str(path), line=line or 1, field=key, message=message))
 
     instruction = data.get("instruction", _base_description(data))
     if not isinstance(instruction, str) or not instruction.strip():
-        raise problem(
-            "instruction", "expected the task's instruction (the prompt) as a non-empty string"
-        )
+        refuse("instruction", "expected the task's instruction (the prompt) as a non-empty string")
     parser = data.get("parser_name", "pytest")
     if parser != "pytest":
-        raise problem(
+        refuse(
             "parser_name",
             f"parser {parser!r} is not supported: only pytest's (pass when every test passes)",
         )
@@ -430,19 +432,17 @@ def _terminal_bench(folder: Path) -> dict[str, Any]:
     elif not runner.is_file() and not (tests / "test_outputs.py").is_file():
         lacking.append("run-tests.sh nor tests/test_outputs.py (what runs the tests)")
     if lacking:
-        raise ConfigError([_lacks(folder, f"has no {' and no '.join(lacking)}")])
+        problems.append(_lacks(folder, f"has no {' and no '.join(lacking)}"))
     environment: dict[str, Any] = {}
     if (folder / "Dockerfile").is_file():
         environment["build"] = str(folder)
     elif any((folder / name).is_file() for name in ("docker-compose.yaml", "docker-compose.yml")):
-        raise ConfigError(
-            [
-                _lacks(
-                    folder,
-                    "has a docker-compose file but no Dockerfile: tasks of several "
-                    "containers are not supported",
-                )
-            ]
+        problems.append(
+            _lacks(
+                folder,
+                "has a docker-compose file but no Dockerfile: tasks of several "
+                "containers are not supported",
+            )
         )
     workdir = environment.get("workdir", "/app")
     verifier: dict[str, Any] = {"reward": "exit_code", "env": {"TEST_DIR": TESTS_DIR}}
@@ -450,14 +450,11 @@ def _terminal_bench(folder: Path) -> dict[str, Any]:
         verifier |= {"command": f"bash {TESTS_DIR}/run-tests.sh", "runner": str(runner)}
     else:
         verifier["command"] = f"cd {workdir} && python3 -m pytest -q {TESTS_DIR}/test_outputs.py"
-    sources = {"timeout_s": "max_test_timeout_sec"}
     if "max_test_timeout_sec" in data:
         verifier["timeout_s"] = data["max_test_timeout_sec"]
-    _check(
-        Verifier,
-        verifier,
-        lambda field, message: problem(sources[field], message) if field in sources else None,
-    )
+    for name, message in _refused(Verifier, verifier):
+        if name == "timeout_s":
+            refuse("max_test_timeout_sec", message)
     fields: dict[str, Any] = {
         "prompt": instruction,
         "tests": str(tests),
@@ -469,10 +466,11 @@ def _terminal_bench(folder: Path) -> dict[str, Any]:
     if "max_agent_timeout_sec" in data:
         value = data["max_agent_timeout_sec"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise problem(
-                "max_agent_timeout_sec", f"expected a number of seconds > 0, got {value!r}"
-            )
-        fields["agent_timeout_s"] = float(value)
+            refuse("max_agent_timeout_sec", f"expected a number of seconds > 0, got {value!r}")
+        else:
+            fields["agent_timeout_s"] = float(value)
+    if problems:  # every one at once
+        raise ConfigError(problems)
     return fields
 
 
@@ -498,14 +496,18 @@ def _lacks(folder: Path, what: str) -> ConfigProblem:
     return ConfigProblem(file=f"{folder}/", message=f"this task folder {what}")
 
 
-def _check(model: type[BaseModel], values: dict[str, Any], refuse: Any) -> None:
-    # Early, where the task's own line is known; the scenario validates them again
-    # (with the matrix's paths context) once the entry's overrides are in.
+def _refused(model: type[BaseModel], values: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, message) of each of `values` that `model` refuses. Early, where the task's
+    own line is known; the scenario validates them again (with the matrix's paths
+    context) once the entry's overrides are in."""
     try:
         model.model_validate(values, context={"check_files": False})
     except ValidationError as exc:
-        for err in exc.errors():
-            field = str(err["loc"][0]) if err["loc"] else ""
-            error = refuse(field, str(err["msg"]).removeprefix("Value error, "))
-            if error is not None:
-                raise error from None
+        return [
+            (
+                str(err["loc"][0]) if err["loc"] else "",
+                str(err["msg"]).removeprefix("Value error, "),
+            )
+            for err in exc.errors()
+        ]
+    return []

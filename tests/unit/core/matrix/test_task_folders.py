@@ -13,7 +13,7 @@ import pytest
 from core.errors import ConfigError
 from core.matrix import Matrix, load_matrix
 from core.matrix.task_folders import task_id
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_cli
 
 TASKS = FIXTURES / "tasks"
 HARBOR = sorted(p.name for p in TASKS.iterdir() if (p / "task.toml").is_file())
@@ -312,6 +312,30 @@ def test_a_bad_task_yaml_is_refused_at_its_line(
     message = broken(tasks, "tb-json-config", "task.yaml", text)
     assert f"{tasks / 'tb-json-config' / 'task.yaml'}{place}" in message, message
     assert says in message
+
+
+def test_every_problem_of_a_task_file_is_said_in_one_run_of_validate(tasks: Path) -> None:
+    """One error a run took three runs of `validate` to see three problems of one
+    task.toml; a task.yaml's likewise."""
+    (tasks / "hello-file" / "task.toml").write_text(
+        '[agent]\ntimeout_sec = "fast"\n[environment]\ncpus = -1\nmemory = "lots"\n'
+    )
+    (tasks / "tb-json-config" / "task.yaml").write_text(
+        "instruction: go\nparser_name: swebench\nmax_agent_timeout_sec: abc\n"
+    )
+    result = run_cli("validate", str(matrix_of(tasks.parent, '{tasks: "tasks/*"}')), env=None)
+    assert result.returncode == 2
+    toml, yaml = tasks / "hello-file" / "task.toml", tasks / "tb-json-config" / "task.yaml"
+    said = result.stderr
+    for problem in (
+        f"{toml}:5:1: environment.memory: expected a size such as",
+        f"{toml}:4:1: environment.cpus: Input should be greater than 0",
+        f"{toml}:2:1: agent.timeout_sec: expected a number of seconds > 0, got 'fast'",
+        f"{yaml}:2:1: parser_name: parser 'swebench' is not supported",
+        f"{yaml}:3:1: max_agent_timeout_sec: expected a number of seconds > 0, got 'abc'",
+    ):
+        assert problem in said, said
+    assert said.splitlines()[-1] == "5 problem(s); nothing was started."
 
 
 def test_a_terminal_bench_task_missing_its_tests_is_refused(tasks: Path) -> None:
