@@ -120,6 +120,34 @@ judge: {model: claude-sonnet-4, api_key_env: OPENAI_API_KEY}
     ]
 
 
+def test_a_rubrics_problems_are_said_with_the_matrixs_not_instead_of_them(
+    tmp_path: Path,
+) -> None:
+    """A rubric that failed to read ended the matrix's validation: its problems first,
+    the matrix's on the next run of `validate`. Now both, the rubric's once though two
+    scenarios name it."""
+    matrix = """\
+name: demo
+runs_per_tier: 3
+agent: {kind: command, command: "echo hi"}
+tiers: [{id: T0}, {id: T0}]
+scenarios:
+  - {id: s1, prompt: go, evaluation: {judge: {rubric: rubric.yaml}}}
+  - {id: s2, prompt: again, evaluation: {judge: {rubric: rubric.yaml}}}
+judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}
+"""
+    rubric = "criteria:\n  - {id: done, weight: 0, description: finished}\n"
+    result = run_cli("validate", str(write(tmp_path, matrix, rubric)), env=KEYED)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: {tmp_path / 'rubric.yaml'}:2:24: criteria.0.weight: Input should be greater "
+        "than 0",
+        f"error: {tmp_path / 'matrix.yaml'}:4:24: tiers.1.id: duplicate tier id 'T0'; each "
+        "must be unique",
+        "2 problem(s); nothing was started. `scheduler schema` prints every accepted key.",
+    ]
+
+
 def test_a_judge_url_without_its_scheme_is_refused_before_any_agent_runs(tmp_path: Path) -> None:
     """httpx refuses `127.0.0.1:8765/v1` only when the first run is judged, after every
     agent has run and spent; `rejudge` reuses the stored URL, so nothing mends it."""
