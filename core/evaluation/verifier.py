@@ -57,7 +57,12 @@ class Verification:
 
 def below(rewards: Mapping[str, float], pass_reward: float) -> str | None:
     """The rewards under `pass_reward`, as a fail reason; None when none is."""
-    low = [f"{name} {r:g}" for name, r in rewards.items() if r < pass_reward]
+    # A verifier's one reward is named `reward`: "reward reward 0" says it twice.
+    low = [
+        f"{name} {r:g}" if name != "reward" else f"{r:g}"
+        for name, r in rewards.items()
+        if r < pass_reward
+    ]
     return f"{REWARD_BELOW}{', '.join(low)} < {pass_reward:g} (pass_reward)" if low else None
 
 

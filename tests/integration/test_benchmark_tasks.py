@@ -131,7 +131,7 @@ def test_the_oracle_passes_sound_tasks_and_nothing_passes_none_and_no_agent_find
     nothing = {s: runs["nothing", s] for s in ("sound", "multi")}
     assert not any(r.passed for r in nothing.values())
     assert nothing["sound"].rewards == {"reward": 0.0}
-    assert nothing["sound"].fail_reason == "reward reward 0 < 1 (pass_reward)"
+    assert nothing["sound"].fail_reason == "reward 0 < 1 (pass_reward)"
     assert nothing["multi"].fail_reason == "reward correctness 0 < 1 (pass_reward)"
 
     # No reward file: the task's verdict on the run, whoever ran.

@@ -6,7 +6,7 @@ from __future__ import annotations
 BROKEN, VACUOUS = "broken-oracle", "vacuous-tests"
 
 UNSOUND = [
-    f"scenario {BROKEN}: the oracle (the task's solution) fails: reward reward 0 < 1 (pass_reward)",
+    f"scenario {BROKEN}: the oracle (the task's solution) fails: reward 0 < 1 (pass_reward)",
     f"scenario {VACUOUS}: its verifier passes the untouched environment: its tests check nothing",
 ]
 
