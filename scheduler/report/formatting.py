@@ -48,7 +48,13 @@ def num(value: float | None, digits: int = 3) -> str:
         return "-"
     if math.isinf(value):
         return "inf"
-    return f"{value:.{digits}f}"
+    return f"{_unsigned_zero(value, digits):.{digits}f}"
+
+
+def _unsigned_zero(value: float, digits: int) -> float:
+    """`value`, but 0 where it rounds to zero at `digits`: a difference of -0.00004
+    printed "-0.000" reads as a loss that is not there."""
+    return round(value, digits) + 0.0
 
 
 def per_pass(cost_of_pass: float | None) -> str:
@@ -87,7 +93,7 @@ def median_spread(stats: Statistics, digits: int = 3) -> str:
 
 
 def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:+.1f}%"
+    return "n/a" if value is None else f"{_unsigned_zero(value * 100, 1):+.1f}%"
 
 
 def p_value(p: float | None) -> str:
@@ -105,7 +111,7 @@ def with_interval(value: float | None, interval: Interval | None) -> str:
 
 
 def signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.3f}"
+    return "-" if value is None else f"{_unsigned_zero(value, 3):+.3f}"
 
 
 # In a table cell, where an interval is not reported: the note under the table says why.

@@ -163,3 +163,16 @@ def test_a_paired_t_test_with_no_spread_is_shown_as_no_test_not_a_tiny_p() -> No
     rows = [line for line in text.splitlines() if "like these (2)" in line]
     assert rows and all("no test: SE 0" in line for line in rows), rows
     assert all("<0.001" not in line.split("like these (2)")[1] for line in rows), rows
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_a_difference_too_small_to_print_is_printed_as_zero_not_negative_zero(fmt: str) -> None:
+    """A tier 0.00002 below the baseline read "uplift -0.0%, Δ median composite
+    -0.000": a loss the figures cannot show."""
+    base = [_scored(i, True, 0.50002) for i in range(3)]
+    other = [_scored(i, True, 0.5, tier="T1") for i in range(3)]
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=6, tiers=["T0", "T1"])
+    report = aggregate(info, base + other, ReportSettings(baseline="T0", scoring=Scoring()))
+    text = render(report, fmt, full=True, width=300)
+    assert re.search(r"-0\.0+(?![0-9])", text) is None, text
+    assert "+0.0%" in text
