@@ -248,6 +248,15 @@ def _problem(
     loc, note = origin(tuple(part for part in err["loc"] if not _is_union_tag(part)) + within)
     node = _node_at(root, list(loc))
     message = note + _message(err, model)
+    read_as = err.get("input")
+    if (
+        err["type"] == "string_type"
+        and isinstance(read_as, bool | int | float)
+        and isinstance(node, yaml.ScalarNode)
+    ):
+        # YAML read `1`, `yes` or `3.10` as a number or a truth value, not as the text.
+        read = "true or false" if isinstance(read_as, bool) else "a number"
+        message += f'; YAML read {node.value} as {read}: quote it ("{node.value}")'
     return ConfigProblem(
         file=str(path),
         line=node.start_mark.line + 1 if node is not None else None,

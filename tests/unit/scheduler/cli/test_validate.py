@@ -367,6 +367,17 @@ def test_validate_accepts_the_example() -> None:
 BAD = [
     # (replace this, with this, expected fragments of the message)
     ("runs_per_tier: 3", "runs_per_tier: [3", ["matrix.yaml:3:", "YAML syntax error"]),
+    # A value YAML reads as a number or a truth value where text is wanted: quote it.
+    (
+        "model: claude-sonnet-4}",
+        "model: claude-sonnet-4, env: {PY: 3.10, DEBUG: yes}}",
+        [
+            "agent.env.PY: Input should be a valid string; YAML read 3.10 as a number: "
+            'quote it ("3.10")',
+            "agent.env.DEBUG: Input should be a valid string; YAML read yes as true or "
+            'false: quote it ("yes")',
+        ],
+    ),
     # Found lines below the unclosed quote: where what it was reading began is said too.
     (
         'command: "echo hi"',
