@@ -84,6 +84,9 @@ def _existing(kind: Literal["file", "dir", "file or folder"]) -> Any:
         path = inside_matrix_folder(resolve(value, info), info)
         if context_of(info).get("check_files", True):
             exists = {"file": path.is_file, "dir": path.is_dir}.get(kind, path.exists)()
+            if not exists and path.exists():  # there, but of the other kind
+                other = "a folder" if path.is_dir() else "not a folder"
+                raise ValueError(f"expected a {kind}, but {path} is {other}")
             if not exists:
                 raise ValueError(f"{kind} not found: {path}")
         return relocated(path, info)

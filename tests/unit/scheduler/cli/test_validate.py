@@ -425,6 +425,8 @@ BAD = [
     ("pass_threshold: 0.7", "pass_threshold: 1.7", ["pass_threshold", "less than or equal to 1"]),
     ("rubric: rubric.yaml", "rubric: missing.yaml", ["judge.rubric", "file not found"]),
     ("AGENTS.md: guide.md", "AGENTS.md: nope.md", ["tiers.1.files.AGENTS.md", "file not found"]),
+    # There, but a folder: not "not found".
+    ("AGENTS.md: guide.md", "AGENTS.md: .", ["tiers.1.files.AGENTS.md: expected a file, but "]),
     ("  - id: T1", "  - id: T0", ["duplicate tier id 'T0'"]),
     ("runs_per_tier: 3", "runs_per_tier: 3\nbaseline: T9", ["baseline 'T9' is not a tier"]),
     ("model: gpt-4o-mini", "model: claude-sonnet-4", ["allow_self_judge"]),
