@@ -29,6 +29,7 @@ from core.store.retention import stored_bytes
 if TYPE_CHECKING:
     from celery import Celery
 
+    from core.store import Store
     from scheduler.connection import Connection
 
 
@@ -255,8 +256,9 @@ def _run_of(conn: Connection, words: Sequence[str]) -> tuple[str, str]:
                 raise InputError(
                     f"{len(found)} runs end with {words[0]!r}: {listed}; give more of the run id"
                     if found
-                    else f"no run {words[0]!r}: give a run id as `report --format json --runs` "
-                    "lists them (EXPERIMENT:TIER:SCENARIO:INDEX), or EXP TIER SCENARIO INDEX"
+                    else f"no run {words[0]!r}{_nearest_run(store, words[0])}: give a run id as "
+                    "`report --format json --runs` lists them (EXPERIMENT:TIER:SCENARIO:INDEX), "
+                    "or EXP TIER SCENARIO INDEX"
                 )
             run_id = found[0]
             exp_id = run_id.rsplit(":", 3)[0]
@@ -274,6 +276,23 @@ def _run_of(conn: Connection, words: Sequence[str]) -> tuple[str, str]:
             "lists them)"
         )
     return exp_id, run_id
+
+
+def _nearest_run(store: Store, word: str) -> str:
+    """ "; did you mean `...`?" for a run id's end whose experiment part names one recent
+    experiment's end but whose tier, scenario or index that experiment lacks."""
+    from core.matrix import did_you_mean
+
+    parts = word.rsplit(":", 3)
+    if len(parts) != 4:
+        return ""
+    experiments = [e for e in store.experiments.recent_ids(100) if e.endswith(parts[0])]
+    if len(experiments) != 1:
+        return ""
+    (exp_id,) = experiments
+    asked = ":".join(parts[1:])
+    hint = did_you_mean(asked, [r.removeprefix(exp_id + ":") for r in store.specs.ids(exp_id)])
+    return f" ({exp_id} has no run {asked!r}; {hint})" if hint else ""
 
 
 def compare(

@@ -129,6 +129,12 @@ def test_show_refuses_an_unknown_run_with_exit_2(
     assert f"experiment {exp_id} has no run 'T0:s:7'; did you mean `T0:s:0`?" in missing.stderr
     far = run_cli("show", f"{exp_id}:other:tier:12", env=fleet_env)
     assert far.returncode == 2 and "no run 'other:tier:12' (its runs" in far.stderr
+    # The end of a run id, the scenario mistyped: the one experiment it names says.
+    typo = run_cli("show", f"{exp_id[-4:]}:T0:ss:0", env=fleet_env)
+    assert typo.returncode == 2
+    assert f"no run '{exp_id[-4:]}:T0:ss:0' ({exp_id} has no run 'T0:ss:0'; did you mean " in (
+        typo.stderr
+    )
     unknown = run_cli("show", "no-such-run-anywhere", env=fleet_env)
     assert unknown.returncode == 2 and "no run 'no-such-run-anywhere'" in unknown.stderr
     words = run_cli("show", exp_id, "T0", env=fleet_env)
