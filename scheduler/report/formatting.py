@@ -118,6 +118,11 @@ def signed(value: float | None) -> str:
 NO_INTERVAL = "(no interval)"
 
 
+def bounds(interval: Interval | None) -> tuple[float | None, float | None]:
+    """An interval's ends, as a table of raw numbers or a chart takes them."""
+    return (None, None) if interval is None else (interval.low, interval.high)
+
+
 def bracket(interval: Interval | NoInterval | None) -> str:
     """The interval of a difference, signed as the difference is (and as github shows it)."""
     if isinstance(interval, NoInterval):

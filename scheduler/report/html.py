@@ -25,7 +25,7 @@ from scheduler.report.charts import (
     line_chart,
     scatter_chart,
 )
-from scheduler.report.formatting import Table, pass_share
+from scheduler.report.formatting import Table, bounds, pass_share
 from scheduler.report.runs import RUNS_STYLE, runs_section
 from scheduler.report.sections import banner, header, report_tables, scenario_tables
 from scheduler.report.verdicts import (
@@ -222,7 +222,7 @@ def _scenario_charts(report: ExperimentReport) -> list[str]:
             cell = tier.scenarios.get(scenario)
             if cell is None:
                 continue
-            low, high = _bounds(pass_share(cell.passes, cell.counted))
+            low, high = bounds(pass_share(cell.passes, cell.counted))
             value = cell.passes / cell.counted if cell.counted else None
             rows.append(Estimate(tier_id, value, low, high))
         charts.append(
@@ -254,12 +254,12 @@ def _charts(groups: dict[str, TierReport]) -> str:
         Bar(
             t,
             r.passes / r.counted if r.counted else None,
-            *_bounds(pass_share(r.passes, r.counted)),
+            *bounds(pass_share(r.passes, r.counted)),
         )
         for t, r in groups.items()
     ]
     composite = [
-        Bar(t, r.composite_score.median, *_bounds(r.analysis.composite_median_ci))
+        Bar(t, r.composite_score.median, *bounds(r.analysis.composite_median_ci))
         for t, r in groups.items()
     ]
     cost = [
@@ -307,10 +307,6 @@ def _charts(groups: dict[str, TierReport]) -> str:
             ),
         ]
     )
-
-
-def _bounds(interval: Interval | None) -> tuple[float | None, float | None]:
-    return (None, None) if interval is None else (interval.low, interval.high)
 
 
 def _table(table: Table, anchor: str) -> str:

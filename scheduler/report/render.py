@@ -28,7 +28,7 @@ from core.results.run import RunResult
 from scheduler.report import compare, formatting, scenarios, sections
 from scheduler.report.brief import brief_tables, full_report_line
 from scheduler.report.formats import NONFINITE, SCENARIO_FORMATS
-from scheduler.report.formatting import WORDS_WIDTH, Table
+from scheduler.report.formatting import WORDS_WIDTH, Table, bounds, pass_share
 from scheduler.report.github import github_comparison, github_report
 from scheduler.report.html import html_report
 from scheduler.report.markdown import md, table_lines
@@ -110,9 +110,9 @@ def render_comparison(
         return to_json_text(result, nonfinite)
     if fmt == "github":
         return github_comparison(result)
-    table = compare.comparison(result)
     if fmt == "csv":
-        return _csv_table(table)
+        return _comparison_csv(result)
+    table = compare.comparison(result)
     title = compare.comparison_title(result)
     across = scenarios.comparison_questions_table(result)
     tables = [table] if across is None else [table, across]
@@ -329,6 +329,42 @@ def _runs_csv(runs: list[RunResult]) -> str:
         values = [getattr(run, column) for column in _RUN_COLUMNS]
         values[_RUN_COLUMNS.index("status")] = run.status.value
         writer.writerow([*values, run.judge.weighted_score if run.judge else None])
+    return out.getvalue()
+
+
+# `compare --format csv`: raw numbers, as `report --format csv` writes them.
+_COMPARISON_COLUMNS = (
+    "runs", "passes", "reference_runs", "reference_passes", "pass_rate",
+    "reference_pass_rate", "pass_rate_delta", "fisher_p", "fisher_p_adjusted",
+    "composite_median", "reference_composite_median", "composite_median_delta",
+    "cliffs_delta", "mann_whitney_u", "mann_whitney_p", "mann_whitney_p_adjusted",
+    "prob_superior",
+)  # fmt: skip
+
+
+def _comparison_csv(result: ExperimentComparison) -> str:
+    """One row per tier ("(all)") and tier x scenario of B against A, raw numbers."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    # The headline pass rates' Wilson intervals, as `report --format csv`'s pass_share_ci.
+    intervals = ["pass_rate_ci_low", "pass_rate_ci_high"]
+    intervals += ["reference_pass_rate_ci_low", "reference_pass_rate_ci_high"]
+    intervals += ["pass_rate_delta_ci_low", "pass_rate_delta_ci_high"]
+    intervals += ["cliffs_delta_ci_low", "cliffs_delta_ci_high"]
+    writer.writerow(
+        ["tier", "scenario", *_COMPARISON_COLUMNS, *intervals, "verdict", "verdict_from"]
+    )
+    rows = [(tier, "(all)", c) for tier, c in result.tiers.items()]
+    rows += [(t, s, c) for t, cells in result.scenarios.items() for s, c in cells.items()]
+    for tier, scenario, c in rows:
+        values = [getattr(c, column) for column in _COMPARISON_COLUMNS]
+        ends = [
+            *bounds(pass_share(c.passes, c.runs)),
+            *bounds(pass_share(c.reference_passes, c.reference_runs)),
+            *bounds(c.risk_difference_ci),
+            *bounds(c.cliffs_delta_ci),
+        ]
+        writer.writerow([tier, scenario, *values, *ends, c.verdict.value, c.verdict_from])
     return out.getvalue()
 
 

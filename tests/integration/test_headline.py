@@ -118,13 +118,20 @@ def test_seven_of_ten_reads_0_700_with_its_interval_in_every_format(
     assert f"<th>{HEADER}</th>" in page and f"<td>{SEVEN_OF_TEN}</td>" in cells
     assert re.search(r'<rect class="bar" data-label="T1" data-value="0\.7"', page)
 
-    for fmt in ("table", "markdown", "csv"):
+    for fmt in ("table", "markdown"):
         compared = _cli(fleet_env, "compare", other, exp, "--format", fmt)
         assert compared.count(SEVEN_OF_TEN) >= 2, compared  # A and B
         # The table wraps headings over lines; the others keep them whole.
         assert HEADER in compared or fmt == "table"
         assert "(passes/counted)" in compared
         assert "10/10" in compared
+    # Raw numbers in CSV, as the report's: the share and its interval, each a column.
+    compared = _cli(fleet_env, "compare", other, exp, "--format", "csv")
+    listed = {(r["tier"], r["scenario"]): r for r in csv.DictReader(io.StringIO(compared))}
+    b = listed["T1", "(all)"]
+    assert (b["passes"], b["runs"], float(b["pass_rate"])) == ("7", "10", 0.7)
+    assert float(b["pass_rate_ci_low"]) == pytest.approx(WILSON_7_10.low)
+    assert float(b["pass_rate_ci_high"]) == pytest.approx(WILSON_7_10.high)
 
 
 def test_compare_prints_its_title_once(
