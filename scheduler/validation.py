@@ -311,36 +311,54 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
         return []
     scenarios = len(matrix.scenarios)
     runs = max(1, round(sum(matrix.runs_for(s) for s in matrix.scenarios) / scenarios))
-    tests = 4 * (len(matrix.tiers) - 1)
-    level = lone_test_alpha(matrix.report.alpha, matrix.report.correction, tests)
+
+    def level_of(g: int) -> tuple[int, float]:
+        # With one scenario the report asks its run-level tests only (Fisher's and
+        # Mann-Whitney's); with two or more, the tests across scenarios (two more).
+        tests = (2 if g < 2 else 4) * (len(matrix.tiers) - 1)
+        return tests, lone_test_alpha(matrix.report.alpha, matrix.report.correction, tests)
 
     def detect(g: int, m: int) -> tuple[str, str]:
-        d = planned_detectable(g, m, icc, level, PLANNING_POWER, PLANNING_RATE)
+        # One scenario's runs are draws of it alone: no correlation between scenarios.
+        d = planned_detectable(g, m, icc if g >= 2 else 0.0, level_of(g)[1], PLANNING_POWER)
         return difference(d.these_scenarios), difference(d.like_these)
 
+    tests, level = level_of(scenarios)
     these, like = detect(scenarios, runs)
     plan = planned_detectable(scenarios, runs, icc, level, PLANNING_POWER, PLANNING_RATE)
     per = " (the mean over scenarios)" if any(s.runs is not None for s in matrix.scenarios) else ""
     at = " at most (adaptive: each cell's max)" if matrix.adaptive is not None else ""
-    lines = [
+    head = (
         f"planning: the smallest difference in pass rate (in points: 0.10 is 10 points) each "
         f"question can detect with {PLANNING_POWER:.0%} power, {plural(scenarios, 'scenario')} "
-        f"x {plural(runs, 'run')}{per}{at} a tier, "
-        f"pass rates near {PLANNING_RATE:g}, two-sided at {level:.3g} (the level one of the "
-        f"{tests} tests across scenarios must reach alone), intra-scenario correlation "
-        f"{said or f'{icc:g} assumed (--icc; a report measures it)'}, design effect "
-        f"{design_effect(runs, icc):.2f}",
-        f"  on these scenarios: {these}",
-        f"  on scenarios like these: {like}{_runs_limit(plan.like_these_limit, scenarios)}",
-    ]
-    if scenarios < 2:
-        lines[-1] = "  on scenarios like these: not answered: it needs two scenarios or more"
-    more_scenarios, more_runs = detect(2 * scenarios, runs), detect(scenarios, 2 * runs)
-    lines.append(
-        f"  twice the scenarios ({2 * scenarios} x {runs}): {more_scenarios[0]} on these, "
-        f"{more_scenarios[1]} like these; twice the runs ({scenarios} x {2 * runs}): "
-        f"{more_runs[0]} on these, {more_runs[1]} like these"
+        f"x {plural(runs, 'run')}{per}{at} a tier, pass rates near {PLANNING_RATE:g}, "
+        f"two-sided at {level:.3g} "
     )
+    more_scenarios, more_runs = detect(2 * scenarios, runs), detect(scenarios, 2 * runs)
+    twice_the_scenarios = (
+        f"  twice the scenarios ({2 * scenarios} x {runs}): {more_scenarios[0]} on these, "
+        f"{more_scenarios[1]} like these"
+    )
+    if scenarios < 2:
+        lines = [
+            head + f"(the level one of the {tests} run-level tests must reach alone: with "
+            "one scenario the report asks nothing across scenarios)",
+            f"  on this scenario: {these}",
+            "  on scenarios like these: not answered: it needs two scenarios or more",
+            f"{twice_the_scenarios}; twice the runs ({scenarios} x {2 * runs}): "
+            f"{more_runs[0]} on this scenario",
+        ]
+    else:
+        lines = [
+            head + f"(the level one of the {tests} tests across scenarios must reach alone), "
+            f"intra-scenario correlation "
+            f"{said or f'{icc:g} assumed (--icc; a report measures it)'}, design effect "
+            f"{design_effect(runs, icc):.2f}",
+            f"  on these scenarios: {these}",
+            f"  on scenarios like these: {like}{_runs_limit(plan.like_these_limit, scenarios)}",
+            f"{twice_the_scenarios}; twice the runs ({scenarios} x {2 * runs}): "
+            f"{more_runs[0]} on these, {more_runs[1]} like these",
+        ]
     if scenarios >= 2 and (plan.like_these or 0.0) > 1:
         lines.append(f"  {_what_would_detect(scenarios, runs, icc, level)}")
     if scenarios < MIN_SCENARIOS_TO_GENERALISE:

@@ -699,8 +699,17 @@ def test_validate_plans_nothing_for_one_tier_and_says_one_scenario_cannot_genera
 ) -> None:
     alone = _validate(str(_scenarios_matrix(tmp_path, 3, "5", tiers=1)))
     assert alone.returncode == 0 and "planning" not in alone.stdout
-    one = _validate(str(_scenarios_matrix(tmp_path, 1, "5")))
+    one = _validate(str(_scenarios_matrix(tmp_path, 1, "20")), "--icc", "0.5")
     assert "on scenarios like these: not answered: it needs two scenarios or more" in one.stdout
+    # One scenario: the report's own two run-level tests at their level, as its "could
+    # detect" has them; its runs are draws of that scenario alone (no correlation).
+    assert "two-sided at 0.025 (the level one of the 2 run-level tests must reach alone" in (
+        one.stdout
+    )
+    z = stats.norm.ppf(1 - 0.025 / 2) + stats.norm.ppf(0.8)
+    alone = z * (2 * 0.25 / 20) ** 0.5
+    assert f"  on this scenario: a difference of {alone * 100:.0f} points or more\n" in one.stdout
+    assert "design effect" not in one.stdout and "- like these" not in one.stdout
     adaptive = _validate(
         str(_scenarios_matrix(tmp_path, 3, "{min: 5, max: 40, until: {decided: true}}"))
     )
