@@ -23,6 +23,7 @@ from core.results.report import (
 from core.results.run import RunResult, outcome
 from core.stats.choices import DEFAULT_ALPHA, DEFAULT_CORRECTION, Correction
 from core.store.retention import stored_bytes
+from core.wording import plural
 
 # Imported where used: a status, or a stored report as it was made, needs neither the
 # analysis (and through it the matrix's models) nor Celery.
@@ -125,6 +126,11 @@ def report_versions(conn: Connection, experiment: str) -> list[int]:
     return conn.store.reports.versions(conn.experiment_id(experiment))
 
 
+def current_version(conn: Connection, experiment: str) -> int | None:
+    """The version `report` shows by default (Reports.current); None before the first."""
+    return conn.store.reports.current(conn.experiment_id(experiment))
+
+
 def load_report(
     conn: Connection,
     experiment: str | None = None,
@@ -151,7 +157,7 @@ def load_report(
             f"experiment {exp_id} has no report version {version}; its versions: "
             + ", ".join(map(str, versions))
         )
-    shown = version or versions[-1]
+    shown = version or store.reports.current(exp_id) or versions[-1]
     report = store.reports.get(exp_id, shown)
     assert report is not None  # listed as stored
     if runs:
@@ -198,7 +204,7 @@ def evidence_blobs(conn: Connection, exp_id: str) -> dict[str, bytes]:
             found[run.run_id] = evidence
     if unreadable:
         conn.console.print(
-            f"note: the evidence of {len(unreadable)} run{'' if len(unreadable) == 1 else 's'} "
+            f"note: the evidence of {plural(len(unreadable), 'run')} "
             "is in an artifacts folder this "
             f"machine cannot read, and not in the page (first: {unreadable[0]}); write the "
             "report where that folder is mounted",

@@ -218,6 +218,11 @@ class Fleet:
         """The report versions: 1 is the runs' own, 2, 3... each rejudge's or rescore's."""
         return reading.report_versions(self._connection, _id(experiment))
 
+    def current_version(self, experiment: str | Sent) -> int | None:
+        """The version `report` shows by default: the latest, but for those a resume that
+        ran runs again has superseded; None before the first report."""
+        return reading.current_version(self._connection, _id(experiment))
+
     def runs(self, experiment: str | Sent, version: int = 1) -> Iterator[RunResult]:
         """Every run's RunResult: as it ran (version 1), or as a version made it."""
         return reading.iter_runs(self._connection, _id(experiment), version)

@@ -14,6 +14,7 @@ from core.matrix import Matrix
 from core.results.report import ID_STAMP, ExperimentInfo, ExperimentStatus
 from core.results.run import RunSpec, cell_specs
 from core.settings import setting
+from core.wording import plural
 
 # The most runs one experiment may have. Submitting streams runs to the broker in
 # bounded memory, but each queued run costs the broker about 2 KB until it runs.
@@ -86,11 +87,11 @@ MAX_NAMED_COUNTS = 5
 def describe_runs(matrix: Matrix) -> str:
     """The runs each tier gets of each scenario, in words: "10 runs",
     "5 to 40 runs (adaptive)", and the scenarios with a count of their own."""
-    adaptive = matrix.adaptive
-    if adaptive is None:
-        text = f"{matrix.runs_per_tier} run" + ("" if matrix.runs_per_tier == 1 else "s")
+    runs = matrix.runs_per_tier
+    if isinstance(runs, int):
+        text = plural(runs, "run")
     else:
-        text = f"{adaptive.min} to {adaptive.max} runs (adaptive, waves of {adaptive.step})"
+        text = f"{runs.min} to {runs.max} runs (adaptive, waves of {runs.step})"
     own = [f"{s.id}: {s.runs}" for s in matrix.scenarios if s.runs is not None]
     if len(own) > MAX_NAMED_COUNTS:  # a dataset's tasks: by count, not one by one
         counts: dict[int, int] = {}

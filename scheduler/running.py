@@ -20,9 +20,9 @@ from core.results.run import RunSpec, RunStatus
 from core.store import Store
 from core.store.server import risky_settings
 from core.timeline import mark
+from core.wording import plural
 from scheduler.connection import Connection
 from scheduler.plan import new_experiment_id, plan
-from scheduler.report.formatting import plural
 from scheduler.validation import Checked, planning_so_far, prepare
 
 # Runs recorded per Redis call when a plan is completed.

@@ -24,7 +24,8 @@ from rich.table import Table
 from core.evidence.models import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
 from core.evidence.text import each_text, visible
 from core.results.run import GateResult, JudgeResult, RunResult, RunStatus
-from scheduler.report.formatting import duration, plural
+from core.wording import plural
+from scheduler.report.formatting import duration
 
 # Lines of a text shown in the terminal (the whole stored text: --json).
 TAIL_LINES = 40

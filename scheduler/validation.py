@@ -40,10 +40,11 @@ from core.stats.clustered import (
     runs_to_detect,
 )
 from core.stats.significance import lone_test_alpha
+from core.wording import plural
 from fleet.sending import configured_visibility_timeout_s, longest_run_s
 from scheduler.mistakes import refuse_mistakes
 from scheduler.plan import check_size, describe_runs
-from scheduler.report.formatting import plural, points
+from scheduler.report.formatting import points
 from scheduler.report.scenarios import difference, runs_alone, scenarios_would
 
 

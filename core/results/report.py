@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from core.results.record import Record
 from core.results.run import RunResult
+from core.wording import plural
 
 
 class Statistics(Record):
@@ -546,7 +547,7 @@ class ExperimentReport(Record):
         if not self.evidence_missing:
             return None
         return (
-            f"evidence of {self.evidence_missing} run{'' if self.evidence_missing == 1 else 's'} "
+            f"evidence of {plural(self.evidence_missing, 'run')} "
             "was not stored (the broker refused it, "
             "full, or the worker stopped right after storing the result): their results "
             "stand; `scheduler show` says which"

@@ -34,6 +34,7 @@ class Pipeline(Protocol):
     """Commands queued to be sent together (execute): each returns the pipeline."""
 
     def exists(self, *names: str) -> Self: ...
+    def delete(self, *names: str) -> Self: ...
     def hset(
         self,
         name: str,

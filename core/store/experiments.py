@@ -194,10 +194,18 @@ class Experiments:
             self._release_hold(keys=[key], args=[token])
 
     def reopen(self, exp_id: str) -> None:
-        """Back to running for a resume; the next aggregation sets finished_at again."""
+        """Back to running for a resume; the next aggregation sets finished_at again and
+        writes version 1's report anew. Until then it has none: a follower (the resume's,
+        a cancel's) waits for that one, not for the report of the runs before. The later
+        versions made so far (rejudges, rescores of those runs) are kept, superseded:
+        `Reports.current` passes them over."""
         key = self.keys.experiment(exp_id)
-        self.redis.hset(key, "status", ExperimentStatus.running.value)
-        self.redis.hdel(key, "finished_at", "sent")
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, "status", ExperimentStatus.running.value)
+        pipe.hdel(key, "finished_at", "sent")
+        pipe.delete(self.keys.report(exp_id))
+        pipe.hset(key, "superseded", self.redis.hget(key, "versions") or 0)
+        pipe.execute()
 
     def mark_sent(self, exp_id: str, default_queue: str) -> None:
         """Every run of the experiment is on the broker, those without a queue of

@@ -33,7 +33,8 @@ Ours, under the prefix (no TTL on any of them):
   bytes under ``evidence_bytes``;
 - ``exp:{id}:reports`` version -> an ExperimentReport JSON of a later version
   (rejudge, rescore); version 1 is ``exp:{id}:report``; the ``exp:{id}`` hash
-  field ``versions`` counts the versions after the first;
+  field ``versions`` counts the versions after the first, and ``superseded`` how many
+  of them a resume that ran runs again has left behind (made of the runs before);
 - ``exp:{id}:v{N}:runs`` run id -> the RunResult JSON of that run in the later
   version N (``exp:{id}:runs``: version 1's), one hash a version so that its
   follower counts them with HLEN;

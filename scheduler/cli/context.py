@@ -273,7 +273,7 @@ def exit_if_cancelled(report: ExperimentReport) -> None:
     on runs that never ran."""
     info = report.experiment
     if info.status == "cancelled":
-        from scheduler.report.formatting import plural
+        from core.wording import plural
 
         err.print(
             f"experiment {info.id} was cancelled: {plural(info.cancelled, 'run')} of "

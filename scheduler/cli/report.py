@@ -119,7 +119,16 @@ def report(
     )
     evidence = fleet.evidence_blobs(exp_id) if fmt == "html" else None
     latest = fleet.report_versions(exp_id)[-1]  # there is one: the report was found
-    if latest > 1:
+    if version is None and result.version != latest:  # the later ones a resume superseded
+        err.print(
+            f"report version {result.version} of {latest}: "
+            + ("version 2 was" if latest == 2 else f"versions 2-{latest} were")
+            + " made of the runs before a resume ran some again (--version N shows one; "
+            f"`scheduler rejudge {exp_id}` judges the runs as they are now)",
+            markup=False,
+            soft_wrap=True,
+        )
+    elif latest > 1:
         note = f" ({result.version_note})" if result.version_note else ""
         err.print(
             f"report version {version or latest} of {latest}{note}; --version N for another",

@@ -35,7 +35,7 @@ def show(cli: CLIContext, run: tuple[str, ...], as_json: bool) -> None:
     loaded = fleet.run(*run)
     exp_id = loaded.experiment_id
     versions = fleet.report_versions(exp_id)
-    if len(versions) > 1:
+    if len(versions) > 1 and fleet.current_version(exp_id) != 1:
         # `report` shows the latest version; what is shown here is the run as it ran.
         err.print(
             cli.hinted(

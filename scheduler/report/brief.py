@@ -9,7 +9,8 @@ from collections.abc import Iterable
 
 from core.results.report import ExperimentReport, Verdict
 from core.results.run import RunResult, RunStatus, error_key
-from scheduler.report.formatting import Table, pass_rate, per_pass, plural
+from core.wording import plural
+from scheduler.report.formatting import Table, pass_rate, per_pass
 from scheduler.report.headline import integrity
 from scheduler.report.metric_tables import add_prices
 from scheduler.report.verdicts import multiplicity_note, one_test_only, undetectable

@@ -65,11 +65,6 @@ def per_pass(cost_of_pass: float | None) -> str:
     return num(cost_of_pass, 4)
 
 
-def plural(n: int, noun: str) -> str:
-    """`n` and its noun, plural but for one: "1 run", "2 runs"."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def points(difference: float) -> str:
     """A difference of pass rates in points, as a reader says it: 0.629 is 63 points."""
     return f"{difference * 100:.0f} points"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from core.analysis.comparison import CONFIDENCE
 from core.results.report import ExperimentReport
+from core.wording import plural
 from scheduler.report.formatting import (
     ALL,
     PASS_RATE,
@@ -17,7 +18,6 @@ from scheduler.report.formatting import (
     pass_rate,
     pct,
     per_pass,
-    plural,
 )
 from scheduler.report.metric_tables import add_prices
 

@@ -10,7 +10,8 @@ from core.analysis.group import PASS_K
 from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
 from core.metrics.process import DEFINITIONS as PROCESS_DEFINITIONS
 from core.results.report import ExperimentReport, Statistics, TierReport
-from scheduler.report.formatting import ALL, Table, cells, num, pct, per_pass, plural
+from core.wording import plural
+from scheduler.report.formatting import ALL, Table, cells, num, pct, per_pass
 
 # Columns of per-call context growth in a table; the HTML chart shows every call.
 CONTEXT_CALLS_SHOWN = 10

@@ -561,6 +561,63 @@ def _interrupted(
     return log, found[1], said
 
 
+def test_a_resume_cancelled_in_turn_records_the_rest_and_a_later_resume_runs_them(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A cancel while a resume runs a cancelled experiment again: the resume used to find
+    the first cancel's report, print it, exit and stop its workers with runs still
+    queued, which no later resume or cancel took again. Now it waits for this cancel's
+    report, says the real count (exit 4), and the next resume runs what is left."""
+    log = shared_with_agents(tmp_path / "executions.log")
+    command = f'echo "start $EVALFLEET_RUN_INDEX" >> {log}; sleep 4; touch out.txt'
+    matrix = _matrix(tmp_path / "again", "again", 6, command)
+
+    def cancelled_after(started: int, *args: str) -> tuple[int, str]:
+        follower = start_cli(*args, "--workers", "1", env=embedded_env, cwd=tmp_path)
+        try:
+            wait_until(lambda: _said(log, "start") >= started, "a run to start", timeout=120)
+            exp_id = next(
+                str(e["id"]) for e in json.loads(
+                    run_cli("list", "--json", env=embedded_env, cwd=tmp_path).stdout
+                )
+            )  # fmt: skip
+            cancel = run_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path, timeout=120)
+            assert cancel.returncode == 0, cancel.stderr
+            _, said = follower.communicate(timeout=120)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.communicate()
+        return follower.returncode, said
+
+    code, said = cancelled_after(1, "submit", str(matrix))
+    assert code == 4, said
+    exp_id = json.loads(run_cli("list", "--json", env=embedded_env, cwd=tmp_path).stdout)[0]["id"]
+    first = int(re.findall(r"cancelled: (\d+) runs? of 6 did not run", said)[-1])
+    code, said = cancelled_after(_said(log, "start") + 1, "resume", exp_id)
+    assert code == 4, said
+    report = json.loads(
+        run_cli("report", exp_id, "--format", "json", env=embedded_env, cwd=tmp_path).stdout
+    )
+    left = report["experiment"]["cancelled"]
+    # Every run has a result: passed or cancelled, and the count said is the report's.
+    assert report["experiment"]["completed_runs"] == 6 and 0 < left < first
+    assert (
+        said.strip()
+        .splitlines()[-1]
+        .startswith(f"experiment {exp_id} was cancelled: {left} runs of 6 did not run")
+    )
+    done = run_cli(
+        "resume", exp_id, "--format", "json", "--workers", "2", env=embedded_env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    final = json.loads(done.stdout)
+    assert final["tiers"]["T0"]["passes"] == 6 and final["experiment"]["cancelled"] == 0
+    assert sorted(int(line.split()[1]) for line in log.read_text().splitlines()) == list(
+        range(6)
+    )  # each run once
+
+
 def _matrix(folder: Path, name: str, runs: int, command: str) -> Path:
     folder.mkdir()
     matrix = folder / "matrix.yaml"

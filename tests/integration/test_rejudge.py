@@ -212,6 +212,53 @@ def test_a_fresh_rejudge_asks_every_judgment_anew_and_keeps_the_new_answers(
     assert [r.judge.weighted_score for r in store.results.all(exp_id) if r.judge] == [0.2, 0.3]
 
 
+def test_a_resume_that_runs_errors_again_leaves_the_rejudge_before_it_behind(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A rejudge (version 2) made while T1's agent could not start; its program then
+    installed, `resume --retry-errors` runs T1 again. `report` showed version 2, still
+    T1's infrastructure errors, while `status` said 0: it now shows version 1, anew,
+    and says what version 2 is; `show` no longer sends to it."""
+    start_worker(concurrency=2)
+    tools = shared_with_agents(tmp_path / "tools", folder=True)
+    tools.chmod(0o755)
+    program = tools / "t1-agent"
+    scores = {"run=T0/0;": [0.9], "run=T0/1;": [0.9], "run=T1/0;": [0.8], "run=T1/1;": [0.8]}
+    with LLMStub([scripted_judge(scores)]) as stub:
+        matrix = judged_matrix(tmp_path, stub.base_url, runs=2, tiers="T0, T1", repeats=1)
+        matrix.write_text(
+            matrix.read_text().replace(
+                "tiers: [{id: T0}, {id: T1}]",
+                "tiers: [{id: T0}, {id: T1, agent: {command: '"
+                + f'{program} && echo "run=$EVALFLEET_TIER/$EVALFLEET_RUN_INDEX;" && touch out.txt'
+                + "'}}]",
+            )
+        )
+        done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+        assert done.returncode == 3, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        rejudged = run_cli("rejudge", exp_id, "--wait", env=fleet_env)
+        assert rejudged.returncode == 3, rejudged.stderr  # T1's errors are in it too
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+        again = run_cli("resume", exp_id, "--retry-errors", "--wait", env=fleet_env)
+        assert again.returncode == 0, again.stderr
+    shown = run_cli("report", exp_id, "--format", "json", env=fleet_env)
+    report = json.loads(shown.stdout)
+    assert report["version"] == 1 and report["experiment"]["errors"] == 0
+    assert report["tiers"]["T1"]["passes"] == 2
+    assert (
+        f"report version 1 of 2: version 2 was made of the runs before a resume ran some "
+        f"again (--version N shows one; `scheduler rejudge {exp_id}` judges the runs as "
+        "they are now)"
+    ) in " ".join(shown.stderr.split())
+    old = run_cli("report", exp_id, "--version", "2", "--format", "json", env=fleet_env)
+    assert json.loads(old.stdout)["experiment"]["errors"] == 2  # kept as it was
+    run = next(r.run_id for r in store.results.all(exp_id) if r.tier == "T1")
+    assert "later version" not in run_cli("show", run, env=fleet_env).stderr
+    assert store.reports.current(exp_id) == 1
+
+
 def test_rescore_runs_a_fixed_gate_on_archived_workspaces_without_any_agent(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
