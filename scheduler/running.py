@@ -136,7 +136,7 @@ def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: b
             f"{exp_id} --retry-errors` runs them again once the cause is mended"
         )
     waiting = found.queued + found.running
-    if not pending and not waiting and store.reports.versions(exp_id):
+    if not pending and not waiting and 1 in store.reports.versions(exp_id):
         conn.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")
         return None
     if pending:
@@ -235,7 +235,10 @@ def cancel(conn: Connection, experiment: str) -> tuple[str, ExperimentStatus, Se
 
     exp_id = conn.experiment_id(experiment)
     before = conn.store.experiments.cancel(exp_id)
-    if conn.shared or before == ExperimentStatus.complete or conn.store.reports.versions(exp_id):
+    # Version 1's report: the experiment was aggregated since its last (re)start; a later
+    # version alone is of runs before a resume (Experiments.reopen).
+    reported = 1 in conn.store.reports.versions(exp_id)
+    if conn.shared or before == ExperimentStatus.complete or reported:
         return exp_id, before, None
     found = to_resend(conn.app, conn.store, exp_id)
     matrix = conn.store.experiments.matrix(exp_id)
