@@ -114,11 +114,23 @@ Regex = Annotated[str, AfterValidator(_compiles)]
 def _reachable(url: str) -> str:
     # Checked here, not when the first run calls it: by then every agent has run (and
     # spent), and rejudging reuses the stored URL.
+    example = "as in http://127.0.0.1:8000/v1 or https://api.openai.com/v1"
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if url != url.strip() or any(c.isspace() for c in url):
+        raise ValueError(f"{url!r} has a space in it: remove it ({example})")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL: give its scheme and host, {example}")
+    try:
+        port = parts.port  # reading it checks it: a port past 65535 raises
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"{url!r}: its port is not a port (1-65535)")
+    if parts.username is not None or parts.password is not None:
+        # Printed by validate, stored with the matrix, shown in reports: never a secret.
         raise ValueError(
-            f"{url!r} is not an http(s) URL: give its scheme and host, as in "
-            "http://127.0.0.1:8000/v1 or https://api.openai.com/v1"
+            f"{urlsplit(url)._replace(netloc='…@' + parts.netloc.rpartition('@')[2]).geturl()!r} "
+            "carries credentials: give the key in the variable `api_key_env` names instead"
         )
     return url
 

@@ -161,6 +161,20 @@ def test_a_judge_url_without_its_scheme_is_refused_before_any_agent_runs(tmp_pat
         "an http(s) URL: give its scheme and host, as in http://127.0.0.1:8000/v1 or "
         "https://api.openai.com/v1"
     )
+    # Nor a URL httpx would refuse or misread later, nor one that carries a secret (it
+    # is printed, stored and shown).
+    for url, said in (
+        (" http://127.0.0.1:8765/v1", "has a space in it: remove it"),
+        ("http://127.0.0.1:99999/v1", "its port is not a port (1-65535)"),
+        ("https://user:pw@api.example.com/v1", "'https://…@api.example.com/v1' carries "
+         "credentials: give the key in the variable `api_key_env` names instead"),
+    ):  # fmt: skip
+        given = GOOD.replace(
+            "judge: {model: gpt-4o-mini", f'judge: {{base_url: "{url}", model: gpt-4o-mini'
+        )
+        refused = run_cli("validate", str(write(tmp_path, given)), env=KEYED)
+        assert refused.returncode == 2 and said in " ".join(refused.stderr.split()), refused.stderr
+        assert "user:pw" not in refused.stderr + refused.stdout
 
 
 def test_a_key_given_twice_is_an_error_at_its_second_place(tmp_path: Path) -> None:
