@@ -293,6 +293,7 @@ def _harbor(folder: Path) -> dict[str, Any]:
         if timeout is not None:
             fields["agent_timeout_s"] = timeout
     if toml.problems:  # every one at once: a task with three took three runs of validate
+        toml.problems.sort(key=lambda p: p.line or 0)
         raise ConfigError(toml.problems)
     return fields
 
@@ -469,7 +470,8 @@ def _terminal_bench(folder: Path) -> dict[str, Any]:
             refuse("max_agent_timeout_sec", f"expected a number of seconds > 0, got {value!r}")
         else:
             fields["agent_timeout_s"] = float(value)
-    if problems:  # every one at once
+    if problems:  # every one at once, in the file's order
+        problems.sort(key=lambda p: p.line or 0)
         raise ConfigError(problems)
     return fields
 

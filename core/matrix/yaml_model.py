@@ -90,8 +90,10 @@ def load_yaml_model(
             for err in exc.errors()
             for problem in _problems(path, root, err, model, prepared.origin)
         ]
-        # Values a prepare step copied into several places fail once per copy.
-        raise ConfigError(list({str(p): p for p in problems}.values())) from None
+        # Values a prepare step copied into several places fail once per copy; the rest
+        # in the file's order.
+        unique = sorted({str(p): p for p in problems}.values(), key=_file_order)
+        raise ConfigError(unique) from None
 
 
 def problem_at(path: Path, loc: Sequence[str | int], message: str) -> ConfigProblem:
@@ -162,6 +164,10 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
             ]
         )
     return data, root
+
+
+def _file_order(problem: ConfigProblem) -> tuple[str, int, int]:
+    return (problem.file, problem.line or 0, problem.column or 0)
 
 
 def yaml_syntax_problem(path: Path, exc: yaml.MarkedYAMLError) -> ConfigProblem:

@@ -327,14 +327,18 @@ def test_every_problem_of_a_task_file_is_said_in_one_run_of_validate(tasks: Path
     assert result.returncode == 2
     toml, yaml = tasks / "hello-file" / "task.toml", tasks / "tb-json-config" / "task.yaml"
     said = result.stderr
-    for problem in (
-        f"{toml}:5:1: environment.memory: expected a size such as",
-        f"{toml}:4:1: environment.cpus: Input should be greater than 0",
-        f"{toml}:2:1: agent.timeout_sec: expected a number of seconds > 0, got 'fast'",
-        f"{yaml}:2:1: parser_name: parser 'swebench' is not supported",
-        f"{yaml}:3:1: max_agent_timeout_sec: expected a number of seconds > 0, got 'abc'",
-    ):
-        assert problem in said, said
+    places = [
+        said.index(problem)
+        for problem in (
+            f"{toml}:2:1: agent.timeout_sec: expected a number of seconds > 0, got 'fast'",
+            f"{toml}:4:1: environment.cpus: Input should be greater than 0",
+            f"{toml}:5:1: environment.memory: expected a size such as",
+            f"{yaml}:2:1: parser_name: parser 'swebench' is not supported",
+            f"{yaml}:3:1: max_agent_timeout_sec: expected a number of seconds > 0, got 'abc'",
+        )
+    ]
+    # Each file's in its order.
+    assert places[:3] == sorted(places[:3]) and places[3:] == sorted(places[3:]), said
     assert said.splitlines()[-1] == "5 problem(s); nothing was started."
 
 
