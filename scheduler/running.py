@@ -133,7 +133,8 @@ def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: b
     if now.errors and not retry_errors:
         kept += (
             f"; {plural(now.errors, 'run')} ended in an infrastructure error: `scheduler resume "
-            f"{exp_id} --retry-errors` runs them again once the cause is mended"
+            f"{exp_id} --retry-errors` runs them again once the cause is mended (with the files "
+            "as submitted: a fix in the matrix folder needs a new submit)"
         )
     waiting = found.queued + found.running
     if not pending and not waiting and 1 in store.reports.versions(exp_id):

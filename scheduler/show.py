@@ -23,7 +23,7 @@ from rich.table import Table
 
 from core.evidence.models import Attempt, Excerpt, GateEvidence, JudgeEvidence, RunRecord
 from core.evidence.text import each_text, visible
-from core.results.run import GateResult, JudgeResult, RunResult, RunStatus
+from core.results.run import NOT_RUN_NOTE, GateResult, JudgeResult, RunResult, RunStatus
 from core.wording import plural
 from scheduler.report.formatting import duration
 
@@ -96,7 +96,8 @@ def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
     if result.fail_reason:
         console.print(f"reason: {escape(result.fail_reason)}")
     facts = [f"tier {result.tier}", f"scenario {result.scenario}", f"index {result.run_index}"]
-    if result.status in (RunStatus.cancelled, RunStatus.not_run):
+    stopped = (result.fail_reason or "").endswith(NOT_RUN_NOTE)  # by fail-fast, unstarted
+    if result.status in (RunStatus.cancelled, RunStatus.not_run) or stopped:
         # Its time would be the recording's, its cost none of its agent's: the reason
         # says whether an agent had begun.
         facts.append("no agent result")

@@ -295,7 +295,8 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
             f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
             f"of the statistics; most common ({count}): {visible(reason)}\n"
             f"once the cause is mended, `scheduler resume {report.experiment.id} --retry-errors` "
-            "runs them again",
+            "runs them again (with the files as submitted: a fix in the matrix folder needs a "
+            "new submit)",
             soft_wrap=True,
             markup=False,
         )

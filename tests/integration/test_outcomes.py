@@ -129,6 +129,10 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
         f"8 of 8 runs were infrastructure errors, kept out of the statistics; most common (8): "
         f"{reason}"
     )
+    # A run fail-fast kept from starting shows no agent's time or cost.
+    shown = run_cli("show", not_run[0].run_id, env=fleet_env).stdout
+    assert shown.splitlines()[1] == "outcome: infra_error, not counted in the statistics"
+    assert f"index {not_run[0].run_index} · no agent result" in shown
     # The reports name it too.
     markdown = _report(report["experiment"]["id"], "markdown", fleet_env)
     assert f"infrastructure error (8 runs): {reason}" in markdown
@@ -155,7 +159,8 @@ def test_infrastructure_errors_run_again_on_a_resume_that_asks_once_their_cause_
     exp_id = report["experiment"]["id"]
     assert code == 3 and report["experiment"]["errors"] == 5
     assert stderr.strip().splitlines()[-1] == (
-        f"once the cause is mended, `scheduler resume {exp_id} --retry-errors` runs them again"
+        f"once the cause is mended, `scheduler resume {exp_id} --retry-errors` runs them again "
+        "(with the files as submitted: a fix in the matrix folder needs a new submit)"
     )
     assert "T0" in store.health.halted(exp_id)
 
@@ -163,7 +168,8 @@ def test_infrastructure_errors_run_again_on_a_resume_that_asks_once_their_cause_
     assert same.returncode == 0, same.stderr
     assert (
         "every run has a result; nothing to resume; 5 runs ended in an infrastructure error: "
-        f"`scheduler resume {exp_id} --retry-errors` runs them again once the cause is mended"
+        f"`scheduler resume {exp_id} --retry-errors` runs them again once the cause is mended "
+        "(with the files as submitted"
     ) in " ".join(same.stderr.split())
 
     # The run's last word decides: one run fails on its own, the others pass.
