@@ -159,6 +159,7 @@ def _whisker(x_low: float, x_high: float, y: float, row: Estimate) -> str:
     )
 
 
+# wide: a chart's id, title, points, axes and its notes, as each chart function takes them
 def scatter_chart(
     chart_id: str,
     title: str,

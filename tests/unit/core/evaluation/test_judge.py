@@ -448,7 +448,9 @@ def test_unreachable_server(scenario: ScenarioJudge, rubric: Rubric) -> None:
 
 
 def test_unusable_base_url_is_not_retried(scenario: ScenarioJudge, rubric: Rubric) -> None:
-    config = JudgeConfig(base_url="judge.example/v1", api_key_env=None)
+    """validate refuses such a URL; a matrix stored before it did still gets one try."""
+    checked = JudgeConfig(api_key_env=None).model_dump()
+    config = JudgeConfig.model_construct(**{**checked, "base_url": "judge.example/v1"})
     result, _ = judge_run(
         Judge(config, scenario, rubric, api_key=None, sleep=lambda _: None),
         JudgeInputs(
