@@ -51,6 +51,13 @@ def write(tmp_path: Path, text: str, rubric: str = RUBRIC) -> Path:
     return path
 
 
+def refused(tmp_path: Path, text: str, rubric: str = RUBRIC) -> list[str]:
+    """The lines `validate` says of the matrix `text`, which it refuses (exit 2)."""
+    result = run_cli("validate", str(write(tmp_path, text, rubric)), env=KEYED)
+    assert result.returncode == 2, result.stdout
+    return result.stderr.splitlines()
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [
@@ -103,10 +110,8 @@ scenarios:
   - {id: s1, prompt: again}
 judge: {model: claude-sonnet-4, api_key_env: OPENAI_API_KEY}
 """
-    result = run_cli("validate", str(write(tmp_path, many)), env=KEYED)
-    assert result.returncode == 2
     matrix = tmp_path / "matrix.yaml"
-    assert result.stderr.splitlines() == [
+    assert refused(tmp_path, many) == [
         f"error: {matrix}:4:11: baseline: baseline 'T9' is not a tier; tiers are "
         "['T0', 'T0', 'T2']",
         f"error: {matrix}:7:9: tiers.1.id: duplicate tier id 'T0'; each must be unique",
@@ -137,9 +142,7 @@ scenarios:
 judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}
 """
     rubric = "criteria:\n  - {id: done, weight: 0, description: finished}\n"
-    result = run_cli("validate", str(write(tmp_path, matrix, rubric)), env=KEYED)
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [
+    assert refused(tmp_path, matrix, rubric) == [
         f"error: {tmp_path / 'rubric.yaml'}:2:24: criteria.0.weight: Input should be greater "
         "than 0",
         f"error: {tmp_path / 'matrix.yaml'}:4:24: tiers.1.id: duplicate tier id 'T0'; each "
@@ -181,10 +184,8 @@ def test_a_key_given_twice_is_an_error_at_its_second_place(tmp_path: Path) -> No
     """YAML keeps a repeated key's last value without a word: `runs_per_tier: 0` eight
     lines below a `runs_per_tier: 3` was taken, and its error pointed at the 3."""
     twice = GOOD.replace("  - id: s1\n", "  - id: s1\n    id: s2\n") + "runs_per_tier: 0\n"
-    result = run_cli("validate", str(write(tmp_path, twice)), env=KEYED)
-    assert result.returncode == 2
     matrix = tmp_path / "matrix.yaml"
-    assert result.stderr.splitlines() == [
+    assert refused(tmp_path, twice) == [
         f"error: {matrix}:10:5: id: given twice (first at line 9); YAML would keep this one "
         "and ignore the first without a word: remove one",
         f"error: {matrix}:22:1: runs_per_tier: given twice (first at line 2); YAML would keep "
