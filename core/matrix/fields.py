@@ -18,6 +18,7 @@ fills and a stored matrix's reader (core.store) sets for a worker:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -168,12 +169,16 @@ class PlacedErrors(ValueError):
             raise PlacedErrors(errors)
 
 
-def duplicates(values: list[str], what: str, at: tuple[str, ...] = ()) -> list[PlacedError]:
-    """`values`, the `id`s of the list at `at` (from the model validated), each once:
+def duplicates(
+    values: Sequence[str | None], what: str, at: tuple[str, ...] = ()
+) -> list[PlacedError]:
+    """`values`, the `id`s of the list at `at` (None: an entry without one), each once:
     an error at each repeat."""
     seen: set[str] = set()
     errors = []
     for index, value in enumerate(values):
+        if value is None:
+            continue
         if value in seen:
             message = f"duplicate {what} {value!r}; each must be unique"
             errors.append(PlacedError((*at, index, "id"), message))

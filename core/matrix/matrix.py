@@ -13,7 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from core.matrix.adaptive import AdaptiveRuns, RunsPerTier
 from core.matrix.agent import AgentConfig
@@ -131,20 +139,34 @@ class Matrix(Strict):
                 )
         return self
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _with_the_ids_checked(cls, data: Any, handler: ModelWrapValidatorHandler[Matrix]) -> Matrix:
+        # A key's error ends validation before the checks across keys (`_cross_checks`):
+        # those of the ids, which need no valid model, are said with it, not on the next
+        # run of `validate`.
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            if not isinstance(data, dict):
+                raise
+            ids = _identity_problems(
+                _ids(data.get("tiers")), _ids(data.get("scenarios")), data.get("baseline")
+            )
+            if not ids:
+                raise
+            checked = {"type": "value_error", "loc": (), "input": data, "ctx": {"error": None}}
+            checked["ctx"] = {"error": PlacedErrors(ids) if len(ids) > 1 else ids[0]}
+            raise ValidationError.from_exception_data(
+                exc.title,
+                [*_details(exc), checked],  # type: ignore[list-item]
+            ) from None
+
     @model_validator(mode="after")
     def _cross_checks(self) -> Matrix:
-        errors = duplicates([t.id for t in self.tiers], "tier id", ("tiers",))
-        errors += duplicates([s.id for s in self.scenarios], "scenario id", ("scenarios",))
-        if self.baseline is not None and self.baseline not in {t.id for t in self.tiers}:
-            tiers = [t.id for t in self.tiers]
-            hint = did_you_mean(self.baseline, tiers)
-            errors.append(
-                PlacedError(
-                    ("baseline",),
-                    f"baseline {self.baseline!r} is not a tier; tiers are {tiers}"
-                    + (f"; {hint}" if hint else ""),
-                )
-            )
+        errors = _identity_problems(
+            [t.id for t in self.tiers], [s.id for s in self.scenarios], self.baseline
+        )
         for index, tier in enumerate(self.tiers):
             try:
                 agent = self.agent_for(tier)
@@ -281,6 +303,41 @@ def matrix_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "evalfleet matrix.yaml"
     return schema
+
+
+def _identity_problems(
+    tiers: list[str | None], scenarios: list[str | None], baseline: Any
+) -> list[PlacedError]:
+    """Ids given twice, and a baseline that is not a tier (None: an entry without an id)."""
+    errors = duplicates(tiers, "tier id", ("tiers",))
+    errors += duplicates(scenarios, "scenario id", ("scenarios",))
+    named = list(dict.fromkeys(t for t in tiers if t is not None))
+    if isinstance(baseline, str) and named and baseline not in named:
+        hint = did_you_mean(baseline, named)
+        errors.append(
+            PlacedError(
+                ("baseline",),
+                f"baseline {baseline!r} is not a tier; tiers are {named}"
+                + (f"; {hint}" if hint else ""),
+            )
+        )
+    return errors
+
+
+def _ids(entries: Any) -> list[str | None]:
+    """The `id` of each entry of a list as the file gives it (None where it has none)."""
+    if not isinstance(entries, list):
+        return []
+    return [e.get("id") if isinstance(e, dict) and isinstance(e.get("id"), str) else None
+            for e in entries]  # fmt: skip
+
+
+def _details(exc: ValidationError) -> list[InitErrorDetails]:
+    """`exc`'s errors, to be raised again with more."""
+    return [
+        InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
+        for e in exc.errors(include_url=False)
+    ]
 
 
 def _has_image(scenario: Scenario) -> bool:

@@ -112,8 +112,7 @@ judge: {model: claude-sonnet-4, api_key_env: OPENAI_API_KEY}
 """
     matrix = tmp_path / "matrix.yaml"
     assert refused(tmp_path, many) == [
-        f"error: {matrix}:4:11: baseline: baseline 'T9' is not a tier; tiers are "
-        "['T0', 'T0', 'T2']",
+        f"error: {matrix}:4:11: baseline: baseline 'T9' is not a tier; tiers are ['T0', 'T2']",
         f"error: {matrix}:7:9: tiers.1.id: duplicate tier id 'T0'; each must be unique",
         f"error: {matrix}:9:12: tiers.2.agent: tier 'T2': its agent (the matrix agent with "
         "this tier's keys over it) is invalid: agent kind 'openai' needs `base_url` and "
@@ -122,6 +121,33 @@ judge: {model: claude-sonnet-4, api_key_env: OPENAI_API_KEY}
         f"error: {matrix}:15:16: judge.model: judge model 'claude-sonnet-4' is the model under "
         "test in tier 'T0'; use another judge model or set judge.allow_self_judge: true",
         "5 problem(s); nothing was started.",
+    ]
+
+
+def test_the_ids_are_checked_beside_a_keys_error_not_after_it(tmp_path: Path) -> None:
+    """A mistyped key ended validation before the duplicate ids and the baseline were
+    looked at: one more run of `validate` each. They need no valid model."""
+    matrix = """\
+name: demo
+runs_per_tier: 3
+baseline: T9
+agent: {kind: command, command: "echo hi"}
+tiers:
+  - id: T0
+  - {id: T0, preset: claude-code}
+scenarios:
+  - {id: s1, prompt: go, promt: x}
+  - {id: s1, prompt: again}
+"""
+    path = tmp_path / "matrix.yaml"
+    assert refused(tmp_path, matrix)[:-1] == [
+        f"error: {path}:3:11: baseline: baseline 'T9' is not a tier; tiers are ['T0']",
+        f"error: {path}:7:10: tiers.1.id: duplicate tier id 'T0'; each must be unique",
+        f"error: {path}:7:22: tiers.1.preset: unknown key; `preset` belongs under `agent:` "
+        "(`scheduler schema` lists every key)",
+        f"error: {path}:9:33: scenarios.0.promt: unknown key; did you mean `prompt` or "
+        "`prompt_file`? (`scheduler schema` lists every key)",
+        f"error: {path}:10:10: scenarios.1.id: duplicate scenario id 's1'; each must be unique",
     ]
 
 
