@@ -395,7 +395,7 @@ def _yaml_mapping(path: Path) -> tuple[yaml.Node | None, dict[str, Any]]:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        raise ConfigError([yaml_syntax_problem(path, exc)]) from None
+        raise ConfigError([yaml_syntax_problem(path, text, exc)]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigProblem(file=str(path), message=f"YAML error: {exc}")]) from None
     if not isinstance(data, dict):

@@ -10,6 +10,7 @@ its data comes from in the file, so that errors still point at the file's lines.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,7 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        raise ConfigError([yaml_syntax_problem(path, exc)]) from None
+        raise ConfigError([yaml_syntax_problem(path, text, exc)]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigProblem(file=str(path), message=f"YAML error: {exc}")]) from None
     except RecursionError:
@@ -170,7 +171,7 @@ def _file_order(problem: ConfigProblem) -> tuple[str, int, int]:
     return (problem.file, problem.line or 0, problem.column or 0)
 
 
-def yaml_syntax_problem(path: Path, exc: yaml.MarkedYAMLError) -> ConfigProblem:
+def yaml_syntax_problem(path: Path, text: str, exc: yaml.MarkedYAMLError) -> ConfigProblem:
     """Placed where the parser stopped, with what it was reading and from where: an
     unclosed quote or bracket is found only at the end of the file, far below it."""
     mark = exc.problem_mark or exc.context_mark
@@ -180,12 +181,36 @@ def yaml_syntax_problem(path: Path, exc: yaml.MarkedYAMLError) -> ConfigProblem:
         message += (
             f" ({exc.context} that begins at line {began.line + 1}, column {began.column + 1})"
         )
+    elif mark is not None and (opened := _unclosed_bracket(text, mark)) is not None:
+        message += (
+            f" (a bracket opened at line {opened.line + 1}, column {opened.column + 1} is not "
+            "closed before it)"
+        )
     return ConfigProblem(
         file=str(path),
         line=mark.line + 1 if mark else None,
         column=mark.column + 1 if mark else None,
         message=message,
     )
+
+
+_OPENS = (yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
+_CLOSES = (yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def _unclosed_bracket(text: str, stop: yaml.Mark) -> yaml.Mark | None:
+    """Where the innermost `{` or `[` still open on a line above `stop` was opened: the
+    parser, reading on into the next key, stops lines below the missing `}`."""
+    opened: list[yaml.Mark] = []
+    with contextlib.suppress(yaml.YAMLError):
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if token.start_mark.index >= stop.index:
+                break
+            if isinstance(token, _OPENS):
+                opened.append(token.start_mark)
+            elif isinstance(token, _CLOSES) and opened:
+                opened.pop()
+    return opened[-1] if opened and opened[-1].line < stop.line else None
 
 
 def _keys_given_twice(path: Path, root: yaml.Node | None) -> list[ConfigProblem]:

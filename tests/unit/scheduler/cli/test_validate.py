@@ -419,6 +419,12 @@ BAD = [
             'false: quote it ("yes")',
         ],
     ),
+    # A `}` left out: the parser reads on into the next keys and stops lines below.
+    (
+        "model: claude-sonnet-4}",
+        "model: claude-sonnet-4,",
+        ["YAML syntax error", "(a bracket opened at line 3, column 8 is not closed before it)"],
+    ),
     # Found lines below the unclosed quote: where what it was reading began is said too.
     (
         'command: "echo hi"',
