@@ -191,9 +191,12 @@ def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[
     for tier, reason in halted.items():
         agent = matrix.agent_for(matrix.tier(tier))
         command = agent.command if agent.kind == "command" else f"openai loop @ {agent.base_url}"
+        others = sum(map(matrix.runs_for, matrix.scenarios)) > matrix.fail_fast
         console.print(
             f"[red]tier {tier} stopped:[/red] its first {matrix.fail_fast} runs all ended with "
-            f"the same infrastructure error, so its other runs are not run.\n"
+            "the same infrastructure error"
+            + (", so its other runs are not run" if others else "")
+            + ".\n"
             f"  error: {escape(visible(reason))}\n  agent: {escape(command or '')}",
             highlight=False,
             markup=True,

@@ -121,9 +121,10 @@ def test_a_missing_agent_script_is_an_infrastructure_error_that_stops_its_tier(
     assert report["error_reasons"] == {reason: 8}
     assert report["experiment"]["errors"] == 8
     # The follower says so at once, with the failing command; the last line names the reason.
-    assert "tier T0 stopped: its first 3 runs all ended with the same infrastructure error" in (
-        stderr
-    )
+    assert (
+        "tier T0 stopped: its first 3 runs all ended with the same infrastructure error, so "
+        "its other runs are not run."
+    ) in " ".join(stderr.split())
     assert "agent: ./agnet.sh" in stderr
     assert stderr.strip().splitlines()[-2] == (
         f"8 of 8 runs were infrastructure errors, kept out of the statistics; most common (8): "
@@ -163,6 +164,8 @@ def test_infrastructure_errors_run_again_on_a_resume_that_asks_once_their_cause_
         "(with the files as submitted: a fix in the matrix folder needs a new submit)"
     )
     assert "T0" in store.health.halted(exp_id)
+    # Its 5 runs were more than the 2 that stopped it; a tier of exactly 2 has no others.
+    assert "same infrastructure error, so its other runs are not run." in " ".join(stderr.split())
 
     same = run_cli("resume", exp_id, env=fleet_env)
     assert same.returncode == 0, same.stderr
