@@ -152,6 +152,11 @@ class PlacedError(ValueError):
         self.loc = loc
 
 
+# The validation context's list of PlacedErrors found beside a ValidationError, which
+# the loading step says with its errors (a model validator that raises ends validation).
+ALSO_REFUSED = "also_refused"
+
+
 class PlacedErrors(ValueError):
     """Every check across keys of one model that failed, each placed: a model validator
     ends at the first error it raises, and a matrix with five such mistakes would need

@@ -21,11 +21,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails
 
 from core.matrix.adaptive import AdaptiveRuns, RunsPerTier
 from core.matrix.agent import AgentConfig
 from core.matrix.fields import (
+    ALSO_REFUSED,
     Identifier,
     PlacedError,
     PlacedErrors,
@@ -141,26 +141,21 @@ class Matrix(Strict):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _with_the_ids_checked(cls, data: Any, handler: ModelWrapValidatorHandler[Matrix]) -> Matrix:
+    def _with_the_ids_checked(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Matrix], info: ValidationInfo
+    ) -> Matrix:
         # A key's error ends validation before the checks across keys (`_cross_checks`):
-        # those of the ids, which need no valid model, are said with it, not on the next
-        # run of `validate`.
+        # those of the ids, which need no valid model, are handed to the loading step
+        # with it (the context's ALSO_REFUSED), to be said together, not on the next run
+        # of `validate`.
         try:
             return handler(data)
-        except ValidationError as exc:
-            if not isinstance(data, dict):
-                raise
-            ids = _identity_problems(
-                _ids(data.get("tiers")), _ids(data.get("scenarios")), data.get("baseline")
-            )
-            if not ids:
-                raise
-            checked = {"type": "value_error", "loc": (), "input": data, "ctx": {"error": None}}
-            checked["ctx"] = {"error": PlacedErrors(ids) if len(ids) > 1 else ids[0]}
-            raise ValidationError.from_exception_data(
-                exc.title,
-                [*_details(exc), checked],  # type: ignore[list-item]
-            ) from None
+        except ValidationError:
+            if isinstance(data, dict) and info.context is not None:
+                tiers, scenarios = _ids(data.get("tiers")), _ids(data.get("scenarios"))
+                found = _identity_problems(tiers, scenarios, data.get("baseline"))
+                info.context.setdefault(ALSO_REFUSED, []).extend(found)
+            raise
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Matrix:
@@ -330,14 +325,6 @@ def _ids(entries: Any) -> list[str | None]:
         return []
     return [e.get("id") if isinstance(e, dict) and isinstance(e.get("id"), str) else None
             for e in entries]  # fmt: skip
-
-
-def _details(exc: ValidationError) -> list[InitErrorDetails]:
-    """`exc`'s errors, to be raised again with more."""
-    return [
-        InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"], ctx=e.get("ctx", {}))
-        for e in exc.errors(include_url=False)
-    ]
 
 
 def _has_image(scenario: Scenario) -> bool:

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from core.errors import ConfigError
-from core.matrix.fields import PlacedError, PlacedErrors
+from core.matrix.fields import ALSO_REFUSED, PlacedError, PlacedErrors
 from core.matrix.gates import GATES
 from core.matrix.suggestions import did_you_mean, literal_choices, unknown_key_hint
 from core.settings import setting
@@ -86,9 +86,14 @@ def load_yaml_model(
     try:
         return model.model_validate(prepared.data, context=context)
     except ValidationError as exc:
+        found = [
+            *exc.errors(),
+            *({"type": "value_error", "loc": (), "msg": str(e), "ctx": {"error": e}}
+              for e in context.get(ALSO_REFUSED, ())),
+        ]  # fmt: skip
         problems = [
             problem
-            for err in exc.errors()
+            for err in found
             for problem in _problems(path, root, err, model, prepared.origin)
         ]
         # Values a prepare step copied into several places fail once per copy; the rest

@@ -149,6 +149,13 @@ scenarios:
         "`prompt_file`? (`scheduler schema` lists every key)",
         f"error: {path}:10:10: scenarios.1.id: duplicate scenario id 's1'; each must be unique",
     ]
+    # Beside an error of any type (an empty path's once ended in a traceback).
+    empty = matrix.replace("{id: T0, preset: claude-code}", "{id: T0, files: {AGENTS.md: }}")
+    assert refused(tmp_path, empty)[1:3] == [
+        f"error: {path}:7:10: tiers.1.id: duplicate tier id 'T0'; each must be unique",
+        f"error: {path}:7:32: tiers.1.files.AGENTS.md: Input is not a valid path for <class "
+        "'pathlib.Path'>",
+    ]
 
 
 def test_a_rubrics_problems_are_said_with_the_matrixs_not_instead_of_them(
