@@ -437,6 +437,12 @@ def gate_enclosure(
     return None
 
 
+# A verifier's `python3 -m pytest`, run in the workspace, would put the workspace first
+# on sys.path: a pytest.py (or any module) the agent left there would be the one run.
+# Python 3.11+ reads it; an older one in a task's image ignores it.
+SAFE_PYTHON = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
+
+
 def task_environment(
     run_dir: RunDir,
     scenario: Scenario,
@@ -454,6 +460,7 @@ def task_environment(
     if container is not None:
         # The container's /tests is bound to the run's copy (worker.docker_sandbox).
         inside = {**container.env, **({"EVALFLEET_TESTS": TESTS_DIR} if has_tests else {})}
+        inside |= SAFE_PYTHON
         container.hand_over([rewards], container.verifier_user)
 
         def in_container(command: str, timeout_s: float, extra: Mapping[str, str]) -> ShellResult:
@@ -469,9 +476,11 @@ def task_environment(
 
         return RunEnvironment(in_container, rewards)
     binds = {TESTS_DIR: run_dir.tests} if has_tests else {}
-    argv_prefix = confinement.argv_prefix(run_dir, binds)
+    home = run_dir.graders_home  # the gates' home (with_tests), shown in the jail too
+    argv_prefix = confinement.argv_prefix(run_dir, {**binds, str(home): home})
     # The gates' $EVALFLEET_TESTS is the run folder's copy, which the jail shows at /tests.
     base = {**env, "EVALFLEET_TESTS": TESTS_DIR} if binds else dict(env)
+    base |= SAFE_PYTHON
 
     def run(command: str, timeout_s: float, extra: Mapping[str, str]) -> ShellResult:
         return run_shell(

@@ -93,6 +93,11 @@ class RunDir:
         return self.root / "events.jsonl"
 
     @functools.cached_property
+    def graders_home(self) -> Path:
+        """The gates' and the verifier's home, made once the agent has ended (with_tests)."""
+        return self.root / "graders"
+
+    @functools.cached_property
     def tests(self) -> Path:
         """A scenario's hidden tests, copied in once the agent has ended (with_tests)."""
         return self.root / "tests"
@@ -560,15 +565,36 @@ def run_setup(
 def with_tests(
     run_dir: RunDir, scenario: Scenario, env: Mapping[str, str], user: RunAs | None
 ) -> dict[str, str]:
-    """The gates' environment: the agent's, and where the scenario's hidden tests are
-    ($EVALFLEET_TESTS), copied in now that the agent has ended (and, confined,
-    nothing of its user is left running to read them). Raises SetupError."""
+    """The gates' environment: the agent's, but for a home of their own made now that
+    the agent has ended (the agent's, which it wrote, would steer what they run: a
+    usercustomize.py in its Python user site runs first in every `python3` they start,
+    and a git, curl or npm config in it is read), Python's user site off; and where the
+    scenario's hidden tests are ($EVALFLEET_TESTS), copied in now (confined, nothing of
+    its user is left running to read them). Raises SetupError."""
+    env = {**env, **_graders_home(run_dir, user), "PYTHONNOUSERSITE": "1"}
     if scenario.tests is None:
-        return dict(env)
+        return env
     # Terminal-Bench's runner lies beside its tests, at the task's root: /tests holds both.
     runner = scenario.verifier.runner if scenario.verifier is not None else None
     _copy_in(scenario.tests, run_dir.tests, user, "tests", extra=runner)
     return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}
+
+
+def _graders_home(run_dir: RunDir, user: RunAs | None) -> dict[str, str]:
+    """A fresh home in the run's folder (root's: the run's user cannot make it first),
+    the gates' HOME, TMPDIR and XDG folders. One folder: each costs a quick run time."""
+    home = run_dir.graders_home
+    try:
+        if home.exists():  # a preflight's second cell in the same folder
+            remove_tree(home)
+        home.mkdir()
+        if user is not None:
+            os.chown(home, user.uid, user.gid)
+    except OSError as exc:
+        raise SetupError(f"making the gates' home failed: {exc}") from exc
+    return {"HOME": str(home), "TMPDIR": str(home)} | {
+        name: str(home / folder) for name, folder in _XDG.items()
+    }
 
 
 def with_solution(run_dir: RunDir, scenario: Scenario | None, user: RunAs | None) -> None:

@@ -31,7 +31,7 @@ import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import FIXTURES, StartWorker, run_cli
 
 ANSWER = "42"
 # What the hidden test and the matrix's reference hold, and nothing the agent may see.
@@ -217,6 +217,62 @@ echo "found:[$found]"
     done; sleep 0.1; done' "$PWD" & ) >/dev/null 2>&1
 if [ -n "$found" ]; then echo "$found" > answer.txt; else echo unknown > answer.txt; fi
 """
+
+
+# What the graders' Python runs, steered from what the agent leaves behind: a pytest.py
+# in its workspace, which `python3 -m pytest` run there imported first; a
+# usercustomize.py in its home's Python user site, which every python3 of its user ran
+# first. Each prints a pass and ends the grader with exit 0.
+SHADOW = "printf 'import sys\\nprint(\"all tests passed\")\\nsys.exit(0)\\n' > pytest.py"
+USER_SITE = r"""
+d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p "$d" &&
+printf 'import os, sys\nprint("all tests passed")\nsys.stdout.flush()\nos._exit(0)\n' \
+  > "$d/usercustomize.py"
+"""
+FIB = "0 1 1 2 3 5 8 13 21 34".replace(" ", "\\n")
+RIGHT = f"printf '{FIB}' > fib.txt; echo 42 > answer.txt"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run's own user needs a worker running as root")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_python_the_graders_start_is_not_the_agents_to_steer(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Both passed a Terminal-Bench task's verifier (jailed) and a command gate in
+    Python (as the run's user) without doing the task: the graders now get a home of
+    their own, made after the agent ended, with Python's user site off, and a verifier
+    a Python that does not put the workspace first on its path."""
+    folder = tmp_path / "exp"
+    shutil.copytree(FIXTURES / "tasks" / "tb-fibonacci", folder / "tasks" / "fib")
+    check = 'python3 -c \'import sys; sys.exit(open("answer.txt").read().strip() != "42")\''
+    (folder / "matrix.yaml").write_text(f"""
+name: steer
+runs_per_tier: 1
+agent: {{kind: command, command: "true", timeout_s: 60}}
+tiers:
+  - {{id: shadow, agent: {{command: {json.dumps(SHADOW)}}}}}
+  - {{id: user-site, agent: {{command: {json.dumps(USER_SITE)}}}}}
+  - {{id: right, agent: {{command: {json.dumps(RIGHT)}}}}}
+scenarios:
+  - {{task: tasks/fib}}
+  - id: plain
+    prompt: answer
+    evaluation: {{gates: [{{type: command_succeeds, command: {json.dumps(check)}}}]}}
+""")
+    for path in (folder, *folder.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o755 if path.is_dir() else path.stat().st_mode | 0o644)
+    start_worker(concurrency=2)
+    runs = store.results.all(_submit(folder / "matrix.yaml", fleet_env))
+    passed = {(r.tier, r.scenario): r.passed for r in runs}
+    assert passed == {
+        ("shadow", "fib"): False,
+        ("shadow", "plain"): False,
+        ("user-site", "fib"): False,
+        ("user-site", "plain"): False,
+        ("right", "fib"): True,
+        ("right", "plain"): True,
+    }, {(r.tier, r.scenario): r.fail_reason for r in runs}
 
 
 def _hidden_matrix(folder: Path, sandbox: str) -> Path:
