@@ -90,8 +90,10 @@ def verify(verifier: Verifier, environment: RunEnvironment) -> Verification:
 
 def read_rewards(folder: Path) -> tuple[dict[str, float], str | None]:
     """The rewards a verifier wrote in `folder` (its /logs/verifier): reward.txt's
-    number as `reward`, else reward.json's numbers by name (other values, a `details`
-    object, ignored); else none, and why."""
+    number as `reward`, else reward.json's numbers by name (an object or a list, a
+    `details` of the verifier's, ignored); else none, and why. A value that looks like
+    a reward but is none (NaN, "0", null, true) is the verifier's failure, not left out:
+    the run would pass on the others."""
     text_file, json_file = folder / "reward.txt", folder / "reward.json"
     if text_file.is_file():
         text = _read(text_file)
@@ -107,12 +109,15 @@ def read_rewards(folder: Path) -> tuple[dict[str, float], str | None]:
             return {}, f"verifier: reward.json is not JSON ({exc}): {_shown(text)}"
         if not isinstance(document, dict):
             return {}, f"verifier: reward.json holds {_shown(text)}, not an object of numbers"
-        rewards = {
-            str(name): float(value)
-            for name, value in document.items()
-            if isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value)
-        }  # fmt: skip
+        rewards: dict[str, float] = {}
+        for name, value in document.items():
+            if isinstance(value, dict | list):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return {}, f"verifier: reward.json's {name!r} holds {value!r}, not a number"
+            if not math.isfinite(value):
+                return {}, f"verifier: reward.json's {name!r} holds {value!r}, not a number"
+            rewards[str(name)] = float(value)
         if not rewards:
             return {}, f"verifier: reward.json holds no number: {_shown(text)}"
         return rewards, None

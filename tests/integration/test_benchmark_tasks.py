@@ -53,6 +53,8 @@ printf '{{"correctness": %s, "style": 1, "details": {{"note": "x"}}}}' "$ok" \\
 """,
     # Broken: says it passed but writes no reward.
     "silent": "echo all good\n",
+    # A reward written as text: no number, whatever the rest says.
+    "stringly": 'printf \'{"correctness": "1", "style": 1}\' > /logs/verifier/reward.json\n',
     # Vacuous: rewards an untouched /app.
     "vacuous": "echo 1 > /logs/verifier/reward.txt\n",
 }
@@ -111,13 +113,13 @@ TIERS = f"""
 def test_the_oracle_passes_sound_tasks_and_nothing_passes_none_and_no_agent_finds_the_answer(
     fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
 ) -> None:
-    matrix = _matrix(tmp_path / "exp", ["sound", "multi", "silent"], TIERS)
+    matrix = _matrix(tmp_path / "exp", ["sound", "multi", "silent", "stringly"], TIERS)
     start_worker(concurrency=2)
     done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
     assert done.returncode == 0, done.stderr
     exp_id = json.loads(done.stdout)["experiment"]["id"]
     runs = {(r.tier, r.scenario): r for r in store.results.all(exp_id)}
-    assert len(runs) == 9
+    assert len(runs) == 12
     assert {r.isolation for r in runs.values()} == {"bwrap"}
     assert all(r.status is RunStatus.completed for r in runs.values()), [
         (k, r.status, r.fail_reason) for k, r in runs.items()
@@ -134,6 +136,13 @@ def test_the_oracle_passes_sound_tasks_and_nothing_passes_none_and_no_agent_find
     assert nothing["sound"].fail_reason == "reward 0 < 1 (pass_reward)"
     assert nothing["multi"].fail_reason == "reward correctness 0 < 1 (pass_reward)"
 
+    # "1" is no reward: the run does not pass on the style alone.
+    for tier in ("oracle", "nothing"):
+        stringly = runs[tier, "stringly"]
+        assert not stringly.passed and stringly.rewards == {}
+        assert stringly.fail_reason == (
+            "verifier: reward.json's 'correctness' holds '1', not a number"
+        )
     # No reward file: the task's verdict on the run, whoever ran.
     for tier in ("oracle", "nothing"):
         silent = runs[tier, "silent"]

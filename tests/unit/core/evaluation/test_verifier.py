@@ -27,12 +27,22 @@ def _environment(folder: Path) -> RunEnvironment:
         ({"reward.txt": "abc\n"}, {}, "verifier: reward.txt holds 'abc', not a number"),
         ({"reward.txt": "nan"}, {}, "verifier: reward.txt holds 'nan', not a number"),
         (
-            {"reward.json": '{"a": 1, "b": 0.25, "ok": true, "details": {"x": 1}}'},
+            {"reward.json": '{"a": 1, "b": 0.25, "details": {"x": 1}, "seen": [2]}'},
             {"a": 1.0, "b": 0.25},
             None,
         ),
-        ({"reward.json": '{"details": "x"}'}, {}, "verifier: reward.json holds no number: "
-         "'{\"details\": \"x\"}'"),
+        ({"reward.json": '{"details": {"x": "y"}}'}, {}, "verifier: reward.json holds no "
+         "number: '{\"details\": {\"x\": \"y\"}}'"),
+        # A value in a reward's place that is not a number fails the verifier: the run
+        # passed on the others.
+        ({"reward.json": '{"a": NaN, "b": 1}'}, {}, "verifier: reward.json's 'a' holds nan, "
+         "not a number"),
+        ({"reward.json": '{"a": "0", "b": 1}'}, {}, "verifier: reward.json's 'a' holds '0', "
+         "not a number"),
+        ({"reward.json": '{"a": null, "b": 1}'}, {}, "verifier: reward.json's 'a' holds None, "
+         "not a number"),
+        ({"reward.json": '{"a": true, "b": 1}'}, {}, "verifier: reward.json's 'a' holds True, "
+         "not a number"),
         ({"reward.json": "[1]"}, {}, "verifier: reward.json holds '[1]', not an object of numbers"),
         ({}, {}, "verifier: no /logs/verifier/reward.txt or reward.json"),
     ],
