@@ -79,7 +79,42 @@ def refuse_mistakes(
         + _off_path(matrix, path)
         + _unknown_costs(matrix, path)
         + _unconfined(matrix, path)
+        + _images_without_docker(matrix, path)
     )
+
+
+def _images_without_docker(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    """A tier that would run benchmark tasks needing their own image on the worker's
+    system: each such run an infrastructure error (worker.confinement), not judged on
+    the wrong system. A warning: the tier's other tasks run."""
+    imaged = [
+        s.id for s in matrix.scenarios
+        if s.environment is not None and (s.environment.image or s.environment.build)
+    ]  # fmt: skip
+    if not imaged:
+        return []
+    named = ", ".join(imaged[:5]) + (f" and {len(imaged) - 5} more" if len(imaged) > 5 else "")
+    local = [
+        (index, tier, matrix.agent_for(tier).sandbox)
+        for index, tier in enumerate(matrix.tiers)
+        if matrix.agent_for(tier).sandbox != "docker"
+    ]
+    if not local:
+        return []
+    index, first, _ = local[0]
+    own = first.agent is not None and first.agent.sandbox is not None
+    sandboxes = ", ".join(sorted({f"`sandbox: {sandbox}`" for _, _, sandbox in local}))
+    return [
+        problem_at(
+            path,
+            ("tiers", index, "agent", "sandbox") if own else ("tiers", index),
+            f"{_tiers([t.id for _, t, _ in local])} run under {sandboxes}, but {named} "
+            f"{'needs its' if len(imaged) == 1 else 'need their'} own image "
+            "(`environment.image` or a Dockerfile to build): every such run would be an "
+            "infrastructure error; set `sandbox: docker` on the agent (the matrix's or the "
+            "tier's)",
+        )
+    ]
 
 
 def _missing_judge_key(matrix: Matrix, path: Path) -> list[ConfigProblem]:

@@ -133,6 +133,14 @@ def confined(
             f"`sandbox: {agent.sandbox}` does not provide here; use `sandbox: bwrap` (or "
             "`auto`), or `docker`"
         )
+    if environment is not None and kind != "docker" and (environment.image or environment.build):
+        # On this system its tests would judge another system than theirs: a sound task
+        # failed its own oracle, counted against the agent.
+        raise SetupError(
+            "this benchmark task runs in its own image (`environment.image` or a Dockerfile "
+            f"to build), which `sandbox: {agent.sandbox}` does not give it; set `sandbox: "
+            "docker` on the agent"
+        )
     workdir = environment.workdir if environment is not None else None
     network = needs_network(agent, environment)
     leased = kind == "user" or (kind == "bwrap" and os.geteuid() == 0)

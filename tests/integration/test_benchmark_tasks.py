@@ -26,7 +26,7 @@ import pytest
 from core.modelserver import ModelServer
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import StartWorker, run_cli
+from tests.conftest import FIXTURES, StartWorker, run_cli
 from tests.integration.test_real_agent_clis import CASES, KEY, cli_path, script_for
 
 pytestmark = [
@@ -231,3 +231,28 @@ scenarios:
     assert run.isolation == "bwrap"
     assert [r.turn for r in served] == [0, 1], store.evidence.get(run.experiment_id, run.run_id)
     assert run.passed and run.rewards == {"reward": 1.0}, run.fail_reason
+
+
+def test_a_task_with_an_image_of_its_own_is_not_run_on_this_system_without_docker(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """Under `sandbox: auto` a task built from its own Dockerfile ran on the worker's
+    system, its tests judging another system: its sound oracle failed, counted against
+    the agent. It is an infrastructure error now, named, and `validate` warned of it."""
+    folder = tmp_path / "exp"
+    shutil.copytree(FIXTURES / "tasks" / "own-image", folder / "tasks" / "own-image")
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(
+        "name: imaged\nruns_per_tier: 1\nagent: {preset: oracle}\ntiers: [{id: T0}]\n"
+        "scenarios: [{task: tasks/own-image}]\nfail_fast: 0\n"
+    )
+    start_worker(concurrency=1)
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 3, done.stderr
+    assert "need" in done.stderr and "own image" in done.stderr  # validate's warning
+    [run] = store.results.all(json.loads(done.stdout)["experiment"]["id"])
+    assert run.status is RunStatus.infra_error and not run.passed
+    assert run.fail_reason == (
+        "this benchmark task runs in its own image (`environment.image` or a Dockerfile to "
+        "build), which `sandbox: auto` does not give it; set `sandbox: docker` on the agent"
+    )

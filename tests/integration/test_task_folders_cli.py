@@ -48,6 +48,14 @@ def test_validate_lists_what_a_tasks_glob_expanded_to(
     assert "    ... and 6 more" in out  # the first five of eleven, compactly
     assert "own-image" in out and "builds fixtures/tasks/own-image/environment/Dockerfile" in out
     assert "scenario hello-file:" not in out  # not once more, one line per scenario
+    # Under `sandbox: auto`, the tasks with an image of their own would be run on this
+    # system, judged by tests of another: each such run is an infrastructure error, said.
+    said = " ".join(result.stderr.split())
+    assert (
+        "tiers.0: tiers T0, T1 run under `sandbox: auto`, but multi-file-env, own-image, "
+        "tb-own-image need their own image (`environment.image` or a Dockerfile to build): "
+        "every such run would be an infrastructure error; set `sandbox: docker`"
+    ) in said
 
 
 def test_a_broken_task_is_refused_at_its_line_and_nothing_is_queued(
