@@ -48,7 +48,7 @@ from pydantic_core import ErrorDetails
 
 from core.errors import AnswerError, LLMError, UnusableURL
 from core.evidence.models import Excerpt, JudgeCall, JudgeEvidence, JudgeInputs
-from core.evidence.redact import redact, redact_record
+from core.evidence.redact import redact, redact_record, worth_redacting
 from core.evidence.text import encodable
 from core.llm.client import Deadline, LLMHttp, LLMReply, excerpt
 from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
@@ -111,7 +111,8 @@ class Judge:
 
     @property
     def kept_out(self) -> list[str]:
-        return [self.api_key or "", *self.secrets]
+        # As every secret: a value too short to be one would redact ordinary words.
+        return worth_redacting([self.api_key or "", *self.secrets])
 
 
 def judge_run(judge: Judge, inputs: JudgeInputs, *, gates: Sequence[GateResult]) -> Judgment:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel
@@ -57,7 +57,7 @@ def secret_values(
         if key_env:
             names.add(key_env)
     values = [environ.get(name, "") for name in names]
-    return _worth_redacting([*values, *broker_url_forms(broker_url)])
+    return worth_redacting([*values, *broker_url_forms(broker_url)])
 
 
 def broker_url_forms(url: str | None) -> list[str]:
@@ -74,7 +74,7 @@ def broker_url_forms(url: str | None) -> list[str]:
     return forms
 
 
-def _worth_redacting(values: Iterable[str]) -> list[str]:
+def worth_redacting(values: Iterable[str]) -> list[str]:
     # Longest first: a secret that contains another is taken out whole.
     return sorted({v for v in values if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
 
@@ -96,7 +96,29 @@ def redact_record(record: R, secrets: Sequence[str]) -> R:
     if not secrets or not _mentions(record.model_dump_json(), secrets):
         return record
     text = record.model_dump(mode="json")
-    return type(record).model_validate(each_text(text, lambda s: redact(s, secrets)))
+    # The models' own field names stay: a secret inside one ("x" in "text") made the
+    # record one that no longer reads back; a dict's own keys (file names) are redacted.
+    fields = field_names(type(record))
+    return type(record).model_validate(each_text(text, lambda s: redact(s, secrets), fields))
+
+
+@functools.cache
+def field_names(model: type[BaseModel]) -> frozenset[str]:
+    """The field names of `model` and of every model its fields hold, however nested."""
+    names: set[str] = set()
+    seen: set[type[BaseModel]] = set()
+    stack: list[Any] = [model]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            if item in seen:
+                continue
+            seen.add(item)
+            names.update(item.model_fields)
+            stack.extend(field.annotation for field in item.model_fields.values())
+        else:
+            stack.extend(get_args(item))
+    return frozenset(names)
 
 
 def _mentions(text: str, secrets: Sequence[str]) -> bool:

@@ -56,15 +56,18 @@ def visible(text: str) -> str:
     return "\u200d".join(part.translate(_SHOWN) for part in parts)
 
 
-def each_text(value: Any, change: Callable[[str], str]) -> Any:
+def each_text(value: Any, change: Callable[[str], str], kept: frozenset[str] = frozenset()) -> Any:
     """`value` (JSON-like: dicts, lists, scalars) with `change` applied to every
-    string in it, keys included."""
+    string in it, keys included but those in `kept` (a model's own field names)."""
     if isinstance(value, str):
         return change(value)
     if isinstance(value, list):
-        return [each_text(item, change) for item in value]
+        return [each_text(item, change, kept) for item in value]
     if isinstance(value, dict):
-        return {each_text(key, change): each_text(item, change) for key, item in value.items()}
+        return {
+            key if key in kept else each_text(key, change, kept): each_text(item, change, kept)
+            for key, item in value.items()
+        }
     return value
 
 

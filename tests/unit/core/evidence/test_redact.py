@@ -44,6 +44,16 @@ def test_records_are_redacted_in_every_string_keys_included() -> None:
     assert clean.message == f"saw {MARKER}" and clean.details == {MARKER: [f"x {MARKER}"]}
 
 
+def test_a_secret_inside_a_field_name_leaves_the_record_one_that_reads_back() -> None:
+    """A judge key "message" (or one within "gate_type") was taken out of the record's
+    own field names too: the record no longer validated, and the run was an
+    infrastructure error. Field names stay; values and a dict's own keys go."""
+    gate = GateResult(gate_type="script", passed=False, message="the message",
+                      details={"a message": "message"})  # fmt: skip
+    clean = redact_record(gate, ["message"])
+    assert clean.message == f"the {MARKER}" and clean.details == {f"a {MARKER}": MARKER}
+
+
 def test_short_values_and_a_url_without_password_are_handled() -> None:
     environ = {"TOKEN": "abc"}  # too short to redact without erasing ordinary words
     secrets = secret_values(_matrix(), environ, "redis://127.0.0.1:6379/0")
