@@ -43,6 +43,8 @@ from scheduler import standby
 from scheduler.standby import WORKER_MODULE
 from scheduler.warm import RemoteProcess
 
+# In the private folder: the redis-server the store was made with (EmbeddedRedis._binary).
+SERVER_FILE = "redis-server"
 _START_TIMEOUT_S = 20.0
 _UNBLOCK_EVERY_S = 0.02
 
@@ -83,6 +85,21 @@ class EmbeddedRedis:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _binary(self) -> str:
+        """The redis-server this folder's store was made with, while it is there: a
+        command run with another PATH found another version, and Redis 7 rewrote the
+        store in a form 6.2 does not read (the folder's experiments then looked gone,
+        and those run meanwhile went to a store 7 never read). EVALFLEET_REDIS_SERVER
+        still chooses; a new folder keeps what it starts with."""
+        kept = self.private / SERVER_FILE
+        if not os.environ.get("EVALFLEET_REDIS_SERVER") and kept.is_file():
+            binary = kept.read_text().strip()
+            if binary and os.access(binary, os.X_OK):
+                return binary
+        binary = redis_server_binary()
+        _write_private(kept, binary + "\n")
+        return binary
+
     def start(self) -> str:
         running = running_embedded_broker(self.state_dir)
         if running and _answers(running):
@@ -98,7 +115,7 @@ class EmbeddedRedis:
         config = self.private / "redis.conf"
         _write_private(config, _config(self.state_dir, socket_path, password))
         self.proc = subprocess.Popen(
-            [redis_server_binary(), str(config)],
+            [self._binary(), str(config)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches us, and we stop it cleanly

