@@ -79,6 +79,7 @@ from pathlib import Path
 from core.errors import SetupError
 from core.evaluation.credentials import RunAs
 from core.evaluation.gates import Enclosure
+from core.evidence.text import last_line_first, last_lines
 from core.files.places import work_root
 from core.matrix import (
     LOGS_DIR,
@@ -526,9 +527,13 @@ def _cli(docker: str, *args: str, timeout: float = _CLI_TIMEOUT_S) -> str:
             [docker, *args], capture_output=True, text=True, timeout=timeout, env=_client_env()
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SetupError(f"`docker {args[0]}` for the sandbox failed: {exc}") from exc
+        raise SetupError(f"`docker {args[0]}` failed: {exc}") from exc
     if done.returncode != 0:
-        raise SetupError(f"`docker {args[0]}` for the sandbox failed: {done.stderr.strip()[-500:]}")
+        # Its last words first (a build's failing step), from a whole line: the head of
+        # a cut tail read "acy builder is deprecated".
+        tail = last_lines(done.stderr, 500)
+        said = last_line_first(tail) if tail else f"exit code {done.returncode}"
+        raise SetupError(f"`docker {args[0]}` failed: {said}")
     return done.stdout.strip()
 
 

@@ -26,7 +26,7 @@ from core.evaluation.verifier import RunEnvironment, Verification, below, verify
 from core.evidence.events import compact_events
 from core.evidence.models import Excerpt, GateEvidence, JudgeInputs, RunEvidence
 from core.evidence.redact import redact, redact_record, secret_values
-from core.evidence.text import encodable
+from core.evidence.text import encodable, last_line_first, last_lines
 from core.files.changes import Snapshot, patch, snapshot, summarize_changes
 from core.matrix import (
     AgentConfig,
@@ -560,10 +560,10 @@ def _agent_reasons(
     elif outcome.exit_code not in (0, None):
         # The error the agent reported says why in its own words (said below); stderr's
         # tail would be noise before it (OpenCode's: a stack trace), and is evidence.
-        tail = "" if transcript.agent_reported_error else _last_lines(outcome.stderr, 300)
+        tail = "" if transcript.agent_reported_error else last_lines(outcome.stderr, 300)
         reasons.append(
             f"agent exited with code {outcome.exit_code}"
-            + (f": {redact(_last_line_first(tail), secrets)}" if tail else "")
+            + (f": {redact(last_line_first(tail), secrets)}" if tail else "")
         )
     if _wrong_format(outcome, transcript):
         expected = "in a CLI format" if transcript.format == "auto" else transcript.format
@@ -578,26 +578,6 @@ def _agent_reasons(
     if transcript.agent_reported_error:
         reasons.append(f"agent reported an error: {transcript.agent_reported_error}")
     return reasons
-
-
-def _last_lines(text: str, most: int) -> str:
-    """The last whole lines of `text` within `most` characters: a line cut at its start
-    reads as garbage ("last):" of "Traceback (most recent call last):"). A last line
-    alone longer than that is cut to its end."""
-    text = text.strip()
-    if len(text) <= most:
-        return text
-    tail = text[-most:]
-    start = tail.find("\n")
-    return tail[start + 1 :] if start != -1 and start + 1 < len(tail) else tail
-
-
-def _last_line_first(tail: str) -> str:
-    """stderr's tail with its last line first: a program's last words say why it failed
-    (a Python traceback's exception, after "Traceback (most recent call last):"), and
-    the tables of reasons show a reason's first line only."""
-    last = tail.splitlines()[-1].strip()
-    return last if last == tail else f"{last}\n{tail}"
 
 
 def _wrong_format(outcome: AgentOutcome, transcript: Transcript) -> bool:

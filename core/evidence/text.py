@@ -74,3 +74,23 @@ def each_text(value: Any, change: Callable[[str], str], kept: frozenset[str] = f
 def _escaped(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def last_lines(text: str, most: int) -> str:
+    """The last whole lines of `text` within `most` characters: a line cut at its start
+    reads as garbage ("last):" of "Traceback (most recent call last):"). A last line
+    alone longer than that is cut to its end."""
+    text = text.strip()
+    if len(text) <= most:
+        return text
+    tail = text[-most:]
+    start = tail.find("\n")
+    return tail[start + 1 :] if start != -1 and start + 1 < len(tail) else tail
+
+
+def last_line_first(tail: str) -> str:
+    """stderr's tail with its last line first: a program's last words say why it failed
+    (a Python traceback's exception, after "Traceback (most recent call last):"), and
+    the tables of reasons show a reason's first line only."""
+    last = tail.splitlines()[-1].strip()
+    return last if last == tail else f"{last}\n{tail}"

@@ -187,3 +187,31 @@ scenarios: [{{id: s, prompt: go}}]
     assert "the scripted model server (on this machine's loopback) is unreachable" in (
         checked.stderr
     )
+
+
+def test_a_task_image_that_fails_to_build_says_its_failing_step_first(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A task whose Dockerfile fails: each run an infrastructure error whose reason
+    starts with the build's last words, not with the middle of a line of its tail
+    ("acy builder is deprecated")."""
+    folder = tmp_path / "exp"
+    task = folder / "tasks" / "breaks"
+    shutil.copytree(FIXTURES / "tasks" / "own-image", task)
+    dockerfile = next(task.rglob("Dockerfile"))
+    dockerfile.write_text(
+        f"FROM {BASE}\nRUN echo {'x' * 600} && echo the-step-that-broke >&2 && exit 7\n"
+        f"# {uuid.uuid4().hex}\n"
+    )
+    (folder / "matrix.yaml").write_text(
+        "name: breaks\nruns_per_tier: 1\n"
+        f"agent: {{command: 'true', sandbox: docker, docker: {{image: {BASE}}}}}\n"
+        "tiers: [{id: T0}]\nscenarios: [{task: tasks/breaks}]\n"
+    )
+    start_worker(concurrency=1)
+    done = run_cli("submit", str(folder / "matrix.yaml"), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 3, done.stderr
+    [run] = store.results.all(json.loads(done.stdout)["experiment"]["id"])
+    first = (run.fail_reason or "").splitlines()[0]
+    assert first.startswith("`docker build` failed: "), run.fail_reason
+    assert "non-zero code: 7" in first or "exit code: 7" in first, run.fail_reason
