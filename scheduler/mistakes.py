@@ -87,17 +87,14 @@ def _images_without_docker(matrix: Matrix, path: Path) -> list[ConfigProblem]:
     """A tier that would run benchmark tasks needing their own image on the worker's
     system: each such run an infrastructure error (worker.confinement), not judged on
     the wrong system. A warning: the tier's other tasks run."""
-    imaged = [
-        s.id for s in matrix.scenarios
-        if s.environment is not None and (s.environment.image or s.environment.build)
-    ]  # fmt: skip
+    imaged = [s.id for s in matrix.scenarios if s.has_image]
     if not imaged:
         return []
     named = ", ".join(imaged[:5]) + (f" and {len(imaged) - 5} more" if len(imaged) > 5 else "")
     local = [
-        (index, tier, matrix.agent_for(tier).sandbox)
+        (index, tier, sandbox)
         for index, tier in enumerate(matrix.tiers)
-        if matrix.agent_for(tier).sandbox != "docker"
+        if (sandbox := matrix.agent_for(tier).sandbox) != "docker"
     ]
     if not local:
         return []

@@ -133,7 +133,7 @@ def confined(
             f"`sandbox: {agent.sandbox}` does not provide here; use `sandbox: bwrap` (or "
             "`auto`), or `docker`"
         )
-    if environment is not None and kind != "docker" and (environment.image or environment.build):
+    if scenario is not None and scenario.has_image and kind != "docker":
         # On this system its tests would judge another system than theirs: a sound task
         # failed its own oracle, counted against the agent.
         raise SetupError(

@@ -170,7 +170,7 @@ class Matrix(Strict):
                 continue
             if agent.sandbox == "docker" and agent.docker is None:
                 # A benchmark task with an image of its own needs no `docker:` image.
-                bare = [s.id for s in self.scenarios if not _has_image(s)]
+                bare = [s.id for s in self.scenarios if not s.has_image]
                 if bare:
                     errors.append(
                         PlacedError(
@@ -325,8 +325,3 @@ def _ids(entries: Any) -> list[str | None]:
         return []
     return [e.get("id") if isinstance(e, dict) and isinstance(e.get("id"), str) else None
             for e in entries]  # fmt: skip
-
-
-def _has_image(scenario: Scenario) -> bool:
-    env = scenario.environment
-    return env is not None and (env.image is not None or env.build is not None)

@@ -97,6 +97,13 @@ class Scenario(Strict):
             raise ValueError("give exactly one of `prompt` or `prompt_file`")
         return self
 
+    @property
+    def has_image(self) -> bool:
+        """A benchmark task with an image of its own (`environment.image` or a
+        Dockerfile to build): only `sandbox: docker` runs it."""
+        env = self.environment
+        return env is not None and (env.image is not None or env.build is not None)
+
     def prompt_text(self) -> str:
         if self.prompt is not None:
             return self.prompt
