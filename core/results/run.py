@@ -73,7 +73,8 @@ GATES_FAILED = "gates failed: "
 # A run's cost_unknown_reason when nothing of its transcript could be read: nothing read
 # is not nothing spent (the reports count these apart from a model without a price).
 UNREAD_TRANSCRIPT = (
-    "its transcript could not be read (not one line in its format), so what it spent is unknown"
+    "its transcript could not be read (no line of it in its format with figures that are "
+    "numbers), so what it spent is unknown"
 )
 
 

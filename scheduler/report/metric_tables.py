@@ -71,10 +71,9 @@ def add_prices(tiers: Iterable[TierReport]) -> str:
         # A report stored before runs were named here has none: the placeholder stays.
         example = next((t.cost_unread_run for t in tiers if t.cost_unread_run), "RUN")
         fixes.append(
-            f"the transcript of {plural(unread, 'run')} could not be read (not one line in its "
-            f"format), so what it spent is unknown: `scheduler show {example}` shows "
-            + ("its" if unread == 1 else "the first one's")
-            + " output"
+            f"the transcript of {plural(unread, 'run')} could not be read (no line of it in its "
+            f"format with figures that are numbers), so what it spent is unknown: `scheduler "
+            f"show {example}` shows " + ("its" if unread == 1 else "the first one's") + " output"
         )
     return "; ".join(fixes)
 

@@ -478,8 +478,9 @@ scenarios:
     garbled = runs["garbled"].run_id
     assert report["tiers"]["garbled"]["cost_unread_run"] == garbled
     assert (
-        "cost unknown for 1 run (the transcript of 1 run could not be read (not one line in "
-        f"its format), so what it spent is unknown: `scheduler show {garbled}` shows its output)"
+        "cost unknown for 1 run (the transcript of 1 run could not be read (no line of it in "
+        "its format with figures that are numbers), so what it spent is unknown: `scheduler "
+        f"show {garbled}` shows its output)"
     ) in said
     assert "add each model's price" not in said
     # The HTML chart of cost against score has no point for it: its caption says why.
