@@ -157,7 +157,7 @@ def load_report(
             f"experiment {exp_id} has no report version {version}; its versions: "
             + ", ".join(map(str, versions))
         )
-    shown = version or store.reports.current(exp_id) or versions[-1]
+    shown = version or store.reports.current(exp_id, versions) or versions[-1]
     report = store.reports.get(exp_id, shown)
     assert report is not None  # listed as stored
     if runs:

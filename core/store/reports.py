@@ -43,11 +43,12 @@ class Reports:
         later = sorted(int(v) for v in self.redis.hkeys(self.keys.reports(exp_id)))
         return [1, *later] if self.redis.exists(self.keys.report(exp_id)) else later
 
-    def current(self, exp_id: str) -> int | None:
+    def current(self, exp_id: str, versions: list[int] | None = None) -> int | None:
         """The version a report shows by default: the latest, but for those a resume has
         superseded since (made of runs before it ran some again: Experiments.reopen),
-        then version 1. None when there is none yet."""
-        versions = self.versions(exp_id)
+        then version 1. None when there is none yet. `versions`: `versions(exp_id)`,
+        when the caller has read them."""
+        versions = self.versions(exp_id) if versions is None else versions
         superseded = 1 + int(self.redis.hget(self.keys.experiment(exp_id), "superseded") or 0)
         current = [v for v in versions if v == 1 or v > superseded]
         return current[-1] if current else None

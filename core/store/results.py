@@ -86,12 +86,7 @@ class Results:
                 result.run_id,
                 result.model_dump_json(exclude_defaults=True),
                 "1" if result.passed else "0",
-                # The counter this outcome adds to, besides `done`.
-                "errors"
-                if result.is_infra_error
-                else result.status.value
-                if result.status in (RunStatus.cancelled, RunStatus.not_run)
-                else "",
+                _counter(result.status),
                 holder,
                 health.tier if health is not None else "",
                 (health.infra_error or "") if health is not None else "",
@@ -142,8 +137,7 @@ class Results:
                     self.keys.experiment(exp_id),
                     self.keys.deliveries(exp_id),
                 ],
-                # The counter `finish` counted them in.
-                args=["errors" if status.is_infra else status.value, *unstarted],
+                args=[_counter(status), *unstarted],
             )
         return self._specs.of(exp_id, unstarted)
 
@@ -160,6 +154,14 @@ class Results:
             keys=[self.keys.unaccounted(exp_id)], args=[seconds, *sorted(run_ids)]
         )
         return self._specs.of(exp_id, overdue)
+
+
+def _counter(status: RunStatus) -> str:
+    """The experiment's counter a result of `status` adds to besides `done` (`finish`),
+    and a resume takes back from (`unrecord`); '' for none."""
+    if status.is_infra:
+        return "errors"
+    return status.value if status in (RunStatus.cancelled, RunStatus.not_run) else ""
 
 
 def parse_results(raw: list[str]) -> list[RunResult]:
