@@ -7,10 +7,11 @@ path, the run's logs at /logs, and for one command each the tests at /tests (the
 verifier) or the solution at /solution (the oracle). It has a private /tmp and
 /dev, its own PID, IPC and UTS namespaces, and only its workspace, its logs, its
 events file and its own home writable, its prompt file readable. The work folder
-(other deliveries) and the experiment's hidden files (worker.confinement) are
-masked. bwrap dies with its parent, and the run's process-group kill reaches the
-jail too. A worker running as root starts bwrap as the run's own uid
-(worker.confinement), so even a way out of the namespaces leaves it unprivileged.
+(other deliveries), the cache of experiments' files (others' hidden tests) and the
+experiment's hidden files (worker.confinement) are masked. bwrap dies with its
+parent, and the run's process-group kill reaches the jail too. A worker running as
+root starts bwrap as the run's own uid (worker.confinement), so even a way out of
+the namespaces leaves it unprivileged.
 
 The network is a fresh namespace with only loopback, unless the run needs more
 (`network=True`, worker.run decides): an agent CLI must reach its model.
@@ -28,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from core.errors import SetupError
-from core.files.places import work_root
+from core.files.places import cache_root, work_root
 from worker.workspace import RunDir
 
 # Top-level folders the jail makes its own rather than taking the host's.
@@ -64,6 +65,7 @@ def bwrap_argv(
     handed = [str(f) for f in run_dir.handed if f.is_file()]
     handed_binds = [arg for path in handed for arg in ("--ro-bind", path, path)]
     shown = ["--ro-bind", str(files), str(files)] if files is not None else []
+    cache = cache_root()
     masks = []
     for path in hidden:
         if path.is_dir():
@@ -84,9 +86,11 @@ def bwrap_argv(
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
-        # Over the /tmp tmpfs and the masked work folder: the experiment's and the
-        # run's own files show through them wherever they are.
+        # The work folder (other runs) and the cache of experiments' files (other
+        # experiments' hidden tests, readable by a worker's own user) masked; the
+        # experiment's and the run's own files show through them wherever they are.
         "--tmpfs", str(work_root()),
+        *(["--tmpfs", str(cache)] if cache.is_dir() else []),
         *shown,
         *masks,
         "--bind", workspace, workspace,

@@ -20,12 +20,14 @@ from core.store.client import SCAN_COUNT
 DELETE_BATCH = 500
 
 
-def experiment_keys(store: Store, exp_id: str) -> list[str]:
-    """Every key of the experiment that exists: its own and its chords' Celery keys."""
+def experiment_keys(store: Store, exp_id: str, chords: str | None = None) -> list[str]:
+    """Every key of the experiment that exists: its own and its chords' Celery keys
+    (`chords`: the ids its record keeps, when the record was read already)."""
     found: list[str] = []
     for pattern in store.keys.of_experiment(exp_id):
         found += store.redis.scan_iter(match=pattern, count=SCAN_COUNT)
-    chords = store.redis.hget(store.keys.experiment(exp_id), "chords") or ""
+    if chords is None:
+        chords = store.redis.hget(store.keys.experiment(exp_id), "chords") or ""
     celery = [key for group in chords.split() for key in store.keys.chord(group)]
     if celery:
         pipe = store.redis.pipeline(transaction=False)
@@ -44,11 +46,21 @@ class Deleted:
 
 def delete_experiment(store: Store, exp_id: str) -> Deleted:
     """Remove the experiment with all its keys, and its evidence files in the artifacts
-    folder where this machine reaches them. Out of the experiments list first, so no
-    reader finds it half deleted."""
-    keys = experiment_keys(store, exp_id)
+    folder where this machine reaches them.
+
+    Its record goes first, with its place in the experiments list, in one step: no
+    reader finds it half deleted, and a worker's write for one of its runs (each
+    checks the record in the same script) fails from then on. The keys are looked
+    for only after that, so none a run in flight made meanwhile is left behind."""
+    record = store.keys.experiment(exp_id)
+    chords = store.redis.hget(record, "chords") or ""
+    pipe = store.redis.pipeline()
+    pipe.exists(record)
+    pipe.zrem(store.keys.experiments(), exp_id)
+    pipe.delete(record)
+    had_record = int(pipe.execute()[0])
+    keys = experiment_keys(store, exp_id, chords)
     files = store.evidence.files(exp_id)
-    store.redis.zrem(store.keys.experiments(), exp_id)
     removed, unreachable = 0, []
     for path in files:
         try:
@@ -63,7 +75,7 @@ def delete_experiment(store: Store, exp_id: str) -> Deleted:
             folder.rmdir()
     for start in range(0, len(keys), DELETE_BATCH):
         store.redis.unlink(*keys[start : start + DELETE_BATCH])
-    return Deleted(len(keys), removed, unreachable)
+    return Deleted(had_record + len(keys), removed, unreachable)
 
 
 def stored_bytes(store: Store) -> dict[str, int]:

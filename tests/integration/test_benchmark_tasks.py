@@ -59,11 +59,16 @@ printf '{{"correctness": %s, "style": 1, "details": {{"note": "x"}}}}' "$ok" \\
     "vacuous": "echo 1 > /logs/verifier/reward.txt\n",
 }
 
-# Looks for the answer wherever a run can read, and answers with what it found.
+# Looks for the answer wherever a run can read, and answers with what it found. The
+# jail's root (/app/..) holds the host's folders: the system's software and package
+# caches, gigabytes no run's file is copied into, are left out, or the search of a
+# cold disk outlasts any timeout.
 HUNT = r"""
 found=""
+skip="--exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=opt"
+skip="$skip --exclude-dir=cache --exclude-dir=node_modules --exclude-dir=site-packages"
 for place in /tests /solution /logs "$EVALFLEET_MATRIX_DIR" /app/.. "$HOME" /tmp; do
-  hit=$(grep -rIl --exclude-dir=proc -e "$SECRET_WORD" "$place" 2>/dev/null | head -3)
+  hit=$(grep -rIl $skip -e "$SECRET_WORD" "$place" 2>/dev/null | head -3)
   [ -n "$hit" ] && found="$found $hit"
 done
 echo "found:[$found]"

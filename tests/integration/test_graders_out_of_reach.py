@@ -456,3 +456,58 @@ scenarios:
     assert [r.passed for r in runs] == [False] * 3
     tops = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
     assert [p for top in tops for p in Path(top).glob("relay-*")] == []
+
+
+# Looks through the worker's cache of experiments' files, wherever it is.
+HUNT_CACHE = r"""
+hit=$(grep -rIl -e "$SECRET_WORD" "$CACHE" 2>/dev/null | head -3)
+echo "listed:[$(ls "$CACHE" 2>/dev/null | wc -l)] found:[$hit]"
+echo "${hit:-unknown}" > answer.txt
+"""
+
+
+@pytest.fixture
+def cache_outside_tmp() -> Iterator[Path]:
+    """A cache folder outside the temporary folder, which jails make their own: where a
+    worker's operator may put it (EVALFLEET_CACHE_DIR)."""
+    top = Path("/var/tmp") / f"evalfleet-test-{uuid.uuid4().hex[:8]}"
+    top.mkdir(mode=0o711)
+    yield top / "files"
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sandbox", ["auto", "bwrap"])
+def test_an_earlier_experiments_hidden_tests_in_the_workers_cache_reach_no_agent(
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+    tmp_path: Path,
+    cache_outside_tmp: Path,
+    sandbox: str,
+) -> None:
+    """The cache keeps each experiment's files, hidden tests too, for the next one: an
+    agent of a later experiment that looks there finds the folders of none but its own."""
+    if sandbox == "auto" and os.geteuid() != 0:
+        pytest.skip("a run's own user needs a worker running as root")
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    earlier = _hidden_matrix(tmp_path / "earlier", sandbox)
+    start_worker({"EVALFLEET_CACHE_DIR": str(cache_outside_tmp)}, concurrency=1)
+    _submit(earlier, fleet_env)
+    assert list(cache_outside_tmp.glob("*/*/tests/expected.txt")), "the tests were cached"
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "matrix.yaml").write_text(f"""
+name: later
+runs_per_tier: 1
+agent: {{kind: command, command: {json.dumps(HUNT_CACHE)}, timeout_s: 60, sandbox: {sandbox},
+         env: {{SECRET_WORD: "{SEARCHED}", CACHE: "{cache_outside_tmp}"}}}}
+tiers: [{{id: hunter}}]
+scenarios:
+  - {{id: s, prompt: find the answer}}
+""")
+    [run] = store.results.all(_submit(later / "matrix.yaml", fleet_env))
+    evidence = store.evidence.get(run.experiment_id, run.run_id)
+    assert evidence is not None, run
+    assert "found:[]" in evidence.stdout.text, (evidence.stdout.text, run)

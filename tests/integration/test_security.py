@@ -472,6 +472,32 @@ scenarios:
     assert (outside / "open").exists()
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_jail_shows_its_experiments_files_and_no_other_in_the_workers_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache of experiments' files outside the temporary folder (EVALFLEET_CACHE_DIR)
+    holds others' hidden tests, which a worker's own user may read: the jail (run here
+    as this test's user, as a worker not running as root runs it) masks all of it but
+    the experiment's own folder."""
+    top = Path("/var/tmp") / f"evalfleet-test-{uuid.uuid4().hex[:8]}"
+    try:
+        cache = top / "files"
+        (cache / "other" / "tests").mkdir(parents=True)
+        (cache / "other" / "tests" / "expected.txt").write_text("other's answer\n")
+        (cache / "mine").mkdir()
+        (cache / "mine" / "check.sh").write_text("mine\n")
+        monkeypatch.setenv("EVALFLEET_CACHE_DIR", str(cache))
+        run_dir = RunDir(tmp_path / "run")
+        run_dir.workspace.mkdir(parents=True)
+        look = f"cat {cache}/other/tests/expected.txt; ls {cache}; cat {cache}/mine/check.sh"
+        argv = [*bwrap_argv(run_dir, cache / "mine"), "bash", "-c", look]
+        seen = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert seen.stdout.split() == ["mine", "mine"], seen
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_a_worker_without_bwrap_refuses_rather_than_running_unconfined(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

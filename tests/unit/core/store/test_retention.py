@@ -3,8 +3,13 @@ evidence files with it), what each takes, which are older than a date."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from core.errors import ExperimentNotFound
 from core.evidence.models import RunEvidence
 from core.store import Store
 from core.store.retention import created_before, delete_experiment, experiment_keys, stored_bytes
@@ -30,6 +35,31 @@ def test_an_experiment_goes_whole_and_its_neighbour_stays(store: Store, tmp_path
     assert not store.redis.exists(chord[0])
     assert [i.id for i in store.experiments.all()] == [kept.id]
     assert store.results.all(kept.id) == [result_of(kept_specs[0])]
+
+
+def test_a_run_that_starts_while_its_experiment_is_deleted_leaves_no_key(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`delete --force` of a running experiment: a worker's next run begins just before
+    the keys go. Its delivery makes a key the experiment had none of (its lease), which
+    must not outlive the delete: the record goes first, so the run finds it gone."""
+    exp, specs = record_experiment(store)
+    store.results.save(result_of(specs[0]))
+    assert not store.redis.exists(store.keys.leases(exp.id))
+    unlink = store.redis.unlink
+    began: list[str] = []
+
+    def a_run_begins_first(*keys: Any) -> Any:
+        with contextlib.suppress(ExperimentNotFound):
+            store.attempts.begin(specs[1], "worker-1", 60.0)
+            began.append(specs[1].run_id)
+        return unlink(*keys)
+
+    monkeypatch.setattr(store.redis, "unlink", a_run_begins_first)
+    delete_experiment(store, exp.id)
+    monkeypatch.undo()
+    assert began == []
+    assert experiment_keys(store, exp.id) == []
 
 
 def test_sizes_and_ages_per_experiment(store: Store) -> None:
