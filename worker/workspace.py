@@ -49,6 +49,7 @@ from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
 from core.files.places import work_root
 from core.files.tree import walk
 from core.matrix import AgentPreset, Scenario, Tier
+from worker import graders_site
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
 # the delivery's folder name: what it left running is found by it.
@@ -570,8 +571,10 @@ def with_tests(
     usercustomize.py in its Python user site runs first in every `python3` they start,
     and a git, curl or npm config in it is read), Python's user site off; and where the
     scenario's hidden tests are ($EVALFLEET_TESTS), copied in now (confined, nothing of
-    its user is left running to read them). Raises SetupError."""
-    env = {**env, **_graders_home(run_dir, user), "PYTHONNOUSERSITE": "1"}
+    its user is left running to read them). Their Python is the graders' (its user site
+    off, and worker.graders_site: nothing the agent left in the workspace is imported
+    before the module a gate means). Raises SetupError."""
+    env = {**env, **_graders_home(run_dir, user, env)}
     if scenario.tests is None:
         return env
     # Terminal-Bench's runner lies beside its tests, at the task's root: /tests holds both.
@@ -580,21 +583,36 @@ def with_tests(
     return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}
 
 
-def _graders_home(run_dir: RunDir, user: RunAs | None) -> dict[str, str]:
+def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -> dict[str, str]:
     """A fresh home in the run's folder (root's: the run's user cannot make it first),
-    the gates' HOME, TMPDIR and XDG folders. One folder: each costs a quick run time."""
+    the gates' HOME, TMPDIR and XDG folders, and their Python's settings (PYTHONPATH:
+    the graders' sitecustomize before `env`'s own). One folder: each costs a quick run
+    time."""
     home = run_dir.graders_home
     try:
         if home.exists():  # a preflight's second cell in the same folder
             remove_tree(home)
         home.mkdir()
+        site = home / "python"  # root's, as the home is made
+        site.mkdir()
+        (site / "sitecustomize.py").write_bytes(_graders_site())
         if user is not None:
             os.chown(home, user.uid, user.gid)
     except OSError as exc:
         raise SetupError(f"making the gates' home failed: {exc}") from exc
-    return {"HOME": str(home), "TMPDIR": str(home)} | {
-        name: str(home / folder) for name, folder in _XDG.items()
-    }
+    python_path = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    return {
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONSAFEPATH": "1",
+        "PYTHONPATH": python_path,
+    } | {name: str(home / folder) for name, folder in _XDG.items()}
+
+
+@functools.cache
+def _graders_site() -> bytes:
+    return Path(graders_site.__file__).read_bytes()
 
 
 def with_solution(run_dir: RunDir, scenario: Scenario | None, user: RunAs | None) -> None:

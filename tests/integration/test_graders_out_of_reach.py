@@ -511,3 +511,72 @@ scenarios:
     evidence = store.evidence.get(run.experiment_id, run.run_id)
     assert evidence is not None, run
     assert "found:[]" in evidence.stdout.text, (evidence.stdout.text, run)
+
+
+# The gates' Python, each run in the workspace: a test module that imports the agent's
+# own module (the tests' job), a `-c` check, and a script with a helper beside it.
+UNITTEST = "import unittest\n\nimport answer\nfrom expected import EXPECTED\n\n\n" + (
+    "class Answer(unittest.TestCase):\n"
+    "    def test_answer(self):\n"
+    "        self.assertEqual(answer.ANSWER, EXPECTED)\n"
+)
+CHECK = "import sys\n\nfrom expected import EXPECTED\n\n" + (
+    'sys.exit(open("answer.txt").read().strip() != str(EXPECTED))\n'
+)
+# Leaves modules named as the ones the gates run and import, each ending with exit 0.
+SHADOWS = r"""
+echo 41 > answer.txt; echo 'ANSWER = 41' > answer.py
+printf 'import sys\nsys.exit(0)\n' | tee unittest.py json.py expected.py > /dev/null
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sandbox", ["auto", "bwrap", "none"])
+def test_a_module_the_agent_leaves_in_its_workspace_is_not_the_one_a_gate_runs(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path, sandbox: str
+) -> None:
+    """`python3 -m unittest` and `python3 -c "import json ..."` run in the workspace put it
+    first on sys.path: the agent's unittest.py and json.py passed both gates. The gates'
+    Python now finds the standard library's first, and the agent's own modules last,
+    where the tests import them; a script's helper beside it is still its own."""
+    if sandbox == "auto" and os.geteuid() != 0:
+        pytest.skip("a run's own user needs a worker running as root")
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    folder = tmp_path / "exp"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "tests" / "test_answer.py").write_text(UNITTEST)
+    (folder / "tests" / "expected.py").write_text("EXPECTED = 42\n")
+    (folder / "tests" / "check.py").write_text(CHECK)
+    unittest = 'python3 -m unittest discover -s "$EVALFLEET_TESTS" -t "$EVALFLEET_TESTS"'
+    json_check = "import json, sys; sys.exit(open('answer.txt').read().strip() != '42')"
+    (folder / "matrix.yaml").write_text(f"""
+name: shadows
+runs_per_tier: 1
+agent: {{kind: command, command: "echo 41 > answer.txt; echo ANSWER = 41 > answer.py",
+         timeout_s: 30, sandbox: {sandbox}}}
+tiers:
+  - {{id: wrong}}
+  - {{id: right, agent: {{command: "echo 42 > answer.txt; echo ANSWER = 42 > answer.py"}}}}
+  - {{id: shadows, agent: {{command: {json.dumps(SHADOWS)}}}}}
+scenarios:
+  - id: s
+    prompt: answer
+    tests: tests
+    evaluation:
+      gates:
+        - {{type: command_succeeds, command: {json.dumps(unittest)}}}
+        - {{type: command_succeeds, command: {json.dumps(f'python3 -c "{json_check}"')}}}
+        - {{type: command_succeeds, command: 'python3 "$EVALFLEET_TESTS/check.py"'}}
+""")
+    for path in (folder, *folder.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    start_worker(concurrency=2)
+    runs = store.results.all(_submit(folder / "matrix.yaml", fleet_env))
+    gates = {r.tier: [g.passed for g in r.gates] for r in runs}
+    messages = {r.tier: [g.message for g in r.gates] for r in runs}
+    assert gates == {
+        "wrong": [False, False, False],
+        "right": [True, True, True],
+        "shadows": [False, False, False],
+    }, messages

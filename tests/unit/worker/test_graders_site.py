@@ -1,0 +1,78 @@
+"""worker.graders_site: the graders' Python finds the workspace's modules last (for
+`-c`, `-m`, stdin) and a script's folder first, as Python would put it, whatever
+options come before."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from worker import graders_site
+from worker.graders_site import script_of
+
+
+@pytest.mark.parametrize(
+    ("argv", "script"),
+    [
+        (["python3", "-c", "print(1)"], None),
+        (["python3", "-m", "pytest", "x.py"], None),
+        (["python3", "-Bc", "print(1)"], None),
+        (["python3", "-mpytest"], None),
+        (["python3", "-"], None),
+        (["python3"], None),
+        (["python3", "check.py", "-c"], "check.py"),
+        (["python3", "-W", "error", "check.py"], "check.py"),
+        (["python3", "-Werror", "-X", "dev", "-u", "check.py"], "check.py"),
+        (["python3", "--check-hash-based-pycs", "never", "check.py"], "check.py"),
+        (["python3", "-E", "--", "-odd.py"], "-odd.py"),
+    ],
+)
+def test_the_script_a_command_line_runs(argv: list[str], script: str | None) -> None:
+    assert script_of(argv) == script
+
+
+def _python(folder: Path, *args: str, stdin: str = "") -> list[str]:
+    """sys.path of a Python started in `folder` with the graders' settings."""
+    site = folder / "site"
+    site.mkdir(exist_ok=True)
+    shutil.copy(graders_site.__file__, site / "sitecustomize.py")
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(site)}
+    ran = subprocess.run(
+        [sys.executable, *args], cwd=folder, env=env, input=stdin, text=True,
+        capture_output=True, check=True, timeout=30,
+    )  # fmt: skip
+    return ran.stdout.splitlines()
+
+
+SHOW = "import sys; print(*sys.path, sep=chr(10))"
+
+
+def test_the_working_folder_comes_last_and_a_scripts_folder_first(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "tests").mkdir(parents=True)
+    (work / "tests" / "show.py").write_text(SHOW)
+    for path in (_python(work, "-c", SHOW), _python(work, "-", stdin=SHOW)):
+        assert path[-1] == str(work) and str(work) not in path[:-1], path
+    assert _python(work, "-X", "dev", "tests/show.py")[0] == str(work / "tests")
+
+
+def test_the_sitecustomize_it_hides_still_runs(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.NEXT = 'ran'\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    site = work / "site"
+    site.mkdir()
+    shutil.copy(graders_site.__file__, site / "sitecustomize.py")
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": f"{site}{os.pathsep}{other}"}
+    ran = subprocess.run(
+        [sys.executable, "-c", "print(NEXT)"], cwd=work, env=env, text=True,
+        capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert ran.stdout.strip() == "ran", ran.stderr
