@@ -106,6 +106,16 @@ class Connection:
         if embedded is not None and embedded.made_state_dir:
             shutil.rmtree(embedded.state_dir, ignore_errors=True)
 
+    def broker_gone(self) -> str | None:
+        """Why this connection's broker will not answer again, when it will not: an
+        embedded Redis the command that started it has stopped. A shared broker may
+        come back (None)."""
+        if self._embedded is None or not self._embedded.url:
+            return None
+        from scheduler.embedded import broker_gone
+
+        return broker_gone(self._embedded.state_dir, self._embedded.url)
+
     def _join_opening(self) -> None:
         if self._opening is not None:
             self._opening.join()

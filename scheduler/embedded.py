@@ -268,6 +268,18 @@ def _answers(url: str) -> bool:
         return False
 
 
+def broker_gone(state_dir: Path, url: str) -> str | None:
+    """Why the embedded Redis at `url` will not answer again, when it will not: the
+    command of this folder that started it stopped it (this folder's Redis now, if
+    any, is another, with another password)."""
+    if running_embedded_broker(state_dir) == url:
+        return None
+    return (
+        "the embedded broker of this folder was stopped by the command that started it "
+        "(another `scheduler` command here, which ended)"
+    )
+
+
 class LocalWorkers:
     """A Celery worker (prefork, N processes) started as a child of this process, on the
     embedded Redis: it gets the URL without the password in its environment and reads
@@ -327,15 +339,8 @@ class LocalWorkers:
         return self.proc is not None and self.proc.poll() is None
 
     def broker_gone(self) -> str | None:
-        """Why the workers' broker will not answer again, when it will not: the embedded
-        Redis they were started on was stopped by the command of this folder that
-        started it (this folder's Redis now, if any, is another, with another password)."""
-        if running_embedded_broker(self.state_dir) == self.broker_url:
-            return None
-        return (
-            "the embedded broker of this folder was stopped by the command that started it "
-            "(another `scheduler` command here, which ended)"
-        )
+        """Why the workers' broker will not answer again, when it will not (broker_gone)."""
+        return broker_gone(self.state_dir, self.broker_url)
 
     def stop(self, grace_s: float = 10.0) -> None:
         if self.proc is None:

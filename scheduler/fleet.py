@@ -117,6 +117,11 @@ class Fleet:
         if not), the latest experiment's id when None."""
         return self._connection.experiment_id(experiment)
 
+    def broker_gone(self) -> str | None:
+        """Why the broker will not answer again, when it will not: an embedded Redis that
+        the command which started it has stopped."""
+        return self._connection.broker_gone()
+
     def has_experiment(self, experiment: str) -> bool:
         """Whether the store has `experiment`; False, opening nothing, before it is open."""
         return self._connection.has_experiment(experiment)

@@ -106,18 +106,20 @@ def follow(
                 if gone is not None:
                     raise WorkersDied(gone) from None
                 if not unreachable:
-                    console.print(f"[yellow]{_unavailable(exc)}; waiting for it[/yellow]")
+                    why = escape(broker_unavailable(exc))
+                    console.print(f"[yellow]{why}; waiting for it[/yellow]")
                 unreachable = True
             waits.wait()
 
 
-def _unavailable(exc: Exception) -> str:
+def broker_unavailable(exc: BaseException) -> str:
+    """What a broker error (BROKER_DOWN) says of the broker, for a person."""
     if isinstance(exc, redis.OutOfMemoryError):
         return (
-            f"the broker is full and refuses writes ({escape(str(exc))}): free memory on it "
-            "or raise its maxmemory"
+            f"the broker is full and refuses writes ({exc}): free memory on it or raise "
+            "its maxmemory"
         )
-    return f"broker unreachable ({escape(str(exc))})"
+    return f"broker unreachable ({exc})"
 
 
 class _StatusWait:

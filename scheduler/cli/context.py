@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
-from core.errors import ConfigError, EvalfleetError, InputError
+from core.errors import ConfigError, EvalfleetError, FleetError, InputError
 from scheduler.cli.hints import with_broker
 from scheduler.interrupt import interrupted, raise_if_lost
 
@@ -79,6 +79,8 @@ class CLIContext:
         self.full = False
         # The experiment a submit or resume is sending: what an interrupt's hint names.
         self.experiment: str | None = None
+        # What to run should the broker go away mid-command (default: the command again).
+        self.again: str | None = None
         self.nonfinite = "string"
         self.cleanup = contextlib.ExitStack()
         self._fleet: Fleet | None = None
@@ -224,10 +226,31 @@ class Commands(click.Group):
         except EvalfleetError as exc:
             ctx.exit(_said(exc, cli))
         except BaseException as exc:  # Ctrl-C, TERM or HUP (scheduler.cli.run), at any moment
+            if _broker_down(exc):
+                ctx.exit(_said(FleetError(_broker_lost(exc, cli)), cli))
             if not interrupted(exc):
                 raise
             _unstoppable(lambda: err.print(f"\n{cli.interrupted()}", soft_wrap=True))
             ctx.exit(INTERRUPTED)
+
+
+def _broker_down(exc: BaseException) -> bool:
+    """Whether `exc` is the broker gone away (fleet.app.BROKER_DOWN), met after the
+    command had reached it: only a command that imported redis can meet it."""
+    if "redis" not in sys.modules:
+        return False
+    from fleet.app import BROKER_DOWN
+
+    return isinstance(exc, BROKER_DOWN)
+
+
+def _broker_lost(exc: BaseException, cli: CLIContext) -> str:
+    """The broker went away mid-command: why, in one line, and what to run then."""
+    from scheduler.follow import broker_unavailable
+
+    gone = cli._fleet.broker_gone() if cli._fleet is not None else None
+    why = gone or broker_unavailable(exc)
+    return f"{why}; {cli.again or 'run the command again once it answers'}"
 
 
 def _unstoppable(step: Callable[[], object]) -> None:

@@ -192,24 +192,23 @@ def cancel(cli: CLIContext, experiment: str) -> None:
     """
     from core.results.report import ExperimentStatus
 
+    cli.again = f"`scheduler cancel {experiment}` again records the rest"
     exp_id, before, sent = cli.fleet().cancel(experiment)
     if sent is not None:
         click.echo(f"cancelled {exp_id}; recording its runs not yet run as cancelled", err=True)
         cli.experiment = exp_id
-        again = f"`scheduler cancel {exp_id}` again records the rest"
-        _print_report(cli, exp_id, then=again, cancelling=True)
+        cli.again = f"`scheduler cancel {exp_id}` again records the rest"
+        _print_report(cli, exp_id, cancelling=True)
     elif before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
     else:
         click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
 
 
-def _print_report(
-    cli: CLIContext, exp_id: str, then: str | None = None, cancelling: bool = False
-) -> None:
+def _print_report(cli: CLIContext, exp_id: str, cancelling: bool = False) -> None:
     """Follow the experiment to its report and print it (exit 4 when it was cancelled,
-    unless `cancelling` it; 3 on infrastructure errors). `then`: what to do should the
-    local workers or their broker go first (default: resume)."""
+    unless `cancelling` it; 3 on infrastructure errors). Should the local workers or
+    their broker go first, it says what to do: the command's `again`, else resume."""
     # What printing the report imports is imported while the runs run, on a core this
     # process would leave idle: a one-run experiment's report is there in ~0.1 s.
     threading.Thread(target=_import_printing, name="evalfleet-import", daemon=True).start()
@@ -217,7 +216,7 @@ def _print_report(
     try:
         report = fleet.wait(exp_id)
     except WorkersDied as exc:
-        again = then or f"the experiment can continue with `scheduler resume {exp_id}`"
+        again = cli.again or f"the experiment can continue with `scheduler resume {exp_id}`"
         raise WorkersDied(f"{exc}; {again}") from None
     from scheduler.report.render import render
 

@@ -931,3 +931,32 @@ def _kill_tree(pid: int) -> None:
         for kill in (os.killpg, os.kill):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill(target, signal.SIGKILL)
+
+
+def test_a_command_that_meets_the_broker_full_mid_way_says_so_in_one_line(
+    fleet_env: dict[str, str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """`cancel` reaches the broker, then its first write is refused (maxmemory,
+    noeviction): one line naming the cause, the fix and the command to run again, exit
+    1, no traceback. Once there is room, that command cancels it."""
+    env = {**fleet_env, "EVALFLEET_BROKER_URL": own_redis.url}
+    sent = run_cli("submit", str(write_matrix(tmp_path, "true", runs=2)), env=env)
+    assert sent.returncode == 0, sent.stderr
+    exp_id = sent.stdout.strip()
+    full = leave_room(own_redis, 0)
+    refused = run_cli("cancel", exp_id, env=env)
+    assert refused.returncode == 1, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "Traceback" not in said, said
+    assert said.startswith("error: the broker is full and refuses writes ("), said
+    assert "OOM command not allowed" in said
+    assert said.endswith(
+        f"free memory on it or raise its maxmemory; `scheduler cancel {exp_id}` again records "
+        "the rest"
+    ), said
+    full.config_set("maxmemory", 0)
+    again = run_cli("cancel", exp_id, env=env)
+    assert again.returncode == 0, again.stderr
+    assert Store.from_url(own_redis.url, prefix=PREFIX).experiments.info(exp_id).status == (
+        ExperimentStatus.cancelled
+    )
