@@ -10,6 +10,8 @@ PYTHONSAFEPATH took, where it cannot steer the gate:
 - `-c`, `-m`, a script from stdin: the working folder goes last on sys.path, so
   the tests still import the agent's modules (`from solution import add`) but no
   module of the agent's is found before the standard library's or an installed one;
+  `-m` of a module that is not installed gets no working folder at all, so the
+  agent's pytest.py cannot stand in for a pytest the graders' Python lacks;
 - a script: its folder goes first, as Python puts it (the tests' helper modules
   beside it).
 
@@ -31,27 +33,33 @@ _VALUED = frozenset("WX")
 _LONG_VALUED = frozenset({"--check-hash-based-pycs"})
 
 
-def script_of(argv: list[str]) -> str | None:
-    """The script `python ARGV...` runs, from its full command line (sys.orig_argv);
-    None for `-c`, `-m`, stdin and the interactive prompt."""
+def entry_of(argv: list[str]) -> tuple[str, str | None]:
+    """What `python ARGV...` runs, from its full command line (sys.orig_argv): ("script",
+    its path), ("module", its name), ("code", None) for `-c`, ("stdin", None) for a
+    script from stdin or the interactive prompt."""
     args = iter(argv[1:])
     for arg in args:
         if arg == "--":
-            return next(args, None)
-        if arg == "-" or not arg.startswith("-"):
-            return None if arg == "-" else arg
+            script = next(args, None)
+            return ("script", script) if script is not None else ("stdin", None)
+        if arg == "-":
+            return "stdin", None
+        if not arg.startswith("-"):
+            return "script", arg
         if arg.startswith("--"):
             if arg in _LONG_VALUED:
                 next(args, None)
             continue
         for at, flag in enumerate(arg[1:], start=2):
-            if flag in "cm":
-                return None
+            if flag == "c":
+                return "code", None
+            if flag == "m":
+                return "module", arg[at:] if at < len(arg) else next(args, None)
             if flag in _VALUED:
                 if at == len(arg):  # its value is the next argument
                     next(args, None)
                 break
-    return None
+    return "stdin", None
 
 
 def _first_folder(script: str) -> str:
@@ -73,11 +81,22 @@ def _is_zip(path: str) -> bool:
 def _path_back() -> None:
     if not getattr(sys.flags, "safe_path", False):
         return  # a Python before 3.11 put the working folder first: nothing to give back
-    script = script_of(list(getattr(sys, "orig_argv", sys.argv)))
-    if script is None:
-        sys.path.append(os.getcwd())
+    kind, what = entry_of(list(getattr(sys, "orig_argv", sys.argv)))
+    if kind == "script" and what is not None:
+        sys.path.insert(0, _first_folder(what))
+    elif kind == "module" and not _installed(what):
+        # `python3 -m pytest` where pytest is missing fails as it should: not with the
+        # agent's pytest.py (a runner's `python3 -m pytest --version` probe included).
+        return
     else:
-        sys.path.insert(0, _first_folder(script))
+        sys.path.append(os.getcwd())
+
+
+def _installed(module: str | None) -> bool:
+    """Whether the top-level package of `module` is found without the working folder."""
+    if not module:
+        return False
+    return importlib.util.find_spec(module.split(".")[0]) is not None
 
 
 def _next_sitecustomize() -> None:

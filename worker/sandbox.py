@@ -6,9 +6,10 @@ task expects them: the workspace at the task's `workdir` (/app) besides its own
 path, the run's logs at /logs, and for one command each the tests at /tests (the
 verifier) or the solution at /solution (the oracle). It has a private /tmp and
 /dev, its own PID, IPC and UTS namespaces, and only its workspace, its logs, its
-events file and its own home writable, its prompt file readable. The work folder
-(other deliveries), the cache of experiments' files (others' hidden tests) and the
-experiment's hidden files (worker.confinement) are masked. bwrap dies with its
+events file and its own home writable, its prompt file readable. The worker's home
+(but for the software its PATH finds there), the work folder (other deliveries),
+the cache of experiments' files (others' hidden tests) and the experiment's hidden
+files (worker.confinement) are masked. bwrap dies with its
 parent, and the run's process-group kill reaches the jail too. A worker running as
 root starts bwrap as the run's own uid (worker.confinement), so even a way out of
 the namespaces leaves it unprivileged.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -86,6 +88,7 @@ def bwrap_argv(
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
+        *_home_masked(),
         # The work folder (other runs) and the cache of experiments' files (other
         # experiments' hidden tests, readable by a worker's own user) masked; the
         # experiment's and the run's own files show through them wherever they are.
@@ -120,3 +123,38 @@ def _host_root(skip: set[str]) -> list[str]:
             else:
                 argv += ["--ro-bind", path, path]
     return argv
+
+
+def _home_masked() -> list[str]:
+    """The worker's home masked (its user's keys and credentials, a clone of the
+    benchmark with its solutions: a jail run as that user could read them all), but for
+    the software its PATH finds there, read-only: each entry's prefix (`~/.nvm/versions/
+    node/v22` for its bin/, where the package's files are), and the worker's Python."""
+    home = Path(os.path.expanduser("~")).resolve()
+    if home == Path("/") or not home.is_dir():
+        return []
+    places = {*os.environ.get("PATH", "").split(os.pathsep), sys.prefix, sys.base_prefix}
+    shown: set[Path] = set()
+    for place in filter(None, places):
+        path = Path(place).resolve()
+        if path == home or home not in path.parents or not path.is_dir():
+            continue
+        prefix = path.parent if path.name == "bin" and path.parent != home else path
+        # A worker running as root starts bwrap as the run's uid, which can bind only
+        # what any user may reach.
+        if os.geteuid() != 0 or _open_to_all(prefix, home):
+            shown.add(prefix)
+    # A folder within another already shown needs no bind of its own.
+    tops = sorted(p for p in shown if not any(other in p.parents for other in shown))
+    return ["--tmpfs", str(home), *[arg for p in tops for arg in ("--ro-bind", str(p), str(p))]]
+
+
+def _open_to_all(path: Path, home: Path) -> bool:
+    """Whether any user may enter `path` and every folder down to it from `home`."""
+    try:
+        return all(
+            os.stat(folder).st_mode & 0o005 == 0o005
+            for folder in (path, *[p for p in path.parents if p == home or home in p.parents])
+        )
+    except OSError:
+        return False

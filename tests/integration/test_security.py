@@ -498,6 +498,39 @@ def test_a_jail_shows_its_experiments_files_and_no_other_in_the_workers_cache(
         shutil.rmtree(top, ignore_errors=True)
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_jail_masks_the_workers_home_but_the_software_its_path_finds_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's home holds its user's keys and, say, a clone of the benchmark with its
+    solutions: a jail run as that user (a worker not running as root) could read them.
+    The jail masks it; a tool installed there and on the worker's PATH still runs, with
+    the files beside its bin/."""
+    home = Path("/var/tmp") / f"evalfleet-test-{uuid.uuid4().hex[:8]}"
+    try:
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "id_ed25519").write_text("private key\n")
+        (home / "src" / "bench" / "solution").mkdir(parents=True)
+        (home / "src" / "bench" / "solution" / "solve.sh").write_text("echo answer\n")
+        tool = home / ".local" / "share" / "tool"
+        (tool / "bin").mkdir(parents=True)
+        (tool / "lib").mkdir()
+        (tool / "lib" / "greeting").write_text("hello\n")
+        hello = tool / "bin" / "hello"
+        hello.write_text('#!/bin/sh\ncat "$(dirname "$0")/../lib/greeting"\n')
+        hello.chmod(0o755)
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("PATH", f"{tool / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        run_dir = RunDir(tmp_path / "run")
+        run_dir.workspace.mkdir(parents=True)
+        look = f"hello; cat {home}/.ssh/id_ed25519 {home}/src/bench/solution/solve.sh; ls -A {home}"
+        argv = [*bwrap_argv(run_dir, None), "bash", "-c", look]
+        seen = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert seen.stdout.split() == ["hello", ".local"], seen
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_a_worker_without_bwrap_refuses_rather_than_running_unconfined(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

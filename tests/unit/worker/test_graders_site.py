@@ -13,27 +13,27 @@ from pathlib import Path
 import pytest
 
 from worker import graders_site
-from worker.graders_site import script_of
+from worker.graders_site import entry_of
 
 
 @pytest.mark.parametrize(
-    ("argv", "script"),
+    ("argv", "entry"),
     [
-        (["python3", "-c", "print(1)"], None),
-        (["python3", "-m", "pytest", "x.py"], None),
-        (["python3", "-Bc", "print(1)"], None),
-        (["python3", "-mpytest"], None),
-        (["python3", "-"], None),
-        (["python3"], None),
-        (["python3", "check.py", "-c"], "check.py"),
-        (["python3", "-W", "error", "check.py"], "check.py"),
-        (["python3", "-Werror", "-X", "dev", "-u", "check.py"], "check.py"),
-        (["python3", "--check-hash-based-pycs", "never", "check.py"], "check.py"),
-        (["python3", "-E", "--", "-odd.py"], "-odd.py"),
+        (["python3", "-c", "print(1)"], ("code", None)),
+        (["python3", "-m", "pytest", "x.py"], ("module", "pytest")),
+        (["python3", "-Bc", "print(1)"], ("code", None)),
+        (["python3", "-mpytest"], ("module", "pytest")),
+        (["python3", "-"], ("stdin", None)),
+        (["python3"], ("stdin", None)),
+        (["python3", "check.py", "-c"], ("script", "check.py")),
+        (["python3", "-W", "error", "check.py"], ("script", "check.py")),
+        (["python3", "-Werror", "-X", "dev", "-u", "check.py"], ("script", "check.py")),
+        (["python3", "--check-hash-based-pycs", "never", "check.py"], ("script", "check.py")),
+        (["python3", "-E", "--", "-odd.py"], ("script", "-odd.py")),
     ],
 )
-def test_the_script_a_command_line_runs(argv: list[str], script: str | None) -> None:
-    assert script_of(argv) == script
+def test_what_a_command_line_runs(argv: list[str], entry: tuple[str, str | None]) -> None:
+    assert entry_of(argv) == entry
 
 
 def _python(folder: Path, *args: str, stdin: str = "") -> list[str]:
@@ -59,6 +59,31 @@ def test_the_working_folder_comes_last_and_a_scripts_folder_first(tmp_path: Path
     for path in (_python(work, "-c", SHOW), _python(work, "-", stdin=SHOW)):
         assert path[-1] == str(work) and str(work) not in path[:-1], path
     assert _python(work, "-X", "dev", "tests/show.py")[0] == str(work / "tests")
+
+
+def test_a_module_the_python_lacks_is_not_found_in_the_working_folder(tmp_path: Path) -> None:
+    """A runner's `python3 -m pytest --version` probe, where pytest is not installed,
+    must fail, not run the agent's pytest.py; an installed module runs with the
+    working folder last."""
+    (tmp_path / "not_installed_here.py").write_text("print('the agent')\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(graders_site.__file__, site / "sitecustomize.py")
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(site)}
+    ran = subprocess.run(
+        [sys.executable, "-m", "not_installed_here"], cwd=tmp_path, env=env, text=True,
+        capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert ran.returncode == 1 and "No module named not_installed_here" in ran.stderr, ran
+    installed = tmp_path / "installed"
+    installed.mkdir()
+    (installed / "shows_path.py").write_text("import sys; print(sys.path[-1])\n")
+    env["PYTHONPATH"] += os.pathsep + str(installed)
+    ran = subprocess.run(
+        [sys.executable, "-m", "shows_path"], cwd=tmp_path, env=env, text=True,
+        capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert ran.stdout.strip() == str(tmp_path), ran
 
 
 def test_the_sitecustomize_it_hides_still_runs(tmp_path: Path) -> None:
