@@ -24,10 +24,11 @@ infrastructure error rather than running the agent unconfined.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from core.errors import SetupError
@@ -128,25 +129,57 @@ def _host_root(skip: set[str]) -> list[str]:
 def _home_masked() -> list[str]:
     """The worker's home masked (its user's keys and credentials, a clone of the
     benchmark with its solutions: a jail run as that user could read them all), but for
-    the software its PATH finds there, read-only: each entry's prefix (`~/.nvm/versions/
-    node/v22` for its bin/, where the package's files are), and the worker's Python."""
+    the software its PATH finds there and the worker's Python, read-only (_software).
+    Nothing for a worker running as root whose home the run's uid cannot reach anyway."""
     home = Path(os.path.expanduser("~")).resolve()
-    if home == Path("/") or not home.is_dir():
+    as_root = os.geteuid() == 0
+    if home == Path("/") or not home.is_dir() or (as_root and not _passable(home.parents)):
         return []
     places = {*os.environ.get("PATH", "").split(os.pathsep), sys.prefix, sys.base_prefix}
     shown: set[Path] = set()
-    for place in filter(None, places):
-        path = Path(place).resolve()
-        if path == home or home not in path.parents or not path.is_dir():
+    for place in places:
+        if not os.path.isabs(place):  # `.` or empty: the worker's folder, not software
             continue
-        prefix = path.parent if path.name == "bin" and path.parent != home else path
-        # A worker running as root starts bwrap as the run's uid, which can bind only
-        # what any user may reach.
-        if os.geteuid() != 0 or _open_to_all(prefix, home):
-            shown.add(prefix)
+        path = Path(place).resolve()
+        if home in path.parents and path.is_dir():
+            shown |= _software(path, home)
+    # bwrap run as the run's uid (a worker running as root) binds only what it reaches.
+    shown = {p for p in shown if not as_root or _open_to_all(p, home)}
     # A folder within another already shown needs no bind of its own.
     tops = sorted(p for p in shown if not any(other in p.parents for other in shown))
     return ["--tmpfs", str(home), *[arg for p in tops for arg in ("--ro-bind", str(p), str(p))]]
+
+
+def _software(folder: Path, home: Path) -> set[Path]:
+    """What the jail shows for `folder`, a PATH entry (or a Python) in the home: the
+    prefix of a bin/ (`~/.nvm/versions/node/v22`, where the package's files are), but
+    for a prefix right in the home (`~/.local`, `~/.cargo`: its credentials and
+    histories beside the programs) the bin/ itself and where its links lead."""
+    prefix = _prefix(folder, home)
+    if prefix is not None:
+        return {prefix}
+    shown = {folder}
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            target = Path(entry.path).resolve()
+            if entry.is_symlink() and home in target.parent.parents:
+                shown.add(_prefix(target.parent, home) or target.parent)
+    return shown
+
+
+def _prefix(folder: Path, home: Path) -> Path | None:
+    """The prefix `folder` belongs to (its parent for a bin/), unless that is the home or
+    right in it."""
+    prefix = folder.parent if folder.name == "bin" else folder
+    return prefix if home in prefix.parent.parents else None
+
+
+def _passable(folders: Iterable[Path]) -> bool:
+    """Whether any user may pass through each of `folders`."""
+    try:
+        return all(os.stat(folder).st_mode & 0o001 for folder in folders)
+    except OSError:
+        return False
 
 
 def _open_to_all(path: Path, home: Path) -> bool:

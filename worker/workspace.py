@@ -99,6 +99,12 @@ class RunDir:
         return self.root / "graders"
 
     @functools.cached_property
+    def graders_python(self) -> Path:
+        """The graders' sitecustomize's folder (worker.graders_site): root's, beside their
+        home rather than in it, where a gate running the agent's code could swap it."""
+        return self.root / "graders-python"
+
+    @functools.cached_property
     def tests(self) -> Path:
         """A scenario's hidden tests, copied in once the agent has ended (with_tests)."""
         return self.root / "tests"
@@ -590,11 +596,11 @@ def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -
     time."""
     home = run_dir.graders_home
     try:
-        if home.exists():  # a preflight's second cell in the same folder
-            remove_tree(home)
-        home.mkdir()
-        site = home / "python"  # root's, as the home is made
-        site.mkdir()
+        site = run_dir.graders_python
+        for made in (home, site):
+            if made.exists():  # a preflight's second cell in the same folder
+                remove_tree(made)
+            made.mkdir()
         (site / "sitecustomize.py").write_bytes(_graders_site())
         if user is not None:
             os.chown(home, user.uid, user.gid)

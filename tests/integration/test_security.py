@@ -504,31 +504,49 @@ def test_a_jail_masks_the_workers_home_but_the_software_its_path_finds_there(
 ) -> None:
     """A worker's home holds its user's keys and, say, a clone of the benchmark with its
     solutions: a jail run as that user (a worker not running as root) could read them.
-    The jail masks it; a tool installed there and on the worker's PATH still runs, with
-    the files beside its bin/."""
+    The jail masks it; the tools its PATH finds there still run: a package's prefix
+    (the files beside its bin/), and of a bin/ right in the home (~/.cargo, ~/.local)
+    the programs and where their links lead, not the credentials and histories beside."""
     home = Path("/var/tmp") / f"evalfleet-test-{uuid.uuid4().hex[:8]}"
+    secrets = {
+        ".ssh/id_ed25519": "private key",
+        "src/bench/solution/solve.sh": "the answer",
+        ".cargo/credentials.toml": "cargo token",
+        ".local/share/fish/fish_history": "OPENAI_API_KEY=sk-x",
+    }
     try:
-        (home / ".ssh").mkdir(parents=True)
-        (home / ".ssh" / "id_ed25519").write_text("private key\n")
-        (home / "src" / "bench" / "solution").mkdir(parents=True)
-        (home / "src" / "bench" / "solution" / "solve.sh").write_text("echo answer\n")
-        tool = home / ".local" / "share" / "tool"
-        (tool / "bin").mkdir(parents=True)
-        (tool / "lib").mkdir()
+        for name, text in secrets.items():
+            (home / name).parent.mkdir(parents=True, exist_ok=True)
+            (home / name).write_text(text + "\n")
+        tool = home / "tools" / "greeter"
+        (tool / "lib").mkdir(parents=True)
         (tool / "lib" / "greeting").write_text("hello\n")
-        hello = tool / "bin" / "hello"
-        hello.write_text('#!/bin/sh\ncat "$(dirname "$0")/../lib/greeting"\n')
-        hello.chmod(0o755)
+        _program(tool / "bin" / "hello", 'cat "$(dirname "$0")/../lib/greeting"')
+        _program(home / ".cargo" / "bin" / "cargo-ish", "echo cargo")
+        _program(home / ".local" / "share" / "app" / "v1" / "app", "echo app")
+        (home / ".local" / "bin").mkdir()
+        (home / ".local" / "bin" / "app").symlink_to(
+            home / ".local" / "share" / "app" / "v1" / "app"
+        )
         monkeypatch.setenv("HOME", str(home))
-        monkeypatch.setenv("PATH", f"{tool / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        path = [tool / "bin", home / ".cargo" / "bin", home / ".local" / "bin"]
+        monkeypatch.setenv("PATH", os.pathsep.join([*map(str, path), ".", os.environ["PATH"]]))
+        monkeypatch.chdir(home / "src")  # `.` on PATH: the worker's folder, not software
         run_dir = RunDir(tmp_path / "run")
         run_dir.workspace.mkdir(parents=True)
-        look = f"hello; cat {home}/.ssh/id_ed25519 {home}/src/bench/solution/solve.sh; ls -A {home}"
+        look = f"hello; cargo-ish; app; cat {' '.join(str(home / name) for name in secrets)}"
         argv = [*bwrap_argv(run_dir, None), "bash", "-c", look]
         seen = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        assert seen.stdout.split() == ["hello", ".local"], seen
+        assert seen.stdout.split() == ["hello", "cargo", "app"], seen
+        assert seen.stderr.count("No such file or directory") == len(secrets), seen
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _program(path: Path, script: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
 
 
 def test_a_worker_without_bwrap_refuses_rather_than_running_unconfined(

@@ -30,6 +30,7 @@ from worker.graders_site import entry_of
         (["python3", "-Werror", "-X", "dev", "-u", "check.py"], ("script", "check.py")),
         (["python3", "--check-hash-based-pycs", "never", "check.py"], ("script", "check.py")),
         (["python3", "-E", "--", "-odd.py"], ("script", "-odd.py")),
+        (["python3", "--", "-"], ("stdin", None)),
     ],
 )
 def test_what_a_command_line_runs(argv: list[str], entry: tuple[str, str | None]) -> None:
@@ -52,19 +53,39 @@ def _python(folder: Path, *args: str, stdin: str = "") -> list[str]:
 SHOW = "import sys; print(*sys.path, sep=chr(10))"
 
 
-def test_the_working_folder_comes_last_and_a_scripts_folder_first(tmp_path: Path) -> None:
+def test_the_working_folder_is_off_the_path_and_a_scripts_folder_first(tmp_path: Path) -> None:
     work = tmp_path / "work"
     (work / "tests").mkdir(parents=True)
     (work / "tests" / "show.py").write_text(SHOW)
     for path in (_python(work, "-c", SHOW), _python(work, "-", stdin=SHOW)):
-        assert path[-1] == str(work) and str(work) not in path[:-1], path
+        assert str(work) not in path and "" not in path, path
     assert _python(work, "-X", "dev", "tests/show.py")[0] == str(work / "tests")
+
+
+def test_what_the_agent_leaves_runs_in_no_python_the_graders_start(tmp_path: Path) -> None:
+    """A sitecustomize.py in the workspace, a module an installed one probes for
+    (`org`, which the standard library's copy module tries), a json.py on a relative
+    PYTHONPATH entry: none runs; the agent's own module still imports."""
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    for planted in (work / "sitecustomize.py", work / "org.py", work / "src" / "json.py"):
+        planted.write_text("import os\nprint('the agent')\nos._exit(0)\n")
+    (work / "answer.py").write_text("ANSWER = 42\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(graders_site.__file__, site / "sitecustomize.py")
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": f"{site}{os.pathsep}src"}
+    check = "import copy, json, answer; print(json.dumps(answer.ANSWER)); raise SystemExit(3)"
+    ran = subprocess.run(
+        [sys.executable, "-c", check], cwd=work, env=env, text=True, capture_output=True,
+        timeout=30,
+    )  # fmt: skip
+    assert (ran.returncode, ran.stdout) == (3, "42\n"), ran
 
 
 def test_a_module_the_python_lacks_is_not_found_in_the_working_folder(tmp_path: Path) -> None:
     """A runner's `python3 -m pytest --version` probe, where pytest is not installed,
-    must fail, not run the agent's pytest.py; an installed module runs with the
-    working folder last."""
+    must fail, not run the agent's pytest.py."""
     (tmp_path / "not_installed_here.py").write_text("print('the agent')\n")
     site = tmp_path / "site"
     site.mkdir()
@@ -75,15 +96,6 @@ def test_a_module_the_python_lacks_is_not_found_in_the_working_folder(tmp_path: 
         capture_output=True, timeout=30,
     )  # fmt: skip
     assert ran.returncode == 1 and "No module named not_installed_here" in ran.stderr, ran
-    installed = tmp_path / "installed"
-    installed.mkdir()
-    (installed / "shows_path.py").write_text("import sys; print(sys.path[-1])\n")
-    env["PYTHONPATH"] += os.pathsep + str(installed)
-    ran = subprocess.run(
-        [sys.executable, "-m", "shows_path"], cwd=tmp_path, env=env, text=True,
-        capture_output=True, timeout=30,
-    )  # fmt: skip
-    assert ran.stdout.strip() == str(tmp_path), ran
 
 
 def test_the_sitecustomize_it_hides_still_runs(tmp_path: Path) -> None:
