@@ -49,6 +49,7 @@ class Experiments:
         self._specs = specs
         self._release_hold = client.register_script(scripts.RELEASE_HOLD)
         self._cancel = client.register_script(scripts.CANCEL)
+        self._set_status = client.register_script(scripts.SET_STATUS)
 
     def create(
         self,
@@ -142,13 +143,11 @@ class Experiments:
     def set_status(
         self, exp_id: str, status: ExperimentStatus, finished_at: float | None = None
     ) -> None:
-        mapping: dict[str, Value] = {"status": status.value}
-        if finished_at is not None:
-            mapping["finished_at"] = finished_at
-        pipe = self.redis.pipeline()
-        pipe.hset(self.keys.experiment(exp_id), mapping=mapping)
-        pipe.publish(self.keys.status_channel(exp_id), status.value)
-        pipe.execute()
+        """ExperimentNotFound once it has no record (deleted meanwhile)."""
+        keys = [self.keys.experiment(exp_id), self.keys.status_channel(exp_id)]
+        finished = "" if finished_at is None else repr(finished_at)
+        if self._set_status(keys=keys, args=[status.value, finished]) == "gone":
+            raise ExperimentNotFound(exp_id)
 
     def cancel(self, exp_id: str) -> ExperimentStatus:
         """Mark a pending or running experiment cancelled, in one step with reading its

@@ -10,8 +10,10 @@ what a follower already read; version 1 is written again by a resume.
 
 from __future__ import annotations
 
+from core.errors import ExperimentNotFound
 from core.results.report import ExperimentReport
 from core.results.run import RunResult
+from core.store import scripts
 from core.store.client import TextClient
 from core.store.keys import Keys
 from core.store.results import parse_results
@@ -21,15 +23,16 @@ class Reports:
     def __init__(self, client: TextClient, keys: Keys):
         self.redis = client
         self.keys = keys
+        self._save = client.register_script(scripts.SAVE_REPORT)
 
     def save(self, report: ExperimentReport) -> None:
         """Version 1 (the runs' own report) may be written again (resume); a later
-        version is written once."""
+        version is written once. ExperimentNotFound once the experiment has no record
+        (deleted meanwhile)."""
         exp_id = report.experiment.id
-        if report.version == 1:
-            self.redis.set(self.keys.report(exp_id), report.model_dump_json())
-        else:
-            self.redis.hsetnx(self.keys.reports(exp_id), report.version, report.model_dump_json())
+        keys = [self.keys.experiment(exp_id), self.keys.report(exp_id), self.keys.reports(exp_id)]
+        if self._save(keys=keys, args=[report.version, report.model_dump_json()]) == "gone":
+            raise ExperimentNotFound(exp_id)
 
     def get(self, exp_id: str, version: int = 1) -> ExperimentReport | None:
         if version == 1:

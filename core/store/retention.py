@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.store import Store
+from core.store import Store, scripts
 from core.store.client import SCAN_COUNT
 
 DELETE_BATCH = 500
@@ -52,13 +52,10 @@ def delete_experiment(store: Store, exp_id: str) -> Deleted:
     reader finds it half deleted, and a worker's write for one of its runs (each
     checks the record in the same script) fails from then on. The keys are looked
     for only after that, so none a run in flight made meanwhile is left behind."""
-    record = store.keys.experiment(exp_id)
-    chords = store.redis.hget(record, "chords") or ""
-    pipe = store.redis.pipeline()
-    pipe.exists(record)
-    pipe.zrem(store.keys.experiments(), exp_id)
-    pipe.delete(record)
-    had_record = int(pipe.execute()[0])
+    take_out = store.redis.register_script(scripts.TAKE_OUT)
+    had_record, chords = take_out(
+        keys=[store.keys.experiment(exp_id), store.keys.experiments()], args=[exp_id]
+    )
     keys = experiment_keys(store, exp_id, chords)
     files = store.evidence.files(exp_id)
     removed, unreachable = 0, []
@@ -75,7 +72,7 @@ def delete_experiment(store: Store, exp_id: str) -> Deleted:
             folder.rmdir()
     for start in range(0, len(keys), DELETE_BATCH):
         store.redis.unlink(*keys[start : start + DELETE_BATCH])
-    return Deleted(had_record + len(keys), removed, unreachable)
+    return Deleted(int(had_record) + len(keys), removed, unreachable)
 
 
 def stored_bytes(store: Store) -> dict[str, int]:

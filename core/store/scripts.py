@@ -420,3 +420,40 @@ if before == 'pending' or before == 'running' or before == 'interrupted' then
 end
 return before
 """
+
+# Writes of an experiment's status, report and record taken apart, each only while the
+# experiment has its record: a finish that lands while it is deleted (its record goes
+# first: core.store.retention) writes nothing back. Each returns 'gone' without one.
+# KEYS[1] experiment, KEYS[2] its status channel. ARGV[1] the status's value,
+# ARGV[2] when it finished ('' to leave it).
+SET_STATUS = """
+if redis.call('HEXISTS', KEYS[1], 'info') == 0 then return 'gone' end
+redis.call('HSET', KEYS[1], 'status', ARGV[1])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'finished_at', ARGV[2]) end
+redis.call('PUBLISH', KEYS[2], ARGV[1])
+return 'set'
+"""
+
+# KEYS[1] experiment, KEYS[2] version 1's report (written again by a resume), KEYS[3]
+# the later versions' hash (each written once). ARGV[1] the version, ARGV[2] its report.
+SAVE_REPORT = """
+if redis.call('HEXISTS', KEYS[1], 'info') == 0 then return 'gone' end
+if ARGV[1] == '1' then
+  redis.call('SET', KEYS[2], ARGV[2])
+else
+  redis.call('HSETNX', KEYS[3], ARGV[1], ARGV[2])
+end
+return 'saved'
+"""
+
+# The record taken out with its place in the experiments list, in one step with
+# reading the chords it names (their Celery keys go next).
+# KEYS[1] experiment, KEYS[2] the experiments list. ARGV[1] the experiment's id.
+# Returns {1 or 0 (whether it had a record), its chord ids ('' for none)}.
+TAKE_OUT = """
+local chords = redis.call('HGET', KEYS[1], 'chords') or ''
+local had = redis.call('EXISTS', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+return {had, chords}
+"""

@@ -11,8 +11,10 @@ import pytest
 
 from core.errors import ExperimentNotFound
 from core.evidence.models import RunEvidence
+from core.results.report import ExperimentStatus
 from core.store import Store
 from core.store.retention import created_before, delete_experiment, experiment_keys, stored_bytes
+from fleet.finish import finish_experiment
 from tests.support.records import record_experiment, result_of
 
 
@@ -59,6 +61,23 @@ def test_a_run_that_starts_while_its_experiment_is_deleted_leaves_no_key(
     delete_experiment(store, exp.id)
     monkeypatch.undo()
     assert began == []
+    assert experiment_keys(store, exp.id) == []
+
+
+def test_a_finish_that_writes_after_the_delete_writes_nothing_back(store: Store) -> None:
+    """The aggregation reads the runs, then writes the report and the status: deleted in
+    between, neither write comes back as a key (a report, a record of a status only)."""
+    exp, specs = record_experiment(store)
+    for spec in specs:
+        store.results.save(result_of(spec))
+    finish_experiment(store, exp.id)
+    report = store.reports.get(exp.id)
+    assert report is not None
+    delete_experiment(store, exp.id)
+    with pytest.raises(ExperimentNotFound):
+        store.reports.save(report)
+    with pytest.raises(ExperimentNotFound):
+        store.experiments.set_status(exp.id, ExperimentStatus.complete, finished_at=1.0)
     assert experiment_keys(store, exp.id) == []
 
 
