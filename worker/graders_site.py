@@ -22,15 +22,15 @@ under its own name it does nothing. It parses on any Python 3 (no annotations
 evaluated, no newer syntax): a task's image may have an old one.
 """
 
-import importlib.machinery
-import importlib.util
+# Only what Python has loaded before `site`: any other import here would be looked
+# for before the workspace is off the path.
 import os
 import sys
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from importlib.machinery import ModuleSpec
+    from importlib.machinery import ModuleSpec, PathFinder
     from types import FrameType, ModuleType
 
 # Python's options that take a value (`-W error`, `-Xdev`); `-c` and `-m` end them.
@@ -38,6 +38,18 @@ _VALUED = frozenset("WX")
 _LONG_VALUED = frozenset({"--check-hash-based-pycs"})
 # Never the agent's, whoever imports them.
 _NEVER = frozenset({"sitecustomize", "usercustomize"})
+# The workspace's folders taken off PYTHONPATH by worker.workspace (a matrix's `src`),
+# for the finder to look in.
+PLACES_ENV = "EVALFLEET_GRADERS_WORKSPACE_PATH"
+# Installed code that imports a module a test names on the test's behalf: the test's
+# own request (`mock.patch("answer.f")`, `pytest.importorskip("answer")`).
+_ON_BEHALF = (
+    os.path.join("unittest", "mock.py"),
+    "pkgutil.py",
+    os.path.join("_pytest", "monkeypatch.py"),
+    os.path.join("_pytest", "outcomes.py"),
+    os.path.join("multiprocessing", "spawn.py"),
+)
 
 
 def entry_of(argv: "list[str]") -> "tuple[str, str | None]":
@@ -86,7 +98,7 @@ class WorkspaceFinder:
     ) -> "ModuleSpec | None":
         if path is not None or name in _NEVER or self._from_installed():
             return None
-        return importlib.machinery.PathFinder.find_spec(name, self.places)
+        return _path_finder().find_spec(name, self.places)
 
     def invalidate_caches(self) -> None:
         pass
@@ -97,7 +109,8 @@ class WorkspaceFinder:
         frame: FrameType | None = sys._getframe(2)
         while frame is not None:
             name = frame.f_code.co_filename
-            if not (name.startswith("<frozen importlib") or _within(name, self._importlib)):
+            machinery = name.startswith("<frozen importlib") or _within(name, self._importlib)
+            if not (machinery or name.endswith(_ON_BEHALF)):
                 # The standard library's frozen modules (runpy, os) are installed code.
                 frozen = name.startswith("<frozen")
                 return frozen or any(_within(name, folder) for folder in self.installed)
@@ -106,6 +119,8 @@ class WorkspaceFinder:
 
     @property
     def _importlib(self) -> str:
+        import importlib
+
         return os.path.dirname(importlib.__file__ or "")
 
 
@@ -125,15 +140,31 @@ class _FirstImport:
         return None
 
 
+def _path_finder() -> "type[PathFinder]":
+    import importlib.machinery
+
+    return importlib.machinery.PathFinder
+
+
 def _installed() -> "list[str]":
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     return sorted({os.path.realpath(p) for p in prefixes} | prefixes)
 
 
 def _settle() -> None:
-    cwd = os.getcwd()
-    places = [p for p in sys.path if p == "" or _within(os.path.abspath(p), cwd)]
+    cwd = os.path.realpath(os.getcwd())
+    installed = _installed()
+    # Off the path: the working folder and what is in it, by its real path, but for a
+    # Python's own folders (a venv made in the workspace; a working folder above them).
+    places = [
+        p
+        for p in sys.path
+        if p == "" or _within(os.path.realpath(p), cwd)
+        if not any(_within(os.path.realpath(p), folder) for folder in installed)
+    ]
     sys.path[:] = [p for p in sys.path if p not in places]
+    handed = os.environ.get(PLACES_ENV, "")
+    places += [p for p in handed.split(os.pathsep) if p]
     _next_sitecustomize()
     kind, what = _entry()
     if kind == "script" and what is not None:
@@ -141,8 +172,8 @@ def _settle() -> None:
             sys.path.insert(0, _first_folder(what))
     elif not getattr(sys.flags, "safe_path", False):
         sys.meta_path.insert(0, _FirstImport(cwd))
-    others = [os.path.abspath(p) for p in places if p and os.path.abspath(p) != cwd]
-    sys.meta_path.append(WorkspaceFinder([*others, cwd], _installed()))
+    others = [os.path.realpath(p) for p in places if p and os.path.realpath(p) != cwd]
+    sys.meta_path.append(WorkspaceFinder([*others, cwd], installed))
 
 
 def _entry() -> "tuple[str, str | None]":
@@ -175,9 +206,11 @@ def _is_zip(path: str) -> bool:
 
 def _next_sitecustomize() -> None:
     """The next `sitecustomize` on sys.path (which holds no workspace folder now)."""
+    import importlib.util
+
     here = os.path.dirname(os.path.abspath(__file__))
     others = [entry for entry in sys.path if entry and os.path.abspath(entry) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
+    spec = _path_finder().find_spec("sitecustomize", others)
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)

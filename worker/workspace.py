@@ -606,14 +606,32 @@ def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -
             os.chown(home, user.uid, user.gid)
     except OSError as exc:
         raise SetupError(f"making the gates' home failed: {exc}") from exc
-    python_path = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    given, in_workspace = graders_python_path(env.get("PYTHONPATH", ""), run_dir.workspace)
     return {
         "HOME": str(home),
         "TMPDIR": str(home),
         "PYTHONNOUSERSITE": "1",
         "PYTHONSAFEPATH": "1",
-        "PYTHONPATH": python_path,
+        "PYTHONPATH": os.pathsep.join([str(site), *given]),
+        graders_site.PLACES_ENV: os.pathsep.join(in_workspace),
     } | {name: str(home / folder) for name, folder in _XDG.items()}
+
+
+def graders_python_path(python_path: str, workspace: Path) -> tuple[list[str], list[str]]:
+    """A matrix's PYTHONPATH for the gates, split: the folders outside the workspace,
+    and those in it (`src`, `.`), which graders_site's finder looks in last. On the
+    path itself the agent's files there would be imported first, and Python runs the
+    .pth files of every entry before any sitecustomize."""
+    outside, inside = [], []
+    for entry in python_path.split(os.pathsep):
+        if not entry:
+            continue
+        folder = (workspace / entry).resolve()
+        if folder == workspace.resolve() or workspace.resolve() in folder.parents:
+            inside.append(str(folder))
+        else:
+            outside.append(str(folder))
+    return outside, inside
 
 
 @functools.cache

@@ -14,6 +14,7 @@ import pytest
 
 from worker import graders_site
 from worker.graders_site import entry_of
+from worker.workspace import graders_python_path
 
 
 @pytest.mark.parametrize(
@@ -74,7 +75,8 @@ def test_what_the_agent_leaves_runs_in_no_python_the_graders_start(tmp_path: Pat
     site = tmp_path / "site"
     site.mkdir()
     shutil.copy(graders_site.__file__, site / "sitecustomize.py")
-    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": f"{site}{os.pathsep}src"}
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(site)}
+    env[graders_site.PLACES_ENV] = str(work / "src")  # a matrix's PYTHONPATH: src
     check = "import copy, json, answer; print(json.dumps(answer.ANSWER)); raise SystemExit(3)"
     ran = subprocess.run(
         [sys.executable, "-c", check], cwd=work, env=env, text=True, capture_output=True,
@@ -113,3 +115,58 @@ def test_the_sitecustomize_it_hides_still_runs(tmp_path: Path) -> None:
         capture_output=True, timeout=30,
     )  # fmt: skip
     assert ran.stdout.strip() == "ran", ran.stderr
+
+
+def test_a_matrixs_python_path_in_the_workspace_is_kept_off_the_path(tmp_path: Path) -> None:
+    """`PYTHONPATH: src:.:/opt/lib` in a matrix: its workspace folders go to the finder,
+    which looks in them last (on the path, their .pth files would run at start-up)."""
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    outside, inside = graders_python_path(f"src{os.pathsep}.{os.pathsep}{os.pathsep}/opt/lib", work)
+    assert outside == ["/opt/lib"]
+    assert inside == [str((work / "src").resolve()), str(work.resolve())]
+
+
+def test_the_gates_own_ways_of_naming_the_agents_module_still_reach_it(tmp_path: Path) -> None:
+    """Installed code that imports what a test names, on its behalf: mock.patch's target,
+    pkgutil.resolve_name."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "answer.py").write_text("def f():\n    return 41\n")
+    check = (
+        "import pkgutil; from unittest import mock\n"
+        "with mock.patch('answer.f', return_value=42):\n"
+        "    import answer; print(answer.f(), pkgutil.resolve_name('answer:f')())"
+    )
+    assert _python(work, "-c", check) == ["42 42"]
+
+
+def test_a_venv_in_the_workspace_and_a_working_folder_above_the_python_keep_their_path(
+    tmp_path: Path,
+) -> None:
+    """Terminal-Bench's runner makes a venv in the workspace (`uv venv .tbench-testing`):
+    its site-packages stay on its path; so do the standard library's folders when the
+    working folder is above them (a test's `cwd="/"`)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
+    python = work / "venv" / "bin" / "python"
+    packages = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    Path(packages, "in_the_venv.py").write_text("print('from the venv')\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(graders_site.__file__, site / "sitecustomize.py")
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(site)}
+    ran = subprocess.run(
+        [python, "-c", "import in_the_venv"], cwd=work, env=env, text=True,
+        capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert ran.stdout == "from the venv\n", ran
+    ran = subprocess.run(
+        [sys.executable, "-c", "import email.message, subprocess; print('ok')"], cwd="/",
+        env=env, text=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert ran.stdout == "ok\n", ran
