@@ -78,7 +78,6 @@ from worker.workspace import (
     clear_dead_deliveries,
     fresh_rewards,
     git_identity,
-    graders_python,
     own_home,
     prepare,
     put_away,
@@ -478,7 +477,7 @@ def task_environment(
         return RunEnvironment(in_container, rewards)
     binds = {TESTS_DIR: run_dir.tests} if has_tests else {}
     # The gates' home and Python (with_tests), shown in the jail too.
-    home, site = run_dir.graders_home, graders_python()
+    home, site = run_dir.graders_home, run_dir.graders_python
     argv_prefix = confinement.argv_prefix(run_dir, {**binds, str(home): home, str(site): site})
     # The gates' $EVALFLEET_TESTS is the run folder's copy, which the jail shows at /tests.
     base = {**env, "EVALFLEET_TESTS": TESTS_DIR} if binds else dict(env)

@@ -35,7 +35,6 @@ import array
 import contextlib
 import fcntl
 import functools
-import hashlib
 import os
 import shutil
 import subprocess
@@ -98,6 +97,12 @@ class RunDir:
     def graders_home(self) -> Path:
         """The gates' and the verifier's home, made once the agent has ended (with_tests)."""
         return self.root / "graders"
+
+    @functools.cached_property
+    def graders_python(self) -> Path:
+        """The graders' sitecustomize's folder (worker.graders_site): root's, beside their
+        home rather than in it, where a gate running the agent's code could swap it."""
+        return self.root / "graders-python"
 
     @functools.cached_property
     def tests(self) -> Path:
@@ -591,10 +596,12 @@ def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -
     time."""
     home = run_dir.graders_home
     try:
-        site = graders_python()
-        if home.exists():  # a preflight's second cell in the same folder
-            remove_tree(home)
-        home.mkdir()
+        site = run_dir.graders_python
+        for made in (home, site):
+            if made.exists():  # a preflight's second cell in the same folder
+                remove_tree(made)
+            made.mkdir()
+        (site / "sitecustomize.py").write_bytes(_graders_site())
         if user is not None:
             os.chown(home, user.uid, user.gid)
     except OSError as exc:
@@ -627,38 +634,9 @@ def graders_python_path(python_path: str, workspace: Path) -> tuple[list[str], l
     return outside, inside
 
 
-def graders_python() -> Path:
-    """The graders' sitecustomize's folder (worker.graders_site), in the work folder: a
-    run's user may pass through it (worker.confinement makes it 0711) but not write
-    there, and a jail masks it but for a verifier's bind. Written once per process."""
-    return graders_python_in(work_root())
-
-
-@functools.lru_cache(maxsize=4)
-def graders_python_in(root: Path) -> Path:
-    data = Path(graders_site.__file__).read_bytes()
-    # One folder per version of the file: workers of two versions share a work folder.
-    folder = root / f".graders-python-{hashlib.sha256(data).hexdigest()[:12]}"
-    target = folder / "sitecustomize.py"
-    if not _own_copy(target, data):
-        folder.mkdir(mode=0o755, parents=True, exist_ok=True)
-        folder.chmod(0o755)
-        written = folder / f".{uuid.uuid4().hex}.tmp"
-        written.write_bytes(data)
-        written.chmod(0o644)
-        os.replace(written, target)  # whole, for a worker reading it meanwhile
-    return folder
-
-
-def _own_copy(target: Path, data: bytes) -> bool:
-    """Whether `target` is this process's user's, written by no one else, and `data`."""
-    try:
-        info, above = target.stat(), target.parent.stat()
-    except FileNotFoundError:
-        return False
-    mine = {info.st_uid, above.st_uid} == {os.geteuid()}
-    untouched = not (info.st_mode | above.st_mode) & 0o022
-    return mine and untouched and target.read_bytes() == data
+@functools.cache
+def _graders_site() -> bytes:
+    return Path(graders_site.__file__).read_bytes()
 
 
 def with_solution(run_dir: RunDir, scenario: Scenario | None, user: RunAs | None) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from worker import graders_site
 from worker.graders_site import entry_of
-from worker.workspace import graders_python_in, graders_python_path
+from worker.workspace import graders_python_path
 
 
 @pytest.mark.parametrize(
@@ -170,20 +170,3 @@ def test_a_venv_in_the_workspace_and_a_working_folder_above_the_python_keep_thei
         env=env, text=True, capture_output=True, timeout=30,
     )  # fmt: skip
     assert ran.stdout == "ok\n", ran
-
-
-def test_the_graders_copy_is_written_whole_and_a_changed_one_again(tmp_path: Path) -> None:
-    """One folder per version of the file in the work folder, written once per process;
-    a later process finding a copy changed (or open to others' writes) writes it again."""
-    folder = graders_python_in(tmp_path)
-    copy = folder / "sitecustomize.py"
-    assert copy.read_bytes() == Path(graders_site.__file__).read_bytes()
-    assert copy.stat().st_mode & 0o777 == 0o644 and folder.stat().st_mode & 0o777 == 0o755
-    copy.write_text("print('not the graders')\n")
-    graders_python_in.cache_clear()  # a later worker process
-    assert graders_python_in(tmp_path) == folder
-    assert copy.read_bytes() == Path(graders_site.__file__).read_bytes()
-    folder.chmod(0o777)
-    graders_python_in.cache_clear()
-    graders_python_in(tmp_path)
-    assert folder.stat().st_mode & 0o777 == 0o755
