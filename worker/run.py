@@ -74,6 +74,7 @@ from worker.run_records import (
 )
 from worker.workspace import (
     MARKER,
+    SAFE_PYTHON,
     RunDir,
     clear_dead_deliveries,
     fresh_rewards,
@@ -435,12 +436,6 @@ def gate_enclosure(
     if confinement.user is not None:
         return Enclosure((), env, confinement.user)
     return None
-
-
-# A verifier's `python3 -m pytest`, run in the workspace, would put the workspace first
-# on sys.path: a pytest.py (or any module) the agent left there would be the one run.
-# Python 3.11+ reads it; an older one in a task's image ignores it.
-SAFE_PYTHON = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
 
 
 def task_environment(

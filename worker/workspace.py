@@ -589,6 +589,13 @@ def with_tests(
     return {**env, "EVALFLEET_TESTS": str(run_dir.tests)}
 
 
+# The graders' Python, in a task's container too: `python3 -m pytest` run in the
+# workspace would put it first on sys.path (a pytest.py the agent left there would be
+# the one run), and its user site is the agent's. Python 3.11+ reads PYTHONSAFEPATH;
+# on the worker graders_site covers an older one.
+SAFE_PYTHON = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
+
+
 def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -> dict[str, str]:
     """A fresh home in the run's folder (root's: the run's user cannot make it first),
     the gates' HOME, TMPDIR and XDG folders, and their Python's settings (PYTHONPATH:
@@ -610,8 +617,7 @@ def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -
     return {
         "HOME": str(home),
         "TMPDIR": str(home),
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONSAFEPATH": "1",
+        **SAFE_PYTHON,
         "PYTHONPATH": os.pathsep.join([str(site), *given]),
         graders_site.PLACES_ENV: os.pathsep.join(in_workspace),
     } | {name: str(home / folder) for name, folder in _XDG.items()}
