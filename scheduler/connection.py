@@ -166,18 +166,22 @@ class Connection:
             self._app = fleet_app(self.url, default_queue=self.queue)
         return self._app
 
-    def start_workers(self, queues: list[str]) -> LocalWorkers:
+    def start_workers(self, queues: list[str], runs: int | None = None) -> LocalWorkers:
         """The local worker processes on the embedded Redis, stopped with the
-        connection. Started before Celery is imported here: their start-up, the
-        longest wait of a short experiment, runs beside this process's own."""
+        connection: no more than `runs`, when the work has that many at most. Started
+        before Celery is imported here: their start-up, the longest wait of a short
+        experiment, runs beside this process's own."""
         self._ready()
         # Callers ask only in embedded mode (not `shared`): a shared fleet's workers run
         # elsewhere.
         assert self._embedded is not None
         from scheduler.embedded import LocalWorkers
 
-        local = LocalWorkers(self._embedded, self.concurrency or os.cpu_count() or 1, queues)
-        local.nudge = lambda: self._wake(local.hostname)
+        count = self.concurrency or os.cpu_count() or 1
+        if runs is not None:
+            count = max(min(count, runs), 1)
+        local = LocalWorkers(self._embedded, count, queues)
+        local.nudge = lambda: self._wake(local.nodes)
         local.waiting = self.say
         self.workers = self._cleanup.enter_context(local)
         return local
@@ -186,14 +190,15 @@ class Connection:
         """A note on the console (progress bars have it too)."""
         self.console.print(line, soft_wrap=soft_wrap)
 
-    def _wake(self, hostname: str) -> None:
-        """A control message to one worker, no reply asked: an event its loop wakes for
-        (none when nothing was sent: the app, and Celery, were never needed)."""
+    def _wake(self, nodes: list[str]) -> None:
+        """A control message to these workers, no reply asked: an event their loops wake
+        for (none when nothing was sent: the app, and Celery, were never needed)."""
         if self._app is None:
             return
         from celery.utils.nodenames import host_format
 
-        self._app.control.broadcast("ping", destination=[host_format(hostname)], reply=False)
+        destination = [host_format(node) for node in nodes]
+        self._app.control.broadcast("ping", destination=destination, reply=False)
 
     def queues(self, matrix: Matrix) -> list[str]:
         """What local workers consume: the default queue first, then every queue the

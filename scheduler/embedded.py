@@ -39,6 +39,7 @@ from fleet.broker import (
     embedded_url,
     running_embedded_broker,
 )
+from fleet.nodes import node_names
 from scheduler import standby
 from scheduler.standby import WORKER_MODULE
 from scheduler.warm import RemoteProcess
@@ -281,9 +282,9 @@ def broker_gone(state_dir: Path, url: str) -> str | None:
 
 
 class LocalWorkers:
-    """A Celery worker (prefork, N processes) started as a child of this process, on the
-    embedded Redis: it gets the URL without the password in its environment and reads
-    the password from the embedded Redis's private file."""
+    """N Celery nodes of one prefork process each (worker.nodes), started as one child
+    of this process, on the embedded Redis: it gets the URL without the password in its
+    environment and reads the password from the embedded Redis's private file."""
 
     def __init__(
         self, broker: EmbeddedRedis, concurrency: int, queues: Sequence[str], name: str = "embedded"
@@ -295,6 +296,7 @@ class LocalWorkers:
         self.queues = list(queues)
         # The Celery node name (%h: this host); several at once need names of their own.
         self.hostname = f"{name}-{os.getpid()}@%h"
+        self.nodes = node_names(self.hostname, concurrency)
         self.proc: subprocess.Popen[bytes] | RemoteProcess | None = None
         self.log_path = STATE_DIR.resolve() / "worker.log"
         # Called right after SIGTERM to wake the worker: Celery's handler only sets a flag
@@ -319,7 +321,9 @@ class LocalWorkers:
             ENV_PASSWORD_FILE: str(self.password_file),
         }
         # No Flower can watch a Redis on this CLI's own socket: no task events.
-        args = worker_args(self.concurrency, self.queues, hostname=self.hostname, events=False)
+        args = worker_args(
+            self.concurrency, self.queues, hostname=self.hostname, events=False, split=True
+        )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # The CLI's standby process, when it started one, has its imports behind it.
         self.proc = standby.hand_over(args, env, str(self.log_path))
@@ -419,10 +423,13 @@ def worker_args(
     hostname: str | None = None,
     loglevel: str = "INFO",
     events: bool = True,
+    split: bool = False,
 ) -> list[str]:
     args = ["--concurrency", str(concurrency), "--loglevel", loglevel, "--queues", ",".join(queues)]
     if hostname:
         args += ["--hostname", hostname]
     if not events:
         args.append("--without-events")
+    if split:
+        args.append("--split")
     return args

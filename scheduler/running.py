@@ -59,7 +59,8 @@ def submit(
         for warning in risky_settings(conn.store.redis):
             conn.say(f"warning: {warning}")
     exp_id = experiment_id or new_experiment_id(checked.matrix)
-    local = None if conn.shared else conn.start_workers(conn.queues(checked.matrix))
+    queues, most = conn.queues(checked.matrix), checked.matrix.total_runs()
+    local = None if conn.shared else conn.start_workers(queues, most)
     # Imported once the workers start: their start-up runs beside Celery's import here.
     from scheduler.dispatch import start
 
@@ -166,7 +167,7 @@ def _send(
     nothing: the chord they belong to aggregates."""
     from scheduler.dispatch import send  # imports Celery (see Connection.app)
 
-    local = None if conn.shared else conn.start_workers(conn.queues(matrix))
+    local = None if conn.shared else conn.start_workers(conn.queues(matrix), len(pending) + waiting)
     if pending or not waiting:  # nothing to send and nothing on its way: aggregate
         send(conn.app, conn.store, matrix, exp_id, pending, len(pending))
     return Sent(exp_id, len(pending), local.concurrency if local is not None else None)

@@ -42,6 +42,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--until-idle", type=float, default=None, metavar="SECONDS")
     p.add_argument("--grace", type=float, default=None, metavar="SECONDS")
     p.add_argument(
+        "--split",
+        action="store_true",
+        help="as --concurrency nodes of one pool process each (worker.nodes)",
+    )
+    p.add_argument(
         "--without-events",
         action="store_true",
         help="send no task events (received, started, phases, succeeded): nothing watches",
@@ -56,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.errors import SettingError
     from core.settings import check_settings
+    from worker import nodes
 
     try:
         check_settings()
@@ -63,9 +69,16 @@ def main(argv: list[str] | None = None) -> int:
 
         # Read by the tasks too: a run sends its phases only where events go.
         app.conf.worker_send_task_events = not args.without_events
+        hostname, concurrency = host_format(default_nodename(args.hostname)), args.concurrency
+        if args.split and concurrency > 1:
+            gc.freeze()  # the imports' heap, shared by the nodes: not copied by a collection
+            node = nodes.fork(hostname, concurrency)
+            if isinstance(node, nodes.Children):
+                return node.wait()
+            hostname, concurrency = node, 1
         worker = app.Worker(
-            hostname=host_format(default_nodename(args.hostname)),
-            concurrency=args.concurrency,
+            hostname=hostname,
+            concurrency=concurrency,
             queues=args.queues.split(","),
             loglevel=mlevel(args.loglevel.upper()),
             task_events=app.conf.worker_send_task_events,

@@ -87,7 +87,8 @@ workers_option = _kept(
     "--workers",
     type=click.IntRange(1, 512),
     default=None,
-    help="Embedded mode: local worker processes (default: the CPU count).",
+    help="Embedded mode: runs at once, each slot a local worker of its own (default: the "
+    "CPU count, and no more than the experiment has runs).",
 )
 nonfinite_option = _kept(
     "nonfinite",

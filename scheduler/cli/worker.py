@@ -53,6 +53,13 @@ from scheduler.cli.options import broker_option
     help="Celery node name shown in Flower, e.g. ci-3@%h (default: evalfleet-<pid>@<host>, "
     "unique among the workers of one machine).",
 )
+@click.option(
+    "--split",
+    is_flag=True,
+    help="One Celery node per slot (NAME.1@host, NAME.2@host, ... in Flower), each with "
+    "one pool process: their hand-overs from one run to the next go on side by side, "
+    "which many short runs feel (the embedded mode's local workers run so).",
+)
 @click.option("--loglevel", default="INFO", show_default=True)
 @pass_cli
 def worker(
@@ -62,6 +69,7 @@ def worker(
     until_idle: float | None,
     grace: float | None,
     hostname: str | None,
+    split: bool,
     loglevel: str,
 ) -> None:
     """Start a Celery worker for evalfleet runs on this machine.
@@ -71,6 +79,7 @@ def worker(
       scheduler worker --broker redis://broker:6379/0 --broker-password-file /run/secrets/redis
       scheduler worker --queues evalfleet,gpu
       scheduler worker --concurrency 2 --until-idle 120 --grace 5    # a CI job
+      scheduler worker --concurrency 4 --split    # many short runs: a node per slot
     """
     from fleet.broker import running_embedded_broker
     from fleet.sending import configured_queue
@@ -94,6 +103,8 @@ def worker(
         command += ["--until-idle", f"{until_idle:g}"]
     if grace is not None:
         command += ["--grace", f"{grace:g}"]
+    if split:
+        command.append("--split")
     os.execvpe(command[0], command, {**os.environ, **_handed_over(url)})
 
 

@@ -697,3 +697,72 @@ def test_a_work_folder_inside_the_project_is_never_shipped_with_it(
     shipped = {p.relative_to(cached[0]).as_posix() for p in cached[0].rglob("*")}
     assert {"matrix/matrix.yaml", "matrix/notes.md"} <= shipped
     assert not any(name.split("/")[1] in ("runs", "runs-files") for name in shipped if "/" in name)
+
+
+def test_local_workers_are_a_node_per_slot_each_running_one_run_at_a_time(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`--workers 2`: two Celery nodes of one pool process each (worker.nodes), so two
+    runs at once and never more, every run passed; an experiment of one run starts
+    one node, where a second would only cost its start."""
+    spans = shared_with_agents(tmp_path / "spans.txt")
+    agent = f"s=$(date +%s.%N); sleep 1; echo $s $(date +%s.%N) >> {spans}; touch out.txt"
+    runs = tmp_path / "four"
+    result = run_cli(
+        "submit",
+        str(_matrix(runs, "four", 4, agent)),
+        "--json",
+        "--workers",
+        "2",
+        env=embedded_env,
+        cwd=passable(runs),
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tiers"]["T0"]["passes"] == 4
+    ready = re.findall(r"\] (\S+@\S+) ready\.", _read(runs / ".evalfleet" / "worker.log"))
+    assert len(ready) == 2 and len(set(ready)) == 2, ready
+    assert all(re.fullmatch(r"embedded-\d+\.[12]@.+", node) for node in ready), ready
+    times = [tuple(map(float, line.split())) for line in spans.read_text().splitlines()]
+    assert len(times) == 4
+    at_once = [sum(s <= t < e for s, e in times) for t, _ in times]
+    assert max(at_once) == 2, times  # two slots used, and no third run beside them
+
+    one = tmp_path / "one"
+    single = run_cli(
+        "submit",
+        str(_matrix(one, "one", 1, "touch out.txt")),
+        "--workers",
+        "2",
+        env=embedded_env,
+        cwd=passable(one),
+    )
+    assert single.returncode == 0, single.stderr
+    assert "1 runs on 1 local workers" in single.stderr
+    assert _read(one / ".evalfleet" / "worker.log").count(" ready.") == 1
+
+
+def test_the_nodes_of_local_workers_stop_with_their_parent_even_killed(tmp_path: Path) -> None:
+    """The process that forked the nodes passes TERM on (stop() is a warm shutdown of
+    every node), and a node whose parent is SIGKILLed is sent TERM by the kernel: no
+    node is left taking runs for a command that has ended."""
+    with EmbeddedRedis(tmp_path / ".evalfleet") as server:
+        for turn, kill in enumerate((False, True)):
+            workers = LocalWorkers(server, 2, [f"nodes-{tmp_path.name}"], name=f"nodes{turn}")
+            workers.log_path = tmp_path / f"worker{turn}.log"
+            workers.start()
+            log = workers.log_path
+            wait_until(lambda: _read(log).count(" ready.") == 2, "both nodes ready")  # noqa: B023
+            assert workers.proc is not None
+            parent = workers.proc.pid
+            nodes = [int(pid) for pid in _children(parent)]
+            assert len(nodes) == 2
+            assert all(len(_children(node)) == 1 for node in nodes)  # one pool process each
+            if kill:
+                os.kill(parent, signal.SIGKILL)
+                wait_until(
+                    lambda: not any(map(_alive, nodes)),  # noqa: B023
+                    "the nodes of a killed parent to stop",
+                )
+            workers.stop()
+            assert not any(map(_alive, [parent, *nodes]))
+            assert _read(log).count("Warm shutdown") == 2  # each its own TERM

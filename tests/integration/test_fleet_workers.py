@@ -53,15 +53,18 @@ def _own_queue(fleet_env: dict[str, str], name: str) -> dict[str, str]:
     return {**fleet_env, "EVALFLEET_QUEUE": f"{QUEUE}-{name}"}  # the conftest removes it
 
 
+@pytest.mark.parametrize("split", [[], ["--split"]], ids=["one-node", "split"])
 def test_until_idle_worker_drains_the_experiment_then_exits_zero(
-    fleet_env: dict[str, str], store: Store, tmp_path: Path
+    fleet_env: dict[str, str], store: Store, tmp_path: Path, split: list[str]
 ) -> None:
-    env = _own_queue(fleet_env, "drain")
+    """`--split`: each of the two slots a node of its own, both draining the queue, and
+    the process that forked them leaving 0 once both have."""
+    env = _own_queue(fleet_env, f"drain{len(split)}")
     # Each run outlasts the idle window: a busy worker must not count as idle.
     exp_id = _submit(command_matrix(tmp_path, "sleep 2; touch out.txt", runs=3), env)
     started = time.monotonic()
     worker = subprocess.run(
-        [executable("scheduler"), "worker", "--concurrency", "2", "--until-idle", "1.5"],
+        [executable("scheduler"), "worker", "--concurrency", "2", "--until-idle", "1.5", *split],
         env=env,
         capture_output=True,
         text=True,
@@ -69,6 +72,9 @@ def test_until_idle_worker_drains_the_experiment_then_exits_zero(
     )
     assert worker.returncode == 0, worker.stderr[-3000:]
     assert "until-idle" in worker.stderr and "shutting down" in worker.stderr
+    nodes = set(re.findall(r"\] (\S+@\S+) ready\.", worker.stderr))
+    assert len(nodes) == (2 if split else 1), nodes
+    assert worker.stderr.count("until-idle: no task") == len(nodes)  # each left by itself
     # It left only after every run and the aggregation were done.
     report = store.reports.get(exp_id)
     assert report is not None and report.experiment.status.value == "complete"
