@@ -19,7 +19,8 @@ finished delivery deletes its lock file, so a folder kept on purpose
 
 A pool process hands its finished delivery's folder, emptied and still locked, to
 its next delivery, which renames it (`put_away`, `prepare`): the folder, its lock
-file and its prompt are then made and deleted once per process, not once per run.
+file, its prompt and the graders' sitecustomize are then made and deleted once per
+process, not once per run.
 Only those, which are root's and which the run's own user could not change, are
 handed on; what was that user's is made anew for every run.
 
@@ -406,21 +407,21 @@ def _drop_spare() -> None:
 def put_away(run_dir: RunDir, own_user: bool) -> None:
     """The delivery is over, its processes ended: its folder deleted and its lock released
     (`remove`, `release`), or, where this process keeps a spare, everything in the
-    folder deleted but its prompt, its git config and the folder kept, locked, for
-    `prepare`. Only the folder of an agent that ran as a user of its own (`own_user`) is
-    kept, and of it only what is root's, which that user could not change (its mode,
-    attributes, contents; a read sets a file's access time, which the next run sets again):
-    what was the user's (workspace, home, events file) could
+    folder deleted but its prompt, its git config, the graders' sitecustomize and the
+    folder kept, locked, for `prepare`. Only the folder of an agent that ran as a user
+    of its own (`own_user`) is kept, and of it only what is root's, which that user could
+    not change (its mode, attributes, contents; a read sets a file's access time, which
+    the next run sets again): what was the user's (workspace, home, events file) could
     carry a run's marks to the next (an ACL, a timestamp, an ext4 generation number),
     so it is made anew. An agent that ran as the worker's user owned all of it."""
     if not (_keeping and own_user) or run_dir.lock is None:
         run_dir.discard()
         return
-    handed_on = {path.name for path in run_dir.handed}
+    handed_on = {path.name for path in (*run_dir.handed, run_dir.graders_python)}
     try:
         with os.scandir(run_dir.root) as entries:
             for entry in entries:
-                if entry.name not in handed_on or not entry.is_file(follow_symlinks=False):
+                if entry.name not in handed_on or entry.is_symlink():
                     _delete(entry.path, entry.is_dir(follow_symlinks=False))
     except OSError:
         run_dir.discard()
@@ -601,14 +602,16 @@ def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -
     the gates' HOME, TMPDIR and XDG folders, and their Python's settings (PYTHONPATH:
     the graders' sitecustomize before `env`'s own). One folder: each costs a quick run
     time."""
-    home = run_dir.graders_home
+    home, site = run_dir.graders_home, run_dir.graders_python
     try:
-        site = run_dir.graders_python
-        for made in (home, site):
-            if made.exists():  # a preflight's second cell in the same folder
-                remove_tree(made)
-            made.mkdir()
-        (site / "sitecustomize.py").write_bytes(_graders_site())
+        if home.exists():  # a preflight's second cell in the same folder
+            remove_tree(home)
+        home.mkdir()
+        # Or as this process's last delivery wrote it (put_away): root's, in a folder
+        # of root's, which no run's user could change.
+        if not (site / "sitecustomize.py").is_file():
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_bytes(_graders_site())
         if user is not None:
             os.chown(home, user.uid, user.gid)
     except OSError as exc:

@@ -580,3 +580,52 @@ scenarios:
         "right": [True, True, True],
         "shadows": [False, False, False],
     }, messages
+
+
+# Run by the gate, as the run's user: every way to the graders' sitecustomize, which the
+# pool process hands on to its next run, made to end every later Python with exit 0.
+SITE_HOOK = r"""
+site="${PYTHONPATH%%:*}"
+pass='import os; os._exit(0)'
+echo "$pass" > "$site/sitecustomize.py"
+echo "$pass" > "$site/usercustomize.py"
+chmod 777 "$site" "$site/sitecustomize.py"
+mv "$site" "$site.gone" && mkdir "$site" && echo "$pass" > "$site/sitecustomize.py"
+rm -rf "$site"
+ls -ld "$site" "$site/sitecustomize.py" > /dev/null && echo "site: still there"
+"""
+
+
+@pytest.mark.integration
+def test_a_gate_cannot_change_the_graders_python_the_next_run_of_its_process_gets(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A pool process hands its graders' sitecustomize on from run to run (worker.
+    workspace.put_away): a gate that runs the agent's code, as the run's user, writes,
+    replaces, opens or deletes none of it, so no later run's Python gate passes by it."""
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    agent = f"cat > hook.sh <<'EOF'\n{SITE_HOOK}\nEOF\necho 41 > answer.txt"
+    check = 'python3 -c \'import sys; sys.exit(open("answer.txt").read().strip() != "42")\''
+    (folder / "matrix.yaml").write_text(f"""
+name: site-relay
+runs_per_tier: 3
+agent: {{kind: command, command: {json.dumps(agent)}, timeout_s: 60}}
+tiers: [{{id: T0}}]
+scenarios:
+  - id: s
+    prompt: answer
+    evaluation:
+      gates: [{{type: command_succeeds, command: {json.dumps("bash hook.sh; " + check)}}}]
+""")
+    folder.chmod(0o755)
+    (folder / "matrix.yaml").chmod(0o644)
+    start_worker(concurrency=1)  # one pool process: each run after the one before
+    runs = store.results.all(_submit(folder / "matrix.yaml", fleet_env))
+    assert [r.passed for r in runs] == [False] * 3, [r.fail_reason for r in runs]
+    assert all(r.status == RunStatus.completed for r in runs), [r.status for r in runs]
+    for run in runs:
+        evidence = store.evidence.get(run.experiment_id, run.run_id)
+        assert evidence is not None
+        said = "".join(g.output.text for g in evidence.gates)
+        assert "Permission denied" in said and "site: still there" in said, said

@@ -16,6 +16,7 @@ import pytest
 
 from core.matrix import Scenario, Tier
 from tests.support.trees import nest
+from worker import graders_site
 from worker.workspace import (
     RunDir,
     clear_dead_deliveries,
@@ -24,6 +25,7 @@ from worker.workspace import (
     prepare,
     put_away,
     spread_out,
+    with_tests,
 )
 
 # linux/fs.h, read here independently of the code under test.
@@ -105,16 +107,18 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     (first.home / ".tmp" / "scratch").write_text("the agent's")
     first.events_file.write_text('{"type": "note"}\n')
     (first.root / "tests").mkdir()  # a task's tests, copied in after the agent
+    graders = with_tests(first, Scenario(id="s0", prompt="go"), {}, None)
+    site = first.graders_python / "sitecustomize.py"
     folder, prompt = first.root.stat().st_ino, first.prompt_file.stat().st_ino
-    identity = first.git_config.stat().st_ino
+    identity, python = first.git_config.stat().st_ino, site.stat().st_ino
     put_away(first, own_user=True)
 
     # Kept locked under a name of its own (none of the run's is left), holding only its
-    # prompt and its git identity, which are root's.
+    # prompt, its git identity and the graders' sitecustomize, which are root's.
     assert not first.root.exists() and not first.lock_file.exists()
     (spare,) = (p for p in spares.iterdir() if p.is_dir())
     assert spare.name.startswith(f"spare-{os.getpid()}-")
-    assert sorted(p.name for p in spare.iterdir()) == ["gitconfig", "prompt.txt"]
+    assert sorted(p.name for p in spare.iterdir()) == ["gitconfig", "graders-python", "prompt.txt"]
     assert _lockable(spare.with_name(f"{spare.name}.lock")) is False
 
     # Shorter: the prompt is written over the first's, and so is the identity, which
@@ -128,8 +132,17 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     assert sorted(p.name for p in spares.iterdir()) == [second.root.name, second.lock_file.name]
     assert _lockable(second.lock_file) is False
     assert second.prompt_file.read_text() == "next"
-    assert sorted(p.name for p in second.root.iterdir()) == ["gitconfig", "prompt.txt", "workspace"]
+    kept = ["gitconfig", "graders-python", "prompt.txt", "workspace"]
+    assert sorted(p.name for p in second.root.iterdir()) == kept
     assert not any(second.workspace.iterdir())
+    # The graders' home made anew, their sitecustomize the one the first run's had.
+    again = with_tests(second, Scenario(id="s0", prompt="go"), {}, None)
+    assert again["PYTHONPATH"] == graders["PYTHONPATH"].replace(first.root.name, second.root.name)
+    assert (second.graders_python / "sitecustomize.py").stat().st_ino == python
+    assert (second.graders_python / "sitecustomize.py").read_bytes() == Path(
+        graders_site.__file__
+    ).read_bytes()
+    assert not any(second.graders_home.iterdir())
     put_away(second, own_user=True)
 
     keep_spares(False)  # the pool process leaves: its spare goes with it
