@@ -117,8 +117,11 @@ class Paired:
 
 def paired_t(differences: Sequence[float], confidence: float = 0.95) -> Paired:
     """One-sample t test of the differences against 0 (two-sided), with its t interval
-    clipped to [-1, 1] (each a difference of two rates or scores in [0, 1]). With every
-    difference the same the SE is 0: p is 0 when they are not 0, else 1."""
+    clipped to [-1, 1] (each a difference of two rates or scores in [0, 1]).
+
+    With every difference the same the SE is 0 and t is undefined (its p of 0 would
+    call 5 scenarios a certainty): p is then the exact two-sided sign test's, every
+    one of the n differences on the same side, 2 / 2^n (1 when they are all 0)."""
     n = len(differences)
     if n < 2:
         raise ValueError("a paired t test needs at least two differences")
@@ -131,7 +134,9 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95) -> Paired:
     )
     se = sd / math.sqrt(n)
     if se == 0:
-        return Paired(n, mean, 0.0, n - 1, None, 0.0 if mean else 1.0, mean, mean)
+        return Paired(
+            n, mean, 0.0, n - 1, None, min(1.0, 2.0 ** (1 - n)) if mean else 1.0, mean, mean
+        )
     t = mean / se
     low, high = _t_interval(mean, se, n - 1, confidence, (-1.0, 1.0))
     return Paired(n, mean, se, n - 1, t, t_two_sided(t, n - 1), low, high)

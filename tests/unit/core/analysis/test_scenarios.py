@@ -161,6 +161,22 @@ def test_enough_scenarios_to_generalise_and_both_questions_agree() -> None:
     assert said and not any("too few" in n or "not shown to carry over" in n for n in said)
 
 
+@pytest.mark.parametrize(
+    ("scenarios", "verdict"), [(5, "no significant difference"), (8, "better")]
+)
+def test_the_same_difference_in_every_scenario_is_weighed_by_the_sign_test(
+    scenarios: int, verdict: str
+) -> None:
+    """T1 passes every run and T0 none, in each scenario: every difference 1, no spread.
+    The t test's p of 0 called 5 such scenarios a certainty about scenarios like these;
+    the sign test's 2 / 2^5 = 0.0625 does not, and 8 (0.0078, Holm's 0.016) do."""
+    report = _report({"T0": (0,) * scenarios, "T1": (RUNS,) * scenarios})
+    c = report.tiers["T1"].analysis.across_scenarios
+    assert c is not None and c.like_these.pass_rate.t is None
+    assert c.like_these.pass_rate.p == pytest.approx(stats.binomtest(scenarios, scenarios).pvalue)
+    assert c.like_these.verdict == verdict
+
+
 def test_a_tier_without_counted_runs_has_nothing_to_compare() -> None:
     broken = [
         make_run("T1", s, i, passed=False, status=RunStatus.infra_error)

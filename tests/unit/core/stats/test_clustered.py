@@ -164,8 +164,20 @@ def test_paired_t_matches_scipy(d: list[float]) -> None:
     assert p.df == len(d) - 1
 
 
-def test_paired_t_with_every_difference_the_same() -> None:
-    assert paired_t([0.2, 0.2, 0.2]).p == 0.0
+@pytest.mark.parametrize("n", [2, 3, 5, 6, 12])
+@pytest.mark.parametrize("difference", [0.2, -1.0])
+def test_paired_t_with_every_difference_the_same_is_the_sign_tests_p(
+    n: int, difference: float
+) -> None:
+    """No spread, no t (its p of 0 called five scenarios a certainty): the exact sign
+    test's p, scipy's binomial test of n differences of n on one side."""
+    same = paired_t([difference] * n)
+    assert same.t is None and same.se == 0.0
+    assert same.p == pytest.approx(stats.binomtest(n, n, 0.5).pvalue, rel=1e-12)
+    assert same.p > 0.05 if n <= 5 else same.p < 0.05
+
+
+def test_paired_t_with_every_difference_zero() -> None:
     same = paired_t([0.0, 0.0])
     assert (same.p, same.t, same.low, same.high) == (1.0, None, 0.0, 0.0)
 
