@@ -40,6 +40,16 @@ def _interaction(name: str, label: str) -> Metric:
     return Metric(name, label, (f"interaction.{name}",))
 
 
+def _rate(name: str, label: str) -> Metric:
+    """A rate over the run's target commands: none for a run that ran none (stored as 0,
+    which a mean would read as every command failed, or repeated)."""
+    return Metric(name, label, ("interaction.total_commands", f"interaction.{name}"), _of_commands)
+
+
+def _of_commands(total_commands: int, rate: float) -> float | None:
+    return rate if total_commands else None
+
+
 # ProjectScylla's metrics: TierReport fields of the same names, shown under their names.
 RUN_METRICS = (
     _run_field("pass_rate", in_csv=True),
@@ -64,10 +74,10 @@ RUN_METRICS = (
 # The interaction metrics (TierReport.interaction), in the order of llm-tool-test's
 # guidance comparison: what a guidance author compares between AGENTS.md versions.
 INTERACTION_METRICS = (
-    _interaction("error_rate", "error rate"),
+    _rate("error_rate", "error rate"),
     _interaction("help_invocations", "help-seeking (--help per run)"),
-    _interaction("first_try_success_rate", "first-try success"),
-    _interaction("retry_rate", "retry rate"),
-    _interaction("iteration_ratio", "iteration ratio"),
+    _rate("first_try_success_rate", "first-try success"),
+    _rate("retry_rate", "retry rate"),
+    _rate("iteration_ratio", "iteration ratio"),
     _interaction("total_commands", "commands per run"),
 )

@@ -86,10 +86,13 @@ def layered_composite(
 
     Gates score passed/total, the judge its weighted score, interaction its
     `interaction_score`. A layer that is absent (no gates, judge disabled or
-    failed to answer) drops out and the remaining weights are renormalized.
-    None when no layer with a positive weight is present.
+    failed to answer, no target command run: no first try to score) drops out and
+    the remaining weights are renormalized. None when no layer with a positive
+    weight is present.
     """
-    layers = [(interaction_score(interaction), weights.interaction_weight)]
+    layers = []
+    if interaction.total_commands > 0:
+        layers.append((interaction_score(interaction), weights.interaction_weight))
     if gates_total > 0:
         layers.append((fraction_of(gates_passed, gates_total, "gates passed"), weights.gate_weight))
     if judge_score is not None:

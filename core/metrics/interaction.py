@@ -16,7 +16,9 @@ Definitions (llm-tool-test's table, made precise):
   repetition lowers it as well as failure.
 - iteration_ratio = unique / total.
 - completed: given by the caller (the agent exited by itself with code 0).
-Empty command lists give 0 for every rate. With a capture group in the pattern,
+Empty command lists give 0 for every rate, as the model's numbers; a report leaves
+such runs out of the rates' means (core.metrics.catalog) and the layered composite
+leaves the layer out (core.metrics.formulas). With a capture group in the pattern,
 `per_subcommand` tallies commands by group 1 (commands where the group did not
 participate are only in the totals).
 """

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import re
+import shlex
 import statistics
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from scipy import stats
 
 from core.results.run import ProcessMetrics, RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, SCHEDULER, run_cli
+from tests.conftest import PREFIX, SCHEDULER, passable, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
 from tests.support.html_pages import rendered_json
 from tests.support.terminal import heading_words, in_terminal, table_row
@@ -553,3 +554,54 @@ def test_two_scenarios_are_too_few_for_a_verdict_on_scenarios_like_these(
             f"cannot measure it; more scenarios can: {fewest} scenarios x {RUNS} runs would "
             "detect 30 points at this correlation"
         ) in planning, fmt
+
+
+def test_a_run_without_commands_has_no_command_rates_and_no_interaction_layer(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A tier whose agent ran no target command read 0 % first-try success and 0 %
+    errors (a rate of nothing), and its layered composite counted that 0: its rates are
+    now no figure ("-"), the tier beside it keeps its own, and the composite is its
+    gates'."""
+    events = (
+        '{"type":"tool_call","id":"c1","command":"my-tool list"}\n'
+        '{"type":"tool_result","id":"c1","exit_code":0}\n'
+    )
+    busy = f"printf '%s' {shlex.quote(events)} > \"$EVALFLEET_EVENTS\"; touch out.txt"
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "matrix.yaml").write_text(f"""
+name: quiet
+runs_per_tier: 2
+agent: {{kind: command, command: "touch out.txt", timeout_s: 60}}
+tiers:
+  - {{id: quiet}}
+  - {{id: busy, agent: {{command: {json.dumps(busy)}, transcript: events-jsonl}}}}
+scenarios:
+  - id: s
+    prompt: list
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      composite: {{gate_weight: 0.6, judge_weight: 0.0, interaction_weight: 0.4}}
+""")
+    env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    done = run_cli("submit", "matrix.yaml", "--json", env=env, cwd=passable(folder))
+    assert done.returncode == 0, done.stderr
+    tiers = json.loads(done.stdout)["tiers"]
+    quiet, busy_tier = tiers["quiet"], tiers["busy"]
+    assert quiet["passes"] == busy_tier["passes"] == 2
+    for rate in ("error_rate", "first_try_success_rate", "retry_rate", "iteration_ratio"):
+        assert (
+            quiet["interaction"][rate]["count"] == 0 and quiet["interaction"][rate]["mean"] is None
+        )
+        assert busy_tier["interaction"][rate]["count"] == 2
+    assert busy_tier["interaction"]["first_try_success_rate"]["mean"] == 1.0
+    assert quiet["interaction"]["total_commands"]["mean"] == 0.0  # a count of none is 0
+    assert quiet["layered_composite"]["mean"] == pytest.approx(1.0)  # its gates' alone
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    table = run_cli("report", exp_id, "--format", "markdown", env=env, cwd=folder)
+    section = table.stdout.split("Interaction metrics", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith("| quiet | (all)"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    # error rate, help-seeking, first-try success, retry rate, iteration ratio, commands
+    assert cells[2:] == ["-", "0.000", "-", "-", "-", "0.000"], row

@@ -104,6 +104,16 @@ def test_layered_composite_without_gates_or_judge_is_the_interaction_score() -> 
     assert score == pytest.approx(0.9)
 
 
+def test_layered_composite_leaves_out_the_interaction_of_a_run_without_commands() -> None:
+    """No target command, no first try: its 0 would have scored the run as if every
+    command had failed."""
+    weights = CompositeWeights(gate_weight=0.6, judge_weight=0.0, interaction_weight=0.4)
+    none = InteractionMetrics(total_commands=0, first_try_success_rate=0.0)
+    assert formulas.layered_composite(1, 1, None, none, weights) == pytest.approx(1.0)
+    only = CompositeWeights(gate_weight=0.0, judge_weight=0.0, interaction_weight=1.0)
+    assert formulas.layered_composite(1, 1, None, none, only) is None
+
+
 def test_layered_composite_is_none_when_only_absent_layers_weigh() -> None:
     weights = CompositeWeights(gate_weight=0.0, judge_weight=1.0, interaction_weight=0.0)
     assert formulas.layered_composite(3, 3, None, _interaction(1.0), weights) is None
