@@ -38,6 +38,7 @@ import fcntl
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import uuid
 from collections.abc import Mapping
@@ -603,15 +604,19 @@ def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -
     the graders' sitecustomize before `env`'s own). One folder: each costs a quick run
     time."""
     home, site = run_dir.graders_home, run_dir.graders_python
+    fresh = user is None or not _kept(site)
     try:
-        if home.exists():  # a preflight's second cell in the same folder
-            remove_tree(home)
-        home.mkdir()
-        # Or as this process's last delivery wrote it (put_away): root's, in a folder
-        # of root's, which no run's user could change.
-        if not (site / "sitecustomize.py").is_file():
-            site.mkdir(exist_ok=True)
-            (site / "sitecustomize.py").write_bytes(_graders_site())
+        for made in (home, site) if fresh else (home,):
+            if made.exists():  # a preflight's second cell in the same folder
+                remove_tree(made)
+            made.mkdir()
+        if fresh:
+            site.chmod(0o755)  # whatever the umask: the run's user reads it, writes nothing
+            # Whole or not at all: a file cut short (a full disk) would be kept.
+            part = site / ".sitecustomize.py.part"
+            part.write_bytes(_graders_site())
+            part.chmod(0o644)
+            part.replace(site / "sitecustomize.py")
         if user is not None:
             os.chown(home, user.uid, user.gid)
     except OSError as exc:
@@ -624,6 +629,22 @@ def _graders_home(run_dir: RunDir, user: RunAs | None, env: Mapping[str, str]) -
         "PYTHONPATH": os.pathsep.join([str(site), *given]),
         graders_site.PLACES_ENV: os.pathsep.join(in_workspace),
     } | {name: str(home / folder) for name, folder in _XDG.items()}
+
+
+def _kept(site: Path) -> bool:
+    """Whether `site` holds the graders' sitecustomize as this process wrote it, handed on
+    from its last delivery (put_away): this process's own, open to no one else's writes,
+    whole. Asked only where the agent ran as a user of its own, which cannot write in the
+    run's folder; an agent run as the worker's user could have made it first."""
+    try:
+        folder, file = os.lstat(site), os.lstat(site / "sitecustomize.py")
+    except OSError:
+        return False
+    return (
+        all(info.st_uid == os.geteuid() and not info.st_mode & 0o022 for info in (folder, file))
+        and (stat.S_ISDIR(folder.st_mode) and stat.S_ISREG(file.st_mode))
+        and (file.st_size == len(_graders_site()))
+    )
 
 
 def graders_python_path(python_path: str, workspace: Path) -> tuple[list[str], list[str]]:

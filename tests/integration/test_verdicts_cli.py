@@ -141,7 +141,8 @@ def _stratified(cells: dict[tuple[str, str], Cell], correction: str) -> dict[str
         )
         rate = _paired_p([sum(a.passed) for a in ours], [sum(b.passed) for b in base])
         composite = _paired_p(
-            [np.mean(_composites(a)) for a in ours], [np.mean(_composites(b)) for b in base]
+            [float(np.mean(_composites(a))) for a in ours],
+            [float(np.mean(_composites(b))) for b in base],
         )
         raw += [cmh.test_null_odds().pvalue, ranks_p, rate, composite]
         difference = sum(sum(a.passed) - sum(b.passed) for a, b in zip(ours, base, strict=True))
