@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from core.evaluation.credentials import RunAs
 from core.matrix import Scenario, Tier
 from tests.support.trees import nest
 from worker import graders_site
@@ -107,7 +108,9 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     (first.home / ".tmp" / "scratch").write_text("the agent's")
     first.events_file.write_text('{"type": "note"}\n')
     (first.root / "tests").mkdir()  # a task's tests, copied in after the agent
-    graders = with_tests(first, Scenario(id="s0", prompt="go"), {}, None)
+    # As for an agent run as a user of its own (here this test's: chown to oneself).
+    own = RunAs(os.getuid(), os.getgid())
+    graders = with_tests(first, Scenario(id="s0", prompt="go"), {}, own)
     site = first.graders_python / "sitecustomize.py"
     folder, prompt = first.root.stat().st_ino, first.prompt_file.stat().st_ino
     identity, python = first.git_config.stat().st_ino, site.stat().st_ino
@@ -136,13 +139,16 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     assert sorted(p.name for p in second.root.iterdir()) == kept
     assert not any(second.workspace.iterdir())
     # The graders' home made anew, their sitecustomize the one the first run's had.
-    again = with_tests(second, Scenario(id="s0", prompt="go"), {}, None)
+    again = with_tests(second, Scenario(id="s0", prompt="go"), {}, own)
     assert again["PYTHONPATH"] == graders["PYTHONPATH"].replace(first.root.name, second.root.name)
     assert (second.graders_python / "sitecustomize.py").stat().st_ino == python
     assert (second.graders_python / "sitecustomize.py").read_bytes() == Path(
         graders_site.__file__
     ).read_bytes()
     assert not any(second.graders_home.iterdir())
+    # An agent run as the worker's user could have made it: written anew then.
+    with_tests(second, Scenario(id="s0", prompt="go"), {}, None)
+    assert (second.graders_python / "sitecustomize.py").stat().st_ino != python
     put_away(second, own_user=True)
 
     keep_spares(False)  # the pool process leaves: its spare goes with it
