@@ -167,7 +167,9 @@ def _send(
     nothing: the chord they belong to aggregates."""
     from scheduler.dispatch import send  # imports Celery (see Connection.app)
 
-    local = None if conn.shared else conn.start_workers(conn.queues(matrix), len(pending) + waiting)
+    # An adaptive experiment's later waves are sent as it goes: no cap then.
+    most = None if matrix.adaptive is not None else len(pending) + waiting
+    local = None if conn.shared else conn.start_workers(conn.queues(matrix), most)
     if pending or not waiting:  # nothing to send and nothing on its way: aggregate
         send(conn.app, conn.store, matrix, exp_id, pending, len(pending))
     return Sent(exp_id, len(pending), local.concurrency if local is not None else None)

@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.errors import SettingError
     from core.settings import check_settings
-    from worker import nodes
+    from fleet.nodes import SPLITS
+    from worker import nodes, sweeper
 
     try:
         check_settings()
@@ -70,12 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         # Read by the tasks too: a run sends its phases only where events go.
         app.conf.worker_send_task_events = not args.without_events
         hostname, concurrency = host_format(default_nodename(args.hostname)), args.concurrency
-        if args.split and concurrency > 1:
+        if args.split and concurrency > 1 and SPLITS:
             gc.freeze()  # the imports' heap, shared by the nodes: not copied by a collection
             node = nodes.fork(hostname, concurrency)
             if isinstance(node, nodes.Children):
                 return node.wait()
-            hostname, concurrency = node, 1
+            hostname, concurrency = node.name, 1
+            if not node.first:
+                sweeper.leave_to_another()
         worker = app.Worker(
             hostname=hostname,
             concurrency=concurrency,

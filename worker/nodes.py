@@ -6,15 +6,18 @@ the last one, acknowledges it, fetches the next message and records it as
 unacknowledged, three round trips to Redis while the pool process that asked
 waits, and a node with two pool processes does this for both in turn. Two nodes
 of one process each, on 2 CPUs, hand over at the same time: 1,000 quick runs took
-about 6-9 % less time (docs/BENCHMARKS.md). Each node still holds one message at a
-time (prefetch 1), acknowledges it after its run and has a pool process to kill
+about a tenth less time (docs/BENCHMARKS.md). Each node still holds one message at
+a time (prefetch 1), acknowledges it after its run and has a pool process to kill
 at a hard time limit: the guarantees are a node's, as before.
 
 The nodes are forked after the imports, so they share those pages. This process
-stays as their parent: it passes on the signals a worker obeys (TERM, INT, QUIT),
-and it ends with the first failing node's exit code once every node has ended. A
-node whose parent dies is sent TERM (Linux), so no node outlives the start it
-came from.
+stays as their parent, waiting on signals alone (sigwaitinfo): it passes on each
+signal a worker obeys that a process sent it, but not one the kernel sent its whole
+process group (a terminal's Ctrl-C), which every node has had already: Celery takes
+a second SIGINT for a cold shutdown. It says which node ended, and how, and ends
+with the first failing node's exit code once every node has ended. A node whose
+parent dies is sent TERM, so no node outlives the start it came from. Linux only
+(fleet.nodes.SPLITS): elsewhere the worker is one node.
 """
 
 from __future__ import annotations
@@ -24,68 +27,98 @@ import ctypes
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fleet.nodes import node_name
 
-# What `celery worker` does on each: TERM a warm shutdown, INT the same (a second a
-# cold one), QUIT a cold shutdown.
-_PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+# Those `celery worker` acts on: TERM and INT a warm shutdown, QUIT a cold one, USR1 a
+# dump of its threads' stacks, HUP and USR2 what Celery makes of them.
+_PASSED_ON = frozenset(
+    {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}
+)
+_WAITED = _PASSED_ON | {signal.SIGCHLD}
+_SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's)
 _PR_SET_PDEATHSIG = 1
 
 
-@dataclass
-class Children:
-    """The forked nodes, as their parent sees them."""
+class Node(NamedTuple):
+    """A forked node, as it sees itself: its name, and whether it is the first (which
+    alone sweeps: worker.sweeper)."""
 
-    pids: list[int] = field(default_factory=list)
+    name: str
+    first: bool
+
+
+class Children:
+    """The forked nodes, as their parent sees them: pid by node name."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, str] = {}
+        self.codes: list[int] = []  # of the nodes ended so far, in that order
 
     def wait(self) -> int:
-        """Once every node has ended: 0, or the first failing one's exit code (128 + N
-        for a node killed by signal N)."""
-        codes = []
-        for pid in self.pids:
-            _, status = os.waitpid(pid, 0)  # a signal passed on meanwhile: waited again
-            code = os.waitstatus_to_exitcode(status)
-            codes.append(128 - code if code < 0 else code)
-        return next((code for code in codes if code), 0)
+        """Until every node has ended, passing signals on: 0, or the first failing
+        node's exit code (128 + N for one killed by signal N)."""
+        try:
+            while self.live:
+                info = signal.sigwaitinfo(_WAITED)
+                if info.si_signo == signal.SIGCHLD:
+                    self._reap()
+                elif info.si_code != _SI_KERNEL:
+                    self.pass_on(info.si_signo)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
+        return next((code for code in self.codes if code), 0)
 
-    def pass_on(self, signum: int, _frame: object = None) -> None:
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):  # that one has ended already
+    def pass_on(self, signum: int) -> None:
+        for pid in self.live:
+            with contextlib.suppress(ProcessLookupError):  # ended, not yet reaped
                 os.kill(pid, signum)
 
+    def _reap(self) -> None:
+        """Every node that has ended (one SIGCHLD may stand for several)."""
+        while self.live:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            name = self.live.pop(pid, None)
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code
+            self.codes.append(code)
+            if code and name is not None:
+                left = f"; {len(self.live)} go on" if self.live else ""
+                print(f"worker node {name} ended with exit code {code}{left}", file=sys.stderr)
 
-def fork(hostname: str, count: int) -> str | Children:
-    """`count` nodes forked from this process: in each, its node name; here, the
-    children (their signals passed on from now)."""
+
+def fork(hostname: str, count: int) -> Node | Children:
+    """`count` nodes forked from this process: in each, the Node it is; here, the
+    children, to `wait` for."""
     parent = os.getpid()
-    # A signal between two forks is passed on to the nodes forked so far; a node has
-    # the default action until Celery sets its own.
+    # Held from before the first fork: a signal between two forks waits for `wait`,
+    # which passes it on to every node. Each node lets them through once it is forked.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)
     children = Children()
-    for signum in _PASSED_ON:
-        signal.signal(signum, children.pass_on)
-    for index in range(1, count + 1):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Held over the fork: the child's handlers are the parent's until it resets them.
-        signal.pthread_sigmask(signal.SIG_BLOCK, _PASSED_ON)
-        pid = os.fork()
-        if pid == 0:
-            for signum in _PASSED_ON:
-                signal.signal(signum, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _PASSED_ON)
-            _end_with(parent)
-            return node_name(hostname, index)
-        children.pids.append(pid)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _PASSED_ON)
+    try:
+        for index in range(1, count + 1):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
+                _end_with(parent)
+                return Node(node_name(hostname, index), index == 1)
+            children.live[pid] = node_name(hostname, index)
+    except OSError:  # no more processes: the nodes forked so far stop with this one
+        children.pass_on(signal.SIGTERM)
+        for pid in children.live:
+            os.waitpid(pid, 0)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
+        raise
     return children
 
 
 def _end_with(parent: int) -> None:
     """TERM to this process when its parent dies (Linux's PR_SET_PDEATHSIG)."""
-    if sys.platform != "linux":
-        return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # it died before the call

@@ -88,7 +88,7 @@ workers_option = _kept(
     type=click.IntRange(1, 512),
     default=None,
     help="Embedded mode: runs at once, each slot a local worker of its own (default: the "
-    "CPU count, and no more than the experiment has runs).",
+    "CPU count; a submit or resume starts no more than it has runs to run).",
 )
 nonfinite_option = _kept(
     "nonfinite",

@@ -58,7 +58,8 @@ from scheduler.cli.options import broker_option
     is_flag=True,
     help="One Celery node per slot (NAME.1@host, NAME.2@host, ... in Flower), each with "
     "one pool process: their hand-overs from one run to the next go on side by side, "
-    "which many short runs feel (the embedded mode's local workers run so).",
+    "which many short runs feel (the embedded mode's local workers run so). Linux; "
+    "one Ctrl-C stops them as it stops one worker.",
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 @pass_cli

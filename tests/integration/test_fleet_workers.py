@@ -6,10 +6,13 @@ against the test Redis; experiments go in through `scheduler submit`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import re
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -373,3 +376,47 @@ def test_a_worker_leaving_after_its_runs_stops_its_pool_at_once(
     # billiard's pool made a temporary folder for its counters; os._exit skipped the
     # handler that removes it
     assert list(temporary.iterdir()) == []
+
+
+def test_one_ctrl_c_at_a_split_worker_stops_it_warm_and_its_runs_finish(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """`scheduler worker --split` in a terminal: Ctrl-C reaches every node from the
+    terminal, and the process that forked them did pass it on as well, which Celery
+    takes for a second Ctrl-C, a cold shutdown that drops the runs under way. The
+    terminal's own signal is not passed on: each node shuts down warm, and both runs
+    finish there, once each."""
+    env = _own_queue(fleet_env, "ctrl-c")
+    command, started, finished = _slow_agent(tmp_path)
+    exp_id = _submit(command_matrix(tmp_path, command, runs=2, pass_env=["WORKER_LABEL"]), env)
+    argv = [executable("scheduler"), "worker", "--split", "--concurrency", "2"]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the worker, in a session whose terminal this is
+        os.execve(argv[0], argv, {**env, "WORKER_LABEL": "split"})
+    output = bytearray()
+
+    def read() -> str:
+        while select.select([terminal], [], [], 0)[0]:
+            try:
+                output.extend(os.read(terminal, 65536))
+            except OSError:  # EIO: the worker closed the terminal
+                break
+        return output.decode(errors="replace")
+
+    try:
+        # Reading all the while: a terminal nobody reads blocks its writers.
+        wait_until(lambda: bool(read()) and len(_lines(started)) == 2, "both runs to start", 90)
+        os.write(terminal, b"\x03")  # Ctrl-C: SIGINT to the terminal's foreground group
+        wait_until(
+            lambda: bool(read()) and os.waitpid(pid, os.WNOHANG)[0] == pid, "the worker to end", 90
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        read()
+        os.close(terminal)
+    said = output.decode(errors="replace")
+    assert said.count("Warm shutdown") == 2 and "Cold shutdown" not in said, said[-3000:]
+    assert _lines(finished) == ["split", "split"]
+    runs = store.results.all(exp_id)
+    assert [(r.status, r.attempts) for r in runs] == [(RunStatus.completed, 1)] * 2
