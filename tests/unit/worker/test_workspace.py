@@ -139,9 +139,13 @@ def test_a_run_users_delivery_leaves_its_emptied_folder_to_the_next(spares: Path
     assert sorted(p.name for p in second.root.iterdir()) == kept
     assert not any(second.workspace.iterdir())
     # The graders' home made anew, their sitecustomize the one the first run's had.
+    os.utime(
+        second.graders_python / "sitecustomize.py", ns=(1, 1)
+    )  # the first run's gates read it at a time of their own
     again = with_tests(second, Scenario(id="s0", prompt="go"), {}, own)
     assert again["PYTHONPATH"] == graders["PYTHONPATH"].replace(first.root.name, second.root.name)
     assert (second.graders_python / "sitecustomize.py").stat().st_ino == python
+    assert abs((second.graders_python / "sitecustomize.py").stat().st_atime - time.time()) < 60
     assert (second.graders_python / "sitecustomize.py").read_bytes() == Path(
         graders_site.__file__
     ).read_bytes()
