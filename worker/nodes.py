@@ -11,7 +11,7 @@ a time (prefetch 1), acknowledges it after its run and has a pool process to kil
 at a hard time limit: the guarantees are a node's, as before.
 
 The nodes are forked after the imports, so they share those pages. This process
-stays as their parent, waiting on signals alone (sigwaitinfo): it passes on each
+stays as their parent, waiting on signals alone (sigtimedwait): it passes on each
 signal a worker obeys that a process sent it, but not one the kernel sent its whole
 process group (a terminal's Ctrl-C), which every node has had already: Celery takes
 a second SIGINT for a cold shutdown. It says which node ended, and how, and ends
@@ -39,6 +39,7 @@ _PASSED_ON = frozenset(
 _WAITED = _PASSED_ON | {signal.SIGCHLD}
 _SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's)
 _PR_SET_PDEATHSIG = 1
+_REAP_EVERY_S = 1.0
 
 
 class Node(NamedTuple):
@@ -61,8 +62,10 @@ class Children:
         node's exit code (128 + N for one killed by signal N)."""
         try:
             while self.live:
-                info = signal.sigwaitinfo(_WAITED)
-                if info.si_signo == signal.SIGCHLD:
+                # Now and then without a SIGCHLD too: one taken by a thread that does
+                # not hold it (none here, but a library may start one) is never waited.
+                info = signal.sigtimedwait(_WAITED, _REAP_EVERY_S)
+                if info is None or info.si_signo == signal.SIGCHLD:
                     self._reap()
                 elif info.si_code != _SI_KERNEL:
                     self.pass_on(info.si_signo)

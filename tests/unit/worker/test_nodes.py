@@ -9,6 +9,7 @@ import os
 import pty
 import select
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -75,3 +76,30 @@ def _wait(done: Callable[[], bool], terminal: int, timeout: float = 30) -> None:
         if select.select([terminal], [], [], 0.05)[0]:
             with contextlib.suppress(OSError):  # EIO: every process left the terminal
                 os.read(terminal, 65536)
+
+
+# The first node fails at once, the second is killed a moment later.
+ENDINGS = """
+import os, signal, sys, time
+from worker import nodes
+
+node = nodes.fork("t@host", 2)
+if isinstance(node, nodes.Children):
+    sys.exit(node.wait())
+if node.first:
+    os._exit(3)
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_parent_says_which_node_ended_how_and_ends_with_the_first_failure() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ENDINGS], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 3, done.stderr
+    said = done.stderr.splitlines()
+    assert said == [
+        "worker node t.1@host ended with exit code 3; 1 go on",
+        f"worker node t.2@host ended with exit code {128 + signal.SIGKILL}",
+    ], said
