@@ -38,7 +38,7 @@ from scheduler.experiments import Listed, LoadedRun, Status
 if TYPE_CHECKING:
     from scheduler.running import Sent
     from scheduler.validation import Checked
-    from scheduler.versions import NewVersion
+    from scheduler.versions import Asked, NewVersion
 
 
 class Fleet:
@@ -159,6 +159,13 @@ class Fleet:
         if isinstance(experiment, NewVersion):
             return wait_version(self._connection, experiment)
         return wait(self._connection, _id(experiment))
+
+    def asked(self, version: NewVersion) -> Asked:
+        """What a finished rejudge or rescore asked the judge: the judgments of the runs
+        it judged again, and the runs it kept as they were."""
+        from scheduler.versions import asked
+
+        return asked(self._connection, version)
 
     def resume(
         self, experiment: str | Sent, *, budget: float | None = None, retry_errors: bool = False

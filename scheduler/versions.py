@@ -129,6 +129,30 @@ def rescore(
     return _send(conn, exp_id, matrix, plan, what)
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What a version asked the judge: the judgments of the runs it judged again (from
+    the judgment cache or not), and how many runs it kept as they were (a rescore's
+    without an archived workspace, whose judgments are the original's)."""
+
+    judgments: int
+    cached: int
+    kept: int
+
+
+def asked(conn: Connection, version: NewVersion) -> Asked:
+    store = conn.store
+    runs = store.reports.runs(version.experiment_id, version.version)
+    archived = store.workspaces.run_ids(version.experiment_id) if version.plan.rescore else None
+    anew = [r for r in runs if archived is None or r.run_id in archived]
+    judges = [r.judge for r in anew if r.judge is not None]
+    return Asked(
+        judgments=sum(j.repeats for j in judges),
+        cached=sum(j.cached for j in judges),
+        kept=len(runs) - len(anew),
+    )
+
+
 def finished(conn: Connection, experiment: str) -> str:
     """The id of `experiment`, which has its report (InputError if not yet)."""
     exp_id = conn.experiment_id(experiment)

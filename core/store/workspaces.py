@@ -30,3 +30,7 @@ class Workspaces:
 
     def count(self, exp_id: str) -> int:
         return int(self.redis.hlen(self.keys.workspaces(exp_id)))
+
+    def run_ids(self, exp_id: str) -> set[str]:
+        """The runs that have an archived workspace."""
+        return set(self.redis.hkeys(self.keys.workspaces(exp_id)))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.errors import ConfigError, InputError
+from core.wording import plural
 from scheduler.cli.context import CLIContext, err, exit_if_infra_errors, pass_cli, print_problems
 from scheduler.cli.options import (
     broker_option,
@@ -133,8 +134,8 @@ def _print_version(cli: CLIContext, version: NewVersion) -> None:
     rendered = render(result, cli.fmt, nonfinite=cli.nonfinite, full=cli.full, complete=cli.hinted)
     cli.print_report(rendered, result)
     if result.judge is not None:
-        err.print(
-            f"{result.judge.judgments} judgments, {result.judge.cached} from cache",
-            markup=False,
-        )
+        asked = fleet.asked(version)
+        kept = f"; {plural(asked.kept, 'run')} kept as before" if asked.kept else ""
+        said = f"{plural(asked.judgments, 'judgment')}, {asked.cached} from cache{kept}"
+        err.print(said, markup=False)
     exit_if_infra_errors(result)

@@ -322,7 +322,8 @@ def test_a_rescore_keeps_a_run_without_an_archive_exactly_as_it_was(
         rescored = run_cli("rescore", exp_id, "--wait", "--format", "json", env=fleet_env)
         assert rescored.returncode == 0, rescored.stderr
     assert "gating 1 of 2 runs again on their archived workspaces" in rescored.stderr
-    assert "2 judgments, 1 from cache" in rescored.stderr  # the kept run's was asked
+    # The kept run's judgment was asked by the submit, not by this rescore.
+    assert "1 judgment, 1 from cache; 1 run kept as before" in rescored.stderr
     before = {r.run_index: r for r in store.results.all(exp_id)}
     after = {r.run_index: r for r in store.reports.runs(exp_id, 2)}
     assert (before[0].passed, before[1].passed) == (True, False)
