@@ -324,6 +324,7 @@ class LocalWorkers:
         args = worker_args(
             self.concurrency, self.queues, hostname=self.hostname, events=False, split=True
         )
+        args += ["--grace", f"{_RUNS_GRACE_S:g}"]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # The CLI's standby process, when it started one, has its imports behind it.
         self.proc = standby.hand_over(args, env, str(self.log_path))
@@ -346,7 +347,7 @@ class LocalWorkers:
         """Why the workers' broker will not answer again, when it will not (broker_gone)."""
         return broker_gone(self.state_dir, self.broker_url)
 
-    def stop(self, grace_s: float = 10.0) -> None:
+    def stop(self) -> None:
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -354,14 +355,14 @@ class LocalWorkers:
             self.proc.send_signal(signal.SIGTERM)
             if self.nudge is not None:
                 _at_most(self.nudge, _NUDGE_S)  # only ever sooner: TERM stops it anyway
-            self._wait_unblocking(self.proc, min(_IDLE_STOP_S, grace_s))
-            if self.proc.poll() is None and grace_s > _IDLE_STOP_S:
+            self._wait_unblocking(self.proc, _IDLE_STOP_S)
+            if self.proc.poll() is None:
                 if self.waiting is not None:
                     self.waiting(
                         f"stopping the local workers: the runs under way have up to "
-                        f"{grace_s:.0f} s to end, then they are stopped"
+                        f"{_RUNS_GRACE_S:g} s to end, then they are stopped"
                     )
-                self._wait_unblocking(self.proc, grace_s - _IDLE_STOP_S)
+                self._wait_unblocking(self.proc, _RUNS_GRACE_S + _HAND_BACK_S)
         kill_group(self.proc.pid)
         self.proc.wait()
         self.proc = None
@@ -394,6 +395,12 @@ class LocalWorkers:
 _NUDGE_S = 1.0
 # Idle workers leave within this of their TERM; one still there is ending a run.
 _IDLE_STOP_S = 0.5
+# The runs under way when the local workers stop (a Ctrl-C) have this long to end (the
+# workers' --grace); then each worker stops what its run left running, as a run handed
+# back does, and leaves, which the stop waits for too. Killed before that (their own
+# grace was 30 s), they left the agents, in sessions of their own, running on.
+_RUNS_GRACE_S = 7.0
+_HAND_BACK_S = 3.0
 
 
 def _at_most(call: Callable[[], object], seconds: float) -> None:

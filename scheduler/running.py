@@ -67,7 +67,10 @@ def submit(
     total = start(conn.app, conn.store, checked.matrix, exp_id, checked.bundle)
     mark("cli: runs sent")
     if local is not None:
-        line = f"experiment {exp_id}: {total} runs on {local.concurrency} local workers"
+        line = (
+            f"experiment {exp_id}: {plural(total, 'run')} on "
+            f"{plural(local.concurrency, 'local worker')}"
+        )
         conn.say(line, soft_wrap=False)
     return Sent(exp_id, total, local.concurrency if local is not None else None)
 

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.errors import SettingError
     from core.settings import check_settings
     from fleet.nodes import SPLITS
-    from worker import nodes, sweeper
+    from worker import nodes
 
     try:
         check_settings()
@@ -77,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(node, nodes.Children):
                 return node.wait()
             hostname, concurrency = node.name, 1
-            if not node.first:
-                sweeper.leave_to_another()
         worker = app.Worker(
             hostname=hostname,
             concurrency=concurrency,

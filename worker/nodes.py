@@ -16,8 +16,9 @@ signal a worker obeys that a process sent it, but not one the kernel sent its wh
 process group (a terminal's Ctrl-C), which every node has had already: Celery takes
 a second SIGINT for a cold shutdown. It says which node ended, and how, and ends
 with the first failing node's exit code once every node has ended. A node whose
-parent dies is sent TERM, so no node outlives the start it came from. Linux only
-(fleet.nodes.SPLITS): elsewhere the worker is one node.
+parent dies is sent TERM, and stops as on any TERM: its run under way has its
+grace (`--grace`), then is handed back. Linux only (fleet.nodes.SPLITS): elsewhere
+the worker is one node.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ _PASSED_ON = frozenset(
     {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}
 )
 _WAITED = _PASSED_ON | {signal.SIGCHLD}
+_STOPS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGQUIT})
 _SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's)
 _PR_SET_PDEATHSIG = 1
 _REAP_EVERY_S = 1.0
 
 
 class Node(NamedTuple):
-    """A forked node, as it sees itself: its name, and whether it is the first (which
-    alone sweeps: worker.sweeper)."""
+    """A forked node, as it sees itself: its name, and whether it is the first."""
 
     name: str
     first: bool
@@ -56,6 +57,7 @@ class Children:
     def __init__(self) -> None:
         self.live: dict[int, str] = {}
         self.codes: list[int] = []  # of the nodes ended so far, in that order
+        self.stopping = False  # told to stop: the nodes' ends are no news
 
     def wait(self) -> int:
         """Until every node has ended, passing signals on: 0, or the first failing
@@ -67,8 +69,10 @@ class Children:
                 info = signal.sigtimedwait(_WAITED, _REAP_EVERY_S)
                 if info is None or info.si_signo == signal.SIGCHLD:
                     self._reap()
-                elif info.si_code != _SI_KERNEL:
-                    self.pass_on(info.si_signo)
+                else:
+                    self.stopping |= info.si_signo in _STOPS
+                    if info.si_code != _SI_KERNEL:
+                        self.pass_on(info.si_signo)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
         return next((code for code in self.codes if code), 0)
@@ -88,7 +92,7 @@ class Children:
             code = os.waitstatus_to_exitcode(status)
             code = 128 - code if code < 0 else code
             self.codes.append(code)
-            if code and name is not None:
+            if code and name is not None and not self.stopping:
                 left = f"; {len(self.live)} go on" if self.live else ""
                 print(f"worker node {name} ended with exit code {code}{left}", file=sys.stderr)
 

@@ -1,8 +1,8 @@
 """The worker's part in recovery (fleet.recovery): every worker sweeps every unfinished
 experiment every EVALFLEET_SWEEP_S seconds (default 10), in a thread of its main
-process (of a split start's nodes, the first). It also removes `sandbox: docker`
-containers whose worker process died (worker.docker_sandbox), the first time at
-start, on a thread of their own.
+process (each node of a split start: one that dies takes no sweep with it). It also
+removes `sandbox: docker` containers whose worker process died
+(worker.docker_sandbox), the first time at start, on a thread of their own.
 """
 
 from __future__ import annotations
@@ -29,17 +29,6 @@ ENV_SWEEP_S = "EVALFLEET_SWEEP_S"
 ORPHAN_SWEEP_S = 60.0
 
 
-# False in all but the first of the nodes one start splits into (worker.nodes): one
-# sweep a machine's start is enough, where each node's would scan every experiment.
-_sweeps = True
-
-
-def leave_to_another() -> None:
-    """This worker process sweeps nothing: another node of its start does."""
-    global _sweeps
-    _sweeps = False
-
-
 def register(app: Celery) -> None:
     """Every worker also re-sends lost runs and finishes their experiments."""
     app.steps["worker"].add(Sweeper)
@@ -58,8 +47,6 @@ class Sweeper(bootsteps.StartStopStep):
         self.interval_s = setting(ENV_SWEEP_S)
 
     def start(self, worker: Any) -> None:
-        if not _sweeps:
-            return
         store = store_of(worker.app)
         with contextlib.suppress(*BROKER_DOWN):  # the sweeps wait for it
             for warning in risky_settings(store.redis):
