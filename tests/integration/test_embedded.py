@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -473,6 +474,60 @@ def test_a_submit_stopped_past_its_grace_leaves_no_agent_running_and_cancel_says
             assert reason.startswith("experiment cancelled after this run was interrupted"), reason
         else:
             assert reason == "experiment cancelled before this run started", run_id
+
+
+def test_a_cancel_after_the_local_workers_died_mid_run_says_what_it_waits_for(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Local workers killed outright (their group SIGKILLed: no grace, nothing handed
+    back) leave their runs leased. `cancel` then waits for those leases to lapse (it
+    once waited 40-50 s saying nothing), says so, and records each such run as cut
+    short, not as never started."""
+    log = shared_with_agents(tmp_path / "executions.log")
+    command = f'echo "start $EVALFLEET_RUN_ID $$" >> {log}; sleep 60; touch out.txt'
+    matrix = _matrix(tmp_path / "dying", "dying", 4, command)
+    matrix.write_text(matrix.read_text() + "lease_s: 8\n")
+    submit = start_cli("submit", str(matrix), "--workers", "2", env=embedded_env, cwd=tmp_path)
+    agents: list[int] = []
+    try:
+        wait_until(lambda: _said(log, "start") >= 2, "two runs to start", timeout=120)
+        workers = [pid for pid in map(int, _children(submit.pid)) if _is_worker(pid)]
+        assert len(workers) == 1, workers
+        os.killpg(workers[0], signal.SIGKILL)
+        _, stopped = submit.communicate(timeout=90)
+        assert "the local workers exited" in stopped, stopped
+        agents = [int(line.split()[2]) for line in log.read_text().splitlines()]
+        started = {line.split()[1] for line in log.read_text().splitlines()}
+        exp_id = next(iter(started)).rsplit(":", 3)[0]
+        cancelled = run_cli("cancel", exp_id, env=embedded_env, cwd=tmp_path, timeout=120)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.communicate()
+        for pid in agents:  # left running by the workers' SIGKILL, as documented
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert cancelled.returncode == 0, cancelled.stderr
+    said = " ".join(cancelled.stderr.split())
+    assert f"{len(started)} runs still leased: each is recorded when it ends, or once its " in said
+    assert "lease lapses (within 8 s, `lease_s`) if its worker is gone" in said
+    report = run_cli("report", exp_id, "--format", "json", "--runs", env=embedded_env,
+                     cwd=tmp_path)  # fmt: skip
+    reasons = {r["run_id"]: r["fail_reason"] for r in json.loads(report.stdout)["runs"]}
+    assert len(reasons) == 4
+    for run_id, reason in reasons.items():
+        if run_id in started:
+            assert reason.startswith("experiment cancelled after this run was interrupted"), reason
+        else:
+            assert reason == "experiment cancelled before this run started", run_id
+
+
+def _is_worker(pid: int) -> bool:
+    """Whether `pid` is a local worker's process (`python -m worker`, a standby's too)."""
+    try:
+        return b"\0-m\0worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_runs_alone(
