@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             node = nodes.fork(hostname, concurrency)
             if isinstance(node, nodes.Children):
                 return node.wait()
-            hostname, concurrency = node.name, 1
+            hostname, concurrency = node, 1
         worker = app.Worker(
             hostname=hostname,
             concurrency=concurrency,

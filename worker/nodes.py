@@ -28,7 +28,6 @@ import ctypes
 import os
 import signal
 import sys
-from typing import NamedTuple
 
 from fleet.nodes import node_name
 
@@ -42,13 +41,6 @@ _STOPS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGQUIT})
 _SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's)
 _PR_SET_PDEATHSIG = 1
 _REAP_EVERY_S = 1.0
-
-
-class Node(NamedTuple):
-    """A forked node, as it sees itself: its name, and whether it is the first."""
-
-    name: str
-    first: bool
 
 
 class Children:
@@ -97,8 +89,8 @@ class Children:
                 print(f"worker node {name} ended with exit code {code}{left}", file=sys.stderr)
 
 
-def fork(hostname: str, count: int) -> Node | Children:
-    """`count` nodes forked from this process: in each, the Node it is; here, the
+def fork(hostname: str, count: int) -> str | Children:
+    """`count` nodes forked from this process: in each, its node name; here, the
     children, to `wait` for."""
     parent = os.getpid()
     # Held from before the first fork: a signal between two forks waits for `wait`,
@@ -113,7 +105,7 @@ def fork(hostname: str, count: int) -> Node | Children:
             if pid == 0:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _WAITED)
                 _end_with(parent)
-                return Node(node_name(hostname, index), index == 1)
+                return node_name(hostname, index)
             children.live[pid] = node_name(hostname, index)
     except OSError:  # no more processes: the nodes forked so far stop with this one
         children.pass_on(signal.SIGTERM)

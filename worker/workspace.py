@@ -655,11 +655,12 @@ def graders_python_path(python_path: str, workspace: Path) -> tuple[list[str], l
     path itself the agent's files there would be imported first, and Python runs the
     .pth files of every entry before any sitecustomize."""
     outside, inside = [], []
+    root = workspace.resolve()
     for entry in python_path.split(os.pathsep):
         if not entry:
             continue
         folder = (workspace / entry).resolve()
-        if folder == workspace.resolve() or workspace.resolve() in folder.parents:
+        if folder == root or root in folder.parents:
             inside.append(str(folder))
         else:
             outside.append(str(folder))

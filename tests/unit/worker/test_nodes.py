@@ -34,13 +34,13 @@ if isinstance(node, nodes.Children):
     sys.exit(node.wait())
 waited = {signal.SIGINT, signal.SIGTERM}
 signal.pthread_sigmask(signal.SIG_BLOCK, waited)
-open(os.path.join(out, node.name + ".ready"), "w").close()
+open(os.path.join(out, node + ".ready"), "w").close()
 got, deadline = [], time.monotonic() + 6
 while (left := deadline - time.monotonic()) > 0:
     info = signal.sigtimedwait(waited, left)
     if info is not None:
         got.append([info.si_signo, info.si_code, info.si_pid == os.getppid()])
-with open(os.path.join(out, node.name), "w") as f:
+with open(os.path.join(out, node), "w") as f:
     json.dump(got, f)
 """
 SI_USER, SI_KERNEL = 0, 0x80
@@ -86,7 +86,7 @@ from worker import nodes
 node = nodes.fork("t@host", 2)
 if isinstance(node, nodes.Children):
     sys.exit(node.wait())
-if node.first:
+if node == "t.1@host":
     os._exit(3)
 time.sleep(0.5)
 os.kill(os.getpid(), signal.SIGKILL)
