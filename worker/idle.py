@@ -3,7 +3,10 @@
 A CI job that starts N workers must end when the experiment is done. The worker
 counts as idle while it holds no task, has started none since the last look,
 and every queue it consumes is empty. After SECONDS of that without a break it
-begins Celery's warm shutdown, exactly as SIGTERM would, and exits 0.
+sweeps for lost runs once (fleet.recovery: a run a dead worker held is in no
+queue, and the sweeps' own interval may be longer than SECONDS), and if that
+sent nothing its way, begins Celery's warm shutdown, exactly as SIGTERM would,
+and exits 0.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -20,6 +23,10 @@ from celery.platforms import EX_OK
 from celery.worker import state
 from kombu import Connection
 from kombu.exceptions import ChannelError
+
+from fleet.app import BROKER_DOWN
+from fleet.recovery import recover_all
+from worker.tasks import store_of
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +64,8 @@ class UntilIdle(bootsteps.StartStopStep):
         assert self.idle_s is not None
         queues = worker.app.amqp.queues
         names = list(queues.consume_from or queues)
-        self.watch = IdleWatch(worker.app, names, self.idle_s)
+        app = worker.app
+        self.watch = IdleWatch(app, names, self.idle_s, lambda: recover_all(app, store_of(app)))
         self.watch.start()
 
     def stop(self, worker: Any) -> None:
@@ -68,11 +76,14 @@ class UntilIdle(bootsteps.StartStopStep):
 class IdleWatch(threading.Thread):
     """Polls this worker's load and its queues' lengths; asks for shutdown when idle long enough."""
 
-    def __init__(self, app: Celery, queues: Sequence[str], idle_s: float):
+    def __init__(
+        self, app: Celery, queues: Sequence[str], idle_s: float, sweep: Callable[[], None]
+    ):
         super().__init__(name="evalfleet-until-idle", daemon=True)
         self.app = app
         self.queues = list(queues)
         self.idle_s = idle_s
+        self.sweep = sweep
         # Often enough that a short window is honoured, rarely enough to cost
         # nothing on the broker with a large fleet.
         self.poll_s = min(max(idle_s / 10, 0.2), 5.0)
@@ -87,10 +98,13 @@ class IdleWatch(threading.Thread):
         started = state.all_total_count[0]
         while not self._stopping.wait(self.poll_s):
             now = time.monotonic()
-            if state.requests or state.all_total_count[0] != started or self._queued() != 0:
+            if not self._quiet(started):
                 quiet_since, started = now, state.all_total_count[0]
                 continue
             if now - quiet_since >= self.idle_s:
+                if not self._swept_quiet(started):
+                    quiet_since, started = time.monotonic(), state.all_total_count[0]
+                    continue
                 logger.warning(
                     "until-idle: no task and queues %s empty for %g s; shutting down",
                     ",".join(self.queues),
@@ -99,6 +113,21 @@ class IdleWatch(threading.Thread):
                 state.should_stop = EX_OK  # what Celery's own SIGTERM handler sets
                 break
         self._close()
+
+    def _quiet(self, started: int) -> bool:
+        """No task held, none started since `started` counted, and our queues empty."""
+        return not state.requests and state.all_total_count[0] == started and self._queued() == 0
+
+    def _swept_quiet(self, started: int) -> bool:
+        """Still quiet after a sweep for lost runs (which may send some to our queues)."""
+        try:
+            self.sweep()
+        except BROKER_DOWN as exc:
+            logger.info("until-idle: cannot sweep for lost runs (%s); not idle", exc)
+            return False
+        except Exception:  # the worker's own sweeps go on: leaving must not hang on it
+            logger.exception("until-idle: the sweep for lost runs failed")
+        return self._quiet(started)
 
     def _queued(self) -> int | None:
         """Messages waiting in our queues; None when the broker cannot say (not idle then)."""

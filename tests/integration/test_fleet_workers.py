@@ -25,7 +25,7 @@ import redis
 from core.results.run import RunStatus
 from core.store import Store
 from scheduler.embedded import redis_server_binary
-from tests.conftest import QUEUE, _own_unacked, run_cli, shared_with_agents
+from tests.conftest import QUEUE, Worker, _own_unacked, run_cli, shared_with_agents
 from tests.support.experiments import command_matrix
 from tests.support.fleet import (
     Service,
@@ -96,6 +96,42 @@ def test_until_idle_worker_with_nothing_to_do_exits_zero_by_itself(
         timeout=120,
     )
     assert idle.returncode == 0, idle.stderr[-3000:]
+
+
+def test_an_until_idle_worker_sends_again_a_run_a_dead_worker_held_before_it_leaves(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """A CI job's worker started after another died mid-run: the dead worker's run is in
+    no queue (its message waits, unacknowledged, for the broker's visibility timeout,
+    hours), so only a sweep sends it again. One comes every EVALFLEET_SWEEP_S (10 s by
+    default); a worker idle for 1 s left before its first, the run lost."""
+    env = _own_queue(fleet_env, "lost")
+    log = shared_with_agents(tmp_path / "started.log")
+    command = f'echo "$EVALFLEET_RUN_ID $$" >> {log}; sleep 3; touch out.txt'
+    matrix = command_matrix(tmp_path / "m", command, runs=1, extra="lease_s: 3\n")
+    doomed = Worker(env, tmp_path / "doomed.log", concurrency=1, queues=env["EVALFLEET_QUEUE"])
+    try:
+        exp_id = _submit(matrix, env)
+        line = wait_until(lambda: _lines(log), "the run to start", timeout=120)[0]
+        os.killpg(doomed.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(line.split()[1]), signal.SIGKILL)  # its agent, in a group of its own
+    finally:
+        doomed.stop()
+    time.sleep(3 + 1)  # the lease lapses: the run is lost, not in progress
+    worker = subprocess.run(
+        [executable("scheduler"), "worker", "--concurrency", "1", "--until-idle", "1"],
+        env={k: v for k, v in env.items() if k != "EVALFLEET_SWEEP_S"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    [run] = store.results.all(exp_id)
+    assert run.passed and run.attempts == 2, (run.fail_reason, run.attempts)
+    assert len(_lines(log)) == 2  # the dead worker's try, then this worker's
+    report = store.reports.get(exp_id)
+    assert report is not None and report.experiment.status.value == "complete"
 
 
 def _labelled_worker(env: dict[str, str], folder: Path, label: str, *args: str) -> Service:
