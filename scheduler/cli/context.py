@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
+from core.broker_url import ENV_BROKER
 from core.errors import ConfigError, EvalfleetError, FleetError, InputError
 from scheduler.cli.hints import with_broker
 from scheduler.interrupt import interrupted, raise_if_lost
@@ -92,6 +93,8 @@ class CLIContext:
             from scheduler.fleet import Fleet
 
             raise_if_lost()  # before anything is started or sent
+            if self.broker is not None and self.workers is not None:
+                raise click.UsageError(self._no_local_workers())
             fleet = (
                 Fleet.connect(self.broker, console=err.console)
                 if self.broker is not None
@@ -99,6 +102,18 @@ class CLIContext:
             )
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet
+
+    def _no_local_workers(self) -> str:
+        given = bool(self.broker_words)
+        where = "--broker" if given else ENV_BROKER
+        embedded = "leave out --broker" if given else f"unset {ENV_BROKER}"
+        return (
+            f"--workers starts local workers, which only the embedded mode has; with a "
+            f"shared broker (named by {where}), the runs go to the workers that serve it. "
+            f"Start more with `scheduler worker --concurrency {self.workers}` on a machine "
+            f"that reaches the broker, or leave out --workers; to run on the embedded Redis "
+            f"with local workers, {embedded}."
+        )
 
     def hinted(self, text: str) -> str:
         """`text` with each command it suggests complete for this command's broker."""

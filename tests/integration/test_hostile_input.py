@@ -168,6 +168,31 @@ def test_a_plan_above_the_run_limit_is_refused_before_anything_is_stored_or_sent
     assert store.redis.llen(QUEUE) == queued
 
 
+def test_local_workers_asked_of_a_shared_broker_are_refused_before_anything_is_sent(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store
+) -> None:
+    """`--workers` starts the embedded mode's local workers: on a shared broker it would
+    do nothing, and the user would wait for workers that never come."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(matrix_text(tiers=1, scenarios=1, runs=1))
+    experiments = store.redis.zcard(f"{PREFIX}experiments")
+    queued = store.redis.llen(QUEUE)
+    from_env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    given = (
+        ("EVALFLEET_BROKER_URL", fleet_env, []),
+        ("--broker", from_env, ["--broker", fleet_env["EVALFLEET_BROKER_URL"]]),
+    )
+    for where, env, broker in given:
+        result = run_cli("submit", str(matrix), "--workers", "2", *broker, env=env, timeout=60)
+        assert result.returncode == 2, (where, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert f"shared broker (named by {where}), the runs go to" in result.stderr
+        assert "scheduler worker --concurrency 2" in result.stderr
+        assert result.stdout == ""
+    assert store.redis.zcard(f"{PREFIX}experiments") == experiments
+    assert store.redis.llen(QUEUE) == queued
+
+
 def _submit_peak_kb(matrix: Path, env: dict[str, str]) -> tuple[str, int]:
     """`scheduler submit`'s experiment id and peak resident memory (KB)."""
     proc = subprocess.Popen([SCHEDULER, "submit", str(matrix)], env=env, stdout=subprocess.PIPE)
