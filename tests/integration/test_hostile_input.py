@@ -178,7 +178,7 @@ def test_local_workers_asked_of_a_shared_broker_are_refused_before_anything_is_s
     experiments = store.redis.zcard(f"{PREFIX}experiments")
     queued = store.redis.llen(QUEUE)
     from_env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
-    given = (
+    given: tuple[tuple[str, dict[str, str], list[str]], ...] = (
         ("EVALFLEET_BROKER_URL", fleet_env, []),
         ("--broker", from_env, ["--broker", fleet_env["EVALFLEET_BROKER_URL"]]),
     )
