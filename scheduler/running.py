@@ -175,6 +175,9 @@ def _send(
     local = None if conn.shared else conn.start_workers(conn.queues(matrix), most)
     if pending or not waiting:  # nothing to send and nothing on its way: aggregate
         send(conn.app, conn.store, matrix, exp_id, pending, len(pending))
+    if local is not None:
+        runs = plural(len(pending) + waiting, "run")
+        conn.say(f"experiment {exp_id}: {runs} on {plural(local.concurrency, 'local worker')}")
     return Sent(exp_id, len(pending), local.concurrency if local is not None else None)
 
 

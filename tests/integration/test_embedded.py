@@ -565,6 +565,9 @@ def test_an_interrupted_submit_pauses_its_runs_until_resume_and_the_next_submit_
     resumed = run_cli("resume", exp_id, "--workers", "2", "--format", "json", env=embedded_env,
                       cwd=tmp_path, timeout=240)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
+    left = re.search(r"re-sending (\d+) runs", resumed.stderr)
+    assert left is not None, resumed.stderr
+    assert f"experiment {exp_id}: {left[1]} runs on 2 local workers" in resumed.stderr
     report = json.loads(resumed.stdout)
     assert report["experiment"]["status"] == "complete"
     assert report["experiment"]["completed_runs"] == runs
