@@ -32,7 +32,8 @@ A sweep of one experiment (`recover`) does three things:
 Who sweeps: whoever follows an experiment (`scheduler submit`, `resume --wait`:
 scheduler.follow, every second) and every worker, for all unfinished
 experiments, every EVALFLEET_SWEEP_S seconds (default 10), in a thread of the
-worker's main process (`recover_all`, from worker.sweeper's bootstep).
+worker's main process (`recover_all`, from worker.sweeper's bootstep), and once
+more before an until-idle worker leaves (worker.idle).
 """
 
 from __future__ import annotations
@@ -212,15 +213,18 @@ def _run_spec(message: Any) -> RunSpec | None:
         return None
 
 
-def recover_all(app: Celery, store: Store) -> None:
+def recover_all(app: Celery, store: Store) -> list[str]:
+    """One sweep of every active experiment; returns the ids of the runs sent again."""
+    resent = []
     for exp_id in store.experiments.active():
         try:
-            recover(app, store, exp_id)
+            resent += recover(app, store, exp_id)
         except BROKER_DOWN:
             raise
         except Exception:  # one broken experiment must not stop the others' recovery
             log.exception("recovery of experiment %s failed", exp_id)
     _drop_stale_of_finished(app, store)
+    return resent
 
 
 def _drop_stale_of_finished(app: Celery, store: Store) -> None:

@@ -159,7 +159,11 @@ def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: b
     # What the whole experiment can detect, at the correlation its runs so far showed.
     for line in planning_so_far(matrix, store.results.all(exp_id)):
         conn.say(line)
-    return _send(conn, matrix, exp_id, pending, waiting)
+    sent = _send(conn, matrix, exp_id, pending, waiting)
+    if sent.local_workers and (pending or waiting):
+        runs = plural(len(pending) + waiting, "run")
+        conn.say(f"experiment {exp_id}: {runs} on {plural(sent.local_workers, 'local worker')}")
+    return sent
 
 
 def _send(
@@ -175,9 +179,6 @@ def _send(
     local = None if conn.shared else conn.start_workers(conn.queues(matrix), most)
     if pending or not waiting:  # nothing to send and nothing on its way: aggregate
         send(conn.app, conn.store, matrix, exp_id, pending, len(pending))
-    if local is not None:
-        runs = plural(len(pending) + waiting, "run")
-        conn.say(f"experiment {exp_id}: {runs} on {plural(local.concurrency, 'local worker')}")
     return Sent(exp_id, len(pending), local.concurrency if local is not None else None)
 
 

@@ -4,9 +4,9 @@ A CI job that starts N workers must end when the experiment is done. The worker
 counts as idle while it holds no task, has started none since the last look,
 and every queue it consumes is empty. After SECONDS of that without a break it
 sweeps for lost runs once (fleet.recovery: a run a dead worker held is in no
-queue, and the sweeps' own interval may be longer than SECONDS), and if that
-sent nothing its way, begins Celery's warm shutdown, exactly as SIGTERM would,
-and exits 0.
+queue, and the sweeps' own interval may be longer than SECONDS); if that sent
+none again and the worker is still idle, it begins Celery's warm shutdown,
+exactly as SIGTERM would, and exits 0.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class IdleWatch(threading.Thread):
     """Polls this worker's load and its queues' lengths; asks for shutdown when idle long enough."""
 
     def __init__(
-        self, app: Celery, queues: Sequence[str], idle_s: float, sweep: Callable[[], None]
+        self, app: Celery, queues: Sequence[str], idle_s: float, sweep: Callable[[], list[str]]
     ):
         super().__init__(name="evalfleet-until-idle", daemon=True)
         self.app = app
@@ -119,12 +119,15 @@ class IdleWatch(threading.Thread):
         return not state.requests and state.all_total_count[0] == started and self._queued() == 0
 
     def _swept_quiet(self, started: int) -> bool:
-        """Still quiet after a sweep for lost runs (which may send some to our queues)."""
+        """Still quiet after a sweep for lost runs that sent none again: one it sent may
+        be on its way to this worker, in no queue yet and not taken (another window
+        then). A sweep the broker refuses (full, or away) does not keep the worker: its
+        queues, read, say whether it is idle."""
         try:
-            self.sweep()
+            if self.sweep():
+                return False
         except BROKER_DOWN as exc:
-            logger.info("until-idle: cannot sweep for lost runs (%s); not idle", exc)
-            return False
+            logger.warning("until-idle: the sweep for lost runs was refused: %s", exc)
         except Exception:  # the worker's own sweeps go on: leaving must not hang on it
             logger.exception("until-idle: the sweep for lost runs failed")
         return self._quiet(started)

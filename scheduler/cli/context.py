@@ -93,8 +93,7 @@ class CLIContext:
             from scheduler.fleet import Fleet
 
             raise_if_lost()  # before anything is started or sent
-            if self.broker is not None and self.workers is not None:
-                raise click.UsageError(self._no_local_workers())
+            self.refuse_local_workers()
             fleet = (
                 Fleet.connect(self.broker, console=err.console)
                 if self.broker is not None
@@ -103,16 +102,21 @@ class CLIContext:
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet
 
-    def _no_local_workers(self) -> str:
+    def refuse_local_workers(self) -> None:
+        """--workers on a shared broker, where it would start nothing: a usage error."""
+        if self.broker is None or self.workers is None:
+            return
         given = bool(self.broker_words)
         where = "--broker" if given else ENV_BROKER
         embedded = "leave out --broker" if given else f"unset {ENV_BROKER}"
-        return (
-            f"--workers starts local workers, which only the embedded mode has; with a "
-            f"shared broker (named by {where}), the runs go to the workers that serve it. "
-            f"Start more with `scheduler worker --concurrency {self.workers}` on a machine "
-            f"that reaches the broker, or leave out --workers; to run on the embedded Redis "
-            f"with local workers, {embedded}."
+        raise click.UsageError(
+            self.hinted(
+                f"--workers starts local workers, which only the embedded mode has; with a "
+                f"shared broker (named by {where}), the runs go to the workers that serve "
+                f"it. Start more with `scheduler worker --concurrency {self.workers}` on a "
+                f"machine that reaches the broker, or leave out --workers; to run on the "
+                f"embedded Redis with local workers, {embedded}."
+            )
         )
 
     def hinted(self, text: str) -> str:

@@ -93,6 +93,7 @@ def submit(
     from scheduler.plan import new_experiment_id
     from scheduler.validation import prepare
 
+    cli.refuse_local_workers()  # before a preflight runs anything
     # Embedded, the private Redis starts while the matrix is read and checked.
     early = None if cli.broker is not None else cli.fleet(create=True)
     if early is not None:

@@ -12,7 +12,8 @@ import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, QUEUE, SCHEDULER, StartWorker, run_cli
+from tests.conftest import PREFIX, QUEUE, SCHEDULER, StartWorker, run_cli, shared_with_agents
+from tests.support.experiments import command_matrix
 
 # An agent whose transcript carries one line nested deeper than json.loads can
 # recurse, between good lines: Claude's stream on stdout, or our events file.
@@ -172,23 +173,29 @@ def test_local_workers_asked_of_a_shared_broker_are_refused_before_anything_is_s
     tmp_path: Path, fleet_env: dict[str, str], store: Store
 ) -> None:
     """`--workers` starts the embedded mode's local workers: on a shared broker it would
-    do nothing, and the user would wait for workers that never come."""
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(matrix_text(tiers=1, scenarios=1, runs=1))
+    do nothing, and the user would wait for workers that never come. Refused before a
+    preflight runs the agent, and the suggested worker is on the broker given."""
+    ran = shared_with_agents(tmp_path / "ran")
+    matrix = command_matrix(tmp_path / "m", f"echo ran >> {ran}; touch out.txt", runs=1)
     experiments = store.redis.zcard(f"{PREFIX}experiments")
     queued = store.redis.llen(QUEUE)
+    url = fleet_env["EVALFLEET_BROKER_URL"]
     from_env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
-    given: tuple[tuple[str, dict[str, str], list[str]], ...] = (
-        ("EVALFLEET_BROKER_URL", fleet_env, []),
-        ("--broker", from_env, ["--broker", fleet_env["EVALFLEET_BROKER_URL"]]),
+    given: tuple[tuple[str, dict[str, str], list[str], str], ...] = (
+        ("EVALFLEET_BROKER_URL", fleet_env, [], "scheduler worker --concurrency 2`"),
+        ("--broker", from_env, ["--broker", url], "scheduler worker --concurrency 2 --broker "),
     )
-    for where, env, broker in given:
-        result = run_cli("submit", str(matrix), "--workers", "2", *broker, env=env, timeout=60)
+    for where, env, broker, suggested in given:
+        result = run_cli(
+            "submit", str(matrix), "--preflight", "--workers", "2", *broker, env=env, timeout=60
+        )
         assert result.returncode == 2, (where, result.stderr)
-        assert "Traceback" not in result.stderr
-        assert f"shared broker (named by {where}), the runs go to" in result.stderr
-        assert "scheduler worker --concurrency 2" in result.stderr
+        said = " ".join(result.stderr.split())
+        assert "Traceback" not in said
+        assert f"shared broker (named by {where}), the runs go to" in said, said
+        assert suggested in said, said
         assert result.stdout == ""
+    assert ran.read_text() == ""  # no preflight ran the agent
     assert store.redis.zcard(f"{PREFIX}experiments") == experiments
     assert store.redis.llen(QUEUE) == queued
 
