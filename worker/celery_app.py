@@ -8,10 +8,21 @@ module imports an app.
 
 from __future__ import annotations
 
+import warnings
+
 from celery import Celery
+from celery.exceptions import SecurityWarning
 
 from fleet.app import fleet_app
 from worker import grace, idle, prefork, sweeper, task_events
+
+# Celery tells a worker run as root to take another user with --uid ("absolutely not
+# recommended"): evalfleet's worker runs as root so that each run's setup, agent and
+# command gates run as a user of the run's own (worker.confinement); given --uid,
+# every agent would run as the worker's user, able to reach every other run.
+warnings.filterwarnings(
+    "ignore", message="You're running the worker with superuser", category=SecurityWarning
+)
 
 
 def create_app(

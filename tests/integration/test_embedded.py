@@ -777,8 +777,10 @@ def test_local_workers_are_a_node_per_slot_each_running_one_run_at_a_time(
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["tiers"]["T0"]["passes"] == 4
-    ready = re.findall(r"\] (\S+@\S+) ready\.", _read(runs / ".evalfleet" / "worker.log"))
+    logged = _read(runs / ".evalfleet" / "worker.log")
+    ready = re.findall(r"\] (\S+@\S+) ready\.", logged)
     assert len(ready) == 2 and len(set(ready)) == 2, ready
+    assert "superuser" not in logged  # Celery's `--uid` advice: root is what confines runs
     assert all(re.fullmatch(r"embedded-\d+\.[12]@.+", node) for node in ready), ready
     times = [tuple(map(float, line.split())) for line in spans.read_text().splitlines()]
     assert len(times) == 4

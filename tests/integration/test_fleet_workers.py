@@ -96,6 +96,10 @@ def test_until_idle_worker_with_nothing_to_do_exits_zero_by_itself(
         timeout=120,
     )
     assert idle.returncode == 0, idle.stderr[-3000:]
+    if os.geteuid() == 0:
+        # Celery's advice to a worker run as root, `--uid`, would run every agent as the
+        # worker's user: the runs' own users are why it runs as root.
+        assert "superuser" not in idle.stderr and "--uid" not in idle.stderr, idle.stderr
 
 
 def test_an_until_idle_worker_sends_again_a_run_a_dead_worker_held_before_it_leaves(
