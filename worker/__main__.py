@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(node, nodes.Children):
                 return node.wait()
             hostname, concurrency = node, 1
+            nodes.label_logs(node)
         worker = app.Worker(
             hostname=hostname,
             concurrency=concurrency,

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import sys
+from typing import Any
 
 from fleet.nodes import node_name
 
@@ -122,3 +124,30 @@ def _end_with(parent: int) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # it died before the call
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def label_logs(node: str) -> None:
+    """Each line this node logs names it after its process (`ForkPoolWorker-1
+    embedded-8.2@host`): the nodes of one worker share its log, and each has a
+    MainProcess and a ForkPoolWorker-1 of its own. The process's own name stays:
+    Celery's signal handlers go by it."""
+    from celery import signals
+
+    def labelled(logger: logging.Logger, **_: Any) -> None:
+        for handler in logger.handlers:
+            handler.addFilter(_Label(node))
+
+    signals.after_setup_logger.connect(labelled, weak=False)
+    signals.after_setup_task_logger.connect(labelled, weak=False)
+
+
+class _Label(logging.Filter):
+    def __init__(self, node: str):
+        super().__init__()
+        self.node = node
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "node", None) is None:  # once, whichever handler comes first
+            record.node = self.node
+            record.processName = f"{record.processName} {self.node}"
+        return True

@@ -781,6 +781,11 @@ def test_local_workers_are_a_node_per_slot_each_running_one_run_at_a_time(
     ready = re.findall(r"\] (\S+@\S+) ready\.", logged)
     assert len(ready) == 2 and len(set(ready)) == 2, ready
     assert "superuser" not in logged  # Celery's `--uid` advice: root is what confines runs
+    # Each node's lines name it: both share the log, each has a ForkPoolWorker-1.
+    ran_on = re.findall(
+        r"/ForkPoolWorker-1 (\S+@\S+)\] Task evalfleet\.run\[\S+\] succeeded", logged
+    )
+    assert len(ran_on) == 4 and set(ran_on) == set(ready), ran_on
     assert all(re.fullmatch(r"embedded-\d+\.[12]@.+", node) for node in ready), ready
     times = [tuple(map(float, line.split())) for line in spans.read_text().splitlines()]
     assert len(times) == 4
