@@ -14,15 +14,26 @@ end) paid two fixed sleeps after the last run had been acknowledged:
   process exits by itself right after its message is out, as the parent's
   answer would have made it.
 
+A pool process also ends with its worker. Killed outright (`kill -9` of the
+worker's main process, an OOM kill), a worker left its pool processes to finish
+their runs, then to wait for work for ever on a pipe nobody writes. Each gets
+TERM as its parent dies (a thread of its own waits for that), as a leaving worker
+sends it: a run under way has its grace, then is handed back (worker.grace), and
+the process ends after it.
+
 The worker runs this pool by the app's `worker_pool` setting: `python -m
 worker` and `celery -A worker.app worker` alike.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import select
+import signal
 import threading
+import time
 from typing import Any
 
 from billiard.pool import CLOSE, RUN
@@ -80,7 +91,47 @@ def _tick(hub: Any, joined: threading.Event) -> None:
 
 def register() -> None:
     signals.worker_process_init.connect(_keep_spares, weak=False, dispatch_uid=NAME)
+    signals.worker_process_init.connect(_end_with_worker, weak=False, dispatch_uid=f"{NAME}:end")
+    signals.task_postrun.connect(_end_if_orphaned, weak=False, dispatch_uid=NAME)
     signals.worker_process_shutdown.connect(_exit_once_announced, weak=False, dispatch_uid=NAME)
+
+
+def _end_with_worker(**_: object) -> None:
+    worker = _worker_pid()
+    if worker is not None:
+        threading.Thread(target=_watch, args=(worker,), name="worker-watch", daemon=True).start()
+
+
+def _watch(worker: int) -> None:
+    """TERM to this pool process once `worker`, its parent, has ended. Not the kernel's
+    parent-death signal: a change of credentials clears that, and every run changes
+    its process's to spawn its agent and gates as the run's user."""
+    try:
+        ended = os.pidfd_open(worker)
+    except OSError as exc:  # ESRCH: ended already; ENOSYS (Linux < 5.3): asked each second
+        while exc.errno == errno.ENOSYS and os.getppid() == worker:
+            time.sleep(1)
+    else:
+        if os.getppid() == worker:  # the descriptor is of this parent, not of a pid reused
+            waiting = select.poll()
+            waiting.register(ended, select.POLLIN)
+            waiting.poll()  # readable once it has ended
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _end_if_orphaned(**_: object) -> None:
+    """After a task, in a pool process whose worker has died: nobody takes its result or
+    sends it work. (The TERM its parent's death sent handed its run back.)"""
+    worker = _worker_pid()
+    if worker is not None and os.getppid() != worker:
+        os._exit(0)
+
+
+def _worker_pid() -> int | None:
+    """The worker's main process, which forked this pool process (billiard's record);
+    None outside a pool."""
+    parent = current_process()._parent_pid
+    return int(parent) if parent is not None else None
 
 
 def _keep_spares(**_: object) -> None:

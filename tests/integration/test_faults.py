@@ -32,7 +32,7 @@ from fleet.broker import running_embedded_broker
 from scheduler.dispatch import BATCH_SIZE
 from tests.conftest import PREFIX, StartWorker, Worker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
-from tests.support.fleet import RedisServer, alive, wait_until
+from tests.support.fleet import RedisServer, alive, cli_worker, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +63,59 @@ def kill_agents(lines: list[str]) -> None:
     for line in lines:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int(line.split()[1]), signal.SIGKILL)
+
+
+def test_pool_processes_whose_worker_was_killed_hand_their_runs_back_and_end(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """SIGKILL to a worker's main process alone (`kill -9 PID`, an OOM kill): its pool
+    processes, each in a run, were left to finish it, then waited for work for ever on a
+    pipe nobody writes. Now each gets TERM as its parent dies: its run has the grace,
+    then is handed back (its agent stopped), the process ends, and the run is sent again
+    once its lease lapses."""
+    log = shared_with_agents(tmp_path / "started.log")
+    tried = shared_with_agents(tmp_path / "tried", folder=True)
+    # The first delivery of each run outlasts the test; the second passes at once.
+    command = (
+        f'echo "$EVALFLEET_RUN_ID $$" >> {log}; '
+        f"if [ ! -e {tried}/$EVALFLEET_RUN_INDEX ]; then touch {tried}/$EVALFLEET_RUN_INDEX; "
+        "sleep 60; fi; touch out.txt"
+    )
+    matrix = write_matrix(tmp_path / "m", command, runs=2)
+    queue = {**fleet_env, "EVALFLEET_QUEUE": f"{fleet_env['EVALFLEET_QUEUE']}-orphans"}
+    submitted = run_cli("submit", str(matrix), env=queue)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    worker = cli_worker(queue, tmp_path / "w.log", "--concurrency", "2", "--grace", "1")
+    try:
+        wait_until(lambda: len(started(log)) == 2, "both runs to start", timeout=120)
+        pool = _children(worker.proc.pid)
+        assert len(pool) == 2, pool
+        os.kill(worker.proc.pid, signal.SIGKILL)  # the main process alone
+        wait_until(lambda: not any(alive(pid) for pid in pool), "the pool to end", timeout=60)
+    finally:
+        worker.stop()
+    agents = [int(line.split()[1]) for line in started(log)]
+    assert len(agents) == 2
+    wait_until(lambda: not any(alive(pid) for pid in agents), "their agents to stop", timeout=30)
+    assert store.results.all(exp_id) == []  # handed back: neither run recorded as failed
+    # The runs come back once their leases lapse; a worker sweeping every second runs them.
+    fast = {**queue, "EVALFLEET_SWEEP_S": "1"}
+    survivor = cli_worker(fast, tmp_path / "w2.log", "--concurrency", "2")
+    try:
+        wait_until(lambda: store.reports.get(exp_id) is not None, "the report", timeout=120)
+    finally:
+        survivor.stop()
+    runs = store.results.all(exp_id)
+    assert len(runs) == 2 and all(r.passed and r.attempts == 2 for r in runs), [
+        (r.fail_reason, r.attempts) for r in runs
+    ]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a worker's pool)."""
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(line) for line in found.stdout.split()]
 
 
 def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
