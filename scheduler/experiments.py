@@ -110,11 +110,14 @@ def until_reported(info: ExperimentInfo) -> str:
             f"`scheduler cancel {info.id}` records them cancelled and prints it"
         )
     if info.status in (ExperimentStatus.pending, ExperimentStatus.running):
-        return f": its runs are under way; `scheduler status {info.id}` follows them"
+        return (
+            f": its runs are under way; on a shared broker `scheduler report {info.id} --wait` "
+            f"follows them to it, `scheduler status {info.id}` shows how far they are"
+        )
     if info.status == ExperimentStatus.cancelled:
         return (
             f": it was cancelled and its runs not yet run are still to be recorded; "
-            f"`scheduler status {info.id}` follows a fleet's workers recording them, "
+            f"`scheduler report {info.id} --wait` waits for a fleet's workers to record them, "
             f"embedded `scheduler cancel {info.id}` records them here"
         )
     return ""

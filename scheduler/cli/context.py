@@ -138,8 +138,9 @@ class CLIContext:
             return f"interrupted before {exp_id} was sent; nothing runs"
         if fleet.shared:
             return (
-                f"stopped following; the fleet goes on running it: `scheduler status "
-                f"{exp_id}` follows it, `scheduler cancel {exp_id}` stops it"
+                f"stopped following; the fleet goes on running it: `scheduler report "
+                f"{exp_id} --wait` follows it to its report, `scheduler cancel {exp_id}` "
+                "stops it"
             )
         if not fleet.interrupt(exp_id):
             return (

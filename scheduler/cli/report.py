@@ -6,7 +6,13 @@ import click
 
 from core.errors import InputError
 from scheduler.cli.context import CLIContext, err, exit_if_infra_errors, pass_cli
-from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
+from scheduler.cli.options import (
+    broker_option,
+    correction_option,
+    format_option,
+    nonfinite_option,
+    wait_option,
+)
 from scheduler.report.formats import SCENARIO_FORMATS
 
 
@@ -43,6 +49,10 @@ from scheduler.report.formats import SCENARIO_FORMATS
     default=None,
     help="The report version: 1 is the runs' own, 2, 3... each rejudge's or rescore's "
     "(default: the latest; `scheduler list` shows them).",
+)
+@wait_option(
+    "With a shared broker: an experiment still running is followed (a progress bar on "
+    "stderr) until its report is ready, then printed."
 )
 @click.option(
     "--fail-on-infra-errors",
@@ -94,6 +104,7 @@ def report(
       scheduler report EXP --format json --runs --json-nonfinite null | jq .tiers
       scheduler report EXP --format csv --runs > runs.csv   # one row per run
       scheduler report EXP --version 1      # the original, before any rejudge
+      scheduler report EXP --wait           # a fleet still running it: when it is done
     """
     fmt = cli.fmt
     if scenario is not None and fmt not in SCENARIO_FORMATS:
@@ -110,6 +121,8 @@ def report(
 
     fleet = cli.fleet()
     exp_id = fleet.experiment_id(experiment)
+    if cli.wait and fleet.shared and not fleet.report_versions(exp_id):
+        fleet.wait(exp_id)
     result = fleet.report(
         exp_id,
         version=version,

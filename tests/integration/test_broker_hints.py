@@ -77,11 +77,14 @@ def test_the_hints_after_submit_with_a_broker_name_it_and_work_as_printed(
     )  # fmt: skip
     assert stderr.strip().splitlines()[-1] == (
         "stopped following; the fleet goes on running it: "
-        f"`scheduler status {followed} --broker {redis_url}` follows it, "
+        f"`scheduler report {followed} --wait --broker {redis_url}` follows it to its report, "
         f"`scheduler cancel {followed} --broker {redis_url}` stops it"
     )
+    # A worker for its queue now: the report followed waits for its runs, then the cancel
+    # finds it complete.
+    start_worker(concurrency=2, queues=queue)
     for hint in _hints(stderr):
-        _follow(hint, {**env, "EVALFLEET_QUEUE": queue}, folder)  # the cancel last
+        _follow(hint, {**env, "EVALFLEET_QUEUE": queue}, folder)
 
 
 def test_a_password_in_the_broker_url_is_never_in_a_hint(

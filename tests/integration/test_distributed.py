@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from core.evaluation.credentials import RunAs
 from core.results.run import RunStatus
 from core.store import Store
 from fleet.sending import AGGREGATE_TASK, RUN_TASK
-from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, shared_with_agents
+from tests.conftest import EXAMPLES, PREFIX, StartWorker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
 from tests.support.fleet import alive, interrupted_while_following, wait_until
 from worker.celery_app import create_app
@@ -420,6 +421,29 @@ scenarios:
     assert "AGENTS.md (" not in prompt and "deps/lib.js" not in prompt  # the run's, not the agent's
 
 
+def test_report_wait_follows_a_shared_experiment_to_its_report(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """The command a stopped follower names: `report --wait` waits for the fleet (here no
+    worker at first) and prints the report once its runs are done."""
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-report-wait"
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    submitted = run_cli("submit", str(_matrix(tmp_path, "touch out.txt", runs=2)), env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    waiting = start_cli("report", exp_id, "--wait", "--format", "json", env=env)
+    try:
+        time.sleep(2)
+        assert waiting.poll() is None  # no worker yet: it waits
+        start_worker(concurrency=2, queues=queue)
+        out, said = waiting.communicate(timeout=120)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, said
+    report = json.loads(out)
+    assert report["experiment"]["id"] == exp_id and report["tiers"]["T0"]["passes"] == 2
+
+
 def test_ctrl_c_while_following_a_shared_experiment_says_it_goes_on(
     fleet_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -431,7 +455,7 @@ def test_ctrl_c_while_following_a_shared_experiment_says_it_goes_on(
         "submit", str(_matrix(tmp_path, "true")), "--wait", env=env
     )
     assert stderr.strip().splitlines()[-1] == (
-        f"stopped following; the fleet goes on running it: `scheduler status {exp_id}` "
-        f"follows it, `scheduler cancel {exp_id}` stops it"
+        f"stopped following; the fleet goes on running it: `scheduler report {exp_id} --wait` "
+        f"follows it to its report, `scheduler cancel {exp_id}` stops it"
     )
     assert run_cli("cancel", exp_id, env=env).returncode == 0

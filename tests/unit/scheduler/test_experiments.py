@@ -50,6 +50,9 @@ def test_an_experiment_without_a_report_says_what_brings_it() -> None:
     assert "`scheduler cancel exp` records them cancelled and prints it" in paused
     cancelled = until_reported(info(status=ExperimentStatus.cancelled))
     assert "embedded `scheduler cancel exp` records them here" in cancelled
+    assert "`scheduler report exp --wait` waits for a fleet's workers" in cancelled
     for under_way in (ExperimentStatus.pending, ExperimentStatus.running):
-        assert "`scheduler status exp` follows them" in until_reported(info(status=under_way))
+        said = until_reported(info(status=under_way))
+        assert "`scheduler report exp --wait` follows them to it" in said
+        assert "`scheduler status exp` shows how far they are" in said
     assert until_reported(info(status=ExperimentStatus.complete)) == ""
