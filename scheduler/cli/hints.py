@@ -58,17 +58,19 @@ def broker_words(url: str, password_file: str | None, password_in_environment: b
 
 def with_broker(text: str, words: str) -> str:
     """`text` with `words` added to every hinted command that talks to a broker (in
-    place of a `--broker URL` placeholder); as it is without words."""
-    if not words:
-        return text
+    place of a `--broker URL` placeholder); without words (a broker from the
+    environment, or none named), a placeholder is taken out: the next command finds
+    the broker as this one did."""
 
     def completed(hint: re.Match[str]) -> str:
         args = hint["args"]
         if hint["name"] not in BROKER_COMMANDS:
             return hint[0]
         if _ANY_BROKER in args:
-            args = args.replace(_ANY_BROKER, words)
-        elif "--broker" not in args.split():
+            args = (
+                args.replace(_ANY_BROKER, words) if words else args.replace(f" {_ANY_BROKER}", "")
+            )
+        elif words and "--broker" not in args.split():
             args = f"{args} {words}"
         return f"{hint['open']}scheduler {hint['name']}{args}{hint['tail'] or ''}{hint['close']}"
 

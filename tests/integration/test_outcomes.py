@@ -417,6 +417,9 @@ def test_status_says_when_no_worker_takes_the_experiments_runs(
     assert status.returncode == 0
     assert table_row(status.stdout, exp_id)[2] == "0/2"
     assert f"no worker is taking runs from queue {idle_queue}" in status.stderr
+    # As printed it runs: the broker of EVALFLEET_BROKER_URL is the next command's too.
+    said = " ".join(status.stderr.split())
+    assert f"`scheduler worker --queues {idle_queue}`" in said, said
 
     start_worker(concurrency=1, queues=idle_queue)
     wait_until(lambda: store.reports.get(exp_id), "the report once a worker takes the runs")
