@@ -28,8 +28,6 @@ from core.wording import plural
 # Imported where used: a status, or a stored report as it was made, needs neither the
 # analysis (and through it the matrix's models) nor Celery.
 if TYPE_CHECKING:
-    from celery import Celery
-
     from core.store import Store
     from scheduler.connection import Connection
 
@@ -66,25 +64,15 @@ def status(conn: Connection, experiment: str | None = None) -> Status:
     idle: list[str] = []
     if conn.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
         from fleet.app import BROKER_DOWN
-        from fleet.sending import run_queues
+        from scheduler.follow import queues_without_workers
 
-        app = conn.app
-        default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
-        queues = sorted(run_queues(store.experiments.matrix(exp_id), default))
         try:
-            idle = _queues_without_workers(app, queues)
+            idle = queues_without_workers(conn.app, store, exp_id)
         except BROKER_DOWN as exc:
             # Asking takes a reply queue, which a full broker refuses: the progress, read
             # from the store, stands without it.
             return Status(info, [], str(exc))
     return Status(info, idle)
-
-
-def _queues_without_workers(app: Celery, queues: list[str]) -> list[str]:
-    """The queues no live worker consumes (Celery's inspect: the workers answer)."""
-    replies = app.control.inspect(timeout=1.0).active_queues() or {}
-    consumed = {q["name"] for worker_queues in replies.values() for q in worker_queues}
-    return [q for q in queues if q not in consumed]
 
 
 def status_line(info: ExperimentInfo) -> str:

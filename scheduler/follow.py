@@ -35,10 +35,13 @@ from core.store import Store
 from fleet.app import BROKER_DOWN
 from fleet.finish import finish_version
 from fleet.recovery import recover
+from fleet.sending import run_queues
 from scheduler.interrupt import raise_if_lost
 
 _POLL_S = 0.25
 _SWEEP_S = 1.0
+# A shared experiment with no result this long: are its queues served at all?
+_SERVED_AFTER_S = 5.0
 _DONE = (ExperimentStatus.complete, ExperimentStatus.cancelled)
 
 
@@ -74,8 +77,9 @@ def follow(
         # Its total once the first read answers: the broker may be away from the start
         # (a follower that got here late, into an outage).
         task = progress.add_task("runs", total=None, passes=0, errors=0)
-        swept = time.monotonic()
+        swept = started = time.monotonic()
         unreachable = False
+        asked = workers is not None  # local workers serve their queues
         while True:
             if workers is not None and not workers.alive():
                 raise WorkersDied(f"the local workers exited; see {workers.log_path}")
@@ -95,6 +99,10 @@ def follow(
                 _announce_unrecognised(store, exp_id, console, warned)
                 if info.status in _DONE and store.reports.get(exp_id) is not None:
                     return
+                if not asked and time.monotonic() - started >= _SERVED_AFTER_S:
+                    asked = True
+                    if not info.completed_runs:
+                        _announce_unserved(app, store, exp_id, console)
                 if time.monotonic() - swept >= _SWEEP_S:
                     recover(app, store, exp_id)
                     swept = time.monotonic()
@@ -110,6 +118,27 @@ def follow(
                     console.print(f"[yellow]{why}; waiting for it[/yellow]")
                 unreachable = True
             waits.wait()
+
+
+def _announce_unserved(app: Celery, store: Store, exp_id: str, console: Console) -> None:
+    """Once, on a shared broker: the queues no worker takes, where the runs would wait
+    for ever without a word (workers not started, or started on another queue)."""
+    for queue in queues_without_workers(app, store, exp_id):
+        console.print(
+            f"[yellow]no worker is taking runs from queue {escape(queue)}: they wait until "
+            f"one does (`scheduler worker --queues {escape(queue)}` on a machine that reaches "
+            "the broker)[/yellow]"
+        )
+
+
+def queues_without_workers(app: Celery, store: Store, exp_id: str) -> list[str]:
+    """The queues of the experiment's runs that no live worker consumes (Celery's
+    inspect: the workers answer, within a second)."""
+    default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
+    queues = sorted(run_queues(store.experiments.matrix(exp_id), default))
+    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+    consumed = {q["name"] for worker_queues in replies.values() for q in worker_queues}
+    return [q for q in queues if q not in consumed]
 
 
 def broker_unavailable(exc: BaseException) -> str:

@@ -444,6 +444,32 @@ def test_report_wait_follows_a_shared_experiment_to_its_report(
     assert report["experiment"]["id"] == exp_id and report["tiers"]["T0"]["passes"] == 2
 
 
+def test_following_an_experiment_no_worker_serves_says_so_once(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """`submit --wait` on a shared broker whose workers take other queues (or none is
+    started): after a few seconds without a result it says which queue nobody takes,
+    once, and goes on following; a worker started then brings the report."""
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-unserved"
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    said = tmp_path / "said"
+    matrix = _matrix(tmp_path, "touch out.txt", runs=2)
+    with said.open("w") as out:
+        following = start_cli("submit", str(matrix), "--wait", "--format", "json", env=env,
+                              stderr=out)  # fmt: skip
+    try:
+        notice = f"no worker is taking runs from queue {queue}"
+        wait_until(lambda: notice in " ".join(said.read_text().split()), "the notice", 30)
+        start_worker(concurrency=2, queues=queue)
+        out, _ = following.communicate(timeout=120)
+    finally:
+        following.kill()
+    assert following.returncode == 0, said.read_text()
+    assert json.loads(out)["tiers"]["T0"]["passes"] == 2
+    assert " ".join(said.read_text().split()).count(notice) == 1
+    assert f"`scheduler worker --queues {queue}`" in " ".join(said.read_text().split())
+
+
 def test_ctrl_c_while_following_a_shared_experiment_says_it_goes_on(
     fleet_env: dict[str, str], tmp_path: Path
 ) -> None:
