@@ -454,9 +454,9 @@ def test_following_an_experiment_no_worker_serves_says_so_once(
     env = {**fleet_env, "EVALFLEET_QUEUE": queue}
     said = tmp_path / "said"
     matrix = _matrix(tmp_path, "touch out.txt", runs=2)
-    with said.open("w") as out:
+    with said.open("w") as stderr:
         following = start_cli("submit", str(matrix), "--wait", "--format", "json", env=env,
-                              stderr=out)  # fmt: skip
+                              stderr=stderr)  # fmt: skip
     try:
         notice = f"no worker is taking runs from queue {queue}"
         wait_until(lambda: notice in " ".join(said.read_text().split()), "the notice", 30)
