@@ -357,7 +357,7 @@ def difference(d: float | None) -> str:
     if d is None:
         return "-"
     if d > 1:
-        return f"no difference (it would take {points(d)}; pass rates span 100)"
+        return f"none (the smallest it could, {points(d)}, is more than the 100 pass rates span)"
     return f"a difference of {points(d)} or more"
 
 
