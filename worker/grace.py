@@ -42,11 +42,15 @@ ENV_GRACE_S = "EVALFLEET_SHUTDOWN_GRACE"
 
 
 class HandBack(BaseException):
-    """Raised in a run whose worker is leaving and whose grace period is over.
+    """Raised in a run whose worker is leaving and whose grace period is over (`why`).
 
     A BaseException so that the run's own `except Exception`, which records
     errors as results, lets it through: a handed-back run has no result.
     """
+
+    def __init__(self, why: str):
+        super().__init__(f"{why}: handed back")
+        self.why = why
 
 
 class _PoolProcess:
@@ -77,7 +81,7 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
     if _PoolProcess.running:
         leaving = "worker shutting down" if _PoolProcess.worker_leaving.value else "run terminated"
-        raise HandBack(f"{leaving}, {_PoolProcess.grace_s:g} s grace over: handed back")
+        raise HandBack(f"{leaving}, {_PoolProcess.grace_s:g} s grace over")
 
 
 def _mark_pool_process(**_: Any) -> None:

@@ -62,9 +62,11 @@ from worker.confinement import Confinement, confined
 from worker.docker_sandbox import Container, agent_container
 from worker.environ import inherited
 from worker.files import LocalFiles, local_files
+from worker.grace import HandBack
 from worker.heartbeat import Lease, holder_died_here
 from worker.phase_clock import PhaseClock
 from worker.run_records import (
+    delivery_ended,
     encode,
     end_delivery,
     evidence_cap,
@@ -153,6 +155,9 @@ def execute(
         with lease.held():
             result, evidence = _attempt(spec, matrix, delivery, started, secrets, clock, store)
     except BROKER_DOWN:
+        raise
+    except HandBack as back:  # its worker leaves: no result, and `show` says why
+        delivery_ended(store, spec, delivery.attempts, f"handed back to its queue ({back.why})")
         raise
     except SoftTimeLimitExceeded:
         why = "run exceeded its time limit (setup + agent + gates + judge)"

@@ -22,7 +22,7 @@ from core.errors import ExperimentNotFound
 from core.evidence.caps import bounded, minimal
 from core.evidence.models import Attempt, RunEvidence
 from core.matrix import Matrix
-from core.results.run import RunResult, outcome
+from core.results.run import RunResult, RunSpec, outcome
 from core.store import Store
 from core.store.attempts import Delivery
 from core.store.evidence import EncodedEvidence
@@ -115,11 +115,15 @@ def keep_evidence(
 
 def end_delivery(store: Store, result: RunResult, number: int, then: str) -> None:
     """Delivery `number` of the run ends without storing `result` (`then`: what follows)."""
+    delivery_ended(store, result, number, f"{outcome(result)}; {then}")
+
+
+def delivery_ended(store: Store, run: RunSpec | RunResult, number: int, ended: str) -> None:
+    """Delivery `number` of `run` ended, as `ended` says, without a result."""
     try:
-        ended = f"{outcome(result)}; {then}"
-        store.attempts.end(result.experiment_id, result.run_id, number, ended)
+        store.attempts.end(run.experiment_id, run.run_id, number, ended)
     except redis.RedisError as exc:  # only the record of how the delivery ended
-        log.warning("run %s: end of delivery %d not recorded: %s", result.run_id, number, exc)
+        log.warning("run %s: end of delivery %d not recorded: %s", run.run_id, number, exc)
 
 
 def _attempts(delivery: Delivery, result: RunResult, started: float) -> list[Attempt]:
