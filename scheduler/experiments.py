@@ -50,19 +50,24 @@ def list_experiments(conn: Connection) -> list[Listed]:
 @dataclass(frozen=True)
 class Status:
     info: ExperimentInfo
-    idle_queues: list[str]  # shared broker, still running: its queues no live worker takes
+    idle_queues: list[str]  # shared broker, runs to take: its queues no live worker takes
     # Why the workers could not be asked which queues they take (the broker full or away).
     unasked: str | None = None
 
 
 def status(conn: Connection, experiment: str | None = None) -> Status:
     """Progress of an experiment (default: the latest), and on a shared broker the
-    queues it waits on that no worker consumes."""
+    queues it waits on that no worker consumes (a cancelled one's too, until its runs are
+    recorded)."""
     store = conn.store
     exp_id = conn.experiment_id(experiment)
     info = store.experiments.info(exp_id)
     idle: list[str] = []
-    if conn.shared and info.status in (ExperimentStatus.pending, ExperimentStatus.running):
+    # A cancelled one's runs not yet run are recorded as such by the workers that take them.
+    waiting = info.status in (ExperimentStatus.pending, ExperimentStatus.running) or (
+        info.status == ExperimentStatus.cancelled and info.completed_runs < info.total_runs
+    )
+    if conn.shared and waiting:
         from fleet.app import BROKER_DOWN
         from scheduler.follow import queues_without_workers
 

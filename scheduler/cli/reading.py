@@ -120,7 +120,11 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
             markup=False,
             soft_wrap=True,
         )
-    idle = found.idle_queues
+    say_unserved(cli, found.idle_queues)
+
+
+def say_unserved(cli: CLIContext, idle: list[str]) -> None:
+    """The queues of an experiment that no worker takes, and how to start one."""
     if idle:
         err.print(
             cli.hinted(

@@ -203,7 +203,13 @@ def cancel(cli: CLIContext, experiment: str) -> None:
     elif before in (ExperimentStatus.complete, ExperimentStatus.cancelled):
         click.echo(f"{exp_id} is already {before.value}; nothing changed")
     else:
-        click.echo(f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled")
+        click.echo(
+            f"cancelled {exp_id}; running runs finish, the rest are recorded as cancelled by "
+            "the workers that take them"
+        )
+        from scheduler.cli.reading import say_unserved
+
+        say_unserved(cli, cli.fleet().status(exp_id).idle_queues)
 
 
 def _print_report(cli: CLIContext, exp_id: str, cancelling: bool = False) -> None:

@@ -470,6 +470,33 @@ def test_following_an_experiment_no_worker_serves_says_so_once(
     assert f"`scheduler worker --queues {queue}`" in " ".join(said.read_text().split())
 
 
+def test_a_cancel_no_worker_can_record_says_so_until_one_does(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A shared experiment cancelled while no worker takes its queue: its runs are
+    recorded as cancelled only by a worker that takes them, which cancel and status say
+    (with the command that starts one); a worker started then records them."""
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-cancelled"
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    submitted = run_cli("submit", str(_matrix(tmp_path, "touch out.txt", runs=3)), env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    exp_id = submitted.stdout.strip()
+    hint = (
+        f"no worker is taking runs from queue {queue}: start one with "
+        f"`scheduler worker --queues {queue}`"
+    )
+    cancelled = run_cli("cancel", exp_id, env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "the rest are recorded as cancelled by the workers that take them" in cancelled.stdout
+    assert hint in " ".join(cancelled.stderr.split()), cancelled.stderr
+    assert hint in " ".join(run_cli("status", exp_id, env=env).stderr.split())
+    start_worker(concurrency=2, queues=queue)
+    wait_until(lambda: store.reports.get(exp_id), "the cancelled experiment's report", timeout=90)
+    info = store.experiments.info(exp_id)
+    assert (info.cancelled, info.completed_runs) == (3, 3)
+    assert "no worker" not in run_cli("status", exp_id, env=env).stderr
+
+
 def test_ctrl_c_while_following_a_shared_experiment_says_it_goes_on(
     fleet_env: dict[str, str], tmp_path: Path
 ) -> None:
