@@ -53,6 +53,17 @@ class Status:
     idle_queues: list[str]  # shared broker, runs to take: its queues no live worker takes
     # Why the workers could not be asked which queues they take (the broker full or away).
     unasked: str | None = None
+    unrenewed: Unrenewed | None = None  # runs in progress whose leases stopped being renewed
+
+
+@dataclass(frozen=True)
+class Unrenewed:
+    """Runs whose lease, renewed every third of `lease_s` while their worker lives, was
+    last renewed more than half of it ago: a worker killed or frozen."""
+
+    runs: int
+    ago_s: float  # the longest since a renewal
+    lapse_in_s: float  # when the last of their leases lapses, and the runs are sent again
 
 
 def status(conn: Connection, experiment: str | None = None) -> Status:
@@ -71,13 +82,23 @@ def status(conn: Connection, experiment: str | None = None) -> Status:
         from fleet.app import BROKER_DOWN
         from scheduler.follow import queues_without_workers
 
+        unrenewed = _unrenewed(store, exp_id)
         try:
             idle = queues_without_workers(conn.app, store, exp_id)
         except BROKER_DOWN as exc:
             # Asking takes a reply queue, which a full broker refuses: the progress, read
             # from the store, stands without it.
-            return Status(info, [], str(exc))
+            return Status(info, [], str(exc), unrenewed)
+        return Status(info, idle, None, unrenewed)
     return Status(info, idle)
+
+
+def _unrenewed(store: Store, exp_id: str) -> Unrenewed | None:
+    lease_s = store.experiments.matrix(exp_id).lease_s
+    left = [s for s in store.leases.state(exp_id).left_s.values() if s < lease_s / 2]
+    if not left:
+        return None
+    return Unrenewed(len(left), lease_s - min(left), max(left))
 
 
 def status_line(info: ExperimentInfo) -> str:

@@ -33,6 +33,7 @@ LOST = "lost"
 class LeaseState:
     live: set[str] = field(default_factory=set)  # in progress somewhere
     lapsed: set[str] = field(default_factory=set)  # expired: lost, or sent again
+    left_s: dict[str, float] = field(default_factory=dict)  # each live lease's time to run
 
 
 class Leases:
@@ -63,7 +64,10 @@ class Leases:
         now = seconds + micros / 1e6
         state = LeaseState()
         for run, lease in self.redis.hgetall(self.keys.leases(exp_id)).items():
-            (state.live if float(lease.split(" ", 1)[0]) >= now else state.lapsed).add(run)
+            left_s = float(lease.split(" ", 1)[0]) - now
+            (state.live if left_s >= 0 else state.lapsed).add(run)
+            if left_s >= 0:
+                state.left_s[run] = left_s
         return state
 
     def live(self, exp_id: str) -> set[str]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.stats.choices import DEFAULT_CORRECTION
+from core.wording import plural
 from scheduler.cli.context import CLIContext, echo_rendered, err, pass_cli, size
 from scheduler.cli.options import broker_option, correction_option, format_option, nonfinite_option
 from scheduler.report.formats import COMPARE_FORMATS
@@ -117,6 +118,15 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
     if found.unasked is not None:
         err.print(
             f"which queues have workers is not known: asking them failed ({found.unasked})",
+            markup=False,
+            soft_wrap=True,
+        )
+    if (late := found.unrenewed) is not None:
+        err.print(
+            f"{plural(late.runs, 'run')} in progress not heard from for up to "
+            f"{late.ago_s:.0f} s (a worker renews each lease every third of `lease_s`): a worker "
+            f"killed or frozen? Such runs are sent again once their leases lapse, within "
+            f"{late.lapse_in_s:.0f} s",
             markup=False,
             soft_wrap=True,
         )

@@ -118,6 +118,52 @@ def _children(pid: int) -> list[int]:
     return [int(line) for line in found.stdout.split()]
 
 
+def test_status_says_when_a_runs_lease_stopped_being_renewed(
+    fleet_env: dict[str, str], store: Store, tmp_path: Path
+) -> None:
+    """A worker killed mid-run: its run still shows as running until its lease lapses.
+    `status` says so once the lease has gone unrenewed for half of `lease_s`, and when the
+    run comes back; not while its worker lives."""
+    log = shared_with_agents(tmp_path / "started.log")
+    tried = shared_with_agents(tmp_path / "tried", folder=True)
+    command = (
+        f'echo "$EVALFLEET_RUN_ID $$" >> {log}; '
+        f"if [ ! -e {tried}/once ]; then touch {tried}/once; sleep 60; fi; touch out.txt"
+    )
+    matrix = write_matrix(tmp_path / "m", command, runs=1, lease_s=12)
+    queue = {**fleet_env, "EVALFLEET_QUEUE": f"{fleet_env['EVALFLEET_QUEUE']}-unrenewed"}
+    doomed = Worker(queue, tmp_path / "a.log", concurrency=1, queues=queue["EVALFLEET_QUEUE"])
+    try:
+        submitted = run_cli("submit", str(matrix), env=queue)
+        assert submitted.returncode == 0, submitted.stderr
+        exp_id = submitted.stdout.strip()
+        wait_until(lambda: started(log), "the run to start", timeout=120)
+        assert "not heard from" not in run_cli("status", exp_id, env=queue).stderr
+        os.killpg(doomed.proc.pid, signal.SIGKILL)
+        kill_agents(started(log))
+
+        def said() -> str | None:
+            text = " ".join(run_cli("status", exp_id, env=queue).stderr.split())
+            return text if "not heard from" in text else None
+
+        text = wait_until(said, "status to say the lease is not renewed", timeout=12)
+    finally:
+        doomed.stop()
+    assert re.search(
+        r"1 run in progress not heard from for up to \d+ s .*: a worker killed or frozen\? "
+        r"Such runs are sent again once their leases lapse, within \d+ s",
+        text,
+    ), text
+    survivor = Worker({**queue, "EVALFLEET_SWEEP_S": "1"}, tmp_path / "b.log",
+                      queues=queue["EVALFLEET_QUEUE"])  # fmt: skip
+    try:
+        wait_until(lambda: store.reports.get(exp_id), "the run sent again", timeout=90)
+    finally:
+        survivor.stop()
+    [run] = store.results.all(exp_id)
+    assert run.passed and run.attempts == 2
+
+
 def test_a_worker_killed_mid_run_loses_nothing_and_counts_each_run_once(
     fleet_env: dict[str, str], store: Store, tmp_path: Path
 ) -> None:
