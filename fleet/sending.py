@@ -16,6 +16,8 @@ from core.settings import setting
 if TYPE_CHECKING:  # the CLI reads budgets and queues without importing Celery
     from celery import Celery, Signature
 
+    from core.store import Store
+
 
 def configured_queue() -> str:
     """Where runs without a `queue:` of their own, and the aggregate task, go. Read
@@ -72,6 +74,15 @@ def task_options(budget_s: float, run_id: str, queue: str | None) -> dict[str, A
 def run_queues(matrix: Matrix, default: str) -> set[str]:
     """The queues the matrix's runs are sent to; `default` for those without one of their own."""
     return {matrix.queue_for(t, s) or default for t in matrix.tiers for s in matrix.scenarios}
+
+
+def queues_without_workers(app: Celery, matrix: Matrix, store: Store, exp_id: str) -> list[str]:
+    """The queues of the experiment's runs (`matrix`'s) that no live worker consumes
+    (Celery's inspect: the workers answer, within a second)."""
+    default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
+    replies = app.control.inspect(timeout=1.0).active_queues() or {}
+    consumed = {q["name"] for worker_queues in replies.values() for q in worker_queues}
+    return [q for q in sorted(run_queues(matrix, default)) if q not in consumed]
 
 
 def run_budget_s(matrix: Matrix, spec: RunSpec) -> float:

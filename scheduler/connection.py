@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -48,7 +49,8 @@ class Connection:
     none was ever started), with `workers` local worker processes (default: one per
     CPU) once runs are sent. `queue` is the queue runs are sent to (default:
     EVALFLEET_QUEUE, else evalfleet). Progress bars and notes go to `console`
-    (default: nowhere).
+    (default: nowhere); `hinted` completes the commands a note suggests (the CLI's adds
+    the --broker it was given; by default a `--broker URL` stays for the reader to fill).
     """
 
     def __init__(
@@ -59,12 +61,14 @@ class Connection:
         workers: int | None = None,
         queue: str | None = None,
         console: Console | None = None,
+        hinted: Callable[[str], str] = str,
     ):
         self.broker_url = broker_url
         self.create = create
         self.concurrency = workers
         self._queue = queue
         self.console = console or Console(quiet=True)
+        self.hinted = hinted
         self._cleanup = contextlib.ExitStack()
         self._store: Store | None = None
         # open_aside's thread, and what it opened (or why it could not).
@@ -187,8 +191,8 @@ class Connection:
         return local
 
     def say(self, line: str, *, soft_wrap: bool = True) -> None:
-        """A note on the console (progress bars have it too)."""
-        self.console.print(line, soft_wrap=soft_wrap)
+        """A note on the console (progress bars have it too), its commands `hinted`."""
+        self.console.print(self.hinted(line), soft_wrap=soft_wrap)
 
     def _wake(self, nodes: list[str]) -> None:
         """A control message to these workers, no reply asked: an event their loops wake

@@ -64,6 +64,7 @@ class Unrenewed:
     runs: int
     ago_s: float  # the longest since a renewal
     lapse_in_s: float  # when the last of their leases lapses, and the runs are sent again
+    lapsed: int = 0  # runs whose lease lapsed without a result, not yet sent again
 
 
 def status(conn: Connection, experiment: str | None = None) -> Status:
@@ -80,11 +81,12 @@ def status(conn: Connection, experiment: str | None = None) -> Status:
     )
     if conn.shared and waiting:
         from fleet.app import BROKER_DOWN
-        from scheduler.follow import queues_without_workers
+        from fleet.sending import queues_without_workers
 
-        unrenewed = _unrenewed(store, exp_id)
+        matrix = store.experiments.matrix(exp_id)
+        unrenewed = _unrenewed(store, exp_id, matrix.lease_s)
         try:
-            idle = queues_without_workers(conn.app, store, exp_id)
+            idle = queues_without_workers(conn.app, matrix, store, exp_id)
         except BROKER_DOWN as exc:
             # Asking takes a reply queue, which a full broker refuses: the progress, read
             # from the store, stands without it.
@@ -93,12 +95,13 @@ def status(conn: Connection, experiment: str | None = None) -> Status:
     return Status(info, idle)
 
 
-def _unrenewed(store: Store, exp_id: str) -> Unrenewed | None:
-    lease_s = store.experiments.matrix(exp_id).lease_s
-    left = [s for s in store.leases.state(exp_id).left_s.values() if s < lease_s / 2]
-    if not left:
+def _unrenewed(store: Store, exp_id: str, lease_s: float) -> Unrenewed | None:
+    leases = store.leases.state(exp_id)
+    left = [s for s in leases.left_s.values() if s < lease_s / 2]
+    if not left and not leases.unswept:
         return None
-    return Unrenewed(len(left), lease_s - min(left), max(left))
+    ago_s, lapse_in_s = (lease_s - min(left), max(left)) if left else (0.0, 0.0)
+    return Unrenewed(len(left), ago_s, lapse_in_s, len(leases.unswept))
 
 
 def status_line(info: ExperimentInfo) -> str:

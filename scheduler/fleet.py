@@ -17,7 +17,7 @@ local workers) is private; each method is one call of scheduler.running,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,29 +61,39 @@ class Fleet:
         queue: str | None = None,
         console: Console | None = None,
         create: bool = True,
+        hinted: Callable[[str], str] = str,
     ) -> Fleet:
         """The embedded Redis of ./.evalfleet, started on first use (with `create=False`
         only where one was started before: InputError otherwise), and `workers` local
         worker processes (default: one per CPU) once runs are sent. `queue`: where runs
         go (default: EVALFLEET_QUEUE, else evalfleet). Progress bars and notes go to
-        `console` (default: nowhere; `rich.console.Console()` shows them)."""
-        return cls(Connection(None, create=create, workers=workers, queue=queue, console=console))
+        `console` (default: nowhere; `rich.console.Console()` shows them), the commands
+        they suggest completed by `hinted`."""
+        connection = Connection(
+            None, create=create, workers=workers, queue=queue, console=console, hinted=hinted
+        )
+        return cls(connection)
 
     @classmethod
     def connect(
-        cls, url: str | None = None, *, queue: str | None = None, console: Console | None = None
+        cls,
+        url: str | None = None,
+        *,
+        queue: str | None = None,
+        console: Console | None = None,
+        hinted: Callable[[str], str] = str,
     ) -> Fleet:
         """A shared broker: `url` (redis://, rediss:// or redis+socket://), else
         EVALFLEET_BROKER_URL, with the password EVALFLEET_BROKER_PASSWORD_FILE or
         EVALFLEET_BROKER_PASSWORD gives. The fleet's workers (`scheduler worker`) run
-        the runs; `submit` returns once they are sent."""
+        the runs; `submit` returns once they are sent. Notes as `embedded`'s."""
         broker = configured_broker(url)  # BrokerURLError now, not at first use
         if broker is None:
             raise InputError(
                 f"no broker: pass Fleet.connect a URL (redis://host:6379/0) or set "
                 f"{ENV_BROKER}; Fleet.embedded() needs none"
             )
-        return cls(Connection(broker, queue=queue, console=console))
+        return cls(Connection(broker, queue=queue, console=console, hinted=hinted))
 
     def __enter__(self) -> Fleet:
         return self

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import redis
@@ -35,7 +36,7 @@ from core.store import Store
 from fleet.app import BROKER_DOWN
 from fleet.finish import finish_version
 from fleet.recovery import recover
-from fleet.sending import run_queues
+from fleet.sending import queues_without_workers
 from scheduler.interrupt import raise_if_lost
 
 _POLL_S = 0.25
@@ -55,10 +56,16 @@ class Workers(Protocol):
 
 
 def follow(
-    app: Celery, store: Store, exp_id: str, console: Console, workers: Workers | None = None
+    app: Celery,
+    store: Store,
+    exp_id: str,
+    console: Console,
+    workers: Workers | None = None,
+    hinted: Callable[[str], str] = str,
 ) -> None:
     """Block until the experiment is complete (or cancelled and aggregated), sweeping it
-    for lost runs on the way (fleet.recovery)."""
+    for lost runs on the way (fleet.recovery). `hinted` completes the commands its notes
+    suggest."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -102,7 +109,7 @@ def follow(
                 if not asked and time.monotonic() - started >= _SERVED_AFTER_S:
                     asked = True
                     if not info.completed_runs:
-                        _announce_unserved(app, store, exp_id, console)
+                        _announce_unserved(app, store, exp_id, console, hinted)
                 if time.monotonic() - swept >= _SWEEP_S:
                     recover(app, store, exp_id)
                     swept = time.monotonic()
@@ -120,25 +127,23 @@ def follow(
             waits.wait()
 
 
-def _announce_unserved(app: Celery, store: Store, exp_id: str, console: Console) -> None:
+def _announce_unserved(
+    app: Celery, store: Store, exp_id: str, console: Console, hinted: Callable[[str], str]
+) -> None:
     """Once, on a shared broker: the queues no worker takes, where the runs would wait
-    for ever without a word (workers not started, or started on another queue)."""
-    for queue in queues_without_workers(app, store, exp_id):
-        console.print(
-            f"[yellow]no worker is taking runs from queue {escape(queue)}: they wait until "
-            f"one does (`scheduler worker --queues {escape(queue)}` on a machine that reaches "
-            "the broker)[/yellow]"
+    for ever without a word (workers not started, or started on another queue). Only a
+    note: asking that fails (a broker that refuses it) is no reason to stop following."""
+    try:
+        idle = queues_without_workers(app, store.experiments.matrix(exp_id), store, exp_id)
+    except Exception:  # a broker's refusal or Celery's: the note is left out
+        return
+    for queue in idle:
+        note = (
+            f"no worker is taking runs from queue {queue}: they wait until one does "
+            f"(`scheduler worker --broker URL --queues {queue}` on a machine that reaches "
+            "the broker)"
         )
-
-
-def queues_without_workers(app: Celery, store: Store, exp_id: str) -> list[str]:
-    """The queues of the experiment's runs that no live worker consumes (Celery's
-    inspect: the workers answer, within a second)."""
-    default = store.experiments.sent_to(exp_id) or app.conf.task_default_queue
-    queues = sorted(run_queues(store.experiments.matrix(exp_id), default))
-    replies = app.control.inspect(timeout=1.0).active_queues() or {}
-    consumed = {q["name"] for worker_queues in replies.values() for q in worker_queues}
-    return [q for q in queues if q not in consumed]
+        console.print(f"[yellow]{escape(hinted(note))}[/yellow]")
 
 
 def broker_unavailable(exc: BaseException) -> str:

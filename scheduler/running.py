@@ -213,7 +213,7 @@ def wait(conn: Connection, experiment: str) -> ExperimentReport:
     local workers exit first."""
     from scheduler.follow import follow  # imports Celery (see Connection.app)
 
-    follow(conn.app, conn.store, experiment, conn.console, conn.workers)
+    follow(conn.app, conn.store, experiment, conn.console, conn.workers, conn.hinted)
     report = conn.store.reports.get(experiment)
     if report is None:
         raise FleetError(f"experiment {experiment} ended without a report")

@@ -48,9 +48,12 @@ class HandBack(BaseException):
     errors as results, lets it through: a handed-back run has no result.
     """
 
-    def __init__(self, why: str):
+    def __init__(self, why: str, requeued: bool = True):
         super().__init__(f"{why}: handed back")
         self.why = why
+        # False where nobody is left to put its message back (its worker's main process
+        # ended): a sweep sends the run again once the message has waited a lease.
+        self.requeued = requeued
 
 
 class _PoolProcess:
@@ -60,6 +63,7 @@ class _PoolProcess:
     in_pool = False
     leaving = False
     running = False
+    orphaned = False  # its worker's main process ended
     # Set by the parent when the worker shuts down. Shared memory of this worker's alone:
     # created by its Grace step, before its pool forks, not at import (a process that
     # imported this module and forked workers would have them share it: one leaving
@@ -80,8 +84,20 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
     if _PoolProcess.running:
-        leaving = "worker shutting down" if _PoolProcess.worker_leaving.value else "run terminated"
-        raise HandBack(f"{leaving}, {_PoolProcess.grace_s:g} s grace over")
+        if _PoolProcess.orphaned:
+            leaving = "its worker's main process ended"
+        elif _PoolProcess.worker_leaving.value:
+            leaving = "worker shutting down"
+        else:
+            leaving = "run terminated"
+        why = f"{leaving}, {_PoolProcess.grace_s:g} s grace over"
+        raise HandBack(why, requeued=not _PoolProcess.orphaned)
+
+
+def orphaned() -> None:
+    """This pool process's worker (its parent) has ended: it is told so before its TERM
+    (worker.prefork)."""
+    _PoolProcess.orphaned = True
 
 
 def _mark_pool_process(**_: Any) -> None:

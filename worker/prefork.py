@@ -19,7 +19,8 @@ worker's main process, an OOM kill), a worker left its pool processes to finish
 their runs, then to wait for work for ever on a pipe nobody writes. Each gets
 TERM as its parent dies (a thread of its own waits for that), as a leaving worker
 sends it: a run under way has its grace, then is handed back (worker.grace), and
-the process ends after it.
+the process ends after it. With nobody left to requeue its message, a sweep sends
+the run again once the message has waited a lease.
 
 The worker runs this pool by the app's `worker_pool` setting: `python -m
 worker` and `celery -A worker.app worker` alike.
@@ -42,6 +43,7 @@ from celery import signals
 from celery.concurrency import prefork
 from kombu.asynchronous import get_event_loop
 
+from worker.grace import orphaned
 from worker.workspace import keep_spares
 
 NAME = f"{__name__}:TaskPool"
@@ -108,14 +110,16 @@ def _watch(worker: int) -> None:
     its process's to spawn its agent and gates as the run's user."""
     try:
         ended = os.pidfd_open(worker)
-    except OSError as exc:  # ESRCH: ended already; ENOSYS (Linux < 5.3): asked each second
-        while exc.errno == errno.ENOSYS and os.getppid() == worker:
-            time.sleep(1)
+    except OSError as exc:
+        if exc.errno != errno.ESRCH:  # no pidfd (an old kernel, a seccomp profile): asked
+            while os.getppid() == worker:
+                time.sleep(1)
     else:
         if os.getppid() == worker:  # the descriptor is of this parent, not of a pid reused
             waiting = select.poll()
             waiting.register(ended, select.POLLIN)
             waiting.poll()  # readable once it has ended
+    orphaned()  # its run, if any, is handed back for a sweep to send again
     os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -124,6 +128,7 @@ def _end_if_orphaned(**_: object) -> None:
     sends it work. (The TERM its parent's death sent handed its run back.)"""
     worker = _worker_pid()
     if worker is not None and os.getppid() != worker:
+        keep_spares(False)  # its spare folder goes with it
         os._exit(0)
 
 

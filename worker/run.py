@@ -27,7 +27,7 @@ import socket
 import string
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 import redis
@@ -152,12 +152,9 @@ def execute(
     secrets = secret_values(matrix, os.environ, store.url)
     evidence = None
     try:
-        with lease.held():
+        with lease.held(), _handing_back(store, spec, delivery.attempts):
             result, evidence = _attempt(spec, matrix, delivery, started, secrets, clock, store)
     except BROKER_DOWN:
-        raise
-    except HandBack as back:  # its worker leaves: no result, and `show` says why
-        delivery_ended(store, spec, delivery.attempts, f"handed back to its queue ({back.why})")
         raise
     except SoftTimeLimitExceeded:
         why = "run exceeded its time limit (setup + agent + gates + judge)"
@@ -187,6 +184,18 @@ def execute(
         return result
     # A late duplicate loses the HSETNX race; report what is actually stored.
     return store.results.get(spec.experiment_id, spec.run_id) or result
+
+
+@contextlib.contextmanager
+def _handing_back(store: Store, spec: RunSpec, number: int) -> Iterator[None]:
+    """Delivery `number`, should its worker hand it back (HandBack): no result, and `show`
+    says why."""
+    try:
+        yield
+    except HandBack as back:
+        then = "back to its queue" if back.requeued else "a sweep sends it again"
+        delivery_ended(store, spec, number, f"handed back ({back.why}): {then}")
+        raise
 
 
 def outage_wait_s(stated_s: float | None, attempts: int) -> float:

@@ -34,6 +34,7 @@ class LeaseState:
     live: set[str] = field(default_factory=set)  # in progress somewhere
     lapsed: set[str] = field(default_factory=set)  # expired: lost, or sent again
     left_s: dict[str, float] = field(default_factory=dict)  # each live lease's time to run
+    unswept: set[str] = field(default_factory=set)  # lapsed, and not sent again yet
 
 
 class Leases:
@@ -64,10 +65,13 @@ class Leases:
         now = seconds + micros / 1e6
         state = LeaseState()
         for run, lease in self.redis.hgetall(self.keys.leases(exp_id)).items():
-            left_s = float(lease.split(" ", 1)[0]) - now
+            expiry, _, holder = lease.partition(" ")
+            left_s = float(expiry) - now
             (state.live if left_s >= 0 else state.lapsed).add(run)
             if left_s >= 0:
                 state.left_s[run] = left_s
+            elif holder != RESENT:
+                state.unswept.add(run)
         return state
 
     def live(self, exp_id: str) -> set[str]:

@@ -95,9 +95,11 @@ class CLIContext:
             raise_if_lost()  # before anything is started or sent
             self.refuse_local_workers()
             fleet = (
-                Fleet.connect(self.broker, console=err.console)
+                Fleet.connect(self.broker, console=err.console, hinted=self.hinted)
                 if self.broker is not None
-                else Fleet.embedded(create=create, workers=self.workers, console=err.console)
+                else Fleet.embedded(
+                    create=create, workers=self.workers, console=err.console, hinted=self.hinted
+                )
             )
             self._fleet = self.cleanup.enter_context(fleet)
         return self._fleet

@@ -121,12 +121,25 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
             markup=False,
             soft_wrap=True,
         )
-    if (late := found.unrenewed) is not None:
+    late = found.unrenewed
+    if late is not None and late.runs:
         err.print(
             f"{plural(late.runs, 'run')} in progress not heard from for up to "
             f"{late.ago_s:.0f} s (a worker renews each lease every third of `lease_s`): a worker "
             f"killed or frozen? Such runs are sent again once their leases lapse, within "
             f"{late.lapse_in_s:.0f} s",
+            markup=False,
+            soft_wrap=True,
+        )
+    if late is not None and late.lapsed:
+        exp_id = found.info.id
+        err.print(
+            cli.hinted(
+                f"{plural(late.lapsed, 'run')} lost, "
+                f"{'its lease' if late.lapsed == 1 else 'their leases'} lapsed without a "
+                f"result: sent again at the next sweep, a worker's (every EVALFLEET_SWEEP_S "
+                f"seconds) or a follower's, or by `scheduler resume {exp_id}`"
+            ),
             markup=False,
             soft_wrap=True,
         )

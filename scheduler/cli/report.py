@@ -121,8 +121,8 @@ def report(
 
     fleet = cli.fleet()
     exp_id = fleet.experiment_id(experiment)
-    if cli.wait and fleet.shared and not fleet.report_versions(exp_id):
-        fleet.wait(exp_id)
+    if cli.wait and fleet.shared and fleet.current_version(exp_id) is None:
+        fleet.wait(exp_id)  # none of the runs as they are now (a resume's drops the old)
     result = fleet.report(
         exp_id,
         version=version,

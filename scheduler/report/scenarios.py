@@ -10,6 +10,7 @@ same way (B's tier against A's), `--format github` the section in short, and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from core.analysis.comparison import ALPHA, CONFIDENCE
@@ -357,7 +358,11 @@ def difference(d: float | None) -> str:
     if d is None:
         return "-"
     if d > 1:
-        return f"none (the smallest it could, {points(d)}, is more than the 100 pass rates span)"
+        # Rounded up: just over 100 points must not read as 100.
+        return (
+            f"none (the smallest it could detect, {math.ceil(d * 100)} points, is more than "
+            "the 100 pass rates span)"
+        )
     return f"a difference of {points(d)} or more"
 
 

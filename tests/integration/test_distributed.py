@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -495,6 +496,40 @@ def test_a_cancel_no_worker_can_record_says_so_until_one_does(
     info = store.experiments.info(exp_id)
     assert (info.cancelled, info.completed_runs) == (3, 3)
     assert "no worker" not in run_cli("status", exp_id, env=env).stderr
+
+
+def test_status_names_runs_not_heard_from_and_runs_lost_until_a_sweep(
+    fleet_env: dict[str, str], redis_url: str, tmp_path: Path
+) -> None:
+    """Leases as a dead worker leaves them: one not renewed for over half of `lease_s`
+    (60 s here), one lapsed that no sweep has sent again yet. Under a key prefix of its
+    own, which no worker of the session sweeps."""
+    prefix = f"{PREFIX}unswept-{os.getpid()}:"
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-unswept"
+    env = {**fleet_env, "EVALFLEET_KEY_PREFIX": prefix, "EVALFLEET_QUEUE": queue}
+    own = Store.from_url(redis_url, prefix=prefix)
+    try:
+        submitted = run_cli("submit", str(_matrix(tmp_path, "true", runs=3)), env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        exp_id = submitted.stdout.strip()
+        late, lost, _ = (s.run_id for s in own.specs.all(exp_id))
+        own.leases.take(exp_id, late, "a-dead-worker", 20)  # renewed 40 s ago
+        own.leases.take(exp_id, lost, "a-dead-worker", 0.1)
+        time.sleep(0.5)
+        said = " ".join(run_cli("status", exp_id, env=env).stderr.split())
+    finally:
+        for key in own.redis.scan_iter(f"{prefix}*"):
+            own.redis.delete(key)
+    assert re.search(
+        r"1 run in progress not heard from for up to 4\d s .* sent again once their leases "
+        r"lapse, within (19|20) s",
+        said,
+    ), said
+    assert (
+        "1 run lost, its lease lapsed without a result: sent again at the next sweep, a "
+        f"worker's (every EVALFLEET_SWEEP_S seconds) or a follower's, or by `scheduler resume "
+        f"{exp_id}`"
+    ) in said, said
 
 
 def test_ctrl_c_while_following_a_shared_experiment_says_it_goes_on(

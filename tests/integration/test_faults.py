@@ -71,8 +71,8 @@ def test_pool_processes_whose_worker_was_killed_hand_their_runs_back_and_end(
     """SIGKILL to a worker's main process alone (`kill -9 PID`, an OOM kill): its pool
     processes, each in a run, were left to finish it, then waited for work for ever on a
     pipe nobody writes. Now each gets TERM as its parent dies: its run has the grace,
-    then is handed back (its agent stopped), the process ends, and the run is sent again
-    once its lease lapses."""
+    then is handed back (its agent stopped), the process ends, and a sweep sends the run
+    again once its message has waited a lease."""
     log = shared_with_agents(tmp_path / "started.log")
     tried = shared_with_agents(tmp_path / "tried", folder=True)
     # The first delivery of each run outlasts the test; the second passes at once.
@@ -99,7 +99,8 @@ def test_pool_processes_whose_worker_was_killed_hand_their_runs_back_and_end(
     assert len(agents) == 2
     wait_until(lambda: not any(alive(pid) for pid in agents), "their agents to stop", timeout=30)
     assert store.results.all(exp_id) == []  # handed back: neither run recorded as failed
-    # The runs come back once their leases lapse; a worker sweeping every second runs them.
+    # A sweep sends them again once their messages have waited a lease: a worker sweeping
+    # every second runs them.
     fast = {**queue, "EVALFLEET_SWEEP_S": "1"}
     survivor = cli_worker(fast, tmp_path / "w2.log", "--concurrency", "2")
     try:
@@ -110,12 +111,19 @@ def test_pool_processes_whose_worker_was_killed_hand_their_runs_back_and_end(
     assert len(runs) == 2 and all(r.passed and r.attempts == 2 for r in runs), [
         (r.fail_reason, r.attempts) for r in runs
     ]
+    handed = "handed back (its worker's main process ended, 1 s grace over): a sweep sends it again"
+    assert all(store.attempts.of(exp_id, r.run_id)[0].outcome == handed for r in runs)
 
 
 def _children(pid: int) -> list[int]:
     """The processes whose parent is `pid` (a worker's pool)."""
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
-    return [int(line) for line in found.stdout.split()]
+    children = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(entry))
+    return children
 
 
 def test_status_says_when_a_runs_lease_stopped_being_renewed(
@@ -130,7 +138,7 @@ def test_status_says_when_a_runs_lease_stopped_being_renewed(
         f'echo "$EVALFLEET_RUN_ID $$" >> {log}; '
         f"if [ ! -e {tried}/once ]; then touch {tried}/once; sleep 60; fi; touch out.txt"
     )
-    matrix = write_matrix(tmp_path / "m", command, runs=1, lease_s=12)
+    matrix = write_matrix(tmp_path / "m", command, runs=1, lease_s=20)
     queue = {**fleet_env, "EVALFLEET_QUEUE": f"{fleet_env['EVALFLEET_QUEUE']}-unrenewed"}
     doomed = Worker(queue, tmp_path / "a.log", concurrency=1, queues=queue["EVALFLEET_QUEUE"])
     try:
@@ -146,7 +154,8 @@ def test_status_says_when_a_runs_lease_stopped_being_renewed(
             text = " ".join(run_cli("status", exp_id, env=queue).stderr.split())
             return text if "not heard from" in text else None
 
-        text = wait_until(said, "status to say the lease is not renewed", timeout=12)
+        # Said from 10 s after the last renewal until the lease lapses, 20 s after it.
+        text = wait_until(said, "status to say the lease is not renewed", timeout=20)
     finally:
         doomed.stop()
     assert re.search(

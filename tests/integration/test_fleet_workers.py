@@ -183,9 +183,10 @@ def test_sigterm_past_the_grace_hands_the_run_back_and_another_worker_runs_it(
     assert run.attempts == 2  # the handed-back delivery, then the one that finished
     # The first delivery as it ended: handed back by its leaving worker, not lost.
     first, _ = store.attempts.of(exp_id, run.run_id)
-    assert first.outcome == "handed back to its queue (worker shutting down, 1 s grace over)"
+    handed = "handed back (worker shutting down, 1 s grace over): back to its queue"
+    assert first.outcome == handed, first
     shown = " ".join(run_cli("show", run.run_id, env=fleet_env).stdout.split())
-    assert "handed back to its queue (worker shutting down, 1 s grace over)" in shown, shown
+    assert handed in shown, shown
     info = store.experiments.info(exp_id)
     assert info.completed_runs == info.total_runs == 1 and info.passes == 1
     report = store.reports.get(exp_id)

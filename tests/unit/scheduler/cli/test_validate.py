@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -698,8 +699,8 @@ def test_validate_plans_what_each_question_can_detect(tmp_path: Path) -> None:
     # 4 scenarios cannot tell a difference of a pass rate on scenarios like these: the
     # plan says so in points, and how many scenarios would tell one of 30 points.
     assert (
-        f"  on scenarios like these: none (the smallest it could, {like * 100:.0f} points, is "
-        "more than the 100 pass rates span)"
+        "  on scenarios like these: none (the smallest it could detect, "
+        f"{math.ceil(like * 100)} points, is more than the 100 pass rates span)"
     ) in out
 
     def like_these(g: int, m: int) -> float:
