@@ -85,6 +85,15 @@ def queues_without_workers(app: Celery, matrix: Matrix, store: Store, exp_id: st
     return [q for q in sorted(run_queues(matrix, default)) if q not in consumed]
 
 
+def no_worker_takes(queues: list[str]) -> str:
+    """What to say of `queues_without_workers`, and the command that starts a worker for
+    them (its `--broker URL` for the CLI's hints to complete)."""
+    return (
+        f"no worker is taking runs from queue {', '.join(queues)}: start one with "
+        f"`scheduler worker --broker URL --queues {','.join(queues)}`"
+    )
+
+
 def run_budget_s(matrix: Matrix, spec: RunSpec) -> float:
     """The longest a run may legitimately take: its soft time limit."""
     return _budget_s(matrix, spec.tier, spec.scenario)

@@ -59,7 +59,8 @@ class Status:
 @dataclass(frozen=True)
 class Unrenewed:
     """Runs whose lease, renewed every third of `lease_s` while their worker lives, was
-    last renewed more than half of it ago: a worker killed or frozen."""
+    last renewed more than half of it ago (a worker killed or frozen), and those whose
+    lease lapsed without a result, not yet sent again by a sweep."""
 
     runs: int
     ago_s: float  # the longest since a renewal

@@ -36,7 +36,7 @@ from core.store import Store
 from fleet.app import BROKER_DOWN
 from fleet.finish import finish_version
 from fleet.recovery import recover
-from fleet.sending import queues_without_workers
+from fleet.sending import no_worker_takes, queues_without_workers
 from scheduler.interrupt import raise_if_lost
 
 _POLL_S = 0.25
@@ -137,13 +137,8 @@ def _announce_unserved(
         idle = queues_without_workers(app, store.experiments.matrix(exp_id), store, exp_id)
     except Exception:  # a broker's refusal or Celery's: the note is left out
         return
-    for queue in idle:
-        note = (
-            f"no worker is taking runs from queue {queue}: they wait until one does "
-            f"(`scheduler worker --broker URL --queues {queue}` on a machine that reaches "
-            "the broker)"
-        )
-        console.print(f"[yellow]{escape(hinted(note))}[/yellow]")
+    if idle:
+        console.print(f"[yellow]{escape(hinted(no_worker_takes(idle)))}[/yellow]")
 
 
 def broker_unavailable(exc: BaseException) -> str:

@@ -31,10 +31,14 @@ LOST = "lost"
 
 @dataclass
 class LeaseState:
-    live: set[str] = field(default_factory=set)  # in progress somewhere
-    lapsed: set[str] = field(default_factory=set)  # expired: lost, or sent again
     left_s: dict[str, float] = field(default_factory=dict)  # each live lease's time to run
+    lapsed: set[str] = field(default_factory=set)  # expired: lost, or sent again
     unswept: set[str] = field(default_factory=set)  # lapsed, and not sent again yet
+
+    @property
+    def live(self) -> set[str]:
+        """In progress somewhere."""
+        return set(self.left_s)
 
 
 class Leases:
@@ -67,11 +71,12 @@ class Leases:
         for run, lease in self.redis.hgetall(self.keys.leases(exp_id)).items():
             expiry, _, holder = lease.partition(" ")
             left_s = float(expiry) - now
-            (state.live if left_s >= 0 else state.lapsed).add(run)
             if left_s >= 0:
                 state.left_s[run] = left_s
-            elif holder != RESENT:
-                state.unswept.add(run)
+            else:
+                state.lapsed.add(run)
+                if holder != RESENT:
+                    state.unswept.add(run)
         return state
 
     def live(self, exp_id: str) -> set[str]:

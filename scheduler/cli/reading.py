@@ -149,14 +149,9 @@ def status(cli: CLIContext, experiment: str | None, as_json: bool) -> None:
 def say_unserved(cli: CLIContext, idle: list[str]) -> None:
     """The queues of an experiment that no worker takes, and how to start one."""
     if idle:
-        err.print(
-            cli.hinted(
-                f"no worker is taking runs from queue {', '.join(idle)}: start one with "
-                f"`scheduler worker --broker URL --queues {','.join(idle)}`"
-            ),
-            markup=False,
-            soft_wrap=True,
-        )
+        from fleet.sending import no_worker_takes
+
+        err.print(cli.hinted(no_worker_takes(idle)), markup=False, soft_wrap=True)
 
 
 @click.command()
