@@ -474,6 +474,34 @@ def test_a_run_that_kills_its_pool_process_is_retried_then_capped(
     assert worker.proc.poll() is None  # the worker itself survived
 
 
+def test_a_confined_agent_that_kills_its_worker_for_a_second_try_gets_none(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """An agent failing its first try kills its pool process and the worker's main process
+    (SIGKILL), so that its run is handed back or sent again and a second try passes. Run
+    as a user of the run's own (the default), it may signal neither: the run is recorded
+    once, failed, as its agent earned, and the worker runs on."""
+    tried = shared_with_agents(tmp_path / "tried", folder=True)
+    said = shared_with_agents(tmp_path / "kills")
+    command = (
+        f"if [ -e {tried}/once ]; then touch out.txt; exit 0; fi; touch {tried}/once; "
+        "pool=$PPID; main=$(awk '{print $4}' /proc/$pool/stat); "
+        f'kill -9 "$main" "$pool" 2>/dev/null; echo "$? $pool $main" >> {said}'
+    )
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-killer"
+    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    worker = start_worker(concurrency=1, queues=queue)
+    matrix = write_matrix(tmp_path / "m", command, runs=1, lease_s=5)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=env, timeout=180)
+    assert result.returncode == 0, result.stderr
+    exp_id = json.loads(result.stdout)["experiment"]["id"]
+    [run] = store.results.all(exp_id)
+    assert not run.passed and run.attempts == 1, (run.fail_reason, run.attempts)
+    code, pool, main = said.read_text().split()
+    assert code != "0" and alive(int(pool)) and alive(int(main))  # refused: both run on
+    assert worker.proc.poll() is None
+
+
 # --- Redis restarted mid-experiment --------------------------------------------------------
 
 
