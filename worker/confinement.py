@@ -68,6 +68,11 @@ def isolation(agent: AgentConfig, is_root: bool | None = None, task: bool = Fals
     return "user" if root and SUPPORTED else "none"
 
 
+def can_lease_users() -> bool:
+    """Whether this worker can run commands as a run user of their own (`slot_user`)."""
+    return os.geteuid() == 0 and SUPPORTED
+
+
 @dataclass(frozen=True)
 class Confinement:
     """A delivery's confinement: its isolation, the user it runs as (`user`), the

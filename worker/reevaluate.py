@@ -5,20 +5,23 @@ the result stored in the new version. No agent is started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 
 from core.evaluation.evaluate import Judging
-from core.evaluation.gates import run_gates
+from core.evaluation.gates import Enclosure, run_gates
 from core.evaluation.rejudge import RejudgePlan, rejudge_run
 from core.evidence.redact import redact_record, secret_values
 from core.files.archive import ArchivedWorkspace, unpack
+from core.files.places import work_root
 from core.matrix import Matrix
 from core.results.run import GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
 from core.store.judgments import Refreshed
 from fleet.app import BROKER_DOWN
+from worker.confinement import can_lease_users, run_user
 from worker.files import local_matrix
 from worker.run import agent_env
 from worker.workspace import RunDir
@@ -74,7 +77,11 @@ def regate(
     secrets: list[str],
 ) -> list[GateResult]:
     """The scenario's gates (or the plan's for it) on the run's archived workspace, in
-    the environment its agent had. They run on this worker, never in a sandbox."""
+    the environment its agent had, never in a sandbox: as a run user of their own
+    where this worker can lease one (worker.confinement), as the run's gates ran. The
+    gates run what the agent left (its module imported, its tests): as the worker's
+    root they would reach the store's password, every stored result and the hidden
+    files."""
     scenario = matrix.scenario(original.scenario)
     gates = plan.gates.get(scenario.id, scenario.evaluation.gates)
     spec = RunSpec(
@@ -84,11 +91,22 @@ def regate(
         scenario=original.scenario,
         run_index=original.run_index,
     )
-    with tempfile.TemporaryDirectory(prefix="evalfleet-rescore-") as folder:
-        run_dir = RunDir(Path(folder))
+    prompt = scenario.prompt_text()
+    with contextlib.ExitStack() as held:
+        base = work_root()
+        base.mkdir(parents=True, exist_ok=True)
+        # In the work folder, which run users may pass through, unlike a private tmp.
+        run_dir = RunDir(Path(tempfile.mkdtemp(prefix="rescore-", dir=base)))
+        held.callback(run_dir.remove)  # after the user's processes ended (below)
         unpack(archive, run_dir.workspace)
-        env = agent_env(spec, matrix, run_dir, scenario.prompt_text())
+        run_dir.prompt_file.write_text(prompt, encoding="utf-8")
+        env = agent_env(spec, matrix, run_dir, prompt)
+        user = held.enter_context(run_user(run_dir)) if can_lease_users() else None
         results = run_gates(
-            gates, run_dir.workspace, target_commands=archive.target_commands, env=env
+            gates,
+            run_dir.workspace,
+            target_commands=archive.target_commands,
+            env=env,
+            enclosure=None if user is None else Enclosure((), env, user),
         )
     return [redact_record(gate, secrets) for gate in results]

@@ -215,15 +215,22 @@ def _run_command(gate: CommandGate, run: _Run) -> ShellResult:
     prefix: Sequence[str] = ()
     if enclosure is not None and gate.where == "container" and enclosure.argv_prefix:
         env, prefix = enclosure.env, enclosure.argv_prefix
-    return run_shell(
+    user = enclosure.user if enclosure is not None else None
+    out = run_shell(
         gate.command,
         run.workspace,
         timeout_s=gate.timeout_s,
         env=env,
         max_output_bytes=MAX_OUTPUT_BYTES,
         argv_prefix=prefix,
-        user=enclosure.user if enclosure is not None else None,
+        user=user,
     )
+    if user is not None:
+        # Nothing a gate started outlives it: the agent's code a gate ran (an import, a
+        # test) could leave a process of its own session that changes the workspace
+        # under the next gate, the judge and the evidence, after this one passed.
+        user.kill_all()
+    return out
 
 
 # --- command output ---------------------------------------------------------------------

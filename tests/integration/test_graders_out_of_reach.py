@@ -31,7 +31,8 @@ import pytest
 
 from core.results.run import RunStatus
 from core.store import Store
-from tests.conftest import FIXTURES, StartWorker, run_cli
+from tests.conftest import FIXTURES, StartWorker, run_cli, shared_with_agents
+from tests.support.experiments import command_matrix
 
 ANSWER = "42"
 # What the hidden test and the matrix's reference hold, and nothing the agent may see.
@@ -661,3 +662,95 @@ scenarios:
     runs = store.results.all(_submit(folder / "matrix.yaml", fleet_env))
     assert [r.isolation for r in runs] == ["none"] * 2
     assert [r.passed for r in runs] == [False] * 2, [r.fail_reason for r in runs]
+
+
+# The agent's module, which a gate imports: it leaves a process of its own session
+# (out of the gate's process group) that changes the workspace once the gate is over.
+LINGERER = r"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        quiet = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(quiet, fd)
+        time.sleep(1)
+        with open("late.txt", "w") as out:
+            out.write("written after the gate passed\n")
+    os._exit(0)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run's own user needs a worker running as root")
+def test_a_process_a_gate_left_cannot_change_the_workspace_under_the_next_gate(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A gate that imports the agent's module runs its code; a process that code left in
+    a session of its own outlived the gate and changed the workspace under the next
+    gate, the judge and the evidence. Each gate's processes now end with it."""
+    agent = f"cat > answer.py <<'PY'\n{LINGERER}\nPY"
+    gates = (
+        "[{type: command_succeeds, command: \"python3 -c 'import answer'\"},"
+        " {type: command_succeeds, command: 'sleep 2; test ! -e late.txt'}]"
+    )
+    matrix = command_matrix(tmp_path, agent, runs=1, gates=gates)
+    start_worker(concurrency=1)
+    (run,) = store.results.all(_submit(matrix, fleet_env))
+    assert run.isolation == "user"
+    assert [(g.passed, g.message) for g in run.gates] == [(True, "exit code 0")] * 2
+    evidence = store.evidence.get(run.experiment_id, run.run_id)
+    assert evidence is not None and "late.txt" not in (evidence.changes_summary or "")
+
+
+ARCHIVED = "workspace_archive: {keep: all}"
+
+
+# The agent's module, run again by a rescore's gate: it notes whose rights it has and
+# leaves a process behind (a root one would reach the store and every hidden file).
+def _escalating(log: Path, mark: str) -> str:
+    return rf"""
+import os, subprocess
+with open({str(log)!r}, "a") as out:
+    out.write(f"{{os.geteuid()}}\n")
+subprocess.Popen(["sleep", "300", {mark!r}], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run's own user needs a worker running as root")
+def test_a_rescore_runs_the_agents_code_as_a_run_user_and_leaves_nothing_running(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A rescore's gates ran on the worker as root: a gate importing the agent's module
+    ran its code with the worker's rights (a red team rewrote stored results so, and
+    left root processes). They now run as a run user of their own, as the run's did."""
+    log = shared_with_agents(tmp_path / "uids.log")
+    mark = f"evalfleet-rescore-{uuid.uuid4().hex[:8]}"
+    agent = f"cat > answer.py <<'PY'\n{_escalating(log, mark)}\nPY"
+    gates = "[{type: command_succeeds, command: \"python3 -c 'import answer'\"}]"
+    matrix = command_matrix(tmp_path, agent, runs=1, gates=gates, extra=ARCHIVED)
+    start_worker(concurrency=1)
+    exp_id = _submit(matrix, fleet_env)
+    rescored = run_cli("rescore", exp_id, "--wait", "--format", "json", env=fleet_env)
+    assert rescored.returncode == 0, rescored.stderr
+    (run,) = store.reports.runs(exp_id, 2)
+    assert [g.passed for g in run.gates] == [True]
+    uids = [int(line) for line in log.read_text().split()]
+    assert len(uids) == 2 and 0 not in uids  # the run's gate, then the rescore's
+    assert not _processes_with(mark)
+
+
+def _processes_with(word: str) -> list[int]:
+    """The pids whose command line holds `word`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if word.encode() in argv:
+                found.append(int(entry.name))
+    return found
