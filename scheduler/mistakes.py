@@ -80,6 +80,7 @@ def refuse_mistakes(
         + _unknown_costs(matrix, path)
         + _unconfined(matrix, path)
         + _images_without_docker(matrix, path)
+        + _host_gates(matrix, path)
     )
 
 
@@ -111,6 +112,29 @@ def _images_without_docker(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             "infrastructure error; set `sandbox: docker` on the agent (the matrix's or the "
             "tier's)",
         )
+    ]
+
+
+def _host_gates(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    """A gate that says `where: host` in an experiment with `sandbox: docker` tiers runs
+    on the worker as the worker's user, outside the run's container and its user: what
+    the agent left and the gate runs (its module, its tests, its scripts) would run with
+    the worker's rights (root's on a root worker)."""
+    if not any(matrix.agent_for(tier).sandbox == "docker" for tier in matrix.tiers):
+        return []
+    return [
+        problem_at(
+            path,
+            ("scenarios", index, "evaluation", "gates", number, "where"),
+            "`where: host` runs this gate on the worker as the worker's user (root on a "
+            "root worker), outside the run's container: a command that runs what the agent "
+            "left (imports its module, runs its tests or scripts) gives the agent's code the "
+            "worker's rights. Remove `where: host` (the gate then runs in the run's "
+            "container) unless the command only reads the workspace's files",
+        )
+        for index, scenario in enumerate(matrix.scenarios)
+        for number, gate in enumerate(scenario.evaluation.gates)
+        if getattr(gate, "where", None) == "host"
     ]
 
 

@@ -11,6 +11,7 @@ import pytest
 from core.errors import ConfigError
 from core.matrix import ConfigProblem
 from scheduler.validation import prepare, validate
+from tests.conftest import run_cli
 
 MATRIX = """\
 name: m
@@ -241,3 +242,37 @@ def test_the_agents_own_path_is_where_its_programs_are_looked_for(tmp_path: Path
     assert _off_path(tmp_path, "my-tool --go", on_bin) == []
     # A PATH built on a variable only a run has: nothing can be said here.
     assert _off_path(tmp_path, "other-tool", ', env: {PATH: "$TOOLS/bin:$PATH"}') == []
+
+
+def test_a_host_gate_of_a_docker_experiment_is_warned_of_through_the_cli(tmp_path: Path) -> None:
+    """`where: host` runs a gate on the worker as its user, outside the run's container:
+    `validate` says so at the gate's `where`, and that the gate may run the agent's code
+    with the worker's rights. Only where a tier runs under docker: elsewhere every gate
+    is on the worker already, as the run's user."""
+    boxed = ', agent: {sandbox: docker, docker: {image: "python:3.11-slim"}}'
+    text = f"""\
+name: m
+runs_per_tier: 1
+agent: {{kind: command, command: "true", timeout_s: 30}}
+tiers: [{{id: local}}, {{id: boxed{boxed}}}]
+scenarios:
+  - id: s
+    prompt: go
+    evaluation:
+      gates:
+        - {{type: command_succeeds, command: "true"}}
+        - {{type: command_succeeds, command: "python3 -m pytest", where: host}}
+"""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    checked = run_cli("validate", str(path), env=None)
+    assert checked.returncode == 0, checked.stderr
+    warned = [line for line in checked.stderr.splitlines() if "where: host" in line]
+    assert len(warned) == 1
+    assert "scenarios.0.evaluation.gates.1.where" in warned[0]
+    assert "the worker's rights" in warned[0]
+    path.write_text(
+        text.replace(', agent: {sandbox: docker, docker: {image: "python:3.11-slim"}}', "")
+    )
+    unboxed = run_cli("validate", str(path), env=None)
+    assert unboxed.returncode == 0 and "where: host" not in unboxed.stderr
