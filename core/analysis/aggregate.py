@@ -215,6 +215,11 @@ def tier_report(
         not_run=statuses[RunStatus.not_run],
         counted=len(valid),
         tampered=statuses[RunStatus.tampered],
+        outages=sum(
+            1
+            for last, earlier in zip(runs.column("outage"), runs.column("outages"), strict=True)
+            if last or earlier
+        ),
         isolation=isolation_line(runs.column("isolation")),
         passes=sum(valid.column("passed")),
         grade=None if composite.median is None else letter_grade(composite.median, scoring.grades),

@@ -37,6 +37,8 @@ _OWN = (
     "llm_calls",
     "model",
     "cost_unknown_reason",
+    "outage",
+    "outages",
 )
 _FIELDS = tuple(
     dict.fromkeys([*_OWN, *(f for m in (*RUN_METRICS, *INTERACTION_METRICS) for f in m.fields)])

@@ -317,6 +317,11 @@ class TierReport(Record):
     tampered: int = Field(
         0, description="runs that changed the files evaluation reads: counted, never passed"
     )
+    outages: int = Field(
+        0,
+        description="runs that met a model provider outage on any delivery: retried, and an "
+        "infrastructure error if the last met one too",
+    )
     isolation: str | None = Field(
         None, description="how its agents were confined, in a line (core.results.run.ISOLATIONS)"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from core.analysis.comparison import CONFIDENCE
 from core.results.report import ExperimentReport
+from core.stats.significance import fisher_exact
 from core.wording import plural
 from scheduler.report.formatting import (
     ALL,
@@ -130,8 +131,9 @@ def hidden_failures(report: ExperimentReport, scenario: str | None = None) -> li
 
 
 def integrity(report: ExperimentReport) -> list[str]:
-    """How each tier's agents were confined (one line when all were alike), and the
-    runs that changed the files they were graded with."""
+    """How each tier's agents were confined (one line when all were alike), the runs
+    that changed the files they were graded with, and a tier meeting more provider
+    outages than the others (`lopsided_outages`)."""
     isolation = {tier_id: t.isolation for tier_id, t in report.tiers.items() if t.isolation}
     if len(set(isolation.values())) == 1 and len(isolation) == len(report.tiers):
         lines = [f"agents' isolation: {next(iter(isolation.values()))}"]
@@ -143,6 +145,7 @@ def integrity(report: ExperimentReport) -> list[str]:
                 f"{tier_id}: {t.tampered} runs changed the files evaluation reads "
                 "(status tampered: counted as failures)"
             )
+    lines += lopsided_outages(report)
     return lines
 
 
@@ -173,4 +176,33 @@ def footer(report: ExperimentReport) -> list[str]:
     more = len(report.error_reasons) - MAX_ERROR_REASONS
     if more > 0:
         lines.append(f"and {more} other infrastructure errors: `report --format json --runs`")
+    return lines
+
+
+# Below this two-sided p of Fisher's exact test, a tier's share of runs meeting an
+# outage is told apart from the other tiers'.
+_OUTAGE_ALPHA = 0.05
+
+
+def lopsided_outages(report: ExperimentReport) -> list[str]:
+    """A tier whose runs met model provider outages far more often than the other
+    tiers' runs did. A provider's outage reaches every tier running at the time alike;
+    an outage only the transcript tells of may be the agent's own words, and each buys
+    its run another try (up to `max_attempts`) and leaves its failure out at the last."""
+    lines = []
+    total_runs = sum(t.runs for t in report.tiers.values())
+    total_outages = sum(t.outages for t in report.tiers.values())
+    for tier_id, t in report.tiers.items():
+        others, other_runs = total_outages - t.outages, total_runs - t.runs
+        if not t.outages or other_runs == 0 or t.outages / t.runs <= others / other_runs:
+            continue
+        table = (t.outages, t.runs - t.outages, others, other_runs - others)
+        if fisher_exact(*table) < _OUTAGE_ALPHA:
+            lines.append(
+                f"{tier_id}: {t.outages} of {plural(t.runs, 'run')} met a model provider "
+                f"outage, the other tiers {others} of {other_runs}: a provider's outage "
+                "reaches every tier alike, so this tier's agents may be reporting outages of "
+                "their own, which buys each run another try and leaves its failure out "
+                "(`scheduler show RUN` lists a run's deliveries)"
+            )
     return lines

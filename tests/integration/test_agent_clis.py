@@ -358,3 +358,47 @@ def test_an_agent_that_wrote_nothing_is_not_told_its_format_is_wrong(
     assert not run.transcript_unrecognised
     assert (run.fail_reason or "").startswith("agent exited with code 1: cat: ")
     assert "; no transcript: the agent wrote nothing on stdout; " in (run.fail_reason or "")
+
+
+# A command agent writing Claude Code's stream as its own: the faker says a 429 met it
+# whatever happened, the honest one reports its run.
+HONEST_STREAM = (
+    'touch out.txt; echo \'{"type":"result","subtype":"success","is_error":false,'
+    '"result":"done","usage":{"input_tokens":10,"output_tokens":1}}\''
+)
+FAKED_OUTAGE = (
+    'echo \'{"type":"result","subtype":"error_during_execution","is_error":true,'
+    '"result":"API Error: 429 rate limit exceeded, retry in 0s"}\'; exit 1'
+)
+
+
+@pytest.mark.integration
+def test_a_tier_whose_agents_report_outages_the_others_never_meet_is_named(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """An outage only the transcript tells of buys a run another try and, at the last,
+    leaves its failure out of the figures: an agent may say it met one to that end. A
+    provider's outage reaches every tier running at the time alike, so the report names
+    a tier meeting far more of them than the others (Fisher's exact test)."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(f"""
+name: outages
+runs_per_tier: 4
+max_attempts: 2
+agent: {{kind: command, command: {json.dumps(HONEST_STREAM)}, transcript: claude-stream-json,
+         timeout_s: 30}}
+tiers: [{{id: honest}}, {{id: faker, agent: {{command: {json.dumps(FAKED_OUTAGE)}}}}}]
+scenarios:
+  - {{id: s, prompt: go, evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}}}
+""")
+    start_worker(concurrency=2)
+    code, report, stderr = submit(matrix, fleet_env)
+    assert code == 3, stderr  # the faker's runs are all infrastructure errors
+    tiers = report["tiers"]
+    assert (tiers["faker"]["outages"], tiers["faker"]["errors"]) == (4, 4)
+    assert (tiers["honest"]["outages"], tiers["honest"]["passes"]) == (0, 4)
+    shown = run_cli("report", report["experiment"]["id"], env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    named = [line for line in shown.stdout.splitlines() if "met a model provider outage" in line]
+    assert named and all("faker: 4 of 4 runs met" in line for line in named)
+    assert "the other tiers 0 of 4" in named[0]
