@@ -78,6 +78,7 @@ def refuse_mistakes(
         _relative_programs(matrix, path)
         + _off_path(matrix, path)
         + _unknown_costs(matrix, path)
+        + _unrecorded_costs(matrix, path)
         + _unconfined(matrix, path)
         + _images_without_docker(matrix, path)
         + _host_gates(matrix, path)
@@ -226,6 +227,32 @@ def _unknown_costs(matrix: Matrix, path: Path) -> list[ConfigProblem]:
             )
         problems.append(problem_at(path, where[key, name], message))
     return problems
+
+
+def _unrecorded_costs(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    """Tiers whose agent names a model but reads a plain transcript, which carries no
+    usage: their runs' cost is unknown, priced or not (core.metrics.limits)."""
+    tiers: list[str] = []
+    where: tuple[str | int, ...] = ("agent", "transcript")
+    for index, tier in enumerate(matrix.tiers):
+        agent = matrix.agent_for(tier)
+        if agent.model is None or agent.transcript != "plain":
+            continue
+        if not tiers and getattr(tier.agent, "transcript", None) is not None:
+            where = ("tiers", index, "agent", "transcript")
+        tiers.append(tier.id)
+    if not tiers:
+        return []
+    return [
+        problem_at(
+            path,
+            where,
+            f"{_tiers(tiers)}: the agent has a model but a plain transcript, which records no "
+            f"token usage, so {'its' if len(tiers) == 1 else 'their'} runs' cost and cost of "
+            "pass will be unknown (not $0); write events.jsonl with llm_call events, or use "
+            "a CLI's transcript format",
+        )
+    ]
 
 
 def _tiers(ids: list[str]) -> str:

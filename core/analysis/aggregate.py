@@ -42,6 +42,7 @@ from core.results.report import (
 )
 from core.results.run import (
     ISOLATIONS,
+    NO_USAGE,
     UNREAD_TRANSCRIPT,
     ProcessMetrics,
     RunResult,
@@ -50,6 +51,7 @@ from core.results.run import (
 )
 from core.stats.choices import Correction
 from core.stats.descriptive import statistics, variance
+from core.wording import plural
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,8 @@ def budget_report(budget: Budget, runs: Group) -> BudgetReport:
     agent = sum(c for c in runs.column("cost_usd") if c is not None)
     judge = sum(c for c in runs.column("judge_cost_usd") if c is not None)
     not_run = runs.column("status").count(RunStatus.not_run)
+    # A counted run's unknown cost is no $0: said beside the sum that leaves it out.
+    unknown = runs.counted.column("cost_usd").count(None)
     spends = [
         f"{what}{_usd(spent)} of {_usd(limit)} spent"
         for what, spent, limit in (
@@ -167,7 +171,8 @@ def budget_report(budget: Budget, runs: Group) -> BudgetReport:
         agent_spent_usd=agent,
         judge_spent_usd=judge,
         not_run=not_run,
-        notice=state if not_run else f"budget: {', '.join(spends)}",
+        notice=(state if not_run else f"budget: {', '.join(spends)}")
+        + (f" ({plural(unknown, 'run')} of unknown cost left out)" if unknown else ""),
     )
 
 
@@ -201,13 +206,9 @@ def tier_report(
     seed = {m.name: stats for m in RUN_METRICS if (stats := _metric_stats(valid, m)) is not None}
     composite, pass_rate, cost = seed["composite_score"], seed["pass_rate"], seed["cost_usd"]
     statuses = Counter(runs.column("status"))
-    unread = [
-        run_id
-        for run_id, why in zip(
-            valid.column("run_id"), valid.column("cost_unknown_reason"), strict=True
-        )
-        if why == UNREAD_TRANSCRIPT
-    ]
+    reasons = list(zip(valid.column("run_id"), valid.column("cost_unknown_reason"), strict=True))
+    unread = [run_id for run_id, why in reasons if why == UNREAD_TRANSCRIPT]
+    unrecorded = [run_id for run_id, why in reasons if why and why.startswith(NO_USAGE)]
     return TierReport(
         runs=len(runs),
         errors=statuses[RunStatus.infra_error],
@@ -230,6 +231,8 @@ def tier_report(
         cost_unknown_runs=valid.column("cost_usd").count(None),
         cost_unread_runs=len(unread),
         cost_unread_run=unread[0] if unread else None,
+        cost_unrecorded_runs=len(unrecorded),
+        cost_unrecorded_run=unrecorded[0] if unrecorded else None,
         unpriced_models=unpriced_models(valid, pricing),
         approximate_exit_code_runs=sum(valid.column("interaction.exit_codes_approximate")),
         **seed,

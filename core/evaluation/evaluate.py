@@ -46,6 +46,7 @@ from core.metrics.process import process_metrics
 from core.metrics.tokens import token_metrics
 from core.results.run import (
     GATES_FAILED,
+    NO_USAGE,
     UNREAD_TRANSCRIPT,
     GateResult,
     InteractionMetrics,
@@ -225,7 +226,7 @@ def _read(context: EvaluationContext, output: AgentOutput) -> Read:
         interaction=interaction_metrics(transcript, scenario.target, completed=outcome.completed),
         model=model,
         price=price,
-        limit=outcome.limit or crossed(limits, spend_of(transcript, price)),
+        limit=outcome.limit or crossed(limits, spend_of(transcript, price, model=model)),
         outage=outage,
         not_started=not_started,
     )
@@ -455,14 +456,16 @@ def _with_tokens_and_cost(
     result: RunResult, transcript: Transcript, price: ModelPrice | None, model: str | None
 ) -> RunResult:
     calls = transcript.llm_calls  # with cumulative_input: parse_transcript set it
-    spend = spend_of(transcript, price)
+    spend = spend_of(transcript, price, model=model)
     unknown = None
-    if spend.cost_usd is None:
-        unknown = f"no price known for model {model!r}; add it under `pricing:`"
-    elif _unread(result, transcript, spend):
+    if _unread(result, transcript, spend):
         # Nothing read is not nothing spent: its usage may be in what could not be read.
         spend = dataclasses.replace(spend, cost_usd=None)
         unknown = UNREAD_TRANSCRIPT
+    elif spend.cost_usd is None and not spend.recorded:
+        unknown = NO_USAGE if price is not None else f"{NO_USAGE}; nor has model {model!r} a price"
+    elif spend.cost_usd is None:
+        unknown = f"no price known for model {model!r}; add it under `pricing:`"
     return result.model_copy(
         update={
             "llm_calls": calls,

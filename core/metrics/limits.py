@@ -7,6 +7,12 @@ the evaluation of the finished run (which gives the run its `limit` status).
 Spend is counted like the run's own figures (core.evaluation.evaluate): the CLI's reported
 totals over summed calls, the matrix's price over a reported cost. A cost that
 cannot be known (no price, none reported) cannot cross `max_cost_usd`.
+
+A transcript that records no usage at all (no LLM call, no token or cost figure) is
+not a run that spent nothing when its agent has a model: a plain transcript cannot
+carry usage, and an events-jsonl agent may not have written its llm_call events.
+Its cost is unknown; only an agent without a model (a script) costs 0 (docs/ARCHITECTURE.md,
+glossary, "cost").
 """
 
 from __future__ import annotations
@@ -27,12 +33,26 @@ class Spend:
     output_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
+    recorded: bool  # whether the transcript recorded any usage (a call, a figure)
 
 
-def spend_of(transcript: Transcript, price: ModelPrice | None) -> Spend:
+def spend_of(
+    transcript: Transcript, price: ModelPrice | None, *, model: str | None = None
+) -> Spend:
     """The run's figures: the CLI's reported totals win over summed calls (Claude's
-    per-call output tokens are placeholders); the matrix's price over a reported cost."""
+    per-call output tokens are placeholders); the matrix's price over a reported cost.
+    `model`, the run's: with one, no usage recorded is an unknown cost, not 0 (a limit
+    check mid-run may leave it out, as neither can cross `max_cost_usd`)."""
     calls = transcript.llm_calls
+    totals = (
+        transcript.reported_input_tokens,
+        transcript.reported_output_tokens,
+        transcript.reported_cache_read_tokens,
+        transcript.reported_cache_write_tokens,
+        transcript.reported_cost_usd,
+        transcript.reported_llm_calls,
+    )
+    recorded = bool(calls) or any(total is not None for total in totals)
     figures = []
     for reported, per_call in (
         (transcript.reported_input_tokens, "input_tokens"),
@@ -45,12 +65,14 @@ def spend_of(transcript: Transcript, price: ModelPrice | None) -> Spend:
         )
     input_tokens, output_tokens, cache_read, cache_write = figures
     cost: float | None
-    if price is not None:
+    if not recorded:
+        cost = None if model else 0.0
+    elif price is not None:
         cost = cost_usd(input_tokens, output_tokens, price, cache_read, cache_write)
     elif transcript.reported_cost_usd is not None:
         cost = transcript.reported_cost_usd
     elif not calls and input_tokens == 0 and output_tokens == 0:
-        cost = 0.0  # no LLM spend recorded: nothing to price
+        cost = 0.0  # usage reported, and none: nothing to price
     else:
         cost = None
     return Spend(
@@ -61,6 +83,7 @@ def spend_of(transcript: Transcript, price: ModelPrice | None) -> Spend:
         output_tokens=output_tokens,
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
+        recorded=recorded,
     )
 
 

@@ -349,6 +349,14 @@ class TierReport(Record):
     cost_unread_run: str | None = Field(
         None, description="the first of cost_unread_runs, for `scheduler show` to show"
     )
+    cost_unrecorded_runs: int = Field(
+        0,
+        description="of cost_unknown_runs, those whose agent has a model but whose transcript "
+        "recorded no usage (a plain transcript; an events file without llm_call events)",
+    )
+    cost_unrecorded_run: str | None = Field(
+        None, description="the first of cost_unrecorded_runs, for `scheduler show` to show"
+    )
     unpriced_models: list[str] = Field(
         default_factory=list,
         description="the models without a price that the counted runs of unknown cost named "

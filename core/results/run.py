@@ -67,6 +67,15 @@ class RunStatus(StrEnum):
 NOT_RUN_NOTE = " (not run: its tier was stopped after its first runs all failed this way)"
 
 
+# A run's cost_unknown_reason when its agent has a model but its transcript recorded no
+# usage at all (no LLM call, no token or cost figure): what it spent is unknown, not 0
+# (core.metrics.limits; the reports count these apart too, with what makes them known).
+NO_USAGE = (
+    "its transcript recorded no token usage (a plain transcript cannot carry it; an "
+    "events-jsonl agent must write llm_call events), so what its model spent is unknown"
+)
+
+
 # How a fail reason names the run's failed gates (core.evaluation.evaluate writes it).
 GATES_FAILED = "gates failed: "
 

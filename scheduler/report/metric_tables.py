@@ -56,13 +56,15 @@ def cross_tier(report: ExperimentReport) -> Table:
 
 def add_prices(tiers: Iterable[TierReport]) -> str:
     """What makes the tiers' unknown costs known: a price for each model their runs
-    named that has none, named where the runs recorded it; and, for the runs whose
-    transcript could not be read, a look at it (no price would make those known)."""
+    named that has none, named where the runs recorded it; for the runs whose
+    transcript could not be read, a look at it; and for those whose transcript recorded
+    no usage, a transcript that records it (no price alone would make either known)."""
     tiers = list(tiers)
     unread = sum(tier.cost_unread_runs for tier in tiers)
+    unrecorded = sum(tier.cost_unrecorded_runs for tier in tiers)
+    models = sorted({model for tier in tiers for model in tier.unpriced_models})
     fixes = []
-    if sum(tier.cost_unknown_runs for tier in tiers) > unread:
-        models = sorted({model for tier in tiers for model in tier.unpriced_models})
+    if models or sum(tier.cost_unknown_runs for tier in tiers) > unread + unrecorded:
         named = f": {', '.join(models)}" if models else ""
         fixes.append(
             f"add each model's price under `pricing:` in the matrix (docs/MATRIX.md){named}"
@@ -74,6 +76,14 @@ def add_prices(tiers: Iterable[TierReport]) -> str:
             f"the transcript of {plural(unread, 'run')} could not be read (no line of it in its "
             f"format with figures that are numbers), so what it spent is unknown: `scheduler "
             f"show {example}` shows " + ("its" if unread == 1 else "the first one's") + " output"
+        )
+    if unrecorded:
+        example = next((t.cost_unrecorded_run for t in tiers if t.cost_unrecorded_run), "RUN")
+        fixes.append(
+            f"the transcript of {plural(unrecorded, 'run')} recorded no token usage, so what "
+            "its model spent is unknown, not $0: give the agent a transcript format that "
+            "carries usage, or write llm_call events with their tokens (docs/MATRIX.md); "
+            f"e.g. `scheduler show {example}`"
         )
     return "; ".join(fixes)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from core.results.run import NOT_RUN_NOTE, UNREAD_TRANSCRIPT, RunStatus
+from core.results.run import NO_USAGE, NOT_RUN_NOTE, UNREAD_TRANSCRIPT, RunStatus
 from core.store import Store
 from tests.conftest import PREFIX, ROOT, StartWorker, run_cli, shared_with_agents, start_cli
 from tests.support.experiments import command_matrix
@@ -455,15 +455,18 @@ def test_a_transcript_nothing_of_which_could_be_read_leaves_the_cost_unknown_not
 ) -> None:
     """An agent that wrote its events file, of which not one line could be read, may
     have spent anything: its cost is unknown, and the report's hint is to look at its
-    transcript, not to add a price. An agent that wrote nothing spent nothing: $0."""
+    transcript, not to add a price. An agent without a model that wrote nothing (a
+    script) spent nothing: $0."""
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text("""
 name: unread
 runs_per_tier: 1
-agent: {kind: command, command: "touch out.txt", timeout_s: 30, model: claude-sonnet-4}
+agent: {kind: command, command: "touch out.txt", timeout_s: 30}
 tiers:
   - {id: silent}
-  - {id: garbled, agent: {command: 'echo "spent a lot" > "$EVALFLEET_EVENTS"; touch out.txt'}}
+  - id: garbled
+    agent: {command: 'echo "spent a lot" > "$EVALFLEET_EVENTS"; touch out.txt',
+            model: claude-sonnet-4}
 scenarios:
   - {id: s, prompt: go, evaluation: {gates: [{type: file_exists, path: out.txt}]}}
 """)
@@ -493,3 +496,87 @@ scenarios:
     assert "not shown: garbled: cost unknown" in chart
     shown = run_cli("show", runs["garbled"].run_id, env=fleet_env).stdout
     assert f"cost unknown: {UNREAD_TRANSCRIPT}" in " ".join(shown.split())
+
+
+def test_an_agent_with_a_model_whose_transcript_recorded_no_usage_has_an_unknown_cost(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A plain transcript cannot carry usage, and an events-jsonl agent may write no
+    llm_call: an agent with a model whose transcript recorded none spent an unknown
+    amount, priced model or not. Such runs were $0.0000 and the best value; now their
+    cost is unknown everywhere (JSON, text, notes), the unpriced model named, and the
+    budget ledger charges each its projection rather than nothing."""
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: plaincost
+runs_per_tier: 2
+budget: {agent_usd: 10, prior_usd: 0.25}
+agent:
+  kind: command
+  command: 'echo "$ my-tool create x"; echo "I created the note"; touch out.txt'
+  transcript: plain
+  model: claude-sonnet-4
+  timeout_s: 30
+tiers:
+  - id: P
+  - id: Q
+    agent: {model: my-unpriced-model}
+  - id: E
+    agent: {transcript: events-jsonl, command: "touch out.txt"}
+scenarios:
+  - id: s1
+    prompt: "write out.txt"
+    target: {command_pattern: 'my-tool\\s+(\\S+)'}
+    evaluation: {gates: [{type: file_exists, path: out.txt}]}
+""")
+    start_worker(concurrency=2)
+    code, report, stderr = submit(matrix, fleet_env)
+    assert code == 0, stderr
+    said = " ".join(stderr.split())
+    assert "model 'my-unpriced-model' has no price" in said
+    assert (
+        "tiers P, Q: the agent has a model but a plain transcript, which records no token "
+        "usage, so their runs' cost and cost of pass will be unknown (not $0)"
+    ) in said
+    exp_id = report["experiment"]["id"]
+    runs = store.results.all(exp_id)
+    assert len(runs) == 6 and all(r.passed and r.cost_usd is None for r in runs)
+    reasons = {r.tier: r.cost_unknown_reason for r in runs}
+    assert reasons["P"] == reasons["E"] == NO_USAGE
+    assert reasons["Q"] == f"{NO_USAGE}; nor has model 'my-unpriced-model' a price"
+    tiers = report["tiers"]
+    for tier in ("P", "Q", "E"):
+        assert tiers[tier]["cost_unknown_runs"] == tiers[tier]["cost_unrecorded_runs"] == 2
+        assert tiers[tier]["cost_of_pass"] is None and tiers[tier]["cost_usd"]["count"] == 0
+    assert (tiers["P"]["unpriced_models"], tiers["Q"]["unpriced_models"]) == (
+        [],
+        ["my-unpriced-model"],
+    )
+    cross = report["cross_tier"]
+    assert cross["best_value_tier"] is None and cross["frontier_tier"] is None
+    # The ledger charged each run of unknown cost its projection, never $0.
+    assert store.ledger.state(exp_id).spent["agent"] == pytest.approx(6 * 0.25)
+    assert (
+        report["budget"]["notice"]
+        == "budget: $0.00 of $10.00 spent (6 runs of unknown cost left out)"
+    )
+
+    wide = {**fleet_env, "COLUMNS": "200"}
+    brief = run_cli("report", exp_id, env=wide)
+    assert brief.returncode == 0, brief.stderr
+    verdicts = brief.stdout.split("Verdict per tier", 1)[1]
+    for tier in ("P", "Q", "E"):
+        assert table_row(verdicts, tier)[-1] == "-"  # its cost of pass
+    full = run_cli("report", exp_id, "--full", env=wide)
+    assert full.returncode == 0, full.stderr
+    for text in (" ".join(brief.stdout.split()), " ".join(full.stdout.split())):
+        assert "$0.0000" not in text
+        assert not any(f"best value: {tier}" in text for tier in ("P", "Q", "E"))
+        assert "add each model's price under `pricing:` in the matrix (docs/MATRIX.md): " in text
+        assert "my-unpriced-model" in text
+        assert (
+            "the transcript of 6 runs recorded no token usage, so what its model spent is "
+            "unknown, not $0"
+        ) in text
+    said = " ".join(full.stdout.split())
+    assert "costs are unknown, so there is no frontier cost of pass and no best value" in said
