@@ -16,7 +16,7 @@ import redis
 from core.errors import FleetError, InputError
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentReport, ExperimentStatus
-from core.results.run import RunSpec, RunStatus
+from core.results.run import JUDGE_ERROR, RunResult, RunSpec, RunStatus
 from core.store import Store
 from core.store.server import risky_settings
 from core.timeline import mark
@@ -95,6 +95,35 @@ def resume(
         return _resume(conn, exp_id, budget, retry_errors)
 
 
+def _agent_part_failed(result: RunResult) -> bool:
+    """Whether an infrastructure error is of the agent's part of the run (its setup, its
+    start, its provider, its deliveries), not of a judge that did not answer."""
+    return not (result.fail_reason or "").startswith(JUDGE_ERROR)
+
+
+def _errors_left(store: Store, exp_id: str, errors: int, retry_errors: bool) -> str:
+    """What runs again the infrastructure errors a resume left: rejudge those whose
+    judge alone failed; resume --retry-errors the others, unless it is this one."""
+    judged = (
+        sum(r.is_infra_error and not _agent_part_failed(r) for r in store.results.all(exp_id))
+        if errors
+        else 0
+    )
+    said = ""
+    if errors - judged and not retry_errors:
+        said += (
+            f"; {plural(errors - judged, 'run')} ended in an infrastructure error: "
+            f"`scheduler resume {exp_id} --retry-errors` runs them again once the cause is "
+            "mended (with the files as submitted: a fix in the matrix folder needs a new submit)"
+        )
+    if judged:
+        said += (
+            f"; {plural(judged, 'run')} whose judge failed: `scheduler rejudge {exp_id}` judges "
+            "them again without starting any agent, once the judge answers"
+        )
+    return said
+
+
 def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: bool) -> Sent | None:
     from fleet.recovery import to_resend  # imports Celery (see Connection.app)
 
@@ -117,7 +146,13 @@ def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: b
         if info.status == ExperimentStatus.cancelled
         else []
     )
-    errors = store.results.unrecord(exp_id, RunStatus.infra_error) if retry_errors else []
+    # A run whose judge alone failed is rejudge's to restore: running its agent again
+    # would pay for what it already did.
+    errors = (
+        store.results.unrecord(exp_id, RunStatus.infra_error, only=_agent_part_failed)
+        if retry_errors
+        else []
+    )
     if errors:  # a tier fail-fast stopped would stop them again at once
         store.health.forget(exp_id, {spec.tier for spec in errors})
     not_run: list[RunSpec] = []
@@ -134,12 +169,7 @@ def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: b
         if now.not_run
         else ""
     )
-    if now.errors and not retry_errors:
-        kept += (
-            f"; {plural(now.errors, 'run')} ended in an infrastructure error: `scheduler resume "
-            f"{exp_id} --retry-errors` runs them again once the cause is mended (with the files "
-            "as submitted: a fix in the matrix folder needs a new submit)"
-        )
+    kept += _errors_left(store, exp_id, now.errors, retry_errors)
     waiting = found.queued + found.running
     if not pending and not waiting and 1 in store.reports.versions(exp_id):
         conn.say(f"experiment {exp_id}: every run has a result; nothing to resume{kept}")

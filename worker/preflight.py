@@ -33,7 +33,6 @@ from dataclasses import dataclass, replace
 
 from core.errors import SetupError
 from core.evaluation.evaluate import (
-    JUDGE_ERROR,
     JUDGE_SCORE,
     AgentOutput,
     EvaluationContext,
@@ -49,6 +48,7 @@ from core.modelserver import ModelServer
 from core.results.record import Record
 from core.results.run import (
     GATES_FAILED,
+    JUDGE_ERROR,
     GateResult,
     JudgeResult,
     RunResult,

@@ -46,6 +46,7 @@ from core.metrics.process import process_metrics
 from core.metrics.tokens import token_metrics
 from core.results.run import (
     GATES_FAILED,
+    JUDGE_ERROR,
     NO_USAGE,
     UNREAD_TRANSCRIPT,
     GateResult,
@@ -535,17 +536,21 @@ def scored(
         )
     reasons = [*agent_reasons, *_verdict_reasons(result, scenario)]
     if judge is not None and judge.error is not None:
-        # The judge never answered: no verdict exists, so this is not a result.
-        update["status"] = RunStatus.infra_error
-        reasons.insert(0, f"{JUDGE_ERROR}{judge.error}")
+        could_pass = result.status is RunStatus.completed and gates_ok and rewards_ok
+        if could_pass:
+            # The judge never answered a run only its verdict could decide: no result.
+            update["status"] = RunStatus.infra_error
+            reasons.insert(0, f"{JUDGE_ERROR}{judge.error}")
+        else:
+            # Failed whatever the judge says: counted so, its judge score missing.
+            reasons.append(f"{JUDGE_ERROR}{judge.error}")
     update["fail_reason"] = "; ".join(reasons) if reasons and not passed else None
     return result.model_copy(update=update)
 
 
 # How the fail reasons of the judge begin (rejudge tells them, and the gates' by
-# core/results.GATES_FAILED and the rewards' by verifier.REWARD_BELOW, from the
-# agent's own by these).
-JUDGE_ERROR = "judge error: "
+# core/results.GATES_FAILED, the judge's error by core/results.JUDGE_ERROR and the
+# rewards' by verifier.REWARD_BELOW, from the agent's own by these).
 JUDGE_SCORE = "judge score "
 AGENT_TIMED_OUT = "agent timed out"
 

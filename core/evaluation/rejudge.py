@@ -10,7 +10,6 @@ from pydantic import Field
 
 from core.evaluation.evaluate import (
     AGENT_TIMED_OUT,
-    JUDGE_ERROR,
     JUDGE_SCORE,
     Judging,
     judge_for,
@@ -21,7 +20,7 @@ from core.evaluation.verifier import REWARD_BELOW
 from core.evidence.models import JudgeInputs
 from core.matrix import Gate, JudgeConfig, Matrix, Rubric
 from core.results.record import Record
-from core.results.run import GATES_FAILED, GateResult, RunResult, RunStatus
+from core.results.run import GATES_FAILED, JUDGE_ERROR, GateResult, RunResult, RunStatus
 
 
 class RejudgePlan(Record):

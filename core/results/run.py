@@ -78,6 +78,10 @@ NO_USAGE = (
 
 # How a fail reason names the run's failed gates (core.evaluation.evaluate writes it).
 GATES_FAILED = "gates failed: "
+# How a fail reason says the judge never answered (core.evaluation.evaluate writes it): a
+# run that could have passed is then an infrastructure error that `scheduler rejudge`
+# restores, with no agent run again.
+JUDGE_ERROR = "judge error: "
 
 # A run's cost_unknown_reason when nothing of its transcript could be read: nothing read
 # is not nothing spent (the reports count these apart from a model without a price).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
@@ -124,11 +124,15 @@ class Results:
         specs, done = pipe.execute()
         return set(specs) - set(done)
 
-    def unrecord(self, exp_id: str, status: RunStatus) -> list[RunSpec]:
+    def unrecord(
+        self, exp_id: str, status: RunStatus, only: Callable[[RunResult], bool] | None = None
+    ) -> list[RunSpec]:
         """The runs recorded as never started (`cancelled` or `not_run`), or as
         infrastructure errors, made pending again (result and delivery count removed)
-        for a resume; returns their specs."""
-        unstarted = [r.run_id for r in self.all(exp_id) if r.status is status]
+        for a resume; `only`, those of them it holds true of; returns their specs."""
+        unstarted = [
+            r.run_id for r in self.all(exp_id) if r.status is status and (only is None or only(r))
+        ]
         if unstarted:
             self._unrecord(
                 keys=[

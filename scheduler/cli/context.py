@@ -330,18 +330,41 @@ def exit_if_cancelled(report: ExperimentReport) -> None:
 
 
 def exit_if_infra_errors(report: ExperimentReport) -> None:
-    """Exit 3, naming the most common infrastructure error, when some runs had one."""
+    """Exit 3, naming the most common infrastructure error, when some runs had one, and
+    what runs each kind again: a judge that failed is asked again by rejudge, which starts
+    no agent; only runs whose agent part failed need resume --retry-errors."""
     errors = report.experiment.errors
     if errors:
         from core.evidence.text import visible
+        from core.results.run import JUDGE_ERROR
+        from core.wording import plural
 
+        exp_id = report.experiment.id
         reason, count = next(iter(report.error_reasons.items()))
+        judged = sum(n for r, n in report.error_reasons.items() if r.startswith(JUDGE_ERROR))
+        rejudge = (
+            f"`scheduler rejudge {exp_id}` judges "
+            + ("it" if judged == 1 else "them")
+            + " again from what the judge was shown, without starting any agent"
+        )
+        retry = (
+            f"`scheduler resume {exp_id} --retry-errors` runs "
+            + ("it" if errors - judged == 1 else "them")
+            + " again (with the files as submitted: a fix in the matrix folder needs a new submit)"
+        )
+        if judged == errors:
+            what = f"their agents and gates ran but the judge failed: once it answers, {rejudge}"
+        elif judged:
+            what = (
+                f"once the cause is mended, first for the {plural(errors - judged, 'run')} "
+                f"whose agent could not be run, {retry}; then for the "
+                f"{plural(judged, 'run')} whose judge failed, {rejudge}"
+            )
+        else:
+            what = f"once the cause is mended, {retry}"
         err.print(
             f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
-            f"of the statistics; most common ({count}): {visible(reason)}\n"
-            f"once the cause is mended, `scheduler resume {report.experiment.id} --retry-errors` "
-            "runs them again (with the files as submitted: a fix in the matrix folder needs a "
-            "new submit)",
+            f"of the statistics; most common ({count}): {visible(reason)}\n{what}",
             soft_wrap=True,
             markup=False,
         )

@@ -153,9 +153,11 @@ def submit(
 @click.option(
     "--retry-errors",
     is_flag=True,
-    help="Also run again the runs that ended in an infrastructure error (an agent that "
-    "could not start, a failed setup, an unreachable judge, those fail-fast stopped), "
-    "once their cause is mended; their tiers' fail-fast counts start again.",
+    help="Also run again the runs that ended in an infrastructure error of their agent's "
+    "part (an agent that could not start, a failed setup, a provider outage, those "
+    "fail-fast stopped), once their cause is mended; their tiers' fail-fast counts start "
+    "again. A run whose judge alone failed is left to `scheduler rejudge`, which starts "
+    "no agent.",
 )
 @nonfinite_option
 @pass_cli

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from core.llm.client import MAX_RESPONSE_BYTES
-from core.results.run import RunStatus
+from core.results.run import RunResult, RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
 from tests.support.llm_stub import (
@@ -179,3 +179,98 @@ scenarios:
             f"agent could not run: LLM call to {model.base_url}/chat/completions failed: "
             f"response body over the {MAX_RESPONSE_BYTES}-byte limit"
         ), flooded_agent.fail_reason
+
+
+def test_a_judge_outage_fails_runs_their_gates_failed_and_names_rejudge_for_the_rest(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A run whose gates failed could not have passed whatever its judge said: it is
+    counted as failed (its score missing, the judge's error kept), not an infrastructure
+    error out of N, which pushed pass rates up. A run whose gates passed is one, and the
+    hint names rejudge, which restores it with no agent run again; resume --retry-errors
+    leaves it to rejudge rather than pay for its agent twice."""
+    (tmp_path / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
+    )
+    judge = {"up": False}
+
+    def outage(request: RecordedRequest) -> Step:
+        return reply(content=json.dumps(GOOD)) if judge["up"] else status(500)
+
+    with LLMStub([outage]) as stub:
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: judge-down
+runs_per_tier: 1
+agent: {{kind: command, command: "echo did it > out.txt", timeout_s: 30}}
+tiers: [{{id: T0}}]
+judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null,
+         timeout_s: 5, max_attempts: 1}}
+scenarios:
+  - id: gated
+    prompt: write missing.txt
+    evaluation:
+      gates: [{{type: file_exists, path: missing.txt}}]
+      judge: {{rubric: rubric.yaml}}
+  - id: clean
+    prompt: write out.txt
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      judge: {{rubric: rubric.yaml}}
+""")
+        start_worker(concurrency=2)
+        result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
+        assert result.returncode == 3, result.stderr
+        report = json.loads(result.stdout)
+        exp_id = report["experiment"]["id"]
+        runs = {r.scenario: r for r in store.results.all(exp_id)}
+        gated, clean = runs["gated"], runs["clean"]
+        assert (gated.status, gated.passed) == (RunStatus.completed, False)
+        assert gated.judge is not None and gated.judge.weighted_score is None
+        down = "HTTP 500 after 1 attempts: " + json.dumps({"error": {"message": "stub status 500"}})
+        assert gated.judge.error == down
+        assert gated.fail_reason == f"gates failed: file_exists; judge error: {down}"
+        # No judge score: impl rate is the gates' share (docs: without a judge).
+        assert (gated.impl_rate, gated.composite_score, gated.layered_composite) == (0, 0, None)
+        assert clean.status == RunStatus.infra_error and not clean.passed
+        assert clean.fail_reason == f"judge error: {down}"
+        tier = report["tiers"]["T0"]
+        assert (tier["counted"], tier["passes"], tier["errors"]) == (1, 0, 1)
+        said = " ".join(result.stderr.split())
+        assert "--retry-errors" not in said
+        assert said.endswith(
+            "1 of 2 runs were infrastructure errors, kept out of the statistics; most common "
+            f"(1): judge error: {down} their agents and gates ran but the "
+            f"judge failed: once it answers, `scheduler rejudge {exp_id}` judges it again from "
+            "what the judge was shown, without starting any agent"
+        ), said
+        deliveries = {r.run_id: len(store.attempts.of(exp_id, r.run_id)) for r in runs.values()}
+
+        # resume --retry-errors runs no agent of a run whose judge alone failed.
+        resumed = run_cli("resume", exp_id, "--retry-errors", env=fleet_env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert (
+            f"nothing to resume; 1 run whose judge failed: `scheduler rejudge {exp_id}` judges "
+            "them again without starting any agent"
+        ) in " ".join(resumed.stderr.split())
+
+        judge["up"] = True
+        rejudged = run_cli("rejudge", exp_id, "--wait", "--format", "json", env=fleet_env)
+        assert rejudged.returncode == 0, rejudged.stderr
+    shown = run_cli("report", exp_id, "--version", "2", "--format", "json", "--runs",
+                    env=fleet_env)  # fmt: skip
+    after = {
+        r.scenario: r
+        for r in (RunResult.model_validate(run) for run in json.loads(shown.stdout)["runs"])
+    }
+    assert (after["clean"].status, after["clean"].passed) == (RunStatus.completed, True)
+    assert after["gated"].status == RunStatus.completed and not after["gated"].passed
+    assert after["gated"].judge is not None
+    assert after["gated"].judge.weighted_score == pytest.approx(0.9)
+    assert after["gated"].fail_reason == "gates failed: file_exists"
+    tier = json.loads(rejudged.stdout)["tiers"]["T0"]
+    assert (tier["counted"], tier["passes"], tier["errors"]) == (2, 1, 0)
+    # Neither rejudge nor resume started an agent.
+    assert {r.run_id: len(store.attempts.of(exp_id, r.run_id)) for r in runs.values()} == (
+        deliveries
+    )

@@ -221,15 +221,22 @@ def test_a_run_with_all_three_layers(tmp_path: Path, workspace: Workspace) -> No
     assert '"cost_of_pass":"Infinity"' in result.model_dump_json()
 
 
-def test_a_judge_that_never_answers_makes_an_infrastructure_error(
+def test_a_judge_that_never_answers_a_run_whose_gates_failed_leaves_it_failed(
     tmp_path: Path,
     workspace: Workspace,
 ) -> None:
+    """No judge could have passed it (a pass needs every gate): it is counted as failed,
+    not an infrastructure error kept out of N; its score is missing, its error kept."""
     with LLMStub([reply(content="not json at all")]) as stub:
         result, _ = evaluate(tmp_path, workspace, stub.base_url)
-    assert result.status == RunStatus.infra_error
+    assert result.status == RunStatus.completed and not result.passed
     assert result.judge is not None and "malformed answer" in (result.judge.error or "")
-    assert (result.fail_reason or "").startswith("judge error:")
+    assert result.judge.weighted_score is None
+    reasons = (result.fail_reason or "").split("; ")
+    assert reasons[0] == "gates failed: command_succeeds, no_transcript_errors"
+    assert reasons[1].startswith("judge error: malformed answer")
+    # No judge score: the impl rate is the gates' share, as without a judge.
+    assert result.impl_rate == 0.5 and result.composite_score == 0.25
     # The other layers are still reported.
     assert result.gates_total == 4 and result.interaction.total_commands == 3
 
