@@ -6,6 +6,11 @@ A run's outcome is its agent's and its gates' (and judge's) alone: everything
 built after the agent ran is built from whatever bytes it left (file names,
 output, an events file), made encodable first (core.evidence.text), and what
 still cannot be built is said in the evidence's cuts, never the run's status.
+The parsers refuse the figures that could not be scored (core.transcripts);
+should reading or scoring what the agent left raise all the same, the run is
+the agent's failure (`agent_error`, UNSCORED), counted in the statistics: an
+infrastructure error would leave it out of them, which an agent failing its
+task would want.
 
 Pure of Celery: the worker calls `evaluate_run` after the agent, and tests call
 it directly with a workspace, a transcript and a loopback judge.
@@ -65,6 +70,8 @@ CAPTURE_CUT = (
     "the middle was cut as it ran"
 )
 CHANGES_MISSING = "changes summary, patch: not built, the workspace could not be read: "
+# How a run whose output could not be read or scored fails (core docstring above).
+UNSCORED = "the agent's output could not be scored: "
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,7 @@ class Read:
     limit: str | None
     outage: str | None
     not_started: str | None
+    unscored: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,18 +200,25 @@ class Checked:
 def evaluate_run(context: EvaluationContext, output: AgentOutput) -> Evaluated:
     """The run's result and evidence, phase by phase: the transcript read, the gates
     (and a task's verifier) run, the judge asked, the verdict scored."""
-    read = _read(context, output)
+    outcome, events_text = _encodable(output.outcome, output.events_text)
+    try:
+        read = _read(context, dataclasses.replace(output, outcome=outcome, events_text=events_text))
+    except Exception as exc:  # the agent's bytes: its failure, never the runner's
+        read = _not_read(context, outcome, events_text, f"{UNSCORED}{exc!r}")
     checked = _check(context, read)
     judgment = _judge(context, read, checked)
-    result = _score(context, read, checked, judgment)
+    try:
+        result = _score(context, read, checked, judgment)
+    except Exception as exc:  # as above
+        result = _unscored(context, read, checked, judgment, f"{UNSCORED}{exc!r}")
     return Evaluated(result, _evidence(context, read, checked, judgment))
 
 
 def _read(context: EvaluationContext, output: AgentOutput) -> Read:
-    """The transcript phase: the agent's output parsed, its commands and interaction
-    measured, its spend held to its limits, and whether it ran at all."""
+    """The transcript phase: the agent's output (made encodable) parsed, its commands
+    and interaction measured, its spend held to its limits, and whether it ran at all."""
     matrix, agent, scenario = context.matrix, context.agent, context.scenario
-    outcome, events_text = _encodable(output.outcome, output.events_text)
+    outcome, events_text = output.outcome, output.events_text
     transcript = parse_transcript(
         agent.transcript,
         outcome.stdout,
@@ -230,6 +245,27 @@ def _read(context: EvaluationContext, output: AgentOutput) -> Read:
         limit=outcome.limit or crossed(limits, spend_of(transcript, price, model=model)),
         outage=outage,
         not_started=not_started,
+    )
+
+
+def _not_read(
+    context: EvaluationContext, outcome: AgentOutcome, events_text: str | None, why: str
+) -> Read:
+    """The transcript phase of an agent whose output could not be read: it ran (its
+    output is there), with nothing of it measured; its gates still run, as evidence."""
+    transcript = Transcript(format=context.agent.transcript)
+    return Read(
+        outcome=outcome,
+        events_text=events_text,
+        transcript=transcript,
+        commands=[],
+        interaction=InteractionMetrics(completed=outcome.completed),
+        model=context.agent.model,
+        price=None,
+        limit=outcome.limit,
+        outage=None,
+        not_started=None,
+        unscored=why,
     )
 
 
@@ -279,6 +315,8 @@ def _judge(context: EvaluationContext, read: Read, checked: Checked) -> Judgment
     scenario = context.scenario
     if checked.not_started is not None or not scenario.evaluation.judge_enabled:
         return None
+    if read.unscored is not None:  # failed whatever a judge says: not worth its spend
+        return None
     context.on_phase("judge")
     matrix, secrets = context.matrix, context.redacted
     inputs = judge_inputs(matrix, scenario, read, checked.changes, secrets)
@@ -291,9 +329,10 @@ def _score(
     """The score phase: the RunResult with its metrics, spend and verdict."""
     spec, outcome, transcript = context.spec, read.outcome, read.transcript
     gates, verification = checked.gates, checked.verification
+    status = _status(outcome, transcript, read.limit)
     result = RunResult.of(
         spec,
-        _status(outcome, transcript, read.limit),
+        RunStatus.agent_error if read.unscored and status is RunStatus.completed else status,
         limit=read.limit,
         model=read.model,
         started_at=outcome.started_at,
@@ -313,10 +352,14 @@ def _score(
         transcript_unrecognised=checked.not_started is None and _wrong_format(outcome, transcript),
     )
     result = _with_tokens_and_cost(result, transcript, read.price, read.model)
+    if read.unscored is not None:  # nothing read is not nothing spent
+        result.cost_usd, result.cost_unknown_reason = None, read.unscored
     if verification is not None:
         result.rewards = verification.rewards
     verdict = [verification.failure] if verification is not None and verification.failure else []
     reasons = [*_agent_reasons(result, outcome, transcript, context.redacted), *verdict]
+    if read.unscored is not None:
+        reasons.insert(0, read.unscored)
     result = scored(result, context.matrix, context.scenario, reasons)
     if checked.not_started is not None:
         result = _not_run(result, checked.not_started, read)
@@ -324,6 +367,42 @@ def _score(
         result.process = process_metrics(transcript.commands, context.scenario.process)
     result.tokens = token_metrics(transcript.components, read.price)
     return result
+
+
+def _unscored(
+    context: EvaluationContext,
+    read: Read,
+    checked: Checked,
+    judgment: Judgment | None,
+    why: str,
+) -> RunResult:
+    """The result of a run whose figures could not be scored: failed, with what its
+    gates and judge found, none of its metrics and its cost unknown."""
+    outcome, gates = read.outcome, checked.gates
+    status = _status(outcome, Transcript(format=read.transcript.format), read.limit)
+    return RunResult.of(
+        context.spec,
+        RunStatus.agent_error if status is RunStatus.completed else status,
+        limit=read.limit,
+        model=read.model,
+        started_at=outcome.started_at,
+        ended_at=outcome.ended_at,
+        duration_seconds=max(outcome.ended_at - outcome.started_at, 0.0),
+        exit_code=outcome.exit_code,
+        interaction=InteractionMetrics(completed=outcome.completed),
+        gates=gates,
+        gates_passed=sum(g.passed for g in gates),
+        gates_total=len(gates),
+        judge=judgment.result if judgment is not None else None,
+        transcript_format=read.transcript.format,
+        transcript_truncated=outcome.output_truncated,
+        passed=False,
+        pass_rate=0.0,
+        impl_rate=0.0,
+        composite_score=0.0,
+        cost_unknown_reason=why,
+        fail_reason=why,
+    )
 
 
 def _not_run(result: RunResult, not_started: str, read: Read) -> RunResult:

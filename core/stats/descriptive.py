@@ -7,7 +7,9 @@ not a sample.
 Infinity: a run that never passes has an infinite cost of pass, so +inf is a
 legitimate value. It is read as the limit of an ever-larger number: it sorts
 last (min, max, median and mode follow from the order), makes the mean +inf,
-and makes the spread +inf unless every value is the same. NaN and -inf are
+and makes the spread +inf unless every value is the same. So is an integer too
+large for a float, and a mean or spread whose sum overflows is +inf: a run's
+figures may make a statistic unbounded, never stop a report. NaN and -inf are
 rejected: no metric here is undefined or unbounded below, so they signal a bug
 upstream that a number in a report would hide.
 """
@@ -49,7 +51,10 @@ def variance(values: Sequence[float]) -> float:
 
 
 def _checked(values: Sequence[float]) -> list[float]:
-    checked = list(map(float, values))  # map, any, in: a report checks 100,000s of values
+    try:
+        checked = list(map(float, values))  # map, any, in: a report checks 100,000s of values
+    except OverflowError:
+        checked = list(map(_float, values))
     if any(map(math.isnan, checked)):
         raise ValueError("statistics got NaN; a metric value must be a number")
     if -math.inf in checked:
@@ -57,18 +62,24 @@ def _checked(values: Sequence[float]) -> list[float]:
     return checked
 
 
+def _float(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond a float's range
+        return math.inf if value > 0 else -math.inf
+
+
 def _median(ordered: list[float]) -> float:
     mid = len(ordered) // 2
     if len(ordered) % 2 == 1:
         return ordered[mid]
-    return (ordered[mid - 1] + ordered[mid]) / 2
+    return ordered[mid - 1] / 2 + ordered[mid] / 2  # halves first: no sum beyond a float
 
 
 def _mean(values: list[float]) -> float:
     if math.inf in values:
         return math.inf
-    # fsum: exact summation, so the mean does not depend on the runs' order.
-    return math.fsum(values) / len(values)
+    return _sum(values) / len(values)
 
 
 def _mode(ordered: list[float]) -> float:
@@ -84,4 +95,12 @@ def _population_variance(values: list[float], mean: float) -> float:
     if math.inf in values:
         return math.inf
     deviations = [v - mean for v in values]
-    return math.fsum(map(operator.mul, deviations, deviations)) / len(values)
+    return _sum(list(map(operator.mul, deviations, deviations))) / len(values)
+
+
+def _sum(values: list[float]) -> float:
+    # fsum: exact summation, so a mean does not depend on the runs' order.
+    try:
+        return math.fsum(values)
+    except OverflowError:  # finite values whose sum is not: +-inf, as a float sum has it
+        return sum(values)

@@ -48,8 +48,9 @@ from core.transcripts.formats import TranscriptFormat, register_format
 from core.transcripts.jsonlines import (
     JsonObject,
     as_object,
+    cost,
     count,
-    number,
+    duration,
     read_json_lines,
     text,
 )
@@ -215,9 +216,9 @@ def _apply_result(transcript: Transcript, result: JsonObject) -> None:
             aggregate = _Call(transcript.model)
             aggregate.merge(usage)
             transcript.llm_calls = [aggregate.metrics()]
-    cost = number(result, "total_cost_usd")
-    transcript.reported_cost_usd = cost if cost is not None else number(result, "cost_usd")
-    transcript.reported_duration_ms = number(result, "duration_ms")
+    spent = cost(result, "total_cost_usd")
+    transcript.reported_cost_usd = spent if spent is not None else cost(result, "cost_usd")
+    transcript.reported_duration_ms = duration(result, "duration_ms")
     failed = result.get("is_error")
     if failed is True or (failed is None and result.get("subtype") not in (None, "success")):
         transcript.agent_reported_error = (

@@ -11,7 +11,9 @@
 `tool_call`; a missing `exit_code` means unknown. Component names are matched
 case-insensitively against ComponentType; an unknown name makes the line malformed.
 Unknown event types are ignored. Malformed lines (not JSON, no `type`, wrong field
-types) are counted in `events_file_malformed_lines` and skipped, never fatal.
+types, a negative figure, or one beyond its ceiling: a token count or `tool_calls`
+above 10**12, a `latency_ms` above a week, core.transcripts.jsonlines) are counted
+in `events_file_malformed_lines` and skipped, never fatal.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from typing import Any
 
 from core.results.transcript import CommandRecord, ComponentTokens, LLMCallMetrics, Transcript
 from core.transcripts.formats import AgentOutput, TranscriptFormat, register_format
-from core.transcripts.jsonlines import JsonObject, read_json_lines
+from core.transcripts.jsonlines import (
+    MAX_DURATION_MS,
+    MAX_TOKENS,
+    JsonObject,
+    read_json_lines,
+)
 from core.transcripts.plain import parse_plain
 
 FORMAT = "events-jsonl"
@@ -70,7 +77,13 @@ def parse_events(text: str) -> Transcript:
     )
 
 
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "tool_calls")
+
+
 def _llm_call(event: JsonObject) -> LLMCallMetrics:
+    for key in _COUNTS:
+        _within(event, key, MAX_TOKENS)
+    _within(event, "latency_ms", MAX_DURATION_MS)
     return LLMCallMetrics.model_validate(
         {
             "input_tokens": event.get("input_tokens"),
@@ -97,10 +110,19 @@ def _exit_code(event: JsonObject) -> int | None:
 
 
 def _component(event: JsonObject) -> ComponentTokens:
+    _within(event, "tokens", MAX_TOKENS)
     name = event.get("component")
     if isinstance(name, str):
         name = name.upper()
     return ComponentTokens.model_validate({"component": name, "tokens": event.get("tokens")})
+
+
+def _within(event: JsonObject, key: str, ceiling: float) -> None:
+    """A figure above its ceiling is no call's: pricing and statistics would overflow
+    on it (its type and sign are the model's to check)."""
+    value = event.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > ceiling:
+        raise _Malformed(f"{key} {value} is above {ceiling:g}")
 
 
 def _id(event: JsonObject) -> str:

@@ -49,7 +49,14 @@ from dataclasses import dataclass, field
 
 from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
 from core.transcripts.formats import TranscriptFormat, register_format
-from core.transcripts.jsonlines import JsonObject, as_object, count, number, read_json_lines, text
+from core.transcripts.jsonlines import (
+    JsonObject,
+    as_object,
+    count,
+    duration,
+    read_json_lines,
+    text,
+)
 
 JSON_FORMAT = "gemini-json"
 STREAM_FORMAT = "gemini-stream-json"
@@ -249,7 +256,7 @@ def _apply_result(transcript: Transcript, result: JsonObject, tool_calls: int) -
                 model=transcript.model,
             )
         ]
-    transcript.reported_duration_ms = number(stats, "duration_ms")
+    transcript.reported_duration_ms = duration(stats, "duration_ms")
     if result.get("status") == "error":
         transcript.agent_reported_error = (
             _error_text(result.get("error")) or transcript.agent_reported_error or "error"

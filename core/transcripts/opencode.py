@@ -31,12 +31,16 @@ from dataclasses import dataclass, field
 from core.results.transcript import CommandRecord, LLMCallMetrics, Transcript
 from core.transcripts.formats import TranscriptFormat, register_format
 from core.transcripts.jsonlines import (
+    MAX_COST_USD,
+    MAX_DURATION_MS,
     JsonObject,
     as_object,
+    cost,
     count,
     number,
     read_json_lines,
     text,
+    within,
 )
 
 FORMAT = "opencode-json"
@@ -119,7 +123,8 @@ class _Stream:
         cache = tokens.get("cache")
         latency = None
         if timestamp is not None and self.step_started is not None:
-            latency = max(timestamp - self.step_started - self.step_tool_ms, 0.0)
+            spent = max(timestamp - self.step_started - self.step_tool_ms, 0.0)
+            latency = within(spent, MAX_DURATION_MS)
         self.calls.append(
             LLMCallMetrics(
                 input_tokens=count(tokens, "input"),
@@ -130,9 +135,9 @@ class _Stream:
                 tool_calls_made=self.step_tools,
             )
         )
-        step_cost = number(part, "cost")
+        step_cost = cost(part, "cost")
         if step_cost is not None:
-            self.cost = (self.cost or 0.0) + step_cost
+            self.cost = min((self.cost or 0.0) + step_cost, MAX_COST_USD)
         self.step_started = None
 
     def logged_error(self, log: str) -> str | None:
@@ -148,7 +153,7 @@ class _Stream:
     def transcript(self, malformed: int, log: str) -> Transcript:
         duration = None
         if self.first_timestamp is not None and self.last_timestamp is not None:
-            duration = self.last_timestamp - self.first_timestamp
+            duration = within(self.last_timestamp - self.first_timestamp, MAX_DURATION_MS)
         return Transcript(
             format=FORMAT,
             llm_calls=self.calls,

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from core.evaluation.evaluate import AgentOutput, EvaluationContext, GateSite, evaluate_run
+from core.evaluation.evaluate import (
+    UNSCORED,
+    AgentOutput,
+    EvaluationContext,
+    GateSite,
+    evaluate_run,
+)
 from core.matrix import load_matrix
 from core.results.run import RunResult, RunSpec, RunStatus
 from core.results.transcript import AgentOutcome
@@ -373,3 +379,44 @@ def test_exit_127_after_real_work_is_the_agents_own_failure(
         result, _ = evaluate(tmp_path, workspace, stub.base_url, exit_code=127, gates=PASSING_GATES)
     assert result.status == RunStatus.agent_error and not result.passed
     assert result.gates_total == 1
+
+
+PASSING_GATE = """
+        - {type: file_exists, path: ".my-tool/store.json"}"""
+
+
+def _overflow(*args: object, **kwargs: object) -> Any:
+    # What pricing a token count of 400 digits raised, before the parsers refused it.
+    raise OverflowError("int too large to convert to float")
+
+
+def test_output_that_cannot_be_read_fails_the_run_and_counts_in_the_statistics(
+    tmp_path: Path, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second line of defence behind the parsers' ceilings: whatever in the agent's
+    output makes reading it raise is the agent's failure, never an infrastructure error,
+    which the statistics would leave out (a failing run hidden from its tier's rate)."""
+    monkeypatch.setattr("core.evaluation.evaluate.parse_transcript", _overflow)
+    result, phases = evaluate(tmp_path, workspace, "http://127.0.0.1:9", gates=PASSING_GATE)
+    assert result.status == RunStatus.agent_error and result.status.counted
+    assert not result.passed and result.pass_rate == 0.0
+    assert result.fail_reason is not None
+    assert result.fail_reason.startswith(f"{UNSCORED}OverflowError(")
+    assert (result.gates_passed, result.gates_total) == (1, 1)  # its gates ran, as evidence
+    assert phases == ["gates"] and result.judge is None  # failed whatever a judge says
+    assert result.cost_usd is None and result.cost_unknown_reason == result.fail_reason
+
+
+def test_figures_that_cannot_be_scored_fail_the_run_and_count_in_the_statistics(
+    tmp_path: Path, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("core.evaluation.evaluate.token_metrics", _overflow)
+    answer = {"scores": {"correctness": 1, "efficiency": 1}, "weighted_score": 1,
+              "confidence": 1, "issues": [], "highlights": []}  # fmt: skip
+    with LLMStub([reply(content=json.dumps(answer))]) as stub:
+        result, _ = evaluate(tmp_path, workspace, stub.base_url, gates=PASSING_GATE)
+    assert result.status == RunStatus.agent_error and result.status.counted
+    assert not result.passed and result.composite_score == 0.0
+    assert result.fail_reason == f"{UNSCORED}OverflowError('int too large to convert to float')"
+    assert (result.gates_passed, result.gates_total) == (1, 1)
+    assert result.judge is not None and result.judge.passed

@@ -120,3 +120,19 @@ def test_matches_python_statistics(values: list[float]) -> None:
 def test_order_of_values_does_not_matter(data: st.DataObject, values: list[float]) -> None:
     shuffled = data.draw(st.permutations(values))
     assert statistics(shuffled) == statistics(values)
+
+
+def test_figures_beyond_a_float_make_statistics_unbounded_never_raise() -> None:
+    """A run's figure too large for a float (an int of 400 digits) or values whose sum
+    overflows are read as +inf: the report is made, with the statistic unbounded."""
+    huge = statistics([10**400, 3, 4])
+    assert (huge.max, huge.mean, huge.median, huge.min, huge.count) == (
+        math.inf,
+        math.inf,
+        4.0,
+        3.0,
+        3,
+    )
+    wide = statistics([1e308, 1e308, 1e308])
+    assert (wide.median, wide.mean, wide.std_dev) == (1e308, math.inf, 0.0)
+    assert statistics([1e308, 1.7e308]).median == 1.35e308

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from core.matrix import ModelPrice
 from core.metrics.limits import spend_of
 from core.results.transcript import ComponentType, Transcript
 from core.transcripts import FORMATS, parse_transcript, render_transcript
@@ -1065,3 +1066,105 @@ def test_another_sessions_record_leaves_stdouts_calls() -> None:
 
 def _calls(transcript: Transcript) -> list[tuple[int, int, int]]:
     return [(c.input_tokens, c.output_tokens, c.tool_calls_made) for c in transcript.llm_calls]
+
+
+# --- figures no agent can make pricing, statistics or aggregation raise on ---------------
+
+HUGE = "1" + "0" * 400  # a JSON integer float() overflows on
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'{{"type":"llm_call","input_tokens":{HUGE},"output_tokens":0}}',
+        '{"type":"llm_call","input_tokens":1000000000001,"output_tokens":0}',
+        '{"type":"llm_call","input_tokens":1,"output_tokens":1,"cache_read_tokens":10000000000000}',
+        '{"type":"llm_call","input_tokens":1,"output_tokens":1,"tool_calls":10000000000000}',
+        '{"type":"llm_call","input_tokens":1,"output_tokens":1,"latency_ms":1e300}',
+        '{"type":"llm_call","input_tokens":1,"output_tokens":1,"latency_ms":1e400}',
+        '{"type":"llm_call","input_tokens":1,"output_tokens":1,"latency_ms":NaN}',
+        '{"type":"llm_call","input_tokens":1,"output_tokens":1,"latency_ms":Infinity}',
+        f'{{"type":"component","component":"TOOL_SCHEMA","tokens":{HUGE}}}',
+        '{"type":"component","component":"TOOL_SCHEMA","tokens":1000000000001}',
+    ],
+)
+def test_an_events_line_with_a_figure_beyond_its_ceiling_is_malformed(line: str) -> None:
+    good = '{"type":"llm_call","input_tokens":10,"output_tokens":5}'
+    transcript = parse_transcript("events-jsonl", "", events_text=f"{good}\n{line}\n")
+    assert transcript.events_file_malformed_lines == 1
+    assert [(c.input_tokens, c.output_tokens) for c in transcript.llm_calls] == [(10, 5)]
+    assert transcript.components == []
+
+
+def test_figures_at_their_ceilings_are_read() -> None:
+    line = {"type": "llm_call", "input_tokens": 10**12, "output_tokens": 10**12,
+            "latency_ms": 7 * 24 * 3600 * 1000}  # fmt: skip
+    component = {"type": "component", "component": "TOOL_SCHEMA", "tokens": 10**12}
+    text = f"{json.dumps(line)}\n{json.dumps(component)}\n"
+    transcript = parse_transcript("events-jsonl", "", events_text=text)
+    assert transcript.events_file_malformed_lines == 0
+    assert transcript.llm_calls[0].input_tokens == 10**12
+    assert transcript.components[0].tokens == 10**12
+
+
+def _claude_result(**figures: object) -> str:
+    usage = {"input_tokens": 10, "output_tokens": 5}
+    message = {"id": "m1", "model": "m", "content": [{"type": "text", "text": "hi"}],
+               "usage": usage}  # fmt: skip
+    result = {"type": "result", "subtype": "success", "result": "ok", "usage": usage, **figures}
+    return f"{json.dumps({'type': 'assistant', 'message': message})}\n{json.dumps(result)}\n"
+
+
+@pytest.mark.parametrize(
+    ("figures", "cost", "duration"),
+    [
+        ({"total_cost_usd": -1000, "duration_ms": -5}, None, None),
+        ({"total_cost_usd": 1e300, "duration_ms": 1e300}, None, None),
+        ({"total_cost_usd": 2_000_000, "duration_ms": 8 * 24 * 3600 * 1000}, None, None),
+        ({"total_cost_usd": 0.25, "duration_ms": 1200}, 0.25, 1200.0),
+        ({"total_cost_usd": -1, "cost_usd": 0.5}, 0.5, None),
+    ],
+)
+def test_a_claude_result_cost_or_duration_beyond_reason_is_unknown(
+    figures: dict[str, object], cost: float | None, duration: float | None
+) -> None:
+    transcript = parse_transcript("claude-stream-json", _claude_result(**figures))
+    assert (transcript.reported_cost_usd, transcript.reported_duration_ms) == (cost, duration)
+    assert transcript.finished and transcript.malformed_lines == 0
+
+
+@pytest.mark.parametrize("figure", ["NaN", "Infinity", "-Infinity", "1e400", HUGE])
+def test_a_claude_line_with_a_number_no_json_writer_prints_is_malformed(figure: str) -> None:
+    output = _claude_result(total_cost_usd=0.0).replace(
+        '"total_cost_usd": 0.0', f'"total_cost_usd": {figure}'
+    )
+    transcript = parse_transcript("claude-stream-json", output)
+    assert transcript.malformed_lines == 1  # the result line: as if it never came
+    assert not transcript.finished and transcript.reported_cost_usd is None
+    assert [c.input_tokens for c in transcript.llm_calls] == [10]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "line"),
+    [
+        ("claude-stream-json", {"type": "assistant", "message": {"id": "m", "model": "m",
+         "content": [], "usage": {"input_tokens": 10**13, "output_tokens": 10**13}}}),
+        ("codex-exec-json", {"type": "turn.completed",
+         "usage": {"input_tokens": 10**13, "output_tokens": 10**13}}),
+        ("opencode-json", {"type": "step_finish", "timestamp": 2e15, "part": {
+         "id": "s", "cost": -3, "tokens": {"input": 10**13, "output": 10**13, "reasoning": 10**12,
+         "cache": {"read": 10**13}}}}),
+        ("gemini-json", {"response": "hi", "stats": {"duration_ms": 1e300, "models": {"m": {
+         "tokens": {"prompt": 10**13, "candidates": 10**13, "cached": 10**13}}}}}),
+    ],
+)  # fmt: skip
+def test_cli_token_counts_beyond_the_ceiling_count_as_zero(
+    fmt: str, line: dict[str, object]
+) -> None:
+    transcript = parse_transcript(fmt, json.dumps(line) + "\n")
+    for call in transcript.llm_calls:
+        assert call.input_tokens + call.cache_read_tokens <= 10**12, call
+        assert call.output_tokens <= 10**12, call
+    assert transcript.reported_cost_usd is None and transcript.reported_duration_ms is None
+    price = ModelPrice(input=3.0, output=15.0)
+    spend_of(transcript, price)  # priced without overflow
