@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from core.errors import SetupError
 from core.evaluation.evaluate import (
     JUDGE_SCORE,
-    AgentOutput,
     EvaluationContext,
     GateSite,
     evaluate_run,
@@ -230,8 +229,7 @@ def _run_cell(
                 verifier_site = task_environment(run_dir, scenario, jail, gate_env, container)
                 enclosure = gate_enclosure(container, jail, gate_env)
                 site = GateSite(run_dir.workspace, gate_env, enclosure, task=verifier_site)
-                output = AgentOutput(outcome, run_dir.events_text(),
-                                     run_dir.session_text(agent.preset_spec))  # fmt: skip
+                output = run_dir.agent_output(outcome, agent)
                 result = evaluate_run(EvaluationContext(spec, matrix, site), output).result
     except SetupError as exc:
         problems.append(f"setup failed: {exc}")

@@ -34,7 +34,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 
 from core.errors import BundleError, RetryLater, RunInProgress, SetupError, WorkspaceTooLarge
-from core.evaluation.evaluate import AgentOutput, EvaluationContext, GateSite, evaluate_run
+from core.evaluation.evaluate import EvaluationContext, GateSite, evaluate_run
 from core.evaluation.gates import Enclosure
 from core.evaluation.shell import ShellResult, kill_groups_by_env, pid_mark, run_shell
 from core.evaluation.verifier import MAX_OUTPUT_BYTES as VERIFIER_OUTPUT_BYTES
@@ -381,9 +381,7 @@ def _run(
         context = EvaluationContext(
             spec, matrix, site, judgments=store.judgments, secrets=secrets, on_phase=on_phase
         )
-        output = AgentOutput(
-            outcome, run_dir.events_text(), run_dir.session_text(agent.preset_spec)
-        )
+        output = run_dir.agent_output(outcome, agent)
         evaluated = evaluate_run(context, output)
         result, evidence = evaluated.result, evaluated.evidence
         # What the gates ran (the agent's own code among it) may have changed them too.

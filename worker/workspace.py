@@ -47,10 +47,12 @@ from pathlib import Path
 
 from core.errors import SetupError
 from core.evaluation.credentials import RunAs
-from core.evaluation.shell import Watch, kill_groups_by_env, run_shell
+from core.evaluation.evaluate import AgentOutput
+from core.evaluation.shell import HeadTail, Watch, kill_groups_by_env, run_shell
 from core.files.places import work_root
 from core.files.tree import walk
-from core.matrix import AgentPreset, Scenario, Tier
+from core.matrix import AgentConfig, AgentPreset, Scenario, Tier
+from core.results.transcript import AgentOutcome
 from worker import graders_site
 
 # In the environment of everything a delivery starts (agent, setup, gates), with
@@ -127,11 +129,42 @@ class RunDir:
         """A preset CLI's home, beside the workspace: its state is not the agent's work."""
         return self.root / "home"
 
-    def events_text(self) -> str | None:
+    def events(self, max_bytes: int) -> HeadTail | None:
+        """The events file the agent wrote, bounded as its stdout is (`max_bytes`, the
+        agent's max_transcript_bytes: the first and last halves, the middle cut and
+        counted) and read no further: a sparse file of gigabytes, which uses no disk
+        and so passes the workspace's limit, costs the worker nothing. None when the
+        agent left none."""
         try:
-            return self.events_file.read_text(encoding="utf-8", errors="replace")
+            # Non-blocking: a FIFO the agent put in its place gives what it has, at once.
+            fd = os.open(self.events_file, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
+        kept = HeadTail(max_bytes)
+        with os.fdopen(fd, "rb") as file:
+            size = os.fstat(fd).st_size
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                with contextlib.suppress(OSError):
+                    kept.add(file.read(max_bytes))
+                    kept.dropped += len(file.read(1))  # more than its cap: cut
+                return kept
+            kept.add(file.read(min(size, kept.half)))
+            if size > 2 * kept.half:
+                file.seek(size - kept.half)
+                kept.dropped = size - 2 * kept.half
+            kept.add(file.read(kept.half))
+        return kept
+
+    def agent_output(self, outcome: AgentOutcome, agent: AgentConfig) -> AgentOutput:
+        """What the run's agent left, for its evaluation: its outcome, its events file
+        (bounded: `events`) and its CLI's session record."""
+        events = self.events(agent.max_transcript_bytes)
+        return AgentOutput(
+            outcome,
+            None if events is None else events.text(),
+            self.session_text(agent.preset_spec),
+            events_cut=0 if events is None else events.dropped,
+        )
 
     def session_text(self, preset: AgentPreset | None) -> str | None:
         """The session record a preset's CLI left in its home, its files in name order;

@@ -69,6 +69,10 @@ CAPTURE_CUT = (
     "stdout, stderr: the agent printed more than agent.max_transcript_bytes ({}); "
     "the middle was cut as it ran"
 )
+EVENTS_CUT = (
+    "events file: the agent wrote more than agent.max_transcript_bytes ({}); the {} bytes "
+    "of its middle were cut unread"
+)
 CHANGES_MISSING = "changes summary, patch: not built, the workspace could not be read: "
 # How a run whose output could not be read or scored fails (core docstring above).
 UNSCORED = "the agent's output could not be scored: "
@@ -96,6 +100,7 @@ class AgentOutput:
     outcome: AgentOutcome
     events_text: str | None = None
     session_text: str | None = None
+    events_cut: int = 0  # bytes of the events file left unread in its middle (its cap)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class Read:
     outage: str | None
     not_started: str | None
     unscored: str | None = None
+    events_cut: int = 0
 
 
 @dataclass(frozen=True)
@@ -201,10 +207,11 @@ def evaluate_run(context: EvaluationContext, output: AgentOutput) -> Evaluated:
     """The run's result and evidence, phase by phase: the transcript read, the gates
     (and a task's verifier) run, the judge asked, the verdict scored."""
     outcome, events_text = _encodable(output.outcome, output.events_text)
+    output = dataclasses.replace(output, outcome=outcome, events_text=events_text)
     try:
-        read = _read(context, dataclasses.replace(output, outcome=outcome, events_text=events_text))
+        read = _read(context, output)
     except Exception as exc:  # the agent's bytes: its failure, never the runner's
-        read = _not_read(context, outcome, events_text, f"{UNSCORED}{exc!r}")
+        read = _not_read(context, output, f"{UNSCORED}{exc!r}")
     checked = _check(context, read)
     judgment = _judge(context, read, checked)
     try:
@@ -237,6 +244,7 @@ def _read(context: EvaluationContext, output: AgentOutput) -> Read:
     return Read(
         outcome=outcome,
         events_text=events_text,
+        events_cut=output.events_cut,
         transcript=transcript,
         commands=target_commands(transcript, scenario.target),
         interaction=interaction_metrics(transcript, scenario.target, completed=outcome.completed),
@@ -248,15 +256,14 @@ def _read(context: EvaluationContext, output: AgentOutput) -> Read:
     )
 
 
-def _not_read(
-    context: EvaluationContext, outcome: AgentOutcome, events_text: str | None, why: str
-) -> Read:
+def _not_read(context: EvaluationContext, output: AgentOutput, why: str) -> Read:
     """The transcript phase of an agent whose output could not be read: it ran (its
     output is there), with nothing of it measured; its gates still run, as evidence."""
-    transcript = Transcript(format=context.agent.transcript)
+    outcome, transcript = output.outcome, Transcript(format=context.agent.transcript)
     return Read(
         outcome=outcome,
-        events_text=events_text,
+        events_text=output.events_text,
+        events_cut=output.events_cut,
         transcript=transcript,
         commands=[],
         interaction=InteractionMetrics(completed=outcome.completed),
@@ -347,7 +354,7 @@ def _score(
         transcript_format=transcript.format,
         transcript_malformed_lines=transcript.malformed_lines
         + transcript.events_file_malformed_lines,
-        transcript_truncated=outcome.output_truncated,
+        transcript_truncated=outcome.output_truncated or read.events_cut > 0,
         transcript_unfinished=not transcript.finished,
         transcript_unrecognised=checked.not_started is None and _wrong_format(outcome, transcript),
     )
@@ -395,7 +402,7 @@ def _unscored(
         gates_total=len(gates),
         judge=judgment.result if judgment is not None else None,
         transcript_format=read.transcript.format,
-        transcript_truncated=outcome.output_truncated,
+        transcript_truncated=outcome.output_truncated or read.events_cut > 0,
         passed=False,
         pass_rate=0.0,
         impl_rate=0.0,
@@ -429,7 +436,10 @@ def _evidence(
     context: EvaluationContext, read: Read, checked: Checked, judgment: Judgment | None
 ) -> RunEvidence:
     outcome, verification = read.outcome, checked.verification
-    capture_cut = CAPTURE_CUT.format(context.agent.max_transcript_bytes)
+    limit = context.agent.max_transcript_bytes
+    cuts = [CAPTURE_CUT.format(limit)] if outcome.output_truncated else []
+    if read.events_cut:
+        cuts.append(EVENTS_CUT.format(limit, read.events_cut))
     return RunEvidence(
         experiment_id=context.spec.experiment_id,
         run_id=context.spec.run_id,
@@ -442,7 +452,7 @@ def _evidence(
         judge=judgment.evidence if judgment is not None else None,
         changes_summary=checked.changes,
         patch=Excerpt.whole(checked.patch),
-        cuts=[*([capture_cut] if outcome.output_truncated else []), *checked.missing],
+        cuts=[*cuts, *checked.missing],
     )
 
 

@@ -4,7 +4,11 @@ that `scheduler rescore` can run the gates again on any worker without the agent
 Packing takes the secrets out of every file (the redactor's marker in their
 place), keeps symlinks as links and never follows them, keeps file names as
 their bytes whatever they are (a PAX archive's binary names) and leaves special
-files (FIFOs, sockets, devices) out; unpacking uses tarfile's
+files (FIFOs, sockets, devices) out. It never holds a file whole: a workspace
+whose files are larger than gzip could bring under `max_bytes` (MAX_RATIO times
+it) is refused before a byte is read (a sparse file of gigabytes uses no disk,
+so the workspace's limit lets it by), and the rest is read a chunk at a time,
+stopping as soon as the archive is past `max_bytes`. Unpacking uses tarfile's
 "data" filter: nothing lands outside the destination, no device files, no
 absolute or escaping links.
 """
@@ -13,8 +17,9 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pydantic import Field
@@ -24,6 +29,11 @@ from core.evidence.redact import MARKER, redact_record
 from core.files.tree import walk
 from core.results.record import Record
 from core.results.transcript import CommandRecord
+
+# Deflate's best: about 1,032 bytes in for a byte out (a run of one byte), so files
+# larger than this many times max_bytes can never be archived within it.
+MAX_RATIO = 1032
+_CHUNK = 64 * 1024  # tarfile copies 16 KiB at a time
 
 
 class ArchivedWorkspace(Record):
@@ -41,10 +51,18 @@ def pack(
     secrets: Sequence[str] = (),
 ) -> ArchivedWorkspace:
     """The workspace with the secrets taken out of its files and of `commands`. Raises
-    WorkspaceTooLarge past `max_bytes` (compressed)."""
+    WorkspaceTooLarge past `max_bytes` (compressed), reading no more than it must."""
+    entries = list(_entries(workspace))
+    sizes = sum(p.lstat().st_size for p in entries if p.is_file() and not p.is_symlink())
+    if sizes > max_bytes * MAX_RATIO:
+        raise WorkspaceTooLarge(
+            f"workspace not archived: its files are {sizes} bytes, more than gzip brings "
+            f"under workspace_archive.max_bytes ({max_bytes})"
+        )
     buffer = io.BytesIO()
+    redactor = _Redactor(secrets)
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
-        for path in _entries(workspace):
+        for path in entries:
             info = tar.gettarinfo(path, arcname=str(path.relative_to(workspace)))
             # A socket (no tar entry) or a FIFO or device (which unpack's filter
             # refuses) is no file a gate reads.
@@ -53,23 +71,89 @@ def pack(
             if not info.isfile():
                 tar.addfile(info)  # folders, symlinks (kept as links)
                 continue
-            content = path.read_bytes()
-            for secret in secrets:
-                if secret:
-                    content = content.replace(secret.encode(), MARKER.encode())
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
+            # Its size once redacted first, then its bytes: a file's header comes first.
+            info.size = sum(map(len, redactor.chunks(path)))
+            tar.addfile(info, _Stream(redactor.chunks(path), lambda: _over(buffer, max_bytes)))
+            _over(buffer, max_bytes)
     data = buffer.getvalue()
-    if len(data) > max_bytes:
-        raise WorkspaceTooLarge(
-            f"workspace not archived: {len(data)} bytes compressed, above "
-            f"workspace_archive.max_bytes ({max_bytes})"
-        )
+    _over(buffer, max_bytes)
     return ArchivedWorkspace(
         tar_gz=base64.b64encode(data).decode(),
         size_bytes=len(data),
         target_commands=[redact_record(c, secrets) for c in commands],
     )
+
+
+def _over(buffer: io.BytesIO, max_bytes: int) -> None:
+    if buffer.tell() > max_bytes:
+        raise WorkspaceTooLarge(
+            f"workspace not archived: above workspace_archive.max_bytes ({max_bytes}) "
+            f"compressed, at {buffer.tell()} bytes"
+        )
+
+
+class _Redactor:
+    """A file's bytes a chunk at a time with the secrets taken out, a secret that
+    spans two chunks included: each chunk's last bytes wait for the next."""
+
+    def __init__(self, secrets: Sequence[str]):
+        values = sorted({s.encode() for s in secrets if s}, key=len, reverse=True)
+        self.pattern = re.compile(b"|".join(map(re.escape, values))) if values else None
+        self.keep = max(map(len, values), default=1) - 1
+
+    def chunks(self, path: Path) -> Iterator[bytes]:
+        with path.open("rb") as file:
+            pending = b""
+            while chunk := file.read(_CHUNK):
+                pending += chunk
+                if self.pattern is None:
+                    yield pending
+                    pending = b""
+                    continue
+                done, pending = self._split(pending)
+                yield done
+            yield self._redacted(pending)
+
+    def _split(self, data: bytes) -> tuple[bytes, bytes]:
+        """What of `data` is done (redacted) and what waits: a match may still grow
+        into the next chunk only from within its last `keep` bytes."""
+        assert self.pattern is not None
+        cut = max(len(data) - self.keep, 0)
+        for match in self.pattern.finditer(data):
+            if match.start() >= cut:
+                break
+            cut = max(cut, match.end())
+        return self._redacted(data[:cut]), data[cut:]
+
+    def _redacted(self, data: bytes) -> bytes:
+        return data if self.pattern is None else self.pattern.sub(MARKER.encode(), data)
+
+
+class _Stream(io.RawIOBase):
+    """Chunks read as a file (what tarfile copies from), `check`ed before each."""
+
+    def __init__(self, chunks: Iterator[bytes], check: Callable[[], None]):
+        self.chunks, self.check = chunks, check
+        self.parts: list[bytes] = []
+        self.ready = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        # All of `size` while there is more: tarfile takes a short read for the end.
+        while size < 0 or self.ready < size:
+            self.check()
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                break
+            self.parts.append(chunk)
+            self.ready += len(chunk)
+        data = b"".join(self.parts)
+        size = len(data) if size < 0 else size
+        rest = data[size:]
+        self.parts, self.ready = ([rest] if rest else []), len(rest)
+        return data[:size]
 
 
 def _entries(workspace: Path) -> Iterator[Path]:

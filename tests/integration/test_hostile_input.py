@@ -269,3 +269,51 @@ def test_a_setting_that_is_not_what_it_can_be_is_one_clear_error(
     assert "Traceback" not in result.stderr
     assert f"{variable}={value!r} is not {expected}" in result.stderr, result.stderr
     assert store.redis.llen(QUEUE) == queued
+
+
+# An agent that does its task, then makes its events file a sparse file of gigabytes:
+# no disk used (the workspace limit counts blocks), every byte of it read, once.
+LAST_EVENT = '{"type":"llm_call","input_tokens":20,"output_tokens":5}\n'
+SPARSE_EVENTS_AGENT = f"""
+echo done > out.txt
+echo '{{"type":"llm_call","input_tokens":10,"output_tokens":5}}' >> "$EVALFLEET_EVENTS"
+truncate -s {{size}} "$EVALFLEET_EVENTS"
+printf '%s\\n' '{LAST_EVENT.strip()}' >> "$EVALFLEET_EVENTS"
+"""
+
+
+@pytest.mark.integration
+def test_a_sparse_events_file_of_gigabytes_is_read_bounded_and_the_run_scored(
+    tmp_path: Path,
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+) -> None:
+    (tmp_path / "agent.sh").write_text(SPARSE_EVENTS_AGENT.replace("{size}", "4G"))
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: sparse-events
+runs_per_tier: 1
+agent: {kind: command, command: 'bash "$EVALFLEET_MATRIX_DIR/agent.sh"', timeout_s: 60,
+        transcript: events-jsonl, max_transcript_bytes: 100000, model: claude-sonnet-4}
+tiers: [{id: T0}]
+scenarios:
+  - {id: s, prompt: go, evaluation: {gates: [{type: file_exists, path: out.txt}]}}
+""")
+    start_worker(concurrency=1)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    exp_id = json.loads(result.stdout)["experiment"]["id"]
+    (run,) = store.results.all(exp_id)
+    assert run.status == RunStatus.completed and run.passed, run.fail_reason
+    # Its first and last lines read; the gigabytes of NULs between them are not.
+    assert [call.input_tokens for call in run.llm_calls] == [10, 20]
+    assert run.transcript_truncated
+    evidence = store.evidence.get(exp_id, run.run_id)
+    assert evidence is not None
+    cut = [c for c in evidence.cuts if c.startswith("events file:")]
+    assert cut == [
+        "events file: the agent wrote more than agent.max_transcript_bytes (100000); the "
+        f"{4 * 2**30 + len(LAST_EVENT) - 100_000} bytes of its middle were cut unread"
+    ], evidence.cuts
+    assert len(evidence.transcript.text) < 200_000

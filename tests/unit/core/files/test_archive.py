@@ -7,11 +7,14 @@ import base64
 import io
 import os
 import tarfile
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from core.errors import WorkspaceTooLarge
+from core.files.archive import _CHUNK as CHUNK
 from core.files.archive import ArchivedWorkspace, pack, unpack
 from core.results.transcript import CommandRecord
 
@@ -52,3 +55,46 @@ def test_an_archive_cannot_write_outside_its_destination(tmp_path: Path) -> None
     with pytest.raises(tarfile.OutsideDestinationError):
         unpack(archive, tmp_path / "out")
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_files_too_large_to_ever_fit_are_refused_before_a_byte_is_read(tmp_path: Path) -> None:
+    """A sparse file of gigabytes uses no disk, so the workspace's limit lets it by;
+    reading it whole (as pack once did) took the worker's memory."""
+    with (tmp_path / "sparse.bin").open("wb") as sparse:
+        sparse.truncate(8 * 2**30)
+    started = time.monotonic()
+    with pytest.raises(WorkspaceTooLarge, match=r"its files are 8589934592 bytes, more than"):
+        pack(tmp_path, 1_000_000, [])
+    assert time.monotonic() - started < 5
+
+
+def test_a_large_file_is_archived_a_chunk_at_a_time(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with (ws / "sparse.bin").open("wb") as sparse:
+        sparse.truncate(64 * 2**20)
+    tracemalloc.start()
+    try:
+        archive = pack(ws, 1_000_000, [])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, peak  # not the file's 64 MiB
+    unpack(archive, tmp_path / "out")
+    assert (tmp_path / "out" / "sparse.bin").stat().st_size == 64 * 2**20
+    # Past max_bytes it stops as soon as the archive is: long before the file's end.
+    (ws / "noise.bin").write_bytes(os.urandom(200_000))
+    with pytest.raises(WorkspaceTooLarge, match=r"above workspace_archive\.max_bytes"):
+        pack(ws, 100_000, [])
+
+
+@pytest.mark.parametrize("at", [CHUNK - len(SECRET) + 1, CHUNK - 1, CHUNK, 3 * CHUNK - 5])
+def test_a_secret_across_two_chunks_is_taken_out(tmp_path: Path, at: int) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    content = b"x" * at + SECRET.encode() + b"y" * 10 + SECRET.encode()
+    (ws / "big.txt").write_bytes(content)
+    archive = pack(ws, 10_000_000, [], [SECRET, "sk-secret"])
+    unpack(archive, tmp_path / "out")
+    kept = (tmp_path / "out" / "big.txt").read_bytes()
+    assert kept == b"x" * at + b"[REDACTED]" + b"y" * 10 + b"[REDACTED]"
