@@ -20,7 +20,11 @@ Empty command lists give 0 for every rate, as the model's numbers; a report leav
 such runs out of the rates' means (core.metrics.catalog) and the layered composite
 leaves the layer out (core.metrics.formulas). With a capture group in the pattern,
 `per_subcommand` tallies commands by group 1 (commands where the group did not
-participate are only in the totals).
+participate are only in the totals), bounded as every per-run table is: the
+MAX_SUBCOMMANDS most frequent (by total, ties by name) keep a row each, the rest
+are summed in one row, OTHER_SUBCOMMANDS, and `subcommands_folded` says how many
+they were (an agent that ran 200,000 distinct subcommands made each of its runs
+megabytes in every listing).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import re
 from collections.abc import Iterable
 
 from core.matrix import Target
-from core.results.run import InteractionMetrics, SubcommandStats
+from core.results.run import OTHER_SUBCOMMANDS, InteractionMetrics, SubcommandStats
 from core.results.transcript import CommandRecord, Transcript
 
 
@@ -46,6 +50,8 @@ def interaction_metrics(
     commands = target_commands(transcript, target)
     help_pattern = re.compile(target.help_pattern)
     totals = _tally(commands, help_pattern)
+    per_subcommand = _per_subcommand(commands, target.command_pattern, help_pattern)
+    kept, folded = _bounded(per_subcommand)
     return InteractionMetrics(
         total_commands=totals.total,
         unique_commands=totals.unique,
@@ -59,7 +65,8 @@ def interaction_metrics(
         completed=completed,
         source="events" if transcript.structured else "transcript",
         exit_codes_approximate=transcript.exit_codes_approximate,
-        per_subcommand=_per_subcommand(commands, target.command_pattern, help_pattern),
+        per_subcommand=kept,
+        subcommands_folded=folded,
     )
 
 
@@ -99,6 +106,27 @@ def _per_subcommand(
         if match and match.group(1) is not None:
             groups.setdefault(match.group(1), []).append(command)
     return {name: _tally(members, help_pattern) for name, members in groups.items()}
+
+
+# A run's subcommands kept a row each; an agent's tool has tens, a hostile one 100,000s.
+MAX_SUBCOMMANDS = 50
+
+
+def _bounded(table: dict[str, SubcommandStats]) -> tuple[dict[str, SubcommandStats], int]:
+    """The MAX_SUBCOMMANDS most frequent rows, in the order first seen, the rest summed
+    under OTHER_SUBCOMMANDS; and how many rows that row sums."""
+    if len(table) <= MAX_SUBCOMMANDS:
+        return table, 0
+    top = set(sorted(table, key=lambda name: (-table[name].total, name))[:MAX_SUBCOMMANDS])
+    kept = {name: stats for name, stats in table.items() if name in top}
+    rest = [stats for name, stats in table.items() if name not in top]
+    kept[OTHER_SUBCOMMANDS] = SubcommandStats(
+        total=sum(s.total for s in rest),
+        errors=sum(s.errors for s in rest),
+        unique=sum(s.unique for s in rest),  # distinct groups share no command
+        help_invocations=sum(s.help_invocations for s in rest),
+    )
+    return kept, len(rest)
 
 
 def _ratio(part: int, whole: int) -> float:

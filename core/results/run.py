@@ -110,6 +110,11 @@ class SubcommandStats(Record):
     help_invocations: int = 0
 
 
+# The row of `per_subcommand` that sums the subcommands past its bound (core.metrics.
+# interaction): a name no `(\S+)` group captures.
+OTHER_SUBCOMMANDS = "(other subcommands)"
+
+
 class InteractionMetrics(Record):
     """Layer 1 of llm-tool-test's evaluation."""
 
@@ -126,6 +131,9 @@ class InteractionMetrics(Record):
     source: Literal["events", "transcript"] = "events"
     exit_codes_approximate: bool = False
     per_subcommand: dict[str, SubcommandStats] = Field(default_factory=dict)
+    subcommands_folded: int = Field(
+        0, description=f"distinct subcommands summed in per_subcommand's {OTHER_SUBCOMMANDS!r}"
+    )
 
 
 # --- layer 2 ----------------------------------------------------------------------------

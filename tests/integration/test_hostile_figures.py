@@ -1,7 +1,8 @@
 """Figures an agent writes that nothing can price, sum or average (a token count of 400
 digits, a cost that is negative or NaN) through the real CLI and real workers: each
 run is recorded as what its agent did, failed runs counted as failed, and the
-experiment gets its report (core.transcripts.jsonlines, core.evaluation.evaluate)."""
+experiment gets its report (core.transcripts.jsonlines, core.evaluation.evaluate). And
+tables an agent fills at will (subcommands by the ten thousand) stay bounded."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.results.run import RunStatus
+from core.metrics.interaction import MAX_SUBCOMMANDS
+from core.results.run import OTHER_SUBCOMMANDS, RunStatus
 from core.store import Store
 from tests.conftest import StartWorker, run_cli
 
@@ -96,3 +98,57 @@ def test_figures_beyond_reason_leave_failed_runs_failed_and_counted_and_the_repo
             assert run.cost_usd is None  # unpriced, and no cost it reported is a cost
     listed = run_cli("report", report["experiment"]["id"], env=fleet_env)
     assert listed.returncode == 0, listed.stderr
+
+
+# An agent that runs its tool's subcommands by the tens of thousands, each a new one.
+MANY_SUBCOMMANDS_AGENT = r"""
+import json, os, pathlib
+pathlib.Path("out.txt").write_text("done")
+with open(os.environ["EVALFLEET_EVENTS"], "w") as events:
+    for i in range(30_000):
+        events.write(json.dumps({"type": "tool_call", "id": str(i), "command": f"my-tool s{i}"}))
+        events.write("\n")
+    for i in range(3):
+        events.write(json.dumps({"type": "tool_call", "command": "my-tool list --all"}) + "\n")
+"""
+
+
+@pytest.mark.integration
+def test_distinct_subcommands_by_the_ten_thousand_keep_a_run_small(
+    tmp_path: Path,
+    fleet_env: dict[str, str],
+    start_worker: StartWorker,
+    store: Store,
+) -> None:
+    (tmp_path / "agent.py").write_text(MANY_SUBCOMMANDS_AGENT)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: many-subcommands
+runs_per_tier: 2
+agent: {kind: command, command: 'python3 "$EVALFLEET_MATRIX_DIR/agent.py"', timeout_s: 60,
+        transcript: events-jsonl, max_transcript_bytes: 5000000}
+tiers: [{id: T0}]
+scenarios:
+  - {id: s, prompt: go, target: {command_pattern: 'my-tool\\s+(\\S+)'},
+     evaluation: {gates: [{type: file_exists, path: out.txt}]}}
+""")
+    start_worker(concurrency=2)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    exp_id = json.loads(result.stdout)["experiment"]["id"]
+    runs = store.results.all(exp_id)
+    assert len(runs) == 2
+    for run in runs:
+        assert run.passed, run.fail_reason
+        interaction = run.interaction
+        assert interaction.total_commands == 30_003  # every command still counted
+        assert len(interaction.per_subcommand) == MAX_SUBCOMMANDS + 1
+        assert interaction.per_subcommand["list"].total == 3  # the most frequent kept
+        other = interaction.per_subcommand[OTHER_SUBCOMMANDS]
+        assert (other.total, other.unique) == (30_000 - 49, 30_000 - 49)
+        assert interaction.subcommands_folded == 30_000 - 49
+        assert len(run.model_dump_json()) < 20_000
+    listed = run_cli("list", "--json", env=fleet_env)
+    assert listed.returncode == 0, listed.stderr
+    (mine,) = [e for e in json.loads(listed.stdout) if e["id"] == exp_id]
+    assert mine["stored_bytes"] < 1_000_000, mine["stored_bytes"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.matrix import Target
-from core.metrics.interaction import interaction_metrics, target_commands
-from core.results.run import SubcommandStats
+from core.metrics.interaction import MAX_SUBCOMMANDS, interaction_metrics, target_commands
+from core.results.run import OTHER_SUBCOMMANDS, SubcommandStats
 from core.results.transcript import CommandRecord, Transcript
 from core.transcripts import parse_transcript
 from tests.conftest import FIXTURES
@@ -112,3 +112,28 @@ def test_real_transcripts(fmt: str, name: str, total: int, errors: int) -> None:
     metrics = interaction_metrics(transcript, Target(), completed=transcript.finished)
     assert (metrics.total_commands, metrics.error_count) == (total, errors)
     assert metrics.error_rate == errors / total
+
+
+def test_per_subcommand_keeps_the_most_frequent_and_sums_the_rest() -> None:
+    hot = MAX_SUBCOMMANDS - 1  # and cold0, which ran twice
+    frequent = [(f"my-tool hot{i} --n {n}", 0) for i in range(hot) for n in range(3)]
+    rare = [(f"my-tool cold{i}", 1 if i % 2 else 0) for i in range(1000)]
+    transcript = transcript_of(*rare[:500], *frequent, *rare[500:], ("my-tool cold0 --help", 0))
+    metrics = interaction_metrics(transcript, MY_TOOL, completed=True)
+    assert len(metrics.per_subcommand) == MAX_SUBCOMMANDS + 1
+    assert list(metrics.per_subcommand)[:2] == ["cold0", "hot0"]  # in the order first seen
+    assert "cold1" not in metrics.per_subcommand
+    assert metrics.per_subcommand["hot7"] == SubcommandStats(total=3, unique=3)
+    assert metrics.per_subcommand[OTHER_SUBCOMMANDS] == SubcommandStats(
+        total=999, errors=500, unique=999
+    )
+    assert metrics.subcommands_folded == 999
+    assert metrics.per_subcommand["cold0"] == SubcommandStats(total=2, unique=2, help_invocations=1)
+    assert metrics.total_commands == 1000 + 3 * hot + 1  # the totals: every one
+
+
+def test_per_subcommand_within_its_bound_is_whole() -> None:
+    runs = [(f"my-tool sub{i}", 0) for i in range(MAX_SUBCOMMANDS)]
+    metrics = interaction_metrics(transcript_of(*runs), MY_TOOL, completed=True)
+    assert len(metrics.per_subcommand) == MAX_SUBCOMMANDS and metrics.subcommands_folded == 0
+    assert OTHER_SUBCOMMANDS not in metrics.per_subcommand
