@@ -34,7 +34,8 @@ Only what a command runs is looked at (scheduler.shellwords): the command word o
 each simple command and the script an interpreter is given. Its arguments are not:
 `touch out.txt` or `my-agent --config conf.yaml` name files the agent writes or
 reads in its workspace, which a file of that name beside the matrix says nothing
-about; nor is a `case`'s pattern such as `T1/s2)`.
+about; nor is a `case`'s pattern such as `T1/s2)`, nor a word of arithmetic, an
+array's value or a `[[ ... ]]` test (`$((RANDOM % 2))`, `arr=(a b)`).
 
 Each problem is a ConfigProblem placed at its key in the matrix file, as the
 matrix's validation errors are; errors are raised together as one ConfigError.

@@ -8,7 +8,10 @@ A command word is the first word of a simple command that is not an assignment
 (`VAR=value cmd`) or a redirection (`2>/dev/null cmd`), in a list or a pipeline, a
 subshell or a `{ ...; }` group, a `$(...)`, the bodies of `if`, `while`, `until`,
 `for` and `case`, or a function's body; after a wrapper (`exec`, `env`, `nice`,
-`timeout`, ...) it is the command the wrapper runs. An interpreter's (`python3`,
+`timeout`, ...) it is the command the wrapper runs. Values are read as values, their
+words never commands: arithmetic (`$((RANDOM % 2))`, `(( N > 1 ))`, a `for ((...))`'s
+header), an array's (`arr=(a b)`) and a `[[ ... ]]` test; only the command
+substitutions in them (`$(( $(nproc) * 2 ))`) run. An interpreter's (`python3`,
 `bash`, `node`, ...) first argument that is not an option is the script it runs,
 unless an option gives the program inline (`bash -lc '...'`, `python3 -m pkg`).
 Never a command: the other arguments, a redirection's target, a `case`'s subject
@@ -64,7 +67,8 @@ def runs_of(command: str) -> list[Run]:
 def _words(command: str) -> list[str]:
     """`command`'s words and operators as bash splits them (quotes removed), with its
     comments and here-documents' bodies left out; none when bash would not parse it."""
-    lexer = shlex.shlex(_uncommented(command), posix=True, punctuation_chars=_PUNCTUATION)
+    text = _values_reduced(_uncommented(command))
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=_PUNCTUATION)
     lexer.whitespace = " \t\r"  # a newline ends a command
     lexer.commenters = ""  # done by _uncommented, which keeps the newline
     lexer.whitespace_split = True
@@ -120,6 +124,122 @@ def _uncommented(command: str) -> str:
         out.append(char)
         i += 1
     return "".join(out)
+
+
+# A word that starts an array's value (`arr=(`, `arr+=(`, `declare -A m=(`).
+_ARRAY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=\(")
+# What may stand before a word (as in _uncommented): its start.
+_WORD_START = " \t\n;&|()"
+# Where `]]` ends a `[[ ... ]]` test: a word of its own.
+_TEST_END = re.compile(r"(?<=[ \t\n])\]\](?=[ \t\n;&|)]|$)")
+
+
+def _values_reduced(command: str) -> str:
+    """`command` with each value whose words bash never runs (arithmetic, an array's
+    value, a `[[ ... ]]` test) reduced to the command substitutions in it, which do run:
+    `n=$((1+2))` reads as `n=$_`, `(( $(nproc) > 1 ))` as `$(nproc)`, `arr=(a b)` as
+    `arr=`, `[[ -f x || $(t) ]]` as `[[ $(t) ]]`. The rest is kept as it is."""
+    out: list[str] = []
+    quote, i = "", 0
+    while i < len(command):
+        char = command[i]
+        if quote:
+            if char == "\\" and quote == '"':
+                out.append(command[i : i + 2])
+                i += 2
+                continue
+            quote = "" if char == quote else quote
+        elif char == "\\":
+            out.append(command[i : i + 2])
+            i += 2
+            continue
+        elif char in "'\"":
+            quote = char
+        else:
+            value = _value_at(command, i, at_word_start=not out or out[-1][-1:] in _WORD_START)
+            if value is not None:
+                out.append(value[0])
+                i = value[1]
+                continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _value_at(command: str, i: int, at_word_start: bool) -> tuple[str, int] | None:
+    """The value that starts at `command[i]` (unquoted), reduced, and where it ends;
+    None when none starts there."""
+    if command.startswith("$((", i):
+        end = _arithmetic_end(command, i + 3)
+        if end is not None:  # `$_`: a word whose value only a run knows
+            return "".join(_substitutions(command[i + 3 : end - 2])) or "$_", end
+    elif command.startswith("((", i):  # `(( ... ))` and `for (( ... ))`; `((cd x); y)` is not
+        end = _arithmetic_end(command, i + 2)
+        if end is not None:
+            return " ".join(["", *_substitutions(command[i + 2 : end - 2]), ""]), end
+    elif at_word_start and (array := _ARRAY.match(command, i)):
+        end = _closing(command, array.end())
+        if end is not None:
+            return array.group(1) + "=" + "".join(_substitutions(command[array.end() : end])), end
+    elif at_word_start and re.match(r"\[\[[ \t\n]", command[i : i + 3]):
+        test_end = _TEST_END.search(command, i + 2)
+        if test_end is not None:
+            inner = _substitutions(command[i + 2 : test_end.start()])
+            return " ".join(["[[", *inner, "]]"]), test_end.end()
+    return None
+
+
+def _arithmetic_end(command: str, start: int) -> int | None:
+    """Where arithmetic whose `((` ends just before `start` ends: after the `)` that
+    closes its second `(`, when a `)` follows it at once (bash's own rule; else, as in
+    `((cd x) ; y)`, the parentheses are subshells)."""
+    end = _closing(command, start)
+    return end + 1 if end is not None and command[end : end + 1] == ")" else None
+
+
+def _closing(command: str, start: int) -> int | None:
+    """Where the `(` just before `start` is closed (after its `)`), the parentheses in
+    quotes left out; None when it is not."""
+    depth, quote, i = 1, "", start
+    while i < len(command):
+        char = command[i]
+        if quote:
+            if char == "\\" and quote == '"':
+                i += 1
+            quote = "" if char == quote else quote
+        elif char == "\\":
+            i += 1
+        elif char in "'\"":
+            quote = char
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+            if not depth:
+                return i + 1
+        i += 1
+    return None
+
+
+def _substitutions(value: str) -> list[str]:
+    """The command substitutions (`$(...)`, unquoted) in `value`, each reduced in turn."""
+    found, quote, i = [], "", 0
+    while i < len(value):
+        char = value[i]
+        if quote:
+            if char == "\\" and quote == '"':
+                i += 1
+            quote = "" if char == quote else quote
+        elif char == "\\":
+            i += 1
+        elif char in "'\"":
+            quote = char
+        elif value.startswith("$(", i) and not value.startswith("$((", i):
+            end = _closing(value, i + 2)
+            if end is not None:
+                found.append(_values_reduced(value[i:end]))
+                i = end
+                continue
+        i += 1
+    return found
 
 
 def _after_heredocs(command: str, start: int, heredocs: list[tuple[str, bool]]) -> int:
@@ -265,7 +385,7 @@ class _Reader:
                 words = words[1:]
             if wrapper == "timeout":
                 words = words[1:]  # its duration
-        if not words:
+        if not words or words[0] == "$":  # `$(...) args`: what runs is only known then
             return
         self.runs.append(Run(words[0], program=True))
         name = PurePosixPath(words[0]).name
@@ -296,5 +416,5 @@ def _past_options(words: list[str], with_value: set[str]) -> list[str]:
 
 
 def _assignment(word: str) -> bool:
-    name, assigned, _ = word.partition("=")
-    return bool(assigned) and name.isidentifier()
+    """`VAR=value`, `VAR+=more` or `arr[i]=value`."""
+    return re.match(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=", word) is not None

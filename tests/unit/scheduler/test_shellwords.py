@@ -55,6 +55,26 @@ def script(word: str) -> Run:
         ("# ./no.sh\n./yes.sh # ./no.sh", [program("./yes.sh")]),
         ('echo "a # b" && ./yes.sh', [program("echo"), program("./yes.sh")]),
         ("echo 'unbalanced", []),
+        # Values: arithmetic, arrays and tests run only the substitutions in them.
+        ("echo $((RANDOM % 2))", [program("echo")]),
+        ("n=$((1+2)); echo $n", [program("echo")]),
+        ("echo $(((1+2)*3)) $(( (4) ))", [program("echo")]),
+        ("(( EVALFLEET_RUN_INDEX > 1 )) && touch out.txt", [program("touch")]),
+        ("for ((i=0; i<3; i++)); do ./each.sh; done", [program("./each.sh")]),
+        ("arr=(a b c); echo ${arr[0]}", [program("echo")]),
+        ("arr+=(d 'e f') m[k]=v; declare -a x=(g h) && ./go.sh", [
+            program("declare"), program("./go.sh")]),
+        ("[[ -n $A && -f x || $B =~ ^(c|d)$ ]] && ./t.sh", [program("[["), program("./t.sh")]),
+        ("n=$(( $(nproc) * 2 )); x=( $(ls) ); if (( $(./c.sh) > 1 )); then ./b.sh; fi", [
+            program("nproc"), program("ls"), program("./c.sh"), program("./b.sh")]),
+        ("echo $(( $(./a.sh $((1+2))) ))", [program("./a.sh"), program("echo")]),
+        # `((` or `$((` not closed by `))` at once: subshells, as bash reads them.
+        ("((cd x && mytool) ; ./y.sh)", [program("cd"), program("mytool"), program("./y.sh")]),
+        ("echo $((cd x && mytool) )", [program("cd"), program("mytool"), program("echo")]),
+        ("echo $( (cd x && mytool) ) | bar", [
+            program("cd"), program("mytool"), program("echo"), program("bar")]),
+        ("$(./which.sh) --fast", [program("./which.sh")]),
+        ("echo '$((x))' \"((y)) ./z.sh\" | arr=(./w.sh)", [program("echo")]),
     ],
 )  # fmt: skip
 def test_what_a_command_runs(command: str, runs: list[Run]) -> None:

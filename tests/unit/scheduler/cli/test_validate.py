@@ -241,6 +241,37 @@ def test_an_agent_program_missing_here_is_a_warning_naming_its_line(tmp_path: Pa
     ) in " ".join(result.stderr.split())
 
 
+def test_bash_values_are_never_taken_for_programs_missing_here(tmp_path: Path) -> None:
+    """Arithmetic, arrays and tests hold values, not commands: `$((RANDOM % 2))` was
+    warned about as a program 'RANDOM' that every run would fail to start. A program
+    run inside a subshell or a substitution is still looked up."""
+    matrix = tmp_path / "matrix.yaml"
+    for command in (
+        "echo $((RANDOM % 2))",
+        "n=$((1+2)); echo $n",
+        "(( EVALFLEET_RUN_INDEX > 1 )) && touch out.txt",
+        "arr=(a b c); echo ${arr[0]}",
+        "for ((i=0; i<2; i++)); do [[ -n $x && -f y ]] || echo $i; done",
+    ):
+        given = GOOD.replace('command: "echo hi"', f"command: '{command}'")
+        result = run_cli("validate", str(write(tmp_path, given)), env=KEYED)
+        assert result.returncode == 0, result.stderr
+        assert "warning" not in result.stderr, (command, result.stderr)
+    for command, missing in (
+        ("(cd . && claud -p x)", "claud"),
+        ("echo $(nosuchtool) | cat", "nosuchtool"),
+        ("n=$(( $(nproc2) * 2 )); echo $n", "nproc2"),
+    ):
+        given = GOOD.replace('command: "echo hi"', f"command: '{command}'")
+        result = run_cli("validate", str(write(tmp_path, given)), env=KEYED)
+        assert result.returncode == 0, result.stderr
+        warnings = " ".join(result.stderr.split())
+        assert f"warning: {matrix}:3:33: agent.command: {missing!r} is run by the agent's " in (
+            warnings
+        ), (command, result.stderr)
+        assert warnings.count("is run by the agent's command") == 1, (command, result.stderr)
+
+
 def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
     result = run_cli("validate", str(write(tmp_path, GOOD)), env=KEYED)
     assert result.returncode == 0, result.stderr
