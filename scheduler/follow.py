@@ -122,7 +122,7 @@ def follow(
                     raise WorkersDied(gone) from None
                 if not unreachable:
                     why = escape(broker_unavailable(exc))
-                    console.print(f"[yellow]{why}; waiting for it[/yellow]")
+                    console.print(f"[yellow]{why}; waiting for it[/yellow]", soft_wrap=True)
                 unreachable = True
             waits.wait()
 
@@ -138,7 +138,9 @@ def _announce_unserved(
     except Exception:  # a broker's refusal or Celery's: the note is left out
         return
     if idle:
-        console.print(f"[yellow]{escape(hinted(no_worker_takes(idle)))}[/yellow]")
+        # Unwrapped: its command is copied whole (a line rich broke at 80 columns off a
+        # terminal would not run).
+        console.print(f"[yellow]{escape(hinted(no_worker_takes(idle)))}[/yellow]", soft_wrap=True)
 
 
 def broker_unavailable(exc: BaseException) -> str:

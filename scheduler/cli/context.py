@@ -52,6 +52,9 @@ class _Stderr:
         return self._console
 
     def print(self, *objects: Any, **options: Any) -> None:
+        # Unwrapped unless asked: rich breaks lines at 80 columns where stderr is not a
+        # terminal, in the middle of a command or an experiment id to copy.
+        options.setdefault("soft_wrap", True)
         self.console.print(*objects, **options)
 
 

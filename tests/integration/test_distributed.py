@@ -446,18 +446,21 @@ def test_report_wait_follows_a_shared_experiment_to_its_report(
 
 
 def test_following_an_experiment_no_worker_serves_says_so_once(
-    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+    fleet_env: dict[str, str], start_worker: StartWorker, redis_url: str, tmp_path: Path
 ) -> None:
     """`submit --wait` on a shared broker whose workers take other queues (or none is
     started): after a few seconds without a result it says which queue nobody takes,
-    once, and goes on following; a worker started then brings the report."""
-    queue = f"{fleet_env['EVALFLEET_QUEUE']}-unserved"
-    env = {**fleet_env, "EVALFLEET_QUEUE": queue}
+    once, and goes on following; a worker started then brings the report. The command
+    that starts one is printed whole on one line, though stderr is a file (where rich
+    wrapped it at 80 columns) and the command is longer than that."""
+    queue = f"{fleet_env['EVALFLEET_QUEUE']}-unserved-by-any-worker-of-this-fleet"
+    env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    env["EVALFLEET_QUEUE"] = queue
     said = tmp_path / "said"
     matrix = _matrix(tmp_path, "touch out.txt", runs=2)
     with said.open("w") as stderr:
-        following = start_cli("submit", str(matrix), "--wait", "--format", "json", env=env,
-                              stderr=stderr)  # fmt: skip
+        following = start_cli("submit", str(matrix), "--broker", redis_url, "--wait",
+                              "--format", "json", env=env, stderr=stderr)  # fmt: skip
     try:
         notice = f"no worker is taking runs from queue {queue}"
         wait_until(lambda: notice in " ".join(said.read_text().split()), "the notice", 30)
@@ -468,7 +471,8 @@ def test_following_an_experiment_no_worker_serves_says_so_once(
     assert following.returncode == 0, said.read_text()
     assert json.loads(out)["tiers"]["T0"]["passes"] == 2
     assert " ".join(said.read_text().split()).count(notice) == 1
-    assert f"`scheduler worker --queues {queue}`" in " ".join(said.read_text().split())
+    line = f"{notice}: start one with `scheduler worker --broker {redis_url} --queues {queue}`"
+    assert line in said.read_text().splitlines(), said.read_text()
 
 
 def test_a_cancel_no_worker_can_record_says_so_until_one_does(

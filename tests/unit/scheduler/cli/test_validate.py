@@ -228,6 +228,15 @@ def test_a_key_given_twice_is_an_error_at_its_second_place(tmp_path: Path) -> No
     ]
 
 
+def test_the_closing_line_is_never_broken_off_a_terminal(tmp_path: Path) -> None:
+    """Ten problems make the last line 81 characters: off a terminal rich broke it at
+    80, inside the command it suggests."""
+    typos = GOOD + "".join(f"unknown_{i}: 1\n" for i in range(10))
+    assert refused(tmp_path, typos)[-1] == (
+        "10 problem(s); nothing was started. `scheduler schema` prints every accepted key."
+    )
+
+
 def test_an_agent_program_missing_here_is_a_warning_naming_its_line(tmp_path: Path) -> None:
     """A typo in the agent's command word would end every run "could not start": validate
     says so where the command is, and still exits 0 (the workers may have it)."""
