@@ -10,6 +10,7 @@ results and stay in (README, "Outcomes").
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,7 +158,7 @@ def budget_report(budget: Budget, runs: Group) -> BudgetReport:
     # A counted run's unknown cost is no $0: said beside the sum that leaves it out.
     unknown = runs.counted.column("cost_usd").count(None)
     spends = [
-        f"{what}{_usd(spent)} of {_usd(limit)} spent"
+        f"{what}{_spent_usd(spent, limit)} of {_usd(limit)} spent"
         for what, spent, limit in (
             ("", agent, budget.agent_usd),
             ("judge ", judge, budget.judge_usd),
@@ -176,10 +177,34 @@ def budget_report(budget: Budget, runs: Group) -> BudgetReport:
     )
 
 
-def _usd(amount: float) -> str:
-    """Cents from a dollar up; below it two significant digits, so that $0.027 of a
-    $0.03 budget does not read as all of it."""
-    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.2g}"
+# Past these many decimals a spend that still reads as its ceiling is taken for it
+# (a sum of floats is off in its 15th digit).
+_MOST_DECIMALS = 6
+
+
+def _spent_usd(spent: float, limit: float) -> str:
+    """`spent` as _usd writes it, with as many more decimals as it takes not to read as
+    `limit` when it is not: $0.5013 of a $0.50 budget, not $0.50 (an overshoot is
+    what a reader of the notice looks for), $0.4999 below it."""
+    shown = _usd(spent)
+    decimals = len(shown.partition(".")[2])
+    while shown == _usd(limit, decimals) and decimals < _MOST_DECIMALS:
+        decimals += 1
+        shown = _usd(spent, decimals)
+    return _usd(spent) if shown == _usd(limit, decimals) else shown
+
+
+def _usd(amount: float, decimals: int | None = None) -> str:
+    """Cents from a dollar up, and for a whole number of cents; else four decimals, the
+    zeros after the cents left out (two significant digits below a hundredth of a cent),
+    so that $0.027 of a $0.03 budget does not read as all of it; `decimals`: as many."""
+    if decimals is None:
+        decimals = 2
+        if 0 < amount < 1 and amount != round(amount, 2):
+            fraction = f"{amount:.4f}".rstrip("0").partition(".")[2]
+            tiny = not fraction.strip("0")
+            decimals = 1 - math.floor(math.log10(amount)) if tiny else max(2, len(fraction))
+    return f"${amount:,.{decimals}f}"
 
 
 def error_reasons(runs: Group) -> dict[str, int]:

@@ -176,6 +176,42 @@ def test_without_a_prior_the_runs_started_unprojected_are_the_overshoot(
     )
 
 
+def test_an_overshoot_is_seen_in_the_notice_wherever_it_is_printed(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """A run projected at $0.25 that cost $0.501258 of a $0.50 budget: the notice read
+    "$0.5 of $0.5 spent", as if the budget had been met to the cent."""
+    start_worker(concurrency=1)
+    agent = (
+        "touch out.txt; "
+        'echo \'{"type":"llm_call","input_tokens":501258,"output_tokens":0}\' > "$EVALFLEET_EVENTS"'
+    )
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(f"""
+name: overshot
+runs_per_tier: 3
+budget: {{agent_usd: 1000, prior_usd: 0.25}}
+pricing: {{m: {{input: 1.0, output: 1.0}}}}
+agent: {{kind: command, model: m, command: {json.dumps(agent)}}}
+tiers: [{{id: T0}}]
+scenarios:
+  - id: s
+    prompt: go
+    evaluation: {{gates: [{{type: file_exists, path: out.txt}}]}}
+""")
+    submitted = run_cli("submit", str(matrix), "--budget", "0.5", "--wait", env=fleet_env)
+    assert submitted.returncode == 0, submitted.stderr
+    notice = "budget reached: $0.5013 of $0.50 spent, 2 runs not run"
+    exp_id, first = submitted.stdout.splitlines()[:2]  # the id, then the report
+    assert first == notice
+    assert f"{notice}; `scheduler resume {exp_id} --budget USD` runs them" in submitted.stderr
+    report = run_cli("report", exp_id, "--format", "json", env=fleet_env)
+    assert json.loads(report.stdout)["budget"]["agent_spent_usd"] == pytest.approx(0.501258)
+    markdown = run_cli("report", exp_id, "--format", "markdown", env=fleet_env)
+    assert markdown.stdout.splitlines()[0] == f"> **{notice}**"
+    assert notice in run_cli("report", exp_id, "--format", "csv", env=fleet_env).stderr
+
+
 def test_resume_with_a_budget_needs_an_experiment_with_one(
     fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
 ) -> None:

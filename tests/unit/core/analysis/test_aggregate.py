@@ -351,10 +351,32 @@ def test_a_budget_notice_keeps_small_spends_apart_from_their_limit() -> None:
     small = budget_report(Budget(agent_usd=0.03, judge_usd=2), runs)
     assert (
         small.notice
-        == "budget reached: $0.027 of $0.03 spent, judge $0.00 of $2.00 spent, 1 runs not run"
+        == "budget reached: $0.0266 of $0.03 spent, judge $0.00 of $2.00 spent, 1 runs not run"
     )
     large = budget_report(Budget(agent_usd=1250), Group.of([make_run(cost=1234.5)]))
     assert large.notice == "budget: $1,234.50 of $1,250.00 spent"
+
+
+@pytest.mark.parametrize(
+    ("costs", "limit", "spends"),
+    [
+        ([0.250629, 0.250629], 0.5, "$0.5013 of $0.50"),  # read "$0.5 of $0.5"
+        ([0.2, 0.29999], 0.5, "$0.49999 of $0.50"),
+        ([0.25, 0.25], 0.5, "$0.50 of $0.50"),
+        ([3.0, 3.004], 6, "$6.004 of $6.00"),
+        ([0.1, 0.2], 0.3, "$0.30 of $0.30"),  # a float sum off in its 17th digit
+        ([0.00001234], 0.03, "$0.000012 of $0.03"),
+    ],
+)
+def test_a_budget_notice_never_shows_a_spend_as_its_ceiling_when_it_is_not(
+    costs: list[float], limit: float, spends: str
+) -> None:
+    from core.analysis.aggregate import budget_report
+    from core.analysis.columns import Group
+    from core.matrix import Budget
+
+    runs = Group.of([make_run(index=i, cost=c) for i, c in enumerate(costs)])
+    assert budget_report(Budget(agent_usd=limit), runs).notice == f"budget: {spends} spent"
 
 
 def test_rewards_per_tier_and_scenario_with_a_missing_one_counted_zero() -> None:
