@@ -13,6 +13,7 @@ import html
 import io
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -241,6 +242,24 @@ def test_json_nonfinite_null_gives_strict_json_for_jq(
 
     bad = run_cli(*args, "--json-nonfinite", "zero", env=fleet_env)
     assert bad.returncode == 2 and "--json-nonfinite" in bad.stderr
+
+
+def test_the_readmes_jq_line_gives_each_tiers_pass_rate_even_one_without_counted_runs(
+    store: Store, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The README's `... --json-nonfinite null | jq ...` one-liner, run as written: jq
+    ended with exit 5 ("cannot be divided because the divisor is zero") on a tier whose
+    every run was an infrastructure error."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if "--json-nonfinite null | jq" in line)
+    report, program = line.split(" | jq ")
+    cells = {
+        ("T0", "s"): Cell((True, False, False, False)),
+        ("T1", "s"): Cell((False,) * 4, statuses=dict.fromkeys(range(4), RunStatus.infra_error)),
+    }
+    exp = seed_experiment(store, tmp_path, cells)
+    document = _cli(fleet_env, *shlex.split(report.replace("EXP", exp))[1:])
+    assert json.loads(_jq(document, shlex.split(program)[0])) == {"T0": 0.25, "T1": None}
 
 
 # Appended by the test only: it reads what Chromium laid out.
