@@ -81,6 +81,7 @@ class CLIContext:
         self.wait = False
         self.fmt = "table"
         self.full = False
+        self.as_json = False  # --json: --format json (scheduler.cli.options)
         # The experiment a submit or resume is sending: what an interrupt's hint names.
         self.experiment: str | None = None
         # What to run should the broker go away mid-command (default: the command again).

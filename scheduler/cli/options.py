@@ -3,6 +3,7 @@ command's CLIContext (`_kept`) or is passed to the command as usual."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -101,6 +102,15 @@ nonfinite_option = _kept(
 )
 
 
+# Formats without the table's sections: --full has nothing to add to them (markdown,
+# html and json hold every section anyway).
+_WITHOUT_SECTIONS = {
+    "github": "a pull request's summary, which leaves the sections out: --format markdown "
+    "has every one",
+    "csv": "rows of figures, without sections (--runs gives a row per run)",
+}
+
+
 def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
     fmt = _kept("fmt", "--format", type=click.Choice(choices), default="table", show_default=True)
     if choices != FORMATS:  # a comparison: one table, nothing to shorten
@@ -110,9 +120,41 @@ def format_option(choices: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
         "--full",
         is_flag=True,
         help="The table format with every section (default: one screen: each tier's "
-        "verdict, the most common failure reasons, where the rest is).",
+        "verdict, the most common failure reasons, where the rest is); markdown, html and "
+        "json have every section anyway, github and csv none.",
     )
-    return lambda command: fmt(full(command))
+    return lambda command: fmt(full(_formats_agree(command)))
+
+
+def json_option(help_text: str) -> Callable[[F], F]:
+    """`--json`, the same as `--format json` (a command with format_option)."""
+    return _kept("as_json", "--json", is_flag=True, help=help_text)
+
+
+def _formats_agree(command: F) -> F:
+    """`command`, refusing format options that say different things (a usage error, exit
+    2: one of them would be ignored without a word), and with `--json` as --format json."""
+
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        cli = ctx.ensure_object(CLIContext)
+        given = ctx.get_parameter_source("format") is ParameterSource.COMMANDLINE
+        if cli.as_json:
+            if given and cli.fmt != "json":
+                raise click.UsageError(
+                    f"--json is --format json: it cannot go with --format {cli.fmt}; leave "
+                    "out one of them"
+                )
+            cli.fmt = "json"
+        if cli.full and cli.fmt in _WITHOUT_SECTIONS:
+            raise click.UsageError(
+                f"--full gives every section of the report, and --format {cli.fmt} is "
+                f"{_WITHOUT_SECTIONS[cli.fmt]}; leave out --full"
+            )
+        return command(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 def wait_option(help_text: str) -> Callable[[F], F]:

@@ -10,6 +10,7 @@ from scheduler.cli.options import (
     broker_option,
     correction_option,
     format_option,
+    json_option,
     nonfinite_option,
     wait_option,
 )
@@ -22,6 +23,7 @@ from scheduler.report.formats import SCENARIO_FORMATS
 @click.argument("experiment", required=False)
 @broker_option
 @format_option()
+@json_option("The same as --format json.")
 @click.option(
     "--runs",
     is_flag=True,

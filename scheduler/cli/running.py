@@ -25,6 +25,7 @@ from scheduler.cli.options import (
     broker_option,
     budget_option,
     format_option,
+    json_option,
     nonfinite_option,
     wait_option,
     workers_option,
@@ -37,7 +38,7 @@ from scheduler.cli.options import (
 @broker_option
 @wait_option("With a shared broker: follow until the report is ready.")
 @workers_option
-@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@json_option("Print the report JSON on stdout (the same as --format json).")
 @format_option()
 @click.option(
     "--keep-workspaces",
@@ -67,7 +68,6 @@ from scheduler.cli.options import (
 def submit(
     cli: CLIContext,
     matrix_file: str,
-    as_json: bool,
     keep_workspaces: bool,
     artifacts: str | None,
     budget: float | None,
@@ -118,8 +118,6 @@ def submit(
         if early is not None:
             early.close_unused()  # refused: nothing started, no ./.evalfleet made
         raise
-    if as_json:
-        cli.fmt = "json"
     fleet = cli.fleet(create=True)
     exp_id = cli.experiment = new_experiment_id(checked.matrix)
     fleet.submit(checked, experiment_id=exp_id)

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 import statistics
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from scipy import stats
 
 from core.results.run import ProcessMetrics, RunStatus
 from core.store import Store
-from tests.conftest import PREFIX, SCHEDULER, passable, run_cli
+from tests.conftest import EXAMPLES, PREFIX, SCHEDULER, passable, run_cli
 from tests.support.experiments import Cell, impl_rate, seed_experiment
 from tests.support.html_pages import rendered_json
 from tests.support.terminal import heading_words, in_terminal, table_row
@@ -455,6 +456,38 @@ def test_csv_with_runs_gives_one_row_per_run_and_other_formats_refuse_runs(
         refused.returncode == 2
         and "--runs lists every run in --format json or csv" in refused.stderr
     )
+
+
+def test_json_is_format_json_and_options_that_disagree_are_refused(
+    experiment: str, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`report --json`, as submit, show, list and status take it, was "No such option";
+    and of two format options that disagree one was ignored without a word (`submit
+    --json --format html` printed JSON, `--format github --full` the summary): a usage
+    error naming both, before anything starts."""
+    assert json.loads(_report(experiment, fleet_env, "--json")) == json.loads(
+        _report(experiment, fleet_env, "--format", "json")
+    )
+    assert json.loads(_report(experiment, fleet_env, "--json", "--format", "json"))["tiers"]
+    matrix = shutil.copytree(EXAMPLES, tmp_path / "examples") / "matrix.yaml"
+    embedded = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    for args, said in (
+        (("report", experiment, "--json", "--format", "csv"),
+         "--json is --format json: it cannot go with --format csv"),
+        (("submit", str(matrix), "--json", "--format", "html"),
+         "--json is --format json: it cannot go with --format html"),
+        (("report", experiment, "--format", "github", "--full"),
+         "--full gives every section of the report, and --format github is a pull request's "
+         "summary"),
+        (("report", experiment, "--format", "csv", "--full"),
+         "--full gives every section of the report, and --format csv is rows of figures"),
+    ):  # fmt: skip
+        refused = run_cli(*args, env=embedded if args[0] == "submit" else fleet_env, cwd=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stdout == "" and f"Error: {said}" in refused.stderr, refused.stderr
+    assert not (tmp_path / ".evalfleet").exists()  # the submit started nothing
+    # Formats that have every section anyway take --full.
+    assert "T1" in _report(experiment, fleet_env, "--format", "markdown", "--full")
 
 
 def test_list_and_status_are_tables_with_headers(
