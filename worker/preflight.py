@@ -389,7 +389,8 @@ def _unmet(files: LocalFiles, scenario: Scenario, agent: AgentConfig, solves: bo
             jail.end_agent()
             if not ran.completed:
                 how = "timed out" if ran.timed_out else ran.error or f"exit code {ran.exit_code}"
-                return f"solve.sh: {how}: {ran.stderr.strip()[-300:]}"
+                said = ran.stderr.strip()[-300:]
+                return f"solve.sh: {how}" + (f": {said}" if said else "")
         site = task_environment(
             run_dir, scenario, jail, with_tests(run_dir, scenario, env, jail.user), container
         )

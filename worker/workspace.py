@@ -596,10 +596,13 @@ def run_setup(
             command, run_dir.workspace, timeout_s=scenario.setup_timeout_s, env=env, user=user
         )
         if not result.ok:
+            # What it said on stderr, else on stdout (`make` and many tools), else nothing:
+            # "exit code 1", not "exit code 1: ".
+            said = (result.stderr.strip() or result.stdout.strip())[-500:]
             why = (
                 f"timed out after {scenario.setup_timeout_s:g} s"
                 if result.timed_out
-                else result.error or f"exit code {result.exit_code}: {result.stderr.strip()[-500:]}"
+                else result.error or f"exit code {result.exit_code}" + (f": {said}" if said else "")
             )
             raise SetupError(f"setup command {command!r} failed: {why}")
 

@@ -58,6 +58,8 @@ printf '{{"correctness": %s, "style": 1, "details": {{"note": "x"}}}}' "$ok" \\
     # Vacuous: rewards an untouched /app.
     "vacuous": "echo 1 > /logs/verifier/reward.txt\n",
 }
+# Sound, but its solution fails without a word (the test writes its solve.sh).
+TASKS["unsolved"] = TASKS["sound"]
 
 # Looks for the answer wherever a run can read, and answers with what it found. The
 # jail's root (/app/..) holds the host's folders: the system's software and package
@@ -175,15 +177,17 @@ def test_preflight_runs_the_oracle_and_the_verifier_in_the_jail_and_names_broken
     tiers = """
   - {id: a}
   - {id: b}"""
-    matrix = _matrix(tmp_path / "exp", ["sound", "silent", "vacuous"], tiers)
+    matrix = _matrix(tmp_path / "exp", ["sound", "silent", "vacuous", "unsolved"], tiers)
+    (matrix.parent / "tasks" / "unsolved" / "solution" / "solve.sh").write_text("exit 3\n")
     checked = run_cli("preflight", str(matrix), env=fleet_env)
     assert checked.returncode == 2, (checked.stdout, checked.stderr)
     rows = {tuple(line.split()[:2]): line.split() for line in checked.stdout.splitlines()}
     # Columns: tier, scenario, cli, run, transcript, gates, vacuous, reference, ...
-    assert [rows["a", s][6:8] for s in ("sound", "silent", "vacuous")] == [
+    assert [rows["a", s][6:8] for s in ("sound", "silent", "vacuous", "unsolved")] == [
         ["no", "passes"],
         ["no", "fails"],
         ["yes", "passes"],
+        ["no", "fails"],
     ]
     problems = [line for line in checked.stderr.splitlines() if line.startswith("scenario ")]
     # Each once, for all tiers: run once per task, not per tier.
@@ -191,6 +195,8 @@ def test_preflight_runs_the_oracle_and_the_verifier_in_the_jail_and_names_broken
         "scenario silent: the oracle (the task's solution) fails: "
         "verifier: no /logs/verifier/reward.txt or reward.json",
         "scenario vacuous: its verifier passes the untouched environment: its tests check nothing",
+        # Nothing said: no colon left dangling after its exit code.
+        "scenario unsolved: the oracle (the task's solution) fails: solve.sh: exit code 3",
     ], checked.stderr
 
 

@@ -241,6 +241,10 @@ scenarios:
         ("broken-setup", "setup command 'exit 3' failed"),
         ("no-agent", "agent could not start (exit 127)"),
     }
+    # `exit 3` printed nothing: no colon dangles after its exit code.
+    assert {r.fail_reason for r in runs if r.scenario == "broken-setup"} == {
+        "setup command 'exit 3' failed: exit code 3"
+    }
     assert len(runs) == 6 and not any(NOT_RUN_NOTE in (r.fail_reason or "") for r in runs)
     assert "stopped" not in stderr
 

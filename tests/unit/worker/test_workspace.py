@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import SetupError
 from core.evaluation.credentials import RunAs
 from core.matrix import Scenario, Tier
 from tests.support.trees import nest
@@ -25,6 +26,7 @@ from worker.workspace import (
     keep_spares,
     prepare,
     put_away,
+    run_setup,
     spread_out,
     with_tests,
 )
@@ -287,3 +289,22 @@ def test_a_git_system_config_the_run_chose_is_kept(tmp_path: Path) -> None:
         assert git_identity(run_dir, chosen) == {}
     # Written all the same, for a container to mount: it decides by its image's variables.
     assert b"email = agent@evalfleet.invalid" in run_dir.git_config.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("false", "exit code 1"),  # was "exit code 1: ", the colon dangling
+        ("echo ' ' >&2; exit 4", "exit code 4"),
+        ("echo missing.h >&2; echo building; exit 2", "exit code 2: missing.h"),
+        ("echo 'make: *** [all] Error 1'; exit 2", "exit code 2: make: *** [all] Error 1"),
+    ],
+)
+def test_a_failed_setup_says_its_exit_code_and_what_it_printed_if_anything(
+    tmp_path: Path, command: str, why: str
+) -> None:
+    run_dir = RunDir(tmp_path)
+    run_dir.workspace.mkdir()
+    with pytest.raises(SetupError) as failed:
+        run_setup(run_dir, Scenario(id="s0", prompt="go", setup=[command]), dict(os.environ))
+    assert str(failed.value) == f"setup command {command!r} failed: {why}"
