@@ -110,12 +110,13 @@ def status_line(info: ExperimentInfo) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
     state = info.status.value
     if info.status == ExperimentStatus.complete and info.errors:
-        state = f"complete with {info.errors} infrastructure errors"
+        state = f"complete with {plural(info.errors, 'infrastructure error')}"
     ran = info.completed_runs - info.cancelled - info.not_run
     not_run = f"  {info.not_run} not run (budget)" if info.not_run else ""
     return (
         f"{info.id}  {state:<9} {ran}/{info.total_runs} runs ran  {info.passes} passed  "
-        f"{info.errors} infrastructure errors  {info.cancelled} cancelled{not_run}  {when}"
+        f"{plural(info.errors, 'infrastructure error')}  {info.cancelled} cancelled{not_run}  "
+        f"{when}"
     )
 
 

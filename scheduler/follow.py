@@ -226,8 +226,13 @@ def _announce_halts(store: Store, exp_id: str, console: Console, announced: set[
         command = agent.command if agent.kind == "command" else f"openai loop @ {agent.base_url}"
         others = sum(map(matrix.runs_for, matrix.scenarios)) > matrix.fail_fast
         console.print(
-            f"[red]tier {tier} stopped:[/red] its first {matrix.fail_fast} runs all ended with "
-            "the same infrastructure error"
+            f"[red]tier {tier} stopped:[/red] "
+            + (
+                "its first run ended with an infrastructure error"
+                if matrix.fail_fast == 1
+                else f"its first {matrix.fail_fast} runs all ended with the same infrastructure "
+                "error"
+            )
             + (", so its other runs are not run" if others else "")
             + ".\n"
             f"  error: {escape(visible(reason))}\n  agent: {escape(command or '')}",

@@ -73,7 +73,7 @@ def check_size(matrix: Matrix) -> None:
     most = max_runs()
     if matrix.total_runs() > most:
         raise PlanTooLarge(
-            f"{len(matrix.tiers)} tiers x {len(matrix.scenarios)} scenarios x "
+            f"{plural(len(matrix.tiers), 'tier')} x {plural(len(matrix.scenarios), 'scenario')} x "
             f"{describe_runs(matrix)} = {matrix.total_runs():,} runs, more than one "
             f"experiment may have ({most:,}, {ENV_MAX_RUNS}): lower runs_per_tier or "
             "split the matrix"

@@ -165,7 +165,8 @@ def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: b
     # (the embedded ones started here), not sent a second time.
     now = store.experiments.info(exp_id)  # unrecord took results back
     kept = (
-        f"; {now.not_run} runs not run for the budget stay so (`--budget USD` raises it)"
+        f"; {plural(now.not_run, 'run')} not run for the budget "
+        f"{'stays' if now.not_run == 1 else 'stay'} so (`--budget USD` raises it)"
         if now.not_run
         else ""
     )
@@ -181,7 +182,7 @@ def _resume(conn: Connection, exp_id: str, budget: float | None, retry_errors: b
         f"experiment {exp_id}: re-sending {plural(len(pending), 'run')}: "
         f"{len(cancelled)} cancelled before they started, "
         + (f"{len(not_run)} not run for the budget, " if budget is not None else "")
-        + (f"{len(errors)} infrastructure errors, " if retry_errors else "")
+        + (f"{plural(len(errors), 'infrastructure error')}, " if retry_errors else "")
         + (f"{never_sent} never sent (its submit stopped part-way), " if never_sent else "")
         + f"{len(pending) - unstarted} with no result, lease or message; "
         f"{found.queued} still queued, {found.running} running{kept}",

@@ -222,7 +222,7 @@ def _tail(console: Console, name: str, excerpt: Excerpt) -> None:
     if not excerpt.text:
         return
     lines, earlier = _last_lines(excerpt, TAIL_LINES)
-    size = f"{excerpt.total_bytes} bytes"
+    size = plural(excerpt.total_bytes, "byte")
     if earlier or excerpt.cut:
         last = "last " if earlier else ""
         _section(console, f"{name} ({last}{plural(len(lines), 'line')} shown of {size})")

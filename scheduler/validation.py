@@ -204,7 +204,7 @@ def task_lines(matrix: Matrix) -> list[str]:
         formats = Counter(task_format(s.task) or "?" for s in scenarios if s.task is not None)
         docker = sum(_needs_docker(s) for s in scenarios)
         lines.append(
-            f"  tasks in {_shown(folder, matrix)}/: {len(scenarios)} scenarios ("
+            f"  tasks in {_shown(folder, matrix)}/: {plural(len(scenarios), 'scenario')} ("
             + ", ".join(f"{n} {kind}" for kind, n in sorted(formats.items()))
             + f"); needs sandbox: docker for {docker} (their own image), bwrap for "
             f"{len(scenarios) - docker} (they run on this system)"
@@ -283,7 +283,7 @@ def _judge_line(matrix: Matrix) -> str:
         )
         return (
             f"judge: {judge.protocol} {judge.model} @ {judge.base_url}, "
-            f"for {len(judged)} of {len(matrix.scenarios)} scenarios{repeats}{unset}"
+            f"for {len(judged)} of {plural(len(matrix.scenarios), 'scenario')}{repeats}{unset}"
         )
     asked = [s.id for s in matrix.scenarios if s.evaluation.judge is not None]
     if not asked:
@@ -342,7 +342,8 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
     )
     if scenarios < 2:
         lines = [
-            head + f"(the level one of the {tests} run-level tests must reach alone: with "
+            head
+            + f"(the level one of the {plural(tests, 'run-level test')} must reach alone: with "
             "one scenario the report asks nothing across scenarios)",
             f"  on this scenario: {these}",
             "  on scenarios like these: not answered: it needs two scenarios or more",
@@ -351,7 +352,8 @@ def planning(matrix: Matrix, icc: float = PLANNING_ICC, said: str | None = None)
         ]
     else:
         lines = [
-            head + f"(the level one of the {tests} tests across scenarios must reach alone), "
+            head + f"(the level one of the {plural(tests, 'test')} across scenarios must reach "
+            "alone), "
             f"intra-scenario correlation "
             f"{said or f'{icc:g} assumed (--icc; a report measures it)'}, design effect "
             f"{design_effect(runs, icc):.2f}",
@@ -401,7 +403,7 @@ def _what_would_detect(scenarios: int, runs: int, icc: float, level: float) -> s
         if runs_alone(scenarios) is not None
         else f"no number of runs on {scenarios} scenarios would"
         if more_runs is None
-        else f"{scenarios} scenarios x {more_runs} runs"
+        else f"{plural(scenarios, 'scenario')} x {plural(more_runs, 'run')}"
     )
     return (
         f"to detect {points(PLANNING_TARGET)} on scenarios like these: "

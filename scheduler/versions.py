@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import InputError, WorkersDied
 from core.matrix import Matrix, load_matrix, load_rubric
 from core.results.report import ExperimentReport
+from core.wording import plural
 from scheduler.connection import Connection
 from scheduler.experiments import status_line
 
@@ -87,7 +88,9 @@ def rejudge(
         "note": "rejudged" + (": " + ", ".join(changed) if changed else " (same judge)"),
     }
     runs = store.experiments.info(exp_id).completed_runs
-    what = f"judging {len(judged)} of {runs} runs again with {judge.model} x{judge.repeats}"
+    what = (
+        f"judging {len(judged)} of {plural(runs, 'run')} again with {judge.model} x{judge.repeats}"
+    )
     return _send(conn, exp_id, matrix, plan, what)
 
 
@@ -125,7 +128,7 @@ def rescore(
         "note": "rescored" + (f": gates of {gates_from}" if gates_from else ""),
     }
     runs = store.experiments.info(exp_id).completed_runs
-    what = f"gating {archived} of {runs} runs again on their archived workspaces"
+    what = f"gating {archived} of {plural(runs, 'run')} again on their archived workspaces"
     return _send(conn, exp_id, matrix, plan, what)
 
 

@@ -55,6 +55,7 @@ from core.store.attempts import Delivery
 from core.store.evidence import EncodedEvidence
 from core.store.health import HealthNote
 from core.store.results import Finished
+from core.wording import plural
 from fleet.app import BROKER_DOWN
 from worker.agents.command import run_command_agent
 from worker.agents.openai_agent import run_openai_agent
@@ -294,7 +295,7 @@ def _attempt(
     if attempts > matrix.max_attempts:
         gave_up = error_result(
             spec,
-            f"gave up after {attempts - 1} deliveries: each ended without a result "
+            f"gave up after {plural(attempts - 1, 'delivery')}: each ended without a result "
             "(the run killed its worker or the worker was lost)",
             attempts,
             started,

@@ -165,7 +165,7 @@ def budget_report(budget: Budget, runs: Group) -> BudgetReport:
         )
         if limit is not None
     ]
-    state = f"budget reached: {', '.join(spends)}, {not_run} runs not run"
+    state = f"budget reached: {', '.join(spends)}, {plural(not_run, 'run')} not run"
     return BudgetReport(
         agent_usd=budget.agent_usd,
         judge_usd=budget.judge_usd,
@@ -292,7 +292,7 @@ def isolation_line(isolations: Sequence[str | None]) -> str | None:
     counts = Counter(i for i in isolations if i is not None)
     if len(counts) == 1:
         return ISOLATIONS[next(iter(counts))]
-    return ", ".join(f"{name} ({n} runs)" for name, n in sorted(counts.items())) or None
+    return ", ".join(f"{name} ({plural(n, 'run')})" for name, n in sorted(counts.items())) or None
 
 
 def cross_tier(reports: dict[str, TierReport], baseline: str) -> CrossTierResult:

@@ -54,6 +54,7 @@ from core.llm.client import Deadline, LLMHttp, LLMReply, excerpt
 from core.matrix import JudgeConfig, ModelPrice, Rubric, ScenarioJudge
 from core.results.record import Record
 from core.results.run import GateResult, JudgeResponse, JudgeResult
+from core.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +282,7 @@ def _ask_until_valid(
                 ]
     except LLMError as exc:
         return None, text, str(exc)
-    return None, text, f"malformed answer after {max_answers} attempts: {problem}"
+    return None, text, f"malformed answer after {plural(max_answers, 'attempt')}: {problem}"
 
 
 # --- the prompt -------------------------------------------------------------------------------

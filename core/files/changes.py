@@ -27,6 +27,7 @@ from pathlib import Path
 
 from core.evidence.text import encodable
 from core.files.tree import walk
+from core.wording import plural
 
 MAX_LINE_CHARS = 200
 HASH_LIMIT = 1 << 20
@@ -65,8 +66,10 @@ def summarize_changes(
     `after`: the workspace's snapshot when the caller took it already."""
     files = (after or snapshot(workspace)).files
     if before is None:
-        header = f"{len(files)} files in the workspace (nothing to compare with)"
-        lines = [f"  {encodable(p)} ({size} bytes)" for p, (size, _) in sorted(files.items())]
+        header = f"{plural(len(files), 'file')} in the workspace (nothing to compare with)"
+        lines = [
+            f"  {encodable(p)} ({plural(size, 'byte')})" for p, (size, _) in sorted(files.items())
+        ]
         return _bounded(header, lines, max_files)
 
     added, modified, deleted = _changed(before, files)
@@ -77,9 +80,9 @@ def summarize_changes(
         f"{len(modified)} modified, {len(deleted)} deleted"
     )
     lines = (
-        [f"  added: {encodable(p)} ({files[p][0]} bytes)" for p in added]
+        [f"  added: {encodable(p)} ({plural(files[p][0], 'byte')})" for p in added]
         + [
-            f"  modified: {encodable(p)} ({before.files[p][0]} -> {files[p][0]} bytes)"
+            f"  modified: {encodable(p)} ({before.files[p][0]} -> {plural(files[p][0], 'byte')})"
             for p in modified
         ]
         + [f"  deleted: {encodable(p)}" for p in deleted]

@@ -40,6 +40,7 @@ import certifi
 
 from core.errors import DeadlineExceeded, LLMError, UnusableURL
 from core.matrix import MAX_WAIT_S
+from core.wording import plural
 
 if TYPE_CHECKING:
     # Imported where a call is made: httpx (and the rich console its command line
@@ -153,7 +154,8 @@ class LLMHttp:
                 wait = _wait_s(attempt - 1, failed.retry_after_s)
                 if wait >= deadline.left():
                     raise LLMError(
-                        f"{failed.reason} after {attempt - 1} attempts, and no time left before "
+                        f"{failed.reason} after {plural(attempt - 1, 'attempt')}, and no time "
+                        "left before "
                         f"the {deadline.seconds:g} s deadline to try again{_colon(failed.detail)}"
                     )
                 (on_retry or _log_retry)(str(failed), wait)
@@ -163,7 +165,9 @@ class LLMHttp:
                 return outcome
             failed = outcome
         assert failed is not None
-        raise LLMError(f"{failed.reason} after {self.attempts} attempts{_colon(failed.detail)}")
+        raise LLMError(
+            f"{failed.reason} after {plural(self.attempts, 'attempt')}{_colon(failed.detail)}"
+        )
 
     def _try(
         self, url: str, payload: Any, headers: Mapping[str, str] | None, deadline: Deadline

@@ -367,8 +367,9 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
         else:
             what = f"once the cause is mended, {retry}"
         err.print(
-            f"{errors} of {report.experiment.total_runs} runs were infrastructure errors, kept out "
-            f"of the statistics; most common ({count}): {visible(reason)}\n{what}",
+            f"{errors} of {plural(report.experiment.total_runs, 'run')} "
+            + ("was an infrastructure error" if errors == 1 else "were infrastructure errors")
+            + f", kept out of the statistics; most common ({count}): {visible(reason)}\n{what}",
             soft_wrap=True,
             markup=False,
         )

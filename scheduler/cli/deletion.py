@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.errors import InputError
+from core.wording import plural
 from scheduler.cli.context import CLIContext, err, pass_cli, size
 from scheduler.cli.options import broker_option
 
@@ -42,7 +43,9 @@ def delete(cli: CLIContext, experiment: str, yes: bool, force: bool) -> None:
     fleet = cli.fleet()
     doomed = fleet.deletable(experiment, force=force)
     _confirm(
-        f"delete experiment {experiment} ({doomed.keys} keys, {size(doomed.stored_bytes)})?", yes
+        f"delete experiment {experiment} ({plural(doomed.keys, 'key')}, "
+        f"{size(doomed.stored_bytes)})?",
+        yes,
     )
     _deleted(experiment, fleet.delete(experiment, force=force), doomed.stored_bytes)
 
@@ -89,21 +92,25 @@ def prune(cli: CLIContext, age: float, dry_run: bool, yes: bool, force: bool) ->
     total = size(sum(found.doomed.values()))
     if not found.doomed or dry_run:
         note = " (dry run: nothing deleted)" if dry_run else ""
-        click.echo(f"{len(found.doomed)} experiments, {total}{note}")
+        click.echo(f"{plural(len(found.doomed), 'experiment')}, {total}{note}")
         return
-    _confirm(f"delete these {len(found.doomed)} experiments ({total})?", yes)
+    these = (
+        "this experiment" if len(found.doomed) == 1 else f"these {len(found.doomed)} experiments"
+    )
+    _confirm(f"delete {these} ({total})?", yes)
     for exp_id, stored in found.doomed.items():  # running ones are among them only with --force
         _deleted(exp_id, fleet.delete(exp_id, force=True), stored)
-    click.echo(f"deleted {len(found.doomed)} experiments, {total}")
+    click.echo(f"deleted {plural(len(found.doomed), 'experiment')}, {total}")
 
 
 def _deleted(exp_id: str, deleted: Deleted, stored: int) -> None:
-    files = f", {deleted.files} evidence files" if deleted.files else ""
-    click.echo(f"deleted {exp_id}: {deleted.keys} keys, {size(stored)}{files}")
+    files = f", {plural(deleted.files, 'evidence file')}" if deleted.files else ""
+    click.echo(f"deleted {exp_id}: {plural(deleted.keys, 'key')}, {size(stored)}{files}")
     if deleted.unreachable:
         err.print(
-            f"{len(deleted.unreachable)} evidence files of {exp_id} could not be removed from "
-            f"here, e.g. {deleted.unreachable[0]}: remove them where the artifacts folder is",
+            f"{plural(len(deleted.unreachable), 'evidence file')} of {exp_id} could not be "
+            f"removed from here, e.g. {deleted.unreachable[0]}: remove "
+            f"{'it' if len(deleted.unreachable) == 1 else 'them'} where the artifacts folder is",
             soft_wrap=True,
             markup=False,
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.stats.choices import PLANNING_ICC
+from core.wording import plural
 from scheduler.cli.context import USAGE_ERROR, err
 from scheduler.cli.options import icc_option
 
@@ -107,7 +108,7 @@ def run_preflight(
     unknown = sum(s is None for s in spends)
     tokens = "this preflight's" if live else "the scripted"
     click.echo(f"estimated spend of the experiment: ${known:.4f} at {tokens} tokens"
-               + (f" ({unknown} cells with no known price)" if unknown else ""),
+               + (f" ({plural(unknown, 'cell')} with no known price)" if unknown else ""),
                err=aside)  # fmt: skip
     for line in planning(matrix, icc):
         click.echo(line, err=aside)

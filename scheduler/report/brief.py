@@ -59,7 +59,10 @@ def verdict_table(report: ExperimentReport) -> Table:
     notes = [multiplicity_note(report.multiplicity), *split, *unseen, *integrity(report)]
     errors = sum(t.errors for t in report.tiers.values())
     if errors:
-        notes.append(f"{errors} infrastructure errors are kept out of these figures")
+        notes.append(
+            f"{plural(errors, 'infrastructure error')} {'is' if errors == 1 else 'are'} kept out "
+            "of these figures"
+        )
     # Only a counted run's model without a price leaves a cost unknown: infrastructure
     # errors have no cost, and a price would change nothing for them.
     unpriced = [tier_id for tier_id, t in report.tiers.items() if t.cost_unknown_runs]

@@ -67,7 +67,8 @@ def per_pass(cost_of_pass: float | None) -> str:
 
 def points(difference: float) -> str:
     """A difference of pass rates in points, as a reader says it: 0.629 is 63 points."""
-    return f"{difference * 100:.0f} points"
+    shown = f"{difference * 100:.0f}"
+    return f"{shown} point" + ("" if shown == "1" else "s")
 
 
 def duration(seconds: float | None) -> str:

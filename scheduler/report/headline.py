@@ -142,7 +142,7 @@ def integrity(report: ExperimentReport) -> list[str]:
     for tier_id, t in report.tiers.items():
         if t.tampered:
             lines.append(
-                f"{tier_id}: {t.tampered} runs changed the files evaluation reads "
+                f"{tier_id}: {plural(t.tampered, 'run')} changed the files evaluation reads "
                 "(status tampered: counted as failures)"
             )
     lines += lopsided_outages(report)
@@ -172,10 +172,13 @@ def footer(report: ExperimentReport) -> list[str]:
             f"cost unknown for {plural(unknown, 'run')} ({add_prices(report.tiers.values())})"
         )
     for reason, count in list(report.error_reasons.items())[:MAX_ERROR_REASONS]:
-        lines.append(f"infrastructure error ({count} runs): {reason}")
+        lines.append(f"infrastructure error ({plural(count, 'run')}): {reason}")
     more = len(report.error_reasons) - MAX_ERROR_REASONS
     if more > 0:
-        lines.append(f"and {more} other infrastructure errors: `report --format json --runs`")
+        lines.append(
+            f"and {more} other {'kind' if more == 1 else 'kinds'} of infrastructure error: "
+            "`report --format json --runs`"
+        )
     return lines
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from html import escape
 
 from core.results.report import ExperimentReport, Interval, NoInterval, TierReport
+from core.wording import plural
 from scheduler.report.brief import cut, failure_reasons, verdict_table
 from scheduler.report.charts import (
     Bar,
@@ -81,7 +82,10 @@ def html_report(
         runs = runs_section(report, shown, evidence or {}, reasons=[r for r, _, _ in reasons])
         style = _STYLE + RUNS_STYLE
         contents = [
-            ("failure-reasons", f"Failure reasons ({sum(n for _, n, _ in reasons)} runs)"),
+            (
+                "failure-reasons",
+                f"Failure reasons ({plural(sum(n for _, n, _ in reasons), 'run')})",
+            ),
             ("runs", f"Runs ({len(shown)}): every run with its evidence"),
             *contents,
         ]
@@ -141,9 +145,13 @@ def _failures(reasons: list[tuple[str, int, str]], runs: int) -> str:
         for i, (reason, n, _) in enumerate(reasons[:MOST_FAILURES_SHOWN])
     )
     more = len(reasons) - MOST_FAILURES_SHOWN
-    notes = [f"of {runs} runs; click a reason for its runs in the run table"] if rows else []
+    notes = (
+        [f"of {plural(runs, 'run')}; click a reason for its runs in the run table"] if rows else []
+    )
     if more > 0:
-        notes.append(f"and {more} other reasons: the run table's reason filter has them all")
+        notes.append(
+            f"and {plural(more, 'other reason')}: the run table's reason filter has them all"
+        )
     body = (
         f'<div class="table-scroll"><table><thead><tr><th>runs</th><th class="label">reason'
         f"</th></tr></thead><tbody>{rows}</tbody></table></div>"

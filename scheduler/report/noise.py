@@ -4,6 +4,7 @@ result against the baseline the noise alone could explain."""
 from __future__ import annotations
 
 from core.results.report import ExperimentReport, Verdict
+from core.wording import plural
 from scheduler.report.formatting import Table, num, pct, signed
 
 
@@ -41,7 +42,7 @@ def judge_noise(report: ExperimentReport) -> Table | None:
         for tier_id, t in summary.tiers.items()
     ]
     notes = [
-        f"{summary.judgments} judgments, {summary.cached} from cache",
+        f"{plural(summary.judgments, 'judgment')}, {summary.cached} from cache",
         "judge variance: mean over runs of the sample variance of their K judgments; judge SD "
         "of a run's score: sqrt(judge variance / K); run-to-run variance: sample variance of "
         "the runs' scores (each the mean of its K); judge share: (judge variance / K) / "

@@ -23,6 +23,7 @@ from importlib.resources import files
 
 from core.results.report import ExperimentReport
 from core.results.run import OUTCOMES, RunResult
+from core.wording import plural
 from scheduler.report.brief import cut, failure_reason
 from scheduler.report.formatting import duration, num
 
@@ -83,7 +84,7 @@ def runs_section(
         f'<table class="runs"><thead><tr>{head}</tr></thead><tbody id="runs-body"></tbody>'
         "</table></div>"
         '<ul class="notes">'
-        f"<li>{len(ordered)} runs, {embedded} with evidence; click a run (or press "
+        f"<li>{plural(len(ordered), 'run')}, {embedded} with evidence; click a run (or press "
         "Enter on it) for its gates, judge, transcript, output and attempts</li>"
         + (
             f"<li>{_left_out(left_out, evidence_budget)} `scheduler show RUN_ID` shows "

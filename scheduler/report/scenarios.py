@@ -35,6 +35,7 @@ from core.stats.clustered import (
     PLANNING_TARGET,
     scenarios_to_detect,
 )
+from core.wording import plural
 from scheduler.report.formatting import (
     NO_INTERVAL,
     Table,
@@ -474,8 +475,9 @@ def _planning_sentence(tier_id: str, c: ScenarioComparison) -> list[str]:
     )
     return [
         f"{tier_id}: planning, at the intra-scenario correlation observed "
-        f"({num(plan.icc, 2)}), the smallest difference in pass rate {plan.scenarios} "
-        f"scenarios x {plan.runs} runs detect ({plan.power:.0%} power at "
+        f"({num(plan.icc, 2)}), the smallest difference in pass rate "
+        f"{plural(plan.scenarios, 'scenario')} x {plural(plan.runs, 'run')} detect "
+        f"({plan.power:.0%} power at "
         f"{plan.alpha:.3g}): {THESE} {difference(plan.these_scenarios)}; {LIKE_THESE} "
         f"{difference(plan.like_these)}, with twice the scenarios "
         f"{difference(plan.like_these_twice_the_scenarios)}, with twice the runs "
@@ -503,7 +505,9 @@ def scenarios_would(runs: int, icc: float, level: float) -> str:
     like these at intra-scenario correlation `icc`, a test at `level`."""
     more = scenarios_to_detect(PLANNING_TARGET, runs, icc, level)
     return (
-        f"more than {MOST_PLANNED} scenarios" if more is None else f"{more} scenarios x {runs} runs"
+        f"more than {MOST_PLANNED} scenarios"
+        if more is None
+        else f"{plural(more, 'scenario')} x {plural(runs, 'run')}"
     )
 
 

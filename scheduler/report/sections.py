@@ -5,6 +5,7 @@ scheduler.report.headline, .verdicts, .metric_tables and .noise."""
 from __future__ import annotations
 
 from core.results.report import ExperimentReport
+from core.wording import plural
 from scheduler.report.formatting import Table
 from scheduler.report.headline import summary
 from scheduler.report.metric_tables import (
@@ -31,7 +32,7 @@ def header(report: ExperimentReport) -> str:
         version = f" — report version {report.version} ({report.version_note})"
     return (
         f"{e.name} ({e.id}): {e.status.value}, {e.completed_runs}/{e.total_runs} runs, "
-        f"{counted} counted, {e.passes} passed, {e.errors} infrastructure errors, "
+        f"{counted} counted, {e.passes} passed, {plural(e.errors, 'infrastructure error')}, "
         f"{e.cancelled} cancelled{not_run}{version}"
     )
 

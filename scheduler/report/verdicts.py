@@ -23,6 +23,7 @@ from core.results.report import (
     TierReport,
     Verdict,
 )
+from core.wording import plural
 from scheduler.report.formatting import (
     PASS_RATE,
     Table,
@@ -48,9 +49,10 @@ ACROSS_SCENARIOS = "across-scenario"
 def corrected_across(m: Multiplicity, family: str) -> str:
     """How a family's p-values were corrected, its tests counted and named: the one
     wording of every count of tests, in every format."""
+    tests = plural(m.tests, f"{family} test")
     if m.correction == "none":
-        return f"not corrected across the {m.tests} {family} tests"
-    return f"{CORRECTION_NAMES[m.correction]}-corrected across the {m.tests} {family} tests"
+        return f"not corrected across the {tests}"
+    return f"{CORRECTION_NAMES[m.correction]}-corrected across the {tests}"
 
 
 def multiplicity_note(m: Multiplicity | None) -> str:

@@ -88,7 +88,7 @@ def test_seven_of_ten_reads_0_700_with_its_interval_in_every_format(
     t1 = next(line for line in table.splitlines() if line.startswith("T1    (all)"))
     # runs counted, infra errors, cancelled, passes, then the headline pass rate.
     assert t1.split()[2:6] == ["10", "1", "1", "7"] and SEVEN_OF_TEN in t1
-    assert "1 infrastructure errors, 1 cancelled" in table.splitlines()[0]
+    assert "1 infrastructure error, 1 cancelled" in table.splitlines()[0]
 
     markdown = _cli(fleet_env, "report", exp, "--format", "markdown")
     assert f"| {HEADER} |" in markdown

@@ -85,8 +85,8 @@ def test_non_utf8_file_names_and_output_leave_each_run_the_outcome_its_gates_giv
         evidence = store.evidence.get(exp_id, run.run_id)
         assert evidence is not None
         # The names are shown, their undecodable bytes escaped, not dropped.
-        assert "added: bad\\xffname.txt (1 bytes)" in evidence.changes_summary
-        assert "added: dir\\xc0/f\\xfe (1 bytes)" in evidence.changes_summary
+        assert "added: bad\\xffname.txt (1 byte)" in evidence.changes_summary
+        assert "added: dir\\xc0/f\\xfe (1 byte)" in evidence.changes_summary
         assert "+++ b/bad\\xffname.txt" in evidence.patch.text
         assert "out \ufffd\ufffd done" in evidence.stdout.text
         assert evidence.cuts == []  # nothing of it went missing
@@ -236,8 +236,8 @@ def test_show_and_reports_write_out_what_would_disguise_a_name_or_a_line(
     shown = run_cli("show", f"{exp_id}:T0:s:0", env=env)
     assert shown.returncode == 0, shown.stderr
     _undisguised(shown.stdout)
-    assert "added: invoice\\u202etxt.exe (1 bytes)" in shown.stdout
-    assert f"added: notes {LEGIBLE}.md (1 bytes)" in shown.stdout  # legible text stays
+    assert "added: invoice\\u202etxt.exe (1 byte)" in shown.stdout
+    assert f"added: notes {LEGIBLE}.md (1 byte)" in shown.stdout  # legible text stays
     assert f"{HIDDEN_SHOWN} {LEGIBLE}" in shown.stdout.split("\nstdout (")[1]
     assert f"{HIDDEN_SHOWN} {LEGIBLE}" in shown.stdout.split("\nstderr (")[1]
     # Where the output depends on a terminal: each form printed to one.

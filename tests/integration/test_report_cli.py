@@ -254,7 +254,7 @@ def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
         "0.0725",  # mean cost 0.0145 / pass rate 0.2
     ]
     assert table_row(shown, "T1")[1:3] == [t1_verdict, "8/9"]
-    assert "1 infrastructure errors are kept out of these figures" in shown
+    assert "1 infrastructure error is kept out of these figures" in shown
     # The reasons, most common first, each with a run that failed so.
     reasons = shown.split("Most common failure reasons (10 runs failed)")[1]
     assert [table_row(reasons, n)[1] for n in ("6", "3", "1")] == [

@@ -92,7 +92,13 @@ def test_prune_removes_only_old_experiments_and_delete_spares_running_ones(
     pruned = _cli("prune", "--older-than", "30d", "--yes", env=env)
     assert pruned.returncode == 0, pruned.stderr
     assert keys_of(old) == [] and old not in store.redis.zrange(store.keys.experiments(), 0, -1)
-    assert f"deleted {old}" in pruned.stdout and "1 evidence files" in pruned.stdout
+    assert f"deleted {old}" in pruned.stdout
+    assert re.search(r", 1 evidence file$", pruned.stdout, re.M), pruned.stdout
+    # One experiment, said so ("1 experiments" before).
+    assert re.search(
+        r"^1 experiment, [\d.]+ [KM]?B \(dry run: nothing deleted\)$", dry.stdout, re.M
+    )
+    assert re.search(r"^deleted 1 experiment, [\d.]+ [KM]?B$", pruned.stdout, re.M), pruned.stdout
     assert not on_disk.exists() and not (artifacts / old).exists()
     assert keys_of(running) == before[running] and keys_of(recent) == before[recent]
 

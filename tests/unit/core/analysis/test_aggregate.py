@@ -351,7 +351,7 @@ def test_a_budget_notice_keeps_small_spends_apart_from_their_limit() -> None:
     small = budget_report(Budget(agent_usd=0.03, judge_usd=2), runs)
     assert (
         small.notice
-        == "budget reached: $0.0266 of $0.03 spent, judge $0.00 of $2.00 spent, 1 runs not run"
+        == "budget reached: $0.0266 of $0.03 spent, judge $0.00 of $2.00 spent, 1 run not run"
     )
     large = budget_report(Budget(agent_usd=1250), Group.of([make_run(cost=1234.5)]))
     assert large.notice == "budget: $1,234.50 of $1,250.00 spent"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -279,6 +280,21 @@ def test_bash_values_are_never_taken_for_programs_missing_here(tmp_path: Path) -
             warnings
         ), (command, result.stderr)
         assert warnings.count("is run by the agent's command") == 1, (command, result.stderr)
+
+
+def test_one_is_said_in_the_singular(tmp_path: Path) -> None:
+    """One run a tier: "65 scenarios x 1 runs" and "for 1 of 1 scenarios" read wrong."""
+    one = GOOD.replace("runs_per_tier: 3", "runs_per_tier: 1")
+    result = run_cli("validate", str(write(tmp_path, one)), env=KEYED)
+    assert result.returncode == 0, result.stderr
+    assert "2 tiers x 1 scenario x 1 run = 2 runs" in result.stdout
+    assert "for 1 of 1 scenario" in result.stdout and "1 scenario x 1 run a tier" in result.stdout
+    more = "".join(f'  - {{id: s{i}, prompt: "do it"}}\n' for i in range(2, 8))
+    seven = one.replace("judge: {model: gpt-4o-mini", more + "judge: {model: gpt-4o-mini")
+    result = run_cli("validate", str(write(tmp_path, seven)), env=KEYED)
+    assert result.returncode == 0, result.stderr
+    assert "to detect 30 points on scenarios like these: 65 scenarios x 1 run; " in result.stdout
+    assert not re.search(r"\b1 (runs|scenarios|tests)\b", result.stdout), result.stdout
 
 
 def test_validate_summarizes_a_good_matrix(tmp_path: Path) -> None:
