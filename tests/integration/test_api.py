@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import collections
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,39 @@ scenarios:
         outcomes = sorted((r.run_index, r.passed, r.gates[0].passed) for r in runs)
         assert outcomes == [(0, True, True), (1, True, True)]
         assert fleet.report().experiment.id == sent.experiment_id  # the latest
+
+
+def test_the_readmes_example_runs_as_written_and_counts_as_the_report_does(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The README's Python example, run as written from a folder with an
+    examples/matrix.yaml: a tier's line is passes over runs counted, as the README
+    defines a pass rate (it printed passes over runs, infrastructure errors included)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'fleet.submit("examples/matrix.yaml")' in example
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "matrix.yaml").write_text(
+        """
+name: readme-api
+runs_per_tier: 3
+agent: {command: "echo done > out.txt", timeout_s: 30}
+tiers: [{id: T0}]
+scenarios:
+  - id: s
+    prompt: p
+    setup: ['[ "$EVALFLEET_RUN_INDEX" != 0 ]']
+    evaluation: {gates: [{type: file_contains, path: out.txt, substring: done}]}
+"""
+    )
+    env = {k: v for k, v in os.environ.items() if k != "EVALFLEET_BROKER_URL"}
+    env["EVALFLEET_WORKDIR"] = fleet_env["EVALFLEET_WORKDIR"]
+    ran = subprocess.run(
+        [sys.executable, "-c", example], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["T0 2/2 passed"]  # run 0's setup failed: not counted
 
 
 def _local_workers() -> list[int]:
