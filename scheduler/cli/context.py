@@ -357,7 +357,8 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
             + " again (with the files as submitted: a fix in the matrix folder needs a new submit)"
         )
         if judged == errors:
-            what = f"their agents and gates ran but the judge failed: once it answers, {rejudge}"
+            ran = "its agent and gates" if judged == 1 else "their agents and gates"
+            what = f"{ran} ran but the judge failed: once it answers, {rejudge}"
         elif judged:
             what = (
                 f"once the cause is mended, first for the {plural(errors - judged, 'run')} "

@@ -227,7 +227,7 @@ scenarios:
         gated, clean = runs["gated"], runs["clean"]
         assert (gated.status, gated.passed) == (RunStatus.completed, False)
         assert gated.judge is not None and gated.judge.weighted_score is None
-        down = "HTTP 500 after 1 attempts: " + json.dumps({"error": {"message": "stub status 500"}})
+        down = "HTTP 500 after 1 attempt: " + json.dumps({"error": {"message": "stub status 500"}})
         assert gated.judge.error == down
         assert gated.fail_reason == f"gates failed: file_exists; judge error: {down}"
         # No judge score: impl rate is the gates' share (docs: without a judge).
@@ -239,8 +239,8 @@ scenarios:
         said = " ".join(result.stderr.split())
         assert "--retry-errors" not in said
         assert said.endswith(
-            "1 of 2 runs were infrastructure errors, kept out of the statistics; most common "
-            f"(1): judge error: {down} their agents and gates ran but the "
+            "1 of 2 runs was an infrastructure error, kept out of the statistics; most common "
+            f"(1): judge error: {down} its agent and gates ran but the "
             f"judge failed: once it answers, `scheduler rejudge {exp_id}` judges it again from "
             "what the judge was shown, without starting any agent"
         ), said
