@@ -37,6 +37,7 @@ from fleet.broker import (
     PRIVATE_DIR,
     STATE_DIR,
     embedded_url,
+    open_log,
     running_embedded_broker,
 )
 from fleet.nodes import node_names
@@ -102,12 +103,15 @@ class EmbeddedRedis:
         return binary
 
     def start(self) -> str:
+        if self.state_dir.is_dir():
+            owners_only(self.state_dir)
         running = running_embedded_broker(self.state_dir)
         if running and _answers(running):
             self.url = running
             return running
         self.made_state_dir = not self.state_dir.exists()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.state_dir.chmod(0o700)  # mkdir's mode passes through the umask
         self.private.mkdir(mode=0o700, exist_ok=True)
         self.private.chmod(0o700)  # made by an older version, or with another mode
         socket_path = self._socket_path()
@@ -131,8 +135,9 @@ class EmbeddedRedis:
                     tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
                     raise EmbeddedError(f"the embedded Redis did not start: {tail}")
                 time.sleep(0.01)  # it answers within ~20 ms: each poll is a refused connect
-            (self.state_dir / EMBEDDED_STATE).write_text(
-                json.dumps({"socket": str(socket_path), "pid": self.proc.pid})
+            _write_private(
+                self.state_dir / EMBEDDED_STATE,
+                json.dumps({"socket": str(socket_path), "pid": self.proc.pid}),
             )
             mark("cli: embedded Redis answers")
         except BaseException:
@@ -250,6 +255,22 @@ def _quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def owners_only(state_dir: Path) -> None:
+    """Every file and folder under `state_dir` that this user owns made its own only, as
+    this version makes them: one an older version left readable to all (its worker.log
+    quotes each run's id and whether it passed, which an agent of a later run, a user of
+    its own, read to copy the passing runs' answers; the store's files, the logs)."""
+    me = os.geteuid()
+    for folder, _, names in os.walk(state_dir):
+        for path in (folder, *(os.path.join(folder, name) for name in names)):
+            with contextlib.suppress(OSError):  # gone meanwhile: nothing to keep private
+                info = os.lstat(path)
+                kind = stat.S_IFMT(info.st_mode)
+                mine = info.st_uid == me and kind in (stat.S_IFREG, stat.S_IFDIR)
+                if mine and info.st_mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
+
+
 def _write_private(path: Path, text: str) -> None:
     """`text` in a file only its owner may read, from its first byte on."""
     path.unlink(missing_ok=True)
@@ -325,13 +346,14 @@ class LocalWorkers:
             self.concurrency, self.queues, hostname=self.hostname, events=False, split=True
         )
         args += ["--grace", f"{_RUNS_GRACE_S:g}"]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # The CLI's standby process, when it started one, has its imports behind it.
         self.proc = standby.hand_over(args, env, str(self.log_path))
         if self.proc is not None:
             mark("cli: worker handed to the standby")
             return
-        with self.log_path.open("ab") as log:
+        log = open_log(self.log_path)
+        try:
             self.proc = subprocess.Popen(
                 [*WORKER_MODULE, *args],
                 env=env,
@@ -339,6 +361,8 @@ class LocalWorkers:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        finally:
+            os.close(log)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

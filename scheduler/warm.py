@@ -444,7 +444,9 @@ def start_worker(
     then starts as usual)."""
     if served_from is None:
         return None
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    from fleet.broker import open_log
+
+    fd = open_log(log)
     try:
         argv = [worker_main, *args]
         conn = request(served_from, "worker", argv, env, os.getcwd(), [0, fd, fd], key())

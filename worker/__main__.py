@@ -139,7 +139,9 @@ def standby() -> list[str] | None:
     order = json.loads(line)
     os.environ.clear()
     os.environ.update(order["env"])
-    log = os.open(order["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    from fleet.broker import open_log
+
+    log = open_log(order["log"])
     for stream in (1, 2):
         os.dup2(log, stream)
     os.close(log)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import uuid
@@ -198,3 +199,66 @@ def test_an_agent_on_a_fleet_finds_the_password_in_no_process_and_reaches_no_key
     assert _keys_reached(found, _harness_endpoint(fleet_env["EVALFLEET_BROKER_URL"])) == {}
     assert found["reached"][f"tcp:{server.port}"] == {"auth": "refused", "keys": []}
     assert outcome == ("completed", False)
+
+
+# The red team's agent: the submitter's folder from the embedded socket's path in
+# /proc/net/unix (or the test's word for it, should the socket be elsewhere), then the
+# worker log, whose line for each finished run says whether it passed; it copies what a
+# passing run did (here: the log itself) and so passes its own gate.
+_LOG_READER = r"""
+id -u > "$SEEN/uid"
+for folder in $(grep -o '/[^ ]*/\.evalfleet/private/redis\.sock' /proc/net/unix \
+                | sed 's#/\.evalfleet/private/redis\.sock$##') "$SUBMITTER"; do
+  for file in worker.log redis.log redis.json; do
+    if cat "$folder/.evalfleet/$file" > /dev/null 2>&1; then
+      echo "$folder/.evalfleet/$file" >> "$SEEN/read"
+    fi
+  done
+  if grep -h "'passed': True" "$folder/.evalfleet/worker.log" > answers 2>/dev/null; then
+    cp answers out.txt
+  fi
+done
+true
+"""
+
+
+def test_an_agent_reads_no_log_of_its_own_embedded_submit_even_one_an_older_version_left(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An agent of a user of its run's own (workers as root, `sandbox: auto`) goes for
+    the embedded mode's worker log in the submitter's folder: its lines of earlier runs
+    say which passed. The folder and its files are the submitter's only, those an older
+    version left readable to all included (tightened as the command starts)."""
+    env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    seen = shared_with_agents(tmp_path / "seen", folder=True)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    old = home / ".evalfleet"
+    old.mkdir(mode=0o755)
+    old.chmod(0o755)
+    for name, text in (
+        ("worker.log", "succeeded: {'run_id': 't-1:T0:s:0', 'status': 'completed', "
+                       "'passed': True}\n"),
+        ("redis.log", "an older Redis's log\n"),
+    ):  # fmt: skip
+        (old / name).write_text(text)
+        (old / name).chmod(0o644)
+    command = f"SEEN={seen} SUBMITTER={home} bash -c {shlex.quote(_LOG_READER)}"
+    matrix = command_matrix(tmp_path / "m", command, runs=2)
+    result = run_cli("submit", str(matrix), "--json", "--workers", "1", env=env, cwd=home)
+    assert result.returncode == 0, result.stderr
+
+    exp_id = json.loads(result.stdout)["experiment"]["id"]
+    shown = run_cli("report", exp_id, "--format", "json", "--runs", env=env, cwd=home)
+    runs = json.loads(shown.stdout)["runs"]
+    assert [(run["status"], run["passed"]) for run in runs] == [("completed", False)] * 2
+    assert int((seen / "uid").read_text()) != os.geteuid()  # confined: a user of its own
+    assert not (seen / "read").exists(), (seen / "read").read_text()
+    assert "'passed': True" in (old / "worker.log").read_text()  # there was a pass to copy
+    others = {
+        str(path.relative_to(home)): oct(_mode(path))
+        for path in (old, *old.rglob("*"))
+        if (path.is_file() or path.is_dir()) and _mode(path) & 0o077
+    }
+    assert others == {}
