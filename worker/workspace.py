@@ -311,6 +311,7 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
             target = _inside(run_dir.workspace, dest)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
+            _keep_runnable(source, target)
         _write_in_place(run_dir.prompt_file, prompt.encode())
         # A spare's prompt keeps its inode, and the access time the last agent's read
         # set (at a moment of its choosing) would reach this run: both times set anew.
@@ -320,6 +321,16 @@ def _fill(run_dir: RunDir, tier: Tier, scenario: Scenario, prompt: str) -> None:
                 (run_dir.logs / folder).mkdir(parents=True)
     except OSError as exc:
         raise SetupError(f"preparing the workspace failed: {exc}") from exc
+
+
+def _keep_runnable(source: Path, target: Path) -> None:
+    """A tier's file that is a program (`files: {agent.sh: agent.sh}`, run as
+    `./agent.sh`) stays one in the workspace, as a template's files do: copyfile makes
+    every file plain (each run: "Permission denied", exit 126). Its shipped copy is
+    read-only; the workspace's is the run's to change, as it always was."""
+    runnable = source.stat().st_mode & 0o111
+    if runnable:
+        target.chmod(stat.S_IMODE(target.stat().st_mode) | runnable)
 
 
 # Slot users have no passwd entry, and a run's home no git config: git refused every

@@ -188,6 +188,37 @@ scenarios:
     assert "agent.command: 'agent.py' is a file next to the matrix" not in bare.stderr
 
 
+def test_the_tier_files_fix_validate_names_runs_the_agent_it_copies(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store, start_worker: StartWorker
+) -> None:
+    """`command: ./agent.sh` beside the matrix is refused with two fixes; the second, the
+    tier's `files: {agent.sh: agent.sh}`, passes validate and then runs: the copy in each
+    workspace is still a program (it was a plain file, every run an infrastructure
+    error "agent could not start (exit 126): ... Permission denied")."""
+    agent = tmp_path / "agent.sh"
+    agent.write_text("#!/bin/bash\ntouch out.txt\n")
+    agent.chmod(0o755)
+    text = """\
+name: relfix
+runs_per_tier: 2
+agent: {command: ./agent.sh}
+tiers: [{id: A}]
+scenarios: [{id: s1, prompt: p, evaluation: {gates: [{type: file_exists, path: out.txt}]}}]
+"""
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(text)
+    refused(store, fleet_env, matrix, "or copy it into the workspace with the tier's "
+            "`files: {agent.sh: agent.sh}`")  # fmt: skip
+    matrix.write_text(text.replace("[{id: A}]", "[{id: A, files: {agent.sh: agent.sh}}]"))
+    checked = run_cli("validate", str(matrix), env=fleet_env)
+    assert checked.returncode == 0, checked.stderr
+    start_worker(concurrency=1)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    runs = store.results.all(json.loads(result.stdout)["experiment"]["id"])
+    assert [(r.status, r.passed, r.fail_reason) for r in runs] == [("completed", True, None)] * 2
+
+
 def test_arguments_and_case_patterns_are_not_taken_for_programs(
     tmp_path: Path, fleet_env: dict[str, str], store: Store, start_worker: StartWorker
 ) -> None:
