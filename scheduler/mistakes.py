@@ -15,6 +15,11 @@ Each would otherwise show only once money is spent:
   that name). An error, unless the run's workspace gets that file (a tier's
   `files:`, the scenario's `workspace:` template, or a `setup:` command naming it).
   The fix is `$EVALFLEET_MATRIX_DIR/agent.py`, the matrix's folder on every worker.
+- A gate's command (every gate type with one, `script` included), a setup command or
+  a scenario's `reference:` that names a file under `$EVALFLEET_MATRIX_DIR` which the
+  matrix folder lacks (a typo in `checks/test.py`): every run's gate would fail, counted
+  as the agent failing, or every setup would. An error naming the file and the fix.
+  (`./check.sh` is the workspace's, which the agent or a template may fill: no error.)
 - An agent command run by a relative path that is not next to the matrix
   (`./run.sh`): a warning, as the workspace may well hold it; it says where
   commands run.
@@ -51,10 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from core.errors import ConfigError
-from core.matrix import PRESETS, ConfigProblem, Matrix, Scenario, Tier, problem_at
+from core.matrix import PRESETS, CommandGate, ConfigProblem, Matrix, Scenario, Tier, problem_at
 from core.matrix.suggestions import did_you_mean
 from core.metrics.pricing import BUILTIN_PRICES, price_for
-from scheduler.shellwords import Run, runs_of
+from scheduler.shellwords import Run, runs_of, words_of
 
 # One flag for every API key this machine lacks and the workers may hold; the judge's
 # own name for it is kept as an alias (scheduler.cli.options).
@@ -70,7 +75,7 @@ def refuse_mistakes(
     """Raise ConfigError with every mistake that would waste the experiment; return the
     warnings (what may be a mistake but need not be)."""
     path = Path(matrix_file)
-    errors = _relative_files(matrix, path)
+    errors = _relative_files(matrix, path) + _missing_matrix_files(matrix, path)
     if not allow_missing_keys:
         errors += _missing_agent_keys(matrix, path) + _missing_judge_key(matrix, path)
     if errors:
@@ -417,6 +422,48 @@ def _off_path(matrix: Matrix, path: Path) -> list[ConfigProblem]:
                 f'"agent could not start (exit 127)" on a worker without it; {fix}'
             )
             problems.setdefault((command.loc, word), problem_at(path, command.loc, message))
+    return list(problems.values())
+
+
+def _graders(scenario: Scenario) -> list[tuple[tuple[str | int, ...], str, str]]:
+    """The scenario's commands besides the agent's, each with its key and what a run
+    gets when it cannot run as written."""
+    failing_gate = "every run's gate would fail for it, counted as the agent failing"
+    found: list[tuple[tuple[str | int, ...], str, str]] = [
+        (("evaluation", "gates", index, "command"), gate.command, failing_gate)
+        for index, gate in enumerate(scenario.evaluation.gates)
+        if isinstance(gate, CommandGate)
+    ]
+    found += [
+        (("setup", index), command, "every run's setup would fail (an infrastructure error)")
+        for index, command in enumerate(scenario.setup)
+    ]
+    if scenario.reference is not None:
+        found.append((("reference",), scenario.reference, "the preflight's reference would fail"))
+    return found
+
+
+def _missing_matrix_files(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    """Each file a gate's, a setup's or a reference's command names under
+    $EVALFLEET_MATRIX_DIR that the matrix folder lacks: the folder is shipped as it is,
+    read-only, so no run can have it."""
+    problems: dict[tuple[tuple[str | int, ...], str], ConfigProblem] = {}
+    for number, scenario in enumerate(matrix.scenarios):
+        for key, command, outcome in _graders(scenario):
+            loc = ("scenarios", number, *key)
+            for word in words_of(command):
+                # `--check=$EVALFLEET_MATRIX_DIR/x.py`, `.../test_x.py::test_y` (pytest's)
+                named = word.partition("=")[2] if word.startswith("-") else word
+                shipped = _in_matrix_dir(matrix, named.partition("::")[0])
+                if shipped is None or shipped.exists() or any(c in named for c in "*?["):
+                    continue
+                relative = shipped.relative_to(matrix.base_dir or "/")
+                message = (
+                    f"{word!r} names {relative}, which the matrix folder "
+                    f"({matrix.base_dir}) does not have: {outcome}. Correct the name, or add "
+                    f"{relative} to the matrix folder"
+                )
+                problems.setdefault((loc, word), problem_at(path, loc, message))
     return list(problems.values())
 
 

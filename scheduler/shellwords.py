@@ -64,6 +64,12 @@ def runs_of(command: str) -> list[Run]:
     return _Reader().read(_words(command))
 
 
+def words_of(command: str) -> list[str]:
+    """`command`'s words and operators as bash splits them (quotes removed); none when
+    bash would not parse it."""
+    return _words(command)
+
+
 def _words(command: str) -> list[str]:
     """`command`'s words and operators as bash splits them (quotes removed), with its
     comments and here-documents' bodies left out; none when bash would not parse it."""

@@ -219,6 +219,73 @@ scenarios: [{id: s1, prompt: p, evaluation: {gates: [{type: file_exists, path: o
     assert [(r.status, r.passed, r.fail_reason) for r in runs] == [("completed", True, None)] * 2
 
 
+GATECHECK = """\
+name: gatecheck
+runs_per_tier: 2
+agent: {command: 'touch out.txt && printf "exit 0\\n" > check.sh'}
+tiers: [{id: T0}]
+scenarios:
+  - id: s2
+    prompt: "write out.txt"
+    setup: ['cp "${EVALFLEET_MATRIX_DIR}/seeds/seed.txt" .']
+    evaluation:
+      gates:
+        - {type: script, command: 'python3 "$EVALFLEET_MATRIX_DIR/checks/missing.py"'}
+        - {type: command_output_contains, substring: ok,
+           command: 'python3 $EVALFLEET_MATRIX_DIR/checks/ok.py && bash ./check.sh'}
+"""
+
+
+def test_a_gate_or_setup_naming_a_file_the_matrix_folder_lacks_is_refused(
+    tmp_path: Path, fleet_env: dict[str, str], store: Store, start_worker: StartWorker
+) -> None:
+    """A typo in a gate's script path made every run fail its gate, counted as the agent
+    failing (0/2 "gates failed: script"), though validate and preflight passed it. Now
+    each file named under $EVALFLEET_MATRIX_DIR that the matrix folder lacks is refused
+    at its key; the workspace's `./check.sh`, which the agent writes, is not. Corrected,
+    the runs pass."""
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "ok.py").write_text("print('ok')\n")
+    (tmp_path / "checks" / "present.py").write_text(
+        "import pathlib, sys\nsys.exit(0 if pathlib.Path('out.txt').exists() else 1)\n"
+    )
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "seeds" / "seed.txt").write_text("seed\n")
+    text = GATECHECK
+    where = place(text, "'python3 \"$EVALFLEET_MATRIX_DIR/checks/missing.py")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(text)
+    refused(
+        store,
+        fleet_env,
+        matrix,
+        f"matrix.yaml:{where}: "
+        "scenarios.0.evaluation.gates.0.command: '$EVALFLEET_MATRIX_DIR/checks/missing.py' "
+        "names checks/missing.py, which the matrix folder",
+        "every run's gate would fail for it, counted as the agent failing. Correct the name, "
+        "or add checks/missing.py to the matrix folder",
+        "1 problem(s)",  # the setup's file and the other gate's are there; ./check.sh is not
+    )
+    (tmp_path / "seeds" / "seed.txt").unlink()
+    refused(
+        store,
+        fleet_env,
+        matrix,
+        "scenarios.0.setup.0: '${EVALFLEET_MATRIX_DIR}/seeds/seed.txt' names seeds/seed.txt",
+        "scenarios.0.evaluation.gates.0.command",
+        "2 problem(s)",
+    )
+    (tmp_path / "seeds" / "seed.txt").write_text("seed\n")
+    matrix.write_text(text.replace("missing.py", "present.py"))
+    checked = run_cli("preflight", str(matrix), env=fleet_env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    start_worker(concurrency=1)
+    result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert result.returncode == 0, result.stderr
+    runs = store.results.all(json.loads(result.stdout)["experiment"]["id"])
+    assert [(r.status, r.passed) for r in runs] == [("completed", True)] * 2
+
+
 def test_arguments_and_case_patterns_are_not_taken_for_programs(
     tmp_path: Path, fleet_env: dict[str, str], store: Store, start_worker: StartWorker
 ) -> None:

@@ -276,3 +276,58 @@ scenarios:
     )
     unboxed = run_cli("validate", str(path), env=None)
     assert unboxed.returncode == 0 and "where: host" not in unboxed.stderr
+
+
+GATED = """\
+name: m
+runs_per_tier: 1
+agent: {{kind: command, command: "touch out.txt", timeout_s: 30}}
+tiers: [{{id: T0}}]
+scenarios:
+  - id: s
+    prompt: go
+    evaluation: {{gates: [{{type: {gate}, command: {command}{extra}}}]}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "refused"),
+    [
+        ('python3 "$EVALFLEET_MATRIX_DIR/checks/missing.py"', ["checks/missing.py"]),
+        ("bash ${EVALFLEET_MATRIX_DIR}/check.sh", ["check.sh"]),
+        ("my-check --config=$EVALFLEET_MATRIX_DIR/gone.yaml", ["gone.yaml"]),
+        ('pytest "$EVALFLEET_MATRIX_DIR/tests/test_gone.py::test_a"', ["tests/test_gone.py"]),
+        ('pytest "$EVALFLEET_MATRIX_DIR/checks/here.py::test_a"', []),
+        ('python3 "$EVALFLEET_MATRIX_DIR/checks/here.py" out.txt', []),
+        ('cd "$EVALFLEET_MATRIX_DIR/checks" && ./here.py', []),
+        # The workspace's, which the agent or a template fills; a glob; another variable.
+        ("./check.sh && bash check.sh", []),
+        ("ls $EVALFLEET_MATRIX_DIR/*.yaml", []),
+        ('python3 "$EVALFLEET_MATRIX_DIR/$EVALFLEET_TIER.py"', []),
+    ],
+)
+@pytest.mark.parametrize(
+    ("gate", "extra"),
+    [
+        ("script", ""),
+        ("command_succeeds", ""),
+        ("command_output_contains", ", substring: ok"),
+        ("command_output_matches", ", pattern: ok"),
+        ("command_json_path", ", path: $.a, assertion: exists"),
+    ],
+)
+def test_a_gate_naming_a_file_the_matrix_folder_lacks(
+    tmp_path: Path, command: str, refused: list[str], gate: str, extra: str
+) -> None:
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "here.py").write_text("print('ok')\n")
+    path = tmp_path / "matrix.yaml"
+    path.write_text(GATED.format(gate=gate, command=json.dumps(command), extra=extra))
+    try:
+        validate(path)
+        found = []
+    except ConfigError as exc:
+        problems = [problem(p) for p in exc.problems]
+        assert {p.field for p in problems} == {"scenarios.0.evaluation.gates.0.command"}
+        found = [p.message.split(" names ")[1].split(",")[0] for p in problems]
+    assert found == refused
