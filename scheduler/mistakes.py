@@ -32,8 +32,11 @@ Each would otherwise show only once money is spent:
   cost, cost of pass and a budget's count are unknown.
 - Agents that would run unconfined (`sandbox: none`, or `auto` on a machine not
   running as root): a warning, since such an agent could rewrite or read what it
-  is graded with (worker.confinement); and hidden tests whose folder on this machine
-  other users may read, which a run user of an embedded run could.
+  is graded with (worker.confinement); and, for agents that run as a user of their
+  own (`auto`, `user`), the matrix file, rubrics, solutions and hidden tests of the
+  submitter's folder that other users of this machine may read, which a run user of
+  an embedded run (or of a worker on this machine) could: the fixes are `chmod o-rx`
+  on the folder, or `sandbox: bwrap`, whose jail masks it.
 
 Only what a command runs is looked at (scheduler.shellwords): the command word of
 each simple command and the script an interpreter is given. Its arguments are not:
@@ -543,6 +546,21 @@ def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
         )
         for loc, tiers in unconfined.items()
     ]
+    return problems + _readable_to_run_users(matrix, path)
+
+
+def _readable_to_run_users(matrix: Matrix, path: Path) -> list[ConfigProblem]:
+    """What grades the runs, as the submitter's folder holds it, where any user of this
+    machine may read it: a run's own user (a root worker's `sandbox: auto`) is such a
+    user, and an agent of an embedded run, or of a worker beside the submitter, finds
+    the folder (its embedded socket's path is in /proc/net/unix) and reads the gates,
+    the reference and the rubric it is graded with, or the tests. bwrap's jail masks
+    the folder (worker.sandbox), docker's never shows it."""
+    exposed = [t.id for t in matrix.tiers if matrix.agent_for(t).sandbox in ("auto", "user")]
+    if not exposed:
+        return []
+    fix = "or set `sandbox: bwrap` on the agent, whose jail masks the folder"
+    problems = []
     readable_tasks = []
     for index, scenario in enumerate(matrix.scenarios):
         if scenario.task is not None and scenario.tests is not None:
@@ -558,7 +576,7 @@ def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
                     ("scenarios", index, "tests"),
                     f"{scenario.tests} may be read by other users of this machine, which a "
                     "run's own user is: an embedded run's agent could read its tests here. "
-                    f"`chmod o-rx {scenario.tests}` (or a folder above it)",
+                    f"`chmod o-rx {scenario.tests}` (or a folder above it), {fix}",
                 )
             )
     if readable_tasks:
@@ -573,7 +591,42 @@ def _unconfined(matrix: Matrix, path: Path) -> list[ConfigProblem]:
                 f"`chmod o-rx {top}` (or a folder above it)",
             )
         )
+    graders = {path.resolve(): "the matrix file"}
+    for scenario in matrix.scenarios:
+        judge = scenario.evaluation.judge
+        if judge is not None and judge.rubric is not None:
+            graders.setdefault(judge.rubric.resolve(), "the rubric")
+        if scenario.solution is not None:
+            graders.setdefault(scenario.solution.resolve(), "the solution")
+    readable = {file: what for file, what in graders.items() if _others_read_file(file)}
+    if readable:
+        folder = Path(os.path.commonpath([f.parent for f in readable]))
+        named = ", ".join(f"{what} {file}" for file, what in readable.items())
+        problems.append(
+            problem_at(
+                path,
+                (),
+                f"{named} may be read by other users of this machine, a run's own user "
+                f"included (the agents of {_tiers(exposed)} run as one on a root worker): an "
+                "agent of an embedded run, or of a worker on this machine, could find this "
+                "folder and read what it is graded with (the gates, the `reference:`, the "
+                "rubrics). "
+                f"`chmod o-rx {folder}` (or a folder above it), {fix}",
+            )
+        )
     return problems
+
+
+def _others_read_file(path: Path) -> bool:
+    """Whether other users may read `path` (a file, or a folder's entries): every folder
+    above it lets them pass, and it lets them read."""
+    try:
+        if path.is_dir():
+            return _others_read(path)
+        passable = all(p.stat().st_mode & 0o001 for p in path.parents)
+        return passable and bool(path.stat().st_mode & 0o004)
+    except OSError:
+        return False
 
 
 def _others_read(folder: Path) -> bool:

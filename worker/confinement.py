@@ -78,7 +78,8 @@ class Confinement:
     """A delivery's confinement: its isolation, the user it runs as (`user`), the
     experiment's folder (`files`) and the paths of it the agent must not see
     (`hidden`: masked under bwrap, unreadable to `user`). Under bwrap: a task's
-    `workdir` (worker.sandbox) and whether the jail has the host's network."""
+    `workdir` (worker.sandbox), whether the jail has the host's network, and the
+    submitter's own folder and files on this machine (`away`), masked."""
 
     isolation: Isolation
     user: RunAs | None = None
@@ -86,6 +87,7 @@ class Confinement:
     hidden: tuple[Path, ...] = ()
     workdir: str | None = None
     network: bool = False
+    away: tuple[Path, ...] = ()
 
     def end_agent(self) -> None:
         """The agent's time is over: nothing of its user outlives it (before the hidden
@@ -105,6 +107,7 @@ class Confinement:
             workdir=self.workdir,
             network=self.network,
             binds=binds,
+            away=self.away,
         )
 
 
@@ -125,11 +128,13 @@ def confined(
     files: Path | None = None,
     hidden: Sequence[Path] = (),
     scenario: Scenario | None = None,
+    away: Sequence[Path] = (),
 ) -> Iterator[Confinement]:
     """The delivery's confinement while the block runs (a user leased under `user`, and
     under `bwrap` on a root worker), with the task's solution in the run for an agent
     that runs it (the oracle). A benchmark task's environment only a jail holds:
-    raises SetupError for a sandbox without one."""
+    raises SetupError for a sandbox without one. `away`: the submitter's own folder and
+    files on this machine (worker.files.submitted_from), which a jail masks."""
     environment = scenario.environment if scenario is not None else None
     kind = isolation(agent, task=environment is not None)
     if environment is not None and kind not in ("bwrap", "docker"):
@@ -153,7 +158,7 @@ def confined(
     if not leased:
         if runs_solution:
             with_solution(run_dir, scenario, None)
-        yield Confinement(kind, None, files, tuple(hidden), workdir, network)
+        yield Confinement(kind, None, files, tuple(hidden), workdir, network, tuple(away))
         return
     if os.geteuid() != 0:
         raise SetupError(
@@ -171,7 +176,7 @@ def confined(
     with run_user(run_dir) as user:
         if runs_solution:
             with_solution(run_dir, scenario, user)
-        yield Confinement(kind, user, files, tuple(hidden), workdir, network)
+        yield Confinement(kind, user, files, tuple(hidden), workdir, network, tuple(away))
 
 
 def _reachable(folder: Path) -> None:

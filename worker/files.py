@@ -67,6 +67,16 @@ class LocalFiles:
             return []
         return [self.folder / name for name in self.manifest.hidden]
 
+    def submitted_from(self) -> list[Path]:
+        """The submitter's own matrix folder and the files it named outside it, where
+        they are on this machine (an embedded run, a worker beside the submitter): the
+        matrix, its rubrics, references and tests as they were written, readable to
+        every user unless the submitter closed them. `sandbox: bwrap` masks them."""
+        if self.manifest is None:
+            return []
+        named = [*([self.manifest.root] if self.manifest.root else []), *self.manifest.outside]
+        return [path for path in map(Path, named) if path != Path("/") and path.exists()]
+
     def restore(self) -> None:
         if self.manifest is not None:
             restore(self.manifest, self.fetch, cache_root())

@@ -436,6 +436,7 @@ def _prepared(
             files.folder,
             files.hidden_paths(),
             scenario,
+            away=files.submitted_from(),
         ) as jail:
             run_setup(run_dir, scenario, env, jail.user)
             yield run_dir, env, jail

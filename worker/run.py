@@ -344,7 +344,14 @@ def _run(
         agent = matrix.agent_for(tier)
         try:
             confinement = held.enter_context(
-                confined(agent, run_dir, files.folder, files.hidden_paths(), scenario)
+                confined(
+                    agent,
+                    run_dir,
+                    files.folder,
+                    files.hidden_paths(),
+                    scenario,
+                    away=files.submitted_from(),
+                )
             )
             run_setup(run_dir, scenario, env, confinement.user)
             # A task's container seeds the workspace with its image's workdir.

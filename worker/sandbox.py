@@ -8,11 +8,12 @@ verifier) or the solution at /solution (the oracle). It has a private /tmp and
 /dev, its own PID, IPC and UTS namespaces, and only its workspace, its logs, its
 events file and its own home writable, its prompt file readable. The worker's home
 (but for the software its PATH finds there), the work folder (other deliveries),
-the cache of experiments' files (others' hidden tests) and the experiment's hidden
-files (worker.confinement) are masked. bwrap dies with its
-parent, and the run's process-group kill reaches the jail too. A worker running as
-root starts bwrap as the run's own uid (worker.confinement), so even a way out of
-the namespaces leaves it unprivileged.
+the cache of experiments' files (others' hidden tests), the experiment's hidden
+files (worker.confinement) and the submitter's own matrix folder where it is on this
+machine (an embedded run: its matrix, rubrics and tests as written) are masked.
+bwrap dies with its parent, and the run's process-group kill reaches the jail too.
+A worker running as root starts bwrap as the run's own uid (worker.confinement), so
+even a way out of the namespaces leaves it unprivileged.
 
 The network is a fresh namespace with only loopback, unless the run needs more
 (`network=True`, worker.run decides): an agent CLI must reach its model.
@@ -39,6 +40,7 @@ from worker.workspace import RunDir
 _OWN_TOP = ("proc", "dev", "tmp")
 
 
+# wide: the jail's parts, each its own keyword that the callers that have it name
 def bwrap_argv(
     run_dir: RunDir,
     files: Path | None,
@@ -47,12 +49,14 @@ def bwrap_argv(
     workdir: str | None = None,
     network: bool = False,
     binds: Mapping[str, Path] | None = None,
+    away: Sequence[Path] = (),
 ) -> list[str]:
     """The argv prefix that runs `bash -c COMMAND` in the sandbox; raises SetupError.
     `files`: the experiment's folder (worker.files), shown read-only wherever it is;
     `hidden`: its paths masked. `workdir`: a task's (core.matrix.task), where the
     workspace is shown too and the command starts, with the run's logs at /logs.
-    `binds`: more of the run's folders, by the path they are shown at (/tests)."""
+    `binds`: more of the run's folders, by the path they are shown at (/tests).
+    `away`: the submitter's own folder and files, masked (_away_masked)."""
     binary = shutil.which("bwrap")
     if binary is None:
         raise SetupError(
@@ -89,6 +93,9 @@ def bwrap_argv(
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
+        # The submitter's folder before the home: a home within it is masked again on
+        # top, with its software shown.
+        *_away_masked(away),
         *_home_masked(),
         # The work folder (other runs) and the cache of experiments' files (other
         # experiments' hidden tests, readable by a worker's own user) masked; the
@@ -148,6 +155,39 @@ def _home_masked() -> list[str]:
     # A folder within another already shown needs no bind of its own.
     tops = sorted(p for p in shown if not any(other in p.parents for other in shown))
     return ["--tmpfs", str(home), *[arg for p in tops for arg in ("--ro-bind", str(p), str(p))]]
+
+
+def _away_masked(away: Sequence[Path]) -> list[str]:
+    """The submitter's matrix folder and the files it named outside it, masked where they
+    are on this machine: the matrix (its gates, its references), the rubrics and the
+    tests as written, which the experiment's copy hides and the submitter's folder, of
+    the usual modes, shows to every user. The software the worker's PATH finds there
+    (a project's .venv) and the worker's Python are shown again, read-only. The work
+    folder, the cache and the run's own files, bound after, show through. Nothing for
+    a path a worker running as root starts the jail unable to reach (its run's uid
+    could not read it anyway)."""
+    as_root = os.geteuid() == 0
+    argv: list[str] = []
+    places = {*os.environ.get("PATH", "").split(os.pathsep), sys.prefix, sys.base_prefix}
+    for path in (p.resolve() for p in away):
+        if path == Path("/") or (as_root and not _passable(path.parents)):
+            continue
+        if not path.is_dir():
+            argv += ["--ro-bind", "/dev/null", str(path)]
+            continue
+        shown = {
+            found
+            for place in places
+            if os.path.isabs(place)
+            and (found := Path(place).resolve()).is_dir()
+            and (found == path or path in found.parents)
+            and (not as_root or _open_to_all(found, path))
+        }
+        if path in shown:
+            continue  # the worker's own software: the folder stays as it is
+        tops = sorted(p for p in shown if not any(other in p.parents for other in shown))
+        argv += ["--tmpfs", str(path), *[a for p in tops for a in ("--ro-bind", str(p), str(p))]]
+    return argv
 
 
 def _software(folder: Path, home: Path) -> set[Path]:

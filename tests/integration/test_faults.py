@@ -933,6 +933,7 @@ def test_a_broker_set_to_lose_runs_is_named_at_submit_and_at_worker_start(
 
     broker.config_set("maxmemory-policy", "noeviction")
     broker.config_set("appendonly", "yes")
+    tmp_path.chmod(0o700)  # nor the one on a matrix folder other users may read
     again = run_cli("submit", str(matrix), env=env)
     assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
 

@@ -23,6 +23,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -312,9 +313,10 @@ def test_hidden_tests_and_the_reference_reach_the_gates_and_no_agent(
     if sandbox == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
     matrix = _hidden_matrix(tmp_path / "exp", sandbox)
-    # As the README says of an embedded run's tests: kept from this machine's other users.
+    # As the README says of an embedded run's tests: kept from this machine's other users
+    # (a run's own user is one), or from the agent by a jail, which masks the folder.
     warned = run_cli("validate", str(matrix), env=fleet_env)
-    assert "may be read by other users of this machine" in warned.stderr
+    assert ("may be read by other users of this machine" in warned.stderr) == (sandbox == "auto")
     (tmp_path / "exp").chmod(0o700)
     assert "other users" not in run_cli("validate", str(matrix), env=fleet_env).stderr
     start_worker(concurrency=1)
@@ -330,6 +332,84 @@ def test_hidden_tests_and_the_reference_reach_the_gates_and_no_agent(
     # The gates had the tests, and nothing of the agent was left to copy them.
     assert [g.passed for g in run.gates] == [False, True, True], [g.message for g in run.gates]
     assert not run.passed and run.isolation == ("user" if sandbox == "auto" else "bwrap")
+
+
+@pytest.fixture
+def submitters_folder() -> Iterator[Path]:
+    """A project folder as a user's are, 0755 and outside /tmp (a jail has a /tmp of its
+    own, which would hide a folder there whatever masks it): in /var/tmp, removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="evalfleet-test-project-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# The red team's agent of an embedded run: the submitter's folder from the embedded
+# socket's path in /proc/net/unix (a jail's network namespace shows no socket there; the
+# test then names the folder, as a guess at a usual place would), the matrix file in
+# it, and the answer its reference writes, copied.
+_MATRIX_READER = r"""
+for folder in $(grep -o '/[^ ]*/\.evalfleet/private/redis\.sock' /proc/net/unix \
+                | sed 's#/\.evalfleet/private/redis\.sock$##') "$SUBMITTER"; do
+  grep -o "$SEARCHED" "$folder/matrix.yaml" 2>/dev/null | head -1 > answer.txt
+  [ -s answer.txt ] && break
+done
+true
+"""
+
+
+@pytest.mark.integration
+def test_an_embedded_runs_agent_reads_no_matrix_of_its_submitter_once_warned_of(
+    fleet_env: dict[str, str], submitters_folder: Path
+) -> None:
+    """The submitter's matrix folder, of the usual modes, is readable by every user of
+    the machine, a run's own user included: validate warns and names the fixes. Under
+    `sandbox: bwrap` the jail masks the folder, so its agent reads no matrix; under the
+    default an agent of a folder left open reads the reference's answer (what the
+    warning is for), and none once the folder is closed as the warning says."""
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("a run's own user needs a root worker; the jail, bubblewrap")
+    env = {k: v for k, v in fleet_env.items() if k != "EVALFLEET_BROKER_URL"}
+    folder = submitters_folder
+    reader = shlex.quote(_MATRIX_READER)
+    command = f"SUBMITTER={folder} SEARCHED={shlex.quote(SEARCHED)} bash -c {reader}"
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(f"""
+name: reader
+runs_per_tier: 1
+agent: {{kind: command, command: {json.dumps(command)}, timeout_s: 60}}
+tiers:
+  - {{id: T0}}
+  - {{id: jailed, agent: {{sandbox: bwrap}}}}
+scenarios:
+  - id: s
+    prompt: answer
+    reference: "echo {SECRET} > answer.txt"
+    evaluation: {{gates: [{{type: file_contains, path: answer.txt, substring: {SECRET}}}]}}
+""")
+    matrix.chmod(0o644)
+
+    warned = run_cli("validate", str(matrix), env=env)
+    assert warned.returncode == 0, warned.stderr
+    said = " ".join(warned.stderr.split())
+    assert f"the matrix file {matrix} may be read by other users of this machine" in said
+    assert f"`chmod o-rx {folder}` (or a folder above it), or set `sandbox: bwrap`" in said
+
+    def passed() -> dict[str, bool]:
+        done = run_cli("submit", str(matrix), "--json", "--workers", "2", env=env, cwd=folder)
+        assert done.returncode == 0, done.stderr
+        exp_id = json.loads(done.stdout)["experiment"]["id"]
+        shown = run_cli("report", exp_id, "--format", "json", "--runs", env=env, cwd=folder)
+        runs = json.loads(shown.stdout)["runs"]
+        assert {run["status"] for run in runs} == {"completed"}, runs
+        return {run["tier"]: run["passed"] for run in runs}
+
+    assert passed() == {"T0": True, "jailed": False}
+    folder.chmod(0o750)
+    assert "other users" not in run_cli("validate", str(matrix), env=env).stderr
+    assert passed() == {"T0": False, "jailed": False}
 
 
 def test_the_matrix_file_tests_and_rubrics_are_hidden_in_the_shipped_files(tmp_path: Path) -> None:

@@ -246,6 +246,7 @@ def test_submit_preflight_sends_nothing_unless_sound(
     assert {e.id for e in store.experiments.all()} == before  # nothing was sent
 
     sound = write_matrix(tmp_path / "sound", broken=False, judged=False)
+    (tmp_path / "sound").chmod(0o700)  # else warned of first: other users may read it
     start_worker(concurrency=2)
     sent = run_cli("submit", str(sound), "--preflight", "--wait", "--json", env=fleet_env)
     # The preflight's table went to stderr, the report alone to stdout.

@@ -41,6 +41,13 @@ pathlib.Path("out.txt").write_text("made by the agent next to the matrix")
 """
 
 
+@pytest.fixture(autouse=True)
+def _closed_to_others(tmp_path: Path, _passable_tmp_path: None) -> None:
+    # The matrix folder as the warning on a folder others may read asks it to be (its
+    # agents read the shipped copy): only the mistakes each test makes are said.
+    tmp_path.chmod(0o700)
+
+
 def place(text: str, value: str) -> str:
     """`LINE:COLUMN` of `value` in the matrix text, as error messages give it."""
     for number, line in enumerate(text.splitlines(), 1):

@@ -543,6 +543,52 @@ def test_a_jail_masks_the_workers_home_but_the_software_its_path_finds_there(
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_jail_masks_the_submitters_folder_but_the_venv_runs_and_cache_it_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The submitter's matrix folder on this machine (an embedded run) holds the matrix
+    with its references, the rubrics and the tests as written, of the usual modes: the
+    jail masks it. What the worker keeps there still shows: the project's .venv its PATH
+    finds (read-only), the work folder with the run's workspace (writable) and the cache
+    with the experiment's own copy."""
+    project = Path("/var/tmp") / f"evalfleet-test-{uuid.uuid4().hex[:8]}"
+    try:
+        (project / "rubrics").mkdir(parents=True)
+        (project / "matrix.yaml").write_text("reference: the answer\n")
+        (project / "rubrics" / "quality.yaml").write_text("the criteria\n")
+        _program(project / ".venv" / "bin" / "tool", "echo tool")
+        (project / "files" / "mine").mkdir(parents=True)
+        (project / "files" / "mine" / "check.sh").write_text("mine\n")
+        for folder in (project, *project.rglob("*")):
+            folder.chmod(0o755 if folder.is_dir() else folder.stat().st_mode | 0o644)
+        monkeypatch.setenv("PATH", f"{project / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("EVALFLEET_WORKDIR", str(project / "runs"))
+        monkeypatch.setenv("EVALFLEET_CACHE_DIR", str(project / "files"))
+        run_dir = RunDir(project / "runs" / "run")
+        run_dir.workspace.mkdir(parents=True)
+        look = (
+            f"tool; cat {project}/files/mine/check.sh; echo written > out.txt && cat out.txt; "
+            f"cat {project}/matrix.yaml {project}/rubrics/quality.yaml; ls {project}"
+        )
+        argv = [
+            *bwrap_argv(run_dir, project / "files" / "mine", away=[project]),
+            "bash",
+            "-c",
+            look,
+        ]
+        seen = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert seen.stdout.split()[:3] == ["tool", "mine", "written"], seen
+        assert "answer" not in seen.stdout and "criteria" not in seen.stdout, seen
+        assert seen.stderr.count("No such file or directory") == 2, seen
+        assert (run_dir.workspace / "out.txt").read_text() == "written\n"
+        # Without it (a worker elsewhere, or before), the jail showed them.
+        argv = [*bwrap_argv(run_dir, project / "files" / "mine"), "bash", "-c", look]
+        assert "the answer" in subprocess.run(argv, capture_output=True, text=True).stdout
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+
+
 def _program(path: Path, script: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"#!/bin/sh\n{script}\n")

@@ -22,6 +22,13 @@ scenarios: [{{id: s, prompt: go}}]
 """
 
 
+@pytest.fixture(autouse=True)
+def _closed_to_others(tmp_path: Path, _passable_tmp_path: None) -> None:
+    # The matrix folder as the warning on a folder others may read asks it to be: only
+    # the mistakes each test makes are said (test_a_folder_others_may_read_is_warned_of).
+    tmp_path.chmod(0o700)
+
+
 def matrix(tmp_path: Path, command: str, env: str = "") -> Path:
     for name in ("agent.sh", "out.txt", "input.txt", "conf.yaml"):
         (tmp_path / name).write_text("beside the matrix\n")
@@ -331,3 +338,44 @@ def test_a_gate_naming_a_file_the_matrix_folder_lacks(
         assert {p.field for p in problems} == {"scenarios.0.evaluation.gates.0.command"}
         found = [p.message.split(" names ")[1].split(",")[0] for p in problems]
     assert found == refused
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "warned"), [("auto", True), ("user", True), ("bwrap", False), ("docker", False)]
+)
+def test_a_folder_others_may_read_is_warned_of_with_its_fixes(
+    tmp_path: Path, sandbox: str, warned: bool
+) -> None:
+    """The matrix, a rubric and a solution, as the submitter's folder holds them: a run's
+    own user (`auto`, `user` on a root worker) may read them when the folder lets every
+    user in. A jail masks the folder (bwrap), a container never shows it (docker)."""
+    (tmp_path / "rubric.yaml").write_text("criteria: [{id: q, weight: 1, description: q}]\n")
+    (tmp_path / "solution.sh").write_text("echo answer > out.txt\n")
+    path = tmp_path / "matrix.yaml"
+    path.write_text(f"""\
+name: m
+runs_per_tier: 1
+agent: {{kind: command, command: "touch out.txt", sandbox: {sandbox}, timeout_s: 30,
+        docker: {{image: busybox}}}}
+tiers: [{{id: T0}}]
+judge: {{model: j, api_key_env: null, base_url: "http://127.0.0.1:9/v1"}}
+scenarios:
+  - {{id: s, prompt: go, solution: solution.sh,
+      evaluation: {{judge: {{rubric: rubric.yaml}}}}}}
+""")
+    tmp_path.chmod(0o755)
+    readable = [w.message for w in validate(path).warnings if "other users" in w.message]
+    if not warned:
+        assert readable == []
+        return
+    assert readable == [
+        f"the matrix file {path}, the rubric {tmp_path / 'rubric.yaml'}, the solution "
+        f"{tmp_path / 'solution.sh'} may be read by other users of this machine, a run's own "
+        "user included (the agents of tier T0 run as one on a root worker): an agent of an "
+        "embedded run, or of a worker on this machine, could find this folder and read what "
+        "it is graded with (the gates, the `reference:`, the rubrics). "
+        f"`chmod o-rx {tmp_path}` (or a folder above it), or set `sandbox: bwrap` on the "
+        "agent, whose jail masks the folder"
+    ]
+    tmp_path.chmod(0o750)  # the fix it names
+    assert [w for w in validate(path).warnings if "other users" in w.message] == []
