@@ -13,7 +13,12 @@ from core.wording import plural
 from scheduler.report.formatting import Table, pass_rate, per_pass
 from scheduler.report.headline import integrity
 from scheduler.report.metric_tables import add_prices
-from scheduler.report.verdicts import multiplicity_note, one_test_only, undetectable
+from scheduler.report.verdicts import (
+    multiplicity_note,
+    one_test_only,
+    stratified_tiers,
+    undetectable,
+)
 
 # Reasons listed; the rest are counted in a note.
 MOST_REASONS = 5
@@ -51,12 +56,27 @@ def verdict_table(report: ExperimentReport) -> Table:
                 per_pass(t.cost_of_pass),
             ]
         )
-        if vs is not None and vs.verdict is Verdict.no_difference and vs.detectable is not None:
+        # What the run-level test could detect says nothing of a verdict read across
+        # scenarios (verdicts.verdict leaves it out there too).
+        if (
+            vs is not None
+            and vs.verdict is Verdict.no_difference
+            and vs.detectable is not None
+            and vs.verdict_from is None
+        ):
             unseen.append(f"{tier_id}: {undetectable(vs.detectable)}")
     split = [n for tier_id, t in report.tiers.items() if (n := one_test_only(tier_id, t.analysis))]
     if split:  # a verdict beside pass rates that did not differ, explained
         split[-1] += " (a verdict is either test's: passes, composite scores)"
-    notes = [multiplicity_note(report.multiplicity), *split, *unseen, *integrity(report)]
+    against = {t: r.analysis.vs_baseline for t, r in report.tiers.items()}
+    stratified = stratified_tiers(against)
+    family = multiplicity_note(
+        report.multiplicity,
+        report.multiplicity_across_scenarios,
+        stratified,
+        others=any(vs is not None and t not in stratified for t, vs in against.items()),
+    )
+    notes = [family, *split, *unseen, *integrity(report)]
     errors = sum(t.errors for t in report.tiers.values())
     if errors:
         notes.append(

@@ -8,6 +8,7 @@ from scheduler.report.formatting import ALL, PASS_RATE, Table, num, pass_rate
 from scheduler.report.verdicts import (
     TEST_COLUMNS,
     stratified_note,
+    stratified_tiers,
     test_notes,
     unmatched_notes,
     versus,
@@ -30,7 +31,11 @@ def comparison(result: ExperimentComparison) -> Table:
     notes = [
         f"B = {result.experiment.id}, A = {result.reference.id}; deltas are B - A; "
         f"pass rate = passes / runs counted, with its {CONFIDENCE:.0%} Wilson interval",
-        *test_notes(result.multiplicity),
+        *test_notes(
+            result.multiplicity,
+            result.multiplicity_across_scenarios,
+            stratified_tiers(result.tiers),
+        ),
         *stratified_note(result.tiers),
         "regressions (tiers significantly worse in B): "
         + (", ".join(result.regressions) or "none"),

@@ -83,10 +83,16 @@ def github_report(report: ExperimentReport) -> str:
     )
     across = scenarios_section.compact_table(report)
     c = report.cross_tier
+    against_all = {t: r.analysis.vs_baseline for t, r in report.tiers.items()}
     notes = [
-        verdicts.multiplicity_note(report.multiplicity),
+        verdicts.UNADJUSTED_INTERVALS,
+        verdicts.multiplicity_note(
+            report.multiplicity,
+            report.multiplicity_across_scenarios,
+            verdicts.stratified_tiers(against_all),
+        ),
         verdicts.detectable_note(report.multiplicity),
-        *verdicts.stratified_note({t: r.analysis.vs_baseline for t, r in report.tiers.items()}),
+        *verdicts.stratified_note(against_all),
         # A verdict above that the judge's noise alone could explain: the PR reader's caveat.
         *noise.within_noise_notes(report),
     ]
@@ -185,7 +191,12 @@ def github_comparison(result: ExperimentComparison) -> str:
     )
     notes = [
         f"A = {a.id}, B = {b.id}; deltas are B - A",
-        verdicts.multiplicity_note(result.multiplicity),
+        verdicts.UNADJUSTED_INTERVALS,
+        verdicts.multiplicity_note(
+            result.multiplicity,
+            result.multiplicity_across_scenarios,
+            verdicts.stratified_tiers(result.tiers),
+        ),
         verdicts.detectable_note(result.multiplicity),
         *verdicts.stratified_note(result.tiers),
     ]

@@ -26,12 +26,13 @@ from scheduler.report.charts import (
     line_chart,
     scatter_chart,
 )
-from scheduler.report.formatting import Table, bounds, pass_share
+from scheduler.report.formatting import Table, bounds, p_value, pass_share
 from scheduler.report.runs import RUNS_STYLE, runs_section
 from scheduler.report.sections import banner, header, report_tables, scenario_tables
 from scheduler.report.verdicts import (
     COMPOSITE_MEASURE,
     PASS_RATE_MEASURE,
+    Difference,
     verdict_difference,
 )
 
@@ -184,18 +185,19 @@ def _lead(report: ExperimentReport) -> str:
 def _difference_chart(report: ExperimentReport) -> str:
     rows, bases, elsewhere = [], [], []
     for tier_id, tier in report.tiers.items():
-        found = verdict_difference(tier)
+        found = verdict_difference(tier, report.multiplicity, report.multiplicity_across_scenarios)
         if found is None:
             continue
-        basis = f"{tier_id}: {found.basis}"
+        rate_test, score_test = found.tests[PASS_RATE_MEASURE], found.tests[COMPOSITE_MEASURE]
         if found.read_from == (COMPOSITE_MEASURE,):
             elsewhere.append(tier_id)
-            basis += (
-                f"; its verdict ({found.verdict.value}) is read from its "
-                f"composite score ({found.tests[COMPOSITE_MEASURE]}), not from this "
-                f"difference ({found.tests[PASS_RATE_MEASURE]}: not significant)"
+            said = (
+                f"its verdict ({found.verdict.value}) is read from its composite score by "
+                f"{score_test}, not from this difference: {rate_test} is not significant"
             )
-        bases.append(basis)
+        else:
+            said = f"its verdict ({found.verdict.value}) comes from {rate_test} and {score_test}"
+        bases.append(f"{tier_id}: {found.basis}; {said}, {found.family}{_at_odds(found)}")
         ci = found.interval
         if isinstance(ci, Interval):
             rows.append(Estimate(tier_id, found.value, ci.low, ci.high))
@@ -208,16 +210,42 @@ def _difference_chart(report: ExperimentReport) -> str:
     # rates is within [-1, 1]).
     reach = max([abs(v) for r in rows for v in (r.value, r.low, r.high) if v is not None] or [1.0])
     bound = min(1.0, max(0.25, math.ceil(reach * 4) / 4))
-    title = f"Each tier's difference in pass rate from the baseline ({report.cross_tier.baseline})"
+    title = (
+        f"Each tier's difference in pass rate from the baseline ({report.cross_tier.baseline}), "
+        "as its verdict's tests take it, with a 95% interval not adjusted for multiple "
+        "tests: a verdict is read from its tests' adjusted p-values (below), not from the "
+        "interval"
+    )
     if elsewhere:
         title += (
-            f" (95% interval); the verdict of {', '.join(elsewhere)} is read from the "
-            "composite score instead (below)"
+            f"; the verdict of {', '.join(elsewhere)} is read from the composite score "
+            "instead (below)"
         )
-    else:
-        title += ", the one its verdict is read from (95% interval)"
     return interval_chart(
         "difference", title, rows, "difference in pass rate", (-bound, bound), notes=bases
+    )
+
+
+def _at_odds(found: Difference) -> str:
+    """Where the interval drawn and the verdict's test of the pass rate disagree (an
+    interval clear of 0 beside a test that is not significant once corrected, or the other
+    way round), why: without it the chart reads as contradicting the verdict."""
+    ci = found.interval
+    if not isinstance(ci, Interval):
+        return ""
+    clear = ci.low > 0 or ci.high < 0
+    if clear == (PASS_RATE_MEASURE in found.read_from):
+        return ""
+    test = found.tests[PASS_RATE_MEASURE]
+    adjusted = f"{test.name}'s adjusted p, {p_value(test.adjusted)},"
+    seen = (
+        f"the interval leaves out 0, yet {adjusted} is not significant"
+        if clear
+        else f"the interval holds 0, yet {adjusted} is significant"
+    )
+    return (
+        f"; {seen}: the interval is neither adjusted for the family's tests nor the test's "
+        "own, and the verdict is the test's"
     )
 
 

@@ -4,7 +4,7 @@ corrected and what the runs could not have detected."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from core.analysis.comparison import ALPHA, POWER, test_directions
@@ -55,8 +55,47 @@ def corrected_across(m: Multiplicity, family: str) -> str:
     return f"{CORRECTION_NAMES[m.correction]}-corrected across the {tests}"
 
 
-def multiplicity_note(m: Multiplicity | None) -> str:
-    """How the p-values were corrected and what the verdicts are read from."""
+def corrected_family(m: Multiplicity | None, family: str) -> str:
+    """A family's correction with what it guards at which level: "Holm-corrected across
+    the 8 across-scenario tests (family-wise error rate 0.05)"."""
+    if m is None:
+        return f"the {family} tests not corrected for multiple comparisons"
+    if m.correction == "none":
+        return f"{corrected_across(m, family)} (alpha {m.alpha:g} per test)"
+    guards = "false discovery rate" if m.correction == "bh" else "family-wise error rate"
+    return f"{corrected_across(m, family)} ({guards} {m.alpha:g})"
+
+
+# The tests a tier's verdict comes from when it has two or more scenarios.
+STRATIFIED_TESTS = "CMH and van Elteren on their scenarios"
+
+
+def multiplicity_note(
+    m: Multiplicity | None,
+    across: Multiplicity | None = None,
+    stratified: Sequence[str] = (),
+    *,
+    others: bool = True,
+) -> str:
+    """How the p-values were corrected and which family each verdict is read from: the
+    run-level tests', or for the `stratified` tiers (two or more scenarios) those of
+    the family across scenarios (`across`). `others`: whether the table has rows whose
+    verdict is run-level (a scenario row, a tier of one scenario); a table of tier rows
+    alone, each judged across its scenarios, names only that family."""
+    if stratified:
+        tiers = ", ".join(stratified)
+        if not others:
+            return (
+                "verdicts come from CMH and van Elteren on each tier's scenarios, "
+                f"{corrected_family(across, ACROSS_SCENARIOS)}"
+            )
+        run_level = (
+            corrected_family(m, RUN_LEVEL) if m is not None and m.tests else "no run-level test"
+        )
+        return (
+            f"p adj.: {run_level}; verdicts come from these p-values, except those of "
+            f"{tiers}: from {STRATIFIED_TESTS}, {corrected_family(across, ACROSS_SCENARIOS)}"
+        )
     if m is None:
         return (
             f"verdicts at alpha {ALPHA:g} per test, not corrected for multiple comparisons "
@@ -69,11 +108,12 @@ def multiplicity_note(m: Multiplicity | None) -> str:
             f"verdicts at alpha {m.alpha:g} per test, {corrected_across(m, RUN_LEVEL)} "
             "(some raw p-values fall under alpha by chance)"
         )
-    guards = "false discovery rate" if m.correction == "bh" else "family-wise error rate"
-    return (
-        f"p adj.: {corrected_across(m, RUN_LEVEL)} ({guards} {m.alpha:g}); verdicts come "
-        "from the adjusted p-values"
-    )
+    return f"p adj.: {corrected_family(m, RUN_LEVEL)}; verdicts come from the adjusted p-values"
+
+
+def stratified_tiers(tiers: Mapping[str, Comparison | None]) -> list[str]:
+    """The tiers whose verdict comes from the tests across their scenarios."""
+    return [t for t, vs in tiers.items() if vs is not None and vs.verdict_from is not None]
 
 
 def detectable_note(m: Multiplicity | None) -> str:
@@ -98,6 +138,17 @@ def verdict(c: Comparison) -> str:
     return f"{c.verdict.value} ({undetectable(c.detectable)})"
 
 
+class Tested(NamedTuple):
+    """One test a verdict is read from: its name, raw and adjusted p."""
+
+    name: str
+    p: float | None
+    adjusted: float | None
+
+    def __str__(self) -> str:
+        return f"{self.name} (p {p_value(self.p)}, adj. {p_value(self.adjusted)})"
+
+
 class Difference(NamedTuple):
     """A tier's difference in pass rate from the baseline, as its verdict's tests take it,
     and what its verdict was read from (`read_from`, the measures whose test was
@@ -108,8 +159,10 @@ class Difference(NamedTuple):
     basis: str
     verdict: Verdict
     read_from: tuple[str, ...]
-    # Each measure's test and adjusted p, named in words: "CMH p adj. 0.469".
-    tests: Mapping[str, str]
+    # Each measure's test, by measure.
+    tests: Mapping[str, Tested]
+    # The family its verdict's p-values were corrected in, in words.
+    family: str
 
 
 # The two measures a verdict is read from, each by a test of its own.
@@ -117,21 +170,29 @@ PASS_RATE_MEASURE = "pass rate"
 COMPOSITE_MEASURE = "composite score"
 
 
-def verdict_difference(tier: TierReport) -> Difference | None:
+def verdict_difference(
+    tier: TierReport, run_level: Multiplicity | None, across: Multiplicity | None
+) -> Difference | None:
     """The difference in pass rate the tier's verdict tests, with its interval: the
     Mantel-Haenszel common risk difference on these scenarios when the stratified
-    tests gave the verdict, else the difference over the runs; and which of the two
-    measures (pass rate, composite score) the verdict was read from. None for the
-    baseline."""
+    tests gave the verdict (their family: `across`), else the difference over the runs
+    (`run_level`); and which of the two measures (pass rate, composite score) the
+    verdict was read from. None for the baseline."""
     vs = tier.analysis.vs_baseline
     if vs is None:
         return None
-    across = tier.analysis.across_scenarios
-    if vs.verdict_from is not None and across is not None:
-        these = across.these_scenarios
-        tested = {
-            PASS_RATE_MEASURE: ("CMH", these.risk_difference, these.cmh_p_adjusted),
-            COMPOSITE_MEASURE: ("van Elteren", these.van_elteren_z, these.van_elteren_p_adjusted),
+    stratified = tier.analysis.across_scenarios
+    if vs.verdict_from is not None and stratified is not None:
+        these = stratified.these_scenarios
+        # Each measure's test: its name, its effect's sign, raw and adjusted p.
+        tested: dict[str, tuple[str, float | None, float | None, float | None]] = {
+            PASS_RATE_MEASURE: ("CMH", these.risk_difference, these.cmh_p, these.cmh_p_adjusted),
+            COMPOSITE_MEASURE: (
+                "van Elteren",
+                these.van_elteren_z,
+                these.van_elteren_p,
+                these.van_elteren_p_adjusted,
+            ),
         }
         found = (
             these.risk_difference,
@@ -139,24 +200,31 @@ def verdict_difference(tier: TierReport) -> Difference | None:
             f"{ACROSS_SCENARIOS}: Mantel-Haenszel risk difference on these {these.scenarios} "
             "scenarios (Sato's interval)",
         )
+        family = corrected_family(across, ACROSS_SCENARIOS)
     else:
         superior = None if vs.prob_superior is None else vs.prob_superior - 0.5
         tested = {
-            PASS_RATE_MEASURE: ("Fisher", vs.pass_rate_delta, vs.fisher_p_adjusted),
-            COMPOSITE_MEASURE: ("Mann-Whitney", superior, vs.mann_whitney_p_adjusted),
+            PASS_RATE_MEASURE: ("Fisher", vs.pass_rate_delta, vs.fisher_p, vs.fisher_p_adjusted),
+            COMPOSITE_MEASURE: (
+                "Mann-Whitney",
+                superior,
+                vs.mann_whitney_p,
+                vs.mann_whitney_p_adjusted,
+            ),
         }
         found = (
             vs.pass_rate_delta,
             vs.risk_difference_ci,
             f"{RUN_LEVEL}: over the runs (Newcombe's hybrid score interval)",
         )
+        family = corrected_family(run_level, RUN_LEVEL)
     read_from = tuple(
         measure
-        for measure, (_, effect, p) in tested.items()
+        for measure, (_, effect, _, p) in tested.items()
         if effect is not None and p is not None and direction(effect, p, vs.alpha)
     )
-    tests = {measure: f"{test} p adj. {p_value(p)}" for measure, (test, _, p) in tested.items()}
-    return Difference(*found, vs.verdict, read_from, tests)
+    tests = {measure: Tested(test, raw, p) for measure, (test, _, raw, p) in tested.items()}
+    return Difference(*found, vs.verdict, read_from, tests, family)
 
 
 def unmatched_notes(result: ExperimentComparison) -> list[str]:
@@ -259,15 +327,30 @@ TEST_COLUMNS = [
 ]
 
 
-def test_notes(m: Multiplicity | None) -> list[str]:
+def test_notes(
+    m: Multiplicity | None, across: Multiplicity | None = None, stratified: Sequence[str] = ()
+) -> list[str]:
+    """The notes under a table of tests: `stratified`, the tiers judged across their
+    scenarios instead (their family: `across`)."""
     return [
         "Fisher's exact test (two-sided) on passes; Mann-Whitney U (two-sided) on composite scores",
         "effect sizes: Δ pass rate with Newcombe's hybrid score interval; Cliff's δ = "
         "P(a run here scores above a reference run) - P(below), its interval from Cliff's "
         "consistent variance estimator (Feng & Cliff's asymmetric form)",
-        multiplicity_note(m),
+        UNADJUSTED_INTERVALS,
+        multiplicity_note(m, across, stratified),
         detectable_note(m),
     ]
+
+
+# Beside a verdict read from corrected p-values, an interval that leaves out 0 reads as
+# a contradiction unless it says what it is.
+UNADJUSTED_INTERVALS = (
+    "the intervals are 95% each, not adjusted for multiple tests, and not the tests' own "
+    "(Newcombe's and Cliff's are approximations; Fisher's test is exact): one may leave out "
+    "0 beside a p-value above alpha; a verdict is read from the adjusted p-values, never "
+    "from an interval"
+)
 
 
 def versus(c: Comparison) -> list[str]:
@@ -312,7 +395,13 @@ def significance(report: ExperimentReport, scenario: str | None = None) -> Table
         [
             "pass rate intervals: Wilson score; median composite intervals: percentile "
             f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, fixed seed)",
-            *test_notes(report.multiplicity),
+            *test_notes(
+                report.multiplicity,
+                report.multiplicity_across_scenarios,
+                stratified_tiers({t: r.analysis.vs_baseline for t, r in report.tiers.items()})
+                if scenario is None
+                else [],
+            ),
             *(
                 stratified_note({t: r.analysis.vs_baseline for t, r in report.tiers.items()})
                 if scenario is None

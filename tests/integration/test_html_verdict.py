@@ -236,15 +236,94 @@ def test_a_verdict_read_from_the_composite_score_is_named_under_the_difference(
     figure = _figure(page, "difference")
     title = " ".join(_text(figure.split("<figcaption>")[1].split("</figcaption>")[0]).split())
     assert title.startswith(
-        "Each tier's difference in pass rate from the baseline (T0) (95% interval); the "
-        "verdict of T1 is read from the composite score instead (below)"
+        "Each tier's difference in pass rate from the baseline (T0), as its verdict's tests "
+        "take it, with a 95% interval not adjusted for multiple tests"
     ), title
+    assert "the verdict of T1 is read from the composite score instead (below)" in title
     assert "the one its verdict is read from" not in title
     caption = " ".join(_text(figure.split("<figcaption>")[1]).split())
     assert (
         "T1: across-scenario: Mantel-Haenszel risk difference on these 2 scenarios (Sato's "
-        "interval); its verdict (better) is read from its composite score (van Elteren p adj. "
-        "<0.001), not from this difference (CMH p adj. 1.000: not significant)"
+        "interval); its verdict (better) is read from its composite score by van Elteren (p "
+        "<0.001, adj. <0.001), not from this difference: CMH (p 1.000, adj. 1.000) is not "
+        "significant, Holm-corrected across the 8 across-scenario tests"
     ) in caption
-    assert "T2: across-scenario: Mantel-Haenszel risk difference on these 2 scenarios" in caption
-    assert caption.count("its verdict") == 1
+    assert (
+        "T2: across-scenario: Mantel-Haenszel risk difference on these 2 scenarios (Sato's "
+        "interval); its verdict (better) comes from CMH"
+    ) in caption
+    assert caption.count("is read from its composite score") == 1
+
+
+def test_an_interval_clear_of_0_beside_no_significant_difference_is_labelled(
+    redis_url: str, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """One run per tier x scenario: T1 passes a, b and c, the baseline only a. The
+    Mantel-Haenszel difference's 95% interval (Sato's, a normal approximation) lies
+    wholly above 0, while CMH's test, corrected across the family of the tests across
+    scenarios, finds no significant difference, and that is T1's verdict. The chart
+    says what it draws (unadjusted, not the test's own interval) and where the verdict
+    comes from; every format's note names that family, not the run-level one."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    cells = {
+        ("T0", "a"): Cell((True,)),
+        ("T0", "b"): Cell((False,)),
+        ("T0", "c"): Cell((False,)),
+        **{("T1", s): Cell((True,)) for s in "abc"},
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    report = json.loads(run_cli("report", exp_id, "--format", "json", env=fleet_env).stdout)
+    vs = report["tiers"]["T1"]["analysis"]["vs_baseline"]
+    these = report["tiers"]["T1"]["analysis"]["across_scenarios"]["these_scenarios"]
+    family = report["multiplicity_across_scenarios"]
+    assert vs["verdict"] == "no significant difference"
+    assert vs["verdict_from"] == "CMH and van Elteren on these 3 scenarios"
+    assert these["risk_difference_ci"]["low"] > 0  # the case: an interval clear of 0
+    assert these["cmh_p_adjusted"] > 0.05 and family["tests"] == 4
+    assert report["multiplicity"]["tests"] == 8  # the run-level family: another count
+    cmh = f"CMH (p {these['cmh_p']:.3f}, adj. {these['cmh_p_adjusted']:.3f})"
+    across = "Holm-corrected across the 4 across-scenario tests (family-wise error rate 0.05)"
+
+    page = run_cli("report", exp_id, "--format", "html", env=fleet_env).stdout
+    figure = _figure(page, "difference")
+    assert _intervals(figure)["T1"][0] > 0
+    caption = " ".join(_text(figure.split("<figcaption>")[1]).split())
+    assert caption.startswith(
+        "Each tier's difference in pass rate from the baseline (T0), as its verdict's tests "
+        "take it, with a 95% interval not adjusted for multiple tests: a verdict is read from "
+        "its tests' adjusted p-values (below), not from the interval"
+    ), caption
+    assert "the one its verdict is read from" not in page
+    assert (
+        "T1: across-scenario: Mantel-Haenszel risk difference on these 3 scenarios (Sato's "
+        f"interval); its verdict (no significant difference) comes from {cmh} and van Elteren "
+        f"(p {these['van_elteren_p']:.3f}, adj. {these['van_elteren_p_adjusted']:.3f}), "
+        f"{across}; the interval leaves out 0, yet CMH's adjusted p, "
+        f"{these['cmh_p_adjusted']:.3f}, is not significant: the interval is neither adjusted "
+        "for the family's tests nor the test's own, and the verdict is the test's"
+    ) in caption
+
+    # The verdict table's note, in the page and in the terminal: the family the verdict
+    # came from, and no "could detect" of the pooled test the verdict is not read from.
+    table = page.split('<section id="verdict">')[1].split("</section>")[0]
+    verdict = " ".join(_text(table).split())
+    terminal = " ".join(run_cli("report", exp_id, env=fleet_env).stdout.split())
+    for shown in (verdict, terminal):
+        assert f"verdicts come from CMH and van Elteren on each tier's scenarios, {across}" in (
+            shown
+        )
+        assert "run-level" not in shown and "could detect" not in shown
+    # The tables of tests: their p adj. is the run-level family's, T1's verdict the other's.
+    said = (
+        "p adj.: Holm-corrected across the 8 run-level tests (family-wise error rate 0.05); "
+        "verdicts come from these p-values, except those of T1: from CMH and van Elteren on "
+        f"their scenarios, {across}"
+    )
+    unadjusted = "the intervals are 95% each, not adjusted for multiple tests"
+    for fmt in ("markdown", "github", "html"):
+        shown = " ".join(
+            html.unescape(run_cli("report", exp_id, "--format", fmt, env=fleet_env).stdout).split()
+        )
+        assert said in shown and unadjusted in shown, fmt
+    full = " ".join(run_cli("report", exp_id, "--full", env=fleet_env).stdout.split())
+    assert said in full and unadjusted in full
