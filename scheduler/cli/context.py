@@ -162,9 +162,10 @@ class CLIContext:
         )
 
     @property
-    def brief(self) -> bool:
-        """The table format's one screen (without --full): it reads the runs' reasons."""
-        return self.fmt == "table" and not self.full
+    def reads_runs(self) -> bool:
+        """Whether the report is printed with its runs: html's run table, the failure
+        reasons the table format (one screen or --full) and markdown lead with."""
+        return self.fmt in ("table", "markdown", "html")
 
     def print_report(self, rendered: str, report: ExperimentReport, notice: bool = True) -> None:
         """A rendered report on stdout, ending in one newline. CSV is rows only: what a

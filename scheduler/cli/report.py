@@ -128,7 +128,7 @@ def report(
     result = fleet.report(
         exp_id,
         version=version,
-        runs=runs or fmt == "html" or cli.brief,  # html's run table, the brief's reasons
+        runs=runs or cli.reads_runs,
         correction=correction,
         alpha=alpha,
     )

@@ -229,7 +229,7 @@ def _print_report(cli: CLIContext, exp_id: str, cancelling: bool = False) -> Non
 
     mark("cli: report ready")
     evidence = None
-    if cli.fmt == "html" or cli.brief:  # html's run table, the brief's failure reasons
+    if cli.reads_runs:
         report = report.model_copy(update={"runs": list(fleet.runs(exp_id))})
     if cli.fmt == "html":  # every run with its evidence
         evidence = fleet.evidence_blobs(exp_id)

@@ -129,7 +129,7 @@ def _print_version(cli: CLIContext, version: NewVersion) -> None:
         click.echo(f"{version.experiment_id} version {version.version}", err=cli.fmt == "json")
         return
     result = fleet.wait(version)
-    if cli.brief:  # its failure reasons are the version's runs'
+    if cli.reads_runs:  # its failure reasons are the version's runs'
         result = fleet.report(version.experiment_id, version=version.version, runs=True)
     rendered = render(result, cli.fmt, nonfinite=cli.nonfinite, full=cli.full, complete=cli.hinted)
     cli.print_report(rendered, result)

@@ -94,7 +94,8 @@ def verdict_table(report: ExperimentReport) -> Table:
         ["tier", "verdict", "passes/counted", "pass rate [95% CI]", "cost of pass $"],
         rows,
         notes,
-        label_columns=2,
+        # The verdict wraps at its words: a narrow terminal keeps every column whole.
+        words=("verdict",),
     )
 
 

@@ -26,7 +26,7 @@ from core.metrics.catalog import RUN_METRICS
 from core.results.report import Comparison, ExperimentComparison, ExperimentReport, Statistics
 from core.results.run import RunResult
 from scheduler.report import compare, formatting, scenarios, sections
-from scheduler.report.brief import brief_tables, full_report_line
+from scheduler.report.brief import brief_tables, full_report_line, verdict_table
 from scheduler.report.formats import NONFINITE, SCENARIO_FORMATS
 from scheduler.report.formatting import WORDS_WIDTH, Table, bounds, pass_share
 from scheduler.report.github import github_comparison, github_report
@@ -58,7 +58,8 @@ def render(
     `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
     `evidence`: of html, the runs' evidence by run id as the store keeps it
     (compressed JSON), for its run table; `full=False`: the table format's one screen
-    (scheduler.report.brief; the failure reasons need the report's runs); `complete`:
+    (scheduler.report.brief), else every section, the one screen's first (the failure
+    reasons need the report's runs); `complete`:
     of the table format, each text that suggests commands, before it is laid out (the
     CLI adds the broker it was given)."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
@@ -90,8 +91,13 @@ def render(
 
 
 def _tables(report: ExperimentReport, scenario: str | None) -> list[Table]:
+    """Every section: the full report opens with what its one screen shows (each tier's
+    verdict, why runs failed with a run to `scheduler show`), then the rest. Why runs
+    failed is read from the runs: a report without them (`report.runs`) leaves it out
+    rather than say that none failed."""
     if scenario is None:
-        return sections.report_tables(report)
+        lead = brief_tables(report) if report.runs is not None else [verdict_table(report)]
+        return lead + sections.report_tables(report)
     return sections.scenario_tables(report, scenario)
 
 
@@ -151,10 +157,29 @@ def fill(text: str, width: int) -> str:
 def _markdown(title: str, tables: list[Table]) -> str:
     lines = [f"# {md(title)}"]
     for table in tables:
-        lines += ["", f"## {md(table.title)}", "", *table_lines(table)]
+        lines += ["", f"## {md(table.title)}", "", *table_lines(_commands_in_cells(table))]
         if table.notes:
             lines += [""] + [f"- {md(note)}" for note in table.notes]
     return "\n".join(lines) + "\n"
+
+
+def _commands_in_cells(table: Table) -> Table:
+    """A table whose rows carry a command to copy (the failure reasons' `scheduler show
+    RUN`), each command in its row's last cell, as code: a pipe table has no line
+    under a row to hold it."""
+    if not table.commands:
+        return table
+    rows = [
+        [*row[:-1], f"{row[-1]} ({_code(command)})" if command else row[-1]]
+        for row, command in zip(table.rows, table.commands, strict=True)
+    ]
+    return replace(table, rows=rows, commands=())
+
+
+def _code(command: str) -> str:
+    """ "e.g. scheduler show RUN" as "e.g. `scheduler show RUN`"."""
+    prefix = "e.g. " if command.startswith("e.g. ") else ""
+    return f"{prefix}`{command.removeprefix(prefix)}`"
 
 
 def render_tables(tables: list[Table], width: int | None = None) -> str:

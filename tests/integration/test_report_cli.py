@@ -122,6 +122,9 @@ def test_markdown_has_every_section_and_the_guidance_comparison(
         "grade"
     ]
     assert titles == [
+        # What the one screen shows first: the verdicts, why runs failed.
+        "Verdict per tier against the baseline (T0)",
+        "Most common failure reasons (20 runs failed)",
         "Summary",
         "Cross-tier against the baseline (T0)",
         "Confidence and significance against the baseline (T0)",
@@ -273,7 +276,52 @@ def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
     )
     assert "Seed metrics" not in shown
     full = _report(exp_id, fleet_env, "--full")
-    assert "Summary" in full and "Seed metrics: T1" in full and "failure reasons" not in full
+    assert "Summary" in full and "Seed metrics: T1" in full
+
+
+def test_the_full_report_opens_with_the_one_screens_verdicts_and_failure_reasons(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """`--full` is every section: it opens with what the one screen shows (each tier's
+    verdict, the most common failure reasons with a `scheduler show` command that works
+    as printed), then the rest; markdown the same, each command in its row as code."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    gates = "gates failed: out-file"
+    cells = {
+        ("T0", "s1"): Cell(_passed(2), reasons={i: gates for i in range(2, 10)}),
+        ("T1", "s1"): Cell(_passed(8), reasons={8: "agent_error: exit 1: boom", 9: gates}),
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    env = {**fleet_env, "COLUMNS": "200"}
+    brief = _report(exp_id, env)
+    full = _report(exp_id, env, "--full")
+    titles = re.findall(r"\n\n([^\n]+)", full)  # each section's, after a blank line
+    assert titles[:3] == [
+        "Verdict per tier against the baseline (T0)",
+        "Most common failure reasons (10 runs failed)",
+        "Summary",
+    ], titles
+    for tier in ("tier", "T0", "T1"):  # the one screen's verdict table, row for row
+        assert table_row(full, tier) == table_row(brief, tier)
+    examples = re.findall(r"^\s*e\.g\. scheduler show (\S+)$", full, re.MULTILINE)
+    assert examples == [f"{exp_id}:T0:s1:2", f"{exp_id}:T1:s1:8"]
+    assert full.count("scheduler show") == 2
+    shown = run_cli("show", examples[1], env=fleet_env)
+    assert shown.returncode == 0 and "reason: agent_error: exit 1: boom" in shown.stdout
+    assert "Seed metrics: T1" in full
+
+    markdown = _report(exp_id, fleet_env, "--format", "markdown")
+    headings = re.findall(r"^## (.+)$", markdown, re.MULTILINE)
+    assert headings[:3] == [
+        "Verdict per tier against the baseline (T0)",
+        "Most common failure reasons (10 runs failed)",
+        "Summary",
+    ]
+    assert f"| 9 | {gates} (e.g. `scheduler show {exp_id}:T0:s1:2`) |" in markdown
+    assert f"| 1 | agent_error: exit 1: boom (e.g. `scheduler show {exp_id}:T1:s1:8`) |" in (
+        markdown
+    )
+    assert "| T1 | " in markdown.split("## Verdict per tier")[1].split("##")[0]
 
 
 # Words, a parenthesis and a name: cut at 90 characters, inside "configuration".
