@@ -240,16 +240,30 @@ def evidence_blobs(conn: Connection, exp_id: str) -> dict[str, bytes]:
 class LoadedRun:
     experiment_id: str
     run_id: str
-    record: RunRecord  # result, evidence, deliveries
+    record: RunRecord  # result (as record.version scored it), evidence, deliveries
     unreadable: str | None  # why its evidence is missing: not stored, or its file unreadable here
+    versions: tuple[int, ...] = ()  # the experiment's report versions (none before its report)
+    version_note: str | None = None  # what made record.version, when it is a later one
+    # The run as it ran (version 1), when record.version is a later one: its evidence
+    # (gate output, each judgment's answer) is that scoring's.
+    first: RunResult | None = None
 
 
-def load_run(conn: Connection, run: Sequence[str]) -> LoadedRun:
+def load_run(conn: Connection, run: Sequence[str], version: int | None = None) -> LoadedRun:
     """One run with its evidence and deliveries. `run` is its id as one word
     (EXP:TIER:SCENARIO:INDEX, or the end of one that only one run of the 100 latest
-    experiments has), or the four words EXP TIER SCENARIO INDEX."""
+    experiments has), or the four words EXP TIER SCENARIO INDEX. Its result as report
+    `version` scored it (1: as it ran); default: the version `report` shows by
+    default, so that a report's `scheduler show RUN` shows what the report counted."""
     store = conn.store
     exp_id, run_id = _run_of(conn, run)
+    versions = store.reports.versions(exp_id)
+    if version is not None and version != 1 and version not in versions:
+        raise InputError(
+            f"experiment {exp_id} has no report version {version}; its versions: "
+            + (", ".join(map(str, versions)) or "none yet (the run as it ran is version 1)")
+        )
+    shown = version or store.reports.current(exp_id, versions) or 1
     note = None
     try:
         evidence = store.evidence.get(exp_id, run_id)
@@ -265,8 +279,19 @@ def load_run(conn: Connection, run: Sequence[str]) -> LoadedRun:
         if attempts and attempts[-1].ended_at is None:  # the delivery that stored it
             ended = attempts[-1].model_copy(update={"outcome": outcome(result)})
             attempts = [*attempts[:-1], ended]
-    record = RunRecord(result=result, evidence=evidence, attempts=attempts)
-    return LoadedRun(exp_id, run_id, record, note)
+    first, version_note = None, None
+    if shown > 1:
+        scored = store.reports.run(exp_id, shown, run_id)
+        if scored is None:
+            raise InputError(
+                f"run {run_id} has no result in report version {shown} of {exp_id} "
+                "(`--version 1`: the run as it ran)"
+            )
+        first, result = result, scored
+        made = store.reports.get(exp_id, shown)
+        version_note = made.version_note if made is not None else None
+    record = RunRecord(result=result, evidence=evidence, attempts=attempts, version=shown)
+    return LoadedRun(exp_id, run_id, record, note, tuple(versions), version_note, first)
 
 
 def _run_of(conn: Connection, words: Sequence[str]) -> tuple[str, str]:

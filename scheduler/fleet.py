@@ -249,11 +249,12 @@ class Fleet:
         """Every run's RunResult: as it ran (version 1), or as a version made it."""
         return reading.iter_runs(self._connection, _id(experiment), version)
 
-    def run(self, *run: str) -> LoadedRun:
+    def run(self, *run: str, version: int | None = None) -> LoadedRun:
         """One run with its evidence and deliveries: its id (EXP:TIER:SCENARIO:INDEX, or
         the end of one that only one run of the 100 latest experiments has), or the four
-        words EXP, TIER, SCENARIO, INDEX."""
-        return reading.load_run(self._connection, run)
+        words EXP, TIER, SCENARIO, INDEX; its result as report `version` scored it
+        (default: the version `report` shows by default; 1: as it ran)."""
+        return reading.load_run(self._connection, run, version)
 
     def evidence_blobs(self, experiment: str) -> dict[str, bytes]:
         """Every run's evidence as stored (compressed JSON), as the HTML report embeds it."""

@@ -33,14 +33,28 @@ OUTPUT_LINES = 20
 EVENT_LINES = 80
 
 
-def render_run(record: RunRecord, run_id: str, width: int, note: str | None = None) -> str:
-    """`note`: why the evidence could not be read here, if it could not."""
+def render_run(
+    record: RunRecord,
+    run_id: str,
+    width: int,
+    note: str | None = None,
+    *,
+    scoring: str | None = None,
+    first: RunResult | None = None,
+) -> str:
+    """`note`: why the evidence could not be read here, if it could not; `scoring`: which
+    report version's result this is, said under the outcome; `first`: the run as it
+    ran, when the result is a later version's. The evidence holds what its first
+    scoring's gates printed and what each of its judgments answered: shown beside a
+    later version's result only where that version's gates (judge) gave the same."""
     console = Console(
         file=io.StringIO(), width=width, highlight=False, soft_wrap=False, emoji=False
     )
     record = RunRecord.model_validate(each_text(record.model_dump(), visible))
     result, evidence = record.result, record.evidence
     _outcome(console, run_id, result)
+    if scoring is not None:
+        console.print(visible(scoring), markup=False, soft_wrap=True)
     if note is not None:
         console.print(f"[yellow]note:[/yellow] {escape(visible(note))}")
     elif evidence is None and result is not None:
@@ -50,11 +64,27 @@ def render_run(record: RunRecord, run_id: str, width: int, note: str | None = No
         )
     if result is not None and result.gates:
         outputs = evidence.gates if evidence is not None else []
+        if first is not None and _verdicts(result.gates) != _verdicts(first.gates):
+            withheld = any(seen.command is not None for seen in outputs)
+            outputs = []
+        else:
+            withheld = False
         _gates(console, result.gates, outputs)
+        if withheld:
+            console.print(
+                "(the gates' commands and output are stored as the run first ran its gates, "
+                "which gave other results: `--version 1` shows them)",
+                markup=False,
+                style="dim",
+            )
     if evidence is not None and evidence.verifier is not None and result is not None:
         _verifier(console, result, evidence.verifier)
     if result is not None and result.judge is not None:
-        _judge(console, result.judge, evidence.judge if evidence is not None else None)
+        judged = evidence.judge if evidence is not None else None
+        if first is not None and judged is not None and result.judge != first.judge:
+            # Each judgment's answer is its first judging's, not this version's.
+            judged = None
+        _judge(console, result.judge, judged)
     if evidence is not None:
         if evidence.events:
             _section(console, "Transcript")
@@ -117,6 +147,12 @@ def _outcome(console: Console, run_id: str, result: RunResult | None) -> None:
         console.print(
             f"folder kept (--keep-workspaces): {result.kept_folder}", markup=False, soft_wrap=True
         )
+
+
+def _verdicts(gates: list[GateResult]) -> list[tuple[str, str | None, bool, str]]:
+    """What each gate said, without its time: what a later version must say alike for
+    the first scoring's output to stand beside it."""
+    return [(g.gate_type, g.name, g.passed, g.message) for g in gates]
 
 
 def _section(console: Console, title: str) -> None:

@@ -107,3 +107,9 @@ class RunRecord(Record):
     result: RunResult | None = None
     evidence: RunEvidence | None = None
     attempts: list[Attempt] = Field(default_factory=list)
+    version: int = Field(
+        1,
+        description="the report version whose result `result` is: 1 the run as it ran, 2, "
+        "3... a rejudge's or rescore's; the evidence is the run's own, its gates' output "
+        "and each judgment's answer those of its first scoring",
+    )

@@ -167,6 +167,9 @@ def report(
         evidence=evidence,
         full=cli.full,
         complete=cli.hinted,
+        # `scheduler show` shows a run's result in the default version: any other
+        # version's hints name theirs.
+        show_version=None if result.version == fleet.current_version(exp_id) else result.version,
     )
     cli.print_report(rendered, result)
     if fail_on_infra_errors:

@@ -27,8 +27,10 @@ REASON_CHARS = 90
 INFRA = "infrastructure error: "
 
 
-def brief_tables(report: ExperimentReport) -> list[Table]:
-    return [verdict_table(report), _reasons(report)]
+def brief_tables(report: ExperimentReport, show_version: int | None = None) -> list[Table]:
+    """`show_version`: the version `scheduler show` must be told for its runs' results to
+    be this report's (None: its default version is this report's)."""
+    return [verdict_table(report), _reasons(report, show_version)]
 
 
 def full_report_line(report: ExperimentReport) -> str:
@@ -133,7 +135,7 @@ def cut(reason: str, most: int = REASON_CHARS) -> str:
     return (kept[:space].rstrip() if space > 0 else kept) + "…"
 
 
-def _reasons(report: ExperimentReport) -> Table:
+def _reasons(report: ExperimentReport, show_version: int | None) -> Table:
     if report.runs is not None:
         found = failure_reasons(report.runs)
     else:  # a report without its runs names only the infrastructure errors
@@ -148,11 +150,12 @@ def _reasons(report: ExperimentReport) -> Table:
             "--runs` lists every run with its reason"
         )
     failed = sum(n for _, n, _ in found)
+    pinned = "" if show_version is None else f" --version {show_version}"
     return Table(
         "Most common failure reasons" + (f" ({plural(failed, 'run')} failed)" if failed else ""),
         ["runs", "reason, and a run that failed so"],
         rows,
         notes,
         label_columns=2,
-        commands=tuple(f"e.g. scheduler show {run}" if run else "" for *_, run in shown),
+        commands=tuple(f"e.g. scheduler show {run}{pinned}" if run else "" for *_, run in shown),
     )

@@ -53,6 +53,7 @@ def render(
     evidence: Mapping[str, bytes] | None = None,
     full: bool = True,
     complete: Callable[[str], str] | None = None,
+    show_version: int | None = None,
 ) -> str:
     """The report in `fmt`; with `scenario` (table, markdown, html), that scenario's view.
     `width`: of the table format (default: terminal_width()); `nonfinite`: of json;
@@ -61,7 +62,9 @@ def render(
     (scheduler.report.brief), else every section, the one screen's first (the failure
     reasons need the report's runs); `complete`:
     of the table format, each text that suggests commands, before it is laid out (the
-    CLI adds the broker it was given)."""
+    CLI adds the broker it was given); `show_version`: the version the failure reasons'
+    `scheduler show RUN` must name for the run's result to be this report's (None:
+    `show`'s default version is this report's)."""
     if scenario is not None and fmt not in SCENARIO_FORMATS:
         raise ValueError(f"a scenario view is shown as {', '.join(SCENARIO_FORMATS)}, not {fmt}")
     if fmt == "json":
@@ -75,28 +78,34 @@ def render(
         return github_report(report)
     title = sections.header(report) + (f" — scenario {scenario}" if scenario else "")
     if fmt == "markdown":
-        tables = _tables(report, scenario)
+        tables = _tables(report, scenario, show_version)
         return "".join(f"> **{md(line)}**\n\n" for line in banner) + _markdown(title, tables)
     hint = complete or _as_is
     lead = "".join(f"{visible(hint(line))}\n" for line in banner)
     if not full and scenario is None:
         return (
             lead
-            + _terminal(title, brief_tables(report), width, hint)
+            + _terminal(title, brief_tables(report, show_version), width, hint)
             + "\n"
             + fill(hint(full_report_line(report)), width or terminal_width())
             + "\n"
         )
-    return lead + _terminal(title, _tables(report, scenario), width, hint)
+    return lead + _terminal(title, _tables(report, scenario, show_version), width, hint)
 
 
-def _tables(report: ExperimentReport, scenario: str | None) -> list[Table]:
+def _tables(
+    report: ExperimentReport, scenario: str | None, show_version: int | None = None
+) -> list[Table]:
     """Every section: the full report opens with what its one screen shows (each tier's
     verdict, why runs failed with a run to `scheduler show`), then the rest. Why runs
     failed is read from the runs: a report without them (`report.runs`) leaves it out
     rather than say that none failed."""
     if scenario is None:
-        lead = brief_tables(report) if report.runs is not None else [verdict_table(report)]
+        lead = (
+            brief_tables(report, show_version)
+            if report.runs is not None
+            else [verdict_table(report)]
+        )
         return lead + sections.report_tables(report)
     return sections.scenario_tables(report, scenario)
 

@@ -150,6 +150,7 @@ def test_show_of_a_run_not_yet_run_says_so(fleet_env: dict[str, str], tmp_path: 
         "result": None,
         "evidence": None,
         "attempts": [],
+        "version": 1,
     }
     assert run_cli("cancel", exp_id, env=fleet_env).returncode == 0
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -87,7 +89,10 @@ def test_rejudge_with_another_model_adds_a_version_without_starting_any_agent(
     )
     shown = run_cli("show", runs[0].run_id, env=fleet_env)
     assert shown.returncode == 0, shown.stderr
-    assert "note: this is the run as it ran (report version 1 of 2)" in shown.stderr
+    # The run as the report shows it: judged by judge-b, and said to be version 2's.
+    said = " ".join(shown.stdout.split())
+    assert "report version 2 of 2 (rejudged: model judge-b): the run as that version" in said
+    assert "Judge (judge-b): 0.30 vs 0.70, failed" in said and "scripted 0.3" in said
     missing = run_cli("report", exp_id, "--version", "7", env=fleet_env)
     assert missing.returncode == 2 and "its versions: 1, 2" in missing.stderr
 
@@ -408,3 +413,72 @@ def test_rejudge_goes_to_each_runs_own_queue(
 
 def _body(raw: str) -> str:
     return base64.b64decode(json.loads(raw)["body"]).decode()
+
+
+def test_show_gives_a_run_as_the_report_version_it_is_named_in_scored_it(
+    fleet_env: dict[str, str], start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """A gate looked for "helo" (a typo): every run failed. A rescore with "hello"
+    passes run 0 and fails run 1 for want of "hello". The report (version 2) names run 1
+    with `scheduler show RUN`, which then gives version 2's result and says so; the
+    first scoring's gate output, of other gates, is not shown beside it. `--version 1`
+    gives the run as it ran, and version 1's report names it so in its hints."""
+    start_worker(concurrency=2)
+    agent = 'if [ "$EVALFLEET_RUN_INDEX" = 0 ]; then echo hello; else echo bye; fi > out.txt'
+
+    def gates(word: str) -> str:
+        return (
+            f"[{{type: file_contains, path: out.txt, substring: {word}}}, "
+            f"{{type: command_output_contains, command: 'cat out.txt', substring: {word}}}]"
+        )
+
+    extra = "workspace_archive: {keep: all}"
+    matrix = command_matrix(tmp_path / "v1", agent, runs=2, gates=gates("helo"), extra=extra)
+    done = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env)
+    assert done.returncode == 0, done.stderr
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    assert json.loads(done.stdout)["tiers"]["T0"]["passes"] == 0
+    fixed = command_matrix(tmp_path / "v2", agent, runs=2, gates=gates("hello"), extra=extra)
+    rescored = run_cli("rescore", exp_id, "--matrix", str(fixed), "--wait", env=fleet_env)
+    assert rescored.returncode == 0, rescored.stderr
+
+    # The report's hint, followed as printed: version 2's result, said to be version 2's.
+    hints = re.findall(r"e\.g\. (scheduler show .+)$", report(exp_id, fleet_env), re.MULTILINE)
+    assert hints == [f"scheduler show {exp_id}:T0:s:1"]
+    shown = run_cli(*shlex.split(hints[0])[1:], env=fleet_env)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert (
+        f"report version 2 of 2 (rescored: gates of {fixed}): the run as that version scored "
+        f"it (`scheduler show {exp_id}:T0:s:1 --version 1`: as it ran)"
+    ) in text
+    assert "FAIL file_contains: 'out.txt' does not contain 'hello'" in text
+    assert "helo'" not in text
+    # The first scoring's `cat out.txt` and its output belong to other gates: left out.
+    assert "$ cat out.txt" not in text
+    assert "the gates' commands and output are stored as the run first ran its gates" in text
+    passed = run_cli("show", f"{exp_id}:T0:s:0", env=fleet_env).stdout
+    assert "outcome: completed, passed" in passed
+    assert "pass file_contains: 'out.txt' contains 'hello'" in passed
+
+    first = run_cli("show", f"{exp_id}:T0:s:1", "--version", "1", env=fleet_env)
+    assert first.returncode == 0, first.stderr
+    text = " ".join(first.stdout.split())
+    assert "outcome: completed, failed" in text
+    assert "FAIL file_contains: 'out.txt' does not contain 'helo'" in text
+    assert "$ cat out.txt [exit 0]" in text and "report version 1 of 2: the run as it ran" in text
+    as_json = run_cli("show", f"{exp_id}:T0:s:0", "--json", env=fleet_env)
+    record = json.loads(as_json.stdout)
+    assert record["version"] == 2 and record["result"]["passed"] is True
+    assert "note: report version 2 of 2" in as_json.stderr
+
+    # Version 1's report: its hints name their version, and lead to its results.
+    old = report(exp_id, fleet_env, "--version", "1")
+    hints = re.findall(r"e\.g\. (scheduler show .+)$", old, re.MULTILINE)
+    assert hints == [f"scheduler show {exp_id}:T0:s:0 --version 1"]
+    again = run_cli(*shlex.split(hints[0])[1:], env=fleet_env).stdout
+    assert "does not contain 'helo'" in again and "outcome: completed, failed" in again
+
+    missing = run_cli("show", f"{exp_id}:T0:s:0", "--version", "3", env=fleet_env)
+    assert missing.returncode == 2
+    assert f"experiment {exp_id} has no report version 3; its versions: 1, 2" in missing.stderr
