@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import math
 import re
 import time
 from enum import StrEnum
@@ -16,7 +17,9 @@ from core.wording import plural
 
 
 class Statistics(Record):
-    """ProjectScylla's aggregate statistics. Empty input gives count 0 and None values."""
+    """ProjectScylla's aggregate statistics. Empty input gives count 0 and None values;
+    infinite values alone (a cost of pass that never passed) a std_dev of None, not
+    defined (core.stats.descriptive)."""
 
     median: float | None = None
     mean: float | None = None
@@ -25,6 +28,13 @@ class Statistics(Record):
     max: float | None = None
     std_dev: float | None = None
     count: int = 0
+
+    @model_validator(mode="after")
+    def _no_spread_of_infinities(self) -> Statistics:
+        # Reports stored before said 0 for it, as if the values agreed.
+        if self.min == math.inf:
+            self.std_dev = None
+        return self
 
 
 class Interval(Record):

@@ -7,11 +7,14 @@ not a sample.
 Infinity: a run that never passes has an infinite cost of pass, so +inf is a
 legitimate value. It is read as the limit of an ever-larger number: it sorts
 last (min, max, median and mode follow from the order), makes the mean +inf,
-and makes the spread +inf unless every value is the same. So is an integer too
-large for a float, and a mean or spread whose sum overflows is +inf: a run's
-figures may make a statistic unbounded, never stop a report. NaN and -inf are
-rejected: no metric here is undefined or unbounded below, so they signal a bug
-upstream that a number in a report would hide.
+and makes the spread +inf beside a finite value. Among infinite values alone
+the spread is not defined (inf - inf): std_dev is None, never 0, which would say
+the values agree (null in the report's JSON, "not defined" in its tables; NaN
+would be unequal to itself in every report read back). An integer too large for
+a float is read as +inf, and a mean or spread whose sum overflows is +inf: a
+run's figures may make a statistic unbounded, never stop a report. NaN and -inf
+are rejected as values: no metric here is undefined or unbounded below, so they
+signal a bug upstream that a number in a report would hide.
 """
 
 from __future__ import annotations
@@ -31,19 +34,21 @@ def statistics(values: Sequence[float]) -> Statistics:
         return Statistics(count=0)
     ordered = sorted(checked)
     mean = _mean(ordered)
+    spread = _population_variance(ordered, mean)
     return Statistics(
         median=_median(ordered),
         mean=mean,
         mode=_mode(ordered),
         min=ordered[0],
         max=ordered[-1],
-        std_dev=math.sqrt(_population_variance(ordered, mean)),
+        std_dev=None if spread is None else math.sqrt(spread),
         count=len(ordered),
     )
 
 
-def variance(values: Sequence[float]) -> float:
-    """Population variance: sum((v - mean)^2) / n."""
+def variance(values: Sequence[float]) -> float | None:
+    """Population variance: sum((v - mean)^2) / n; None when not defined (every value
+    infinite)."""
     checked = _checked(values)
     if not checked:
         raise ValueError("variance of no values is undefined")
@@ -88,12 +93,12 @@ def _mode(ordered: list[float]) -> float:
     return min(value for value, count in counts.items() if count == top)
 
 
-def _population_variance(values: list[float], mean: float) -> float:
-    """`mean`: _mean(values)."""
+def _population_variance(values: list[float], mean: float) -> float | None:
+    """`mean`: _mean(values). None among infinite values alone: inf - inf."""
+    if math.inf in values:
+        return None if values.count(math.inf) == len(values) else math.inf
     if values.count(values[0]) == len(values):
         return 0.0
-    if math.inf in values:
-        return math.inf
     deviations = [v - mean for v in values]
     return _sum(list(map(operator.mul, deviations, deviations))) / len(values)
 

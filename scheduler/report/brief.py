@@ -78,7 +78,7 @@ def verdict_table(report: ExperimentReport) -> Table:
         stratified,
         others=any(vs is not None and t not in stratified for t, vs in against.items()),
     )
-    notes = [family, *split, *unseen, *integrity(report)]
+    notes = [family, *split, *unseen, *integrity(report.tiers)]
     errors = sum(t.errors for t in report.tiers.values())
     if errors:
         notes.append(

@@ -43,6 +43,10 @@ class Table:
 WORDS_WIDTH = 32
 
 
+# A figure with no value to give (the spread of infinite values: inf - inf), never 0.
+NOT_DEFINED = "not defined"
+
+
 def num(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "-"

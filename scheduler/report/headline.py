@@ -4,8 +4,12 @@ unknown costs, infrastructure errors)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from core.analysis.aggregate import cross_tier, error_reasons
+from core.analysis.columns import Group
 from core.analysis.comparison import CONFIDENCE
-from core.results.report import ExperimentReport
+from core.results.report import ExperimentReport, TierReport
 from core.stats.significance import fisher_exact
 from core.wording import plural
 from scheduler.report.formatting import (
@@ -94,7 +98,7 @@ def summary(report: ExperimentReport, scenario: str | None = None) -> Table:
         "Summary",
         columns,
         rows,
-        definitions() + hidden_failures(report, scenario) + footer(report),
+        definitions() + hidden_failures(report, scenario) + footer(report, scenario),
         label_columns=2,
         narrow_drop=SUMMARY_NARROW_DROP,
     )
@@ -130,50 +134,82 @@ def hidden_failures(report: ExperimentReport, scenario: str | None = None) -> li
     return notes
 
 
-def integrity(report: ExperimentReport) -> list[str]:
+def integrity(tiers: Mapping[str, TierReport]) -> list[str]:
     """How each tier's agents were confined (one line when all were alike), the runs
     that changed the files they were graded with, and a tier meeting more provider
     outages than the others (`lopsided_outages`)."""
-    isolation = {tier_id: t.isolation for tier_id, t in report.tiers.items() if t.isolation}
-    if len(set(isolation.values())) == 1 and len(isolation) == len(report.tiers):
+    isolation = {tier_id: t.isolation for tier_id, t in tiers.items() if t.isolation}
+    if len(set(isolation.values())) == 1 and len(isolation) == len(tiers):
         lines = [f"agents' isolation: {next(iter(isolation.values()))}"]
     else:
         lines = [f"{tier_id} isolation: {line}" for tier_id, line in isolation.items()]
-    for tier_id, t in report.tiers.items():
+    for tier_id, t in tiers.items():
         if t.tampered:
             lines.append(
                 f"{tier_id}: {plural(t.tampered, 'run')} changed the files evaluation reads "
                 "(status tampered: counted as failures)"
             )
-    lines += lopsided_outages(report)
+    lines += lopsided_outages(tiers)
     return lines
 
 
-def footer(report: ExperimentReport) -> list[str]:
-    c = report.cross_tier
+def scoped(report: ExperimentReport, scenario: str | None) -> dict[str, TierReport]:
+    """Each tier, or with `scenario` each tier's cell of it: what a view's figures are of."""
+    if scenario is None:
+        return dict(report.tiers)
+    return {t: r.scenarios[scenario] for t, r in report.tiers.items() if scenario in r.scenarios}
+
+
+def footer(report: ExperimentReport, scenario: str | None = None) -> list[str]:
+    """The figures across tiers and the caveats under the summary: of the experiment, or
+    with `scenario` of that scenario's runs alone (a view of one scenario that gave the
+    experiment's figures would read as the scenario's)."""
+    tiers = scoped(report, scenario)
+    c = report.cross_tier if scenario is None else cross_tier(tiers, report.cross_tier.baseline)
+    of = "" if scenario is None else f"{scenario}: "
     lines = [
-        f"baseline {c.baseline}; variance of the tiers' median pass_rate "
+        f"{of}baseline {c.baseline}; variance of the tiers' median pass_rate "
         f"{num(c.pass_rate_variance, 4)}; of their median cost {num(c.cost_variance, 6)}; "
         f"cost delta ${num(c.cost_delta, 4)}",
-        *integrity(report),
+        *integrity(tiers),
     ]
     if c.uplift_note:
         lines.append(f"uplift: {c.uplift_note}")
-    approximate = sum(t.approximate_exit_code_runs for t in report.tiers.values())
+    approximate = sum(t.approximate_exit_code_runs for t in tiers.values())
     if approximate:
         lines.append(
             f"exit codes are approximate for {plural(approximate, 'run')} (plain transcript "
             "fallback: "
             "error rates may be off; write events.jsonl for exact ones)"
         )
-    unknown = sum(t.cost_unknown_runs for t in report.tiers.values())
+    unknown = sum(t.cost_unknown_runs for t in tiers.values())
     if unknown:
-        lines.append(
-            f"cost unknown for {plural(unknown, 'run')} ({add_prices(report.tiers.values())})"
-        )
-    for reason, count in list(report.error_reasons.items())[:MAX_ERROR_REASONS]:
-        lines.append(f"infrastructure error ({plural(count, 'run')}): {reason}")
-    more = len(report.error_reasons) - MAX_ERROR_REASONS
+        lines.append(f"cost unknown for {plural(unknown, 'run')} ({add_prices(tiers.values())})")
+    return lines + _error_lines(report, scenario, tiers)
+
+
+def _error_lines(
+    report: ExperimentReport, scenario: str | None, tiers: Mapping[str, TierReport]
+) -> list[str]:
+    """The most common infrastructure errors: of the experiment, or of the scenario's runs
+    when they are at hand (else how many there were, and where their reasons are)."""
+    if scenario is None:
+        reasons = report.error_reasons
+    elif report.runs is not None:
+        reasons = error_reasons(Group.of(r for r in report.runs if r.scenario == scenario))
+    else:
+        errors = sum(t.errors for t in tiers.values())
+        if not errors:
+            return []
+        return [
+            f"{plural(errors, 'infrastructure error')}: `report --format json --runs` gives "
+            "their reasons"
+        ]
+    lines = [
+        f"infrastructure error ({plural(count, 'run')}): {reason}"
+        for reason, count in list(reasons.items())[:MAX_ERROR_REASONS]
+    ]
+    more = len(reasons) - MAX_ERROR_REASONS
     if more > 0:
         lines.append(
             f"and {more} other {'kind' if more == 1 else 'kinds'} of infrastructure error: "
@@ -187,15 +223,15 @@ def footer(report: ExperimentReport) -> list[str]:
 _OUTAGE_ALPHA = 0.05
 
 
-def lopsided_outages(report: ExperimentReport) -> list[str]:
+def lopsided_outages(tiers: Mapping[str, TierReport]) -> list[str]:
     """A tier whose runs met model provider outages far more often than the other
     tiers' runs did. A provider's outage reaches every tier running at the time alike;
     an outage only the transcript tells of may be the agent's own words, and each buys
     its run another try (up to `max_attempts`) and leaves its failure out at the last."""
     lines = []
-    total_runs = sum(t.runs for t in report.tiers.values())
-    total_outages = sum(t.outages for t in report.tiers.values())
-    for tier_id, t in report.tiers.items():
+    total_runs = sum(t.runs for t in tiers.values())
+    total_outages = sum(t.outages for t in tiers.values())
+    for tier_id, t in tiers.items():
         others, other_runs = total_outages - t.outages, total_runs - t.runs
         if not t.outages or other_runs == 0 or t.outages / t.runs <= others / other_runs:
             continue

@@ -11,7 +11,7 @@ from core.metrics.catalog import INTERACTION_METRICS, RUN_METRICS
 from core.metrics.process import DEFINITIONS as PROCESS_DEFINITIONS
 from core.results.report import ExperimentReport, Statistics, TierReport
 from core.wording import plural
-from scheduler.report.formatting import ALL, Table, cells, num, pct, per_pass
+from scheduler.report.formatting import ALL, NOT_DEFINED, Table, cells, num, pct, per_pass
 
 # Columns of per-call context growth in a table; the HTML chart shows every call.
 CONTEXT_CALLS_SHOWN = 10
@@ -175,7 +175,10 @@ def seed_metrics(report: ExperimentReport, tier_id: str) -> Table:
 
 def _stat_cells(s: Statistics) -> list[str]:
     values = (s.median, s.mean, s.mode, s.std_dev, s.min, s.max)
-    return [*(num(v, 4) for v in values), str(s.count)]
+    cells = [num(v, 4) for v in values]
+    if s.count and s.std_dev is None:  # infinite values alone: inf - inf has no value
+        cells[3] = NOT_DEFINED
+    return [*cells, str(s.count)]
 
 
 def interaction(report: ExperimentReport, scenario: str | None = None) -> Table:

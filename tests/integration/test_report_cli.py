@@ -687,3 +687,61 @@ scenarios:
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     # error rate, help-seeking, first-try success, retry rate, iteration ratio, commands
     assert cells[2:] == ["-", "0.000", "-", "-", "-", "0.000"], row
+
+
+def test_a_spread_of_infinite_values_is_not_defined_and_a_scenario_view_has_its_own_figures(
+    redis_url: str, tmp_path: Path, fleet_env: dict[str, str]
+) -> None:
+    """T0 never passes: every run's cost of pass is infinite, and their spread, inf -
+    inf, has no value: "not defined" in the tables, null in the JSON (never 0, which
+    says the runs agree). A scenario's view gives that scenario's figures across tiers
+    (its cost delta) and its own infrastructure errors, not the experiment's."""
+    store = Store.from_url(redis_url, prefix=PREFIX)
+    failed = tuple(False for _ in range(4))
+    cells = {
+        ("T0", "s1"): Cell(failed, cost=0.01),
+        ("T0", "s2"): Cell(failed, cost=0.03),
+        ("T1", "s1"): Cell((True, True, False, True), cost=0.05),
+        ("T1", "s2"): Cell(
+            (True, True, True, True),
+            cost=0.20,
+            reasons={3: "judge unreachable: connection refused"},
+            statuses={3: RunStatus.infra_error},
+        ),
+    }
+    exp_id = seed_experiment(store, tmp_path, cells)
+    for nonfinite in ("string", "null"):
+        report = json.loads(
+            _report(exp_id, fleet_env, "--format", "json", "--json-nonfinite", nonfinite)
+        )
+        spread = report["tiers"]["T0"]["cost_of_pass_per_run"]
+        assert spread["std_dev"] is None and spread["count"] == 8
+        assert spread["mean"] == ("Infinity" if nonfinite == "string" else None)
+        assert report["tiers"]["T0"]["scenarios"]["s1"]["cost_of_pass_per_run"]["std_dev"] is None
+        # T1 s1: finite values and one infinite (a failed run): a spread without bound.
+        mixed = report["tiers"]["T1"]["scenarios"]["s1"]["cost_of_pass_per_run"]["std_dev"]
+        assert mixed == ("Infinity" if nonfinite == "string" else None)
+    markdown = _report(exp_id, fleet_env, "--format", "markdown")
+    seed_t0 = markdown.split("## Seed metrics: T0")[1].split("\n## ")[0]
+    assert "| (all) | cost_of_pass_per_run | inf | inf | inf | not defined | inf | inf | 8 |" in (
+        seed_t0
+    )
+    full = _report(exp_id, {**fleet_env, "COLUMNS": "200"}, "--full")
+    row = next(line for line in full.splitlines() if "cost_of_pass_per_run" in line)
+    assert row.split()[2:] == ["inf", "inf", "inf", "not", "defined", "inf", "inf", "8"]
+
+    whole = " ".join(full.split())
+    overall = f"cost delta ${report['cross_tier']['cost_delta']:.4f}"
+    assert overall in whole
+    for scenario, errors in (("s1", False), ("s2", True)):
+        medians = [t["scenarios"][scenario]["cost_usd"]["median"] for t in report["tiers"].values()]
+        delta = f"cost delta ${max(medians) - min(medians):.4f}"
+        assert delta != overall
+        for fmt in ("table", "markdown"):
+            env = {**fleet_env, "COLUMNS": "200"}
+            view = _report(exp_id, env, "--scenario", scenario, "--format", fmt)
+            view = " ".join(view.split())
+            assert f"- {scenario}: baseline T0; variance of the tiers' median pass_rate" in view
+            assert delta in view and overall not in view, fmt
+            said = "infrastructure error (1 runs): judge unreachable: connection refused"
+            assert (said in view) is errors, fmt
