@@ -743,5 +743,5 @@ def test_a_spread_of_infinite_values_is_not_defined_and_a_scenario_view_has_its_
             view = " ".join(view.split())
             assert f"- {scenario}: baseline T0; variance of the tiers' median pass_rate" in view
             assert delta in view and overall not in view, fmt
-            said = "infrastructure error (1 runs): judge unreachable: connection refused"
+            said = "infrastructure error (1 run): judge unreachable: connection refused"
             assert (said in view) is errors, fmt
