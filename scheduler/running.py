@@ -16,7 +16,7 @@ import redis
 from core.errors import FleetError, InputError
 from core.matrix import Budget, Matrix
 from core.results.report import ExperimentReport, ExperimentStatus
-from core.results.run import JUDGE_ERROR, RunResult, RunSpec, RunStatus
+from core.results.run import RunResult, RunSpec, RunStatus, judge_alone_failed
 from core.store import Store
 from core.store.server import risky_settings
 from core.timeline import mark
@@ -98,7 +98,7 @@ def resume(
 def _agent_part_failed(result: RunResult) -> bool:
     """Whether an infrastructure error is of the agent's part of the run (its setup, its
     start, its provider, its deliveries), not of a judge that did not answer."""
-    return not (result.fail_reason or "").startswith(JUDGE_ERROR)
+    return not judge_alone_failed(result.fail_reason)
 
 
 def _errors_left(store: Store, exp_id: str, errors: int, retry_errors: bool) -> str:

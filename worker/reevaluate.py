@@ -24,7 +24,7 @@ from fleet.app import BROKER_DOWN
 from worker.confinement import can_lease_users, run_user
 from worker.files import local_matrix
 from worker.run import agent_env
-from worker.workspace import RunDir
+from worker.workspace import RunDir, with_tests
 
 
 def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> RunResult:
@@ -102,11 +102,13 @@ def regate(
         run_dir.prompt_file.write_text(prompt, encoding="utf-8")
         env = agent_env(spec, matrix, run_dir, prompt)
         user = held.enter_context(run_user(run_dir)) if can_lease_users() else None
+        # The gates' own home, the graders' Python and the hidden tests, as the run had.
+        gate_env = with_tests(run_dir, scenario, env, user)
         results = run_gates(
             gates,
             run_dir.workspace,
             target_commands=archive.target_commands,
-            env=env,
-            enclosure=None if user is None else Enclosure((), env, user),
+            env=gate_env,
+            enclosure=None if user is None else Enclosure((), gate_env, user),
         )
     return [redact_record(gate, secrets) for gate in results]

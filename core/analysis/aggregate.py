@@ -49,6 +49,7 @@ from core.results.run import (
     RunResult,
     RunStatus,
     error_key,
+    judge_alone_failed,
 )
 from core.stats.choices import Correction
 from core.stats.descriptive import statistics, variance
@@ -145,6 +146,12 @@ def aggregate(
         tiers=reports,
         cross_tier=cross,
         error_reasons=error_reasons(everything),
+        judge_errors=sum(
+            status.is_infra and judge_alone_failed(reason)
+            for status, reason in zip(
+                everything.column("status"), everything.column("fail_reason"), strict=True
+            )
+        ),
         judge=judge_summary(by_tier, reports, cross, scoring),
     )
     return correct_report(report, settings.correction, settings.alpha)

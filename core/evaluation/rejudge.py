@@ -20,7 +20,14 @@ from core.evaluation.verifier import REWARD_BELOW
 from core.evidence.models import JudgeInputs
 from core.matrix import Gate, JudgeConfig, Matrix, Rubric
 from core.results.record import Record
-from core.results.run import GATES_FAILED, JUDGE_ERROR, GateResult, RunResult, RunStatus
+from core.results.run import (
+    GATES_FAILED,
+    JUDGE_ERROR,
+    GateResult,
+    RunResult,
+    RunStatus,
+    judge_alone_failed,
+)
 
 
 class RejudgePlan(Record):
@@ -84,7 +91,7 @@ def agent_reasons(result: RunResult) -> list[str]:
 def _status_before_judge(result: RunResult) -> RunStatus:
     """The agent's status, which a judge error had turned into an infrastructure error
     (a judge that answers now gives the run back its own result)."""
-    if not (result.is_infra_error and (result.fail_reason or "").startswith(JUDGE_ERROR)):
+    if not (result.is_infra_error and judge_alone_failed(result.fail_reason)):
         return result.status
     reasons = agent_reasons(result)
     if any(reason.startswith(AGENT_TIMED_OUT) for reason in reasons):

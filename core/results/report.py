@@ -557,6 +557,11 @@ class ExperimentReport(Record):
         default_factory=dict,
         description="infrastructure errors by reason (error_key), most common first",
     )
+    judge_errors: int = Field(
+        0,
+        description="infrastructure errors of a judge that did not answer runs whose agents "
+        "and gates ran: `scheduler rejudge` restores them, no agent run again",
+    )
     judge: JudgeSummary | None = Field(None, description="None when no run was judged")
     evidence_missing: int = Field(
         0,

@@ -91,6 +91,14 @@ UNREAD_TRANSCRIPT = (
 )
 
 
+def judge_alone_failed(fail_reason: str | None) -> bool:
+    """Whether an infrastructure error is a judge's that did not answer a run whose agent
+    and gates ran (`scheduler rejudge` restores it, no agent run again), not a run that
+    fail-fast kept from starting after such errors (its agent never ran)."""
+    first = fail_reason.splitlines()[0] if fail_reason else ""
+    return first.startswith(JUDGE_ERROR) and not first.endswith(NOT_RUN_NOTE)
+
+
 def error_key(fail_reason: str | None) -> str:
     """An infrastructure error's reason as runs share it: its first line, without
     the fail-fast note, so the runs it stopped count with the ones that stopped it,

@@ -341,12 +341,11 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
     errors = report.experiment.errors
     if errors:
         from core.evidence.text import visible
-        from core.results.run import JUDGE_ERROR
         from core.wording import plural
 
         exp_id = report.experiment.id
         reason, count = next(iter(report.error_reasons.items()))
-        judged = sum(n for r, n in report.error_reasons.items() if r.startswith(JUDGE_ERROR))
+        judged = report.judge_errors
         rejudge = (
             f"`scheduler rejudge {exp_id}` judges "
             + ("it" if judged == 1 else "them")

@@ -834,3 +834,43 @@ def _processes_with(word: str) -> list[int]:
             if word.encode() in argv:
                 found.append(int(entry.name))
     return found
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run's own user needs a worker running as root")
+def test_a_rescore_gates_with_the_hidden_tests_and_the_graders_python_the_run_had(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A rescore's gates get what the run's gates had: the scenario's hidden tests at
+    $EVALFLEET_TESTS and the graders' Python, before which a `json.py` the agent left in
+    its workspace is not imported. Without them a right answer failed its rescore (no
+    tests), and a shadowing module could have passed a wrong one."""
+    folder = tmp_path / "exp"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "tests" / "check.py").write_text(
+        "import json, sys\nsys.exit(json.loads(open('answer.json').read()) != 42)\n"
+    )
+    shadow = "import sys; sys.exit(0)"
+    agent = f"echo 41 > answer.json; echo {shlex.quote(shadow)} > json.py"
+    (folder / "matrix.yaml").write_text(f"""
+name: rescored-tests
+runs_per_tier: 1
+agent: {{kind: command, command: "echo 42 > answer.json", timeout_s: 30}}
+tiers: [{{id: right}}, {{id: shadows, agent: {{command: {json.dumps(agent)}}}}}]
+{ARCHIVED}
+scenarios:
+  - id: s
+    prompt: answer
+    tests: tests
+    evaluation:
+      gates: [{{type: command_succeeds, command: 'python3 "$EVALFLEET_TESTS/check.py"'}}]
+""")
+    for path in (folder, *folder.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    start_worker(concurrency=1)
+    exp_id = _submit(folder / "matrix.yaml", fleet_env)
+    rescored = run_cli("rescore", exp_id, "--wait", "--format", "json", env=fleet_env)
+    assert rescored.returncode == 0, rescored.stderr
+    for version in (1, 2):
+        runs = store.results.all(exp_id) if version == 1 else store.reports.runs(exp_id, 2)
+        assert {r.tier: r.passed for r in runs} == {"right": True, "shadows": False}, version

@@ -274,3 +274,61 @@ scenarios:
     assert {r.run_id: len(store.attempts.of(exp_id, r.run_id)) for r in runs.values()} == (
         deliveries
     )
+
+
+@pytest.mark.integration
+def test_runs_fail_fast_kept_from_a_judge_that_was_down_are_resumed_not_rejudged(
+    fleet_env: dict[str, str], start_worker: StartWorker, store: Store, tmp_path: Path
+) -> None:
+    """A judge down from the start stops its tier after three judge errors (fail-fast):
+    the runs it kept from starting have a judge error for their reason but no agent
+    run, so rejudge has nothing to judge. They are resume's: the hint says so, resume
+    --retry-errors sends them (not the judged ones, left to rejudge), and they pass."""
+    (tmp_path / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
+    )
+    judge = {"up": False}
+
+    def outage(request: RecordedRequest) -> Step:
+        return reply(content=json.dumps(GOOD)) if judge["up"] else status(500)
+
+    with LLMStub([outage]) as stub:
+        matrix = tmp_path / "matrix.yaml"
+        matrix.write_text(f"""
+name: judge-down-early
+runs_per_tier: 5
+agent: {{kind: command, command: "echo did it > out.txt", timeout_s: 30}}
+tiers: [{{id: T0}}]
+judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null,
+         timeout_s: 5, max_attempts: 1}}
+scenarios:
+  - id: s
+    prompt: write out.txt
+    evaluation:
+      gates: [{{type: file_exists, path: out.txt}}]
+      judge: {{rubric: rubric.yaml}}
+""")
+        start_worker(concurrency=1)
+        result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
+        assert result.returncode == 3, result.stderr
+        report = json.loads(result.stdout)
+        exp_id = report["experiment"]["id"]
+        runs = store.results.all(exp_id)
+        kept = [r for r in runs if r.fail_reason and "(not run:" in r.fail_reason]
+        judged = [r for r in runs if r not in kept]
+        assert len(judged) == 3 and len(kept) == 2
+        assert all(r.gates == [] and r.judge is None for r in kept)  # no agent ran
+        assert (report["judge_errors"], report["experiment"]["errors"]) == (3, 5)
+        said = " ".join(result.stderr.split())
+        assert (
+            f"first for the 2 runs whose agent could not be run, `scheduler resume {exp_id} "
+            "--retry-errors` runs them again"
+        ) in said, said
+        assert f"then for the 3 runs whose judge failed, `scheduler rejudge {exp_id}`" in said
+
+        judge["up"] = True
+        resumed = run_cli("resume", exp_id, "--retry-errors", "--wait", env=fleet_env)
+        assert resumed.returncode == 3, resumed.stderr  # the judged three wait for rejudge
+    after = {r.run_id: r for r in store.results.all(exp_id)}
+    assert all(after[r.run_id].passed for r in kept)
+    assert all(after[r.run_id].status is RunStatus.infra_error for r in judged)
