@@ -44,6 +44,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from core.errors import SetupError
 from core.evaluation.credentials import RunAs
@@ -134,20 +135,14 @@ class RunDir:
         agent's max_transcript_bytes: the first and last halves, the middle cut and
         counted) and read no further: a sparse file of gigabytes, which uses no disk
         and so passes the workspace's limit, costs the worker nothing. None when the
-        agent left none."""
-        try:
-            # Non-blocking: a FIFO the agent put in its place gives what it has, at once.
-            fd = os.open(self.events_file, os.O_RDONLY | os.O_NONBLOCK)
-        except FileNotFoundError:
+        agent left none, or left something else than a file in its place
+        (`_open_regular`)."""
+        file = _open_regular(self.events_file)
+        if file is None:
             return None
         kept = HeadTail(max_bytes)
-        with os.fdopen(fd, "rb") as file:
-            size = os.fstat(fd).st_size
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                with contextlib.suppress(OSError):
-                    kept.add(file.read(max_bytes))
-                    kept.dropped += len(file.read(1))  # more than its cap: cut
-                return kept
+        with file:
+            size = os.fstat(file.fileno()).st_size
             kept.add(file.read(min(size, kept.half)))
             if size > 2 * kept.half:
                 file.seek(size - kept.half)
@@ -171,8 +166,12 @@ class RunDir:
         None when it keeps none or left none. Only its figures are read from it."""
         if preset is None or preset.session_files is None:
             return None
-        found = sorted(self.home.glob(preset.session_files))
-        texts = [p.read_bytes()[:_SESSION_BYTES].decode("utf-8", "replace") for p in found]
+        texts = []
+        for path in sorted(self.home.glob(preset.session_files)):
+            file = _open_regular(path)
+            if file is not None:
+                with file:
+                    texts.append(file.read(_SESSION_BYTES).decode("utf-8", "replace"))
         return "\n".join(texts) or None
 
     def remove(self) -> None:
@@ -196,6 +195,21 @@ class RunDir:
             self.lock_file.unlink()
         if self.lock is not None:
             os.close(self.lock)
+
+
+def _open_regular(path: Path) -> BinaryIO | None:
+    """`path` open for reading if it is a file of its own; None where there is none, or
+    the agent put a link, a FIFO or a device in its place. The worker reads as root:
+    a link would have it read a file the run's user may not (and keep it as evidence),
+    a FIFO would block it, a device (/dev/zero) never end; none is what a CLI writes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 # A CLI's session file read for its figures: a run's own, but not without bound.

@@ -308,3 +308,36 @@ def test_a_failed_setup_says_its_exit_code_and_what_it_printed_if_anything(
     with pytest.raises(SetupError) as failed:
         run_setup(run_dir, Scenario(id="s0", prompt="go", setup=[command]), dict(os.environ))
     assert str(failed.value) == f"setup command {command!r} failed: {why}"
+
+
+def test_what_the_agent_put_in_place_of_its_records_is_not_read(tmp_path: Path) -> None:
+    """The worker reads the events file and a CLI's session record as root: a link to a
+    file the run's user may not read (kept as evidence), a FIFO (it would wait for a
+    writer) or a link to a device that never ends (/dev/zero) is read as no record;
+    a record of its own is read, bounded."""
+    from core.matrix.presets import PRESETS
+
+    secret = tmp_path / "root-only"
+    secret.write_text("the worker's secret\n")
+    secret.chmod(0o600)
+    claude = PRESETS["claude-code"]
+    run_dir = RunDir(tmp_path / "run")
+    sessions = run_dir.home / ".claude" / "projects" / "p"
+    sessions.mkdir(parents=True)
+    for placed in ("link", "fifo", "zero"):
+        for path in (run_dir.events_file, sessions / "s.jsonl"):
+            path.unlink(missing_ok=True)
+            if placed == "link":
+                path.symlink_to(secret)
+            elif placed == "fifo":
+                os.mkfifo(path)
+            else:
+                path.symlink_to("/dev/zero")
+        assert run_dir.events(1000) is None, placed
+        assert run_dir.session_text(claude) is None, placed
+    for path in (run_dir.events_file, sessions / "s.jsonl"):
+        path.unlink()
+        path.write_text('{"type": "llm_call"}\n' * 1000)
+    events = run_dir.events(1000)
+    assert events is not None and len(events.head) + len(events.tail) == 1000 and events.dropped
+    assert (run_dir.session_text(claude) or "").startswith('{"type": "llm_call"}\n')
