@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from core.analysis.aggregate import cross_tier, error_reasons
-from core.analysis.columns import Group
 from core.analysis.comparison import CONFIDENCE
 from core.results.report import ExperimentReport, TierReport
 from core.stats.significance import fisher_exact
@@ -165,7 +163,14 @@ def footer(report: ExperimentReport, scenario: str | None = None) -> list[str]:
     with `scenario` of that scenario's runs alone (a view of one scenario that gave the
     experiment's figures would read as the scenario's)."""
     tiers = scoped(report, scenario)
-    c = report.cross_tier if scenario is None else cross_tier(tiers, report.cross_tier.baseline)
+    if scenario is None:
+        c = report.cross_tier
+    else:
+        # Here only: the aggregation imports the matrix's models, which printing a
+        # stored report must not (its cold start).
+        from core.analysis.aggregate import cross_tier
+
+        c = cross_tier(tiers, report.cross_tier.baseline)
     of = "" if scenario is None else f"{scenario}: "
     lines = [
         f"{of}baseline {c.baseline}; variance of the tiers' median pass_rate "
@@ -196,6 +201,9 @@ def _error_lines(
     if scenario is None:
         reasons = report.error_reasons
     elif report.runs is not None:
+        from core.analysis.aggregate import error_reasons
+        from core.analysis.columns import Group
+
         reasons = error_reasons(Group.of(r for r in report.runs if r.scenario == scenario))
     else:
         errors = sum(t.errors for t in tiers.values())
