@@ -237,16 +237,19 @@ def lopsided_outages(tiers: Mapping[str, TierReport]) -> list[str]:
     an outage only the transcript tells of may be the agent's own words, and each buys
     its run another try (up to `max_attempts`) and leaves its failure out at the last."""
     lines = []
-    total_runs = sum(t.runs for t in tiers.values())
+    # Runs cancelled or kept from starting by the budget never called a provider.
+    started = {tier_id: t.runs - t.cancelled - t.not_run for tier_id, t in tiers.items()}
+    total_runs = sum(started.values())
     total_outages = sum(t.outages for t in tiers.values())
     for tier_id, t in tiers.items():
-        others, other_runs = total_outages - t.outages, total_runs - t.runs
-        if not t.outages or other_runs == 0 or t.outages / t.runs <= others / other_runs:
+        runs = started[tier_id]
+        others, other_runs = total_outages - t.outages, total_runs - runs
+        if not t.outages or other_runs == 0 or t.outages / runs <= others / other_runs:
             continue
-        table = (t.outages, t.runs - t.outages, others, other_runs - others)
+        table = (t.outages, runs - t.outages, others, other_runs - others)
         if fisher_exact(*table) < _OUTAGE_ALPHA:
             lines.append(
-                f"{tier_id}: {t.outages} of {plural(t.runs, 'run')} met a model provider "
+                f"{tier_id}: {t.outages} of {plural(runs, 'run')} met a model provider "
                 f"outage, the other tiers {others} of {other_runs}: a provider's outage "
                 "reaches every tier alike, so this tier's agents may be reporting outages of "
                 "their own, which buys each run another try and leaves its failure out "

@@ -106,8 +106,21 @@ def _tables(
             if report.runs is not None
             else [verdict_table(report)]
         )
-        return lead + sections.report_tables(report)
+        return _said_once(lead + sections.report_tables(report))
     return sections.scenario_tables(report, scenario)
+
+
+def _said_once(tables: list[Table]) -> list[Table]:
+    """Each note under the first table that has it: the full report opens with the one
+    screen, whose notes (the agents' isolation, tampered runs, outages, the tests'
+    family) the sections after it say again."""
+    seen: set[str] = set()
+    kept = []
+    for table in tables:
+        notes = [note for note in table.notes if note not in seen]
+        seen.update(notes)
+        kept.append(replace(table, notes=notes))
+    return kept
 
 
 def _as_is(text: str) -> str:

@@ -309,8 +309,12 @@ def test_the_full_report_opens_with_the_one_screens_verdicts_and_failure_reasons
     shown = run_cli("show", examples[1], env=fleet_env)
     assert shown.returncode == 0 and "reason: agent_error: exit 1: boom" in shown.stdout
     assert "Seed metrics: T1" in full
+    notes = [line for line in full.splitlines() if line.startswith("- ")]
+    assert notes and len(notes) == len(set(notes)), [n for n in notes if notes.count(n) > 1]
 
     markdown = _report(exp_id, fleet_env, "--format", "markdown")
+    said = [line for line in markdown.splitlines() if line.startswith("- ")]
+    assert said and len(said) == len(set(said)), [n for n in said if said.count(n) > 1]
     headings = re.findall(r"^## (.+)$", markdown, re.MULTILINE)
     assert headings[:3] == [
         "Verdict per tier against the baseline (T0)",
