@@ -44,6 +44,10 @@ class ArchivedWorkspace(Record):
     target_commands: list[CommandRecord] = Field(default_factory=list)
 
 
+# A file this large whose disk blocks hold under an eighth of it is mostly holes.
+SPARSE_MIN_BYTES = 1 << 20
+
+
 def pack(
     workspace: Path,
     max_bytes: int,
@@ -53,7 +57,16 @@ def pack(
     """The workspace with the secrets taken out of its files and of `commands`. Raises
     WorkspaceTooLarge past `max_bytes` (compressed), reading no more than it must."""
     entries = list(_entries(workspace))
-    sizes = sum(p.lstat().st_size for p in entries if p.is_file() and not p.is_symlink())
+    files = [(p, p.lstat()) for p in entries if p.is_file() and not p.is_symlink()]
+    for path, found in files:
+        # Holes cost no disk and gzip to nothing, but are read and compressed byte by
+        # byte: a sparse file of gigabytes an agent left would cost the worker minutes.
+        if found.st_size > SPARSE_MIN_BYTES and found.st_blocks * 512 < found.st_size // 8:
+            raise WorkspaceTooLarge(
+                f"workspace not archived: {path.relative_to(workspace)} is a sparse file of "
+                f"{found.st_size} bytes, {found.st_blocks * 512} of them on disk"
+            )
+    sizes = sum(found.st_size for _, found in files)
     if sizes > max_bytes * MAX_RATIO:
         raise WorkspaceTooLarge(
             f"workspace not archived: its files are {sizes} bytes, more than gzip brings "
