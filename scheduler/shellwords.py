@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -98,8 +99,34 @@ def _split_operators(word: str) -> list[str]:
 def _uncommented(command: str) -> str:
     """`command` without its comments (from an unquoted `#` that starts a word to the
     end of its line) and without the bodies of its here-documents."""
+    heredocs: list[tuple[str, bool]] = []
+
+    def unquoted(i: int, out: list[str]) -> tuple[str, int] | None:
+        nonlocal heredocs
+        char = command[i]
+        if char == "#" and (not out or out[-1][-1:] in _WORD_START):
+            end = command.find("\n", i)
+            return "", len(command) if end < 0 else end
+        if command.startswith("<<", i) and not command.startswith("<<<", i):
+            found = re.match(r"<<(-?)\s*(['\"]?)([^\s'\";&|<>()]+)\2", command[i:])
+            if found:
+                heredocs.append((found.group(3), found.group(1) == "-"))
+        elif char == "\n" and heredocs:
+            after = _after_heredocs(command, i + 1, heredocs)
+            heredocs = []
+            return char, after
+        return None
+
+    return _rewritten(command, unquoted)
+
+
+def _rewritten(command: str, unquoted: Callable[[int, list[str]], tuple[str, int] | None]) -> str:
+    """`command` with what `unquoted` gives, at a character outside quotes and escapes,
+    written in place of what it skips (the text, and the index to go on from; None
+    keeps the character); quotes and escapes as they are. `unquoted` sees what was
+    written so far, to tell whether the character starts a word."""
     out: list[str] = []
-    quote, i, heredocs = "", 0, []
+    quote, i = "", 0
     while i < len(command):
         char = command[i]
         if quote:
@@ -114,18 +141,10 @@ def _uncommented(command: str) -> str:
             continue
         elif char in "'\"":
             quote = char
-        elif char == "#" and (not out or out[-1][-1:] in " \t\n;&|()"):
-            end = command.find("\n", i)
-            i = len(command) if end < 0 else end
-            continue
-        elif command.startswith("<<", i) and not command.startswith("<<<", i):
-            found = re.match(r"<<(-?)\s*(['\"]?)([^\s'\";&|<>()]+)\2", command[i:])
-            if found:
-                heredocs.append((found.group(3), found.group(1) == "-"))
-        elif char == "\n" and heredocs:
-            out.append(char)
-            i = _after_heredocs(command, i + 1, heredocs)
-            heredocs = []
+        elif (instead := unquoted(i, out)) is not None:
+            if instead[0]:
+                out.append(instead[0])
+            i = instead[1]
             continue
         out.append(char)
         i += 1
@@ -145,31 +164,10 @@ def _values_reduced(command: str) -> str:
     value, a `[[ ... ]]` test) reduced to the command substitutions in it, which do run:
     `n=$((1+2))` reads as `n=$_`, `(( $(nproc) > 1 ))` as `$(nproc)`, `arr=(a b)` as
     `arr=`, `[[ -f x || $(t) ]]` as `[[ $(t) ]]`. The rest is kept as it is."""
-    out: list[str] = []
-    quote, i = "", 0
-    while i < len(command):
-        char = command[i]
-        if quote:
-            if char == "\\" and quote == '"':
-                out.append(command[i : i + 2])
-                i += 2
-                continue
-            quote = "" if char == quote else quote
-        elif char == "\\":
-            out.append(command[i : i + 2])
-            i += 2
-            continue
-        elif char in "'\"":
-            quote = char
-        else:
-            value = _value_at(command, i, at_word_start=not out or out[-1][-1:] in _WORD_START)
-            if value is not None:
-                out.append(value[0])
-                i = value[1]
-                continue
-        out.append(char)
-        i += 1
-    return "".join(out)
+    return _rewritten(
+        command,
+        lambda i, out: _value_at(command, i, at_word_start=not out or out[-1][-1:] in _WORD_START),
+    )
 
 
 def _value_at(command: str, i: int, at_word_start: bool) -> tuple[str, int] | None:

@@ -189,35 +189,13 @@ def test_a_judge_outage_fails_runs_their_gates_failed_and_names_rejudge_for_the_
     error out of N, which pushed pass rates up. A run whose gates passed is one, and the
     hint names rejudge, which restores it with no agent run again; resume --retry-errors
     leaves it to rejudge rather than pay for its agent twice."""
-    (tmp_path / "rubric.yaml").write_text(
-        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
-    )
     judge = {"up": False}
 
     def outage(request: RecordedRequest) -> Step:
         return reply(content=json.dumps(GOOD)) if judge["up"] else status(500)
 
     with LLMStub([outage]) as stub:
-        matrix = tmp_path / "matrix.yaml"
-        matrix.write_text(f"""
-name: judge-down
-runs_per_tier: 1
-agent: {{kind: command, command: "echo did it > out.txt", timeout_s: 30}}
-tiers: [{{id: T0}}]
-judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null,
-         timeout_s: 5, max_attempts: 1}}
-scenarios:
-  - id: gated
-    prompt: write missing.txt
-    evaluation:
-      gates: [{{type: file_exists, path: missing.txt}}]
-      judge: {{rubric: rubric.yaml}}
-  - id: clean
-    prompt: write out.txt
-    evaluation:
-      gates: [{{type: file_exists, path: out.txt}}]
-      judge: {{rubric: rubric.yaml}}
-""")
+        matrix = _judged(tmp_path, stub.base_url, "judge-down", 1, gated="missing.txt")
         start_worker(concurrency=2)
         result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
         assert result.returncode == 3, result.stderr
@@ -284,30 +262,13 @@ def test_runs_fail_fast_kept_from_a_judge_that_was_down_are_resumed_not_rejudged
     the runs it kept from starting have a judge error for their reason but no agent
     run, so rejudge has nothing to judge. They are resume's: the hint says so, resume
     --retry-errors sends them (not the judged ones, left to rejudge), and they pass."""
-    (tmp_path / "rubric.yaml").write_text(
-        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
-    )
     judge = {"up": False}
 
     def outage(request: RecordedRequest) -> Step:
         return reply(content=json.dumps(GOOD)) if judge["up"] else status(500)
 
     with LLMStub([outage]) as stub:
-        matrix = tmp_path / "matrix.yaml"
-        matrix.write_text(f"""
-name: judge-down-early
-runs_per_tier: 5
-agent: {{kind: command, command: "echo did it > out.txt", timeout_s: 30}}
-tiers: [{{id: T0}}]
-judge: {{base_url: "{stub.base_url}", model: judge-model, api_key_env: null,
-         timeout_s: 5, max_attempts: 1}}
-scenarios:
-  - id: s
-    prompt: write out.txt
-    evaluation:
-      gates: [{{type: file_exists, path: out.txt}}]
-      judge: {{rubric: rubric.yaml}}
-""")
+        matrix = _judged(tmp_path, stub.base_url, "judge-down-early", 5)
         start_worker(concurrency=1)
         result = run_cli("submit", str(matrix), "--wait", "--json", env=fleet_env, timeout=180)
         assert result.returncode == 3, result.stderr
@@ -332,3 +293,34 @@ scenarios:
     after = {r.run_id: r for r in store.results.all(exp_id)}
     assert all(after[r.run_id].passed for r in kept)
     assert all(after[r.run_id].status is RunStatus.infra_error for r in judged)
+
+
+def _judged(folder: Path, base_url: str, name: str, runs: int, gated: str | None = None) -> Path:
+    """A matrix whose agent writes out.txt and whose judge is `base_url`, asked once:
+    scenario `clean` gated on out.txt, and with `gated`, one gated on that file, which
+    the agent never writes."""
+    (folder / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
+    )
+    scenarios = [("gated", gated)] if gated else []
+    scenarios.append(("clean", "out.txt"))
+    listed = "".join(
+        f"""
+  - id: {scenario}
+    prompt: write {path}
+    evaluation:
+      gates: [{{type: file_exists, path: {path}}}]
+      judge: {{rubric: rubric.yaml}}"""
+        for scenario, path in scenarios
+    )
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(f"""
+name: {name}
+runs_per_tier: {runs}
+agent: {{kind: command, command: "echo did it > out.txt", timeout_s: 30}}
+tiers: [{{id: T0}}]
+judge: {{base_url: "{base_url}", model: judge-model, api_key_env: null,
+         timeout_s: 5, max_attempts: 1}}
+scenarios:{listed}
+""")
+    return matrix
