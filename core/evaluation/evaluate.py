@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from core.evaluation.gates import Enclosure, gate_runs
 from core.evaluation.judge import Judge, Judgment, JudgmentCache, judge_run
@@ -340,12 +341,7 @@ def _score(
     result = RunResult.of(
         spec,
         RunStatus.agent_error if read.unscored and status is RunStatus.completed else status,
-        limit=read.limit,
-        model=read.model,
-        started_at=outcome.started_at,
-        ended_at=outcome.ended_at,
-        duration_seconds=max(outcome.ended_at - outcome.started_at, 0.0),
-        exit_code=outcome.exit_code,
+        **_ran(read),
         interaction=read.interaction,
         gates=gates,
         gates_passed=sum(g.passed for g in gates),
@@ -376,6 +372,19 @@ def _score(
     return result
 
 
+def _ran(read: Read) -> dict[str, Any]:
+    """What a result says of how its run ran: its limit, model, times and exit code."""
+    outcome = read.outcome
+    return {
+        "limit": read.limit,
+        "model": read.model,
+        "started_at": outcome.started_at,
+        "ended_at": outcome.ended_at,
+        "duration_seconds": max(outcome.ended_at - outcome.started_at, 0.0),
+        "exit_code": outcome.exit_code,
+    }
+
+
 def _unscored(
     context: EvaluationContext,
     read: Read,
@@ -390,12 +399,7 @@ def _unscored(
     return RunResult.of(
         context.spec,
         RunStatus.agent_error if status is RunStatus.completed else status,
-        limit=read.limit,
-        model=read.model,
-        started_at=outcome.started_at,
-        ended_at=outcome.ended_at,
-        duration_seconds=max(outcome.ended_at - outcome.started_at, 0.0),
-        exit_code=outcome.exit_code,
+        **_ran(read),
         interaction=InteractionMetrics(completed=outcome.completed),
         gates=gates,
         gates_passed=sum(g.passed for g in gates),
