@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     # Imported where a plan is made: the evaluation's modules (gates, transcripts) are
     # more than `scheduler --help` should import.
     from core.evaluation.rejudge import RejudgePlan
+    from core.store import Store
 
 
 @dataclass(frozen=True)
@@ -180,11 +181,15 @@ def _send(
     store = conn.store
     judge = plan_fields.get("judge") or matrix.judge
     key = judge.api_key_env if judge is not None else None
-    if not conn.shared and key and not os.environ.get(key):
+    # Only runs that were judged are judged again (from what their judge was shown): an
+    # experiment whose judge was off (`enabled: auto` without its key) needs no key.
+    if not conn.shared and key and not os.environ.get(key) and _any_judged(store, exp_id):
         # The local workers judge with this shell's environment: every judgment would
         # be an infrastructure error in a version that then shows by default.
         raise InputError(
-            f"{key} is not set: the local workers need it to judge; nothing was started"
+            f"{key} is not set: the local workers need it to judge again the runs that were "
+            f"judged; set it in this shell, or send this to a fleet whose workers have it "
+            "(`--broker URL`); nothing was started"
         )
     plan = RejudgePlan(version=store.reports.new_version(exp_id), **plan_fields)
     app = conn.app
@@ -209,3 +214,7 @@ def wait_version(conn: Connection, version: NewVersion) -> ExperimentReport:
         )
     except WorkersDied as exc:
         raise WorkersDied(f"{exc}; version {version.version} is incomplete") from None
+
+
+def _any_judged(store: Store, exp_id: str) -> bool:
+    return any(run.judge is not None for run in store.results.all(exp_id))

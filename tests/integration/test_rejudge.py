@@ -482,3 +482,42 @@ def test_show_gives_a_run_as_the_report_version_it_is_named_in_scored_it(
     missing = run_cli("show", f"{exp_id}:T0:s:0", "--version", "3", env=fleet_env)
     assert missing.returncode == 2
     assert f"experiment {exp_id} has no report version 3; its versions: 1, 2" in missing.stderr
+
+
+def test_an_embedded_rescore_of_an_experiment_whose_judge_was_off_needs_no_key(
+    fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`enabled: auto` without its key at submit: the judge was off and no run was
+    judged. A rescore judges again only what was judged, so it asks for no key (it
+    refused with "JUDGE_KEY is not set", which the README's own example met)."""
+    env = {k: v for k, v in fleet_env.items() if k not in ("EVALFLEET_BROKER_URL", "JUDGE_KEY")}
+    (tmp_path / "rubric.yaml").write_text(
+        "criteria: [{id: quality, weight: 1, description: the work is good}]\n"
+    )
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""
+name: judge-off
+runs_per_tier: 2
+agent: {kind: command, command: "echo hello > out.txt", timeout_s: 30}
+tiers: [{id: T0}]
+judge: {base_url: "http://127.0.0.1:9/v1", model: judge-model, api_key_env: JUDGE_KEY}
+workspace_archive: {keep: all}
+scenarios:
+  - id: s
+    prompt: say hello
+    evaluation:
+      gates: [{type: file_contains, path: out.txt, substring: Hello}]
+      judge: {enabled: auto, rubric: rubric.yaml}
+""")
+    done = run_cli("submit", str(matrix), "--json", "--workers", "1", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    exp_id = json.loads(done.stdout)["experiment"]["id"]
+    assert json.loads(done.stdout)["tiers"]["T0"]["passes"] == 0
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(matrix.read_text().replace("substring: Hello", "substring: hello"))
+    rescored = run_cli(
+        "rescore", exp_id, "--matrix", str(fixed), "--format", "json", "--workers", "1",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert rescored.returncode == 0, rescored.stderr
+    assert json.loads(rescored.stdout)["tiers"]["T0"]["passes"] == 2
