@@ -55,10 +55,13 @@ class FleetError(EvalfleetError):
 
 
 class ConfigError(InputError):
-    """One or more problems in a config file. The CLI prints them and exits 2."""
+    """One or more problems in a config file. The CLI prints them and exits 2.
+    `unread`: the file could not be read into its model, so the checks of what it
+    says (its commands, files and keys) are still to come."""
 
-    def __init__(self, problems: Sequence[object]):
+    def __init__(self, problems: Sequence[object], *, unread: bool = False):
         self.problems = list(problems)
+        self.unread = unread
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

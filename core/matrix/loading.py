@@ -44,9 +44,9 @@ def load_matrix(path: str | Path) -> Matrix:
             path, Matrix, base_dir=base, context=context, prepare=tasks_expanded
         )
     except ConfigError as exc:
-        raise ConfigError([*_problems_of(rubrics), *exc.problems]) from None
+        raise ConfigError([*_problems_of(rubrics), *exc.problems], unread=True) from None
     if problems := _problems_of(rubrics):
-        raise ConfigError(problems)
+        raise ConfigError(problems, unread=True)
     return matrix
 
 

@@ -303,7 +303,13 @@ def _said(exc: EvalfleetError, cli: CLIContext) -> int:
         # nor a value its own check refused.
         keyed = any(getattr(problem, "schema_error", False) for problem in exc.problems)
         schema = " `scheduler schema` prints every accepted key." if keyed else ""
-        err.print(f"{len(exc.problems)} problem(s); nothing was started.{schema}")
+        # A matrix that does not read yet has had none of the checks of what it says.
+        more = (
+            " Once it reads, its commands, files and API keys are checked too."
+            if exc.unread
+            else ""
+        )
+        err.print(f"{len(exc.problems)} problem(s); nothing was started.{schema}{more}")
         return USAGE_ERROR
     fail_line(cli.hinted(str(exc)))
     return USAGE_ERROR if isinstance(exc, InputError) else 1

@@ -137,7 +137,9 @@ def integrity(tiers: Mapping[str, TierReport]) -> list[str]:
     that changed the files they were graded with, and a tier meeting more provider
     outages than the others (`lopsided_outages`)."""
     isolation = {tier_id: t.isolation for tier_id, t in tiers.items() if t.isolation}
-    if len(set(isolation.values())) == 1 and len(isolation) == len(tiers):
+    # One line when every tier that ran was confined alike (a tier the budget or a
+    # cancel kept from running has no isolation to differ by).
+    if len(set(isolation.values())) == 1:
         lines = [f"agents' isolation: {next(iter(isolation.values()))}"]
     else:
         lines = [f"{tier_id} isolation: {line}" for tier_id, line in isolation.items()]

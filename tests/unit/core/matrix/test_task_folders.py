@@ -339,7 +339,10 @@ def test_every_problem_of_a_task_file_is_said_in_one_run_of_validate(tasks: Path
     ]
     # Each file's in its order.
     assert places[:3] == sorted(places[:3]) and places[3:] == sorted(places[3:]), said
-    assert said.splitlines()[-1] == "5 problem(s); nothing was started."
+    assert said.splitlines()[-1] == (
+        "5 problem(s); nothing was started. Once it reads, its commands, files and API keys "
+        "are checked too."
+    )
 
 
 def test_a_terminal_bench_task_missing_its_tests_is_refused(tasks: Path) -> None:

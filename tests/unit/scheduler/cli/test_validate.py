@@ -44,6 +44,9 @@ KEYED = {**os.environ, "OPENAI_API_KEY": "sk-test-validate"}
 
 RUBRIC = "criteria:\n  - {id: done, weight: 1.0, description: finished}\n"
 
+# The closing line of problems found before the matrix read into its model.
+UNREAD = " Once it reads, its commands, files and API keys are checked too."
+
 
 def write(tmp_path: Path, text: str, rubric: str = RUBRIC) -> Path:
     (tmp_path / "guide.md").write_text("guidance")
@@ -86,7 +89,7 @@ def test_a_check_across_keys_is_placed_at_the_key_to_change(
     result = run_cli("validate", str(write(tmp_path, GOOD.replace(*change))), env=KEYED)
     assert result.returncode == 2
     assert f"error: {tmp_path / said}" in result.stderr
-    assert result.stderr.splitlines()[-1] == "1 problem(s); nothing was started."
+    assert result.stderr.splitlines()[-1] == "1 problem(s); nothing was started." + UNREAD
 
 
 def test_every_check_across_keys_that_fails_is_said_at_once_in_the_files_order(
@@ -122,7 +125,7 @@ judge: {model: claude-sonnet-4, api_key_env: OPENAI_API_KEY}
         f"error: {matrix}:14:10: scenarios.1.id: duplicate scenario id 's1'; each must be unique",
         f"error: {matrix}:15:16: judge.model: judge model 'claude-sonnet-4' is the model under "
         "test in tier 'T0'; use another judge model or set judge.allow_self_judge: true",
-        "5 problem(s); nothing was started.",
+        "5 problem(s); nothing was started." + UNREAD,
     ]
 
 
@@ -182,7 +185,7 @@ judge: {model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}
         "than 0",
         f"error: {tmp_path / 'matrix.yaml'}:4:24: tiers.1.id: duplicate tier id 'T0'; each "
         "must be unique",
-        "2 problem(s); nothing was started. `scheduler schema` prints every accepted key.",
+        "2 problem(s); nothing was started. `scheduler schema` prints every accepted key." + UNREAD,
     ]
 
 
@@ -225,7 +228,7 @@ def test_a_key_given_twice_is_an_error_at_its_second_place(tmp_path: Path) -> No
         "and ignore the first without a word: remove one",
         f"error: {matrix}:22:1: runs_per_tier: given twice (first at line 2); YAML would keep "
         "this one and ignore the first without a word: remove one",
-        "2 problem(s); nothing was started.",
+        "2 problem(s); nothing was started." + UNREAD,
     ]
 
 
@@ -234,7 +237,7 @@ def test_the_closing_line_is_never_broken_off_a_terminal(tmp_path: Path) -> None
     80, inside the command it suggests."""
     typos = GOOD + "".join(f"unknown_{i}: 1\n" for i in range(10))
     assert refused(tmp_path, typos)[-1] == (
-        "10 problem(s); nothing was started. `scheduler schema` prints every accepted key."
+        "10 problem(s); nothing was started. `scheduler schema` prints every accepted key." + UNREAD
     )
 
 

@@ -176,3 +176,23 @@ def test_a_difference_too_small_to_print_is_printed_as_zero_not_negative_zero(fm
     text = render(report, fmt, full=True, width=300)
     assert re.search(r"-0\.0+(?![0-9])", text) is None, text
     assert "+0.0%" in text
+
+
+def test_one_isolation_line_when_every_tier_that_ran_was_confined_alike() -> None:
+    """A tier the budget kept from running has no isolation: the others', all alike,
+    are said once, not once per tier with the same words."""
+    ran = [
+        run(i, approximate=False, cost=0.1).model_copy(
+            update={"tier": tier, "run_id": f"e:{tier}:s:{i}", "isolation": "user"}
+        )
+        for tier in ("T0", "T1")
+        for i in range(2)
+    ]
+    kept = run(0, approximate=False, cost=None).model_copy(
+        update={"tier": "T2", "run_id": "e:T2:s:0", "status": RunStatus.not_run, "passed": False}
+    )
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=5)
+    report = aggregate(info, [*ran, kept], ReportSettings(baseline="T0", scoring=Scoring()))
+    text = render(report, "table")
+    said = [line for line in text.splitlines() if "isolation" in line and "own user" in line]
+    assert len(said) == 1 and said[0].startswith("- agents' isolation: own user"), said
