@@ -11,7 +11,7 @@ from core.results.report import ExperimentReport, Verdict
 from core.results.run import RunResult, RunStatus, error_key
 from core.wording import plural
 from scheduler.report.formatting import Table, pass_rate, per_pass
-from scheduler.report.headline import integrity
+from scheduler.report.headline import fewer_scenarios, integrity
 from scheduler.report.metric_tables import add_prices
 from scheduler.report.verdicts import (
     multiplicity_note,
@@ -78,7 +78,7 @@ def verdict_table(report: ExperimentReport) -> Table:
         stratified,
         others=any(vs is not None and t not in stratified for t, vs in against.items()),
     )
-    notes = [family, *split, *unseen, *integrity(report.tiers)]
+    notes = [family, *split, *unseen, *integrity(report.tiers), *fewer_scenarios(report)]
     errors = sum(t.errors for t in report.tiers.values())
     if errors:
         notes.append(

@@ -179,6 +179,7 @@ def footer(report: ExperimentReport, scenario: str | None = None) -> list[str]:
         f"{num(c.pass_rate_variance, 4)}; of their median cost {num(c.cost_variance, 6)}; "
         f"cost delta ${num(c.cost_delta, 4)}",
         *integrity(tiers),
+        *(fewer_scenarios(report) if scenario is None else []),
     ]
     if c.uplift_note:
         lines.append(f"uplift: {c.uplift_note}")
@@ -256,5 +257,31 @@ def lopsided_outages(tiers: Mapping[str, TierReport]) -> list[str]:
                 "reaches every tier alike, so this tier's agents may be reporting outages of "
                 "their own, which buys each run another try and leaves its failure out "
                 "(`scheduler show RUN` lists a run's deliveries)"
+            )
+    return lines
+
+
+def fewer_scenarios(report: ExperimentReport) -> list[str]:
+    """A tier with no counted run of a scenario the baseline has counted runs of (all of
+    them infrastructure errors, say a judge that never answered there): its pooled
+    figures and uplift are over other scenarios than the baseline's, which a pass
+    rate beside the baseline's does not show."""
+    baseline = report.tiers.get(report.cross_tier.baseline)
+    if baseline is None:
+        return []
+    lines = []
+    for tier_id, t in report.tiers.items():
+        if tier_id == report.cross_tier.baseline:
+            continue
+        missing = sorted(
+            name
+            for name, b in baseline.scenarios.items()
+            if b.counted and (name not in t.scenarios or not t.scenarios[name].counted)
+        )
+        if missing and t.counted:
+            lines.append(
+                f"{tier_id}: no counted run of {', '.join(missing)}, which the baseline has: "
+                "its pass rate, composite and uplift are over fewer scenarios than the "
+                "baseline's, not like for like (the per-scenario rows compare them)"
             )
     return lines

@@ -196,3 +196,33 @@ def test_one_isolation_line_when_every_tier_that_ran_was_confined_alike() -> Non
     text = render(report, "table")
     said = [line for line in text.splitlines() if "isolation" in line and "own user" in line]
     assert len(said) == 1 and said[0].startswith("- agents' isolation: own user"), said
+
+
+def test_a_tier_without_counted_runs_of_a_baseline_scenario_is_said_to_compare_unlike() -> None:
+    """T1's runs of s2 were all infrastructure errors (a judge that never answered
+    there): its pooled pass rate is over s1 alone, the baseline's over both. The
+    report says so under the verdicts, once, and not of a tier that has both."""
+
+    def one(tier: str, scenario: str, index: int, status: RunStatus, passed: bool) -> RunResult:
+        return run(index, approximate=False, cost=0.1).model_copy(
+            update={
+                "tier": tier,
+                "scenario": scenario,
+                "run_id": f"e:{tier}:{scenario}:{index}",
+                "status": status,
+                "passed": passed,
+            }
+        )
+
+    runs = [
+        *(one("T0", s, i, RunStatus.completed, s == "s1") for s in ("s1", "s2") for i in range(2)),
+        *(one("T1", "s1", i, RunStatus.completed, True) for i in range(2)),
+        *(one("T1", "s2", i, RunStatus.infra_error, False) for i in range(2)),
+        *(one("T2", s, i, RunStatus.completed, True) for s in ("s1", "s2") for i in range(2)),
+    ]
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=len(runs))
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
+    for fmt in ("table", "markdown"):
+        text = " ".join(render(report, fmt).split())
+        assert text.count("T1: no counted run of s2, which the baseline has") == 1, fmt
+        assert "T2: no counted run" not in text
