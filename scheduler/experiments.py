@@ -325,8 +325,8 @@ def _run_of(conn: Connection, words: Sequence[str]) -> tuple[str, str]:
         hint = did_you_mean(asked, own)
         raise InputError(
             f"experiment {exp_id} has no run {asked!r}{'; ' + hint if hint else ''} "
-            "(its runs are TIER:SCENARIO:INDEX; `scheduler report EXP --format json --runs` "
-            "lists them)"
+            f"(its runs are TIER:SCENARIO:INDEX; `scheduler report {exp_id} --format json "
+            "--runs` lists them)"
         )
     return exp_id, run_id
 

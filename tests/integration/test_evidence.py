@@ -127,6 +127,10 @@ def test_show_refuses_an_unknown_run_with_exit_2(
     missing = run_cli("show", f"{exp_id}:T0:s:7", env=fleet_env)
     assert missing.returncode == 2
     assert f"experiment {exp_id} has no run 'T0:s:7'; did you mean `T0:s:0`?" in missing.stderr
+    # The command it names works as printed: the experiment's id, no placeholder.
+    assert f"`scheduler report {exp_id} --format json --runs` lists them" in " ".join(
+        missing.stderr.split()
+    )
     far = run_cli("show", f"{exp_id}:other:tier:12", env=fleet_env)
     assert far.returncode == 2 and "no run 'other:tier:12' (its runs" in far.stderr
     # The end of a run id, the scenario mistyped: the one experiment it names says.
