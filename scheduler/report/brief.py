@@ -33,11 +33,16 @@ def brief_tables(report: ExperimentReport, show_version: int | None = None) -> l
     return [verdict_table(report), _reasons(report, show_version)]
 
 
-def full_report_line(report: ExperimentReport) -> str:
-    """Where the rest is; each command in backticks, which the terminal never breaks."""
+def full_report_line(report: ExperimentReport, pinned: bool = False) -> str:
+    """Where the rest is; each command in backticks, which the terminal never breaks, and
+    whole, to paste. `pinned`: this report is not the version `report` gives by
+    default, so the commands name its version."""
+    command = f"scheduler report {report.experiment.id}" + (
+        f" --version {report.version}" if pinned else ""
+    )
     return (
-        f"the full report: `scheduler report {report.experiment.id} --full` (every section), "
-        "or `--format html > report.html` (charts and the run table)"
+        f"the full report: `{command} --full` (every section), or "
+        f"`{command} --format html > report.html` (charts and the run table)"
     )
 
 

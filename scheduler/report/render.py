@@ -87,7 +87,10 @@ def render(
             lead
             + _terminal(title, brief_tables(report, show_version), width, hint)
             + "\n"
-            + fill(hint(full_report_line(report)), width or terminal_width())
+            + fill(
+                hint(full_report_line(report, pinned=show_version is not None)),
+                width or terminal_width(),
+            )
             + "\n"
         )
     return lead + _terminal(title, _tables(report, scenario, show_version), width, hint)

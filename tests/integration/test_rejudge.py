@@ -478,6 +478,10 @@ def test_show_gives_a_run_as_the_report_version_it_is_named_in_scored_it(
     assert hints == [f"scheduler show {exp_id}:T0:s:0 --version 1"]
     again = run_cli(*shlex.split(hints[0])[1:], env=fleet_env).stdout
     assert "does not contain 'helo'" in again and "outcome: completed, failed" in again
+    # So do its closing commands: the full report of version 1, not of the default.
+    closing = " ".join(old.split()).split("the full report: ")[1]
+    assert closing.startswith(f"`scheduler report {exp_id} --version 1 --full`"), closing
+    assert f"`scheduler report {exp_id} --version 1 --format html > report.html`" in closing
 
     missing = run_cli("show", f"{exp_id}:T0:s:0", "--version", "3", env=fleet_env)
     assert missing.returncode == 2

@@ -270,9 +270,10 @@ def test_the_terminal_report_leads_with_verdicts_and_why_runs_failed(
     example = run_cli("show", examples[1], env=fleet_env)
     assert example.returncode == 0 and "reason: agent_error: exit 1: boom" in example.stdout
     # The last lines, wrapped to the terminal between its commands.
-    assert " ".join(lines[-2:]) == (
+    last = next(i for i, line in enumerate(lines) if line.startswith("the full report:"))
+    assert " ".join(lines[last:]) == (
         f"the full report: `scheduler report {exp_id} --full` (every section), "
-        "or `--format html > report.html` (charts and the run table)"
+        f"or `scheduler report {exp_id} --format html > report.html` (charts and the run table)"
     )
     assert "Seed metrics" not in shown
     full = _report(exp_id, fleet_env, "--full")
@@ -360,9 +361,11 @@ def test_commands_and_ids_are_whole_at_80_columns_and_reasons_cut_at_a_word(
         ]
         assert [line.strip() for line in lines if "scheduler show" in line] == commands, shown
         assert any(f"`scheduler report {exp_id} --full`" in line for line in lines), shown
-        assert any("`--format html > report.html`" in line for line in lines), shown
-        # Only a command longer than the terminal is wider than it.
-        assert all(len(line) <= 80 for line in lines if line.strip() not in commands), shown
+        html = f"`scheduler report {exp_id} --format html > report.html`"
+        assert any(html in line for line in lines), shown
+        # Only a command longer than the terminal is wider than it, on a line of its own.
+        whole = [*commands, html]
+        assert all(len(line) <= 80 for line in lines if line.strip() not in whole), shown
         # The reason: whole words up to the cut, wrapped at words.
         start = next(i for i, line in enumerate(lines) if LONG_REASON[:20] in line)
         reason = " ".join(
