@@ -591,10 +591,13 @@ def _readable_to_run_users(matrix: Matrix, path: Path) -> list[ConfigProblem]:
                 f"`chmod o-rx {top}` (or a folder above it)",
             )
         )
-    graders = {path.resolve(): "the matrix file"}
+    # What a run is graded with that its agent must not read: the matrix file when it
+    # holds gates or a reference, a judged scenario's rubric, a solution.
+    grades = any(s.evaluation.gates or s.reference for s in matrix.scenarios)
+    graders = {path.resolve(): "the matrix file"} if grades else {}
     for scenario in matrix.scenarios:
         judge = scenario.evaluation.judge
-        if judge is not None and judge.rubric is not None:
+        if scenario.evaluation.judge_enabled and judge is not None and judge.rubric is not None:
             graders.setdefault(judge.rubric.resolve(), "the rubric")
         if scenario.solution is not None:
             graders.setdefault(scenario.solution.resolve(), "the solution")

@@ -361,7 +361,8 @@ tiers: [{{id: T0}}]
 judge: {{model: j, api_key_env: null, base_url: "http://127.0.0.1:9/v1"}}
 scenarios:
   - {{id: s, prompt: go, solution: solution.sh,
-      evaluation: {{judge: {{rubric: rubric.yaml}}}}}}
+      evaluation: {{gates: [{{type: file_exists, path: out.txt}}],
+                   judge: {{rubric: rubric.yaml}}}}}}
 """)
     tmp_path.chmod(0o755)
     readable = [w.message for w in validate(path).warnings if "other users" in w.message]
@@ -377,5 +378,15 @@ scenarios:
         f"`chmod o-rx {tmp_path}` (or a folder above it), or set `sandbox: bwrap` on the "
         "agent, whose jail masks the folder"
     ]
+    # Nothing graded with but what the run leaves (no gate, no reference, the judge off,
+    # no solution): nothing to hide, no warning.
+    graded = path.read_text()
+    path.write_text(
+        graded.replace(" solution: solution.sh,", "")
+        .replace("gates: [{type: file_exists, path: out.txt}],", "")
+        .replace("judge: {rubric: rubric.yaml}", "judge: {enabled: false, rubric: rubric.yaml}")
+    )
+    assert [w for w in validate(path).warnings if "other users" in w.message] == []
+    path.write_text(graded)
     tmp_path.chmod(0o750)  # the fix it names
     assert [w for w in validate(path).warnings if "other users" in w.message] == []
