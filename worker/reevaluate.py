@@ -17,7 +17,7 @@ from core.evidence.redact import redact_record, secret_values
 from core.files.archive import ArchivedWorkspace, unpack
 from core.files.places import work_root
 from core.matrix import Matrix
-from core.results.run import GateResult, RunResult, RunSpec, RunStatus
+from core.results.run import REDONE_FAILED, GateResult, RunResult, RunSpec, RunStatus
 from core.store import Store
 from core.store.judgments import Refreshed
 from fleet.app import BROKER_DOWN
@@ -61,7 +61,7 @@ def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> R
                 update={
                     "status": RunStatus.infra_error,
                     "passed": False,
-                    "fail_reason": f"judging again failed: {exc!r}",
+                    "fail_reason": f"{REDONE_FAILED}{exc!r}",
                 }
             )
     result = redact_record(result, secrets)

@@ -82,6 +82,9 @@ GATES_FAILED = "gates failed: "
 # run that could have passed is then an infrastructure error that `scheduler rejudge`
 # restores, with no agent run again.
 JUDGE_ERROR = "judge error: "
+# How a fail reason says a rejudge or rescore could not redo a run (worker.reevaluate):
+# an infrastructure error of that version, which the same command makes again.
+REDONE_FAILED = "judging again failed: "
 
 # A run's cost_unknown_reason when nothing of its transcript could be read: nothing read
 # is not nothing spent (the reports count these apart from a model without a price).

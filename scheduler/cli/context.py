@@ -347,32 +347,44 @@ def exit_if_infra_errors(report: ExperimentReport) -> None:
     errors = report.experiment.errors
     if errors:
         from core.evidence.text import visible
+        from core.results.run import REDONE_FAILED
         from core.wording import plural
 
         exp_id = report.experiment.id
         reason, count = next(iter(report.error_reasons.items()))
         judged = report.judge_errors
-        rejudge = (
-            f"`scheduler rejudge {exp_id}` judges "
-            + ("it" if judged == 1 else "them")
-            + " again from what the judge was shown, without starting any agent"
-        )
-        retry = (
-            f"`scheduler resume {exp_id} --retry-errors` runs "
-            + ("it" if errors - judged == 1 else "them")
-            + " again (with the files as submitted: a fix in the matrix folder needs a new submit)"
-        )
-        if judged == errors:
+        # A rejudge's or rescore's own failure: made again by the same command, where a
+        # resume would start a version 1 anew and leave this version behind.
+        again = sum(n for r, n in report.error_reasons.items() if r.startswith(REDONE_FAILED))
+        redo = "rescore" if (report.version_note or "").startswith("rescored") else "rejudge"
+        kinds = [
+            (
+                errors - judged - again,
+                "whose agent could not be run",
+                f"`scheduler resume {exp_id} --retry-errors` runs {{them}} again (with the "
+                "files as submitted: a fix in the matrix folder needs a new submit)",
+            ),
+            (
+                judged,
+                "whose judge failed",
+                f"`scheduler rejudge {exp_id}` judges {{them}} again from what the judge was "
+                "shown, without starting any agent",
+            ),
+            (again, f"whose {redo} failed", f"`scheduler {redo} {exp_id}` {redo}s {{them}}"),
+        ]
+        kinds = [
+            (n, whose, how.format(them="it" if n == 1 else "them")) for n, whose, how in kinds if n
+        ]
+        if len(kinds) == 1 and judged:
             ran = "its agent and gates" if judged == 1 else "their agents and gates"
-            what = f"{ran} ran but the judge failed: once it answers, {rejudge}"
-        elif judged:
-            what = (
-                f"once the cause is mended, first for the {plural(errors - judged, 'run')} "
-                f"whose agent could not be run, {retry}; then for the "
-                f"{plural(judged, 'run')} whose judge failed, {rejudge}"
-            )
+            what = f"{ran} ran but the judge failed: once it answers, {kinds[0][2]}"
+        elif len(kinds) == 1:
+            what = f"once the cause is mended, {kinds[0][2]}"
         else:
-            what = f"once the cause is mended, {retry}"
+            what = "once the cause is mended, " + "; then ".join(
+                f"{'first ' if i == 0 else ''}for the {plural(n, 'run')} {whose}, {how}"
+                for i, (n, whose, how) in enumerate(kinds)
+            )
         err.print(
             f"{errors} of {plural(report.experiment.total_runs, 'run')} "
             + ("was an infrastructure error" if errors == 1 else "were infrastructure errors")

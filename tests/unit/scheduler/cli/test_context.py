@@ -146,3 +146,42 @@ def test_size() -> None:
         "5.0 MB",
         "3.0 GB",
     ]
+
+
+def test_a_later_versions_own_failures_are_made_again_by_its_command_not_by_resume() -> None:
+    """A rescore that could not redo a run leaves an infrastructure error of its version:
+    `rescore` makes it again, where `resume --retry-errors` would start version 1 anew
+    and leave the version behind. Runs whose agent part failed stay resume's."""
+    from core.analysis.aggregate import ReportSettings, aggregate
+    from core.matrix import Scoring
+    from core.results.report import ExperimentInfo
+    from core.results.run import REDONE_FAILED, RunResult, RunStatus
+    from scheduler.cli.context import exit_if_infra_errors
+
+    def run(index: int, status: RunStatus, reason: str | None = None) -> RunResult:
+        return RunResult(
+            experiment_id="e", run_id=f"e:T0:s:{index}", tier="T0", scenario="s",
+            run_index=index, status=status, fail_reason=reason,
+        )  # fmt: skip
+
+    runs = [
+        run(0, RunStatus.completed),
+        run(1, RunStatus.infra_error, f"{REDONE_FAILED}SetupError('no run user free')"),
+        run(2, RunStatus.infra_error, "agent could not start (exit 127)"),
+    ]
+    info = ExperimentInfo(id="e", name="n", created_at=0.0, total_runs=3, errors=2)
+    report = aggregate(info, runs, ReportSettings(baseline="T0", scoring=Scoring()))
+    report = report.model_copy(update={"version": 2, "version_note": "rescored: gates of x"})
+
+    @click.command()
+    def says() -> None:
+        exit_if_infra_errors(report)
+
+    said = CliRunner().invoke(says)
+    assert said.exit_code == 3
+    assert (
+        "once the cause is mended, first for the 1 run whose agent could not be run, "
+        "`scheduler resume e --retry-errors` runs it again (with the files as submitted: a "
+        "fix in the matrix folder needs a new submit); then for the 1 run whose rescore "
+        "failed, `scheduler rescore e` rescores it"
+    ) in " ".join(said.output.split())
