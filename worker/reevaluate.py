@@ -24,7 +24,7 @@ from fleet.app import BROKER_DOWN
 from worker.confinement import can_lease_users, run_user
 from worker.files import local_matrix
 from worker.run import agent_env
-from worker.workspace import RunDir, with_tests
+from worker.workspace import locked, with_tests
 
 
 def rejudged(db: Store, experiment_id: str, run_id: str, plan: RejudgePlan) -> RunResult:
@@ -95,9 +95,10 @@ def regate(
     with contextlib.ExitStack() as held:
         base = work_root()
         base.mkdir(parents=True, exist_ok=True)
-        # In the work folder, which run users may pass through, unlike a private tmp.
-        run_dir = RunDir(Path(tempfile.mkdtemp(prefix="rescore-", dir=base)))
-        held.callback(run_dir.remove)  # after the user's processes ended (below)
+        # In the work folder, which run users may pass through, unlike a private tmp;
+        # locked as a delivery's folder, which a sweep deletes should this process die.
+        run_dir = locked(Path(tempfile.mkdtemp(prefix="rescore-", dir=base)))
+        held.callback(run_dir.discard)  # after the user's processes ended (below)
         unpack(archive, run_dir.workspace)
         run_dir.prompt_file.write_text(prompt, encoding="utf-8")
         env = agent_env(spec, matrix, run_dir, prompt)

@@ -417,6 +417,13 @@ def take_back(run_dir: RunDir) -> None:
     run_dir.root.chmod(0o700)
 
 
+def locked(root: Path) -> RunDir:
+    """A RunDir of the folder `root` (made beforehand, in the work folder), its lock held
+    by this process: should the process die, the next `clear_dead_deliveries` deletes
+    the folder, as a delivery's."""
+    return RunDir(root, lock=_lock(RunDir(root).lock_file))
+
+
 def _lock(lock_file: Path) -> int:
     """Lock `lock_file` (created if need be) for this process; returns the descriptor."""
     while True:

@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -341,3 +342,37 @@ def test_what_the_agent_put_in_place_of_its_records_is_not_read(tmp_path: Path) 
     events = run_dir.events(1000)
     assert events is not None and len(events.head) + len(events.tail) == 1000 and events.dropped
     assert (run_dir.session_text(claude) or "").startswith('{"type": "llm_call"}\n')
+
+
+def test_a_rescores_folder_left_by_a_process_that_died_is_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rescore gates in a folder of the work folder, locked as a delivery's: a worker
+    killed meanwhile (SIGKILL: nothing of it runs again) leaves it, and the next sweep
+    deletes it, as a dead delivery's; one whose process lives is left alone."""
+    base = tmp_path / "work"
+    base.mkdir()
+    monkeypatch.setenv("EVALFLEET_WORKDIR", str(base))
+    make = (
+        "import os, sys, tempfile; from pathlib import Path; from worker.workspace import locked;"
+        "d = locked(Path(tempfile.mkdtemp(prefix='rescore-', dir=sys.argv[1])));"
+        "(d.root / 'workspace').mkdir(); print(d.root, flush=True); sys.stdin.read();"
+        "os._exit(0)"
+    )
+    kept = subprocess.Popen(
+        [sys.executable, "-c", make, str(base)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
+    )  # fmt: skip
+    dies = subprocess.Popen(
+        [sys.executable, "-c", make, str(base)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
+    )  # fmt: skip
+    assert kept.stdout is not None and dies.stdout is not None
+    alive, dead = Path(kept.stdout.readline().strip()), Path(dies.stdout.readline().strip())
+    dies.kill()
+    dies.wait()
+    try:
+        assert clear_dead_deliveries() == [dead.name]
+        assert not dead.exists() and alive.is_dir()
+    finally:
+        kept.communicate("")
