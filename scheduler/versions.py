@@ -142,6 +142,7 @@ class Asked:
     judgments: int
     cached: int
     kept: int
+    unanswered: int = 0  # of `judgments`: a judge that did not answer (an error)
 
 
 def asked(conn: Connection, version: NewVersion) -> Asked:
@@ -154,6 +155,7 @@ def asked(conn: Connection, version: NewVersion) -> Asked:
         judgments=sum(j.repeats for j in judges),
         cached=sum(j.cached for j in judges),
         kept=len(runs) - len(anew),
+        unanswered=sum(j.repeats for j in judges if j.error is not None),
     )
 
 

@@ -136,6 +136,8 @@ def _print_version(cli: CLIContext, version: NewVersion) -> None:
     if result.judge is not None:
         asked = fleet.asked(version)
         kept = f"; {plural(asked.kept, 'run')} kept as before" if asked.kept else ""
-        said = f"{plural(asked.judgments, 'judgment')}, {asked.cached} from cache{kept}"
+        # Asked is not answered: a judge still down answered none of them.
+        failed = f", {asked.unanswered} not answered" if asked.unanswered else ""
+        said = f"{plural(asked.judgments, 'judgment')}, {asked.cached} from cache{failed}{kept}"
         err.print(said, markup=False)
     exit_if_infra_errors(result)

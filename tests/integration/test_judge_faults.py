@@ -287,6 +287,11 @@ def test_runs_fail_fast_kept_from_a_judge_that_was_down_are_resumed_not_rejudged
         ) in said, said
         assert f"then for the 3 runs whose judge failed, `scheduler rejudge {exp_id}`" in said
 
+        # A rejudge while the judge is still down says that it answered none.
+        down = run_cli("rejudge", exp_id, "--wait", env=fleet_env)
+        assert down.returncode == 3, down.stderr
+        assert "3 judgments, 0 from cache, 3 not answered" in down.stderr, down.stderr
+
         judge["up"] = True
         resumed = run_cli("resume", exp_id, "--retry-errors", "--wait", env=fleet_env)
         assert resumed.returncode == 3, resumed.stderr  # the judged three wait for rejudge
