@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -204,30 +204,33 @@ def _arithmetic_end(command: str, start: int) -> int | None:
 def _closing(command: str, start: int) -> int | None:
     """Where the `(` just before `start` is closed (after its `)`), the parentheses in
     quotes left out; None when it is not."""
-    depth, quote, i = 1, "", start
-    while i < len(command):
-        char = command[i]
-        if quote:
-            if char == "\\" and quote == '"':
-                i += 1
-            quote = "" if char == quote else quote
-        elif char == "\\":
-            i += 1
-        elif char in "'\"":
-            quote = char
-        elif char in "()":
-            depth += 1 if char == "(" else -1
+    depth = 1
+    for i in _unquoted(command, start):
+        if command[i] in "()":
+            depth += 1 if command[i] == "(" else -1
             if not depth:
                 return i + 1
-        i += 1
     return None
 
 
 def _substitutions(value: str) -> list[str]:
     """The command substitutions (`$(...)`, unquoted) in `value`, each reduced in turn."""
-    found, quote, i = [], "", 0
-    while i < len(value):
-        char = value[i]
+    found, after = [], 0
+    for i in _unquoted(value):
+        if i >= after and value.startswith("$(", i) and not value.startswith("$((", i):
+            end = _closing(value, i + 2)
+            if end is not None:
+                found.append(_values_reduced(value[i:end]))
+                after = end  # what it holds was reduced with it
+    return found
+
+
+def _unquoted(text: str, start: int = 0) -> Iterator[int]:
+    """The indices from `start` of the characters of `text` that are neither quoted nor
+    escaped (a quote that opens or closes is neither)."""
+    quote, i = "", start
+    while i < len(text):
+        char = text[i]
         if quote:
             if char == "\\" and quote == '"':
                 i += 1
@@ -236,14 +239,9 @@ def _substitutions(value: str) -> list[str]:
             i += 1
         elif char in "'\"":
             quote = char
-        elif value.startswith("$(", i) and not value.startswith("$((", i):
-            end = _closing(value, i + 2)
-            if end is not None:
-                found.append(_values_reduced(value[i:end]))
-                i = end
-                continue
+        else:
+            yield i
         i += 1
-    return found
 
 
 def _after_heredocs(command: str, start: int, heredocs: list[tuple[str, bool]]) -> int:
