@@ -105,7 +105,10 @@ def _errors_left(store: Store, exp_id: str, errors: int, retry_errors: bool) -> 
     """What runs again the infrastructure errors a resume left: rejudge those whose
     judge alone failed; resume --retry-errors the others, unless it is this one."""
     judged = (
-        sum(r.is_infra_error and not _agent_part_failed(r) for r in store.results.all(exp_id))
+        sum(
+            r.is_infra_error and judge_alone_failed(r.fail_reason)
+            for r in store.results.all(exp_id)
+        )
         if errors
         else 0
     )
